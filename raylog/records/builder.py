@@ -1,0 +1,168 @@
+"""Accumulating records into one batch under a byte limit."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+from raylog.errors import InvalidRecordError
+from raylog.records.header import HEADER_SIZE, Codec, TimestampType
+from raylog.records.payload import HEADERS_TYPE, PAYLOAD_SCHEMA, empty_headers, encode
+
+# Fixed cost of a batch beyond its records: the 65-byte header, the IPC schema and message
+# framing (about 1.1 KB for this schema) and the LZ4 frame header and end mark.
+BATCH_OVERHEAD = HEADER_SIZE + 2048
+# Per record: timestamp (8), three 4-byte list/binary offsets, validity bits, padding.
+RECORD_OVERHEAD = 24
+HEADER_ENTRY_OVERHEAD = 8
+# LZ4 stores incompressible input with a little framing: at most about 1 byte in 250.
+_LZ4_EXPANSION = 251 / 250
+
+
+def record_size(key: bytes | None, value: bytes | None,
+                headers: Sequence[tuple[str, bytes]] | None = None) -> int:
+    """Upper bound of the bytes a record adds to an uncompressed batch."""
+    size = RECORD_OVERHEAD
+    if value is not None:
+        size += len(value)
+    if key is not None:
+        size += len(key)
+    if headers:
+        for name, data in headers:
+            size += HEADER_ENTRY_OVERHEAD + len(name.encode()) + (len(data) if data else 0)
+    return size
+
+
+def _check_bytes(what: str, data: object) -> None:
+    if data is not None and type(data) is not bytes:
+        raise InvalidRecordError(f"record {what} must be bytes or None, got {type(data).__name__}")
+
+
+def check_headers(headers: Sequence[tuple[str, bytes]]) -> list[tuple[str, bytes | None]]:
+    """Validate record headers: a sequence of (str, bytes or None) pairs."""
+    checked = []
+    for entry in headers:
+        if not (isinstance(entry, tuple | list) and len(entry) == 2 and isinstance(entry[0], str)):
+            raise InvalidRecordError(f"a record header must be a (str, bytes) pair, got {entry!r}")
+        _check_bytes("header value", entry[1])
+        checked.append((entry[0], entry[1]))
+    return checked
+
+
+class BatchBuilder:
+    """Collects records for one partition and encodes them once into a batch.
+
+    Owns Python lists of the columns; ``build()`` turns them into Arrow arrays in bulk, so the
+    per-record cost is a few list appends. The byte limit is a conservative bound on the
+    encoded batch: a builder never produces a batch larger than ``max_bytes`` unless a single
+    record alone exceeds it (the log then refuses it with RecordTooLargeError). Not safe for
+    concurrent use; a builder builds one batch.
+
+    >>> b = BatchBuilder(max_bytes=1 << 20)
+    >>> b.append(1700000000000, b"user-1", b"clicked")
+    True
+    >>> batch = b.build()
+    """
+
+    __slots__ = (
+        "_any_headers", "_capacity", "_codec", "_headers", "_keys", "_producer", "_size",
+        "_timestamp_type", "_timestamps", "_values", "max_bytes",
+    )
+
+    def __init__(
+        self,
+        max_bytes: int = 1 << 20,
+        codec: Codec = Codec.LZ4,
+        *,
+        timestamp_type: TimestampType = TimestampType.CREATE_TIME,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        base_sequence: int = -1,
+    ) -> None:
+        self.max_bytes = max_bytes
+        self._capacity = int((max_bytes - BATCH_OVERHEAD) / _LZ4_EXPANSION)
+        self._codec = codec
+        self._timestamp_type = timestamp_type
+        self._producer = (producer_id, producer_epoch, base_sequence)
+        self._timestamps: list[int] = []
+        self._keys: list[bytes | None] = []
+        self._values: list[bytes | None] = []
+        self._headers: list[list[tuple[str, bytes | None]] | None] = []
+        self._any_headers = False
+        self._size = 0
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    @property
+    def estimated_size(self) -> int:
+        """Upper bound of the size of the batch ``build()`` would return now."""
+        return BATCH_OVERHEAD + int(self._size * _LZ4_EXPANSION)
+
+    def has_room_for(self, key: bytes | None, value: bytes | None,
+                     headers: Sequence[tuple[str, bytes]] | None = None) -> bool:
+        return not self._values or self._size + record_size(key, value, headers) <= self._capacity
+
+    def append(self, timestamp: int, key: bytes | None, value: bytes | None,
+               headers: Sequence[tuple[str, bytes]] | None = None) -> bool:
+        """Add a record; return False, adding nothing, when the batch is full.
+
+        An empty builder always accepts a record, however large.
+        """
+        size = self._size + RECORD_OVERHEAD
+        if type(value) is bytes:
+            size += len(value)
+        elif value is not None:
+            _check_bytes("value", value)
+        if key is not None:
+            if type(key) is not bytes:
+                _check_bytes("key", key)
+            size += len(key)
+        if type(timestamp) is not int or not 0 <= timestamp < 1 << 63:
+            raise InvalidRecordError(f"record timestamp must be an int >= 0 ms, got {timestamp!r}")
+        if headers:
+            headers = check_headers(headers)
+            size = self._size + record_size(key, value, headers)
+            self._any_headers = True
+        if size > self._capacity and self._values:
+            return False
+        self._size = size
+        self._timestamps.append(timestamp)
+        self._keys.append(key)
+        self._values.append(value)
+        self._headers.append(headers or None)
+        return True
+
+    def columns(self) -> pa.RecordBatch:
+        """The accumulated records as payload columns (PAYLOAD_SCHEMA)."""
+        n = len(self._values)
+        headers = (
+            pa.array([h or [] for h in self._headers], HEADERS_TYPE)
+            if self._any_headers else empty_headers(n)
+        )
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.array(self._timestamps, pa.int64()),
+                pa.array(self._keys, pa.binary()),
+                pa.array(self._values, pa.binary()),
+                headers,
+            ],
+            schema=PAYLOAD_SCHEMA,
+        )
+
+    def build(self) -> bytes:
+        """Encode the accumulated records into one batch (base offset 0, no leader epoch)."""
+        if not self._values:
+            raise ValueError("cannot build an empty batch")
+        producer_id, producer_epoch, base_sequence = self._producer
+        return encode(
+            self.columns(),
+            codec=self._codec,
+            timestamp_type=self._timestamp_type,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=base_sequence,
+            first_timestamp=self._timestamps[0],
+            max_timestamp=max(self._timestamps),
+        )

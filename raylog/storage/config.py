@@ -1,0 +1,98 @@
+"""Settings of one partition log, validated when built."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from raylog.errors import InvalidConfigError
+
+DAY_MS = 24 * 3600 * 1000
+
+CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
+
+
+@dataclasses.dataclass(frozen=True)
+class LogConfig:
+    """How a partition log rolls, flushes, retains and compacts its segments.
+
+    Every field is checked in ``__post_init__``; a bad value raises InvalidConfigError naming
+    the field and the value. ``None`` means "no limit" (Kafka's -1 is accepted for the same).
+    Names match Kafka's topic configs with ``.`` replaced by ``_``; :meth:`from_mapping`
+    accepts either spelling.
+    """
+
+    segment_bytes: int = 1 << 30          # roll the active segment past this size
+    segment_ms: int = 7 * DAY_MS          # ... or when its first batch is this old
+    index_interval_bytes: int = 4096      # bytes of log between two offset-index entries
+    flush_messages: int | None = None     # fsync after this many records (None: leave to OS)
+    flush_ms: int | None = None           # fsync when the last one is this old (None: OS)
+    retention_ms: int | None = 7 * DAY_MS  # delete segments whose newest record is older
+    retention_bytes: int | None = None    # delete oldest segments while the log is larger
+    cleanup_policy: str = "delete"        # "delete", "compact" or "compact,delete"
+    delete_retention_ms: int = DAY_MS     # keep tombstones this long in compacted logs
+    max_message_bytes: int = 8 << 20      # largest batch the log accepts
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.name == "cleanup_policy":
+                continue
+            optional = field.type.endswith("None")
+            if value == -1 and optional:
+                object.__setattr__(self, field.name, None)
+                continue
+            if value is None and optional:
+                continue
+            if type(value) is not int:
+                raise InvalidConfigError(
+                    f"{field.name} must be an integer, got {value!r}"
+                )
+            minimum = 1 if field.name in _POSITIVE else 0
+            if value < minimum:
+                raise InvalidConfigError(
+                    f"{field.name} must be >= {minimum}{' or -1' if optional else ''}, "
+                    f"got {value}"
+                )
+        policy = self.cleanup_policy
+        if isinstance(policy, str):
+            policy = ",".join(sorted(p.strip() for p in policy.split(",")))
+        if policy not in CLEANUP_POLICIES:
+            raise InvalidConfigError(
+                f"cleanup_policy must be one of {', '.join(CLEANUP_POLICIES)}, "
+                f"got {self.cleanup_policy!r}"
+            )
+        object.__setattr__(self, "cleanup_policy", policy)
+        if self.segment_bytes < 1024:
+            raise InvalidConfigError(f"segment_bytes must be >= 1024, got {self.segment_bytes}")
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.cleanup_policy
+
+    @classmethod
+    def from_mapping(cls, settings: Mapping[str, Any]) -> LogConfig:
+        """Build from a mapping of settings; unknown names are refused."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {}
+        for name, value in settings.items():
+            key = name.replace(".", "_")
+            if key not in known:
+                raise InvalidConfigError(f"unknown log config {name!r}")
+            values[key] = value
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> LogConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+_POSITIVE = {"segment_bytes", "segment_ms", "index_interval_bytes", "flush_messages",
+             "flush_ms", "max_message_bytes"}

@@ -1,0 +1,548 @@
+"""The partition log: an append-only sequence of segments in one directory.
+
+Directory layout::
+
+    00000000000000000000.log        segments, named by base offset (see segment.py)
+    00000000000000000000.index      sparse offset index (see index.py)
+    00000000000000000000.timeindex  time index
+    recovery-point-checkpoint       offset below which everything was fsynced
+    high-watermark-checkpoint       the replica's last checkpointed high watermark
+    .clean-shutdown                 present only while the log is closed cleanly
+    *.cleaned, *.swap               compaction output before and while it replaces segments
+
+Opening after a crash (no ``.clean-shutdown``) verifies, batch by batch, every segment from the
+one holding the recovery point to the end, and always the last one; it cuts a torn or corrupt
+tail, drops segments after a cut, and rebuilds their indexes. Other segments are loaded from
+their index files, which are checked and rebuilt when they do not match their segment.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from raylog.errors import (
+    InvalidRecordError,
+    LogClosedError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+)
+from raylog.records.header import NO_LEADER_EPOCH, BatchHeader, iter_headers, validate_batch
+from raylog.records.payload import decode, offsets_of
+from raylog.storage.checkpoint import Checkpoint, fsync_dir
+from raylog.storage.cleaner import CleanerStats, clean_batch, newest_offsets
+from raylog.storage.config import LogConfig
+from raylog.storage.segment import LOG_SUFFIX, LogSegment
+
+CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
+RECOVERY_POINT_FILE = "recovery-point-checkpoint"
+HIGH_WATERMARK_FILE = "high-watermark-checkpoint"
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class AppendInfo(NamedTuple):
+    """Where an appended batch landed."""
+
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+    record_count: int
+
+
+class RecoveryInfo(NamedTuple):
+    """What opening the log found."""
+
+    clean: bool
+    segments_recovered: int
+    bytes_truncated: int
+    segments_dropped: int
+
+
+class PartitionLog:
+    """The on-disk log of one partition replica.
+
+    Owns its directory. Invariants: segments are sorted by base offset and do not overlap;
+    the last one is the active segment, the only one appended to; offsets assigned by
+    :meth:`append` are dense and never reused unless :meth:`truncate_to` removed them;
+    ``log_start_offset <= high_watermark <= log_end_offset``. Time comes from ``clock``
+    (milliseconds), so tests control it. Not safe for concurrent use: its owner (a replica
+    actor) serializes calls.
+    """
+
+    def __init__(self, directory: str | os.PathLike, config: LogConfig | None = None, *,
+                 clock: Callable[[], int] = wall_clock_ms) -> None:
+        self.directory = Path(directory)
+        self.config = config or LogConfig()
+        self.clock = clock
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._recovery_checkpoint = Checkpoint(self.directory / RECOVERY_POINT_FILE)
+        self._hw_checkpoint = Checkpoint(self.directory / HIGH_WATERMARK_FILE)
+        self._segments: list[LogSegment] = []
+        self._closed = False
+        self._unflushed_records = 0
+        self._last_flush_ms = clock()
+        self.recovery = self._open()
+        self.recovery_point = self.log_end_offset
+        hw = self._hw_checkpoint.read_offset()
+        self.high_watermark = min(max(hw or 0, self.log_start_offset), self.log_end_offset)
+
+    # -- opening -----------------------------------------------------------------------------
+
+    def _open(self) -> RecoveryInfo:
+        marker = self.directory / CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        self._finish_interrupted_cleaning()
+        bases = sorted(int(p.name[: -len(LOG_SUFFIX)]) for p in self.directory.glob("*.log")
+                       if p.name[: -len(LOG_SUFFIX)].isdigit())
+        recovery_point = (self._recovery_checkpoint.read_offset() or 0) if not clean else None
+        recovered = truncated = dropped = 0
+        previous_end = 0
+        for i, base in enumerate(bases):
+            segment = LogSegment(self.directory, base, self.config.index_interval_bytes)
+            last = i == len(bases) - 1
+            must_verify = recovery_point is not None and (
+                last or (i + 1 < len(bases) and bases[i + 1] > recovery_point))
+            cut = 0
+            if base < previous_end:
+                # Overlaps the previous segment: it cannot be trusted; drop it and the rest.
+                segment.delete()
+                dropped += len(bases) - i
+                break
+            if must_verify or not segment.load():
+                cut = segment.recover(min_offset=previous_end)
+                recovered += 1
+                truncated += cut
+            self._segments.append(segment)
+            previous_end = segment.next_offset
+            if cut and not last:
+                for later in bases[i + 1:]:
+                    LogSegment(self.directory, later, self.config.index_interval_bytes).delete()
+                dropped += len(bases) - i - 1
+                break
+        if not self._segments:
+            self._segments.append(
+                LogSegment(self.directory, 0, self.config.index_interval_bytes, create=True))
+        if recovered:
+            for segment in self._segments:
+                segment.flush()
+        self._recovery_checkpoint.write_offset(self.log_end_offset)
+        marker.unlink(missing_ok=True)
+        return RecoveryInfo(clean, recovered, truncated, dropped)
+
+    def _finish_interrupted_cleaning(self) -> None:
+        """Discard compaction output never swapped in; complete a swap a crash interrupted."""
+        for path in self.directory.glob(f"*{CLEANED_SUFFIX}"):
+            path.unlink()
+        for path in sorted(self.directory.glob(f"*{LOG_SUFFIX}{SWAP_SUFFIX}")):
+            base = int(path.name.split(".")[0])
+            swapped = LogSegment(self.directory, base, self.config.index_interval_bytes,
+                                 suffix=SWAP_SUFFIX)
+            swapped.recover()
+            for old in self.directory.glob(f"*{LOG_SUFFIX}"):
+                old_base = int(old.name[: -len(LOG_SUFFIX)])
+                if base <= old_base < max(swapped.next_offset, base + 1):
+                    LogSegment(self.directory, old_base, 1).delete()
+            swapped.rename_suffix("")
+            swapped.close()
+            for leftover in self.directory.glob(f"*{SWAP_SUFFIX}"):
+                leftover.unlink()
+
+    # -- state -------------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._segments[0].base_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        """The offset the next appended record gets."""
+        return self._segments[-1].next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        return tuple(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"log {self.directory} is closed")
+
+    # -- appending ---------------------------------------------------------------------------
+
+    def append(self, batch: bytes | memoryview, leader_epoch: int = NO_LEADER_EPOCH) -> AppendInfo:
+        """Append one producer batch, assigning it the next offsets; return where it landed.
+
+        Raises CorruptRecordError (bad framing or checksum), RecordTooLargeError (larger than
+        ``max_message_bytes``) or InvalidRecordError (explicit offsets from a producer, or a
+        record without a key in a compacted log). Nothing is written when it raises.
+        """
+        self._check_open()
+        header = validate_batch(batch)
+        if header.size > self.config.max_message_bytes:
+            raise RecordTooLargeError(
+                f"batch of {header.size} bytes exceeds max_message_bytes="
+                f"{self.config.max_message_bytes}"
+            )
+        if header.explicit_offsets:
+            raise InvalidRecordError("a producer batch cannot carry explicit offsets")
+        if self.config.compact:
+            self._check_keys(header, batch)
+        now = self.clock()
+        base_offset = self.log_end_offset
+        self._segment_for(header, base_offset, now).append(header, batch, base_offset,
+                                                           leader_epoch)
+        self._after_append(header.record_count, now)
+        return AppendInfo(base_offset, base_offset + header.last_offset_delta,
+                          header.max_timestamp, header.record_count)
+
+    def append_stored(self, data: bytes | memoryview) -> AppendInfo | None:
+        """Append batches that already carry their offsets (a follower copying its leader).
+
+        Every batch is verified before any is written; each must start at or after the log
+        end offset. Returns where the last one landed, or None for empty ``data``.
+        """
+        self._check_open()
+        batches = list(iter_headers(data, verify=True))
+        expected = self.log_end_offset
+        for _, header in batches:
+            if header.base_offset < expected:
+                raise InvalidRecordError(
+                    f"batch at offset {header.base_offset} is below the log end offset {expected}"
+                )
+            expected = header.next_offset
+        if not batches:
+            return None
+        view = memoryview(data)
+        now = self.clock()
+        for pos, header in batches:
+            self._segment_for(header, header.base_offset, now).append_stored(
+                header, view[pos:pos + header.size])
+            self._after_append(header.record_count, now)
+        first, last = batches[0][1], batches[-1][1]
+        return AppendInfo(first.base_offset, last.last_offset,
+                          max(h.max_timestamp for _, h in batches),
+                          sum(h.record_count for _, h in batches))
+
+    def _check_keys(self, header: BatchHeader, batch: bytes | memoryview) -> None:
+        if decode(header, batch).column(1).null_count:
+            raise InvalidRecordError("a compacted log refuses records without a key")
+
+    def _segment_for(self, header: BatchHeader, base_offset: int, now: int) -> LogSegment:
+        """The segment to append to, rolling a new one when the active one is full or old."""
+        active = self._segments[-1]
+        if active.size and (
+            active.size + header.size > self.config.segment_bytes
+            or now - active.first_batch_timestamp >= self.config.segment_ms
+            or not active.fits(header, base_offset)
+        ):
+            active = self.roll(base_offset)
+        return active
+
+    def roll(self, base_offset: int | None = None) -> LogSegment:
+        """Start a new active segment at ``base_offset`` (default: the log end offset)."""
+        self._check_open()
+        old = self._segments[-1]
+        base = self.log_end_offset if base_offset is None else base_offset
+        if old.size == 0 and old.base_offset == base:
+            return old
+        old.index.flush()
+        old.time_index.flush()
+        segment = LogSegment(self.directory, base, self.config.index_interval_bytes,
+                             create=True)
+        self._segments.append(segment)
+        return segment
+
+    def _after_append(self, records: int, now: int) -> None:
+        self._unflushed_records += records
+        config = self.config
+        if (config.flush_messages is not None
+                and self._unflushed_records >= config.flush_messages) or (
+                config.flush_ms is not None and now - self._last_flush_ms >= config.flush_ms):
+            self.flush()
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def _check_offset(self, offset: int) -> None:
+        if not self.log_start_offset <= offset <= self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside [{self.log_start_offset}, {self.log_end_offset}] "
+                f"of {self.directory.name}"
+            )
+
+    def _segment_index(self, offset: int) -> int:
+        return max(bisect.bisect_right(self._segments, offset, key=_base_offset) - 1, 0)
+
+    def read(self, offset: int, max_bytes: int = 1 << 20, max_offset: int | None = None) -> bytes:
+        """Whole batches from the one holding ``offset``, up to ``max_bytes`` (at least one
+        batch) and below ``max_offset`` (e.g. the high watermark). Empty at the end.
+
+        Raises OffsetOutOfRangeError outside [log start offset, log end offset].
+        """
+        self._check_open()
+        self._check_offset(offset)
+        end = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
+        if offset >= end:
+            return b""
+        for segment in self._segments[self._segment_index(offset):]:
+            found = segment.find(offset)
+            if found is not None:
+                return segment.read(found[0], max_bytes, end)
+        return b""
+
+    def read_range(self, start: int, end: int, max_bytes: int | None = None) -> list[bytes]:
+        """All batches holding offsets in [start, end), as chunks of whole batches."""
+        chunks, total, offset = [], 0, start
+        end = min(end, self.log_end_offset)
+        while offset < end and (max_bytes is None or total < max_bytes):
+            data = self.read(offset, 16 << 20, end)
+            if not data:
+                break
+            chunks.append(data)
+            total += len(data)
+            last = None
+            for _, last in iter_headers(data, verify=False):  # noqa: B007
+                pass
+            offset = last.next_offset
+        return chunks
+
+    def offsets_for_time(self, timestamp: int, max_offset: int | None = None
+                         ) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with a timestamp >= ``timestamp``."""
+        self._check_open()
+        end = self.log_end_offset if max_offset is None else max_offset
+        for segment in self._segments:
+            if segment.max_timestamp < timestamp:
+                continue
+            relative = segment.time_index.lookup(timestamp)
+            start = segment.base_offset + (relative or 0)
+            found = segment.find(start)
+            if found is None:
+                continue
+            for position, header in segment.walk(found[0]):
+                if header.base_offset >= end:
+                    return None
+                if header.max_timestamp < timestamp:
+                    continue
+                batch = segment.read(position, header.size)
+                payload = decode(header, batch)
+                timestamps = payload.column(0).to_numpy()
+                i = int(np.argmax(timestamps >= timestamp))
+                offset = int(offsets_of(header, payload)[i])
+                return (offset, int(timestamps[i])) if offset < end else None
+        return None
+
+    # -- truncation, flushing, high watermark --------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch holding an offset >= ``offset``; return the bytes removed.
+
+        Batches are atomic: a batch that straddles ``offset`` goes entirely, so the log end
+        offset afterwards may be below ``offset``.
+        """
+        self._check_open()
+        if offset >= self.log_end_offset:
+            return 0
+        removed = 0
+        while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
+            segment = self._segments.pop()
+            removed += segment.size
+            segment.delete()
+        active = self._segments[-1]
+        if offset < active.base_offset:  # below the log start: start over there
+            removed += active.size
+            active.delete()
+            self._segments[-1] = LogSegment(self.directory, offset,
+                                            self.config.index_interval_bytes, create=True)
+        else:
+            removed += active.truncate_to(offset)
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self._recovery_checkpoint.write_offset(self.recovery_point)
+        self.high_watermark = min(self.high_watermark, self.log_end_offset)
+        return removed
+
+    def flush(self) -> None:
+        """fsync every segment written since the last flush and checkpoint the recovery point."""
+        self._check_open()
+        start = self._segment_index(self.recovery_point)
+        for segment in self._segments[start:]:
+            segment.flush()
+        self.recovery_point = self.log_end_offset
+        self._recovery_checkpoint.write_offset(self.recovery_point)
+        self._unflushed_records = 0
+        self._last_flush_ms = self.clock()
+
+    def maybe_flush(self) -> bool:
+        """Flush if ``flush_ms`` has passed since the last flush; for a periodic caller."""
+        if self.config.flush_ms is not None and self._unflushed_records and \
+                self.clock() - self._last_flush_ms >= self.config.flush_ms:
+            self.flush()
+            return True
+        return False
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Move the high watermark (clamped into [log start, log end]); return it."""
+        self.high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
+        return self.high_watermark
+
+    def checkpoint_high_watermark(self) -> None:
+        self._hw_checkpoint.write_offset(self.high_watermark)
+
+    # -- retention and compaction --------------------------------------------------------------
+
+    def enforce_retention(self, max_offset: int | None = None) -> int:
+        """Delete the oldest segments past ``retention_ms`` or ``retention_bytes``.
+
+        Only whole segments below ``max_offset`` (default: the log end offset) go; the active
+        segment is rolled first if it must go too. Returns the number of segments deleted.
+        """
+        self._check_open()
+        config = self.config
+        if not config.delete or (config.retention_ms is None and config.retention_bytes is None):
+            return 0
+        limit = self.log_end_offset if max_offset is None else max_offset
+        now = self.clock()
+        remaining = self.size_bytes
+        doomed = []
+        for segment in self._segments:
+            if segment.size == 0 or segment.next_offset > limit:
+                break
+            expired = config.retention_ms is not None and \
+                now - segment.max_timestamp > config.retention_ms
+            oversized = config.retention_bytes is not None and \
+                remaining - segment.size >= config.retention_bytes
+            if not (expired or oversized):
+                break
+            doomed.append(segment)
+            remaining -= segment.size
+        if not doomed:
+            return 0
+        if doomed[-1] is self._segments[-1]:
+            self.roll()
+        del self._segments[: len(doomed)]
+        for segment in doomed:
+            segment.delete()
+        self.recovery_point = max(self.recovery_point, self.log_start_offset)
+        self.high_watermark = max(self.high_watermark, self.log_start_offset)
+        return len(doomed)
+
+    def compact(self, max_offset: int | None = None) -> CleanerStats:
+        """Keep only the newest record per key in the segments before the active one.
+
+        Only segments entirely below ``max_offset`` (default: the log end offset) are
+        cleaned. Kept records keep their offsets. Crash-safe: output is written beside the
+        segments and swapped in (see :meth:`_finish_interrupted_cleaning`).
+        """
+        self._check_open()
+        stats = CleanerStats()
+        if not self.config.compact:
+            return stats
+        limit = self.log_end_offset if max_offset is None else max_offset
+        cleanable = [s for s in self._segments[:-1] if s.next_offset <= limit]
+        if not cleanable:
+            return stats
+        newest = newest_offsets(batch for s in cleanable for batch in _verified_batches(s))
+        horizon = self.clock() - self.config.delete_retention_ms
+        for group in self._groups(cleanable):
+            cleaned = LogSegment(self.directory, group[0].base_offset,
+                                 self.config.index_interval_bytes, create=True,
+                                 suffix=CLEANED_SUFFIX)
+            for segment in group:
+                drop_tombstones = segment.max_timestamp < horizon
+                for header, buf, pos in _verified_batches(segment):
+                    stats.records_read += header.record_count
+                    out = clean_batch(header, buf, pos, newest, drop_tombstones)
+                    if out is None:
+                        stats.records_removed += header.record_count
+                        continue
+                    out_header = validate_batch(out)
+                    cleaned.append_stored(out_header, out)
+                    stats.records_removed += header.record_count - out_header.record_count
+                stats.bytes_before += segment.size
+            stats.bytes_after += cleaned.size
+            stats.segments_cleaned += len(group)
+            self._swap_in(group, cleaned)
+        return stats
+
+    def _groups(self, segments: list[LogSegment]) -> list[list[LogSegment]]:
+        """Consecutive segments whose total size fits one segment, merged when cleaned."""
+        groups: list[list[LogSegment]] = []
+        for segment in segments:
+            if groups and (
+                sum(s.size for s in groups[-1]) + segment.size <= self.config.segment_bytes
+                and segment.next_offset - groups[-1][0].base_offset <= 2**32 - 1
+            ):
+                groups[-1].append(segment)
+            else:
+                groups.append([segment])
+        return groups
+
+    def _swap_in(self, group: list[LogSegment], cleaned: LogSegment) -> None:
+        cleaned.flush()
+        cleaned.rename_suffix(SWAP_SUFFIX)
+        fsync_dir(self.directory)
+        for segment in group:
+            segment.delete()
+        cleaned.rename_suffix("")
+        fsync_dir(self.directory)
+        i = self._segments.index(group[0])
+        self._segments[i:i + len(group)] = [cleaned]
+
+    # -- closing -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Flush, checkpoint and mark the shutdown clean; the next open trusts the indexes."""
+        if self._closed:
+            return
+        self.flush()
+        self.checkpoint_high_watermark()
+        for segment in self._segments:
+            segment.close()
+        (self.directory / CLEAN_SHUTDOWN_FILE).touch()
+        fsync_dir(self.directory)
+        self._closed = True
+
+    def delete(self) -> None:
+        """Close and remove the whole directory (the partition is being deleted)."""
+        for segment in self._segments:
+            segment.close()
+        self._closed = True
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __enter__(self) -> PartitionLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _base_offset(segment: LogSegment) -> int:
+    return segment.base_offset
+
+
+def _verified_batches(segment: LogSegment):
+    """Yield ``(header, buffer, position)`` for each batch of a segment, CRCs checked.
+
+    Reads one segment at a time, so compaction holds at most one segment in memory.
+    """
+    data = segment.read_all()
+    for pos, header in iter_headers(data, verify=True):
+        yield header, data, pos
