@@ -15,7 +15,8 @@ from raylog.records.payload import HEADERS_TYPE, PAYLOAD_SCHEMA, empty_headers, 
 BATCH_OVERHEAD = HEADER_SIZE + 2048
 # Per record: timestamp (8), three 4-byte list/binary offsets, validity bits, padding.
 RECORD_OVERHEAD = 24
-HEADER_ENTRY_OVERHEAD = 8
+# Per header: two 4-byte offsets (name, value) and three validity bits, rounded up.
+HEADER_ENTRY_OVERHEAD = 10
 # LZ4 stores incompressible input with a little framing: at most about 1 byte in 250.
 _LZ4_EXPANSION = 251 / 250
 
@@ -41,10 +42,17 @@ def _check_bytes(what: str, data: object) -> None:
 
 def check_headers(headers: Sequence[tuple[str, bytes]]) -> list[tuple[str, bytes | None]]:
     """Validate record headers: a sequence of (str, bytes or None) pairs."""
+    if not isinstance(headers, list | tuple):
+        raise InvalidRecordError(
+            f"record headers must be a list of (str, bytes) pairs, got {type(headers).__name__}")
     checked = []
     for entry in headers:
         if not (isinstance(entry, tuple | list) and len(entry) == 2 and isinstance(entry[0], str)):
             raise InvalidRecordError(f"a record header must be a (str, bytes) pair, got {entry!r}")
+        try:
+            entry[0].encode()
+        except UnicodeEncodeError as e:
+            raise InvalidRecordError(f"header name {entry[0]!r} is not valid Unicode") from e
         _check_bytes("header value", entry[1])
         checked.append((entry[0], entry[1]))
     return checked

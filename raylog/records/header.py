@@ -58,6 +58,7 @@ NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
 NO_LEADER_EPOCH = -1
+MAX_OFFSET = 2**63 - 1
 
 
 class Codec(enum.IntEnum):
@@ -217,8 +218,11 @@ def check_header(header: BatchHeader, buf: bytes | bytearray | memoryview, pos: 
             f"dense batch at byte {pos} has {header.record_count} records "
             f"but last offset delta {header.last_offset_delta}"
         )
-    if header.base_offset < 0:
-        raise CorruptRecordError(f"negative base offset {header.base_offset} at byte {pos}")
+    if not 0 <= header.base_offset <= MAX_OFFSET - header.last_offset_delta:
+        raise CorruptRecordError(
+            f"offsets {header.base_offset}+{header.last_offset_delta} at byte {pos} "
+            f"are outside [0, 2**63)"
+        )
 
 
 def validate_batch(batch: bytes | bytearray | memoryview) -> BatchHeader:

@@ -84,6 +84,8 @@ def encode(
     if not explicit and not columns.schema.equals(PAYLOAD_SCHEMA):
         raise ValueError(f"payload columns must match {PAYLOAD_SCHEMA}, got {columns.schema}")
     ts = columns.column(0)
+    if ts.null_count:
+        raise ValueError("record timestamps cannot be null")
     if first_timestamp is None:
         first_timestamp = ts[0].as_py()
     if max_timestamp is None:
@@ -154,11 +156,15 @@ def decode(header: BatchHeader, batch: bytes | bytearray | memoryview, pos: int 
                 f"{where} header says {header.record_count} records, payload has {table.num_rows}"
             )
         table.validate(full=True)
-    except pa.ArrowException as e:
+        entries = pc.list_flatten(table.column(3))
+        if table.column(0).null_count or entries.null_count or \
+                pc.struct_field(entries, [0]).null_count:
+            raise CorruptRecordError(f"{where} has nulls where its schema allows none")
+    except (pa.ArrowException, OSError) as e:
         raise CorruptRecordError(f"payload of {where} is not a valid Arrow stream: {e}") from e
     if header.explicit_offsets:
         deltas = table.column(4).to_numpy()
-        if deltas[0] < 0 or deltas[-1] != header.last_offset_delta or (
+        if deltas[0] < 0 or deltas[-1] > header.last_offset_delta or (
             len(deltas) > 1 and not (np.diff(deltas) > 0).all()
         ):
             raise CorruptRecordError(f"offset deltas of {where} are not increasing in range")

@@ -122,6 +122,7 @@ class PartitionLog:
                 break
             if must_verify or not segment.load():
                 cut = segment.recover(min_offset=previous_end)
+                segment.flush()
                 recovered += 1
                 truncated += cut
             self._segments.append(segment)
@@ -134,9 +135,6 @@ class PartitionLog:
         if not self._segments:
             self._segments.append(
                 LogSegment(self.directory, 0, self.config.index_interval_bytes, create=True))
-        if recovered:
-            for segment in self._segments:
-                segment.flush()
         self._recovery_checkpoint.write_offset(self.log_end_offset)
         marker.unlink(missing_ok=True)
         return RecoveryInfo(clean, recovered, truncated, dropped)
