@@ -39,3 +39,75 @@ class LogClosedError(RaylogError):
 
 class StorageError(RaylogError):
     """The local disk refused a write or a file is unusable."""
+
+
+class InvalidTopicError(RaylogError, ValueError):
+    """A topic name is not acceptable."""
+
+
+class TopicExistsError(RaylogError):
+    """A topic with that name already exists."""
+
+
+class UnknownTopicError(RaylogError):
+    """No topic has that name."""
+
+
+class UnknownPartitionError(RaylogError):
+    """The topic has no partition with that number."""
+
+
+class InvalidPartitionsError(RaylogError, ValueError):
+    """A partition count is not acceptable."""
+
+
+class InvalidReplicationFactorError(RaylogError, ValueError):
+    """A replication factor is not acceptable for this cluster."""
+
+
+class NoBrokersError(RaylogError):
+    """The cluster has no live broker nodes (nodes with the ``raylog_broker`` resource)."""
+
+
+class NotLeaderError(RaylogError):
+    """The replica asked is not (or no longer) the partition's leader; refresh metadata."""
+
+    retriable = True
+
+
+class LeaderNotAvailableError(RaylogError):
+    """The partition has no live leader right now."""
+
+    retriable = True
+
+
+class FencedEpochError(RaylogError):
+    """A request carried a leader epoch older than the replica's."""
+
+    retriable = True
+
+
+class NotEnoughReplicasError(RaylogError):
+    """``acks=all`` refused: the in-sync replicas are fewer than ``min_insync_replicas``."""
+
+    retriable = True
+
+
+class RequestTimeoutError(RaylogError):
+    """A request did not complete in time."""
+
+    retriable = True
+
+
+class ClientClosedError(RaylogError):
+    """A producer, consumer or admin client was used after ``close()``."""
+
+
+class NoClusterError(RaylogError):
+    """There is no Ray cluster, or no raylog controller on it, to connect to."""
+
+
+class ControllerUnavailableError(NoClusterError):
+    """The controller restarted during a change; whether the change happened is unknown."""
+
+    retriable = True
