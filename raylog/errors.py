@@ -111,3 +111,9 @@ class ControllerUnavailableError(NoClusterError):
     """The controller restarted during a change; whether the change happened is unknown."""
 
     retriable = True
+
+
+class ActorUnavailableError(RaylogError):
+    """A replica or controller actor is dead or restarting; retry after refreshing metadata."""
+
+    retriable = True

@@ -21,6 +21,11 @@ HEADER_ENTRY_OVERHEAD = 10
 _LZ4_EXPANSION = 251 / 250
 
 
+def batch_capacity(max_bytes: int) -> int:
+    """Bytes of records (as :func:`record_size` counts them) a batch of ``max_bytes`` holds."""
+    return int((max_bytes - BATCH_OVERHEAD) / _LZ4_EXPANSION)
+
+
 def record_size(key: bytes | None, value: bytes | None,
                 headers: Sequence[tuple[str, bytes]] | None = None) -> int:
     """Upper bound of the bytes a record adds to an uncompressed batch."""
@@ -89,7 +94,7 @@ class BatchBuilder:
         base_sequence: int = -1,
     ) -> None:
         self.max_bytes = max_bytes
-        self._capacity = int((max_bytes - BATCH_OVERHEAD) / _LZ4_EXPANSION)
+        self._capacity = batch_capacity(max_bytes)
         self._codec = codec
         self._timestamp_type = timestamp_type
         self._producer = (producer_id, producer_epoch, base_sequence)

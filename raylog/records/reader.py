@@ -60,29 +60,34 @@ def _python_headers(column: pa.ChunkedArray | pa.Array, n: int):
     ]
 
 
-def batch_records(header: BatchHeader, payload: pa.Table, start_offset: int | None = None,
-                  end_offset: int | None = None) -> list[Record]:
-    """Turn a decoded payload into records, keeping offsets in [start_offset, end_offset)."""
+def record_columns(header: BatchHeader, payload: pa.Table, start_offset: int | None = None,
+                   end_offset: int | None = None) -> list:
+    """Per-field Python sequences (offset, timestamp, key, value, headers) of the records of a
+    decoded payload with offsets in [start_offset, end_offset); zip them to get rows."""
     offsets = offsets_of(header, payload)
     lo, hi = _row_range(header, offsets, start_offset, end_offset)
     if lo >= hi:
-        return []
+        return [[], [], [], [], []]
     if lo or hi < payload.num_rows:
         payload = payload.slice(lo, hi - lo)
         offsets = offsets[lo:hi]
-    n = hi - lo
     if header.explicit_offsets:
         offset_values = offsets.tolist()
     else:
         offset_values = range(header.base_offset + lo, header.base_offset + hi)
-    rows = zip(
+    return [
         offset_values,
         payload.column(0).to_pylist(),
         payload.column(1).to_pylist(),
         payload.column(2).to_pylist(),
-        _python_headers(payload.column(3), n),
-        strict=False,
-    )
+        _python_headers(payload.column(3), hi - lo),
+    ]
+
+
+def batch_records(header: BatchHeader, payload: pa.Table, start_offset: int | None = None,
+                  end_offset: int | None = None) -> list[Record]:
+    """Turn a decoded payload into records, keeping offsets in [start_offset, end_offset)."""
+    rows = zip(*record_columns(header, payload, start_offset, end_offset), strict=False)
     with gc_paused():
         return list(map(_tuple_new, repeat(Record), rows))
 

@@ -93,6 +93,8 @@ class PartitionLog:
         self._closed = False
         self._unflushed_records = 0
         self._last_flush_ms = clock()
+        self._cleaned_to = -1  # compaction has seen the segments ending at or below this
+        self._last_clean_ms = clock()
         self.recovery = self._open()
         self.recovery_point = self.log_end_offset
         hw = self._hw_checkpoint.read_offset()
@@ -455,10 +457,15 @@ class PartitionLog:
             return stats
         limit = self.log_end_offset if max_offset is None else max_offset
         cleanable = [s for s in self._segments[:-1] if s.next_offset <= limit]
-        if not cleanable:
+        now = self.clock()
+        # Clean when segments rolled since the last pass, or when tombstones may have expired.
+        if not cleanable or (cleanable[-1].next_offset <= self._cleaned_to
+                             and now - self._last_clean_ms < self.config.delete_retention_ms):
             return stats
+        self._cleaned_to = cleanable[-1].next_offset
+        self._last_clean_ms = now
         newest = newest_offsets(batch for s in cleanable for batch in _verified_batches(s))
-        horizon = self.clock() - self.config.delete_retention_ms
+        horizon = now - self.config.delete_retention_ms
         for group in self._groups(cleanable):
             cleaned = LogSegment(self.directory, group[0].base_offset,
                                  self.config.index_interval_bytes, create=True,

@@ -1,0 +1,1 @@
+"""The Ray actors of raylog: thin shells around the plain objects in ``raylog``."""

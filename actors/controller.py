@@ -1,0 +1,258 @@
+"""The controller actor: owner of cluster metadata, creator and watcher of replicas.
+
+One detached actor named ``raylog-controller`` in namespace ``raylog``, on the head node,
+restarted by Ray after a crash. Every metadata change is an event persisted to its
+metadata log (fsynced) before it is applied and acknowledged; a restarted controller replays
+the log and finds its live replica actors again by name. It is not on the data path:
+clients ask it for metadata and then call replicas directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from actors.replica import ReplicaActor
+from raylog.cluster_names import (
+    BROKER_RESOURCE,
+    NAMESPACE,
+    node_data_dir,
+    replica_name,
+)
+from raylog.errors import (
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    InvalidTopicError,
+    TopicExistsError,
+)
+from raylog.metadata import MetadataState, MetadataStore, TopicState, assign_replicas
+from raylog.metadata import state as events
+from raylog.topics import normalize_configs, validate_topic_name
+
+logger = logging.getLogger(__name__)
+
+RECONCILE_INTERVAL_S = 1.0
+REPLICA_READY_TIMEOUT_S = 60.0
+
+ReplicaKey = tuple[str, int, str]  # topic, partition, node id
+
+
+def live_brokers() -> list[str]:
+    """Node ids of the live nodes that carry the broker resource."""
+    return sorted(
+        n["NodeID"] for n in ray.nodes()
+        if n.get("Alive") and n.get("Resources", {}).get(BROKER_RESOURCE, 0) > 0
+    )
+
+
+def _check_count(what: str, value: object, error: type[Exception]) -> int:
+    if type(value) is not int or value < 1:
+        raise error(f"{what} must be an integer >= 1, got {value!r}")
+    return value
+
+
+@ray.remote(num_cpus=0)
+class ControllerActor:
+    """Holds a MetadataState rebuilt from its MetadataStore, and handles to replica actors.
+
+    Metadata changes take ``_lock`` so events are persisted and applied one at a time; reads
+    of the state happen between awaits and see a consistent state.
+    """
+
+    def __init__(self) -> None:
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self.store = MetadataStore(node_data_dir(self.node_id) / "__controller" / "metadata")
+        self.state = MetadataState()
+        for event in self.store.replay():
+            self.state.apply(event)
+        self.replicas: dict[ReplicaKey, ray.actor.ActorHandle] = {}
+        self._lock = asyncio.Lock()
+        self._loop: asyncio.Task | None = None
+        logger.info("controller on %s replayed %d events, %d topics", self.node_id,
+                    self.state.applied, len(self.state.topics))
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def ready(self) -> dict[str, Any]:
+        """Start the reconcile loop (once) and report the controller's state."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop().create_task(self._reconcile_forever())
+        return {"node_id": self.node_id, "topics": len(self.state.topics),
+                "events": self.state.applied}
+
+    async def _commit(self, event: dict[str, Any]) -> None:
+        """Persist, then apply. Callers validated the event against the state first."""
+        self.store.append(event)
+        self.state.apply(event)
+
+    async def _reconcile_forever(self) -> None:
+        while True:
+            try:
+                await self._reconcile()
+            except Exception:  # one failed round must not stop the loop for good
+                logger.exception("controller reconcile round failed")
+            await asyncio.sleep(RECONCILE_INTERVAL_S)
+
+    async def _reconcile(self) -> None:
+        """Make sure every assigned replica on a live node has an actor."""
+        alive = set(live_brokers())
+        for topic in list(self.state.topics.values()):
+            for p in topic.partitions:
+                for node in p.replicas:
+                    if node in alive:
+                        self._replica(topic, p.partition, node)
+
+    # -- replicas --------------------------------------------------------------------------------
+
+    def _replica(self, topic: TopicState, partition: int, node: str) -> ray.actor.ActorHandle:
+        """The handle of a replica actor: cached, found by name, or created on its node."""
+        key = (topic.name, partition, node)
+        handle = self.replicas.get(key)
+        if handle is not None:
+            return handle
+        name = replica_name(topic.name, partition, node, topic.topic_id)
+        try:
+            handle = ray.get_actor(name, namespace=NAMESPACE)
+        except ValueError:
+            handle = ReplicaActor.options(
+                name=name,
+                namespace=NAMESPACE,
+                lifetime="detached",
+                max_restarts=-1,
+                max_task_retries=0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+            ).remote(topic.name, partition, topic.topic_id, node, dict(topic.configs))
+        self.replicas[key] = handle
+        return handle
+
+    async def _start_replicas(self, topic: TopicState, partitions: range) -> None:
+        handles = [self._replica(topic, i, node)
+                   for i in partitions for node in topic.partitions[i].replicas]
+        await asyncio.wait_for(asyncio.gather(*(h.ready.remote() for h in handles)),
+                               REPLICA_READY_TIMEOUT_S)
+
+    # -- topics ----------------------------------------------------------------------------------
+
+    async def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1,
+                           configs: dict[str, Any] | None = None,
+                           internal: bool = False) -> dict[str, Any]:
+        validate_topic_name(name)
+        if name.startswith("__") and not internal:
+            raise InvalidTopicError(f"topic names starting with '__' are internal: {name!r}")
+        _check_count("partitions", partitions, InvalidPartitionsError)
+        _check_count("replication factor", replication_factor, InvalidReplicationFactorError)
+        normalized = normalize_configs(configs)
+        async with self._lock:
+            if name in self.state.topics:
+                raise TopicExistsError(f"topic {name!r} already exists")
+            existing = [p.replicas for t in self.state.topics.values() for p in t.partitions]
+            assignment = assign_replicas(live_brokers(), partitions, replication_factor,
+                                         existing)
+            await self._commit(events.topic_created(name, uuid.uuid4().hex, assignment,
+                                                    normalized))
+        topic = self.state.topic(name)
+        await self._start_replicas(topic, range(partitions))
+        return self._describe(topic)
+
+    async def delete_topic(self, name: str) -> None:
+        async with self._lock:
+            topic = self.state.topic(name)
+            await self._commit(events.topic_deleted(name))
+        for p in topic.partitions:
+            for node in p.replicas:
+                handle = self.replicas.pop((name, p.partition, node), None)
+                if handle is None:
+                    try:
+                        handle = ray.get_actor(
+                            replica_name(name, p.partition, node, topic.topic_id),
+                            namespace=NAMESPACE)
+                    except ValueError:
+                        continue
+                try:
+                    await asyncio.wait_for(handle.delete.remote(), 30)
+                except (ray.exceptions.RayActorError, TimeoutError):
+                    logger.warning("could not delete the files of %s-%d on %s",
+                                   name, p.partition, node)
+                ray.kill(handle, no_restart=True)
+
+    async def add_partitions(self, name: str, total: int) -> dict[str, Any]:
+        _check_count("partitions", total, InvalidPartitionsError)
+        async with self._lock:
+            topic = self.state.topic(name)
+            current = len(topic.partitions)
+            if total <= current:
+                raise InvalidPartitionsError(
+                    f"topic {name!r} has {current} partitions; the new count must be larger, "
+                    f"got {total}")
+            existing = [p.replicas for t in self.state.topics.values() for p in t.partitions]
+            assignment = assign_replicas(live_brokers(), total - current,
+                                         topic.replication_factor, existing)
+            await self._commit(events.partitions_added(name, assignment))
+        await self._start_replicas(topic, range(current, total))
+        return self._describe(topic)
+
+    async def alter_configs(self, name: str, set_configs: dict[str, Any] | None = None,
+                            delete_configs: list[str] | None = None) -> dict[str, Any]:
+        async with self._lock:
+            topic = self.state.topic(name)
+            merged = dict(topic.configs)
+            for key in delete_configs or []:
+                merged.pop(key.replace(".", "_"), None)
+            merged.update(normalize_configs(set_configs))
+            merged = normalize_configs(merged)
+            await self._commit(events.configs_altered(name, merged))
+        await asyncio.gather(*(
+            self._replica(topic, p.partition, node).update_configs.remote(merged)
+            for p in topic.partitions for node in p.replicas if node in set(live_brokers())
+        ), return_exceptions=True)
+        return self._describe(topic)
+
+    async def list_topics(self, include_internal: bool = False) -> list[str]:
+        return sorted(n for n in self.state.topics if include_internal or not n.startswith("__"))
+
+    async def describe_topics(self, names: list[str] | None = None) -> list[dict[str, Any]]:
+        names = names if names is not None else sorted(self.state.topics)
+        return [self._describe(self.state.topic(n)) for n in names]
+
+    def _describe(self, topic: TopicState) -> dict[str, Any]:
+        return {
+            "name": topic.name,
+            "topic_id": topic.topic_id,
+            "replication_factor": topic.replication_factor,
+            "configs": dict(topic.configs),
+            "partitions": [p.to_dict() for p in topic.partitions],
+        }
+
+    async def metadata(self, names: list[str]) -> dict[str, dict[str, Any]]:
+        """What clients need to reach each partition's leader: node, epoch and actor handle."""
+        out = {}
+        for name in names:
+            topic = self.state.topic(name)
+            partitions = []
+            for p in topic.partitions:
+                leader = self._replica(topic, p.partition, p.leader) if p.leader else None
+                partitions.append({"partition": p.partition, "leader": p.leader,
+                                   "leader_epoch": p.leader_epoch, "handle": leader,
+                                   "replicas": list(p.replicas), "isr": list(p.isr)})
+            out[name] = {"name": name, "topic_id": topic.topic_id, "partitions": partitions,
+                         "configs": dict(topic.configs)}
+        return out
+
+    async def cluster_status(self) -> dict[str, Any]:
+        """Broker nodes, which replicas each holds, and which of them lead."""
+        alive = set(live_brokers())
+        known = set(alive) | set(self.state.replicas_by_node())
+        nodes = []
+        for node in sorted(known):
+            held = self.state.replicas_by_node().get(node, [])
+            leading = [(t, i) for t, i in held
+                       if self.state.topics[t].partitions[i].leader == node]
+            nodes.append({"node_id": node, "alive": node in alive, "replicas": held,
+                          "leaders": leading})
+        return {"controller_node": self.node_id, "brokers": nodes,
+                "topics": len(self.state.topics)}

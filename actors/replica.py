@@ -1,0 +1,149 @@
+"""The partition replica actor: one per (topic, partition, replica), pinned to its node.
+
+It owns a :class:`raylog.partition.Partition` over ``<data_dir>/<topic>-<partition>`` on the
+node it was assigned and does the Ray and asyncio work: long-poll fetches, background
+maintenance (flush, retention, compaction, high-watermark checkpoints). Ray restarts it on
+the same node after a crash (``max_restarts=-1``); the restarted actor reopens its log and
+serves everything it had.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import ray
+
+from raylog.cluster_names import node_data_dir
+from raylog.partition import FetchResult, Partition
+from raylog.storage import AppendInfo, PartitionLog
+from raylog.topics import log_config
+
+logger = logging.getLogger(__name__)
+
+METADATA_FILE = "partition.metadata"
+MAINTENANCE_INTERVAL_S = 1.0
+HW_CHECKPOINT_INTERVAL_S = 5.0
+
+
+def open_partition_dir(data_dir: Path, topic: str, partition: int, topic_id: str) -> Path:
+    """The replica's directory, emptied first if it belonged to an older topic of that name."""
+    directory = data_dir / f"{topic}-{partition}"
+    marker = directory / METADATA_FILE
+    if marker.exists():
+        try:
+            owner = json.loads(marker.read_text()).get("topic_id")
+        except (ValueError, OSError):
+            owner = None
+        if owner != topic_id:
+            logger.warning("removing %s: it belongs to topic id %s, not %s",
+                           directory, owner, topic_id)
+            shutil.rmtree(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    if not marker.exists():
+        marker.write_text(json.dumps({"topic": topic, "partition": partition,
+                                      "topic_id": topic_id}))
+    return directory
+
+
+@ray.remote(num_cpus=0)
+class ReplicaActor:
+    """Hosts one partition replica. Calls run on one asyncio loop, one at a time between
+    awaits, so the plain Partition inside never sees concurrent use."""
+
+    def __init__(self, topic: str, partition: int, topic_id: str, node_id: str,
+                 configs: dict[str, Any]) -> None:
+        here = ray.get_runtime_context().get_node_id()
+        if here != node_id:
+            raise RuntimeError(f"replica of {topic}-{partition} placed on {here}, "
+                               f"assigned to {node_id}")
+        self.node_id = node_id
+        directory = open_partition_dir(node_data_dir(node_id), topic, partition, topic_id)
+        log = PartitionLog(directory, log_config(configs))
+        self.partition = Partition(topic, partition, log, node_id, configs)
+        self._new_data = asyncio.Event()
+        self._maintenance: asyncio.Task | None = None
+        self._last_hw_checkpoint = time.monotonic()
+        logger.info("replica %s opened %s: %s", self.partition.name, directory, log.recovery)
+
+    def _start_maintenance(self) -> None:
+        if self._maintenance is None:
+            self._maintenance = asyncio.get_running_loop().create_task(self._maintain())
+
+    async def ready(self) -> dict[str, Any]:
+        """Start background work and describe the replica; the controller awaits this."""
+        self._start_maintenance()
+        return self.describe()
+
+    def describe(self) -> dict[str, Any]:
+        return {**self.partition.describe(), "node_id": self.node_id}
+
+    def _notify(self) -> None:
+        self._new_data.set()
+        self._new_data = asyncio.Event()
+
+    async def append(self, batch: bytes, acks: int | str = 1,
+                     leader_epoch: int | None = None) -> AppendInfo:
+        self._start_maintenance()
+        info = self.partition.append(batch, acks, leader_epoch)
+        self._notify()
+        return info
+
+    async def fetch(self, offset: int, max_bytes: int = 8 << 20, max_wait_ms: int = 0,
+                    min_bytes: int = 1) -> FetchResult:
+        """Batches from ``offset`` below the high watermark; waits up to ``max_wait_ms`` for at
+        least ``min_bytes`` to be there."""
+        result = self.partition.fetch(offset, max_bytes)
+        deadline = time.monotonic() + max_wait_ms / 1000
+        while len(result.data) < min_bytes:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                await asyncio.wait_for(self._new_data.wait(), remaining)
+            except TimeoutError:
+                break
+            result = self.partition.fetch(offset, max_bytes)
+        return result
+
+    async def list_offset(self, spec: str | int) -> tuple[int, int] | None:
+        return self.partition.list_offset(spec)
+
+    async def read_table(self, start: int, end: int) -> pa.Table:
+        return self.partition.read_table(start, end)
+
+    async def update_configs(self, configs: dict[str, Any]) -> None:
+        self.partition.update_configs(configs)
+
+    async def delete(self) -> None:
+        """Remove the replica's files; the controller kills the actor next."""
+        if self._maintenance is not None:
+            self._maintenance.cancel()
+        self.partition.log.delete()
+
+    async def close(self) -> None:
+        if self._maintenance is not None:
+            self._maintenance.cancel()
+        self.partition.log.close()
+
+    async def _maintain(self) -> None:
+        """Flush by time, enforce retention, compact and checkpoint the high watermark."""
+        while True:
+            await asyncio.sleep(MAINTENANCE_INTERVAL_S)
+            log = self.partition.log
+            try:
+                log.maybe_flush()
+                log.enforce_retention(max_offset=log.high_watermark)
+                if log.config.compact:
+                    log.compact(max_offset=log.high_watermark)
+                if time.monotonic() - self._last_hw_checkpoint >= HW_CHECKPOINT_INTERVAL_S:
+                    log.checkpoint_high_watermark()
+                    self._last_hw_checkpoint = time.monotonic()
+            except Exception:  # one failed round must not stop maintenance for good
+                logger.exception("maintenance of %s failed", self.partition.name)

@@ -1,0 +1,208 @@
+"""Connecting to a raylog cluster: Ray, the controller, and cached topic metadata."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import socket
+import threading
+import time
+from typing import Any
+
+import ray
+
+from raylog.client.remote import ControllerClient, ReplicaClient, resolve
+from raylog.cluster_names import (
+    BROKER_RESOURCE,
+    CONTROLLER_NAME,
+    DATA_DIR_ENV,
+    HEAD_RESOURCE,
+    NAMESPACE,
+)
+from raylog.errors import LeaderNotAvailableError, NoClusterError
+
+logger = logging.getLogger(__name__)
+
+METADATA_MAX_AGE_S = 300.0
+
+
+@dataclasses.dataclass(frozen=True)
+class PartitionMetadata:
+    partition: int
+    leader: str | None
+    leader_epoch: int
+    replica: ReplicaClient | None
+
+    def leader_client(self) -> ReplicaClient:
+        if self.replica is None:
+            raise LeaderNotAvailableError(f"partition {self.partition} has no leader right now")
+        return self.replica
+
+
+@dataclasses.dataclass(frozen=True)
+class TopicMetadata:
+    name: str
+    topic_id: str
+    partitions: tuple[PartitionMetadata, ...]
+    configs: dict[str, Any]
+    fetched_at: float
+
+    @property
+    def num_partitions(self) -> int:
+        return len(self.partitions)
+
+
+class RaylogCluster:
+    """A connection to one raylog cluster. Safe to share between threads and clients.
+
+    Caches topic metadata for ``METADATA_MAX_AGE_S`` and refreshes it on demand (clients
+    call :meth:`topic` with ``refresh=True`` after a stale-metadata error).
+    """
+
+    def __init__(self, controller: ray.actor.ActorHandle, embedded: bool = False) -> None:
+        self.controller = ControllerClient(controller)
+        self.embedded = embedded  # raylog.init started this Ray cluster itself
+        self._topics: dict[str, TopicMetadata] = {}
+        self._lock = threading.Lock()
+
+    def topic(self, name: str, refresh: bool = False) -> TopicMetadata:
+        """Metadata of topic ``name``; raises UnknownTopicError."""
+        cached = self._topics.get(name)
+        if cached is not None and not refresh and \
+                time.monotonic() - cached.fetched_at < METADATA_MAX_AGE_S:
+            return cached
+        raw = self.controller.call("metadata", [name])[name]
+        meta = TopicMetadata(
+            name=name,
+            topic_id=raw["topic_id"],
+            partitions=tuple(
+                PartitionMetadata(p["partition"], p["leader"], p["leader_epoch"],
+                                  ReplicaClient(p["handle"]) if p["handle"] else None)
+                for p in raw["partitions"]),
+            configs=raw["configs"],
+            fetched_at=time.monotonic(),
+        )
+        with self._lock:
+            self._topics[name] = meta
+        return meta
+
+    def forget(self, name: str) -> None:
+        with self._lock:
+            self._topics.pop(name, None)
+
+
+_default: RaylogCluster | None = None
+_default_lock = threading.Lock()
+
+
+def _no_cluster(address: str) -> NoClusterError:
+    return NoClusterError(
+        f"no Ray cluster at {address!r}: start one with `ray up cluster.yaml`, or "
+        f"`ray start --head --resources='{{\"{BROKER_RESOURCE}\": 1}}'`")
+
+
+def _reachable(address: str, timeout: float = 3.0) -> bool:
+    """Whether something listens at host:port. Ray itself would retry for minutes."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def _find_cluster(address: str | None) -> str | None:
+    """The host:port of the Ray cluster to join, or None when none can be found."""
+    address = address or os.environ.get("RAY_ADDRESS") or "auto"
+    if address == "local":
+        return None
+    if address.startswith("ray://"):
+        return address  # Ray Client: let ray.init connect
+    if address == "auto":
+        try:
+            from ray._private.services import canonicalize_bootstrap_address
+
+            address = canonicalize_bootstrap_address("auto")
+        except (ConnectionError, ValueError):
+            return None
+        if address is None:
+            return None
+    if not _reachable(address):
+        raise _no_cluster(address)
+    return address
+
+
+def _connect_ray(address: str | None, start_local: bool) -> bool:
+    """Connect this process to Ray; return True if that meant starting a local cluster."""
+    if ray.is_initialized():
+        return False
+    found = _find_cluster(address)
+    if found is not None:
+        ray.init(address=found, logging_level=logging.WARNING, log_to_driver=False)
+        return False
+    if not start_local:
+        raise _no_cluster(address or "auto")
+    logger.info("no running Ray cluster: starting an embedded local one")
+    ray.init(address="local", resources={BROKER_RESOURCE: 1}, include_dashboard=False,
+             logging_level=logging.WARNING, log_to_driver=False)
+    return True
+
+
+def controller_handle(create: bool = True) -> ray.actor.ActorHandle:
+    """The controller's handle; creates the detached controller on the head node if asked."""
+    try:
+        return ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
+    except ValueError:
+        if not create:
+            raise NoClusterError(
+                "this Ray cluster runs no raylog controller; `raylog start` creates it") from None
+    from actors.controller import ControllerActor
+
+    return ControllerActor.options(
+        name=CONTROLLER_NAME,
+        namespace=NAMESPACE,
+        lifetime="detached",
+        get_if_exists=True,
+        max_restarts=-1,
+        max_task_retries=0,
+        resources={HEAD_RESOURCE: 0.001},
+    ).remote()
+
+
+def init(address: str | None = None, *, start_local: bool = True, create: bool = True,
+         data_dir: str | os.PathLike | None = None) -> RaylogCluster:
+    """Connect to raylog on a Ray cluster and make it the default for new clients.
+
+    ``address``: a Ray address (default: ``$RAY_ADDRESS`` or a running local cluster;
+    ``"local"`` always starts a new one). With ``start_local`` and no cluster running,
+    starts an embedded single-node cluster whose node is a broker; ``data_dir`` then sets
+    where it keeps data. With ``create``, starts the
+    controller if the cluster has none. Raises NoClusterError otherwise.
+
+    >>> cluster = raylog.init()
+    >>> producer = raylog.Producer(cluster=cluster)
+    """
+    global _default
+    with _default_lock:
+        if data_dir is not None and not ray.is_initialized():
+            os.environ[DATA_DIR_ENV] = os.fspath(data_dir)
+        embedded = _connect_ray(address, start_local)
+        handle = controller_handle(create)
+        resolve(handle.ready.remote(), timeout=120)
+        _default = RaylogCluster(handle, embedded)
+        return _default
+
+
+def default_cluster() -> RaylogCluster:
+    """The cluster :func:`init` connected to, connecting with defaults if it was not called."""
+    if _default is None:
+        return init()
+    return _default
+
+
+def reset_default() -> None:
+    """Forget the default connection (after ``ray.shutdown()``)."""
+    global _default
+    with _default_lock:
+        _default = None

@@ -1,0 +1,333 @@
+"""The consumer: pulls batches from partition leaders, tracks positions, yields records."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Iterable, Iterator
+from itertools import repeat
+from typing import Any
+
+import ray
+
+from raylog._gc import gc_paused
+from raylog.client.connection import RaylogCluster, TopicMetadata, default_cluster
+from raylog.client.remote import resolve
+from raylog.client.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+from raylog.errors import (
+    ClientClosedError,
+    InvalidConfigError,
+    OffsetOutOfRangeError,
+    RaylogError,
+    UnknownPartitionError,
+)
+from raylog.records import decode, iter_batches
+from raylog.records.reader import record_columns
+
+logger = logging.getLogger(__name__)
+
+_new = tuple.__new__
+OFFSET_RESETS = ("earliest", "latest", "none")
+
+
+@dataclasses.dataclass(frozen=True)
+class ConsumerConfig:
+    """Consumer settings, checked when built; names as Kafka's with ``_`` for ``.``."""
+
+    auto_offset_reset: str = "latest"      # where to start without a position: earliest,
+                                           # latest, or none (raise OffsetOutOfRangeError)
+    fetch_min_bytes: int = 1               # a fetch waits for this much data ...
+    fetch_max_wait_ms: int = 500           # ... at most this long
+    max_partition_fetch_bytes: int = 8 << 20  # per fetch (at least one whole batch)
+    max_poll_records: int = 500            # records one poll returns at most
+    max_buffered_records: int = 200_000    # stop prefetching a partition past this
+    consumer_timeout_ms: int | None = None  # iteration ends after this long without records
+
+    def __post_init__(self) -> None:
+        if self.auto_offset_reset not in OFFSET_RESETS:
+            raise InvalidConfigError(f"auto_offset_reset must be one of {OFFSET_RESETS}, "
+                                     f"got {self.auto_offset_reset!r}")
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.name == "auto_offset_reset" or (
+                    value is None and field.name == "consumer_timeout_ms"):
+                continue
+            minimum = 0 if field.name in ("fetch_max_wait_ms", "consumer_timeout_ms") else 1
+            if type(value) is not int or value < minimum:
+                raise InvalidConfigError(f"{field.name} must be an integer >= {minimum}, "
+                                         f"got {value!r}")
+
+
+class _Fetching:
+    """What the consumer knows of one assigned partition.
+
+    ``position`` is the offset of the next record poll returns; ``buffer[index:]`` holds
+    records already fetched from it; ``fetch_offset`` is where the next (or outstanding)
+    fetch starts, past the buffered records.
+    """
+
+    __slots__ = ("buffer", "fetch_offset", "high_watermark", "index", "pending", "position",
+                 "tp")
+
+    def __init__(self, tp: TopicPartition) -> None:
+        self.tp = tp
+        self.position: int | None = None
+        self.fetch_offset: int | None = None
+        self.buffer: list[ConsumerRecord] = []
+        self.index = 0
+        self.pending: ray.ObjectRef | None = None
+        self.high_watermark = -1
+
+    def reset(self, offset: int) -> None:
+        """Start over at ``offset``: drop buffered records and any outstanding fetch."""
+        self.position = self.fetch_offset = offset
+        self.buffer = []
+        self.index = 0
+        self.pending = None
+
+    @property
+    def buffered(self) -> int:
+        return len(self.buffer) - self.index
+
+
+class Consumer:
+    """Reads records from assigned partitions, in offset order per partition.
+
+    Positions start where ``seek`` put them, else at ``auto_offset_reset``. Each partition
+    keeps one fetch in flight to its leader (a long poll of up to ``fetch_max_wait_ms``),
+    so decoding one response overlaps with the next fetch. Consumers see only records below
+    the high watermark. Not safe for concurrent use.
+
+    >>> consumer = Consumer(auto_offset_reset="earliest")
+    >>> consumer.assign([TopicPartition("pageviews", 0)])
+    >>> for record in consumer.poll(timeout_ms=1000):
+    ...     print(record.offset, record.value)
+    >>> consumer.close()
+    """
+
+    def __init__(self, *, cluster: RaylogCluster | None = None, **settings: Any) -> None:
+        self.config = ConsumerConfig(**settings)
+        self._cluster = cluster or default_cluster()
+        self._topics: dict[str, TopicMetadata] = {}
+        self._assigned: dict[TopicPartition, _Fetching] = {}
+        self._next = 0  # round-robin start among partitions in poll
+        self._closed = False
+
+    # -- assignment and positions ----------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosedError("the consumer is closed")
+
+    def _topic(self, topic: str, refresh: bool = False) -> TopicMetadata:
+        meta = self._topics.get(topic)
+        if meta is None or refresh:
+            meta = self._topics[topic] = self._cluster.topic(topic, refresh=refresh)
+        return meta
+
+    def _state(self, tp: TopicPartition) -> _Fetching:
+        try:
+            return self._assigned[tp]
+        except KeyError:
+            raise UnknownPartitionError(f"{tp} is not assigned to this consumer") from None
+
+    def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        """Read exactly these partitions (replacing any earlier assignment)."""
+        self._check_open()
+        wanted = [TopicPartition(*tp) for tp in partitions]
+        for tp in wanted:
+            count = self._topic(tp.topic).num_partitions
+            if type(tp.partition) is not int or not 0 <= tp.partition < count:
+                raise UnknownPartitionError(
+                    f"topic {tp.topic!r} has partitions 0..{count - 1}, not {tp.partition!r}")
+        self._assigned = {tp: self._assigned.get(tp) or _Fetching(tp) for tp in wanted}
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._assigned)
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        """Make ``offset`` the next offset poll returns for ``partition``."""
+        self._check_open()
+        if type(offset) is not int or offset < 0:
+            raise ValueError(f"offset must be an integer >= 0, got {offset!r}")
+        self._state(TopicPartition(*partition)).reset(offset)
+
+    def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        self._seek_to("earliest", partitions)
+
+    def seek_to_end(self, *partitions: TopicPartition) -> None:
+        self._seek_to("latest", partitions)
+
+    def _seek_to(self, spec: str, partitions: tuple[TopicPartition, ...]) -> None:
+        self._check_open()
+        targets = [TopicPartition(*p) for p in partitions] or list(self._assigned)
+        for tp, found in self._list_offsets(targets, spec).items():
+            self._state(tp).reset(found[0])
+
+    def position(self, partition: TopicPartition) -> int:
+        """The offset of the next record poll returns for ``partition``."""
+        self._check_open()
+        state = self._state(TopicPartition(*partition))
+        if state.position is None:
+            self._reset_position(state)
+        return state.position
+
+    def _reset_position(self, state: _Fetching) -> None:
+        reset = self.config.auto_offset_reset
+        if reset == "none":
+            raise OffsetOutOfRangeError(
+                f"{state.tp} has no position and auto_offset_reset is 'none'")
+        state.reset(self._list_offsets([state.tp], reset)[state.tp][0])
+
+    def _list_offsets(self, partitions: list[TopicPartition], spec: str | int
+                      ) -> dict[TopicPartition, tuple[int, int] | None]:
+        refs = {tp: self._leader(tp).list_offset(spec) for tp in partitions}
+        return {tp: resolve(ref) for tp, ref in refs.items()}
+
+    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        self._check_open()
+        return {tp: v[0] for tp, v in self._list_offsets(list(partitions), "earliest").items()}
+
+    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The high watermark of each partition: the offset the next committed record gets."""
+        self._check_open()
+        return {tp: v[0] for tp, v in self._list_offsets(list(partitions), "latest").items()}
+
+    def offsets_for_times(self, timestamps: dict[TopicPartition, int]
+                          ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """For each partition, the first offset whose timestamp is >= the given ms."""
+        self._check_open()
+        out = {}
+        for tp, ts in timestamps.items():
+            if type(ts) is not int or ts < 0:
+                raise ValueError(f"timestamp must be an integer >= 0 ms, got {ts!r}")
+            found = self._list_offsets([TopicPartition(*tp)], ts)[TopicPartition(*tp)]
+            out[TopicPartition(*tp)] = OffsetAndTimestamp(*found) if found else None
+        return out
+
+    def _leader(self, tp: TopicPartition, refresh: bool = False):
+        meta = self._topic(tp.topic, refresh)
+        return meta.partitions[tp.partition].leader_client()
+
+    # -- fetching --------------------------------------------------------------------------------
+
+    def _send_fetches(self) -> None:
+        config = self.config
+        for state in self._assigned.values():
+            if state.pending is not None or state.buffered >= config.max_buffered_records:
+                continue
+            if state.position is None:
+                self._reset_position(state)
+            try:
+                state.pending = self._leader(state.tp).fetch(
+                    state.fetch_offset, config.max_partition_fetch_bytes,
+                    config.fetch_max_wait_ms, config.fetch_min_bytes)
+            except RaylogError as e:
+                if not e.retriable:
+                    raise
+                self._topic(state.tp.topic, refresh=True)
+
+    def _receive(self, ref: ray.ObjectRef) -> None:
+        state = next((s for s in self._assigned.values() if s.pending == ref), None)
+        if state is None:
+            return  # a fetch made before a seek or reassignment
+        state.pending = None
+        try:
+            result = resolve(ref)
+        except OffsetOutOfRangeError:
+            if self.config.auto_offset_reset == "none":
+                raise
+            logger.info("%s: offset %d out of range, resetting to %s", state.tp,
+                        state.fetch_offset, self.config.auto_offset_reset)
+            self._reset_position(state)
+            return
+        except RaylogError as e:
+            if not e.retriable:
+                raise
+            self._topic(state.tp.topic, refresh=True)
+            return
+        state.high_watermark = result.high_watermark
+        if not result.data:
+            return
+        topic, partition = state.tp
+        start = state.fetch_offset
+        with gc_paused():
+            records = state.buffer if state.index == 0 else state.buffer[state.index:]
+            state.index = 0
+            for pos, header in iter_batches(result.data):
+                columns = record_columns(header, decode(header, result.data, pos), start)
+                records.extend(map(_new, repeat(ConsumerRecord), zip(
+                    repeat(topic), repeat(partition), *columns, strict=False)))
+                state.fetch_offset = max(state.fetch_offset, header.next_offset)
+            state.buffer = records
+
+    def _drain(self, max_records: int) -> list[ConsumerRecord]:
+        out: list[ConsumerRecord] = []
+        states = list(self._assigned.values())
+        for i in range(len(states)):
+            state = states[(self._next + i) % len(states)]
+            if not state.buffered:
+                continue
+            take = state.buffer[state.index:state.index + max_records - len(out)]
+            state.index += len(take)
+            if state.index == len(state.buffer):
+                state.buffer, state.index = [], 0
+            state.position = take[-1].offset + 1
+            out.extend(take)
+            if len(out) >= max_records:
+                break
+        self._next = (self._next + 1) % max(len(states), 1)
+        return out
+
+    def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> list[ConsumerRecord]:
+        """Records fetched for the assigned partitions, in offset order per partition.
+
+        Waits up to ``timeout_ms`` for at least one; returns at most ``max_records``
+        (default ``max_poll_records``). Positions move past what is returned.
+        """
+        self._check_open()
+        limit = max_records or self.config.max_poll_records
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            self._send_fetches()
+            records = self._drain(limit)
+            if records:
+                return records
+            pending = [s.pending for s in self._assigned.values() if s.pending is not None]
+            remaining = deadline - time.monotonic()
+            if not pending:
+                if remaining <= 0:
+                    return []
+                time.sleep(min(remaining, 0.05))  # nothing assigned or all leaders missing
+                continue
+            done, _ = ray.wait(pending, num_returns=1, timeout=max(remaining, 0))
+            if done:
+                done, _ = ray.wait(pending, num_returns=len(pending), timeout=0)
+            for ref in done:
+                self._receive(ref)
+            if not done and remaining <= 0:
+                return []
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        """Records one by one; ends after ``consumer_timeout_ms`` without any (if set)."""
+        idle_limit = self.config.consumer_timeout_ms
+        idle_since = time.monotonic()
+        while True:
+            records = self.poll(timeout_ms=100)
+            if records:
+                yield from records
+                idle_since = time.monotonic()
+            elif idle_limit is not None and (time.monotonic() - idle_since) * 1000 >= idle_limit:
+                return
+
+    def close(self) -> None:
+        """Stop fetching; further calls raise ClientClosedError. Idempotent."""
+        self._closed = True
+        self._assigned = {}
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,103 @@
+"""Futures of produced records: one shared result per batch, a light future per record."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from raylog.client.types import RecordMetadata
+from raylog.errors import RequestTimeoutError
+
+# Guards callback lists against a result completing while a callback is being added.
+_callbacks_lock = threading.Lock()
+
+
+class BatchResult:
+    """The outcome of sending one batch: its base offset, or the error that ended it.
+
+    Completed once by the producer's sender thread; waited on by any thread.
+    """
+
+    __slots__ = ("_callbacks", "_done", "base_offset", "count", "error", "partition", "topic")
+
+    def __init__(self, topic: str, partition: int, count: int = 0) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.count = count
+        self.base_offset = -1
+        self.error: BaseException | None = None
+        self._done = threading.Event()
+        self._callbacks: list[Callable[[], None]] = []
+
+    def complete(self, base_offset: int, error: BaseException | None) -> None:
+        with _callbacks_lock:
+            self.base_offset = base_offset
+            self.error = error
+            self._done.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None) -> None:
+        if not self._done.wait(timeout):
+            raise RequestTimeoutError(f"no acknowledgement within {timeout} s")
+        if self.error is not None:
+            raise self.error
+
+    def on_done(self, callback: Callable[[], None]) -> None:
+        with _callbacks_lock:
+            if not self._done.is_set():
+                self._callbacks.append(callback)
+                return
+        callback()
+
+
+class RecordFuture:
+    """The future RecordMetadata of one sent record."""
+
+    __slots__ = ("_batch", "_index", "_timestamp")
+
+    def __init__(self, batch: BatchResult, index: int, timestamp: int) -> None:
+        self._batch = batch
+        self._index = index
+        self._timestamp = timestamp
+
+    def done(self) -> bool:
+        return self._batch.done()
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        """Wait for the record's metadata; raise the error that failed its batch."""
+        batch = self._batch
+        batch.wait(timeout)
+        offset = -1 if batch.base_offset < 0 else batch.base_offset + self._index
+        return RecordMetadata(batch.topic, batch.partition, offset, self._timestamp)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        try:
+            self.result(timeout)
+        except RequestTimeoutError:
+            raise
+        except BaseException as e:
+            return e
+        return None
+
+    def add_done_callback(self, fn: Callable[[RecordFuture], None]) -> None:
+        self._batch.on_done(lambda: fn(self))
+
+
+class TableFuture:
+    """The future of a ``send_batch``: (partition, base offset, rows) of every batch."""
+
+    def __init__(self, batches: list[BatchResult]) -> None:
+        self._batches = batches
+
+    def done(self) -> bool:
+        return all(b.done() for b in self._batches)
+
+    def result(self, timeout: float | None = None) -> list[tuple[int, int, int]]:
+        for batch in self._batches:
+            batch.wait(timeout)
+        return [(b.partition, b.base_offset, b.count) for b in self._batches]

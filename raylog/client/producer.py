@@ -1,0 +1,388 @@
+"""The producer: batches records per partition and sends them to partition leaders."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pyarrow as pa
+import ray
+
+from raylog.client.connection import RaylogCluster, TopicMetadata, default_cluster
+from raylog.client.futures import BatchResult, RecordFuture, TableFuture
+from raylog.client.remote import resolve
+from raylog.client.tables import split_for_partitions
+from raylog.errors import (
+    ClientClosedError,
+    InvalidConfigError,
+    RaylogError,
+    RecordTooLargeError,
+    RequestTimeoutError,
+    UnknownPartitionError,
+)
+from raylog.partitioner import StickyPartitioner, key_partition
+from raylog.records import BatchBuilder, Codec, encode
+from raylog.records.builder import BATCH_OVERHEAD
+
+logger = logging.getLogger(__name__)
+
+Partitioner = Callable[[bytes | None, int], int]
+_CODECS = {"lz4": Codec.LZ4, "none": Codec.NONE}
+
+
+@dataclasses.dataclass(frozen=True)
+class ProducerConfig:
+    """Producer settings, checked when built; names as Kafka's with ``_`` for ``.``."""
+
+    acks: int | str = 1                  # 0: don't wait; 1: leader wrote it; "all": ISR has it
+    batch_size: int = 1 << 20            # bytes per batch (one actor call per batch)
+    linger_ms: int = 5                   # wait this long for a batch to fill before sending
+    compression_type: str = "lz4"        # "lz4" or "none"
+    buffer_memory: int = 64 << 20        # bytes of sealed, unacknowledged batches; send blocks
+    max_block_ms: int = 60_000           # ... at most this long
+    max_request_size: int = 8 << 20      # largest record a send accepts
+    delivery_timeout_ms: int = 120_000   # give up on a batch (with retries) after this long
+    retry_backoff_ms: int = 100          # wait between retries of a batch
+    max_in_flight_requests_per_partition: int = 5
+
+    def __post_init__(self) -> None:
+        if self.acks not in (0, 1, -1, "all", "0", "1", "-1"):
+            raise InvalidConfigError(f"acks must be 0, 1 or 'all', got {self.acks!r}")
+        acks = {"0": 0, "1": 1, "-1": "all", -1: "all"}.get(self.acks, self.acks)
+        object.__setattr__(self, "acks", acks)
+        if self.compression_type not in _CODECS:
+            raise InvalidConfigError(
+                f"compression_type must be 'lz4' or 'none', got {self.compression_type!r}")
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.name in ("acks", "compression_type"):
+                continue
+            minimum = 0 if field.name in ("linger_ms", "retry_backoff_ms") else 1
+            if type(value) is not int or value < minimum:
+                raise InvalidConfigError(f"{field.name} must be an integer >= {minimum}, "
+                                         f"got {value!r}")
+        if self.batch_size <= BATCH_OVERHEAD:
+            raise InvalidConfigError(f"batch_size must be > {BATCH_OVERHEAD}, "
+                                     f"got {self.batch_size}")
+
+
+class _Batch:
+    """A batch for one partition, open (accumulating), then sealed, in flight, and done."""
+
+    __slots__ = ("attempts", "buffered", "builder", "created", "data", "deadline", "not_before",
+                 "partition", "result", "topic")
+
+    def __init__(self, topic: str, partition: int, builder: BatchBuilder | None,
+                 result: BatchResult, delivery_timeout_s: float) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.builder = builder
+        self.result = result
+        self.created = time.monotonic()
+        self.deadline = self.created + delivery_timeout_s
+        self.not_before = 0.0  # retry backoff
+        self.buffered = 0  # bytes counted against buffer_memory
+        self.data: bytes | None = None
+        self.attempts = 0
+
+
+class Producer:
+    """Sends records to topics, batching per partition, compressing each batch with LZ4.
+
+    ``send`` appends a record to its partition's open batch and returns a future at once; a
+    background sender thread seals batches that are full or ``linger_ms`` old, encodes them
+    and sends each to its partition leader as one actor call, retrying retriable errors with
+    refreshed metadata until ``delivery_timeout_ms``. Keys go to ``murmur2(key) % partitions``
+    (the partition Kafka's clients choose); keyless records stick to one partition per batch.
+    Safe to use from several threads.
+
+    Retries may duplicate a batch whose acknowledgement was lost (at-least-once), and with
+    more than one request in flight per partition a retried batch may land after a later
+    one; set ``max_in_flight_requests_per_partition=1`` to keep order through retries.
+
+    >>> producer = Producer(linger_ms=10)
+    >>> future = producer.send("pageviews", b'{"page": "/"}', key=b"user-1")
+    >>> future.result().offset
+    0
+    >>> producer.close()
+    """
+
+    def __init__(self, *, cluster: RaylogCluster | None = None,
+                 partitioner: Partitioner | None = None, **settings: Any) -> None:
+        self.config = ProducerConfig(**settings)
+        self._cluster = cluster or default_cluster()
+        self._partitioner = partitioner
+        self._codec = _CODECS[self.config.compression_type]
+        self._max_record = self.config.max_request_size - BATCH_OVERHEAD
+        self._delivery_timeout_s = self.config.delivery_timeout_ms / 1000
+        self._topics: dict[str, TopicMetadata] = {}
+        self._sticky = StickyPartitioner()
+        self._open: dict[tuple[str, int], _Batch] = {}
+        self._ready: collections.deque[_Batch] = collections.deque()
+        self._in_flight: dict[ray.ObjectRef, _Batch] = {}
+        self._in_flight_per_partition: collections.Counter = collections.Counter()
+        self._buffered_bytes = 0
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._closed = False
+        self._stopping = False
+        self._sender = threading.Thread(target=self._run, name="raylog-producer-sender",
+                                        daemon=True)
+        self._sender.start()
+
+    # -- the caller's side -----------------------------------------------------------------------
+
+    def _topic(self, topic: str, refresh: bool = False) -> TopicMetadata:
+        meta = self._cluster.topic(topic, refresh=refresh)
+        self._topics[topic] = meta
+        return meta
+
+    def send(self, topic: str, value: bytes | None = None, key: bytes | None = None,
+             headers: Sequence[tuple[str, bytes]] | None = None, partition: int | None = None,
+             timestamp: int | None = None) -> RecordFuture:
+        """Queue one record; return a future of its RecordMetadata.
+
+        Raises ClientClosedError after close, UnknownTopicError, UnknownPartitionError,
+        RecordTooLargeError and InvalidRecordError (bad key, value, headers or timestamp) at
+        once; errors of delivery come through the future.
+        """
+        if self._closed:
+            raise ClientClosedError("send() on a closed producer")
+        if timestamp is None:
+            timestamp = time.time_ns() // 1_000_000
+        meta = self._topics.get(topic) or self._topic(topic)
+        count = len(meta.partitions)
+        if partition is None:
+            if self._partitioner is not None:
+                partition = self._partitioner(key, count)
+                if type(partition) is not int or not 0 <= partition < count:
+                    raise UnknownPartitionError(
+                        f"partitioner chose {partition!r} for topic {topic!r} with "
+                        f"{count} partitions")
+            elif key is not None:
+                partition = key_partition(key, count)
+        elif type(partition) is not int or not 0 <= partition < count:
+            raise UnknownPartitionError(
+                f"topic {topic!r} has partitions 0..{count - 1}, not {partition!r}")
+        if value is not None and len(value) + (len(key) if key else 0) > self._max_record:
+            raise RecordTooLargeError(
+                f"record of {len(value)} bytes exceeds max_request_size="
+                f"{self.config.max_request_size}")
+        with self._lock:
+            if partition is None:  # keyless: the sticky partition, under the lock
+                partition = self._sticky.partition(topic, count)
+            batch = self._open.get((topic, partition))
+            if batch is None:
+                batch = self._new_batch(topic, partition)
+            if not batch.builder.append(timestamp, key, value, headers):
+                self._seal(batch)
+                batch = self._new_batch(topic, partition)
+                batch.builder.append(timestamp, key, value, headers)
+            index = len(batch.builder) - 1
+        return RecordFuture(batch.result, index, timestamp)
+
+    def send_batch(self, topic: str, table: pa.Table | pa.RecordBatch, *,
+                   partition: int | None = None) -> TableFuture:
+        """Produce the rows of an Arrow table without per-record Python.
+
+        ``table`` has a ``value`` column (binary or string) and optionally ``key``,
+        ``timestamp`` (ms or a timestamp type), ``headers`` and ``partition`` columns. Rows
+        are partitioned like ``send`` would (by key, else spread batch by batch), encoded
+        into batches of at most ``batch_size`` bytes and sent; the future resolves to the
+        base offset and row count of every batch.
+        """
+        if self._closed:
+            raise ClientClosedError("send_batch() on a closed producer")
+        meta = self._topics.get(topic) or self._topic(topic)
+        with self._lock:
+            pieces = split_for_partitions(table, meta.num_partitions, self.config.batch_size,
+                                          partition=partition, sticky=self._sticky,
+                                          topic=topic)
+        results = []
+        for part, columns in pieces:
+            result = BatchResult(topic, part, columns.num_rows)
+            batch = _Batch(topic, part, None, result, self._delivery_timeout_s)
+            batch.data = encode(columns, codec=self._codec)
+            results.append(result)
+            with self._lock:
+                self._enqueue(batch)
+        return TableFuture(results)
+
+    def _new_batch(self, topic: str, partition: int) -> _Batch:
+        batch = _Batch(topic, partition, BatchBuilder(self.config.batch_size, self._codec),
+                       BatchResult(topic, partition), self._delivery_timeout_s)
+        self._open[(topic, partition)] = batch
+        return batch
+
+    def _seal(self, batch: _Batch) -> None:
+        """Move an open batch to the ready queue (lock held)."""
+        del self._open[(batch.topic, batch.partition)]
+        batch.result.count = len(batch.builder)
+        self._sticky.next_batch(batch.topic, len(self._topics[batch.topic].partitions),
+                                batch.partition)
+        self._enqueue(batch)
+
+    def _enqueue(self, batch: _Batch) -> None:
+        size = batch.builder.estimated_size if batch.data is None else len(batch.data)
+        deadline = time.monotonic() + self.config.max_block_ms / 1000
+        while self._buffered_bytes + size > self.config.buffer_memory and self._buffered_bytes:
+            if not self._wake.wait(deadline - time.monotonic()):
+                raise RequestTimeoutError(
+                    f"buffer_memory={self.config.buffer_memory} stayed full for "
+                    f"max_block_ms={self.config.max_block_ms}")
+        batch.buffered = size
+        self._buffered_bytes += size
+        self._ready.append(batch)
+        self._wake.notify_all()
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send every queued record and wait until all are acknowledged (or failed)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            for batch in list(self._open.values()):
+                self._seal(batch)
+            while self._ready or self._in_flight:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise RequestTimeoutError(f"flush did not finish within {timeout} s")
+                self._wake.wait(remaining)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush, stop the sender thread and refuse further sends. Idempotent."""
+        if self._closed:
+            return
+        try:
+            self.flush(timeout)
+        finally:
+            self._closed = True
+            with self._lock:
+                self._stopping = True
+                self._wake.notify_all()
+            self._sender.join(timeout=10)
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the sender thread -----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self._send_until_stopped()
+        except BaseException as e:  # the sender must never die silently: fail what it holds
+            logger.exception("the producer's sender thread failed")
+            self._abandon(e)
+
+    def _send_until_stopped(self) -> None:
+        linger_s = self.config.linger_ms / 1000
+        while True:
+            with self._lock:
+                if self._stopping and not self._ready and not self._in_flight:
+                    return
+                now = time.monotonic()
+                for batch in [b for b in self._open.values() if now - b.created >= linger_s]:
+                    self._seal(batch)
+                sendable = self._take_sendable(now)
+                if not sendable and not self._in_flight:
+                    self._wake.wait(linger_s if self._open else 0.05)
+                    continue
+            for batch in sendable:
+                self._submit(batch)
+            self._collect(min(linger_s, 0.005) if self._open or self._ready else 0.05)
+
+    def _abandon(self, error: BaseException) -> None:
+        """Fail every batch the producer holds and refuse further sends."""
+        with self._lock:
+            self._closed = True
+            batches = [*self._open.values(), *self._ready, *self._in_flight.values()]
+            self._open.clear()
+            self._ready.clear()
+            self._in_flight.clear()
+            self._buffered_bytes = 0
+            self._wake.notify_all()
+        for batch in batches:
+            batch.result.complete(-1, error)
+
+    def _take_sendable(self, now: float) -> list[_Batch]:
+        """Ready batches whose partition has room in flight and whose backoff is over."""
+        limit = self.config.max_in_flight_requests_per_partition
+        out, kept = [], collections.deque()
+        while self._ready:
+            batch = self._ready.popleft()
+            key = (batch.topic, batch.partition)
+            if self._in_flight_per_partition[key] >= limit or now < batch.not_before:
+                kept.append(batch)
+            else:
+                self._in_flight_per_partition[key] += 1
+                out.append(batch)
+        self._ready = kept
+        return out
+
+    def _submit(self, batch: _Batch) -> None:
+        """Encode (once) and send one batch to its leader (sender thread, no lock)."""
+        if batch.data is None:
+            batch.data = batch.builder.build()
+            batch.builder = None
+        batch.attempts += 1
+        try:
+            meta = self._topics.get(batch.topic) or self._topic(batch.topic)
+            target = meta.partitions[batch.partition]
+            ref = target.leader_client().append(batch.data, self.config.acks,
+                                                target.leader_epoch)
+        except Exception as e:  # every failure ends in the batch's future
+            self._failed(batch, e)
+            return
+        if self.config.acks == 0:
+            self._finish(batch, -1, None)
+            return
+        with self._lock:
+            self._in_flight[ref] = batch
+
+    def _collect(self, timeout: float) -> None:
+        refs = list(self._in_flight)
+        if not refs:
+            return
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        for ref in done:
+            batch = self._in_flight[ref]
+            try:
+                info = resolve(ref)
+            except Exception as e:  # every failure ends in the batch's future
+                with self._lock:
+                    del self._in_flight[ref]
+                self._failed(batch, e)
+                continue
+            with self._lock:
+                del self._in_flight[ref]
+            self._finish(batch, info.base_offset, None)
+
+    def _failed(self, batch: _Batch, error: Exception) -> None:
+        now = time.monotonic()
+        retriable = isinstance(error, RaylogError) and error.retriable
+        if retriable and now < batch.deadline and not self._closed:
+            logger.debug("retrying batch for %s-%d after %r", batch.topic, batch.partition, error)
+            try:
+                self._topic(batch.topic, refresh=True)
+            except RaylogError as refresh_error:
+                logger.debug("metadata refresh failed: %r", refresh_error)
+            with self._lock:
+                self._in_flight_per_partition[(batch.topic, batch.partition)] -= 1
+                batch.not_before = now + self.config.retry_backoff_ms / 1000
+                self._ready.appendleft(batch)
+                self._wake.notify_all()
+            return
+        self._finish(batch, -1, error)
+
+    def _finish(self, batch: _Batch, base_offset: int, error: BaseException | None) -> None:
+        with self._lock:
+            self._in_flight_per_partition[(batch.topic, batch.partition)] -= 1
+            self._buffered_bytes -= batch.buffered
+            self._wake.notify_all()
+        batch.result.complete(base_offset, error)

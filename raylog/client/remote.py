@@ -1,0 +1,93 @@
+"""Every Ray call a client makes goes through these wrappers, one per remote actor kind.
+
+They turn Ray's exceptions into raylog's: an error raised inside an actor comes back as the
+raylog error it was (not wrapped in RayTaskError), a dead or unreachable actor becomes a
+retriable error, and a timeout becomes RequestTimeoutError. Unit tests replace them with
+fakes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+from raylog.errors import (
+    ActorUnavailableError,
+    ControllerUnavailableError,
+    NoClusterError,
+    RaylogError,
+    RequestTimeoutError,
+)
+
+CONTROLLER_RETRIES = 30  # a restarting controller is back within seconds
+
+
+def resolve(ref: ray.ObjectRef | list[ray.ObjectRef], timeout: float | None = None) -> Any:
+    """``ray.get`` with raylog's errors."""
+    try:
+        return ray.get(ref, timeout=timeout)
+    except (RayTaskError, RayActorError) as e:
+        raise unwrap(e) from e
+    except GetTimeoutError as e:
+        raise RequestTimeoutError(f"no answer within {timeout} s") from e
+
+
+def unwrap(error: BaseException) -> BaseException:
+    """The raylog error inside a RayTaskError, or the error itself."""
+    if isinstance(error, RayTaskError) and isinstance(error.cause, RaylogError):
+        return error.cause
+    if isinstance(error, RayActorError):
+        return ActorUnavailableError(f"actor unavailable: {error}")
+    return error
+
+
+class ReplicaClient:
+    """Calls to one replica actor; every method returns an ObjectRef (asynchronous)."""
+
+    def __init__(self, handle: ray.actor.ActorHandle) -> None:
+        self.handle = handle
+
+    def append(self, batch: bytes, acks: int | str, leader_epoch: int | None) -> ray.ObjectRef:
+        return self.handle.append.remote(batch, acks, leader_epoch)
+
+    def fetch(self, offset: int, max_bytes: int, max_wait_ms: int,
+              min_bytes: int) -> ray.ObjectRef:
+        return self.handle.fetch.remote(offset, max_bytes, max_wait_ms, min_bytes)
+
+    def list_offset(self, spec: str | int) -> ray.ObjectRef:
+        return self.handle.list_offset.remote(spec)
+
+    def read_table(self, start: int, end: int) -> ray.ObjectRef:
+        return self.handle.read_table.remote(start, end)
+
+    def describe(self) -> ray.ObjectRef:
+        return self.handle.describe.remote()
+
+
+class ControllerClient:
+    """Synchronous calls to the controller, retried while it restarts."""
+
+    def __init__(self, handle: ray.actor.ActorHandle, timeout: float = 120.0) -> None:
+        self.handle = handle
+        self.timeout = timeout
+
+    def call(self, method: str, *args: Any, retry: bool = True, **kwargs: Any) -> Any:
+        """Call ``method`` and wait. Reads pass ``retry=True`` and ride out a controller
+        restart; changes pass False, since a change cut off by a crash may have happened."""
+        attempts = CONTROLLER_RETRIES if retry else 1
+        for attempt in itertools.count(1):
+            try:
+                return resolve(getattr(self.handle, method).remote(*args, **kwargs),
+                               timeout=self.timeout)
+            except ActorUnavailableError as e:
+                if not retry:
+                    raise ControllerUnavailableError(
+                        f"the raylog controller became unavailable during {method}: {e}; "
+                        f"check whether the change happened before repeating it") from e
+                if attempt >= attempts:
+                    raise NoClusterError(f"the raylog controller is unreachable: {e}") from e
+                time.sleep(min(0.05 * 2**attempt, 1.0))

@@ -1,0 +1,138 @@
+"""Turning a user's Arrow table into per-partition payload columns, without per-row Python."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from raylog.errors import InvalidRecordError, UnknownPartitionError
+from raylog.partitioner import StickyPartitioner, key_partitions
+from raylog.records.builder import RECORD_OVERHEAD, batch_capacity
+from raylog.records.payload import HEADERS_TYPE, PAYLOAD_SCHEMA, empty_headers
+
+
+def _column(table: pa.Table, name: str, cast_to: pa.DataType) -> pa.ChunkedArray | None:
+    if name not in table.column_names:
+        return None
+    try:
+        return table.column(name).cast(cast_to)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        raise InvalidRecordError(
+            f"column {name!r} of type {table.schema.field(name).type} cannot be used as "
+            f"{cast_to}: {e}") from e
+
+
+def _timestamps(table: pa.Table) -> pa.ChunkedArray:
+    now = time.time_ns() // 1_000_000
+    if "timestamp" not in table.column_names:
+        return pa.chunked_array([np.full(table.num_rows, now, dtype=np.int64)])
+    column = table.column("timestamp")
+    if pa.types.is_timestamp(column.type):
+        column = column.cast(pa.timestamp("ms")).cast(pa.int64())
+    elif pa.types.is_integer(column.type):
+        column = column.cast(pa.int64())
+    else:
+        raise InvalidRecordError(
+            f"column 'timestamp' must hold ms since the epoch or timestamps, got {column.type}")
+    if column.null_count:
+        column = column.fill_null(now)
+    if pc.min(column).as_py() < 0:
+        raise InvalidRecordError("column 'timestamp' has negative values")
+    return column
+
+
+def payload_table(table: pa.Table | pa.RecordBatch) -> pa.Table:
+    """The payload columns (PAYLOAD_SCHEMA) of a user table with a ``value`` column."""
+    if isinstance(table, pa.RecordBatch):
+        table = pa.Table.from_batches([table])
+    if not isinstance(table, pa.Table):
+        raise InvalidRecordError(f"expected a pyarrow Table, got {type(table).__name__}")
+    value = _column(table, "value", pa.binary())
+    if value is None:
+        raise InvalidRecordError(
+            f"a table to produce needs a 'value' column; it has {table.column_names}")
+    key = _column(table, "key", pa.binary())
+    headers = _column(table, "headers", HEADERS_TYPE)
+    n = table.num_rows
+    return pa.Table.from_arrays(
+        [
+            _timestamps(table),
+            key if key is not None else pa.nulls(n, pa.binary()),
+            value,
+            headers if headers is not None else empty_headers(n),
+        ],
+        schema=PAYLOAD_SCHEMA,
+    )
+
+
+def _row_sizes(payload: pa.Table) -> np.ndarray:
+    sizes = pc.binary_length(payload.column("value")).fill_null(0).to_numpy().astype(np.int64)
+    sizes += pc.binary_length(payload.column("key")).fill_null(0).to_numpy()
+    sizes += RECORD_OVERHEAD
+    if pc.sum(pc.list_value_length(payload.column("headers"))).as_py():
+        # Headers are rare on the columnar path; bound them by their flattened bytes.
+        flat = pc.list_flatten(payload.column("headers"))
+        per_entry = (pc.binary_length(pc.struct_field(flat, [0])).fill_null(0).to_numpy()
+                     + pc.binary_length(pc.struct_field(flat, [1])).fill_null(0).to_numpy()
+                     + 10)
+        owners = pc.list_parent_indices(payload.column("headers")).to_numpy()
+        np.add.at(sizes, owners, per_entry)
+    return sizes
+
+
+def _chunks(payload: pa.Table, batch_size: int) -> list[pa.Table]:
+    """Consecutive slices whose records fit one batch of ``batch_size`` bytes each."""
+    capacity = batch_capacity(batch_size)
+    ends = np.cumsum(_row_sizes(payload))
+    out, start, base = [], 0, 0
+    while start < payload.num_rows:
+        end = max(int(np.searchsorted(ends, base + capacity, "right")), start + 1)
+        out.append(payload.slice(start, end - start))
+        base = int(ends[end - 1])
+        start = end
+    return out
+
+
+def split_for_partitions(table: pa.Table | pa.RecordBatch, num_partitions: int,
+                         batch_size: int, *, partition: int | None, sticky: StickyPartitioner,
+                         topic: str) -> list[tuple[int, pa.Table]]:
+    """Partition the rows of ``table`` like the producer would and cut them into batches.
+
+    An explicit ``partition``, else a ``partition`` column, else the key's murmur2 partition;
+    keyless rows go batch by batch to the sticky partition. Returns (partition, payload
+    columns) pairs, each small enough for one batch.
+    """
+    user = pa.Table.from_batches([table]) if isinstance(table, pa.RecordBatch) else table
+    payload = payload_table(user)
+    if partition is not None:
+        parts = np.full(payload.num_rows, partition, dtype=np.int64)
+    elif isinstance(user, pa.Table) and "partition" in user.column_names:
+        column = user.column("partition")
+        if not pa.types.is_integer(column.type) or column.null_count:
+            raise InvalidRecordError("column 'partition' must hold integers without nulls")
+        parts = column.to_numpy().astype(np.int64)
+    elif payload.column("key").null_count < payload.num_rows:
+        parts = key_partitions(payload.column("key"), num_partitions)
+    else:
+        parts = None
+    if parts is not None and len(parts) and (parts.min() < -1 or parts.max() >= num_partitions
+                                             or (partition is not None and partition < 0)):
+        raise UnknownPartitionError(
+            f"topic {topic!r} has partitions 0..{num_partitions - 1}; rows ask for "
+            f"{int(parts.min())}..{int(parts.max())}")
+    out: list[tuple[int, pa.Table]] = []
+    if parts is not None:
+        for part in np.unique(parts[parts >= 0]):
+            rows = payload.take(pa.array(np.flatnonzero(parts == part)))
+            out.extend((int(part), chunk) for chunk in _chunks(rows, batch_size))
+        keyless = np.flatnonzero(parts < 0)
+        payload = payload.take(pa.array(keyless)) if len(keyless) else None
+    if payload is not None and payload.num_rows:
+        for chunk in _chunks(payload, batch_size):
+            part = sticky.partition(topic, num_partitions)
+            out.append((part, chunk))
+            sticky.next_batch(topic, num_partitions, part)
+    return out

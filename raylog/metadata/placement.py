@@ -1,0 +1,43 @@
+"""Where replicas go: spread over broker nodes, leaders balanced."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from raylog.errors import InvalidReplicationFactorError, NoBrokersError
+
+
+def assign_replicas(brokers: Sequence[str], partitions: int, replication_factor: int,
+                    existing: Iterable[Sequence[str]] = ()) -> list[list[str]]:
+    """Choose ``replication_factor`` distinct brokers for each of ``partitions`` partitions.
+
+    The first broker of each list is the preferred leader. Leaders go to the brokers leading
+    the fewest partitions so far (counting ``existing`` assignments, e.g. other topics'), and
+    followers to those holding the fewest replicas; ties break by broker order, so the result
+    is deterministic.
+    """
+    brokers = sorted(brokers)
+    if not brokers:
+        raise NoBrokersError("no live broker nodes (nodes with the raylog_broker resource)")
+    if replication_factor > len(brokers):
+        raise InvalidReplicationFactorError(
+            f"replication factor {replication_factor} is larger than the number of live "
+            f"broker nodes ({len(brokers)})")
+    leaders: Counter[str] = Counter()
+    replicas: Counter[str] = Counter()
+    for nodes in existing:
+        if nodes:
+            leaders[nodes[0]] += 1
+        replicas.update(nodes)
+    out = []
+    for _ in range(partitions):
+        order = {b: i for i, b in enumerate(brokers)}
+        leader = min(brokers, key=lambda b: (leaders[b], replicas[b], order[b]))
+        followers = sorted((b for b in brokers if b != leader),
+                           key=lambda b: (replicas[b], order[b]))[: replication_factor - 1]
+        chosen = [leader, *followers]
+        leaders[leader] += 1
+        replicas.update(chosen)
+        out.append(chosen)
+    return out

@@ -1,0 +1,168 @@
+"""Cluster metadata as a state machine over events.
+
+The controller never edits its state directly: it builds an event, persists it to its
+metadata log, then applies it. Replaying the log from the start rebuilds the same state,
+which is how a restarted controller loses nothing. Events are JSON-able dicts with a
+``type``; :func:`apply` is the one place that interprets them.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any
+
+from raylog.errors import TopicExistsError, UnknownPartitionError, UnknownTopicError
+
+
+@dataclasses.dataclass
+class PartitionState:
+    """Assignment and leadership of one partition.
+
+    ``replicas`` are node ids, the first being the preferred leader. ``leader`` is None while
+    no replica can lead. ``leader_epoch`` grows by one at every leader change and fences
+    requests from older leaders. ``isr`` is a subset of ``replicas`` and holds the leader.
+    """
+
+    partition: int
+    replicas: list[str]
+    leader: str | None
+    leader_epoch: int
+    isr: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class TopicState:
+    name: str
+    topic_id: str
+    partitions: list[PartitionState]
+    configs: dict[str, Any]
+
+    @property
+    def replication_factor(self) -> int:
+        return len(self.partitions[0].replicas) if self.partitions else 0
+
+    def partition(self, partition: int) -> PartitionState:
+        if type(partition) is not int or not 0 <= partition < len(self.partitions):
+            raise UnknownPartitionError(
+                f"topic {self.name!r} has partitions 0..{len(self.partitions) - 1}, "
+                f"not {partition!r}")
+        return self.partitions[partition]
+
+
+class MetadataState:
+    """Topics, their partitions' replicas, leaders, epochs and ISR, and their configs.
+
+    Plain data; deterministic under :meth:`apply`. Not safe for concurrent use: the
+    controller applies events one at a time.
+    """
+
+    def __init__(self) -> None:
+        self.topics: dict[str, TopicState] = {}
+        self.applied = 0  # events applied so far
+
+    def topic(self, name: str) -> TopicState:
+        try:
+            return self.topics[name]
+        except KeyError:
+            raise UnknownTopicError(f"unknown topic {name!r}") from None
+
+    def replicas_by_node(self) -> dict[str, list[tuple[str, int]]]:
+        out: dict[str, list[tuple[str, int]]] = {}
+        for topic in self.topics.values():
+            for p in topic.partitions:
+                for node in p.replicas:
+                    out.setdefault(node, []).append((topic.name, p.partition))
+        return out
+
+    def apply(self, event: dict[str, Any]) -> None:
+        """Apply one event. Raises for an event that does not fit the state."""
+        handler = _HANDLERS.get(event.get("type"))
+        if handler is None:
+            raise ValueError(f"unknown metadata event {event!r}")
+        handler(self, event)
+        self.applied += 1
+
+    def snapshot(self) -> dict[str, TopicState]:
+        return copy.deepcopy(self.topics)
+
+
+# -- events ------------------------------------------------------------------------------------
+
+def topic_created(name: str, topic_id: str, replicas: list[list[str]],
+                  configs: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "topic_created", "name": name, "topic_id": topic_id,
+            "replicas": replicas, "configs": configs}
+
+
+def topic_deleted(name: str) -> dict[str, Any]:
+    return {"type": "topic_deleted", "name": name}
+
+
+def partitions_added(name: str, replicas: list[list[str]]) -> dict[str, Any]:
+    return {"type": "partitions_added", "name": name, "replicas": replicas}
+
+
+def configs_altered(name: str, configs: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "configs_altered", "name": name, "configs": configs}
+
+
+def partition_changed(name: str, partition: int, *, leader: str | None, leader_epoch: int,
+                      isr: list[str], replicas: list[str] | None = None) -> dict[str, Any]:
+    event = {"type": "partition_changed", "name": name, "partition": partition,
+             "leader": leader, "leader_epoch": leader_epoch, "isr": isr}
+    if replicas is not None:
+        event["replicas"] = replicas
+    return event
+
+
+def _new_partitions(first: int, replicas: list[list[str]]) -> list[PartitionState]:
+    return [
+        PartitionState(partition=first + i, replicas=list(nodes), leader=nodes[0],
+                       leader_epoch=0, isr=list(nodes))
+        for i, nodes in enumerate(replicas)
+    ]
+
+
+def _apply_topic_created(state: MetadataState, event: dict[str, Any]) -> None:
+    name = event["name"]
+    if name in state.topics:
+        raise TopicExistsError(f"topic {name!r} already exists")
+    state.topics[name] = TopicState(name, event["topic_id"],
+                                    _new_partitions(0, event["replicas"]),
+                                    dict(event["configs"]))
+
+
+def _apply_topic_deleted(state: MetadataState, event: dict[str, Any]) -> None:
+    state.topic(event["name"])
+    del state.topics[event["name"]]
+
+
+def _apply_partitions_added(state: MetadataState, event: dict[str, Any]) -> None:
+    topic = state.topic(event["name"])
+    topic.partitions.extend(_new_partitions(len(topic.partitions), event["replicas"]))
+
+
+def _apply_configs_altered(state: MetadataState, event: dict[str, Any]) -> None:
+    state.topic(event["name"]).configs = dict(event["configs"])
+
+
+def _apply_partition_changed(state: MetadataState, event: dict[str, Any]) -> None:
+    p = state.topic(event["name"]).partition(event["partition"])
+    p.leader = event["leader"]
+    p.leader_epoch = event["leader_epoch"]
+    p.isr = list(event["isr"])
+    if "replicas" in event:
+        p.replicas = list(event["replicas"])
+
+
+_HANDLERS = {
+    "topic_created": _apply_topic_created,
+    "topic_deleted": _apply_topic_deleted,
+    "partitions_added": _apply_partitions_added,
+    "configs_altered": _apply_configs_altered,
+    "partition_changed": _apply_partition_changed,
+}

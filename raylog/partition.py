@@ -1,0 +1,156 @@
+"""One replica of one partition: its log, its role and leader epoch, and the high watermark.
+
+Plain Python: the replica actor owns one :class:`Partition` and does only the Ray work
+around it (placement, waiting, timers).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, NamedTuple
+
+import pyarrow as pa
+
+from raylog.errors import (
+    FencedEpochError,
+    NotEnoughReplicasError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
+)
+from raylog.records import TABLE_SCHEMA, read_table
+from raylog.storage import AppendInfo, PartitionLog
+from raylog.topics import REPLICATION_DEFAULTS, log_config
+
+EARLIEST = "earliest"
+LATEST = "latest"
+
+
+class Role(enum.Enum):
+    LEADER = "leader"
+    FOLLOWER = "follower"
+
+
+class FetchResult(NamedTuple):
+    """Batches from one partition and where the partition stands."""
+
+    data: bytes
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+
+
+class Partition:
+    """A partition replica: leader or follower, at a leader epoch, over one log.
+
+    Invariants: ``log_start_offset <= high_watermark <= log_end_offset``; consumers never see
+    records at or above the high watermark; a request carrying a leader epoch older than
+    this replica's is refused with FencedEpochError. Not safe for concurrent use.
+    """
+
+    def __init__(self, topic: str, partition: int, log: PartitionLog, replica_id: str,
+                 configs: dict[str, Any] | None = None) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.log = log
+        self.replica_id = replica_id
+        self.configs = {**REPLICATION_DEFAULTS, **(configs or {})}
+        self.role = Role.LEADER
+        self.leader_epoch = 0
+        self.isr: list[str] = [replica_id]
+        if log.high_watermark < log.log_end_offset:
+            # A single-replica leader has everything it holds committed.
+            self._advance_high_watermark()
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
+    def become_leader(self, leader_epoch: int, isr: list[str]) -> None:
+        self._check_epoch(leader_epoch)
+        self.role = Role.LEADER
+        self.leader_epoch = leader_epoch
+        self.isr = list(isr)
+        self._advance_high_watermark()
+
+    def _check_epoch(self, leader_epoch: int | None) -> None:
+        if leader_epoch is not None and leader_epoch < self.leader_epoch:
+            raise FencedEpochError(
+                f"{self.name}: request at leader epoch {leader_epoch}, replica is at "
+                f"{self.leader_epoch}")
+
+    def _check_leader(self, leader_epoch: int | None) -> None:
+        self._check_epoch(leader_epoch)
+        if self.role is not Role.LEADER:
+            raise NotLeaderError(f"replica {self.replica_id} is not the leader of {self.name}")
+
+    def _advance_high_watermark(self) -> None:
+        # With replication, the HW is the lowest log end offset in the ISR; alone, our own.
+        if self.isr == [self.replica_id]:
+            self.log.update_high_watermark(self.log.log_end_offset)
+
+    def append(self, batch: bytes, acks: int | str = 1,
+               leader_epoch: int | None = None) -> AppendInfo:
+        """Append a producer batch as leader. Raises NotLeaderError, FencedEpochError,
+        NotEnoughReplicasError (acks=all with too small an ISR) or the log's own errors."""
+        self._check_leader(leader_epoch)
+        if acks in ("all", -1) and len(self.isr) < self.configs["min_insync_replicas"]:
+            raise NotEnoughReplicasError(
+                f"{self.name}: {len(self.isr)} in-sync replicas, min_insync_replicas="
+                f"{self.configs['min_insync_replicas']}")
+        info = self.log.append(batch, self.leader_epoch)
+        self._advance_high_watermark()
+        return info
+
+    def fetch(self, offset: int, max_bytes: int) -> FetchResult:
+        """Batches from ``offset`` below the high watermark (consumers' view)."""
+        log = self.log
+        data = log.read(offset, max_bytes, max_offset=log.high_watermark)
+        return FetchResult(data, log.high_watermark, log.log_start_offset, log.log_end_offset)
+
+    def list_offset(self, spec: str | int) -> tuple[int, int] | None:
+        """(offset, timestamp) for ``"earliest"`` (the log start), ``"latest"`` (the high
+        watermark), both with timestamp -1, or a timestamp in ms: the first record at or after
+        it below the high watermark, None if there is none."""
+        if spec == EARLIEST:
+            return self.log.log_start_offset, -1
+        if spec == LATEST:
+            return self.log.high_watermark, -1
+        if type(spec) is not int:
+            raise ValueError(f"offset spec must be 'earliest', 'latest' or a timestamp, "
+                             f"got {spec!r}")
+        return self.log.offsets_for_time(spec, max_offset=self.log.high_watermark)
+
+    def read_table(self, start: int, end: int) -> pa.Table:
+        """Records at offsets [start, end) as one Arrow table (TABLE_SCHEMA).
+
+        Raises OffsetOutOfRangeError if ``start`` is below the log start or ``end`` above the
+        high watermark.
+        """
+        log = self.log
+        if not log.log_start_offset <= start <= end <= log.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"{self.name}: range [{start}, {end}) is outside the readable "
+                f"[{log.log_start_offset}, {log.high_watermark})")
+        tables = [read_table(chunk, start, end) for chunk in log.read_range(start, end)]
+        if not tables:
+            return TABLE_SCHEMA.empty_table()
+        return pa.concat_tables(tables)
+
+    def update_configs(self, configs: dict[str, Any]) -> None:
+        """Apply altered topic configs; the log uses them from its next operation."""
+        self.configs = {**REPLICATION_DEFAULTS, **configs}
+        self.log.config = log_config(configs)
+
+    def describe(self) -> dict[str, Any]:
+        log = self.log
+        return {
+            "topic": self.topic, "partition": self.partition, "replica": self.replica_id,
+            "role": self.role.value, "leader_epoch": self.leader_epoch, "isr": list(self.isr),
+            "log_start_offset": log.log_start_offset, "log_end_offset": log.log_end_offset,
+            "high_watermark": log.high_watermark, "size_bytes": log.size_bytes,
+            "segments": len(log.segments), "directory": str(log.directory),
+        }

@@ -1,0 +1,83 @@
+"""One multi-node Ray cluster for the whole test session.
+
+A head node (the controller's) and three broker nodes, each a separate raylet on this machine
+with its own data directory (``RAYLOG_DATA_DIR`` in the raylet's environment, inherited by
+the replica actors it starts) and the ``raylog_broker`` resource.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import ray
+from ray.cluster_utils import Cluster
+
+import raylog
+from raylog.client.connection import reset_default
+from raylog.cluster_names import BROKER_RESOURCE, DATA_DIR_ENV
+
+BROKERS = 3
+NODE_ARGS = {"num_cpus": 1, "object_store_memory": 200 * 1024 * 1024}
+
+
+@dataclasses.dataclass
+class TestCluster:
+    cluster: Cluster
+    root: Path
+    data_dirs: dict[str, Path]  # broker node id -> its data directory
+    raylog: raylog.RaylogCluster
+
+    @property
+    def broker_ids(self) -> list[str]:
+        return sorted(self.data_dirs)
+
+
+def wait_for(condition: Callable[[], object], timeout: float = 30.0, interval: float = 0.1,
+             what: str = "condition") -> object:
+    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            result = condition()
+        except Exception as e:  # the condition may raise while the system settles
+            last_error = e
+            result = None
+        if result:
+            return result
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}; "
+                         f"last error: {last_error!r}")
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(tmp_path_factory) -> Iterator[TestCluster]:
+    root = tmp_path_factory.mktemp("raylog-cluster")
+    cluster = Cluster(initialize_head=True, head_node_args={
+        **NODE_ARGS, "include_dashboard": False, "env_vars": {DATA_DIR_ENV: str(root / "head")}})
+    data_dirs = {}
+    for i in range(BROKERS):
+        data_dir = root / f"broker-{i}"
+        node = cluster.add_node(**NODE_ARGS, resources={BROKER_RESOURCE: 1},
+                                env_vars={DATA_DIR_ENV: str(data_dir)})
+        data_dirs[node.node_id] = data_dir
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, log_to_driver=False)
+    try:
+        connection = raylog.init()
+        yield TestCluster(cluster, root, data_dirs, connection)
+    finally:
+        reset_default()
+        ray.shutdown()
+        cluster.shutdown()
+
+
+@pytest.fixture
+def topic_name() -> str:
+    """A fresh topic name per test: the cluster and its topics live for the whole session."""
+    return f"t-{uuid.uuid4().hex[:10]}"

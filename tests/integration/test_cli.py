@@ -1,0 +1,95 @@
+"""The ``raylog`` command line against the session's cluster."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from raylog.cli import main
+
+
+def run(*argv: str, stdin: str = "") -> tuple[int, str]:
+    out = io.StringIO()
+    code = main(list(argv), out=out, stdin=io.StringIO(stdin))
+    return code, out.getvalue()
+
+
+def test_topic_lifecycle(ray_cluster, topic_name):
+    code, out = run("topics", "create", topic_name, "--partitions", "3",
+                    "--config", "retention.ms=60000")
+    assert code == 0 and f"created topic {topic_name} with 3 partitions" in out
+    assert topic_name in run("topics", "list")[1].split()
+    code, out = run("topics", "describe", topic_name)
+    assert code == 0 and "PartitionCount: 3" in out and "retention_ms=60000" in out
+    assert out.count("\tPartition: ") == 3
+    code, out = run("topics", "alter", topic_name, "--partitions", "4",
+                    "--set", "segment.bytes=1048576", "--delete", "retention.ms")
+    assert code == 0 and "PartitionCount: 4" in out and "segment_bytes=1048576" in out
+    assert "retention_ms" not in out
+    assert run("topics", "delete", topic_name) == (0, f"deleted topic {topic_name}\n")
+    assert topic_name not in run("topics", "list")[1].split()
+
+
+def test_produce_and_consume_lines(ray_cluster, topic_name):
+    run("topics", "create", topic_name, "--partitions", "2")
+    lines = "".join(f"user-{i % 3}:click {i}\n" for i in range(20))
+    code, out = run("produce", topic_name, "--key-separator", ":", stdin=lines)
+    assert (code, out) == (0, f"produced 20 records to {topic_name}\n")
+    code, out = run("consume", topic_name, "--from-beginning", "--format", "json",
+                    "--timeout-ms", "3000")
+    records = [json.loads(line) for line in out.splitlines()]
+    assert sorted(r["value"] for r in records) == sorted(f"click {i}" for i in range(20))
+    for key in ("user-0", "user-1", "user-2"):  # a key's records stay in order
+        mine = [int(r["value"].split()[1]) for r in records if r["key"] == key]
+        assert mine == sorted(mine) and len({r["partition"] for r in records
+                                             if r["key"] == key}) == 1
+    code, out = run("consume", topic_name, "--from-beginning", "--max-messages", "5")
+    assert code == 0 and len(out.splitlines()) == 5
+
+
+def test_cluster_status_lists_brokers(ray_cluster, topic_name):
+    run("topics", "create", topic_name, "--partitions", "3")
+    code, out = run("cluster", "status", "--json")
+    status = json.loads(out)
+    assert code == 0
+    assert {b["node_id"] for b in status["brokers"]} >= set(ray_cluster.broker_ids)
+    leaders = [tuple(t) for b in status["brokers"] for t in b["leaders"]]
+    assert sorted(p for t, p in leaders if t == topic_name) == [0, 1, 2]
+    code, out = run("cluster", "status")
+    assert code == 0 and "alive" in out and len(out.splitlines()) >= 1 + 1 + 3
+
+
+def test_errors_are_reported_not_raised(ray_cluster, topic_name, capsys):
+    assert run("topics", "describe", topic_name)[0] == 1
+    assert f"unknown topic {topic_name!r}" in capsys.readouterr().err
+    assert run("topics", "create", "bad/name")[0] == 1
+    assert "outside [a-zA-Z0-9._-]" in capsys.readouterr().err
+    assert run("topics", "create", topic_name, "--config", "retention.ms=soon")[0] == 1
+    assert "retention_ms must be an integer" in capsys.readouterr().err
+    assert run("produce", topic_name, stdin="x\n")[0] == 1
+    assert run("produce", topic_name, "--key-separator", "=", stdin="no separator\n")[0] == 1
+
+
+def test_console_script_connects_to_a_running_cluster(ray_cluster):
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster.cluster.address}
+    result = subprocess.run([os.path.join(os.path.dirname(sys.executable), "raylog"),
+                             "cluster", "status"], capture_output=True, text=True, env=env,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "controller on node" in result.stdout
+
+
+@pytest.mark.parametrize("argv", [["topics", "list"], ["cluster", "status"]])
+def test_without_a_cluster_it_says_so(argv):
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    result = subprocess.run([os.path.join(os.path.dirname(sys.executable), "raylog"),
+                             "--address", "127.0.0.1:1", *argv],
+                            capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 1
+    assert "no Ray cluster at '127.0.0.1:1'" in result.stderr
+    assert "ray up cluster.yaml" in result.stderr

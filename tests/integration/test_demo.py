@@ -1,0 +1,29 @@
+"""``raylog demo`` runs to completion: on the session's cluster and on its own."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+
+from raylog.demo import run_demo
+
+
+def test_demo_on_a_running_cluster(ray_cluster):
+    out = io.StringIO()
+    assert run_demo(services=3, records_per_service=3000, partitions=6, out=out) == 0, \
+        out.getvalue()
+    assert "OK: every record arrived exactly once" in out.getvalue()
+
+
+def test_demo_command_starts_its_own_embedded_cluster():
+    result = subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "raylog"), "demo", "--embedded",
+         "--services", "2", "--records", "2000"],
+        capture_output=True, text=True, timeout=300,
+        env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "on an embedded local cluster" in result.stdout
+    assert "OK: every record arrived exactly once, in order within its partition" in \
+        result.stdout
