@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 
 from raylog.client.types import RecordMetadata
 from raylog.errors import RequestTimeoutError
+
+logger = logging.getLogger(__name__)
+
+def _run_callback(callback: Callable[[], None]) -> None:
+    """Run a user's callback; its error is logged, never raised into the producer."""
+    try:
+        callback()
+    except Exception:
+        logger.exception("a record future's callback raised")
+
 
 # Guards callback lists against a result completing while a callback is being added.
 _callbacks_lock = threading.Lock()
@@ -36,7 +47,7 @@ class BatchResult:
             self._done.set()
             callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:
-            callback()
+            _run_callback(callback)
 
     def done(self) -> bool:
         return self._done.is_set()
@@ -52,7 +63,7 @@ class BatchResult:
             if not self._done.is_set():
                 self._callbacks.append(callback)
                 return
-        callback()
+        _run_callback(callback)
 
 
 class RecordFuture:
@@ -76,13 +87,10 @@ class RecordFuture:
         return RecordMetadata(batch.topic, batch.partition, offset, self._timestamp)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        try:
-            self.result(timeout)
-        except RequestTimeoutError:
-            raise
-        except BaseException as e:
-            return e
-        return None
+        """The error that failed the record's batch, or None; waits up to ``timeout`` s."""
+        if not self._batch._done.wait(timeout):
+            raise RequestTimeoutError(f"no acknowledgement within {timeout} s")
+        return self._batch.error
 
     def add_done_callback(self, fn: Callable[[RecordFuture], None]) -> None:
         self._batch.on_done(lambda: fn(self))

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import dataclasses
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -27,7 +29,7 @@ from raylog.errors import (
 )
 from raylog.partitioner import StickyPartitioner, key_partition
 from raylog.records import BatchBuilder, Codec, encode
-from raylog.records.builder import BATCH_OVERHEAD
+from raylog.records.builder import BATCH_OVERHEAD, record_size
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +42,7 @@ class ProducerConfig:
     """Producer settings, checked when built; names as Kafka's with ``_`` for ``.``."""
 
     acks: int | str = 1                  # 0: don't wait; 1: leader wrote it; "all": ISR has it
-    batch_size: int = 1 << 20            # bytes per batch (one actor call per batch)
+    batch_size: int = 4 << 20            # bytes per batch (one actor call per batch)
     linger_ms: int = 5                   # wait this long for a batch to fill before sending
     compression_type: str = "lz4"        # "lz4" or "none"
     buffer_memory: int = 64 << 20        # bytes of sealed, unacknowledged batches; send blocks
@@ -51,7 +53,8 @@ class ProducerConfig:
     max_in_flight_requests_per_partition: int = 5
 
     def __post_init__(self) -> None:
-        if self.acks not in (0, 1, -1, "all", "0", "1", "-1"):
+        if type(self.acks) not in (int, str) or self.acks not in (0, 1, -1, "all", "0", "1",
+                                                                   "-1"):
             raise InvalidConfigError(f"acks must be 0, 1 or 'all', got {self.acks!r}")
         acks = {"0": 0, "1": 1, "-1": "all", -1: "all"}.get(self.acks, self.acks)
         object.__setattr__(self, "acks", acks)
@@ -122,6 +125,7 @@ class Producer:
         self._delivery_timeout_s = self.config.delivery_timeout_ms / 1000
         self._topics: dict[str, TopicMetadata] = {}
         self._sticky = StickyPartitioner()
+        self._sticky_open: dict[str, _Batch] = {}  # topic -> open batch of its sticky partition
         self._open: dict[tuple[str, int], _Batch] = {}
         self._ready: collections.deque[_Batch] = collections.deque()
         self._in_flight: dict[ray.ObjectRef, _Batch] = {}
@@ -131,6 +135,8 @@ class Producer:
         self._wake = threading.Condition(self._lock)
         self._closed = False
         self._stopping = False
+        self._encode_pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._submitting = threading.Lock()  # held by the one thread submitting batches
         self._sender = threading.Thread(target=self._run, name="raylog-producer-sender",
                                         daemon=True)
         self._sender.start()
@@ -155,36 +161,52 @@ class Producer:
             raise ClientClosedError("send() on a closed producer")
         if timestamp is None:
             timestamp = time.time_ns() // 1_000_000
+        if partition is None and key is None and self._partitioner is None:
+            # Fast path: a keyless record joins its topic's open sticky batch, if it fits.
+            with self._lock:
+                batch = self._sticky_open.get(topic)
+                if batch is not None:
+                    count = batch.builder.append_value(timestamp, value) if headers is None \
+                        else batch.builder.append(timestamp, None, value, headers)
+                    if count:
+                        return RecordFuture(batch.result, count - 1, timestamp)
         meta = self._topics.get(topic) or self._topic(topic)
-        count = len(meta.partitions)
+        partitions = len(meta.partitions)
         if partition is None:
             if self._partitioner is not None:
-                partition = self._partitioner(key, count)
-                if type(partition) is not int or not 0 <= partition < count:
+                partition = self._partitioner(key, partitions)
+                if type(partition) is not int or not 0 <= partition < partitions:
                     raise UnknownPartitionError(
                         f"partitioner chose {partition!r} for topic {topic!r} with "
-                        f"{count} partitions")
+                        f"{partitions} partitions")
             elif key is not None:
-                partition = key_partition(key, count)
-        elif type(partition) is not int or not 0 <= partition < count:
+                partition = key_partition(key, partitions)
+        elif type(partition) is not int or not 0 <= partition < partitions:
             raise UnknownPartitionError(
-                f"topic {topic!r} has partitions 0..{count - 1}, not {partition!r}")
-        if value is not None and len(value) + (len(key) if key else 0) > self._max_record:
-            raise RecordTooLargeError(
-                f"record of {len(value)} bytes exceeds max_request_size="
-                f"{self.config.max_request_size}")
+                f"topic {topic!r} has partitions 0..{partitions - 1}, not {partition!r}")
         with self._lock:
-            if partition is None:  # keyless: the sticky partition, under the lock
-                partition = self._sticky.partition(topic, count)
+            sticky = partition is None
+            if sticky:
+                partition = self._sticky.partition(topic, partitions)
             batch = self._open.get((topic, partition))
-            if batch is None:
+            count = batch.builder.append(timestamp, key, value, headers) if batch else 0
+            sealed = False
+            if not count:
+                if batch is not None:
+                    self._seal(batch)
+                    sealed = True
+                if record_size(key, value, headers) > self._max_record:
+                    raise RecordTooLargeError(
+                        f"record of {record_size(key, value, headers)} bytes exceeds "
+                        f"max_request_size={self.config.max_request_size}")
                 batch = self._new_batch(topic, partition)
-            if not batch.builder.append(timestamp, key, value, headers):
-                self._seal(batch)
-                batch = self._new_batch(topic, partition)
-                batch.builder.append(timestamp, key, value, headers)
-            index = len(batch.builder) - 1
-        return RecordFuture(batch.result, index, timestamp)
+                count = batch.builder.append(timestamp, key, value, headers)
+            if sticky:
+                self._sticky_open[topic] = batch
+        if sealed:
+            self._submit_ready()
+            self._collect(0)
+        return RecordFuture(batch.result, count - 1, timestamp)
 
     def send_batch(self, topic: str, table: pa.Table | pa.RecordBatch, *,
                    partition: int | None = None) -> TableFuture:
@@ -203,15 +225,24 @@ class Producer:
             pieces = split_for_partitions(table, meta.num_partitions, self.config.batch_size,
                                           partition=partition, sticky=self._sticky,
                                           topic=topic)
+        # LZ4 and Arrow's IPC writer release the GIL: encode the batches in parallel.
+        encoded = self._encoder().map(lambda piece: encode(piece[1], codec=self._codec), pieces)
         results = []
-        for part, columns in pieces:
+        for (part, columns), data in zip(pieces, encoded, strict=True):
             result = BatchResult(topic, part, columns.num_rows)
             batch = _Batch(topic, part, None, result, self._delivery_timeout_s)
-            batch.data = encode(columns, codec=self._codec)
+            batch.data = data
             results.append(result)
             with self._lock:
                 self._enqueue(batch)
+            self._submit_ready()
         return TableFuture(results)
+
+    def _encoder(self) -> concurrent.futures.ThreadPoolExecutor:
+        if self._encode_pool is None:
+            self._encode_pool = concurrent.futures.ThreadPoolExecutor(
+                max_workers=min(4, os.cpu_count() or 1), thread_name_prefix="raylog-encode")
+        return self._encode_pool
 
     def _new_batch(self, topic: str, partition: int) -> _Batch:
         batch = _Batch(topic, partition, BatchBuilder(self.config.batch_size, self._codec),
@@ -219,22 +250,29 @@ class Producer:
         self._open[(topic, partition)] = batch
         return batch
 
-    def _seal(self, batch: _Batch) -> None:
-        """Move an open batch to the ready queue (lock held)."""
+    def _seal(self, batch: _Batch, block: bool = True) -> None:
+        """Move an open batch to the ready queue (lock held). With ``block``, wait while
+        buffer_memory is full (a caller's send); the sender thread never waits, since only
+        it may be there to free the memory."""
         del self._open[(batch.topic, batch.partition)]
+        if self._sticky_open.get(batch.topic) is batch:
+            del self._sticky_open[batch.topic]
         batch.result.count = len(batch.builder)
         self._sticky.next_batch(batch.topic, len(self._topics[batch.topic].partitions),
                                 batch.partition)
-        self._enqueue(batch)
+        self._enqueue(batch, block)
 
-    def _enqueue(self, batch: _Batch) -> None:
+    def _enqueue(self, batch: _Batch, block: bool = True) -> None:
         size = batch.builder.estimated_size if batch.data is None else len(batch.data)
         deadline = time.monotonic() + self.config.max_block_ms / 1000
-        while self._buffered_bytes + size > self.config.buffer_memory and self._buffered_bytes:
+        while block and self._buffered_bytes + size > self.config.buffer_memory and \
+                self._buffered_bytes:
             if not self._wake.wait(deadline - time.monotonic()):
-                raise RequestTimeoutError(
+                error = RequestTimeoutError(
                     f"buffer_memory={self.config.buffer_memory} stayed full for "
                     f"max_block_ms={self.config.max_block_ms}")
+                batch.result.complete(-1, error)  # its records fail with the send
+                raise error
         batch.buffered = size
         self._buffered_bytes += size
         self._ready.append(batch)
@@ -246,11 +284,15 @@ class Producer:
         with self._lock:
             for batch in list(self._open.values()):
                 self._seal(batch)
-            while self._ready or self._in_flight:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise RequestTimeoutError(f"flush did not finish within {timeout} s")
-                self._wake.wait(remaining)
+        while True:
+            with self._lock:
+                if not self._ready and not self._in_flight:
+                    return
+            remaining = 0.01 if deadline is None else min(deadline - time.monotonic(), 0.01)
+            if remaining <= 0:
+                raise RequestTimeoutError(f"flush did not finish within {timeout} s")
+            self._submit_ready()
+            self._collect(remaining)
 
     def close(self, timeout: float | None = None) -> None:
         """Flush, stop the sender thread and refuse further sends. Idempotent."""
@@ -264,6 +306,8 @@ class Producer:
                 self._stopping = True
                 self._wake.notify_all()
             self._sender.join(timeout=10)
+            if self._encode_pool is not None:
+                self._encode_pool.shutdown(wait=False)
 
     def __enter__(self) -> Producer:
         return self
@@ -271,7 +315,13 @@ class Producer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- the sender thread -----------------------------------------------------------------------
+    # -- sending -----------------------------------------------------------------------------
+    #
+    # Sealed batches are submitted by whichever thread gets there first: the caller's thread
+    # right after send() sealed a batch (so a busy producer encodes and submits without
+    # handing the GIL to another thread for every batch), or the sender thread, which wakes
+    # every linger_ms to seal lingering batches and collect acknowledgements while the
+    # caller is idle. One thread submits at a time, so a partition's batches go in order.
 
     def _run(self) -> None:
         try:
@@ -288,13 +338,11 @@ class Producer:
                     return
                 now = time.monotonic()
                 for batch in [b for b in self._open.values() if now - b.created >= linger_s]:
-                    self._seal(batch)
-                sendable = self._take_sendable(now)
-                if not sendable and not self._in_flight:
+                    self._seal(batch, block=False)
+                if not self._ready and not self._in_flight:
                     self._wake.wait(linger_s if self._open else 0.05)
                     continue
-            for batch in sendable:
-                self._submit(batch)
+            self._submit_ready()
             self._collect(min(linger_s, 0.005) if self._open or self._ready else 0.05)
 
     def _abandon(self, error: BaseException) -> None:
@@ -325,13 +373,25 @@ class Producer:
         self._ready = kept
         return out
 
-    def _submit(self, batch: _Batch) -> None:
-        """Encode (once) and send one batch to its leader (sender thread, no lock)."""
-        if batch.data is None:
-            batch.data = batch.builder.build()
-            batch.builder = None
-        batch.attempts += 1
+    def _submit_ready(self) -> None:
+        """Encode and submit the sendable batches, unless another thread is doing it."""
+        if not self._submitting.acquire(blocking=False):
+            return
         try:
+            with self._lock:
+                sendable = self._take_sendable(time.monotonic())
+            for batch in sendable:
+                self._submit(batch)
+        finally:
+            self._submitting.release()
+
+    def _submit(self, batch: _Batch) -> None:
+        """Encode (once) and send one batch to its leader."""
+        try:
+            if batch.data is None:
+                batch.data = batch.builder.build()
+                batch.builder = None
+            batch.attempts += 1
             meta = self._topics.get(batch.topic) or self._topic(batch.topic)
             target = meta.partitions[batch.partition]
             ref = target.leader_client().append(batch.data, self.config.acks,
@@ -346,21 +406,23 @@ class Producer:
             self._in_flight[ref] = batch
 
     def _collect(self, timeout: float) -> None:
+        """Complete the batches whose appends finished (waiting up to ``timeout`` s)."""
         refs = list(self._in_flight)
         if not refs:
             return
-        done, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        done, _ = ray.wait(refs, num_returns=1, timeout=timeout)
+        if done and len(refs) > 1:
+            done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         for ref in done:
-            batch = self._in_flight[ref]
+            with self._lock:
+                batch = self._in_flight.pop(ref, None)
+            if batch is None:
+                continue  # the other thread collected it
             try:
                 info = resolve(ref)
             except Exception as e:  # every failure ends in the batch's future
-                with self._lock:
-                    del self._in_flight[ref]
                 self._failed(batch, e)
                 continue
-            with self._lock:
-                del self._in_flight[ref]
             self._finish(batch, info.base_offset, None)
 
     def _failed(self, batch: _Batch, error: Exception) -> None:

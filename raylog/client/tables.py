@@ -28,18 +28,23 @@ def _column(table: pa.Table, name: str, cast_to: pa.DataType) -> pa.ChunkedArray
 def _timestamps(table: pa.Table) -> pa.ChunkedArray:
     now = time.time_ns() // 1_000_000
     if "timestamp" not in table.column_names:
-        return pa.chunked_array([np.full(table.num_rows, now, dtype=np.int64)])
+        return pa.chunked_array([np.full(table.num_rows, now, dtype=np.int64)], pa.int64())
     column = table.column("timestamp")
-    if pa.types.is_timestamp(column.type):
-        column = column.cast(pa.timestamp("ms")).cast(pa.int64())
-    elif pa.types.is_integer(column.type):
-        column = column.cast(pa.int64())
-    else:
-        raise InvalidRecordError(
-            f"column 'timestamp' must hold ms since the epoch or timestamps, got {column.type}")
+    try:
+        if pa.types.is_timestamp(column.type):
+            # Records carry milliseconds: finer timestamps (pandas' ns) are cut to whole ms.
+            column = column.cast(pa.timestamp("ms"), safe=False).cast(pa.int64())
+        elif pa.types.is_integer(column.type):
+            column = column.cast(pa.int64())
+        else:
+            raise InvalidRecordError(
+                f"column 'timestamp' must hold ms since the epoch or timestamps, "
+                f"got {column.type}")
+    except pa.ArrowInvalid as e:
+        raise InvalidRecordError(f"column 'timestamp' does not fit int64 ms: {e}") from e
     if column.null_count:
         column = column.fill_null(now)
-    if pc.min(column).as_py() < 0:
+    if len(column) and pc.min(column).as_py() < 0:
         raise InvalidRecordError("column 'timestamp' has negative values")
     return column
 
@@ -87,10 +92,14 @@ def _chunks(payload: pa.Table, batch_size: int) -> list[pa.Table]:
     """Consecutive slices whose records fit one batch of ``batch_size`` bytes each."""
     capacity = batch_capacity(batch_size)
     ends = np.cumsum(_row_sizes(payload))
+    # Arrow's IPC writer writes a sliced list column's whole child offsets: copy the rows
+    # of each chunk out when there are headers, so a batch carries only its own.
+    has_headers = bool(len(pc.list_flatten(payload.column("headers"))))
     out, start, base = [], 0, 0
     while start < payload.num_rows:
         end = max(int(np.searchsorted(ends, base + capacity, "right")), start + 1)
-        out.append(payload.slice(start, end - start))
+        out.append(payload.take(pa.array(np.arange(start, end))) if has_headers
+                   else payload.slice(start, end - start))
         base = int(ends[end - 1])
         start = end
     return out

@@ -74,7 +74,7 @@ class BatchBuilder:
 
     >>> b = BatchBuilder(max_bytes=1 << 20)
     >>> b.append(1700000000000, b"user-1", b"clicked")
-    True
+    1
     >>> batch = b.build()
     """
 
@@ -118,8 +118,9 @@ class BatchBuilder:
         return not self._values or self._size + record_size(key, value, headers) <= self._capacity
 
     def append(self, timestamp: int, key: bytes | None, value: bytes | None,
-               headers: Sequence[tuple[str, bytes]] | None = None) -> bool:
-        """Add a record; return False, adding nothing, when the batch is full.
+               headers: Sequence[tuple[str, bytes]] | None = None) -> int:
+        """Add a record; return how many records the batch now holds (so the new record's
+        index is that minus one), or 0, adding nothing, when the batch is full.
 
         An empty builder always accepts a record, however large.
         """
@@ -139,13 +140,28 @@ class BatchBuilder:
             size = self._size + record_size(key, value, headers)
             self._any_headers = True
         if size > self._capacity and self._values:
-            return False
+            return 0
         self._size = size
         self._timestamps.append(timestamp)
         self._keys.append(key)
         self._values.append(value)
         self._headers.append(headers or None)
-        return True
+        return len(self._values)
+
+    def append_value(self, timestamp: int, value: bytes) -> int:
+        """:meth:`append` for the commonest record: no key, no headers, and a timestamp the
+        caller made itself (so it is not checked). The producer's hot path."""
+        if type(value) is not bytes:
+            return self.append(timestamp, None, value)
+        size = self._size + RECORD_OVERHEAD + len(value)
+        if size > self._capacity and self._values:
+            return 0
+        self._size = size
+        self._timestamps.append(timestamp)
+        self._keys.append(None)
+        self._values.append(value)
+        self._headers.append(None)
+        return len(self._values)
 
     def columns(self) -> pa.RecordBatch:
         """The accumulated records as payload columns (PAYLOAD_SCHEMA)."""
@@ -154,10 +170,11 @@ class BatchBuilder:
             pa.array([h or [] for h in self._headers], HEADERS_TYPE)
             if self._any_headers else empty_headers(n)
         )
+        keys = self._keys
         return pa.RecordBatch.from_arrays(
             [
                 pa.array(self._timestamps, pa.int64()),
-                pa.array(self._keys, pa.binary()),
+                pa.array(keys, pa.binary()) if keys.count(None) < n else pa.nulls(n, pa.binary()),
                 pa.array(self._values, pa.binary()),
                 headers,
             ],
@@ -177,5 +194,4 @@ class BatchBuilder:
             producer_epoch=producer_epoch,
             base_sequence=base_sequence,
             first_timestamp=self._timestamps[0],
-            max_timestamp=max(self._timestamps),
         )

@@ -97,7 +97,9 @@ def encode(
         writer.write(columns)
     payload = sink.getvalue()
     if codec == Codec.LZ4:
-        payload = lz4.frame.compress(payload, compression_level=0, store_size=True)
+        # Independent blocks compress faster than linked ones at the same ratio here.
+        payload = lz4.frame.compress(payload, compression_level=0, store_size=True,
+                                     block_linked=False)
     elif codec != Codec.NONE:
         raise ValueError(f"unknown codec {codec!r}")
     attributes = int(codec) | (int(timestamp_type) << 3) | (EXPLICIT_OFFSETS_BIT if explicit else 0)

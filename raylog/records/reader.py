@@ -75,10 +75,11 @@ def record_columns(header: BatchHeader, payload: pa.Table, start_offset: int | N
         offset_values = offsets.tolist()
     else:
         offset_values = range(header.base_offset + lo, header.base_offset + hi)
+    keys = payload.column(1)
     return [
         offset_values,
-        payload.column(0).to_pylist(),
-        payload.column(1).to_pylist(),
+        payload.column(0).to_numpy().tolist(),
+        [None] * (hi - lo) if keys.null_count == len(keys) else keys.to_pylist(),
         payload.column(2).to_pylist(),
         _python_headers(payload.column(3), hi - lo),
     ]
