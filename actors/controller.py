@@ -17,6 +17,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from actors.groups import GroupService
 from actors.replica import ReplicaActor
 from raylog.cluster_names import (
     BROKER_RESOURCE,
@@ -57,7 +58,7 @@ def _check_count(what: str, value: object, error: type[Exception]) -> int:
 
 
 @ray.remote(num_cpus=0)
-class ControllerActor:
+class ControllerActor(GroupService):
     """Holds a MetadataState rebuilt from its MetadataStore, and handles to replica actors.
 
     Metadata changes take ``_lock`` so events are persisted and applied one at a time; reads
@@ -73,6 +74,7 @@ class ControllerActor:
         self.replicas: dict[ReplicaKey, ray.actor.ActorHandle] = {}
         self._lock = asyncio.Lock()
         self._loop: asyncio.Task | None = None
+        self._init_groups()
         logger.info("controller on %s replayed %d events, %d topics", self.node_id,
                     self.state.applied, len(self.state.topics))
 
@@ -99,7 +101,10 @@ class ControllerActor:
             await asyncio.sleep(RECONCILE_INTERVAL_S)
 
     async def _reconcile(self) -> None:
-        """Make sure every assigned replica on a live node has an actor."""
+        """Make sure every assigned replica on a live node has an actor; expire members of
+        consumer groups whose session timed out."""
+        if self._groups_loaded is not None and self._groups_loaded.done():
+            await self._expire_members()
         alive = set(live_brokers())
         for topic in list(self.state.topics.values()):
             for p in topic.partitions:
@@ -146,6 +151,15 @@ class ControllerActor:
             raise InvalidTopicError(f"topic names starting with '__' are internal: {name!r}")
         _check_count("partitions", partitions, InvalidPartitionsError)
         _check_count("replication factor", replication_factor, InvalidReplicationFactorError)
+        brokers = live_brokers()
+        if replication_factor > len(brokers):
+            raise InvalidReplicationFactorError(
+                f"replication factor {replication_factor} is larger than the number of live "
+                f"broker nodes ({len(brokers)})")
+        if replication_factor > 1:
+            raise InvalidReplicationFactorError(
+                f"replication factor {replication_factor}: followers do not replicate yet, "
+                f"so only 1 is accepted until replication lands")
         normalized = normalize_configs(configs)
         async with self._lock:
             if name in self.state.topics:
@@ -157,12 +171,14 @@ class ControllerActor:
                                                     normalized))
         topic = self.state.topic(name)
         await self._start_replicas(topic, range(partitions))
+        self.groups.topics_changed(self._existing_topics())
         return self._describe(topic)
 
     async def delete_topic(self, name: str) -> None:
         async with self._lock:
             topic = self.state.topic(name)
             await self._commit(events.topic_deleted(name))
+        self.groups.topics_changed(self._existing_topics())
         for p in topic.partitions:
             for node in p.replicas:
                 handle = self.replicas.pop((name, p.partition, node), None)
@@ -194,6 +210,7 @@ class ControllerActor:
                                          topic.replication_factor, existing)
             await self._commit(events.partitions_added(name, assignment))
         await self._start_replicas(topic, range(current, total))
+        self.groups.topics_changed(self._existing_topics())
         return self._describe(topic)
 
     async def alter_configs(self, name: str, set_configs: dict[str, Any] | None = None,

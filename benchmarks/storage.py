@@ -8,17 +8,9 @@ Run from the repository root::
 full run (10 million records) takes a few minutes. The script prints a Markdown table and
 writes JSON (default ``benchmarks/results/storage.json``).
 
-Data: every record is a 100-byte JSON page view with no key, for example (one line)::
-
-    {"page":"/p/00001","user":40785657,"service":"web-7","ms":  41,"status":200,
-     "sid":"e926a5fdbc79761"}
-
-``page`` is Zipf-distributed over 100,000 pages (popular pages repeat), ``user`` is uniform
-over 8-digit ids, ``service`` one of ten, ``ms`` log-normal (median 55, right-justified with
-spaces, which JSON allows, so every record is exactly 100 bytes), ``status`` mostly 200, and
-``sid`` random hex filling the rest. Values vary per record, so LZ4 does real work. Timestamps
-increase by 1 ms per record from a fixed recent time. Values and timestamps are generated
-before any timing (seeded, so every run encodes the same bytes).
+Data: the 100-byte JSON page views of ``common.py`` (seeded, so every run encodes the same
+bytes), with timestamps increasing by 1 ms per record from a fixed recent time, all generated
+before any timing.
 
 Measurements (each: one warm-up, then the best and the median of N timed repetitions,
 ``time.perf_counter``). The garbage collector stays on, as in a real process, but the
@@ -45,11 +37,7 @@ would walk its millions of list entries and charge the benchmark's own heap to r
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import dataclasses
-import gc
-import json
 import os
 import platform
 import shutil
@@ -57,12 +45,10 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import crc32c
-import lz4
 import numpy as np
 import pyarrow as pa
 
@@ -70,15 +56,32 @@ from raylog.records import PAYLOAD_SCHEMA, BatchBuilder, parse_header, read_reco
 from raylog.records.payload import empty_headers, encode
 from raylog.storage import LogConfig, PartitionLog
 
-RECORD_BYTES = 100
+from common import (
+    DATA_DESCRIPTION,
+    FIRST_TIMESTAMP_MS,
+    MB,
+    RECORD_BYTES,
+    RESULTS_DIR,
+    Timing,
+    binary_array,
+    generate_values,
+    input_frozen,
+    machine_info,
+    markdown_table,
+    measure,
+    parse_args,
+    rate_figures,
+    result_document,
+    split_values,
+    target_cells,
+    timed,
+    write_json,
+)
+
 BATCH_MAX_BYTES = 1 << 20
 SEGMENT_BYTES = 256 << 20
 READ_MAX_BYTES = 1 << 20
-FIRST_TIMESTAMP_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
-SEED = 20260101
-MB = 1_000_000
-DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "storage.json"
-T = TypeVar("T")
+DEFAULT_JSON = RESULTS_DIR / "storage.json"
 
 TARGETS = {  # figure -> minimum for this (2-core) machine
     "encode_records_per_s": 3_000_000,
@@ -100,108 +103,7 @@ QUICK = Mode("quick", records=1_500_000, repetitions=3, append_rounds=9)
 FULL = Mode("full", records=10_000_000, repetitions=3, append_rounds=7)
 
 
-@dataclasses.dataclass
-class Timing:
-    """Seconds of each timed repetition of one measurement over ``amount`` units of work."""
-
-    amount: float
-    seconds: list[float]
-
-    @property
-    def best_rate(self) -> float:
-        return self.amount / min(self.seconds)
-
-    @property
-    def median_rate(self) -> float:
-        return self.amount / statistics.median(self.seconds)
-
-
-def timed(fn: Callable[[], T]) -> tuple[float, T]:
-    """Seconds ``fn`` takes, and what it returned."""
-    gc.collect()
-    start = time.perf_counter()
-    result = fn()
-    return time.perf_counter() - start, result
-
-
-def measure(fn: Callable[[], T], amount: float, repetitions: int) -> tuple[Timing, T]:
-    """Run ``fn`` once to warm up, then ``repetitions`` times under the timer.
-
-    Returns the timings and what the last run returned. Each run's result is freed before
-    the next run starts, outside the clock, so every run starts with the same memory in use.
-    """
-    seconds, result = [], fn()
-    for _ in range(repetitions):
-        del result
-        elapsed, result = timed(fn)
-        seconds.append(elapsed)
-    return Timing(amount, seconds), result
-
-
 # -- data ------------------------------------------------------------------------------------
-
-# Literal bytes and (field, width) slots; "sid" takes whatever width makes RECORD_BYTES.
-_LAYOUT: list[bytes | tuple[str, int]] = [
-    b'{"page":"/p/', ("page", 5), b'","user":', ("user", 8), b',"service":"web-',
-    ("service", 1), b'","ms":', ("ms", 4), b',"status":', ("status", 3), b',"sid":"',
-    ("sid", 0), b'"}',
-]
-_HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
-DATA_DESCRIPTION = (
-    f"{RECORD_BYTES}-byte JSON page views, no key, no headers, timestamps +1 ms per record from "
-    f"{FIRST_TIMESTAMP_MS}; page Zipf(1.3) over 100,000 ids, user uniform 8-digit, service "
-    "web-0..9, ms log-normal (median 55) space-padded, status 200/304/404/500 at "
-    f"90/6/3/1 %, sid random hex to fill; numpy seed {SEED}"
-)
-
-
-def _slots() -> tuple[np.ndarray, dict[str, tuple[int, int]]]:
-    """The record template and each field's (start, width) in it."""
-    fixed = sum(len(p) if isinstance(p, bytes) else p[1] for p in _LAYOUT)
-    template, slots = bytearray(), {}
-    for part in _LAYOUT:
-        if isinstance(part, bytes):
-            template += part
-            continue
-        name, width = part
-        width = width or RECORD_BYTES - fixed
-        slots[name] = (len(template), width)
-        template += b"0" * width
-    if len(template) != RECORD_BYTES:
-        raise ValueError(f"record layout makes {len(template)} bytes, not {RECORD_BYTES}")
-    return np.frombuffer(bytes(template), np.uint8), slots
-
-
-def _put_digits(rows: np.ndarray, start: int, width: int, numbers: np.ndarray,
-                fill: str) -> None:
-    """Write ``numbers`` right-justified in ``width`` columns, ``fill`` before the digits."""
-    for k in range(width):
-        digit = (ord("0") + (numbers // 10**k) % 10).astype(np.uint8)
-        if k:
-            digit[numbers < 10**k] = ord(fill)
-        rows[:, start + width - 1 - k] = digit
-
-
-def generate_values(n: int, seed: int = SEED) -> np.ndarray:
-    """``n`` page-view records as an (n, RECORD_BYTES) uint8 array, one record per row."""
-    rng = np.random.default_rng(seed)
-    template, slots = _slots()
-    rows = np.tile(template, (n, 1))
-    fields = {
-        "page": rng.zipf(1.3, n) % 100_000,
-        "user": rng.integers(10_000_000, 100_000_000, n),
-        "service": rng.integers(0, 10, n),
-        "ms": np.clip(rng.lognormal(4.0, 1.0, n), 1, 9999).astype(np.int64),
-        "status": rng.choice([200, 304, 404, 500], n, p=[0.9, 0.06, 0.03, 0.01]),
-    }
-    for name, numbers in fields.items():
-        start, width = slots[name]
-        # Page ids are strings and keep their zeros; JSON numbers get leading spaces.
-        _put_digits(rows, start, width, numbers, "0" if name == "page" else " ")
-    start, width = slots["sid"]
-    rows[:, start:start + width] = _HEX[rng.integers(0, 16, (n, width), dtype=np.uint8)]
-    return rows
-
 
 @dataclasses.dataclass
 class Dataset:
@@ -215,7 +117,7 @@ class Dataset:
     def generate(cls, n: int) -> Dataset:
         flat = generate_values(n).tobytes()
         rows = np.frombuffer(flat, np.uint8).reshape(n, RECORD_BYTES)  # a view: no third copy
-        values = [flat[i:i + RECORD_BYTES] for i in range(0, len(flat), RECORD_BYTES)]
+        values = split_values(flat)
         timestamps = list(range(FIRST_TIMESTAMP_MS, FIRST_TIMESTAMP_MS + n))
         return cls(rows, values, timestamps)
 
@@ -225,9 +127,7 @@ class Dataset:
     def record_batch(self, lo: int, hi: int) -> pa.RecordBatch:
         """Records [lo, hi) as payload columns, sharing the value bytes with ``rows``."""
         n = hi - lo
-        offsets = np.arange(0, (n + 1) * RECORD_BYTES, RECORD_BYTES, dtype=np.int32)
-        values = pa.Array.from_buffers(
-            pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(self.rows[lo:hi])])
+        values = binary_array(self.rows[lo:hi])
         timestamps = pa.array(np.arange(self.timestamps[lo], self.timestamps[lo] + n))
         return pa.RecordBatch.from_arrays(
             [timestamps, pa.nulls(n, pa.binary()), values, empty_headers(n)],
@@ -368,35 +268,6 @@ def check_reads(log: PartitionLog, data: Dataset) -> None:
 
 # -- report ----------------------------------------------------------------------------------
 
-def machine_info() -> dict[str, Any]:
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f
-                        if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return {
-        "cpu_count": os.cpu_count(),
-        "cpu_model": cpu,
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "pyarrow": pa.__version__,
-        "numpy": np.__version__,
-        "lz4": lz4.__version__,
-        "crc32c_hardware": bool(getattr(crc32c, "hardware_based", False)),
-    }
-
-
-def rate_figures(name: str, timing: Timing) -> dict[str, float]:
-    return {name: timing.best_rate, f"{name}_median": timing.median_rate}
-
-
-def targets_report(figures: dict[str, float]) -> dict[str, dict[str, Any]]:
-    return {name: {"target": target, "value": figures[name], "met": figures[name] >= target}
-            for name, target in TARGETS.items()}
-
-
 ROWS = [  # (figure, label, unit, scale)
     ("encode_records_per_s", "(a) encode, per-record BatchBuilder", "M records/s", 1e-6),
     ("encode_columnar_records_per_s", "(a) encode, columnar payload.encode", "M records/s",
@@ -409,17 +280,14 @@ ROWS = [  # (figure, label, unit, scale)
 ]
 
 
-def markdown_table(figures: dict[str, float], targets: dict[str, dict[str, Any]]) -> str:
-    lines = ["| measurement | best | median | unit | target | met |",
-             "| --- | ---: | ---: | --- | ---: | --- |"]
+def table(result: dict[str, Any]) -> str:
+    rows = []
     for name, label, unit, scale in ROWS:
-        target, met = "-", "-"
-        if name in targets:
-            target = f">= {targets[name]['target'] * scale:,.2f}"
-            met = "met" if targets[name]["met"] else "NOT MET"
-        best, median = figures[name] * scale, figures[f"{name}_median"] * scale
-        lines.append(f"| {label} | {best:,.2f} | {median:,.2f} | {unit} | {target} | {met} |")
-    return "\n".join(lines)
+        best, median = result[name] * scale, result[f"{name}_median"] * scale
+        rows.append([label, f"{best:,.2f}", f"{median:,.2f}", unit,
+                     *target_cells(name, result["targets"], scale)])
+    return markdown_table(["measurement", "best", "median", "unit", "target", "met"], rows,
+                          align="lrrlrl")
 
 
 # -- main ------------------------------------------------------------------------------------
@@ -469,33 +337,16 @@ def measure_all(mode: Mode, data: Dataset, root: Path) -> Measurements:
                         appended.paired_ratios, reading, arrow, batches)
 
 
-@contextlib.contextmanager
-def input_frozen() -> Iterator[None]:
-    """Keep the collector from rescanning the pre-generated input.
-
-    The input (two lists of millions of elements) lives through the whole run; every full
-    collection would walk it, charging the measurements for the benchmark's own heap.
-    """
-    gc.collect()
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
-
-
 def run(mode: Mode, root: Path) -> dict[str, Any]:
     started, load_at_start = time.perf_counter(), os.getloadavg()
     data = Dataset.generate(mode.records)
     with input_frozen():
         measured = measure_all(mode, data, root)
-    figures = measured.figures()
     total_bytes = sum(len(b) for b in measured.batches)
-    return {
-        **figures,
-        "targets": targets_report(figures),
-        "mode": mode.name,
-        "data": {
+    return result_document(
+        measured.figures(), TARGETS, mode=mode.name, started=started,
+        load_at_start=load_at_start, machine=machine_info(),
+        data={
             "description": DATA_DESCRIPTION,
             "example_value": data.values[0].decode(),
             "records": len(data),
@@ -506,45 +357,37 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
             "total_bytes": total_bytes,
             "value_bytes_per_encoded_byte": len(data) * RECORD_BYTES / total_bytes,
         },
-        "config": {
-            "segment_bytes": SEGMENT_BYTES,
-            "retention_ms": None,
-            "read_max_bytes": READ_MAX_BYTES,
-            "temp_dir": str(root),
-            "repetitions": mode.repetitions,
-            "append_rounds": mode.append_rounds,
-            "warmups": 1,
-            "input_gc_frozen": True,
-        },
-        "seconds": measured.seconds(),
-        # The machine is shared: the 1-minute load average says how busy it was.
-        "machine": {**machine_info(), "load_average_1m": {"start": load_at_start[0],
-                                                          "end": os.getloadavg()[0]}},
-        "wall_seconds": time.perf_counter() - started,
-    }
+        sections={
+            "config": {
+                "segment_bytes": SEGMENT_BYTES,
+                "retention_ms": None,
+                "read_max_bytes": READ_MAX_BYTES,
+                "temp_dir": str(root),
+                "repetitions": mode.repetitions,
+                "append_rounds": mode.append_rounds,
+                "warmups": 1,
+                "input_gc_frozen": True,
+            },
+            "seconds": measured.seconds(),
+        })
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--quick", action="store_true",
-                        help=f"{QUICK.records:,} records instead of {FULL.records:,}")
-    parser.add_argument("--json", type=Path, default=DEFAULT_JSON, metavar="PATH",
-                        help=f"where to write the results (default: {DEFAULT_JSON})")
-    args = parser.parse_args(argv)
+    args = parse_args(__doc__, DEFAULT_JSON,
+                      f"{QUICK.records:,} records instead of {FULL.records:,}", argv)
     mode = QUICK if args.quick else FULL
     root = Path(tempfile.mkdtemp(prefix="raylog-bench-"))
     try:
         result = run(mode, root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.json, result)
     data = result["data"]
     print(f"storage benchmark, {mode.name} mode: {data['records']:,} records of "
           f"{RECORD_BYTES} bytes in {data['batches']} batches, {data['total_bytes'] / MB:,.1f} MB "
           f"encoded; {result['machine']['cpu_count']} CPUs, Python {platform.python_version()}, "
           f"pyarrow {pa.__version__}\n")
-    print(markdown_table(result, result["targets"]))
+    print(table(result))
     print(f"\nwrote {args.json} ({result['wall_seconds']:.1f} s)")
     return 0
 

@@ -144,6 +144,51 @@ def cmd_consume(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+# -- groups --------------------------------------------------------------------------------------
+
+def cmd_groups(args: argparse.Namespace, out: TextIO) -> int:
+    from raylog import Admin
+
+    admin = Admin(cluster=_connect(args))
+    if args.action == "list":
+        groups = admin.list_groups()
+        out.write(f"{'group':<30}{'state':<13}{'members':>8}{'generation':>12}\n")
+        for g in groups:
+            out.write(f"{g['group_id']:<30}{g['state']:<13}{g['members']:>8}"
+                      f"{g['generation']:>12}\n")
+    elif args.action == "describe":
+        group = admin.describe_group(args.group)
+        if args.json:
+            _print_json(group, out)
+            return 0
+        out.write(f"group {group['group_id']}: {group['state']}, generation "
+                  f"{group['generation']}, {len(group['members'])} members, total lag "
+                  f"{group['lag']}\n")
+        out.write(f"{'topic':<24}{'partition':>10}{'committed':>11}{'end':>11}{'lag':>9}  "
+                  f"owner\n")
+        for p in group["partitions"]:
+            out.write(f"{p['topic']:<24}{p['partition']:>10}{_dash(p['committed']):>11}"
+                      f"{_dash(p['end_offset']):>11}{_dash(p['lag']):>9}  "
+                      f"{p['owner'] or '-'}\n")
+    elif args.action == "delete":
+        admin.delete_group(args.group)
+        out.write(f"deleted group {args.group}\n")
+    elif args.action == "reset-offsets":
+        to: Any = args.to
+        if args.to.isdigit():
+            to = int(args.to)
+        elif args.to.startswith("timestamp:"):
+            to = {"timestamp": int(args.to.split(":", 1)[1])}
+        moved = admin.reset_offsets(args.group, args.topic, to, args.partitions)
+        for partition, offset in sorted(moved.items()):
+            out.write(f"{args.topic}\t{partition}\t{offset}\n")
+    return 0
+
+
+def _dash(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
 # -- cluster -------------------------------------------------------------------------------------
 
 def cmd_cluster(args: argparse.Namespace, out: TextIO) -> int:
@@ -221,6 +266,22 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument("--timeout-ms", type=int, default=5000,
                          help="stop after this long without records")
 
+    groups = commands.add_parser("groups", help="consumer groups: list, describe, delete, "
+                                                "reset offsets")
+    group_actions = groups.add_subparsers(dest="action", required=True)
+    group_actions.add_parser("list")
+    describe_group = group_actions.add_parser("describe")
+    describe_group.add_argument("group")
+    describe_group.add_argument("--json", action="store_true")
+    delete_group = group_actions.add_parser("delete")
+    delete_group.add_argument("group")
+    reset = group_actions.add_parser("reset-offsets")
+    reset.add_argument("group")
+    reset.add_argument("topic")
+    reset.add_argument("--to", required=True,
+                       help="earliest, latest, an offset, or timestamp:MS")
+    reset.add_argument("--partitions", type=int, nargs="*")
+
     cluster = commands.add_parser("cluster", help="cluster status")
     cluster.add_argument("action", choices=["status"])
     cluster.add_argument("--json", action="store_true")
@@ -249,6 +310,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
             return cmd_consume(args, out)
         if args.command == "cluster":
             return cmd_cluster(args, out)
+        if args.command == "groups":
+            return cmd_groups(args, out)
         if args.command == "start":
             return cmd_start(args, out)
         return cmd_demo(args, out)

@@ -117,3 +117,35 @@ class ActorUnavailableError(RaylogError):
     """A replica or controller actor is dead or restarting; retry after refreshing metadata."""
 
     retriable = True
+
+
+class CommitFailedError(RaylogError):
+    """An offset commit was refused: the committer is not (or no longer) entitled to it."""
+
+
+class UnknownMemberError(CommitFailedError):
+    """The group does not know this member (it left, timed out or died): join again."""
+
+
+class IllegalGenerationError(CommitFailedError):
+    """A commit or request carried a generation older than the member's current one."""
+
+
+class NotPartitionOwnerError(CommitFailedError):
+    """A member committed offsets for a partition it does not own."""
+
+
+class UnknownGroupError(RaylogError):
+    """No consumer group has that id."""
+
+
+class GroupNotEmptyError(RaylogError):
+    """The operation needs a group without active members."""
+
+
+class IllegalStateError(RaylogError):
+    """A client call that does not fit the client's state (e.g. assign while subscribed)."""
+
+
+class NoOffsetForPartitionError(OffsetOutOfRangeError):
+    """A group has no committed offset for a partition and auto_offset_reset is 'none'."""

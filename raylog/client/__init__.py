@@ -4,7 +4,7 @@ from raylog.client.admin import Admin
 from raylog.client.connection import RaylogCluster, init
 from raylog.client.consumer import Consumer, ConsumerConfig
 from raylog.client.producer import Producer, ProducerConfig
-from raylog.client.types import ConsumerRecord, OffsetAndTimestamp, RecordMetadata, TopicPartition
+from raylog.types import ConsumerRecord, OffsetAndTimestamp, RecordMetadata, TopicPartition
 
 __all__ = [
     "Admin",

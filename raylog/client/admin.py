@@ -58,6 +58,36 @@ class Admin:
         """Set and delete (back to default) topic configs; replicas apply them at once."""
         return self._call("alter_configs", name, set_configs, delete_configs, change=True)
 
+    # -- consumer groups --------------------------------------------------------------------------
+
+    def list_groups(self) -> list[dict[str, Any]]:
+        """Every group with committed offsets or members: id, state, members, generation."""
+        return self._call("list_groups")
+
+    def describe_group(self, group_id: str) -> dict[str, Any]:
+        """Members and what they own, and per partition: committed offset, end offset, lag."""
+        return self._call("describe_group", group_id)
+
+    def delete_group(self, group_id: str) -> None:
+        """Forget a group and its committed offsets; it must have no active members."""
+        self._call("delete_group", group_id, change=True)
+
+    def reset_offsets(self, group_id: str, topic: str, to: str | int,
+                      partitions: list[int] | None = None) -> dict[int, int]:
+        """Set a stopped group's committed offsets of ``topic`` to ``"earliest"``,
+        ``"latest"``, the first offset at or after a timestamp (``{"timestamp": ms}``) or an
+        offset (an int). Returns partition -> new offset."""
+        if isinstance(to, dict) and set(to) == {"timestamp"}:
+            spec: Any = int(to["timestamp"])
+        elif isinstance(to, int) and not isinstance(to, bool):
+            spec = ["offset", to]
+        elif to in ("earliest", "latest"):
+            spec = to
+        else:
+            raise ValueError(f"reset to 'earliest', 'latest', an offset or "
+                             f"{{'timestamp': ms}}, got {to!r}")
+        return self._call("reset_offsets", group_id, topic, spec, partitions, change=True)
+
     def cluster_status(self) -> dict[str, Any]:
         return self._call("cluster_status")
 

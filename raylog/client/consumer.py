@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import logging
+import re
 import time
 from collections.abc import Iterable, Iterator
 from itertools import repeat
@@ -13,17 +15,22 @@ import ray
 
 from raylog._gc import gc_paused
 from raylog.client.connection import RaylogCluster, TopicMetadata, default_cluster
+from raylog.client.membership import Membership
 from raylog.client.remote import resolve
-from raylog.client.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 from raylog.errors import (
     ClientClosedError,
+    IllegalGenerationError,
+    IllegalStateError,
     InvalidConfigError,
+    NoOffsetForPartitionError,
     OffsetOutOfRangeError,
     RaylogError,
     UnknownPartitionError,
 )
+from raylog.groups.assignors import ASSIGNORS
 from raylog.records import decode, iter_batches
 from raylog.records.reader import record_columns
+from raylog.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
 logger = logging.getLogger(__name__)
 
@@ -43,20 +50,45 @@ class ConsumerConfig:
     max_poll_records: int = 500            # records one poll returns at most
     max_buffered_records: int = 200_000    # stop prefetching a partition past this
     consumer_timeout_ms: int | None = None  # iteration ends after this long without records
+    group_id: str | None = None            # consumer group for subscribe() and commits
+    client_id: str = "raylog-consumer"
+    enable_auto_commit: bool = True        # commit positions every auto_commit_interval_ms
+    auto_commit_interval_ms: int = 5000
+    session_timeout_ms: int = 10_000       # a silent member leaves the group after this
+    heartbeat_interval_ms: int = 250       # how often a member tells the coordinator
+    partition_assignment_strategy: str = "cooperative_sticky"  # or "range", "round_robin"
 
     def __post_init__(self) -> None:
         if self.auto_offset_reset not in OFFSET_RESETS:
             raise InvalidConfigError(f"auto_offset_reset must be one of {OFFSET_RESETS}, "
                                      f"got {self.auto_offset_reset!r}")
+        if self.partition_assignment_strategy not in ASSIGNORS:
+            raise InvalidConfigError(
+                f"partition_assignment_strategy must be one of {sorted(ASSIGNORS)}, "
+                f"got {self.partition_assignment_strategy!r}")
+        if self.group_id is not None and (not isinstance(self.group_id, str)
+                                          or not self.group_id):
+            raise InvalidConfigError(f"group_id must be a non-empty string, got "
+                                     f"{self.group_id!r}")
+        if type(self.enable_auto_commit) is not bool:
+            raise InvalidConfigError(f"enable_auto_commit must be true or false, got "
+                                     f"{self.enable_auto_commit!r}")
+        if not isinstance(self.client_id, str) or not self.client_id:
+            raise InvalidConfigError(f"client_id must be a non-empty string, got "
+                                     f"{self.client_id!r}")
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            if field.name == "auto_offset_reset" or (
+            if field.name in _NON_NUMERIC or (
                     value is None and field.name == "consumer_timeout_ms"):
                 continue
             minimum = 0 if field.name in ("fetch_max_wait_ms", "consumer_timeout_ms") else 1
             if type(value) is not int or value < minimum:
                 raise InvalidConfigError(f"{field.name} must be an integer >= {minimum}, "
                                          f"got {value!r}")
+
+
+_NON_NUMERIC = {"auto_offset_reset", "group_id", "client_id", "enable_auto_commit",
+                "partition_assignment_strategy"}
 
 
 class _Fetching:
@@ -111,8 +143,13 @@ class Consumer:
         self._cluster = cluster or default_cluster()
         self._topics: dict[str, TopicMetadata] = {}
         self._assigned: dict[TopicPartition, _Fetching] = {}
+        self._paused: set[TopicPartition] = set()
         self._next = 0  # round-robin start among partitions in poll
         self._closed = False
+        self._membership: Membership | None = None
+        self._listener: Any = None
+        self._last_auto_commit = time.monotonic()
+        self._committer: concurrent.futures.ThreadPoolExecutor | None = None
 
     # -- assignment and positions ----------------------------------------------------------------
 
@@ -135,6 +172,9 @@ class Consumer:
     def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
         """Read exactly these partitions (replacing any earlier assignment)."""
         self._check_open()
+        if self._membership is not None:
+            raise IllegalStateError("assign() on a consumer subscribed to a group; "
+                                    "unsubscribe() first")
         wanted = [TopicPartition(*tp) for tp in partitions]
         for tp in wanted:
             count = self._topic(tp.topic).num_partitions
@@ -176,8 +216,9 @@ class Consumer:
     def _reset_position(self, state: _Fetching) -> None:
         reset = self.config.auto_offset_reset
         if reset == "none":
-            raise OffsetOutOfRangeError(
-                f"{state.tp} has no position and auto_offset_reset is 'none'")
+            raise NoOffsetForPartitionError(
+                f"{state.tp} has no position (no committed offset) and auto_offset_reset "
+                f"is 'none'")
         state.reset(self._list_offsets([state.tp], reset)[state.tp][0])
 
     def _list_offsets(self, partitions: list[TopicPartition], spec: str | int
@@ -267,7 +308,7 @@ class Consumer:
         states = list(self._assigned.values())
         for i in range(len(states)):
             state = states[(self._next + i) % len(states)]
-            if not state.buffered:
+            if not state.buffered or state.tp in self._paused:
                 continue
             take = state.buffer[state.index:state.index + max_records - len(out)]
             state.index += len(take)
@@ -289,7 +330,10 @@ class Consumer:
         self._check_open()
         limit = max_records or self.config.max_poll_records
         deadline = time.monotonic() + timeout_ms / 1000
+        self._maybe_auto_commit()
         while True:
+            if self._membership is not None:
+                self._apply_membership()
             self._send_fetches()
             records = self._drain(limit)
             if records:
@@ -321,10 +365,187 @@ class Consumer:
             elif idle_limit is not None and (time.monotonic() - idle_since) * 1000 >= idle_limit:
                 return
 
-    def close(self) -> None:
-        """Stop fetching; further calls raise ClientClosedError. Idempotent."""
-        self._closed = True
+    # -- groups ----------------------------------------------------------------------------------
+
+    def subscribe(self, topics: Iterable[str] | None = None, *, pattern: str | None = None,
+                  listener: Any = None) -> None:
+        """Join the consumer group ``group_id`` for these topics (or a regex ``pattern``).
+
+        The group's coordinator assigns partitions; each is owned by one member at a time.
+        ``listener`` may define ``on_partitions_revoked(partitions)`` (called before a
+        partition is given up: commit there) and ``on_partitions_assigned(partitions)``.
+        Assignment happens inside ``poll``.
+        """
+        self._check_open()
+        if self.config.group_id is None:
+            raise IllegalStateError("subscribe() needs a group_id")
+        if (topics is None) == (pattern is None):
+            raise ValueError("subscribe() takes topics or a pattern, not both or neither")
+        if pattern is not None:
+            re.compile(pattern)
+        names = sorted(set(topics)) if topics is not None else None
+        if self._membership is not None:
+            self.unsubscribe()
         self._assigned = {}
+        self._listener = listener
+        self._membership = Membership(
+            self._cluster.controller, self.config.group_id, self.config.client_id, names,
+            pattern, session_timeout_ms=self.config.session_timeout_ms,
+            heartbeat_interval_ms=self.config.heartbeat_interval_ms,
+            assignor=self.config.partition_assignment_strategy)
+
+    def unsubscribe(self) -> None:
+        """Give up every partition (running the listener) and leave the group."""
+        if self._membership is None:
+            return
+        self._revoke(set(self._assigned))
+        membership, self._membership = self._membership, None
+        membership.close()
+
+    def _listen(self, event: str, partitions: set[TopicPartition]) -> None:
+        callback = getattr(self._listener, event, None)
+        if partitions and callback is not None:
+            callback(sorted(partitions))
+
+    def _revoke(self, partitions: set[TopicPartition]) -> None:
+        if not partitions:
+            return
+        self._listen("on_partitions_revoked", partitions)
+        if self.config.enable_auto_commit:
+            self._commit_positions(partitions)
+        for tp in partitions:
+            self._assigned.pop(tp, None)
+            self._paused.discard(tp)
+
+    def _apply_membership(self) -> None:
+        """Apply what the coordinator said: revoke, then take newly granted partitions."""
+        membership = self._membership
+        owned, revoke, lost = membership.latest()
+        if lost:
+            self._revoke(set(self._assigned))
+            membership.rejoin()
+            owned, revoke, _ = membership.latest()
+        current = set(self._assigned)
+        revoked = current & set(revoke) | (current - set(owned))
+        self._revoke(revoked)
+        added = set(owned) - set(revoke) - set(self._assigned)
+        if added:
+            committed = self.committed(added)
+            for tp in sorted(added):
+                self._topic(tp.topic)
+                state = self._assigned[tp] = _Fetching(tp)
+                if committed.get(tp) is not None:
+                    state.reset(committed[tp])
+            self._listen("on_partitions_assigned", added)
+        if revoked or added:
+            membership.report(self._assigned, released=bool(revoked))
+
+    def _group_identity(self) -> tuple[str | None, int]:
+        if self._membership is None:
+            return None, -1
+        return self._membership.member_id, self._membership.generation
+
+    def _positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: self._assigned[tp].position for tp in partitions
+                if tp in self._assigned and self._assigned[tp].position is not None}
+
+    def _commit_positions(self, partitions: Iterable[TopicPartition]) -> None:
+        try:
+            self.commit(self._positions(partitions))
+        except RaylogError as e:
+            logger.warning("auto-commit for group %s failed: %r", self.config.group_id, e)
+
+    def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
+        """Commit offsets (default: the positions of every assigned partition), durably.
+
+        The offset is the next one to read, as in Kafka. Raises CommitFailedError subclasses
+        (IllegalGenerationError, NotPartitionOwnerError, UnknownMemberError) when the group
+        refuses it; nothing is stored then.
+        """
+        self._check_open()
+        if self.config.group_id is None:
+            raise IllegalStateError("commit() needs a group_id")
+        offsets = self._positions(self._assigned) if offsets is None else offsets
+        entries = []
+        for tp, offset in offsets.items():
+            if type(offset) is not int or offset < 0:
+                raise ValueError(f"offset for {tp} must be an integer >= 0, got {offset!r}")
+            entries.append((*TopicPartition(*tp), offset, ""))
+        if not entries:
+            return
+        member_id, generation = self._group_identity()
+        try:
+            self._cluster.controller.call("commit_offsets", self.config.group_id, member_id,
+                                          generation, entries)
+        except IllegalGenerationError:
+            # A heartbeat moved us to a new generation meanwhile; ownership is still checked.
+            member_id, fresh = self._group_identity()
+            if fresh == generation:
+                raise
+            self._cluster.controller.call("commit_offsets", self.config.group_id, member_id,
+                                          fresh, entries)
+
+    def commit_async(self, offsets: dict[TopicPartition, int] | None = None,
+                     callback: Any = None) -> concurrent.futures.Future:
+        """Commit in the background; ``callback(offsets, error)`` runs when it is done."""
+        self._check_open()
+        offsets = self._positions(self._assigned) if offsets is None else dict(offsets)
+        if self._committer is None:
+            self._committer = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="raylog-commit")
+        future = self._committer.submit(self.commit, offsets)
+        if callback is not None:
+            future.add_done_callback(lambda f: callback(offsets, f.exception()))
+        return future
+
+    def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
+        """The group's committed offset of each partition (None if it has none)."""
+        self._check_open()
+        if self.config.group_id is None:
+            raise IllegalStateError("committed() needs a group_id")
+        found = self._cluster.controller.call(
+            "committed_offsets", self.config.group_id,
+            [tuple(TopicPartition(*tp)) for tp in partitions])
+        return {TopicPartition(*tp): (om[0] if om else None) for tp, om in found.items()}
+
+    def _maybe_auto_commit(self) -> None:
+        if self.config.group_id is None or not self.config.enable_auto_commit:
+            return
+        if (time.monotonic() - self._last_auto_commit) * 1000 < \
+                self.config.auto_commit_interval_ms:
+            return
+        self._last_auto_commit = time.monotonic()
+        if self._assigned:
+            self.commit_async(self._positions(self._assigned))
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        """Stop returning records of these partitions until resumed."""
+        for tp in partitions:
+            self._state(TopicPartition(*tp))
+            self._paused.add(TopicPartition(*tp))
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            self._paused.discard(TopicPartition(*tp))
+
+    def paused(self) -> set[TopicPartition]:
+        return set(self._paused)
+
+    def close(self) -> None:
+        """Commit (with auto-commit), leave the group, stop fetching. Idempotent; later
+        calls raise ClientClosedError."""
+        if self._closed:
+            return
+        try:
+            if self._membership is not None:
+                self.unsubscribe()
+            elif self.config.group_id is not None and self.config.enable_auto_commit:
+                self._commit_positions(self._assigned)
+            if self._committer is not None:
+                self._committer.shutdown(wait=True)
+        finally:
+            self._closed = True
+            self._assigned = {}
 
     def __enter__(self) -> Consumer:
         return self

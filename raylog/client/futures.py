@@ -6,8 +6,8 @@ import logging
 import threading
 from collections.abc import Callable
 
-from raylog.client.types import RecordMetadata
 from raylog.errors import RequestTimeoutError
+from raylog.types import RecordMetadata
 
 logger = logging.getLogger(__name__)
 

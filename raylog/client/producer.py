@@ -282,11 +282,14 @@ class Producer:
         """Send every queued record and wait until all are acknowledged (or failed)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
-            for batch in list(self._open.values()):
-                self._seal(batch)
+            for key, batch in list(self._open.items()):
+                if self._open.get(key) is batch:  # sealing may wait, letting others seal
+                    self._seal(batch)
         while True:
             with self._lock:
-                if not self._ready and not self._in_flight:
+                # Counted from sealing until acknowledged: covers batches another thread is
+                # encoding or submitting, which are neither ready nor in flight.
+                if not self._buffered_bytes:
                     return
             remaining = 0.01 if deadline is None else min(deadline - time.monotonic(), 0.01)
             if remaining <= 0:

@@ -128,7 +128,7 @@ def test_unknown_offset_reset_is_refused_naming_the_value(reset):
 
 
 CONSUMER_INT_FIELDS = [f.name for f in dataclasses.fields(ConsumerConfig)
-                       if f.name != "auto_offset_reset"]
+                       if "int" in str(f.type)]
 
 
 @pytest.mark.parametrize("field", CONSUMER_INT_FIELDS)
@@ -157,3 +157,15 @@ def test_consumer_zero_is_allowed_only_for_waits_and_timeouts(field):
     else:
         with pytest.raises(InvalidConfigError, match=rf"{field} must be an integer >= 1, got 0"):
             ConsumerConfig(**{field: 0})
+
+
+@pytest.mark.parametrize(("settings", "field"), [
+    ({"group_id": ""}, "group_id"),
+    ({"group_id": 5}, "group_id"),
+    ({"client_id": ""}, "client_id"),
+    ({"enable_auto_commit": "yes"}, "enable_auto_commit"),
+    ({"partition_assignment_strategy": "sticky-ish"}, "partition_assignment_strategy"),
+])
+def test_consumer_group_settings_refuse_bad_values(settings, field):
+    with pytest.raises(InvalidConfigError, match=field):
+        ConsumerConfig(**settings)

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from raylog.client.futures import BatchResult, RecordFuture, TableFuture
-from raylog.client.types import RecordMetadata
 from raylog.errors import NotLeaderError, RecordTooLargeError, RequestTimeoutError
+from raylog.types import RecordMetadata
 
 TS = 1_700_000_000_000
 

@@ -1,0 +1,257 @@
+"""The controller's consumer-group service: the Ray side of the group coordinator.
+
+Mixed into the controller actor. It persists commits and generations to ``__consumer_offsets``
+through that topic's replica actors before applying them, replays the topic when the
+controller starts, watches group members that live in Ray actors (a dead actor's
+partitions move at once) and expires members of plain drivers by session timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import ray
+from ray.exceptions import RayActorError
+
+from raylog.errors import OffsetOutOfRangeError, UnknownTopicError
+from raylog.groups.coordinator import OFFSETS_TOPIC_PARTITIONS, GroupCoordinator, OffsetAndMetadata
+from raylog.records import BatchBuilder, Codec, iter_batches, read_records
+from raylog.storage.log import wall_clock_ms
+from raylog.topics import CONSUMER_OFFSETS_TOPIC
+from raylog.types import TopicPartition
+
+logger = logging.getLogger(__name__)
+
+ACTOR_WATCH_INTERVAL_S = 0.05
+OFFSETS_TOPIC_CONFIGS = {"cleanup_policy": "compact", "segment_bytes": 64 << 20,
+                         "retention_ms": None}
+
+
+class GroupService:
+    """Group RPCs of the controller. Expects the host to provide ``state``, ``_replica``,
+    ``create_topic`` and ``live_topics``."""
+
+    def _init_groups(self) -> None:
+        self.groups = GroupCoordinator(wall_clock_ms)
+        self._groups_loaded: asyncio.Task | None = None
+        self._watched_actors: set[str] = set()
+
+    async def _groups_ready(self) -> None:
+        if self._groups_loaded is None:
+            self._groups_loaded = asyncio.get_running_loop().create_task(self._load_groups())
+        await asyncio.shield(self._groups_loaded)
+
+    def _existing_topics(self) -> dict[str, int]:
+        return {name: len(t.partitions) for name, t in self.state.topics.items()
+                if not name.startswith("__")}
+
+    async def _load_groups(self) -> None:
+        """Create __consumer_offsets if missing, then replay it into the coordinator."""
+        if CONSUMER_OFFSETS_TOPIC not in self.state.topics:
+            await self.create_topic(CONSUMER_OFFSETS_TOPIC, OFFSETS_TOPIC_PARTITIONS, 1,
+                                    OFFSETS_TOPIC_CONFIGS, internal=True)
+        topic = self.state.topic(CONSUMER_OFFSETS_TOPIC)
+        loaded = 0
+        for p in topic.partitions:
+            replica = self._replica(topic, p.partition, p.leader)
+            offset = (await replica.list_offset.remote("earliest"))[0]
+            while True:
+                result = await replica.fetch.remote(offset, 8 << 20, 0, 1)
+                if not result.data:
+                    break
+                for record in read_records(result.data, offset):
+                    self.groups.load(record.key, record.value)
+                    loaded += 1
+                offset = max(h.next_offset for _, h in iter_batches(result.data))
+        logger.info("loaded %d records of %s: %d groups", loaded, CONSUMER_OFFSETS_TOPIC,
+                    len(self.groups.group_ids()))
+
+    async def _persist(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> None:
+        """Append records to the group's __consumer_offsets partition (acks=all)."""
+        topic = self.state.topic(CONSUMER_OFFSETS_TOPIC)
+        p = topic.partitions[self.groups.partition_for(group_id, len(topic.partitions))]
+        builder = BatchBuilder(codec=Codec.LZ4)
+        now = wall_clock_ms()
+        for key, value in records:
+            builder.append(now, key, value)
+        await self._replica(topic, p.partition, p.leader).append.remote(
+            builder.build(), "all", p.leader_epoch)
+
+    async def _persist_generation(self, group_id: str) -> None:
+        group = self.groups.groups.get(group_id)
+        if group is None or self.groups.generations.get(group_id) == group.generation:
+            return
+        await self._persist(group_id, [self.groups.generation_record(group_id,
+                                                                     group.generation)])
+        self.groups.generations[group_id] = group.generation
+
+    # -- membership ------------------------------------------------------------------------------
+
+    async def join_group(self, group_id: str, member_id: str | None, client_id: str,
+                         topics: list[str] | None, pattern: str | None,
+                         session_timeout_ms: int, assignor: str,
+                         actor: ray.actor.ActorHandle | None = None) -> dict[str, Any]:
+        """Join (or re-subscribe); returns the member id and the group's generation."""
+        await self._groups_ready()
+        existing = self._existing_topics()
+        unknown = sorted(set(topics or ()) - set(existing))
+        if unknown:
+            raise UnknownTopicError(f"cannot subscribe to unknown topics {unknown}")
+        actor_id = actor._actor_id.hex() if actor is not None else None
+        member = self.groups.join(group_id, member_id, client_id, topics, pattern,
+                                  session_timeout_ms, assignor, existing, actor_id)
+        await self._persist_generation(group_id)
+        if actor is not None and actor_id not in self._watched_actors:
+            self._watched_actors.add(actor_id)
+            asyncio.get_running_loop().create_task(self._watch_actor(actor, actor_id))
+        return {"member_id": member.member_id,
+                "generation": self.groups.groups[group_id].generation}
+
+    async def heartbeat(self, group_id: str, member_id: str,
+                        owned: list[tuple[str, int]]) -> dict[str, Any]:
+        await self._groups_ready()
+        beat = self.groups.heartbeat(group_id, member_id, owned)
+        return {"generation": beat.generation, "owned": sorted(beat.owned),
+                "revoke": sorted(beat.revoke), "pending": beat.pending}
+
+    async def leave_group(self, group_id: str, member_id: str) -> None:
+        await self._groups_ready()
+        if self.groups.leave(group_id, member_id, self._existing_topics()):
+            await self._persist_generation(group_id)
+
+    async def _watch_actor(self, actor: ray.actor.ActorHandle, actor_id: str) -> None:
+        """Remove the actor's group members the moment it dies (no session timeout)."""
+        try:
+            while self.groups.members_of_actor(actor_id):
+                try:
+                    await actor.__ray_ready__.remote()
+                except RayActorError:
+                    dead = self.groups.members_of_actor(actor_id)
+                    logger.info("actor %s died: removing group members %s", actor_id, dead)
+                    for group_id, member_id in dead:
+                        self.groups.leave(group_id, member_id, self._existing_topics())
+                        await self._persist_generation(group_id)
+                    return
+                await asyncio.sleep(ACTOR_WATCH_INTERVAL_S)
+        finally:
+            self._watched_actors.discard(actor_id)
+
+    async def _expire_members(self) -> None:
+        for group_id, member_id in self.groups.expire(self._existing_topics()):
+            logger.info("member %s of group %s timed out", member_id, group_id)
+            await self._persist_generation(group_id)
+
+    # -- offsets ---------------------------------------------------------------------------------
+
+    async def commit_offsets(self, group_id: str, member_id: str | None, generation: int,
+                             offsets: list[tuple[str, int, int, str]]) -> None:
+        """Commit (topic, partition, offset, metadata) entries for a member of a group.
+
+        Refused (nothing stored) for a stale generation or partitions the member does not
+        own; durable in __consumer_offsets when this returns.
+        """
+        await self._groups_ready()
+        entries = {TopicPartition(t, p): OffsetAndMetadata(o, m, wall_clock_ms())
+                   for t, p, o, m in offsets}
+        self.groups.check_commit(group_id, member_id, generation, entries)
+        await self._persist(group_id, [self.groups.offset_record(group_id, tp, om)
+                                       for tp, om in entries.items()])
+        self.groups.apply_commit(group_id, entries)
+
+    async def committed_offsets(self, group_id: str, partitions: list[tuple[str, int]]
+                                ) -> dict[tuple[str, int], tuple | None]:
+        await self._groups_ready()
+        return {tuple(tp): (tuple(om) if om else None)
+                for tp, om in self.groups.committed(group_id, partitions).items()}
+
+    # -- administration --------------------------------------------------------------------------
+
+    async def list_groups(self) -> list[dict[str, Any]]:
+        await self._groups_ready()
+        out = []
+        for group_id in self.groups.group_ids():
+            group = self.groups.group(group_id)
+            out.append({"group_id": group_id, "state": group.state.value,
+                        "members": len(group.members), "generation": group.generation})
+        return out
+
+    async def describe_group(self, group_id: str) -> dict[str, Any]:
+        """Members, assignment and, per partition, committed offset, end offset and lag."""
+        await self._groups_ready()
+        out = self.groups.describe(group_id)
+        committed = self.groups.offsets.get(group_id, {})
+        owned = {tp: m.member_id for m in self.groups.group(group_id).members.values()
+                 for tp in m.owned}
+        partitions = sorted(set(committed) | set(owned))
+        ends = await asyncio.gather(*(self._end_offset(tp) for tp in partitions))
+        out["partitions"] = [
+            {"topic": tp.topic, "partition": tp.partition,
+             "committed": committed[tp].offset if tp in committed else None,
+             "end_offset": end, "owner": owned.get(tp),
+             "lag": (end - committed[tp].offset) if tp in committed and end is not None
+             else None}
+            for tp, end in zip(partitions, ends, strict=True)]
+        out["lag"] = sum(p["lag"] or 0 for p in out["partitions"])
+        return out
+
+    async def _end_offset(self, tp: TopicPartition) -> int | None:
+        topic = self.state.topics.get(tp.topic)
+        if topic is None or tp.partition >= len(topic.partitions):
+            return None
+        p = topic.partitions[tp.partition]
+        if p.leader is None:
+            return None
+        return (await self._replica(topic, tp.partition, p.leader).list_offset.remote(
+            "latest"))[0]
+
+    async def delete_group(self, group_id: str) -> None:
+        """Forget a group without members and its committed offsets."""
+        await self._groups_ready()
+        self.groups.check_empty(group_id)
+        records = [self.groups.offset_record(group_id, tp, None)
+                   for tp in self.groups.offsets.get(group_id, {})]
+        records.append(self.groups.generation_record(group_id, None))
+        await self._persist(group_id, records)
+        self.groups.forget(group_id)
+
+    async def reset_offsets(self, group_id: str, topic: str, spec: str | int,
+                            partitions: list[int] | None = None) -> dict[int, int]:
+        """Set a group's committed offsets of ``topic`` to ``"earliest"``, ``"latest"``, a
+        timestamp (ms) or, with spec ``("offset", n)``, an offset; the group must be empty."""
+        await self._groups_ready()
+        state = self.state.topic(topic)
+        group = self.groups.groups.get(group_id)
+        if group is not None and group.members:
+            self.groups.check_empty(group_id)
+        chosen = partitions if partitions is not None else range(len(state.partitions))
+        targets = {}
+        for partition in chosen:
+            p = state.partition(partition)
+            replica = self._replica(state, partition, p.leader)
+            earliest = (await replica.list_offset.remote("earliest"))[0]
+            latest = (await replica.list_offset.remote("latest"))[0]
+            if isinstance(spec, list | tuple) and spec[0] == "offset":
+                if not earliest <= int(spec[1]) <= latest:
+                    raise OffsetOutOfRangeError(
+                        f"offset {spec[1]} is outside [{earliest}, {latest}] of "
+                        f"{topic}-{partition}")
+                targets[partition] = int(spec[1])
+            elif spec in ("earliest", "latest"):
+                targets[partition] = earliest if spec == "earliest" else latest
+            else:
+                found = await replica.list_offset.remote(spec)
+                targets[partition] = found[0] if found else latest
+        entries = {TopicPartition(topic, p): OffsetAndMetadata(o, "reset", wall_clock_ms())
+                   for p, o in targets.items()}
+        await self._persist(group_id, [self.groups.offset_record(group_id, tp, om)
+                                       for tp, om in entries.items()])
+        self.groups.apply_commit(group_id, entries)
+        return targets
+
+    async def group_history(self, group_id: str) -> list:
+        """(generation, member -> owned partitions) after each change of ownership."""
+        await self._groups_ready()
+        return [(gen, {m: sorted(tps) for m, tps in owners.items()})
+                for gen, owners in self.groups.group(group_id).history]

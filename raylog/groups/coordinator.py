@@ -1,0 +1,171 @@
+"""The group coordinator: every consumer group of a cluster and their committed offsets.
+
+Plain Python, hosted by the controller actor. Committed offsets and group generations are
+persisted by the host as records of the compacted internal topic ``__consumer_offsets``
+(:meth:`offset_record`, :meth:`generation_record`) *before* they are applied here, and
+replayed with :meth:`load` when the controller restarts. Membership is soft state: after a
+restart members get UnknownMemberError on their next heartbeat and join again, at a
+generation above any persisted one, so a commit from before the restart stays fenced.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, NamedTuple
+
+from raylog.errors import GroupNotEmptyError, UnknownGroupError
+from raylog.groups.group import Group, Heartbeat, Member
+from raylog.partitioner import key_partition
+from raylog.types import TopicPartition
+
+OFFSETS_TOPIC_PARTITIONS = 8
+
+
+class OffsetAndMetadata(NamedTuple):
+    offset: int
+    metadata: str = ""
+    commit_timestamp: int = -1
+
+
+Record = tuple[bytes, bytes | None]  # key, value (None: a tombstone)
+
+
+class GroupCoordinator:
+    """Groups by id, and committed offsets by group and partition. Not safe for concurrent
+    use: the controller calls it from one event loop."""
+
+    def __init__(self, clock: Callable[[], int]) -> None:
+        self.clock = clock
+        self.groups: dict[str, Group] = {}
+        self.offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
+        self.generations: dict[str, int] = {}  # persisted generation per group
+
+    # -- membership ------------------------------------------------------------------------------
+
+    def join(self, group_id: str, member_id: str | None, client_id: str,
+             topics: Iterable[str] | None, pattern: str | None, session_timeout_ms: int,
+             assignor: str, existing_topics: Mapping[str, int],
+             actor_id: str | None = None) -> Member:
+        group = self.groups.get(group_id)
+        if group is None or not group.members:
+            # A group starts (again) above any generation it ever had.
+            group = self.groups[group_id] = Group(
+                group_id, assignor, max(self.generations.get(group_id, 0),
+                                        group.generation if group else 0))
+        member_id = member_id or f"{client_id}-{uuid.uuid4().hex[:12]}"
+        return group.join(member_id, client_id, topics, pattern, session_timeout_ms,
+                          self.clock(), existing_topics, actor_id)
+
+    def group(self, group_id: str) -> Group:
+        try:
+            return self.groups[group_id]
+        except KeyError:
+            if group_id in self.offsets:
+                return self.groups.setdefault(group_id, Group(
+                    group_id, generation=self.generations.get(group_id, 0)))
+            raise UnknownGroupError(f"unknown consumer group {group_id!r}") from None
+
+    def heartbeat(self, group_id: str, member_id: str, owned: Iterable[TopicPartition]
+                  ) -> Heartbeat:
+        return self.group(group_id).heartbeat(member_id, owned, self.clock())
+
+    def leave(self, group_id: str, member_id: str,
+              existing_topics: Mapping[str, int]) -> bool:
+        group = self.groups.get(group_id)
+        return bool(group and group.remove(member_id, existing_topics))
+
+    def members_of_actor(self, actor_id: str) -> list[tuple[str, str]]:
+        return [(g.group_id, m.member_id) for g in self.groups.values()
+                for m in g.members.values() if m.actor_id == actor_id]
+
+    def expire(self, existing_topics: Mapping[str, int]) -> list[tuple[str, str]]:
+        now = self.clock()
+        return [(g.group_id, m) for g in self.groups.values()
+                for m in g.expire(now, existing_topics)]
+
+    def topics_changed(self, existing_topics: Mapping[str, int]) -> None:
+        for group in self.groups.values():
+            if group.members:
+                group.topics_changed(existing_topics)
+
+    # -- offsets ---------------------------------------------------------------------------------
+
+    def check_commit(self, group_id: str, member_id: str | None, generation: int,
+                     partitions: Iterable[TopicPartition]) -> None:
+        group = self.groups.get(group_id)
+        if group is None:
+            if member_id is not None:
+                raise UnknownGroupError(f"unknown consumer group {group_id!r}")
+            return
+        group.check_commit(member_id, generation, partitions)
+
+    def apply_commit(self, group_id: str,
+                     offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
+        self.offsets.setdefault(group_id, {}).update(offsets)
+
+    def committed(self, group_id: str, partitions: Iterable[TopicPartition]
+                  ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        mine = self.offsets.get(group_id, {})
+        return {TopicPartition(*tp): mine.get(TopicPartition(*tp)) for tp in partitions}
+
+    def check_empty(self, group_id: str) -> None:
+        group = self.groups.get(group_id)
+        if group is not None and group.members:
+            raise GroupNotEmptyError(
+                f"group {group_id!r} has {len(group.members)} active members; stop them first")
+        if group is None and group_id not in self.offsets:
+            raise UnknownGroupError(f"unknown consumer group {group_id!r}")
+
+    def forget(self, group_id: str) -> None:
+        self.groups.pop(group_id, None)
+        self.offsets.pop(group_id, None)
+        self.generations.pop(group_id, None)
+
+    def group_ids(self) -> list[str]:
+        return sorted(set(self.groups) | set(self.offsets))
+
+    # -- persistence in __consumer_offsets -------------------------------------------------------
+
+    @staticmethod
+    def partition_for(group_id: str, partitions: int = OFFSETS_TOPIC_PARTITIONS) -> int:
+        """The __consumer_offsets partition that holds a group's records."""
+        return key_partition(group_id.encode(), partitions)
+
+    @staticmethod
+    def offset_record(group_id: str, tp: TopicPartition,
+                      committed: OffsetAndMetadata | None) -> Record:
+        key = json.dumps(["offset", group_id, tp.topic, tp.partition]).encode()
+        if committed is None:
+            return key, None
+        return key, json.dumps(committed._asdict()).encode()
+
+    @staticmethod
+    def generation_record(group_id: str, generation: int | None) -> Record:
+        key = json.dumps(["group", group_id]).encode()
+        return key, None if generation is None else json.dumps(
+            {"generation": generation}).encode()
+
+    def load(self, key: bytes, value: bytes | None) -> None:
+        """Replay one record of __consumer_offsets (records in offset order)."""
+        kind, group_id, *rest = json.loads(key)
+        if kind == "offset":
+            tp = TopicPartition(rest[0], rest[1])
+            if value is None:
+                self.offsets.get(group_id, {}).pop(tp, None)
+            else:
+                self.offsets.setdefault(group_id, {})[tp] = OffsetAndMetadata(
+                    **json.loads(value))
+        elif kind == "group":
+            if value is None:
+                self.generations.pop(group_id, None)
+            else:
+                self.generations[group_id] = json.loads(value)["generation"]
+
+    def describe(self, group_id: str) -> dict[str, Any]:
+        group = self.group(group_id)
+        out = group.describe()
+        out["offsets"] = {f"{tp.topic}:{tp.partition}": om.offset
+                          for tp, om in sorted(self.offsets.get(group_id, {}).items())}
+        return out

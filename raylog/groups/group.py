@@ -1,0 +1,217 @@
+"""One consumer group: members, the target assignment, and who owns what right now.
+
+The coordinator computes the assignment itself (as in Kafka's KIP-848 protocol): each change
+of membership or subscribed topics bumps the generation and recomputes every member's
+*target*. A member is *granted* a target partition only once no other member owns it; a
+member told to give a partition up (``revoke``) keeps owning it until a heartbeat reports it
+released, after the member's rebalance listener ran (and committed). So a partition never has
+two owners, in any generation, and a dead member's partitions are free at once.
+
+Plain Python with injected time (``now`` in ms); not safe for concurrent use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+from collections.abc import Iterable, Mapping
+
+from raylog.errors import (
+    IllegalGenerationError,
+    NotPartitionOwnerError,
+    UnknownMemberError,
+)
+from raylog.groups.assignors import ASSIGNORS
+from raylog.types import TopicPartition
+
+
+class GroupState(enum.Enum):
+    EMPTY = "empty"              # no members
+    RECONCILING = "reconciling"  # some member does not own its target yet
+    STABLE = "stable"            # every member owns exactly its target
+
+
+@dataclasses.dataclass
+class Member:
+    member_id: str
+    client_id: str
+    topics: frozenset[str]           # the subscription resolved against existing topics
+    pattern: str | None              # a regex subscription, re-resolved when topics change
+    requested: frozenset[str]        # the topic names asked for (when not a pattern)
+    session_timeout_ms: int
+    last_seen_ms: int
+    actor_id: str | None = None      # set when the member lives in a Ray actor
+    generation: int = 0              # the generation this member was last told
+    owned: set[TopicPartition] = dataclasses.field(default_factory=set)
+    target: set[TopicPartition] = dataclasses.field(default_factory=set)
+
+    def describe(self) -> dict:
+        return {"member_id": self.member_id, "client_id": self.client_id,
+                "actor_id": self.actor_id, "generation": self.generation,
+                "topics": sorted(self.topics), "owned": sorted(self.owned),
+                "target": sorted(self.target)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Heartbeat:
+    """What a member learns from a heartbeat."""
+
+    generation: int
+    owned: frozenset[TopicPartition]   # what it owns now, new grants included
+    revoke: frozenset[TopicPartition]  # what it must release (after committing)
+    pending: bool                      # part of its target is still owned by others
+
+
+class Group:
+    """A consumer group's membership, assignment and ownership (see the module doc)."""
+
+    def __init__(self, group_id: str, assignor: str = "cooperative_sticky",
+                 generation: int = 0) -> None:
+        if assignor not in ASSIGNORS:
+            raise ValueError(f"unknown assignor {assignor!r}; known: {sorted(ASSIGNORS)}")
+        self.group_id = group_id
+        self.assignor = assignor
+        self.generation = generation
+        self.members: dict[str, Member] = {}
+        self.owner: dict[TopicPartition, str] = {}
+        # (generation, member -> owned partitions) after every change of ownership
+        self.history: list[tuple[int, dict[str, frozenset[TopicPartition]]]] = []
+
+    @property
+    def state(self) -> GroupState:
+        if not self.members:
+            return GroupState.EMPTY
+        if all(m.owned == m.target for m in self.members.values()):
+            return GroupState.STABLE
+        return GroupState.RECONCILING
+
+    # -- membership ------------------------------------------------------------------------------
+
+    def join(self, member_id: str, client_id: str, topics: Iterable[str] | None,
+             pattern: str | None, session_timeout_ms: int, now: int,
+             existing_topics: Mapping[str, int], actor_id: str | None = None) -> Member:
+        """Add (or re-subscribe) a member; the assignment is recomputed."""
+        requested = frozenset(topics or ())
+        member = self.members.get(member_id)
+        if member is None:
+            member = Member(member_id, client_id, frozenset(), pattern, requested,
+                            session_timeout_ms, now, actor_id)
+            self.members[member_id] = member
+        else:
+            member.pattern, member.requested = pattern, requested
+            member.session_timeout_ms, member.last_seen_ms = session_timeout_ms, now
+        member.topics = _resolve(member, existing_topics)
+        self._reassign(existing_topics)
+        return member
+
+    def remove(self, member_id: str, existing_topics: Mapping[str, int]) -> bool:
+        """A member left, died or timed out: its partitions are free at once."""
+        member = self.members.pop(member_id, None)
+        if member is None:
+            return False
+        for tp in member.owned:
+            self.owner.pop(tp, None)
+        self._reassign(existing_topics)
+        return True
+
+    def expire(self, now: int, existing_topics: Mapping[str, int]) -> list[str]:
+        """Remove members whose session timed out; return their ids."""
+        expired = [m.member_id for m in self.members.values()
+                   if now - m.last_seen_ms > m.session_timeout_ms]
+        for member_id in expired:
+            self.remove(member_id, existing_topics)
+        return expired
+
+    def topics_changed(self, existing_topics: Mapping[str, int]) -> None:
+        """Topics were created, deleted or grew: re-resolve subscriptions and reassign."""
+        for member in self.members.values():
+            member.topics = _resolve(member, existing_topics)
+        gone = [tp for tp in self.owner if tp.partition >= existing_topics.get(tp.topic, 0)]
+        for tp in gone:
+            self.members[self.owner.pop(tp)].owned.discard(tp)
+        self._reassign(existing_topics)
+
+    def _reassign(self, existing_topics: Mapping[str, int]) -> None:
+        self.generation += 1
+        assign = ASSIGNORS[self.assignor]
+        subscriptions = {m.member_id: m.topics for m in self.members.values()}
+        current = {m.member_id: sorted(m.owned) for m in self.members.values()}
+        targets = assign(subscriptions, existing_topics, current) if subscriptions else {}
+        for member in self.members.values():
+            member.target = set(targets.get(member.member_id, ()))
+        self._record()
+
+    def _record(self) -> None:
+        snapshot = {m.member_id: frozenset(m.owned) for m in self.members.values()}
+        if not self.history or self.history[-1] != (self.generation, snapshot):
+            self.history.append((self.generation, snapshot))
+        del self.history[:-1000]  # bounded: tests and operators look at recent changes
+
+    # -- heartbeats ------------------------------------------------------------------------------
+
+    def member(self, member_id: str) -> Member:
+        try:
+            return self.members[member_id]
+        except KeyError:
+            raise UnknownMemberError(
+                f"member {member_id!r} is not in group {self.group_id!r} (it left, timed out "
+                f"or died); join again") from None
+
+    def heartbeat(self, member_id: str, owned: Iterable[TopicPartition], now: int) -> Heartbeat:
+        """Record that the member is alive and what it still owns; grant what is free."""
+        member = self.member(member_id)
+        member.last_seen_ms = now
+        reported = {TopicPartition(*tp) for tp in owned}
+        for tp in member.owned - reported:  # released after its listener ran
+            member.owned.discard(tp)
+            if self.owner.get(tp) == member_id:
+                del self.owner[tp]
+        for tp in sorted(member.target - member.owned):
+            if tp not in self.owner:
+                self.owner[tp] = member_id
+                member.owned.add(tp)
+        member.generation = self.generation
+        self._record()
+        return Heartbeat(self.generation, frozenset(member.owned),
+                         frozenset(member.owned - member.target),
+                         bool(member.target - member.owned))
+
+    # -- commits ---------------------------------------------------------------------------------
+
+    def check_commit(self, member_id: str | None, generation: int,
+                     partitions: Iterable[TopicPartition]) -> None:
+        """Refuse a commit from a stale generation or for partitions the member does not own.
+
+        ``member_id`` None with generation -1 is a consumer outside group management
+        (manual assignment): allowed only while the group has no members.
+        """
+        if member_id is None:
+            if self.members:
+                raise UnknownMemberError(
+                    f"group {self.group_id!r} has active members; a consumer outside it "
+                    f"cannot commit its offsets")
+            return
+        member = self.member(member_id)
+        if generation != member.generation:
+            raise IllegalGenerationError(
+                f"commit for group {self.group_id!r} at generation {generation}; member "
+                f"{member_id!r} is at generation {member.generation}")
+        foreign = sorted(TopicPartition(*tp) for tp in partitions
+                         if TopicPartition(*tp) not in member.owned)
+        if foreign:
+            raise NotPartitionOwnerError(
+                f"member {member_id!r} of group {self.group_id!r} does not own {foreign}")
+
+    def describe(self) -> dict:
+        return {"group_id": self.group_id, "state": self.state.value,
+                "generation": self.generation, "assignor": self.assignor,
+                "members": [m.describe() for m in self.members.values()]}
+
+
+def _resolve(member: Member, existing_topics: Mapping[str, int]) -> frozenset[str]:
+    if member.pattern is not None:
+        regex = re.compile(member.pattern)
+        return frozenset(t for t in existing_topics
+                         if regex.fullmatch(t) and not t.startswith("__"))
+    return frozenset(t for t in member.requested if t in existing_topics)
