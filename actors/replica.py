@@ -22,6 +22,7 @@ import ray
 
 from raylog.cluster_names import node_data_dir
 from raylog.partition import FetchResult, Partition
+from raylog.records.kafka_columns import kafka_table
 from raylog.storage import AppendInfo, PartitionLog
 from raylog.topics import log_config
 
@@ -117,6 +118,12 @@ class ReplicaActor:
 
     async def read_table(self, start: int, end: int) -> pa.Table:
         return self.partition.read_table(start, end)
+
+    async def read_kafka_table(self, start: int, end: int) -> pa.Table:
+        """Records [start, end) with the columns of Spark's Kafka source (KAFKA_SCHEMA)."""
+        partition = self.partition
+        return kafka_table(partition.read_table(start, end), partition.topic,
+                           partition.partition)
 
     async def update_configs(self, configs: dict[str, Any]) -> None:
         self.partition.update_configs(configs)

@@ -149,3 +149,7 @@ class IllegalStateError(RaylogError):
 
 class NoOffsetForPartitionError(OffsetOutOfRangeError):
     """A group has no committed offset for a partition and auto_offset_reset is 'none'."""
+
+
+class InvalidOffsetRangeError(RaylogError, ValueError):
+    """An offset range or bound is malformed (e.g. its end is before its start)."""

@@ -64,6 +64,9 @@ class ReplicaClient:
     def read_table(self, start: int, end: int) -> ray.ObjectRef:
         return self.handle.read_table.remote(start, end)
 
+    def read_kafka_table(self, start: int, end: int) -> ray.ObjectRef:
+        return self.handle.read_kafka_table.remote(start, end)
+
     def describe(self) -> ray.ObjectRef:
         return self.handle.describe.remote()
 

@@ -1,0 +1,175 @@
+"""Topics as Spark DataFrames, with Spark itself running on the Ray cluster (RayDP).
+
+``read`` builds the Ray Dataset of ``raylog.data.read_topic`` (Arrow tables made by the
+replica actors) and hands it to Spark through the object store; ``write`` goes the other
+way; ``micro_batches`` turns a group's progress through topics into a sequence of
+DataFrames, committing each batch's offsets only once the caller is done with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import ray
+
+from raylog.client.connection import RaylogCluster, default_cluster
+from raylog.data import offset_ranges, read_topic, write_dataset
+from raylog.errors import InvalidRecordError
+from raylog.ranges import EARLIEST, LATEST, Bound
+
+logger = logging.getLogger(__name__)
+
+# Without these, RayDP's Java actors crash converting between Spark and Ray on Java 17.
+_OPENS = ["java.lang", "java.lang.invoke", "java.io", "java.net", "java.nio", "java.math",
+          "java.text", "java.util", "java.util.concurrent", "java.util.concurrent.atomic",
+          "sun.nio.ch", "sun.nio.cs", "sun.security.action", "sun.util.calendar"]
+JAVA17_OPTIONS = "-XX:+IgnoreUnrecognizedVMOptions " + " ".join(
+    f"--add-opens=java.base/{package}=ALL-UNNAMED" for package in _OPENS)
+
+_session: Any = None
+
+
+def session(app_name: str = "raylog", *, executors: int = 1, cores: int = 1,
+            memory: str = "1GB", configs: dict[str, str] | None = None) -> Any:
+    """Start (or return the running) RayDP Spark session on this Ray cluster.
+
+    Defaults fit a small machine: one executor with one core and 1 GB. Sets the Java 17
+    module flags and ``PYSPARK_PYTHON`` (this interpreter), which RayDP needs.
+    """
+    global _session
+    if _session is not None:
+        return _session
+    import raydp
+
+    if not ray.is_initialized():
+        default_cluster()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    settings = {
+        "spark.driver.extraJavaOptions": JAVA17_OPTIONS,
+        "spark.executor.extraJavaOptions": JAVA17_OPTIONS,
+        "spark.ray.raydp_app_master.extraJavaOptions": JAVA17_OPTIONS,
+        "spark.driver.memory": "1g",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.ui.enabled": "false",
+        **(configs or {}),
+    }
+    _session = raydp.init_spark(app_name, num_executors=executors, executor_cores=cores,
+                                executor_memory=memory, configs=settings)
+    return _session
+
+
+def stop() -> None:
+    """Stop the session :func:`session` started."""
+    global _session
+    if _session is None:
+        return
+    import raydp
+
+    raydp.stop_spark()
+    _session = None
+
+
+def _spark_schema() -> Any:
+    from pyspark.sql import types as T
+
+    return T.StructType([
+        T.StructField("key", T.BinaryType()),
+        T.StructField("value", T.BinaryType()),
+        T.StructField("topic", T.StringType(), False),
+        T.StructField("partition", T.IntegerType(), False),
+        T.StructField("offset", T.LongType(), False),
+        T.StructField("timestamp", T.TimestampType(), False),
+        T.StructField("timestampType", T.IntegerType(), False),
+        T.StructField("headers", T.ArrayType(T.StructType([
+            T.StructField("key", T.StringType(), False),
+            T.StructField("value", T.BinaryType()),
+        ]))),
+    ])
+
+
+def read(spark: Any, topics: str | Iterable[str], starting_offsets: Bound = EARLIEST,
+         ending_offsets: Bound = LATEST, *, cluster: RaylogCluster | None = None) -> Any:
+    """Records of ``topics`` in ``[starting_offsets, ending_offsets)`` as a Spark DataFrame
+    with the columns of Spark's Kafka source (key, value, topic, partition, offset,
+    timestamp, timestampType, headers). Bounds as in :func:`raylog.data.read_topic`.
+
+    >>> df = read(session(), "pageviews")
+    >>> df.groupBy("partition").count().show()
+    """
+    dataset = read_topic(topics, starting_offsets, ending_offsets, cluster=cluster)
+    if dataset.count() == 0:
+        return spark.createDataFrame([], _spark_schema())
+    return dataset.to_spark(spark)
+
+
+def write(frame: Any, topic: str, *, cluster: RaylogCluster | None = None,
+          producer_settings: dict[str, Any] | None = None) -> int:
+    """Produce a Spark DataFrame (or a Ray Dataset) with a ``value`` column, and optional
+    ``key``, ``timestamp``, ``headers`` and ``partition`` columns, to ``topic``; rows are
+    partitioned as the producer would. Returns the number of records written.
+
+    Raises InvalidRecordError, writing nothing, when there is no ``value`` column.
+    """
+    if isinstance(frame, ray.data.Dataset):
+        dataset = frame
+    else:
+        if "value" not in frame.columns:
+            raise InvalidRecordError(
+                f"a DataFrame to write needs a 'value' column; it has {frame.columns}")
+        dataset = ray.data.from_spark(frame)
+    return write_dataset(dataset, topic, cluster=cluster, producer_settings=producer_settings)
+
+
+def micro_batches(spark: Any, topics: str | Iterable[str], group_id: str, *,
+                  starting_offsets: Bound = EARLIEST,
+                  max_records_per_partition: int | None = None,
+                  poll_interval_s: float = 1.0, max_batches: int | None = None,
+                  stop_when_idle: bool = False,
+                  cluster: RaylogCluster | None = None) -> Iterator[Any]:
+    """Yield one DataFrame per micro-batch of records new to consumer group ``group_id``.
+
+    A batch runs from the group's committed offsets (``starting_offsets`` where it has none)
+    to the current end of each partition (at most ``max_records_per_partition`` further).
+    Its offsets are committed when the loop asks for the next batch, that is only after the
+    caller's processing of this one returned: a job that crashes and restarts processes the
+    batch it was in again, and never skips one. Waits ``poll_interval_s`` between empty
+    checks; ends after ``max_batches`` batches, or at the first empty check with
+    ``stop_when_idle``. The group must have no subscribed members (it is used for its
+    committed offsets only).
+
+    >>> for df in micro_batches(session(), "pageviews", "hourly-report", max_batches=3):
+    ...     df.groupBy("partition").count().write.parquet(...)
+    """
+    cluster = cluster or default_cluster()
+    controller = cluster.controller
+    names = [topics] if isinstance(topics, str) else list(topics)
+    produced = 0
+    while max_batches is None or produced < max_batches:
+        ranges = offset_ranges(names, starting_offsets, LATEST, cluster=cluster)
+        committed = controller.call("committed_offsets", group_id, [tuple(tp) for tp in ranges])
+        batch = {}
+        for tp, (start, end) in ranges.items():
+            offset = committed.get(tuple(tp))
+            first = start if offset is None else offset[0]
+            last = end if max_records_per_partition is None else \
+                min(end, first + max_records_per_partition)
+            batch[tp] = (first, max(first, last))
+        if all(first == last for first, last in batch.values()):
+            if stop_when_idle:
+                return
+            time.sleep(poll_interval_s)
+            continue
+        frame = read(spark, names, {tp: r[0] for tp, r in batch.items()},
+                     {tp: r[1] for tp, r in batch.items()}, cluster=cluster)
+        yield frame
+        # The caller's processing of ``frame`` returned: the batch is done.
+        controller.call("commit_offsets", group_id, None, -1,
+                        [(tp.topic, tp.partition, last, "micro-batch")
+                         for tp, (_, last) in batch.items()])
+        produced += 1
+        logger.info("micro-batch %d of group %s committed", produced, group_id)
