@@ -81,3 +81,15 @@ def ray_cluster(tmp_path_factory) -> Iterator[TestCluster]:
 def topic_name() -> str:
     """A fresh topic name per test: the cluster and its topics live for the whole session."""
     return f"t-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="session")
+def spark(ray_cluster) -> Iterator[object]:
+    """One RayDP Spark session (1 executor, 1 core, 1 GB) for the whole test session."""
+    import raylog.spark
+
+    session = raylog.spark.session("raylog-tests")
+    try:
+        yield session
+    finally:
+        raylog.spark.stop()
