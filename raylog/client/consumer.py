@@ -5,7 +5,6 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import logging
-import re
 import time
 from collections.abc import Iterable, Iterator
 from itertools import repeat
@@ -15,11 +14,11 @@ import ray
 
 from raylog._gc import gc_paused
 from raylog.client.connection import RaylogCluster, TopicMetadata, default_cluster
+from raylog.client.group_member import GroupMixin
 from raylog.client.membership import Membership
 from raylog.client.remote import resolve
 from raylog.errors import (
     ClientClosedError,
-    IllegalGenerationError,
     IllegalStateError,
     InvalidConfigError,
     NoOffsetForPartitionError,
@@ -123,7 +122,7 @@ class _Fetching:
         return len(self.buffer) - self.index
 
 
-class Consumer:
+class Consumer(GroupMixin):
     """Reads records from assigned partitions, in offset order per partition.
 
     Positions start where ``seek`` put them, else at ``auto_offset_reset``. Each partition
@@ -162,6 +161,10 @@ class Consumer:
         if meta is None or refresh:
             meta = self._topics[topic] = self._cluster.topic(topic, refresh=refresh)
         return meta
+
+    @staticmethod
+    def _new_state(tp: TopicPartition) -> _Fetching:
+        return _Fetching(tp)
 
     def _state(self, tp: TopicPartition) -> _Fetching:
         try:
@@ -364,159 +367,6 @@ class Consumer:
                 idle_since = time.monotonic()
             elif idle_limit is not None and (time.monotonic() - idle_since) * 1000 >= idle_limit:
                 return
-
-    # -- groups ----------------------------------------------------------------------------------
-
-    def subscribe(self, topics: Iterable[str] | None = None, *, pattern: str | None = None,
-                  listener: Any = None) -> None:
-        """Join the consumer group ``group_id`` for these topics (or a regex ``pattern``).
-
-        The group's coordinator assigns partitions; each is owned by one member at a time.
-        ``listener`` may define ``on_partitions_revoked(partitions)`` (called before a
-        partition is given up: commit there) and ``on_partitions_assigned(partitions)``.
-        Assignment happens inside ``poll``.
-        """
-        self._check_open()
-        if self.config.group_id is None:
-            raise IllegalStateError("subscribe() needs a group_id")
-        if (topics is None) == (pattern is None):
-            raise ValueError("subscribe() takes topics or a pattern, not both or neither")
-        if pattern is not None:
-            re.compile(pattern)
-        names = sorted(set(topics)) if topics is not None else None
-        if self._membership is not None:
-            self.unsubscribe()
-        self._assigned = {}
-        self._listener = listener
-        self._membership = Membership(
-            self._cluster.controller, self.config.group_id, self.config.client_id, names,
-            pattern, session_timeout_ms=self.config.session_timeout_ms,
-            heartbeat_interval_ms=self.config.heartbeat_interval_ms,
-            assignor=self.config.partition_assignment_strategy)
-
-    def unsubscribe(self) -> None:
-        """Give up every partition (running the listener) and leave the group."""
-        if self._membership is None:
-            return
-        self._revoke(set(self._assigned))
-        membership, self._membership = self._membership, None
-        membership.close()
-
-    def _listen(self, event: str, partitions: set[TopicPartition]) -> None:
-        callback = getattr(self._listener, event, None)
-        if partitions and callback is not None:
-            callback(sorted(partitions))
-
-    def _revoke(self, partitions: set[TopicPartition]) -> None:
-        if not partitions:
-            return
-        self._listen("on_partitions_revoked", partitions)
-        if self.config.enable_auto_commit:
-            self._commit_positions(partitions)
-        for tp in partitions:
-            self._assigned.pop(tp, None)
-            self._paused.discard(tp)
-
-    def _apply_membership(self) -> None:
-        """Apply what the coordinator said: revoke, then take newly granted partitions."""
-        membership = self._membership
-        owned, revoke, lost = membership.latest()
-        if lost:
-            self._revoke(set(self._assigned))
-            membership.rejoin()
-            owned, revoke, _ = membership.latest()
-        current = set(self._assigned)
-        revoked = current & set(revoke) | (current - set(owned))
-        self._revoke(revoked)
-        added = set(owned) - set(revoke) - set(self._assigned)
-        if added:
-            committed = self.committed(added)
-            for tp in sorted(added):
-                self._topic(tp.topic)
-                state = self._assigned[tp] = _Fetching(tp)
-                if committed.get(tp) is not None:
-                    state.reset(committed[tp])
-            self._listen("on_partitions_assigned", added)
-        if revoked or added:
-            membership.report(self._assigned, released=bool(revoked))
-
-    def _group_identity(self) -> tuple[str | None, int]:
-        if self._membership is None:
-            return None, -1
-        return self._membership.member_id, self._membership.generation
-
-    def _positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return {tp: self._assigned[tp].position for tp in partitions
-                if tp in self._assigned and self._assigned[tp].position is not None}
-
-    def _commit_positions(self, partitions: Iterable[TopicPartition]) -> None:
-        try:
-            self.commit(self._positions(partitions))
-        except RaylogError as e:
-            logger.warning("auto-commit for group %s failed: %r", self.config.group_id, e)
-
-    def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
-        """Commit offsets (default: the positions of every assigned partition), durably.
-
-        The offset is the next one to read, as in Kafka. Raises CommitFailedError subclasses
-        (IllegalGenerationError, NotPartitionOwnerError, UnknownMemberError) when the group
-        refuses it; nothing is stored then.
-        """
-        self._check_open()
-        if self.config.group_id is None:
-            raise IllegalStateError("commit() needs a group_id")
-        offsets = self._positions(self._assigned) if offsets is None else offsets
-        entries = []
-        for tp, offset in offsets.items():
-            if type(offset) is not int or offset < 0:
-                raise ValueError(f"offset for {tp} must be an integer >= 0, got {offset!r}")
-            entries.append((*TopicPartition(*tp), offset, ""))
-        if not entries:
-            return
-        member_id, generation = self._group_identity()
-        try:
-            self._cluster.controller.call("commit_offsets", self.config.group_id, member_id,
-                                          generation, entries)
-        except IllegalGenerationError:
-            # A heartbeat moved us to a new generation meanwhile; ownership is still checked.
-            member_id, fresh = self._group_identity()
-            if fresh == generation:
-                raise
-            self._cluster.controller.call("commit_offsets", self.config.group_id, member_id,
-                                          fresh, entries)
-
-    def commit_async(self, offsets: dict[TopicPartition, int] | None = None,
-                     callback: Any = None) -> concurrent.futures.Future:
-        """Commit in the background; ``callback(offsets, error)`` runs when it is done."""
-        self._check_open()
-        offsets = self._positions(self._assigned) if offsets is None else dict(offsets)
-        if self._committer is None:
-            self._committer = concurrent.futures.ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix="raylog-commit")
-        future = self._committer.submit(self.commit, offsets)
-        if callback is not None:
-            future.add_done_callback(lambda f: callback(offsets, f.exception()))
-        return future
-
-    def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
-        """The group's committed offset of each partition (None if it has none)."""
-        self._check_open()
-        if self.config.group_id is None:
-            raise IllegalStateError("committed() needs a group_id")
-        found = self._cluster.controller.call(
-            "committed_offsets", self.config.group_id,
-            [tuple(TopicPartition(*tp)) for tp in partitions])
-        return {TopicPartition(*tp): (om[0] if om else None) for tp, om in found.items()}
-
-    def _maybe_auto_commit(self) -> None:
-        if self.config.group_id is None or not self.config.enable_auto_commit:
-            return
-        if (time.monotonic() - self._last_auto_commit) * 1000 < \
-                self.config.auto_commit_interval_ms:
-            return
-        self._last_auto_commit = time.monotonic()
-        if self._assigned:
-            self.commit_async(self._positions(self._assigned))
 
     def pause(self, *partitions: TopicPartition) -> None:
         """Stop returning records of these partitions until resumed."""

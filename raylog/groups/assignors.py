@@ -70,8 +70,14 @@ def cooperative_sticky_assign(members: Subscriptions, topics: Mapping[str, int],
     taken: set[TopicPartition] = set()
     total = len(valid)
     order = sorted(members)
-    quota = {m: total // len(order) + (1 if i < total % len(order) else 0)
-             for i, m in enumerate(order)} if order else {}
+    quota: dict[str, int] = {}
+    if order:
+        # The spare slots go to the members already holding more, so none of them moves.
+        base, extra = divmod(total, len(order))
+        held = {m: sum(1 for tp in (current or {}).get(m, ()) if tp in valid
+                       and tp.topic in members[m]) for m in order}
+        fullest = sorted(order, key=lambda m: (-held[m], m))[:extra]
+        quota = {m: base + (1 if m in fullest else 0) for m in order}
     for member in order:
         for tp in sorted((current or {}).get(member, ())):
             if tp in valid and tp not in taken and tp.topic in members[member] and \

@@ -62,7 +62,9 @@ class GroupCoordinator:
         try:
             return self.groups[group_id]
         except KeyError:
-            if group_id in self.offsets:
+            # Known from __consumer_offsets (e.g. after a restart): members get
+            # UnknownMemberError from it and join again.
+            if group_id in self.offsets or group_id in self.generations:
                 return self.groups.setdefault(group_id, Group(
                     group_id, generation=self.generations.get(group_id, 0)))
             raise UnknownGroupError(f"unknown consumer group {group_id!r}") from None
@@ -153,7 +155,10 @@ class GroupCoordinator:
         if kind == "offset":
             tp = TopicPartition(rest[0], rest[1])
             if value is None:
-                self.offsets.get(group_id, {}).pop(tp, None)
+                mine = self.offsets.get(group_id, {})
+                mine.pop(tp, None)
+                if not mine:
+                    self.offsets.pop(group_id, None)
             else:
                 self.offsets.setdefault(group_id, {})[tp] = OffsetAndMetadata(
                     **json.loads(value))

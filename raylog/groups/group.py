@@ -92,6 +92,11 @@ class Group:
              pattern: str | None, session_timeout_ms: int, now: int,
              existing_topics: Mapping[str, int], actor_id: str | None = None) -> Member:
         """Add (or re-subscribe) a member; the assignment is recomputed."""
+        if pattern is not None:
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise ValueError(f"bad subscription pattern {pattern!r}: {e}") from e
         requested = frozenset(topics or ())
         member = self.members.get(member_id)
         if member is None:

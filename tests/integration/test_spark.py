@@ -106,7 +106,7 @@ def test_bounded_reads_by_offset_and_time(filled):
 
 
 def test_bad_bounds_and_topics_are_refused(filled):
-    topic, expected = filled
+    topic, _ = filled
     with pytest.raises(UnknownTopicError):
         read_topic("no-such-topic")
     with pytest.raises(OffsetOutOfRangeError, match="past the end"):

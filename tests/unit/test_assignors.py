@@ -305,7 +305,7 @@ def locally_balanced(out: Assignment, members: Mapping[str, frozenset[str]]) -> 
                    for g in out for t in out)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=75, deadline=None)
 @given(scenarios(), st.sampled_from(ALL))
 def test_property_every_assignor_is_valid(scenario, assignor):
     members, topics, current = scenario
@@ -314,14 +314,14 @@ def test_property_every_assignor_is_valid(scenario, assignor):
     assert ASSIGNORS[assignor](members, topics, current) == out
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=75, deadline=None)
 @given(scenarios(same_subscriptions=True), st.sampled_from(BALANCED))
 def test_property_same_subscriptions_balanced(scenario, assignor):
     members, topics, current = scenario
     assert spread(ASSIGNORS[assignor](members, topics, current)) <= 1
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(scenarios())
 def test_property_sticky_valid_and_balanced_where_subscriptions_allow(scenario):
     members, topics, current = scenario
@@ -330,7 +330,7 @@ def test_property_sticky_valid_and_balanced_where_subscriptions_allow(scenario):
     assert locally_balanced(out, members), out
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(scenarios(same_subscriptions=True))
 def test_property_sticky_keeps_current_partitions_up_to_the_fair_share(scenario):
     members, topics, current = scenario
