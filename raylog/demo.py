@@ -56,7 +56,7 @@ def read_run(cluster: Any, topic: str, run: str, start: dict, expected: int,
     from raylog import Consumer
 
     records = []
-    with Consumer(cluster=cluster, max_poll_records=50_000) as consumer:
+    with Consumer(cluster=cluster) as consumer:
         consumer.assign(list(start))
         for tp, offset in start.items():
             consumer.seek(tp, offset)

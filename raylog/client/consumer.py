@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import dataclasses
 import logging
@@ -28,7 +29,7 @@ from raylog.errors import (
 )
 from raylog.groups.assignors import ASSIGNORS
 from raylog.records import decode, iter_batches
-from raylog.records.reader import record_columns
+from raylog.records.reader import row_columns, row_range
 from raylog.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -93,33 +94,50 @@ _NON_NUMERIC = {"auto_offset_reset", "group_id", "client_id", "enable_auto_commi
 class _Fetching:
     """What the consumer knows of one assigned partition.
 
-    ``position`` is the offset of the next record poll returns; ``buffer[index:]`` holds
-    records already fetched from it; ``fetch_offset`` is where the next (or outstanding)
-    fetch starts, past the buffered records.
+    ``position`` is the offset of the next record poll returns. ``chunks`` hold fetched,
+    decoded batches not returned yet, as Arrow payloads with the range of rows still to
+    return; records become Python objects only when poll returns them, so a deep prefetch
+    costs compact Arrow memory and no garbage-collector work. ``fetch_offset`` is where the
+    next (or outstanding) fetch starts, past the buffered batches.
     """
 
-    __slots__ = ("buffer", "fetch_offset", "high_watermark", "index", "pending", "position",
-                 "tp")
+    __slots__ = ("buffered", "chunks", "fetch_offset", "high_watermark", "pending",
+                 "position", "tp")
 
     def __init__(self, tp: TopicPartition) -> None:
         self.tp = tp
         self.position: int | None = None
         self.fetch_offset: int | None = None
-        self.buffer: list[ConsumerRecord] = []
-        self.index = 0
+        self.chunks: collections.deque[list] = collections.deque()  # [header, payload, lo, hi]
+        self.buffered = 0
         self.pending: ray.ObjectRef | None = None
         self.high_watermark = -1
 
     def reset(self, offset: int) -> None:
         """Start over at ``offset``: drop buffered records and any outstanding fetch."""
         self.position = self.fetch_offset = offset
-        self.buffer = []
-        self.index = 0
+        self.chunks.clear()
+        self.buffered = 0
         self.pending = None
 
-    @property
-    def buffered(self) -> int:
-        return len(self.buffer) - self.index
+    def take(self, limit: int, out: list) -> None:
+        """Append up to ``limit`` buffered records to ``out`` as ConsumerRecords."""
+        topic, partition = self.tp
+        chunks = self.chunks
+        while limit and chunks:
+            chunk = chunks[0]
+            header, payload, lo, hi = chunk
+            n = min(limit, hi - lo)
+            out.extend(map(_new, repeat(ConsumerRecord), zip(
+                repeat(topic), repeat(partition), *row_columns(header, payload, lo, lo + n),
+                strict=False)))
+            chunk[2] = lo + n
+            if lo + n == hi:
+                chunks.popleft()
+            self.buffered -= n
+            limit -= n
+        if out:
+            self.position = out[-1].offset + 1
 
 
 class Consumer(GroupMixin):
@@ -294,33 +312,27 @@ class Consumer(GroupMixin):
         state.high_watermark = result.high_watermark
         if not result.data:
             return
-        topic, partition = state.tp
         start = state.fetch_offset
-        with gc_paused():
-            records = state.buffer if state.index == 0 else state.buffer[state.index:]
-            state.index = 0
-            for pos, header in iter_batches(result.data):
-                columns = record_columns(header, decode(header, result.data, pos), start)
-                records.extend(map(_new, repeat(ConsumerRecord), zip(
-                    repeat(topic), repeat(partition), *columns, strict=False)))
-                state.fetch_offset = max(state.fetch_offset, header.next_offset)
-            state.buffer = records
+        for pos, header in iter_batches(result.data):
+            payload = decode(header, result.data, pos)
+            lo, hi = row_range(header, payload, start)
+            if lo < hi:
+                state.chunks.append([header, payload, lo, hi])
+                state.buffered += hi - lo
+            state.fetch_offset = max(state.fetch_offset, header.next_offset)
 
     def _drain(self, max_records: int) -> list[ConsumerRecord]:
         out: list[ConsumerRecord] = []
         states = list(self._assigned.values())
-        for i in range(len(states)):
-            state = states[(self._next + i) % len(states)]
-            if not state.buffered or state.tp in self._paused:
-                continue
-            take = state.buffer[state.index:state.index + max_records - len(out)]
-            state.index += len(take)
-            if state.index == len(state.buffer):
-                state.buffer, state.index = [], 0
-            state.position = take[-1].offset + 1
-            out.extend(take)
-            if len(out) >= max_records:
-                break
+        with gc_paused():
+            for i in range(len(states)):
+                state = states[(self._next + i) % len(states)]
+                if state.buffered and state.tp not in self._paused:
+                    mine: list[ConsumerRecord] = []
+                    state.take(max_records - len(out), mine)
+                    out.extend(mine)
+                    if len(out) >= max_records:
+                        break
         self._next = (self._next + 1) % max(len(states), 1)
         return out
 

@@ -191,14 +191,19 @@ class Producer:
             batch = self._open.get((topic, partition))
             count = batch.builder.append(timestamp, key, value, headers) if batch else 0
             sealed = False
+            if not count and batch is not None:
+                self._seal(batch)
+                sealed = True
+                if sticky:  # sealing moved the sticky partition on: follow it
+                    partition = self._sticky.partition(topic, partitions)
+                    batch = self._open.get((topic, partition))
+                    count = batch.builder.append(timestamp, key, value, headers) if batch else 0
             if not count:
-                if batch is not None:
-                    self._seal(batch)
-                    sealed = True
-                if record_size(key, value, headers) > self._max_record:
+                size = record_size(key, value, headers)
+                if size > self._max_record:
                     raise RecordTooLargeError(
-                        f"record of {record_size(key, value, headers)} bytes exceeds "
-                        f"max_request_size={self.config.max_request_size}")
+                        f"record of {size} bytes exceeds max_request_size="
+                        f"{self.config.max_request_size}")
                 batch = self._new_batch(topic, partition)
                 count = batch.builder.append(timestamp, key, value, headers)
             if sticky:

@@ -60,19 +60,22 @@ def _python_headers(column: pa.ChunkedArray | pa.Array, n: int):
     ]
 
 
-def record_columns(header: BatchHeader, payload: pa.Table, start_offset: int | None = None,
-                   end_offset: int | None = None) -> list:
-    """Per-field Python sequences (offset, timestamp, key, value, headers) of the records of a
-    decoded payload with offsets in [start_offset, end_offset); zip them to get rows."""
-    offsets = offsets_of(header, payload)
-    lo, hi = _row_range(header, offsets, start_offset, end_offset)
+def row_range(header: BatchHeader, payload: pa.Table, start_offset: int | None = None,
+              end_offset: int | None = None) -> tuple[int, int]:
+    """The rows [lo, hi) of a decoded payload whose offsets are in [start_offset, end_offset)."""
+    return _row_range(header, offsets_of(header, payload), start_offset, end_offset)
+
+
+def row_columns(header: BatchHeader, payload: pa.Table, lo: int, hi: int) -> list:
+    """Per-field Python sequences (offset, timestamp, key, value, headers) of rows [lo, hi)
+    of a decoded payload; zip them to get records."""
     if lo >= hi:
         return [[], [], [], [], []]
     if lo or hi < payload.num_rows:
         payload = payload.slice(lo, hi - lo)
-        offsets = offsets[lo:hi]
     if header.explicit_offsets:
-        offset_values = offsets.tolist()
+        offset_values = (payload.column(4).to_numpy().astype(np.int64)
+                         + header.base_offset).tolist()
     else:
         offset_values = range(header.base_offset + lo, header.base_offset + hi)
     keys = payload.column(1)
@@ -83,6 +86,12 @@ def record_columns(header: BatchHeader, payload: pa.Table, start_offset: int | N
         payload.column(2).to_pylist(),
         _python_headers(payload.column(3), hi - lo),
     ]
+
+
+def record_columns(header: BatchHeader, payload: pa.Table, start_offset: int | None = None,
+                   end_offset: int | None = None) -> list:
+    """:func:`row_columns` of the records with offsets in [start_offset, end_offset)."""
+    return row_columns(header, payload, *row_range(header, payload, start_offset, end_offset))
 
 
 def batch_records(header: BatchHeader, payload: pa.Table, start_offset: int | None = None,
