@@ -137,6 +137,7 @@ class Producer:
         self._stopping = False
         self._encode_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._submitting = threading.Lock()  # held by the one thread submitting batches
+        self._caller_busy = False  # a send() sealed and submitted a batch since last look
         self._sender = threading.Thread(target=self._run, name="raylog-producer-sender",
                                         daemon=True)
         self._sender.start()
@@ -209,6 +210,7 @@ class Producer:
             if sticky:
                 self._sticky_open[topic] = batch
         if sealed:
+            self._caller_busy = True
             self._submit_ready()
             self._collect(0)
         return RecordFuture(batch.result, count - 1, timestamp)
@@ -280,8 +282,7 @@ class Producer:
                 raise error
         batch.buffered = size
         self._buffered_bytes += size
-        self._ready.append(batch)
-        self._wake.notify_all()
+        self._ready.append(batch)  # whoever sealed it submits it (or the sender, by linger)
 
     def flush(self, timeout: float | None = None) -> None:
         """Send every queued record and wait until all are acknowledged (or failed)."""
@@ -349,6 +350,12 @@ class Producer:
                     self._seal(batch, block=False)
                 if not self._ready and not self._in_flight:
                     self._wake.wait(linger_s if self._open else 0.05)
+                    continue
+                if self._caller_busy:
+                    # The caller's thread is sealing and submitting batches itself: stay out
+                    # of its way (and off the GIL) for a linger period.
+                    self._caller_busy = False
+                    self._wake.wait(max(linger_s, 0.005))
                     continue
             self._submit_ready()
             self._collect(min(linger_s, 0.005) if self._open or self._ready else 0.05)
