@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import uuid
 from typing import Any
 
@@ -85,7 +86,7 @@ class ControllerActor(GroupService):
         if self._loop is None:
             self._loop = asyncio.get_running_loop().create_task(self._reconcile_forever())
         return {"node_id": self.node_id, "topics": len(self.state.topics),
-                "events": self.state.applied}
+                "events": self.state.applied, "pid": os.getpid()}
 
     async def _commit(self, event: dict[str, Any]) -> None:
         """Persist, then apply. Callers validated the event against the state first."""
@@ -145,7 +146,14 @@ class ControllerActor(GroupService):
 
     async def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1,
                            configs: dict[str, Any] | None = None,
-                           internal: bool = False) -> dict[str, Any]:
+                           internal: bool = False, topic_id: str | None = None
+                           ) -> dict[str, Any]:
+        """Create a topic. A client that retries (the controller restarted mid-call) passes
+        the same ``topic_id``; finding the topic already created with it is success."""
+        existing = self.state.topics.get(name)
+        if existing is not None and topic_id is not None and existing.topic_id == topic_id:
+            await self._start_replicas(existing, range(len(existing.partitions)))
+            return self._describe(existing)
         validate_topic_name(name)
         if name.startswith("__") and not internal:
             raise InvalidTopicError(f"topic names starting with '__' are internal: {name!r}")
@@ -167,7 +175,7 @@ class ControllerActor(GroupService):
             existing = [p.replicas for t in self.state.topics.values() for p in t.partitions]
             assignment = assign_replicas(live_brokers(), partitions, replication_factor,
                                          existing)
-            await self._commit(events.topic_created(name, uuid.uuid4().hex, assignment,
+            await self._commit(events.topic_created(name, topic_id or uuid.uuid4().hex, assignment,
                                                     normalized))
         topic = self.state.topic(name)
         await self._start_replicas(topic, range(partitions))

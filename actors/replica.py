@@ -10,6 +10,7 @@ serves everything it had.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import shutil
@@ -21,7 +22,9 @@ import pyarrow as pa
 import ray
 
 from raylog.cluster_names import node_data_dir
+from raylog.errors import OutOfOrderSequenceError
 from raylog.partition import FetchResult, Partition
+from raylog.producer_state import SequenceGap
 from raylog.records.kafka_columns import kafka_table
 from raylog.storage import AppendInfo, PartitionLog
 from raylog.topics import log_config
@@ -30,6 +33,7 @@ logger = logging.getLogger(__name__)
 
 METADATA_FILE = "partition.metadata"
 MAINTENANCE_INTERVAL_S = 1.0
+SEQUENCE_WAIT_S = 2.0
 HW_CHECKPOINT_INTERVAL_S = 5.0
 
 
@@ -91,8 +95,23 @@ class ReplicaActor:
 
     async def append(self, batch: bytes, acks: int | str = 1,
                      leader_epoch: int | None = None) -> AppendInfo:
+        """Append a producer batch; a batch ahead of its producer's sequence waits (up to
+        SEQUENCE_WAIT_S) for the batches before it, which Ray may have started later."""
         self._start_maintenance()
-        info = self.partition.append(batch, acks, leader_epoch)
+        deadline = time.monotonic() + SEQUENCE_WAIT_S
+        while True:
+            try:
+                info = self.partition.append(batch, acks, leader_epoch,
+                                             accept_unknown=time.monotonic() >= deadline)
+                break
+            except SequenceGap as gap:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise OutOfOrderSequenceError(
+                        f"{self.partition.name}: batch waited for sequence {gap.expected} "
+                        f"for {SEQUENCE_WAIT_S} s") from None
+                with contextlib.suppress(TimeoutError):  # then one last try, accepting
+                    await asyncio.wait_for(self._new_data.wait(), remaining)
         self._notify()
         return info
 

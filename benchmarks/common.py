@@ -29,7 +29,7 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -84,6 +84,23 @@ def measure(fn: Callable[[], T], amount: float, repetitions: int) -> tuple[Timin
         elapsed, result = timed(fn)
         seconds.append(elapsed)
     return Timing(amount, seconds), result
+
+
+def alternate(rounds: int, steps: dict[str, Callable[[], float]], *,
+              warm_up: bool = True) -> dict[str, list[float]]:
+    """Run each step once per round, in turn; the seconds of each of ``rounds`` rounds.
+
+    Each step times itself and returns its seconds. Alternating keeps the steps of a
+    comparison under the same load (the machine is shared). With ``warm_up``, one more
+    round runs first and is not counted; without, the caller has warmed the steps up.
+    """
+    seconds: dict[str, list[float]] = {name: [] for name in steps}
+    for i in range(rounds + warm_up):
+        for name, step in steps.items():
+            elapsed = step()
+            if i or not warm_up:  # round 0 is the warm-up
+                seconds[name].append(elapsed)
+    return seconds
 
 
 @contextlib.contextmanager
@@ -186,6 +203,28 @@ def binary_array(rows: np.ndarray) -> pa.BinaryArray:
     offsets = np.arange(0, (n + 1) * RECORD_BYTES, RECORD_BYTES, dtype=np.int32)
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets),
                                                   pa.py_buffer(rows)])
+
+
+def digest(values: Iterable[bytes | memoryview],
+           crc: Callable[[bytes | memoryview], int] = crc32c.crc32c) -> tuple[int, int]:
+    """(count, sum of ``crc`` of each value): equal for equal multisets of values, whatever
+    their order. CRC32C by default; pass ``zlib.crc32`` to compare with Spark SQL's ``crc32``."""
+    count = total = 0
+    for value in values:
+        count += 1
+        total += crc(value)
+    return count, total
+
+
+def binary_values(column: pa.Array | pa.ChunkedArray) -> Iterator[memoryview]:
+    """The values of an Arrow binary column as memoryviews into its buffers, without a
+    bytes object per value."""
+    for chunk in column.chunks if isinstance(column, pa.ChunkedArray) else [column]:
+        _, offsets, data = chunk.buffers()
+        bounds = np.frombuffer(offsets, np.int32)[chunk.offset:chunk.offset + len(chunk) + 1]
+        view = memoryview(data)
+        for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+            yield view[lo:hi]
 
 
 # -- report ----------------------------------------------------------------------------------

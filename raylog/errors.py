@@ -153,3 +153,9 @@ class NoOffsetForPartitionError(OffsetOutOfRangeError):
 
 class InvalidOffsetRangeError(RaylogError, ValueError):
     """An offset range or bound is malformed (e.g. its end is before its start)."""
+
+
+class OutOfOrderSequenceError(RaylogError):
+    """A producer's batch arrived ahead of its earlier batches, which did not come in time."""
+
+    retriable = True

@@ -13,11 +13,14 @@ import pyarrow as pa
 
 from raylog.errors import (
     FencedEpochError,
+    InvalidRecordError,
     NotEnoughReplicasError,
     NotLeaderError,
     OffsetOutOfRangeError,
+    RecordTooLargeError,
 )
-from raylog.records import TABLE_SCHEMA, read_table
+from raylog.producer_state import ProducerStates
+from raylog.records import TABLE_SCHEMA, parse_header, read_table
 from raylog.storage import AppendInfo, PartitionLog
 from raylog.topics import REPLICATION_DEFAULTS, log_config
 
@@ -57,6 +60,8 @@ class Partition:
         self.role = Role.LEADER
         self.leader_epoch = 0
         self.isr: list[str] = [replica_id]
+        self.producers = ProducerStates()
+        self.producers.rebuild(h for segment in log.segments for _, h in segment.walk())
         if log.high_watermark < log.log_end_offset:
             # A single-replica leader has everything it holds committed.
             self._advance_high_watermark()
@@ -92,16 +97,33 @@ class Partition:
         if self.isr == [self.replica_id]:
             self.log.update_high_watermark(self.log.log_end_offset)
 
-    def append(self, batch: bytes, acks: int | str = 1,
-               leader_epoch: int | None = None) -> AppendInfo:
-        """Append a producer batch as leader. Raises NotLeaderError, FencedEpochError,
-        NotEnoughReplicasError (acks=all with too small an ISR) or the log's own errors."""
+    def append(self, batch: bytes, acks: int | str = 1, leader_epoch: int | None = None,
+               accept_unknown: bool = False) -> AppendInfo:
+        """Append a producer batch as leader, in its producer's sequence order.
+
+        Raises SequenceGap when the producer's earlier batches have not arrived yet (the
+        caller waits and tries again; ``accept_unknown`` accepts a producer this replica has
+        no state for at whatever sequence it is), NotLeaderError, FencedEpochError,
+        NotEnoughReplicasError (acks=all with too small an ISR) or the log's own errors. A
+        batch already appended (a retry) is not appended again: its first answer returns.
+        """
         self._check_leader(leader_epoch)
         if acks in ("all", -1) and len(self.isr) < self.configs["min_insync_replicas"]:
             raise NotEnoughReplicasError(
                 f"{self.name}: {len(self.isr)} in-sync replicas, min_insync_replicas="
                 f"{self.configs['min_insync_replicas']}")
-        info = self.log.append(batch, self.leader_epoch)
+        header = parse_header(batch)
+        duplicate = self.producers.check(header, accept_unknown)
+        if duplicate is not None:
+            return duplicate  # a retry of a batch already appended: answer it again
+        try:
+            info = self.log.append(batch, self.leader_epoch)
+        except (RecordTooLargeError, InvalidRecordError):
+            # Refused for good: its sequence is spent, or the producer's next batches would
+            # wait for it forever.
+            self.producers.accept(header, AppendInfo(-1, -1, header.max_timestamp, 0))
+            raise
+        self.producers.accept(header, info)
         self._advance_high_watermark()
         return info
 

@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+import time
+import uuid
+from collections.abc import Callable
 from typing import Any
 
 from raylog.client.connection import RaylogCluster, default_cluster
-from raylog.errors import ClientClosedError
+from raylog.errors import (
+    ClientClosedError,
+    ControllerUnavailableError,
+    InvalidPartitionsError,
+    RaylogError,
+    UnknownGroupError,
+    UnknownTopicError,
+)
+
+CHANGE_RETRY_S = 60.0  # how long a change rides out a controller restart
 
 
 class Admin:
@@ -23,19 +35,40 @@ class Admin:
         self._cluster = cluster or default_cluster()
         self._closed = False
 
-    def _call(self, method: str, *args: Any, change: bool = False, **kwargs: Any) -> Any:
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         if self._closed:
             raise ClientClosedError("the admin client is closed")
-        return self._cluster.controller.call(method, *args, retry=not change, **kwargs)
+        return self._cluster.controller.call(method, *args, **kwargs)
+
+    def _change(self, method: str, *args: Any, done: Callable[[RaylogError], bool] | None = None,
+                **kwargs: Any) -> Any:
+        """A change, retried while the controller restarts. Every change here is safe to
+        repeat; ``done`` recognises the error a repeat gets when the first try had worked."""
+        if self._closed:
+            raise ClientClosedError("the admin client is closed")
+        deadline = time.monotonic() + CHANGE_RETRY_S
+        retried = False
+        while True:
+            try:
+                return self._cluster.controller.call(method, *args, retry=False, **kwargs)
+            except ControllerUnavailableError:
+                if time.monotonic() > deadline:
+                    raise
+                retried = True
+                time.sleep(0.2)
+            except RaylogError as e:
+                if retried and done is not None and done(e):
+                    return None
+                raise
 
     def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1,
                      configs: dict[str, Any] | None = None) -> dict[str, Any]:
         """Create a topic; returns its description once every replica is serving."""
-        return self._call("create_topic", name, partitions, replication_factor, configs,
-                          change=True)
+        return self._change("create_topic", name, partitions, replication_factor, configs,
+                            topic_id=uuid.uuid4().hex)
 
     def delete_topic(self, name: str) -> None:
-        self._call("delete_topic", name, change=True)
+        self._change("delete_topic", name, done=lambda e: isinstance(e, UnknownTopicError))
         self._cluster.forget(name)
 
     def list_topics(self, include_internal: bool = False) -> list[str]:
@@ -49,14 +82,15 @@ class Admin:
 
     def add_partitions(self, name: str, total: int) -> dict[str, Any]:
         """Grow a topic to ``total`` partitions (never shrinks)."""
-        out = self._call("add_partitions", name, total, change=True)
+        out = self._change("add_partitions", name, total, done=lambda e: isinstance(
+            e, InvalidPartitionsError) and len(self.describe_topic(name)["partitions"]) == total)
         self._cluster.forget(name)
         return out
 
     def alter_configs(self, name: str, set_configs: dict[str, Any] | None = None,
                       delete_configs: list[str] | None = None) -> dict[str, Any]:
         """Set and delete (back to default) topic configs; replicas apply them at once."""
-        return self._call("alter_configs", name, set_configs, delete_configs, change=True)
+        return self._change("alter_configs", name, set_configs, delete_configs)
 
     # -- consumer groups --------------------------------------------------------------------------
 
@@ -70,7 +104,8 @@ class Admin:
 
     def delete_group(self, group_id: str) -> None:
         """Forget a group and its committed offsets; it must have no active members."""
-        self._call("delete_group", group_id, change=True)
+        self._change("delete_group", group_id,
+                     done=lambda e: isinstance(e, UnknownGroupError))
 
     def reset_offsets(self, group_id: str, topic: str, to: str | int,
                       partitions: list[int] | None = None) -> dict[int, int]:
@@ -86,7 +121,7 @@ class Admin:
         else:
             raise ValueError(f"reset to 'earliest', 'latest', an offset or "
                              f"{{'timestamp': ms}}, got {to!r}")
-        return self._call("reset_offsets", group_id, topic, spec, partitions, change=True)
+        return self._change("reset_offsets", group_id, topic, spec, partitions)
 
     def cluster_status(self) -> dict[str, Any]:
         return self._call("cluster_status")

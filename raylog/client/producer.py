@@ -7,6 +7,7 @@ import concurrent.futures
 import dataclasses
 import logging
 import os
+import random
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -35,6 +36,7 @@ logger = logging.getLogger(__name__)
 
 Partitioner = Callable[[bytes | None, int], int]
 _CODECS = {"lz4": Codec.LZ4, "none": Codec.NONE}
+MAX_SEQUENCE = 2**31 - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,6 +128,7 @@ class Producer:
         self._topics: dict[str, TopicMetadata] = {}
         self._sticky = StickyPartitioner()
         self._sticky_open: dict[str, _Batch] = {}  # topic -> open batch of its sticky partition
+        self._sequences: dict[tuple[str, int], list[int]] = {}  # -> [producer id, next seq]
         self._open: dict[tuple[str, int], _Batch] = {}
         self._ready: collections.deque[_Batch] = collections.deque()
         self._in_flight: dict[ray.ObjectRef, _Batch] = {}
@@ -232,8 +235,14 @@ class Producer:
             pieces = split_for_partitions(table, meta.num_partitions, self.config.batch_size,
                                           partition=partition, sticky=self._sticky,
                                           topic=topic)
+            producers = [self._sequence(topic, part, columns.num_rows)
+                         for part, columns in pieces]
         # LZ4 and Arrow's IPC writer release the GIL: encode the batches in parallel.
-        encoded = self._encoder().map(lambda piece: encode(piece[1], codec=self._codec), pieces)
+        encoded = self._encoder().map(
+            lambda piece, producer: encode(piece[1], codec=self._codec, producer_id=producer[0],
+                                           producer_epoch=producer[1],
+                                           base_sequence=producer[2]),
+            pieces, producers)
         results = []
         for (part, columns), data in zip(pieces, encoded, strict=True):
             result = BatchResult(topic, part, columns.num_rows)
@@ -265,9 +274,25 @@ class Producer:
         if self._sticky_open.get(batch.topic) is batch:
             del self._sticky_open[batch.topic]
         batch.result.count = len(batch.builder)
+        batch.builder.set_producer(*self._sequence(batch.topic, batch.partition,
+                                                   batch.result.count))
         self._sticky.next_batch(batch.topic, len(self._topics[batch.topic].partitions),
                                 batch.partition)
         self._enqueue(batch, block)
+
+    def _sequence(self, topic: str, partition: int, records: int) -> tuple[int, int, int]:
+        """(producer id, epoch, first sequence) for the next batch of a partition (lock held).
+
+        Batches of a partition get consecutive sequences in the order they are sealed; the
+        replica appends them in that order and recognises a retry of one it already has. A
+        partition whose sequences would overflow int32 moves to a new producer id.
+        """
+        entry = self._sequences.get((topic, partition))
+        if entry is None or entry[1] + records > MAX_SEQUENCE:
+            entry = self._sequences[(topic, partition)] = [random.getrandbits(63), 0]
+        first = entry[1]
+        entry[1] += records
+        return entry[0], 0, first
 
     def _enqueue(self, batch: _Batch, block: bool = True) -> None:
         size = batch.builder.estimated_size if batch.data is None else len(batch.data)

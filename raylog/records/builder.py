@@ -148,6 +148,10 @@ class BatchBuilder:
         self._headers.append(headers or None)
         return len(self._values)
 
+    def set_producer(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+        """Stamp the producer id, epoch and first sequence the batch will carry."""
+        self._producer = (producer_id, producer_epoch, base_sequence)
+
     def append_value(self, timestamp: int, value: bytes) -> int:
         """:meth:`append` for the commonest record: no key, no headers, and a timestamp the
         caller made itself (so it is not checked). The producer's hot path."""

@@ -93,3 +93,14 @@ def spark(ray_cluster) -> Iterator[object]:
         yield session
     finally:
         raylog.spark.stop()
+
+
+def restart_controller() -> None:
+    """Kill the controller (Ray restarts it) and wait until the new one is serving."""
+    from raylog.cluster_names import CONTROLLER_NAME, NAMESPACE
+
+    controller = ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
+    old = ray.get(controller.ready.remote())["pid"]
+    ray.kill(controller, no_restart=False)
+    wait_for(lambda: ray.get(controller.ready.remote(), timeout=10)["pid"] != old, timeout=90,
+             what="the controller to restart")

@@ -13,7 +13,7 @@ import ray
 
 import raylog
 from raylog import Admin, Consumer, Producer, TopicPartition
-from raylog.cluster_names import CONTROLLER_NAME, NAMESPACE, replica_name
+from raylog.cluster_names import NAMESPACE, replica_name
 from raylog.errors import (
     ClientClosedError,
     InvalidConfigError,
@@ -25,7 +25,7 @@ from raylog.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from tests.integration.conftest import wait_for
+from tests.integration.conftest import restart_controller, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -136,8 +136,7 @@ def test_a_killed_controller_comes_back_with_all_topics(ray_cluster, admin, topi
     before = admin.describe_topics()
     with Producer() as producer:
         producer.send(topic_name, b"kept", partition=1).result(30)
-    controller = ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
-    ray.kill(controller, no_restart=False)
+    restart_controller()
     wait_for(lambda: admin.describe_topics() == before, timeout=60,
              what="the controller to come back with every topic")
     assert admin.describe_topic(topic_name)["configs"] == {

@@ -25,7 +25,7 @@ from raylog.errors import (
     NotPartitionOwnerError,
     UnknownMemberError,
 )
-from tests.integration.conftest import wait_for
+from tests.integration.conftest import restart_controller, wait_for
 
 
 @ray.remote(num_cpus=0, max_restarts=0)
@@ -151,7 +151,7 @@ def test_committed_offsets_survive_a_controller_restart(admin, topic_name):
     committed = consumer.committed([TopicPartition(topic_name, p) for p in range(3)])
     assert sum(committed.values()) == 60
     consumer.close()
-    ray.kill(controller(), no_restart=False)
+    restart_controller()
     wait_for(lambda: admin.describe_group(group)["offsets"] ==
              {f"{topic_name}:{p}": committed[TopicPartition(topic_name, p)] for p in range(3)},
              timeout=60, what="offsets after the controller restart")

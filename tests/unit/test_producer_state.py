@@ -1,0 +1,107 @@
+"""Sequence order and retries per producer: raylog.producer_state and Partition.append."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from raylog.errors import RecordTooLargeError
+from raylog.partition import Partition
+from raylog.producer_state import RECENT_BATCHES, ProducerStates, SequenceGap
+from raylog.records import BatchBuilder, parse_header
+from raylog.storage import AppendInfo, LogConfig, PartitionLog
+from tests.unit.logutil import FakeClock, all_records
+
+NOW = 1_700_000_000_000
+
+
+def batch(values: list[bytes], producer_id: int = 7, sequence: int = 0) -> bytes:
+    builder = BatchBuilder()
+    for v in values:
+        builder.append(NOW, None, v)
+    builder.set_producer(producer_id, 0, sequence)
+    return builder.build()
+
+
+@pytest.fixture
+def partition(tmp_path) -> Partition:
+    log = PartitionLog(tmp_path, LogConfig(max_message_bytes=4096), clock=FakeClock(NOW))
+    return Partition("t", 0, log, "node")
+
+
+def test_batches_append_in_sequence_order_and_gaps_wait(partition):
+    first, second, third = batch([b"a", b"b"], sequence=0), batch([b"c"], sequence=2), \
+        batch([b"d"], sequence=3)
+    with pytest.raises(SequenceGap) as gap:
+        partition.append(second)
+    assert gap.value.expected == 0
+    assert partition.log.log_end_offset == 0  # nothing stored while it waits
+    partition.append(first)
+    partition.append(second)
+    partition.append(third)
+    assert [r.value for r in all_records(partition.log)] == [b"a", b"b", b"c", b"d"]
+
+
+def test_a_retry_gets_its_first_answer_instead_of_a_second_copy(partition):
+    once = batch([b"x", b"y"], sequence=0)
+    first = partition.append(once)
+    partition.append(batch([b"z"], sequence=2))
+    again = partition.append(once)  # its acknowledgement was lost; the producer resends
+    assert again == first
+    assert [r.value for r in all_records(partition.log)] == [b"x", b"y", b"z"]
+
+
+def test_producers_are_independent_and_keyless_batches_are_not_tracked(partition):
+    partition.append(batch([b"p1"], producer_id=1, sequence=0))
+    partition.append(batch([b"p2"], producer_id=2, sequence=0))
+    partition.append(batch([b"p1b"], producer_id=1, sequence=1))
+    anonymous = BatchBuilder()
+    anonymous.append(NOW, None, b"anon")
+    partition.append(anonymous.build())
+    partition.append(anonymous.build())  # no producer id: appended twice, as sent
+    assert len(all_records(partition.log)) == 5
+
+
+def test_an_unknown_producer_can_be_accepted_mid_sequence(partition):
+    late = batch([b"late"], producer_id=9, sequence=500)
+    with pytest.raises(SequenceGap):
+        partition.append(late)
+    partition.append(late, accept_unknown=True)
+    partition.append(batch([b"next"], producer_id=9, sequence=501))
+    assert [r.value for r in all_records(partition.log)] == [b"late", b"next"]
+
+
+def test_a_refused_batch_spends_its_sequence(partition):
+    with pytest.raises(RecordTooLargeError):
+        partition.append(batch([os.urandom(10_000)], sequence=0))  # incompressible
+    partition.append(batch([b"after"], sequence=1))  # does not wait for the refused one
+    assert [r.value for r in all_records(partition.log)] == [b"after"]
+
+
+def test_state_is_rebuilt_from_the_log_after_a_restart(tmp_path):
+    log = PartitionLog(tmp_path, LogConfig(), clock=FakeClock(NOW))
+    first = Partition("t", 0, log, "node")
+    sent = batch([b"a"], sequence=0)
+    answer = first.append(sent)
+    log.close()
+    reopened = Partition("t", 0, PartitionLog(tmp_path, LogConfig(), clock=FakeClock(NOW)),
+                         "node")
+    assert reopened.append(sent) == answer  # still recognised as a retry
+    reopened.append(batch([b"b"], sequence=1))
+    assert [r.value for r in all_records(reopened.log)] == [b"a", b"b"]
+
+
+def test_only_recent_batches_are_remembered_and_old_producers_are_evicted():
+    states = ProducerStates(max_producers=2)
+    headers = [parse_header(batch([b"v"], producer_id=1, sequence=s)) for s in range(8)]
+    for i, header in enumerate(headers):
+        states.accept(header, AppendInfo(i, i, NOW, 1))
+    assert states.check(headers[-1]) == AppendInfo(7, 7, NOW, 1)
+    forgotten = states.check(headers[8 - RECENT_BATCHES - 1])
+    assert forgotten is not None and forgotten.base_offset == -1  # not appended again
+    for producer in (2, 3):
+        states.accept(parse_header(batch([b"v"], producer_id=producer)), AppendInfo(0, 0, NOW, 1))
+    assert len(states) == 2
+    with pytest.raises(SequenceGap):  # producer 1 was evicted: it is unknown again
+        states.check(parse_header(batch([b"v"], producer_id=1, sequence=8)))
