@@ -1,13 +1,15 @@
 """Topics as Spark DataFrames, with Spark itself running on the Ray cluster (RayDP).
 
-``read`` builds the Ray Dataset of ``raylog.data.read_topic`` (Arrow tables made by the
-replica actors) and hands it to Spark through the object store; ``write`` goes the other
-way; ``micro_batches`` turns a group's progress through topics into a sequence of
-DataFrames, committing each batch's offsets only once the caller is done with it.
+``read`` gives Spark one task per offset range, each reading an Arrow table that the
+partition's replica actor builds (as Spark's Kafka source reads from brokers); ``write``
+goes the other way through a Ray Dataset; ``micro_batches`` turns a group's progress
+through topics into a sequence of DataFrames, committing each batch's offsets only once the
+caller is done with it.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -18,9 +20,10 @@ from typing import Any
 import ray
 
 from raylog.client.connection import RaylogCluster, default_cluster
-from raylog.data import offset_ranges, read_topic, write_dataset
+from raylog.client.remote import resolve
+from raylog.data import DEFAULT_BLOCK_RECORDS, offset_ranges, write_dataset
 from raylog.errors import InvalidRecordError
-from raylog.ranges import EARLIEST, LATEST, Bound
+from raylog.ranges import EARLIEST, LATEST, Bound, split
 
 logger = logging.getLogger(__name__)
 
@@ -93,18 +96,50 @@ def _spark_schema() -> Any:
 
 
 def read(spark: Any, topics: str | Iterable[str], starting_offsets: Bound = EARLIEST,
-         ending_offsets: Bound = LATEST, *, cluster: RaylogCluster | None = None) -> Any:
+         ending_offsets: Bound = LATEST, *, cluster: RaylogCluster | None = None,
+         max_records_per_task: int = DEFAULT_BLOCK_RECORDS) -> Any:
     """Records of ``topics`` in ``[starting_offsets, ending_offsets)`` as a Spark DataFrame
     with the columns of Spark's Kafka source (key, value, topic, partition, offset,
-    timestamp, timestampType, headers). Bounds as in :func:`raylog.data.read_topic`.
+    timestamp, timestampType, headers). Bounds as in :func:`raylog.data.read_topic`,
+    resolved now; the DataFrame reads them again at every action, like Spark's Kafka source.
+
+    Each Spark task reads one offset range of one partition: its Python worker asks the
+    partition's leader replica for the range as one Arrow table and hands it to Spark with
+    ``mapInArrow``, so records cross into the JVM as Arrow, never one by one in Python.
 
     >>> df = read(session(), "pageviews")
     >>> df.groupBy("partition").count().show()
     """
-    dataset = read_topic(topics, starting_offsets, ending_offsets, cluster=cluster)
-    if dataset.count() == 0:
+    cluster = cluster or default_cluster()
+    ranges = offset_ranges(topics, starting_offsets, ending_offsets, cluster=cluster)
+    tasks = [(tp.topic, tp.partition, start, end) for tp, (first, last) in ranges.items()
+             for start, end in split(first, last, max_records_per_task)]
+    if not tasks:
         return spark.createDataFrame([], _spark_schema())
-    return dataset.to_spark(spark)
+    plan = spark.sparkContext.parallelize(tasks, len(tasks)).toDF(
+        "topic string, partition int, start long, end long")
+    address = ray.get_runtime_context().gcs_address
+    return plan.mapInArrow(functools.partial(_read_ranges, address), _spark_schema())
+
+
+def _read_ranges(address: str, tasks: Iterator[Any]) -> Iterator[Any]:
+    """In a Spark Python worker: the Arrow record batches of each (topic, partition, start,
+    end) task, read from the partition leaders of the raylog cluster at ``address``."""
+    import pyarrow as pa
+
+    import raylog
+
+    if not ray.is_initialized():
+        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+    cluster = raylog.init(address, start_local=False, create=False)
+    for batch in tasks:
+        for task in batch.to_pylist():
+            leader = cluster.topic(task["topic"]).partitions[task["partition"]].leader_client()
+            table = resolve(leader.read_kafka_table(task["start"], task["end"]))
+            # Spark's Arrow bridge takes timestamps in microseconds, UTC.
+            table = table.set_column(5, "timestamp",
+                                     table.column(5).cast(pa.timestamp("us", tz="UTC")))
+            yield from table.to_batches()
 
 
 def write(frame: Any, topic: str, *, cluster: RaylogCluster | None = None,
