@@ -127,17 +127,25 @@ def cmd_consume(args: argparse.Namespace, out: TextIO) -> int:
     cluster = _connect(args)
     consumer = Consumer(cluster=cluster,
                         auto_offset_reset="earliest" if args.from_beginning else "latest",
-                        consumer_timeout_ms=args.timeout_ms)
-    count = cluster.topic(args.topic).num_partitions
-    partitions = [args.partition] if args.partition is not None else range(count)
-    consumer.assign([TopicPartition(args.topic, p) for p in partitions])
+                        consumer_timeout_ms=args.timeout_ms, group_id=args.group,
+                        enable_auto_commit=False)
+    if args.group is not None and args.partition is None:
+        consumer.subscribe([args.topic])
+    else:
+        count = cluster.topic(args.topic).num_partitions
+        partitions = [args.partition] if args.partition is not None else range(count)
+        consumer.assign([TopicPartition(args.topic, p) for p in partitions])
     seen = 0
+    printed: dict[TopicPartition, int] = {}  # next offset after the last record printed
     try:
         for record in consumer:
             out.write(_format_record(record, args.format) + "\n")
+            printed[TopicPartition(record.topic, record.partition)] = record.offset + 1
             seen += 1
             if args.max_messages is not None and seen >= args.max_messages:
                 break
+        if args.group is not None and printed:
+            consumer.commit(printed)  # exactly what was printed, not what was fetched
     finally:
         consumer.close()
     out.flush()
@@ -262,6 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument("--from-beginning", action="store_true")
     consume.add_argument("--max-messages", type=int)
     consume.add_argument("--partition", type=int)
+    consume.add_argument("--group", help="consume as a member of this consumer group")
     consume.add_argument("--format", choices=["value", "kv", "full", "json"], default="value")
     consume.add_argument("--timeout-ms", type=int, default=5000,
                          help="stop after this long without records")

@@ -50,6 +50,12 @@ def test_produce_and_consume_lines(ray_cluster, topic_name):
                                              if r["key"] == key}) == 1
     code, out = run("consume", topic_name, "--from-beginning", "--max-messages", "5")
     assert code == 0 and len(out.splitlines()) == 5
+    group = f"cli-{topic_name}"
+    code, out = run("consume", topic_name, "--group", group, "--from-beginning",
+                    "--timeout-ms", "3000")
+    assert code == 0 and len(out.splitlines()) == 20
+    # The group committed its progress: a second run has nothing left to read.
+    assert run("consume", topic_name, "--group", group, "--timeout-ms", "1500") == (0, "")
 
 
 def test_cluster_status_lists_brokers(ray_cluster, topic_name):
