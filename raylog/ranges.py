@@ -98,3 +98,37 @@ def check_range(tp: TopicPartition, start: int, end: int, earliest: int, latest:
 def split(start: int, end: int, max_records: int) -> list[tuple[int, int]]:
     """[start, end) cut into consecutive ranges of at most ``max_records`` offsets."""
     return [(s, min(s + max_records, end)) for s in range(start, end, max_records)]
+
+
+def plan_tasks(ranges: Mapping[TopicPartition, tuple[int, int]], max_records: int,
+               parallelism: int, min_records: int = 10_000,
+               ) -> list[list[tuple[TopicPartition, int, int]]]:
+    """Group offset ranges into read tasks, as Spark packs file splits into partitions.
+
+    A task reads at most ``per_task`` records: the total spread over ``parallelism`` slots,
+    but no fewer than ``min_records`` (a task has a fixed cost) and no more than
+    ``max_records``. Ranges longer than that are cut; shorter ones are packed together,
+    largest first, each into the first task with room. Empty ranges are left out.
+    """
+    if max_records < 1 or parallelism < 1:
+        raise ValueError(f"max_records and parallelism must be >= 1, got {max_records}, "
+                         f"{parallelism}")
+    total = sum(end - start for start, end in ranges.values())
+    per_task = min(max_records, max(min_records, -(-total // parallelism)))
+    pieces = sorted(((tp, s, e) for tp, (start, end) in ranges.items()
+                     for s, e in split(start, end, per_task)),
+                    key=lambda piece: (piece[1] - piece[2], piece[0], piece[1]))
+    tasks: list[list[tuple[TopicPartition, int, int]]] = []
+    room: list[int] = []
+    for piece in pieces:
+        size = piece[2] - piece[1]
+        slot = next((i for i, left in enumerate(room) if left >= size), None)
+        if slot is None:
+            tasks.append([piece])
+            room.append(per_task - size)
+        else:
+            tasks[slot].append(piece)
+            room[slot] -= size
+    for task in tasks:
+        task.sort()
+    return tasks
