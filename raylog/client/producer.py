@@ -106,9 +106,10 @@ class Producer:
     (the partition Kafka's clients choose); keyless records stick to one partition per batch.
     Safe to use from several threads.
 
-    Retries may duplicate a batch whose acknowledgement was lost (at-least-once), and with
-    more than one request in flight per partition a retried batch may land after a later
-    one; set ``max_in_flight_requests_per_partition=1`` to keep order through retries.
+    Batches carry a producer id and per-partition sequence numbers (Kafka's idempotent
+    producer): the partition appends them in the order they were sealed, even when retries
+    or Ray deliver them out of order, and answers a retry of a batch it already holds
+    without a second copy, so records of one producer land once and in send order.
 
     >>> producer = Producer(linger_ms=10)
     >>> future = producer.send("pageviews", b'{"page": "/"}', key=b"user-1")
