@@ -62,9 +62,7 @@ import contextlib
 import dataclasses
 import logging
 import os
-import shutil
 import sys
-import tempfile
 import time
 import zlib
 from collections.abc import Callable, Iterator
@@ -102,10 +100,11 @@ from common import (
     markdown_table,
     parse_args,
     rate_figures,
+    report,
     result_document,
+    run_in_scratch,
     target_cells,
     timed,
-    write_json,
 )
 
 DEFAULT_JSON = RESULTS_DIR / "analytics.json"
@@ -444,20 +443,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(__doc__, DEFAULT_JSON,
                       f"{QUICK.records:,} records instead of {FULL.records:,}", argv)
     mode = QUICK if args.quick else FULL
-    root = Path(tempfile.mkdtemp(prefix="raylog-bench-analytics-"))
-    try:
-        result = run(mode, root)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    write_json(args.json, result)
+    result = run_in_scratch(lambda root: run(mode, root), "raylog-bench-analytics-")
     parquet = result["data"]["parquet"]
-    print(f"analytics scan benchmark, {mode.name} mode: {mode.records:,} records of "
-          f"{RECORD_BYTES} bytes; {PARTITIONS} partitions vs {parquet['files']} Parquet files "
-          f"({parquet['compression']}, {parquet['row_groups']} row groups, "
-          f"{parquet['bytes'] / 1e6:,.0f} MB); {result['machine']['cpu_count']} CPUs, Ray "
-          f"{ray.__version__}, RayDP {result['machine']['raydp']}\n")
-    print(table(result))
-    print(f"\nwrote {args.json} ({result['wall_seconds']:.1f} s)")
+    report(args.json, result,
+           f"analytics scan benchmark, {mode.name} mode: {mode.records:,} records of "
+           f"{RECORD_BYTES} bytes; {PARTITIONS} partitions vs {parquet['files']} Parquet files "
+           f"({parquet['compression']}, {parquet['row_groups']} row groups, "
+           f"{parquet['bytes'] / 1e6:,.0f} MB); {result['machine']['cpu_count']} CPUs, Ray "
+           f"{ray.__version__}, RayDP {result['machine']['raydp']}",
+           table(result))
     return 0
 
 

@@ -27,7 +27,9 @@ import gc
 import json
 import os
 import platform
+import shutil
 import statistics
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -315,3 +317,23 @@ def parse_args(doc: str, default_json: Path, quick_help: str,
     parser.add_argument("--json", type=Path, default=default_json, metavar="PATH",
                         help=f"where to write the results (default: {default_json})")
     return parser.parse_args(argv)
+
+
+def run_in_scratch(run: Callable[[Path], dict[str, Any]], prefix: str) -> dict[str, Any]:
+    """``run(directory)`` in a fresh temporary directory, removed afterwards."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        return run(root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def report(path: Path, result: Mapping[str, Any], headline: str, table: str,
+           notes: str = "") -> None:
+    """Write the JSON to ``path`` and print the headline, the table and any notes."""
+    write_json(path, result)
+    print(headline + "\n")
+    print(table)
+    if notes:
+        print("\n" + notes)
+    print(f"\nwrote {path} ({result['wall_seconds']:.1f} s)")

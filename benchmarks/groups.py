@@ -68,10 +68,8 @@ import contextlib
 import dataclasses
 import itertools
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -102,10 +100,11 @@ from common import (
     markdown_table,
     parse_args,
     rate_figures,
+    report,
     result_document,
+    run_in_scratch,
     split_values,
     target_cells,
-    write_json,
 )
 
 DEFAULT_JSON = RESULTS_DIR / "groups.json"
@@ -923,34 +922,31 @@ def main(argv: list[str] | None = None) -> int:
                       f"rebalance trials instead of {FULL.consume_records:,} and "
                       f"{FULL.rebalance_trials}", argv)
     mode = QUICK if args.quick else FULL
-    root = Path(tempfile.mkdtemp(prefix="raylog-bench-groups-"))
-    try:
-        result = run(mode, root)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    write_json(args.json, result)
+    result = run_in_scratch(lambda root: run(mode, root), "raylog-bench-groups-")
     cpu, rebalance = result["cpu"], result["rebalance"]
-    print(f"consumer groups benchmark, {mode.name} mode: {result['data']['consume_records']:,} "
-          f"records of {RECORD_BYTES} bytes to consume; {len(rebalance['trials'])} rebalance "
-          f"trials; {PARTITIONS} partitions, {MEMBERS} members; {cpu['cores']} CPUs, "
-          f"Ray {ray.__version__}\n")
-    print(table(result))
     samples = ", ".join(f"{ms:,.0f}" for ms in result["rebalance_ms_samples"])
-    print(f"\nrebalance samples (ms): {samples}. Medians: the coordinator dropped the dead "
-          f"member after {_ms(rebalance['removed_ms_median'])} ms (seen by the driver polling), "
-          f"its partitions were in a survivor's assignment after "
-          f"{_ms(rebalance['gained_ms_median'])} ms")
+    notes = [f"rebalance samples (ms): {samples}. Medians: the coordinator dropped the dead "
+             f"member after {_ms(rebalance['removed_ms_median'])} ms (seen by the driver "
+             f"polling), its partitions were in a survivor's assignment after "
+             f"{_ms(rebalance['gained_ms_median'])} ms"]
     if (share := rebalance["survivor_poll_thread_waiting_share_median"]) is not None:
-        print(f"survivors' poll threads were runnable but waiting for a CPU {share:.0%} of the "
-              "time from just before the kill until the trial ended (median; schedstat); "
-              f"the machine was {_cores(rebalance['machine_busy_cores_median'])} cores busy, "
-              f"{rebalance['other_processes_cores_median']:.2f} of them processes outside "
-              "this benchmark")
-    print("members' own rates (M records/s, median): group "
-          + ", ".join(f"{r / 1e6:.2f}" for r in cpu["group"]["member_records_per_s_median"])
-          + f"; single {cpu['single']['member_records_per_s_median'][0] / 1e6:.2f}")
-    print(f"\n{cpu['note']}")
-    print(f"\nwrote {args.json} ({result['wall_seconds']:.1f} s)")
+        notes.append(
+            f"survivors' poll threads were runnable but waiting for a CPU {share:.0%} of the "
+            "time from just before the kill until the trial ended (median; schedstat); "
+            f"the machine was {_cores(rebalance['machine_busy_cores_median'])} cores busy, "
+            f"{rebalance['other_processes_cores_median']:.2f} of them processes outside "
+            "this benchmark")
+    notes.append("members' own rates (M records/s, median): group "
+                 + ", ".join(f"{r / 1e6:.2f}"
+                             for r in cpu["group"]["member_records_per_s_median"])
+                 + f"; single {cpu['single']['member_records_per_s_median'][0] / 1e6:.2f}")
+    notes.append(f"\n{cpu['note']}")
+    report(args.json, result,
+           f"consumer groups benchmark, {mode.name} mode: {result['data']['consume_records']:,} "
+           f"records of {RECORD_BYTES} bytes to consume; {len(rebalance['trials'])} rebalance "
+           f"trials; {PARTITIONS} partitions, {MEMBERS} members; {cpu['cores']} CPUs, "
+           f"Ray {ray.__version__}",
+           table(result), notes="\n".join(notes))
     return 0
 
 

@@ -54,9 +54,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -87,11 +85,12 @@ from common import (
     markdown_table,
     parse_args,
     rate_figures,
+    report,
     result_document,
+    run_in_scratch,
     split_values,
     target_cells,
     timed,
-    write_json,
 )
 
 DEFAULT_JSON = RESULTS_DIR / "produce_consume.json"
@@ -474,20 +473,15 @@ def main(argv: list[str] | None = None) -> int:
                       f"{QUICK.records:,} records per repetition instead of {FULL.records:,}",
                       argv)
     mode = QUICK if args.quick else FULL
-    root = Path(tempfile.mkdtemp(prefix="raylog-bench-"))
-    try:
-        result = run(mode, root)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    write_json(args.json, result)
+    result = run_in_scratch(lambda root: run(mode, root), "raylog-bench-")
     data = result["data"]
-    print(f"produce/consume benchmark, {mode.name} mode: {data['produce_records']:,} records "
-          f"(send), {data['produce_arrow_records']:,} (send_batch), "
-          f"{data['consume_records']:,} (consume), {data['queue_records']:,} (queue) of "
-          f"{RECORD_BYTES} bytes; {PARTITIONS} partitions; {result['machine']['cpu_count']} "
-          f"CPUs, Ray {ray.__version__}\n")
-    print(table(result))
-    print(f"\nwrote {args.json} ({result['wall_seconds']:.1f} s)")
+    report(args.json, result,
+           f"produce/consume benchmark, {mode.name} mode: {data['produce_records']:,} records "
+           f"(send), {data['produce_arrow_records']:,} (send_batch), "
+           f"{data['consume_records']:,} (consume), {data['queue_records']:,} (queue) of "
+           f"{RECORD_BYTES} bytes; {PARTITIONS} partitions; {result['machine']['cpu_count']} "
+           f"CPUs, Ray {ray.__version__}",
+           table(result))
     return 0
 
 

@@ -43,7 +43,6 @@ import platform
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -71,11 +70,12 @@ from common import (
     measure,
     parse_args,
     rate_figures,
+    report,
     result_document,
+    run_in_scratch,
     split_values,
     target_cells,
     timed,
-    write_json,
 )
 
 BATCH_MAX_BYTES = 1 << 20
@@ -376,19 +376,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(__doc__, DEFAULT_JSON,
                       f"{QUICK.records:,} records instead of {FULL.records:,}", argv)
     mode = QUICK if args.quick else FULL
-    root = Path(tempfile.mkdtemp(prefix="raylog-bench-"))
-    try:
-        result = run(mode, root)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    write_json(args.json, result)
+    result = run_in_scratch(lambda root: run(mode, root), "raylog-bench-")
     data = result["data"]
-    print(f"storage benchmark, {mode.name} mode: {data['records']:,} records of "
-          f"{RECORD_BYTES} bytes in {data['batches']} batches, {data['total_bytes'] / MB:,.1f} MB "
-          f"encoded; {result['machine']['cpu_count']} CPUs, Python {platform.python_version()}, "
-          f"pyarrow {pa.__version__}\n")
-    print(table(result))
-    print(f"\nwrote {args.json} ({result['wall_seconds']:.1f} s)")
+    report(args.json, result,
+           f"storage benchmark, {mode.name} mode: {data['records']:,} records of "
+           f"{RECORD_BYTES} bytes in {data['batches']} batches, {data['total_bytes'] / MB:,.1f} MB "
+           f"encoded; {result['machine']['cpu_count']} CPUs, Python {platform.python_version()}, "
+           f"pyarrow {pa.__version__}",
+           table(result))
     return 0
 
 
