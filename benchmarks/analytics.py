@@ -98,11 +98,9 @@ from common import (
     input_frozen,
     machine_info,
     markdown_table,
-    parse_args,
     rate_figures,
-    report,
     result_document,
-    run_in_scratch,
+    run_benchmark,
     target_cells,
     timed,
 )
@@ -439,20 +437,19 @@ def table(result: dict[str, Any]) -> str:
                            "raylog/Parquet, best", "median"], rows, align="lrrlr")
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(__doc__, DEFAULT_JSON,
-                      f"{QUICK.records:,} records instead of {FULL.records:,}", argv)
-    mode = QUICK if args.quick else FULL
-    result = run_in_scratch(lambda root: run(mode, root), "raylog-bench-analytics-")
+def headline(mode: Mode, result: dict[str, Any]) -> str:
     parquet = result["data"]["parquet"]
-    report(args.json, result,
-           f"analytics scan benchmark, {mode.name} mode: {mode.records:,} records of "
-           f"{RECORD_BYTES} bytes; {PARTITIONS} partitions vs {parquet['files']} Parquet files "
-           f"({parquet['compression']}, {parquet['row_groups']} row groups, "
-           f"{parquet['bytes'] / 1e6:,.0f} MB); {result['machine']['cpu_count']} CPUs, Ray "
-           f"{ray.__version__}, RayDP {result['machine']['raydp']}",
-           table(result))
-    return 0
+    return (f"analytics scan benchmark, {mode.name} mode: {mode.records:,} records of "
+            f"{RECORD_BYTES} bytes; {PARTITIONS} partitions vs {parquet['files']} Parquet "
+            f"files ({parquet['compression']}, {parquet['row_groups']} row groups, "
+            f"{parquet['bytes'] / 1e6:,.0f} MB); {result['machine']['cpu_count']} CPUs, Ray "
+            f"{ray.__version__}, RayDP {result['machine']['raydp']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_benchmark(argv, __doc__, DEFAULT_JSON,
+                         f"{QUICK.records:,} records instead of {FULL.records:,}",
+                         (QUICK, FULL), run, headline, table)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ SEED = 20260101
 MB = 1_000_000
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 T = TypeVar("T")
+M = TypeVar("M")
 
 
 # -- timing ----------------------------------------------------------------------------------
@@ -319,21 +320,25 @@ def parse_args(doc: str, default_json: Path, quick_help: str,
     return parser.parse_args(argv)
 
 
-def run_in_scratch(run: Callable[[Path], dict[str, Any]], prefix: str) -> dict[str, Any]:
-    """``run(directory)`` in a fresh temporary directory, removed afterwards."""
-    root = Path(tempfile.mkdtemp(prefix=prefix))
+def run_benchmark(argv: list[str] | None, doc: str, default_json: Path, quick_help: str,
+                  modes: tuple[M, M], run: Callable[[M, Path], dict[str, Any]],
+                  headline: Callable[[M, dict[str, Any]], str],
+                  table: Callable[[dict[str, Any]], str],
+                  notes: Callable[[dict[str, Any]], str] | None = None) -> int:
+    """A benchmark's ``main``: parse ``--quick``/``--json``, run the quick or full mode of
+    ``modes`` in a scratch directory (removed afterwards), write the JSON and print the
+    headline, the table and any notes."""
+    args = parse_args(doc, default_json, quick_help, argv)
+    mode = modes[0] if args.quick else modes[1]
+    root = Path(tempfile.mkdtemp(prefix="raylog-bench-"))
     try:
-        return run(root)
+        result = run(mode, root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-
-
-def report(path: Path, result: Mapping[str, Any], headline: str, table: str,
-           notes: str = "") -> None:
-    """Write the JSON to ``path`` and print the headline, the table and any notes."""
-    write_json(path, result)
-    print(headline + "\n")
-    print(table)
-    if notes:
-        print("\n" + notes)
-    print(f"\nwrote {path} ({result['wall_seconds']:.1f} s)")
+    write_json(args.json, result)
+    print(headline(mode, result) + "\n")
+    print(table(result))
+    if notes is not None:
+        print("\n" + notes(result))
+    print(f"\nwrote {args.json} ({result['wall_seconds']:.1f} s)")
+    return 0

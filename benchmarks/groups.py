@@ -98,11 +98,9 @@ from common import (
     generate_values,
     machine_info,
     markdown_table,
-    parse_args,
     rate_figures,
-    report,
     result_document,
-    run_in_scratch,
+    run_benchmark,
     split_values,
     target_cells,
 )
@@ -916,38 +914,41 @@ def table(result: dict[str, Any]) -> str:
                           align="lrrrl")
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(__doc__, DEFAULT_JSON,
-                      f"{QUICK.consume_records:,} records and {QUICK.rebalance_trials} "
-                      f"rebalance trials instead of {FULL.consume_records:,} and "
-                      f"{FULL.rebalance_trials}", argv)
-    mode = QUICK if args.quick else FULL
-    result = run_in_scratch(lambda root: run(mode, root), "raylog-bench-groups-")
+def headline(mode: Mode, result: dict[str, Any]) -> str:
+    return (f"consumer groups benchmark, {mode.name} mode: "
+            f"{result['data']['consume_records']:,} records of {RECORD_BYTES} bytes to "
+            f"consume; {len(result['rebalance']['trials'])} rebalance trials; {PARTITIONS} "
+            f"partitions, {MEMBERS} members; {result['cpu']['cores']} CPUs, "
+            f"Ray {ray.__version__}")
+
+
+def notes(result: dict[str, Any]) -> str:
     cpu, rebalance = result["cpu"], result["rebalance"]
     samples = ", ".join(f"{ms:,.0f}" for ms in result["rebalance_ms_samples"])
-    notes = [f"rebalance samples (ms): {samples}. Medians: the coordinator dropped the dead "
+    lines = [f"rebalance samples (ms): {samples}. Medians: the coordinator dropped the dead "
              f"member after {_ms(rebalance['removed_ms_median'])} ms (seen by the driver "
              f"polling), its partitions were in a survivor's assignment after "
              f"{_ms(rebalance['gained_ms_median'])} ms"]
     if (share := rebalance["survivor_poll_thread_waiting_share_median"]) is not None:
-        notes.append(
+        lines.append(
             f"survivors' poll threads were runnable but waiting for a CPU {share:.0%} of the "
             "time from just before the kill until the trial ended (median; schedstat); "
             f"the machine was {_cores(rebalance['machine_busy_cores_median'])} cores busy, "
             f"{rebalance['other_processes_cores_median']:.2f} of them processes outside "
             "this benchmark")
-    notes.append("members' own rates (M records/s, median): group "
+    lines.append("members' own rates (M records/s, median): group "
                  + ", ".join(f"{r / 1e6:.2f}"
                              for r in cpu["group"]["member_records_per_s_median"])
                  + f"; single {cpu['single']['member_records_per_s_median'][0] / 1e6:.2f}")
-    notes.append(f"\n{cpu['note']}")
-    report(args.json, result,
-           f"consumer groups benchmark, {mode.name} mode: {result['data']['consume_records']:,} "
-           f"records of {RECORD_BYTES} bytes to consume; {len(rebalance['trials'])} rebalance "
-           f"trials; {PARTITIONS} partitions, {MEMBERS} members; {cpu['cores']} CPUs, "
-           f"Ray {ray.__version__}",
-           table(result), notes="\n".join(notes))
-    return 0
+    lines.append(f"\n{cpu['note']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_benchmark(argv, __doc__, DEFAULT_JSON,
+                         f"{QUICK.consume_records:,} records and {QUICK.rebalance_trials} "
+                         f"rebalance trials instead of {FULL.consume_records:,} and "
+                         f"{FULL.rebalance_trials}", (QUICK, FULL), run, headline, table, notes)
 
 
 if __name__ == "__main__":

@@ -83,11 +83,9 @@ from common import (
     input_frozen,
     machine_info,
     markdown_table,
-    parse_args,
     rate_figures,
-    report,
     result_document,
-    run_in_scratch,
+    run_benchmark,
     split_values,
     target_cells,
     timed,
@@ -468,21 +466,19 @@ def table(result: dict[str, Any]) -> str:
                            "ratio vs queue, best"], rows, align="lrrrll")
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(__doc__, DEFAULT_JSON,
-                      f"{QUICK.records:,} records per repetition instead of {FULL.records:,}",
-                      argv)
-    mode = QUICK if args.quick else FULL
-    result = run_in_scratch(lambda root: run(mode, root), "raylog-bench-")
+def headline(mode: Mode, result: dict[str, Any]) -> str:
     data = result["data"]
-    report(args.json, result,
-           f"produce/consume benchmark, {mode.name} mode: {data['produce_records']:,} records "
-           f"(send), {data['produce_arrow_records']:,} (send_batch), "
-           f"{data['consume_records']:,} (consume), {data['queue_records']:,} (queue) of "
-           f"{RECORD_BYTES} bytes; {PARTITIONS} partitions; {result['machine']['cpu_count']} "
-           f"CPUs, Ray {ray.__version__}",
-           table(result))
-    return 0
+    return (f"produce/consume benchmark, {mode.name} mode: {data['produce_records']:,} "
+            f"records (send), {data['produce_arrow_records']:,} (send_batch), "
+            f"{data['consume_records']:,} (consume), {data['queue_records']:,} (queue) of "
+            f"{RECORD_BYTES} bytes; {PARTITIONS} partitions; "
+            f"{result['machine']['cpu_count']} CPUs, Ray {ray.__version__}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_benchmark(argv, __doc__, DEFAULT_JSON,
+                         f"{QUICK.records:,} records per repetition instead of "
+                         f"{FULL.records:,}", (QUICK, FULL), run, headline, table)
 
 
 if __name__ == "__main__":

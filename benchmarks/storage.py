@@ -68,11 +68,9 @@ from common import (
     machine_info,
     markdown_table,
     measure,
-    parse_args,
     rate_figures,
-    report,
     result_document,
-    run_in_scratch,
+    run_benchmark,
     split_values,
     target_cells,
     timed,
@@ -372,19 +370,18 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
         })
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(__doc__, DEFAULT_JSON,
-                      f"{QUICK.records:,} records instead of {FULL.records:,}", argv)
-    mode = QUICK if args.quick else FULL
-    result = run_in_scratch(lambda root: run(mode, root), "raylog-bench-")
+def headline(mode: Mode, result: dict[str, Any]) -> str:
     data = result["data"]
-    report(args.json, result,
-           f"storage benchmark, {mode.name} mode: {data['records']:,} records of "
-           f"{RECORD_BYTES} bytes in {data['batches']} batches, {data['total_bytes'] / MB:,.1f} MB "
-           f"encoded; {result['machine']['cpu_count']} CPUs, Python {platform.python_version()}, "
-           f"pyarrow {pa.__version__}",
-           table(result))
-    return 0
+    return (f"storage benchmark, {mode.name} mode: {data['records']:,} records of "
+            f"{RECORD_BYTES} bytes in {data['batches']} batches, "
+            f"{data['total_bytes'] / MB:,.1f} MB encoded; {result['machine']['cpu_count']} "
+            f"CPUs, Python {platform.python_version()}, pyarrow {pa.__version__}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_benchmark(argv, __doc__, DEFAULT_JSON,
+                         f"{QUICK.records:,} records instead of {FULL.records:,}",
+                         (QUICK, FULL), run, headline, table)
 
 
 if __name__ == "__main__":
