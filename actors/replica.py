@@ -135,9 +135,6 @@ class ReplicaActor:
     async def list_offset(self, spec: str | int) -> tuple[int, int] | None:
         return self.partition.list_offset(spec)
 
-    async def read_table(self, start: int, end: int) -> pa.Table:
-        return self.partition.read_table(start, end)
-
     async def read_kafka_table(self, start: int, end: int) -> pa.Table:
         """Records [start, end) with the columns of Spark's Kafka source (KAFKA_SCHEMA)."""
         partition = self.partition

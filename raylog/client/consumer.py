@@ -36,6 +36,7 @@ logger = logging.getLogger(__name__)
 
 _new = tuple.__new__
 OFFSET_RESETS = ("earliest", "latest", "none")
+METADATA_REFRESH_BACKOFF_S = 0.1  # refresh a topic at most this often after errors
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,8 +102,7 @@ class _Fetching:
     next (or outstanding) fetch starts, past the buffered batches.
     """
 
-    __slots__ = ("buffered", "chunks", "fetch_offset", "high_watermark", "pending",
-                 "position", "tp")
+    __slots__ = ("buffered", "chunks", "fetch_offset", "pending", "position", "tp")
 
     def __init__(self, tp: TopicPartition) -> None:
         self.tp = tp
@@ -111,7 +111,6 @@ class _Fetching:
         self.chunks: collections.deque[list] = collections.deque()  # [header, payload, lo, hi]
         self.buffered = 0
         self.pending: ray.ObjectRef | None = None
-        self.high_watermark = -1
 
     def reset(self, offset: int) -> None:
         """Start over at ``offset``: drop buffered records and any outstanding fetch."""
@@ -123,6 +122,7 @@ class _Fetching:
     def take(self, limit: int, out: list) -> None:
         """Append up to ``limit`` buffered records to ``out`` as ConsumerRecords."""
         topic, partition = self.tp
+        before = len(out)
         chunks = self.chunks
         while limit and chunks:
             chunk = chunks[0]
@@ -136,7 +136,7 @@ class _Fetching:
                 chunks.popleft()
             self.buffered -= n
             limit -= n
-        if out:
+        if len(out) > before:
             self.position = out[-1].offset + 1
 
 
@@ -179,6 +179,13 @@ class Consumer(GroupMixin):
         if meta is None or refresh:
             meta = self._topics[topic] = self._cluster.topic(topic, refresh=refresh)
         return meta
+
+    def _refresh(self, topic: str) -> None:
+        """Refresh a topic's metadata after a retriable error, unless that was just done
+        (several partitions of a topic fail together when a broker goes)."""
+        meta = self._topics.get(topic)
+        if meta is None or time.monotonic() - meta.fetched_at >= METADATA_REFRESH_BACKOFF_S:
+            self._topic(topic, refresh=True)
 
     @staticmethod
     def _new_state(tp: TopicPartition) -> _Fetching:
@@ -288,12 +295,10 @@ class Consumer(GroupMixin):
             except RaylogError as e:
                 if not e.retriable:
                     raise
-                self._topic(state.tp.topic, refresh=True)
+                self._refresh(state.tp.topic)
 
-    def _receive(self, ref: ray.ObjectRef) -> None:
-        state = next((s for s in self._assigned.values() if s.pending == ref), None)
-        if state is None:
-            return  # a fetch made before a seek or reassignment
+    def _receive(self, state: _Fetching, ref: ray.ObjectRef) -> None:
+        """Take in the answer ``ref`` to ``state``'s outstanding fetch."""
         state.pending = None
         try:
             result = resolve(ref)
@@ -307,9 +312,8 @@ class Consumer(GroupMixin):
         except RaylogError as e:
             if not e.retriable:
                 raise
-            self._topic(state.tp.topic, refresh=True)
+            self._refresh(state.tp.topic)
             return
-        state.high_watermark = result.high_watermark
         if not result.data:
             return
         start = state.fetch_offset
@@ -328,9 +332,7 @@ class Consumer(GroupMixin):
             for i in range(len(states)):
                 state = states[(self._next + i) % len(states)]
                 if state.buffered and state.tp not in self._paused:
-                    mine: list[ConsumerRecord] = []
-                    state.take(max_records - len(out), mine)
-                    out.extend(mine)
+                    state.take(max_records - len(out), out)
                     if len(out) >= max_records:
                         break
         self._next = (self._next + 1) % max(len(states), 1)
@@ -353,18 +355,19 @@ class Consumer(GroupMixin):
             records = self._drain(limit)
             if records:
                 return records
-            pending = [s.pending for s in self._assigned.values() if s.pending is not None]
+            pending = {s.pending: s for s in self._assigned.values() if s.pending is not None}
             remaining = deadline - time.monotonic()
             if not pending:
                 if remaining <= 0:
                     return []
                 time.sleep(min(remaining, 0.05))  # nothing assigned or all leaders missing
                 continue
-            done, _ = ray.wait(pending, num_returns=1, timeout=max(remaining, 0))
+            refs = list(pending)
+            done, _ = ray.wait(refs, num_returns=1, timeout=max(remaining, 0))
             if done:
-                done, _ = ray.wait(pending, num_returns=len(pending), timeout=0)
+                done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
             for ref in done:
-                self._receive(ref)
+                self._receive(pending[ref], ref)
             if not done and remaining <= 0:
                 return []
 

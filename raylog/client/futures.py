@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from raylog.errors import RequestTimeoutError
@@ -106,6 +107,8 @@ class TableFuture:
         return all(b.done() for b in self._batches)
 
     def result(self, timeout: float | None = None) -> list[tuple[int, int, int]]:
+        """Wait (``timeout`` s in all) for every batch; raise the first batch's error."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         for batch in self._batches:
-            batch.wait(timeout)
+            batch.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
         return [(b.partition, b.base_offset, b.count) for b in self._batches]

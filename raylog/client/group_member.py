@@ -2,7 +2,9 @@
 
 Kept apart from the fetching half (consumer.py); ``Consumer`` mixes it in. It relies on the
 consumer's ``config``, ``_cluster``, ``_assigned`` (partition -> fetch state with a
-``position``), ``_paused``, ``_check_open``, ``_topic`` and the per-partition state class.
+``position``), ``_paused``, ``_check_open``, ``_topic`` and the per-partition state class,
+and keeps its own ``_membership``, ``_listener``, ``_committer`` and ``_last_auto_commit``
+on the consumer.
 """
 
 from __future__ import annotations
@@ -82,10 +84,10 @@ class GroupMixin:
             self._revoke(set(self._assigned))
             membership.rejoin()
             owned, revoke, _ = membership.latest()
-        current = set(self._assigned)
-        revoked = current & set(revoke) | (current - set(owned))
+        current = self._assigned.keys()
+        revoked = current & revoke | (current - owned)
         self._revoke(revoked)
-        added = set(owned) - set(revoke) - set(self._assigned)
+        added = owned - revoke - self._assigned.keys()
         if added:
             committed = self.committed(added)
             for tp in sorted(added):

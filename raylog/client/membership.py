@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable
-from typing import Any
 
 import ray
 
@@ -54,7 +53,8 @@ class Membership:
         self.member_id: str | None = None
         self.generation = -1
         self._owned: frozenset[TopicPartition] = frozenset()
-        self._answer: dict[str, Any] | None = None
+        # (may own, must revoke) from the last heartbeat answer, None before the first.
+        self._granted: tuple[frozenset[TopicPartition], frozenset[TopicPartition]] | None = None
         self._lost = False
         self._error: BaseException | None = None
         self._join()
@@ -81,8 +81,10 @@ class Membership:
             with self._lock:
                 self._lost = True  # the consumer thread revokes everything and rejoins
             return
+        granted = (frozenset(TopicPartition(*tp) for tp in answer["owned"]),
+                   frozenset(TopicPartition(*tp) for tp in answer["revoke"]))
         with self._lock:
-            self._answer = answer
+            self._granted = granted
             self.generation = answer["generation"]
 
     def _beat_forever(self) -> None:
@@ -109,11 +111,9 @@ class Membership:
                 raise error
             if self._lost:
                 return frozenset(), frozenset(), True
-            if self._answer is None:
+            if self._granted is None:
                 return frozenset(), frozenset(), False
-            owned = frozenset(TopicPartition(*tp) for tp in self._answer["owned"])
-            revoke = frozenset(TopicPartition(*tp) for tp in self._answer["revoke"])
-            return owned, revoke, False
+            return (*self._granted, False)
 
     def report(self, owned: Iterable[TopicPartition], released: bool) -> None:
         """The consumer now owns exactly ``owned``; heartbeat at once if it released some."""
@@ -125,7 +125,7 @@ class Membership:
     def rejoin(self) -> None:
         with self._lock:
             self._owned = frozenset()
-            self._answer = None
+            self._granted = None
         self._join()
 
     def close(self) -> None:

@@ -10,7 +10,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -19,7 +19,7 @@ import ray
 from raylog.client.connection import RaylogCluster, TopicMetadata, default_cluster
 from raylog.client.futures import BatchResult, RecordFuture, TableFuture
 from raylog.client.remote import resolve
-from raylog.client.tables import split_for_partitions
+from raylog.client.tables import assign_sticky, partition_rows
 from raylog.errors import (
     ClientClosedError,
     InvalidConfigError,
@@ -28,13 +28,12 @@ from raylog.errors import (
     RequestTimeoutError,
     UnknownPartitionError,
 )
-from raylog.partitioner import StickyPartitioner, key_partition
+from raylog.partitioner import Partitioner, StickyPartitioner, key_partition
 from raylog.records import BatchBuilder, Codec, encode
 from raylog.records.builder import BATCH_OVERHEAD, record_size
 
 logger = logging.getLogger(__name__)
 
-Partitioner = Callable[[bytes | None, int], int]
 _CODECS = {"lz4": Codec.LZ4, "none": Codec.NONE}
 MAX_SEQUENCE = 2**31 - 1
 
@@ -79,8 +78,8 @@ class ProducerConfig:
 class _Batch:
     """A batch for one partition, open (accumulating), then sealed, in flight, and done."""
 
-    __slots__ = ("attempts", "buffered", "builder", "created", "data", "deadline", "not_before",
-                 "partition", "result", "topic")
+    __slots__ = ("buffered", "builder", "created", "data", "deadline", "not_before",
+                 "partition", "result", "sent_at", "topic")
 
     def __init__(self, topic: str, partition: int, builder: BatchBuilder | None,
                  result: BatchResult, delivery_timeout_s: float) -> None:
@@ -93,7 +92,7 @@ class _Batch:
         self.not_before = 0.0  # retry backoff
         self.buffered = 0  # bytes counted against buffer_memory
         self.data: bytes | None = None
-        self.attempts = 0
+        self.sent_at = 0.0  # when the last attempt was sent (monotonic)
 
 
 class Producer:
@@ -227,15 +226,15 @@ class Producer:
         ``timestamp`` (ms or a timestamp type), ``headers`` and ``partition`` columns. Rows
         are partitioned like ``send`` would (by key, else spread batch by batch), encoded
         into batches of at most ``batch_size`` bytes and sent; the future resolves to the
-        base offset and row count of every batch.
+        (partition, base offset, row count) of every batch.
         """
         if self._closed:
             raise ClientClosedError("send_batch() on a closed producer")
         meta = self._topics.get(topic) or self._topic(topic)
-        with self._lock:
-            pieces = split_for_partitions(table, meta.num_partitions, self.config.batch_size,
-                                          partition=partition, sticky=self._sticky,
-                                          topic=topic)
+        rows = partition_rows(table, meta.num_partitions, self.config.batch_size,
+                              partition=partition, topic=topic)
+        with self._lock:  # only the sticky partitions and the sequences need it
+            pieces = assign_sticky(rows, self._sticky, topic, meta.num_partitions)
             producers = [self._sequence(topic, part, columns.num_rows)
                          for part, columns in pieces]
         # LZ4 and Arrow's IPC writer release the GIL: encode the batches in parallel.
@@ -432,7 +431,7 @@ class Producer:
             if batch.data is None:
                 batch.data = batch.builder.build()
                 batch.builder = None
-            batch.attempts += 1
+            batch.sent_at = time.monotonic()
             meta = self._topics.get(batch.topic) or self._topic(batch.topic)
             target = meta.partitions[batch.partition]
             ref = target.leader_client().append(batch.data, self.config.acks,
@@ -471,10 +470,12 @@ class Producer:
         retriable = isinstance(error, RaylogError) and error.retriable
         if retriable and now < batch.deadline and not self._closed:
             logger.debug("retrying batch for %s-%d after %r", batch.topic, batch.partition, error)
-            try:
-                self._topic(batch.topic, refresh=True)
-            except RaylogError as refresh_error:
-                logger.debug("metadata refresh failed: %r", refresh_error)
+            if self._topics[batch.topic].fetched_at < batch.sent_at:
+                # Not already refreshed since this attempt (say, for another failed batch).
+                try:
+                    self._topic(batch.topic, refresh=True)
+                except RaylogError as refresh_error:
+                    logger.debug("metadata refresh failed: %r", refresh_error)
             with self._lock:
                 self._in_flight_per_partition[(batch.topic, batch.partition)] -= 1
                 batch.not_before = now + self.config.retry_backoff_ms / 1000

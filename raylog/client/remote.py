@@ -61,14 +61,8 @@ class ReplicaClient:
     def list_offset(self, spec: str | int) -> ray.ObjectRef:
         return self.handle.list_offset.remote(spec)
 
-    def read_table(self, start: int, end: int) -> ray.ObjectRef:
-        return self.handle.read_table.remote(start, end)
-
     def read_kafka_table(self, start: int, end: int) -> ray.ObjectRef:
         return self.handle.read_kafka_table.remote(start, end)
-
-    def describe(self) -> ray.ObjectRef:
-        return self.handle.describe.remote()
 
 
 class ControllerClient:

@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 
 from raylog.errors import InvalidRecordError, UnknownPartitionError
 from raylog.partitioner import StickyPartitioner, key_partitions
-from raylog.records.builder import RECORD_OVERHEAD, batch_capacity
+from raylog.records.builder import HEADER_ENTRY_OVERHEAD, RECORD_OVERHEAD, batch_capacity
 from raylog.records.payload import HEADERS_TYPE, PAYLOAD_SCHEMA, empty_headers
 
 
@@ -73,16 +73,16 @@ def payload_table(table: pa.Table | pa.RecordBatch) -> pa.Table:
     )
 
 
-def _row_sizes(payload: pa.Table) -> np.ndarray:
+def _row_sizes(payload: pa.Table, has_headers: bool) -> np.ndarray:
     sizes = pc.binary_length(payload.column("value")).fill_null(0).to_numpy().astype(np.int64)
     sizes += pc.binary_length(payload.column("key")).fill_null(0).to_numpy()
     sizes += RECORD_OVERHEAD
-    if pc.sum(pc.list_value_length(payload.column("headers"))).as_py():
+    if has_headers:
         # Headers are rare on the columnar path; bound them by their flattened bytes.
         flat = pc.list_flatten(payload.column("headers"))
         per_entry = (pc.binary_length(pc.struct_field(flat, [0])).fill_null(0).to_numpy()
                      + pc.binary_length(pc.struct_field(flat, [1])).fill_null(0).to_numpy()
-                     + 10)
+                     + HEADER_ENTRY_OVERHEAD)
         owners = pc.list_parent_indices(payload.column("headers")).to_numpy()
         np.add.at(sizes, owners, per_entry)
     return sizes
@@ -91,10 +91,10 @@ def _row_sizes(payload: pa.Table) -> np.ndarray:
 def _chunks(payload: pa.Table, batch_size: int) -> list[pa.Table]:
     """Consecutive slices whose records fit one batch of ``batch_size`` bytes each."""
     capacity = batch_capacity(batch_size)
-    ends = np.cumsum(_row_sizes(payload))
+    has_headers = bool(len(pc.list_flatten(payload.column("headers"))))
+    ends = np.cumsum(_row_sizes(payload, has_headers))
     # Arrow's IPC writer writes a sliced list column's whole child offsets: copy the rows
     # of each chunk out when there are headers, so a batch carries only its own.
-    has_headers = bool(len(pc.list_flatten(payload.column("headers"))))
     out, start, base = [], 0, 0
     while start < payload.num_rows:
         end = max(int(np.searchsorted(ends, base + capacity, "right")), start + 1)
@@ -105,20 +105,24 @@ def _chunks(payload: pa.Table, batch_size: int) -> list[pa.Table]:
     return out
 
 
-def split_for_partitions(table: pa.Table | pa.RecordBatch, num_partitions: int,
-                         batch_size: int, *, partition: int | None, sticky: StickyPartitioner,
-                         topic: str) -> list[tuple[int, pa.Table]]:
+def _rows(payload: pa.Table, indices: np.ndarray) -> pa.Table:
+    """The rows at ``indices``: the table itself when that is all of them."""
+    return payload if len(indices) == payload.num_rows else payload.take(pa.array(indices))
+
+
+def partition_rows(table: pa.Table | pa.RecordBatch, num_partitions: int, batch_size: int,
+                   *, partition: int | None, topic: str) -> list[tuple[int | None, pa.Table]]:
     """Partition the rows of ``table`` like the producer would and cut them into batches.
 
-    An explicit ``partition``, else a ``partition`` column, else the key's murmur2 partition;
-    keyless rows go batch by batch to the sticky partition. Returns (partition, payload
-    columns) pairs, each small enough for one batch.
+    An explicit ``partition``, else a ``partition`` column, else the key's murmur2 partition.
+    Returns (partition, payload columns) pairs, each small enough for one batch; keyless rows
+    come last with partition None, for :func:`assign_sticky` to place.
     """
     user = pa.Table.from_batches([table]) if isinstance(table, pa.RecordBatch) else table
     payload = payload_table(user)
     if partition is not None:
         parts = np.full(payload.num_rows, partition, dtype=np.int64)
-    elif isinstance(user, pa.Table) and "partition" in user.column_names:
+    elif "partition" in user.column_names:
         column = user.column("partition")
         if not pa.types.is_integer(column.type) or column.null_count:
             raise InvalidRecordError("column 'partition' must hold integers without nulls")
@@ -132,16 +136,34 @@ def split_for_partitions(table: pa.Table | pa.RecordBatch, num_partitions: int,
         raise UnknownPartitionError(
             f"topic {topic!r} has partitions 0..{num_partitions - 1}; rows ask for "
             f"{int(parts.min())}..{int(parts.max())}")
-    out: list[tuple[int, pa.Table]] = []
+    out: list[tuple[int | None, pa.Table]] = []
     if parts is not None:
         for part in np.unique(parts[parts >= 0]):
-            rows = payload.take(pa.array(np.flatnonzero(parts == part)))
+            rows = _rows(payload, np.flatnonzero(parts == part))
             out.extend((int(part), chunk) for chunk in _chunks(rows, batch_size))
         keyless = np.flatnonzero(parts < 0)
-        payload = payload.take(pa.array(keyless)) if len(keyless) else None
+        payload = _rows(payload, keyless) if len(keyless) else None
     if payload is not None and payload.num_rows:
-        for chunk in _chunks(payload, batch_size):
-            part = sticky.partition(topic, num_partitions)
-            out.append((part, chunk))
-            sticky.next_batch(topic, num_partitions, part)
+        out.extend((None, chunk) for chunk in _chunks(payload, batch_size))
     return out
+
+
+def assign_sticky(pieces: list[tuple[int | None, pa.Table]], sticky: StickyPartitioner,
+                  topic: str, num_partitions: int) -> list[tuple[int, pa.Table]]:
+    """Give the keyless pieces (partition None) the sticky partition, one batch each."""
+    out = []
+    for part, chunk in pieces:
+        if part is None:
+            part = sticky.partition(topic, num_partitions)
+            sticky.next_batch(topic, num_partitions, part)
+        out.append((part, chunk))
+    return out
+
+
+def split_for_partitions(table: pa.Table | pa.RecordBatch, num_partitions: int,
+                         batch_size: int, *, partition: int | None, sticky: StickyPartitioner,
+                         topic: str) -> list[tuple[int, pa.Table]]:
+    """:func:`partition_rows`, with keyless rows going batch by batch to the sticky
+    partition."""
+    return assign_sticky(partition_rows(table, num_partitions, batch_size, partition=partition,
+                                        topic=topic), sticky, topic, num_partitions)

@@ -63,6 +63,9 @@ def _python_headers(column: pa.ChunkedArray | pa.Array, n: int):
 def row_range(header: BatchHeader, payload: pa.Table, start_offset: int | None = None,
               end_offset: int | None = None) -> tuple[int, int]:
     """The rows [lo, hi) of a decoded payload whose offsets are in [start_offset, end_offset)."""
+    if (start_offset is None or start_offset <= header.base_offset) and \
+            (end_offset is None or end_offset > header.last_offset):
+        return 0, payload.num_rows  # the whole batch: no offsets to search
     return _row_range(header, offsets_of(header, payload), start_offset, end_offset)
 
 
@@ -74,8 +77,7 @@ def row_columns(header: BatchHeader, payload: pa.Table, lo: int, hi: int) -> lis
     if lo or hi < payload.num_rows:
         payload = payload.slice(lo, hi - lo)
     if header.explicit_offsets:
-        offset_values = (payload.column(4).to_numpy().astype(np.int64)
-                         + header.base_offset).tolist()
+        offset_values = offsets_of(header, payload).tolist()
     else:
         offset_values = range(header.base_offset + lo, header.base_offset + hi)
     keys = payload.column(1)
@@ -88,16 +90,11 @@ def row_columns(header: BatchHeader, payload: pa.Table, lo: int, hi: int) -> lis
     ]
 
 
-def record_columns(header: BatchHeader, payload: pa.Table, start_offset: int | None = None,
-                   end_offset: int | None = None) -> list:
-    """:func:`row_columns` of the records with offsets in [start_offset, end_offset)."""
-    return row_columns(header, payload, *row_range(header, payload, start_offset, end_offset))
-
-
 def batch_records(header: BatchHeader, payload: pa.Table, start_offset: int | None = None,
                   end_offset: int | None = None) -> list[Record]:
     """Turn a decoded payload into records, keeping offsets in [start_offset, end_offset)."""
-    rows = zip(*record_columns(header, payload, start_offset, end_offset), strict=False)
+    lo, hi = row_range(header, payload, start_offset, end_offset)
+    rows = zip(*row_columns(header, payload, lo, hi), strict=False)
     with gc_paused():
         return list(map(_tuple_new, repeat(Record), rows))
 

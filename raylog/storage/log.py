@@ -449,7 +449,9 @@ class PartitionLog:
 
         Only segments entirely below ``max_offset`` (default: the log end offset) are
         cleaned. Kept records keep their offsets. Crash-safe: output is written beside the
-        segments and swapped in (see :meth:`_finish_interrupted_cleaning`).
+        segments and swapped in (see :meth:`_finish_interrupted_cleaning`). Does nothing
+        (empty stats) unless a segment rolled since the last pass or ``delete_retention_ms``
+        passed, since nothing else can change what compaction keeps.
         """
         self._check_open()
         stats = CleanerStats()
