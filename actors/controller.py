@@ -228,12 +228,12 @@ class ControllerActor(GroupService):
             merged = dict(topic.configs)
             for key in delete_configs or []:
                 merged.pop(key.replace(".", "_"), None)
-            merged.update(normalize_configs(set_configs))
-            merged = normalize_configs(merged)
+            merged.update(normalize_configs(set_configs))  # stored configs are normalized
             await self._commit(events.configs_altered(name, merged))
+        alive = set(live_brokers())
         await asyncio.gather(*(
             self._replica(topic, p.partition, node).update_configs.remote(merged)
-            for p in topic.partitions for node in p.replicas if node in set(live_brokers())
+            for p in topic.partitions for node in p.replicas if node in alive
         ), return_exceptions=True)
         return self._describe(topic)
 
@@ -271,10 +271,10 @@ class ControllerActor(GroupService):
     async def cluster_status(self) -> dict[str, Any]:
         """Broker nodes, which replicas each holds, and which of them lead."""
         alive = set(live_brokers())
-        known = set(alive) | set(self.state.replicas_by_node())
+        by_node = self.state.replicas_by_node()
         nodes = []
-        for node in sorted(known):
-            held = self.state.replicas_by_node().get(node, [])
+        for node in sorted(alive | set(by_node)):
+            held = by_node.get(node, [])
             leading = [(t, i) for t, i in held
                        if self.state.topics[t].partitions[i].leader == node]
             nodes.append({"node_id": node, "alive": node in alive, "replicas": held,

@@ -30,8 +30,8 @@ OFFSETS_TOPIC_CONFIGS = {"cleanup_policy": "compact", "segment_bytes": 64 << 20,
 
 
 class GroupService:
-    """Group RPCs of the controller. Expects the host to provide ``state``, ``_replica``,
-    ``create_topic`` and ``live_topics``."""
+    """Group RPCs of the controller. Expects the host to provide ``state``, ``_replica``
+    and ``create_topic``."""
 
     def _init_groups(self) -> None:
         self.groups = GroupCoordinator(wall_clock_ms)

@@ -73,17 +73,14 @@ class ReplicaActor:
         log = PartitionLog(directory, log_config(configs))
         self.partition = Partition(topic, partition, log, node_id, configs)
         self._new_data = asyncio.Event()
-        self._maintenance: asyncio.Task | None = None
         self._last_hw_checkpoint = time.monotonic()
+        # An async actor's __init__ runs on its event loop: maintenance starts with every
+        # incarnation, including the ones Ray restarts without the controller asking.
+        self._maintenance = asyncio.get_event_loop().create_task(self._maintain())
         logger.info("replica %s opened %s: %s", self.partition.name, directory, log.recovery)
 
-    def _start_maintenance(self) -> None:
-        if self._maintenance is None:
-            self._maintenance = asyncio.get_running_loop().create_task(self._maintain())
-
     async def ready(self) -> dict[str, Any]:
-        """Start background work and describe the replica; the controller awaits this."""
-        self._start_maintenance()
+        """Describe the replica once it is up; the controller awaits this."""
         return self.describe()
 
     def describe(self) -> dict[str, Any]:
@@ -97,7 +94,6 @@ class ReplicaActor:
                      leader_epoch: int | None = None) -> AppendInfo:
         """Append a producer batch; a batch ahead of its producer's sequence waits (up to
         SEQUENCE_WAIT_S) for the batches before it, which Ray may have started later."""
-        self._start_maintenance()
         deadline = time.monotonic() + SEQUENCE_WAIT_S
         while True:
             try:
@@ -146,13 +142,11 @@ class ReplicaActor:
 
     async def delete(self) -> None:
         """Remove the replica's files; the controller kills the actor next."""
-        if self._maintenance is not None:
-            self._maintenance.cancel()
+        self._maintenance.cancel()
         self.partition.log.delete()
 
     async def close(self) -> None:
-        if self._maintenance is not None:
-            self._maintenance.cancel()
+        self._maintenance.cancel()
         self.partition.log.close()
 
     async def _maintain(self) -> None:

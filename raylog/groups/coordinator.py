@@ -96,12 +96,10 @@ class GroupCoordinator:
 
     def check_commit(self, group_id: str, member_id: str | None, generation: int,
                      partitions: Iterable[TopicPartition]) -> None:
-        group = self.groups.get(group_id)
-        if group is None:
-            if member_id is not None:
-                raise UnknownGroupError(f"unknown consumer group {group_id!r}")
-            return
-        group.check_commit(member_id, generation, partitions)
+        if member_id is None and group_id not in self.groups:
+            return  # a commit outside any membership (admin, micro-batches)
+        # As for heartbeats: a member of a group known only from disk is told to rejoin.
+        self.group(group_id).check_commit(member_id, generation, partitions)
 
     def apply_commit(self, group_id: str,
                      offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:

@@ -168,16 +168,20 @@ class Group:
         member = self.member(member_id)
         member.last_seen_ms = now
         reported = {TopicPartition(*tp) for tp in owned}
+        changed = False
         for tp in member.owned - reported:  # released after its listener ran
             member.owned.discard(tp)
+            changed = True
             if self.owner.get(tp) == member_id:
                 del self.owner[tp]
         for tp in sorted(member.target - member.owned):
             if tp not in self.owner:
                 self.owner[tp] = member_id
                 member.owned.add(tp)
+                changed = True
         member.generation = self.generation
-        self._record()
+        if changed:  # every other change of ownership or generation records itself
+            self._record()
         return Heartbeat(self.generation, frozenset(member.owned),
                          frozenset(member.owned - member.target),
                          bool(member.target - member.owned))

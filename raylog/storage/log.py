@@ -97,7 +97,7 @@ class PartitionLog:
         self._last_clean_ms = clock()
         self.recovery = self._open()
         self.recovery_point = self.log_end_offset
-        hw = self._hw_checkpoint.read_offset()
+        hw = self._hw_checkpointed = self._hw_checkpoint.read_offset()
         self.high_watermark = min(max(hw or 0, self.log_start_offset), self.log_end_offset)
 
     # -- opening -----------------------------------------------------------------------------
@@ -404,7 +404,10 @@ class PartitionLog:
         return self.high_watermark
 
     def checkpoint_high_watermark(self) -> None:
-        self._hw_checkpoint.write_offset(self.high_watermark)
+        """Write the high watermark to its checkpoint file, if it moved since the last."""
+        if self.high_watermark != self._hw_checkpointed:
+            self._hw_checkpoint.write_offset(self.high_watermark)
+            self._hw_checkpointed = self.high_watermark
 
     # -- retention and compaction --------------------------------------------------------------
 

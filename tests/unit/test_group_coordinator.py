@@ -21,7 +21,6 @@ from raylog.errors import (
     GroupNotEmptyError,
     IllegalGenerationError,
     NotPartitionOwnerError,
-    RaylogError,
     UnknownGroupError,
     UnknownMemberError,
 )
@@ -673,7 +672,7 @@ def test_a_commit_from_before_a_restart_stays_fenced():
     join(c, member_id="a")
     old = c.heartbeat("g", "a", []).generation
     restarted = replay([GroupCoordinator.generation_record("g", c.group("g").generation)])
-    with pytest.raises(RaylogError):
+    with pytest.raises(UnknownMemberError):
         restarted.check_commit("g", "a", old, [("t", 0)])
     join(restarted, member_id="a")
     with pytest.raises((IllegalGenerationError, NotPartitionOwnerError)):

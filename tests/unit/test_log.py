@@ -180,6 +180,20 @@ def test_high_watermark_is_checkpointed_and_clamped(tmp_path, clock):
     assert reopened.high_watermark == 10
 
 
+def test_an_unmoved_high_watermark_is_not_written_again(tmp_path, clock):
+    log = PartitionLog(tmp_path, small_config(), clock=clock)
+    fill(log, 2)
+    log.update_high_watermark(5)
+    log.checkpoint_high_watermark()
+    hw_file = tmp_path / HIGH_WATERMARK_FILE
+    hw_file.unlink()  # a write would bring it back
+    log.checkpoint_high_watermark()
+    assert not hw_file.exists()
+    log.update_high_watermark(6)
+    log.checkpoint_high_watermark()
+    assert hw_file.exists()
+
+
 # -- bad input -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(
