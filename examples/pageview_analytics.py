@@ -18,8 +18,6 @@ import argparse
 import json
 from typing import Any
 
-from raylog.ranges import EARLIEST, LATEST
-
 PAGE_VIEW_SCHEMA = "service STRING, user STRING, page STRING, duration_ms INT"
 
 
@@ -30,7 +28,8 @@ def top_pages(spark: Any, input_topic: str, top_n: int = 3, *, cluster: Any = No
 
     import raylog.spark
 
-    views = raylog.spark.read(spark, input_topic, EARLIEST, LATEST, cluster=cluster)
+    # Only the timestamp and the value are used: leave the headers out of the JVM.
+    views = raylog.spark.read(spark, input_topic, cluster=cluster, include_headers=False)
     parsed = views.select(
         F.date_trunc("minute", F.col("timestamp")).alias("minute"),
         F.from_json(F.col("value").cast("string"), PAGE_VIEW_SCHEMA).alias("view"),
@@ -49,7 +48,7 @@ def run(spark: Any, input_topic: str = "pageviews", output_topic: str = "pagevie
     import raylog.spark
     from raylog import Admin
 
-    admin = Admin(cluster=cluster) if cluster is not None else Admin()
+    admin = Admin(cluster=cluster)
     if output_topic not in admin.list_topics():
         admin.create_topic(output_topic, partitions=2)
     top = top_pages(spark, input_topic, top_n, cluster=cluster)

@@ -21,6 +21,19 @@ def _configs(pairs: Sequence[str] | None) -> dict[str, str]:
     return out
 
 
+def _reset_target(text: str) -> str | int | dict[str, int]:
+    """``--to`` of reset-offsets: earliest, latest, an offset, or timestamp:MS."""
+    if text in ("earliest", "latest"):
+        return text
+    if text.isdigit():
+        return int(text)
+    kind, _, ms = text.partition(":")
+    if kind == "timestamp" and ms.isdigit():
+        return {"timestamp": int(ms)}
+    raise argparse.ArgumentTypeError(
+        f"--to must be earliest, latest, an offset or timestamp:MS, got {text!r}")
+
+
 def _connect(args: argparse.Namespace, create: bool = False):
     import raylog
 
@@ -182,12 +195,7 @@ def cmd_groups(args: argparse.Namespace, out: TextIO) -> int:
         admin.delete_group(args.group)
         out.write(f"deleted group {args.group}\n")
     elif args.action == "reset-offsets":
-        to: Any = args.to
-        if args.to.isdigit():
-            to = int(args.to)
-        elif args.to.startswith("timestamp:"):
-            to = {"timestamp": int(args.to.split(":", 1)[1])}
-        moved = admin.reset_offsets(args.group, args.topic, to, args.partitions)
+        moved = admin.reset_offsets(args.group, args.topic, args.to, args.partitions)
         for partition, offset in sorted(moved.items()):
             out.write(f"{args.topic}\t{partition}\t{offset}\n")
     return 0
@@ -287,7 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
     reset = group_actions.add_parser("reset-offsets")
     reset.add_argument("group")
     reset.add_argument("topic")
-    reset.add_argument("--to", required=True,
+    reset.add_argument("--to", required=True, type=_reset_target,
                        help="earliest, latest, an offset, or timestamp:MS")
     reset.add_argument("--partitions", type=int, nargs="*")
 

@@ -19,7 +19,16 @@ import ray
 from raylog.client.connection import RaylogCluster, default_cluster
 from raylog.client.remote import resolve as resolve_ref
 from raylog.errors import UnknownTopicError
-from raylog.ranges import EARLIEST, LATEST, Bound, check_range, resolve, spec_for, split
+from raylog.ranges import (
+    EARLIEST,
+    LATEST,
+    Bound,
+    Timestamp,
+    check_range,
+    resolve,
+    spec_for,
+    split,
+)
 from raylog.records.kafka_columns import KAFKA_SCHEMA
 from raylog.types import TopicPartition
 
@@ -48,15 +57,18 @@ def offset_ranges(topics: str | Iterable[str], start: Bound = EARLIEST, end: Bou
     specs = {tp: (spec_for(start, tp, EARLIEST, "start"), spec_for(end, tp, LATEST, "end"))
              for tp in tps}
     leaders = {tp: metas[tp.topic].partitions[tp.partition].leader_client() for tp in tps}
+    # Every lookup is sent before any answer is awaited.
     bounds = {tp: (leaders[tp].list_offset(EARLIEST), leaders[tp].list_offset(LATEST))
               for tp in tps}
+    times = {tp: {spec.ms: leaders[tp].list_offset(spec.ms) for spec in specs[tp]
+                  if isinstance(spec, Timestamp)} for tp in tps}
     out = {}
     for tp in tps:
         earliest = resolve_ref(bounds[tp][0])[0]
         latest = resolve_ref(bounds[tp][1])[0]
 
-        def by_time(ms: int, leader=leaders[tp]) -> int | None:
-            found = resolve_ref(leader.list_offset(ms))
+        def by_time(ms: int, refs=times[tp]) -> int | None:
+            found = resolve_ref(refs[ms])
             return None if found is None else found[0]
 
         first, last = (resolve(spec, earliest, latest, by_time) for spec in specs[tp])

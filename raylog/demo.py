@@ -21,6 +21,8 @@ from typing import Any, TextIO
 
 import ray
 
+from raylog.cluster_names import DATA_DIR_ENV
+
 DEMO_TOPIC = "pageviews"
 SERVICES = ["web", "mobile", "checkout", "search", "recommend", "ads", "account", "cart"]
 PAGES = ["/", "/home", "/search", "/product/1", "/product/2", "/product/3", "/cart",
@@ -52,7 +54,8 @@ def run_service(topic: str, run: str, service: str, count: int, seed: int) -> di
 
 def read_run(cluster: Any, topic: str, run: str, start: dict, expected: int,
              timeout_s: float = 120.0) -> list:
-    """Every record of this run, from the offsets the topic had before it."""
+    """Every record of this run, from the offsets the topic had before it, with its parsed
+    page view: (record, document) pairs."""
     from raylog import Consumer
 
     records = []
@@ -63,25 +66,25 @@ def read_run(cluster: Any, topic: str, run: str, start: dict, expected: int,
         deadline = time.monotonic() + timeout_s
         while len(records) < expected and time.monotonic() < deadline:
             for record in consumer.poll(timeout_ms=500):
-                if json.loads(record.value)["run"] == run:
-                    records.append(record)
+                doc = json.loads(record.value)
+                if doc["run"] == run:
+                    records.append((record, doc))
     return records
 
 
 def check(records: list, sent: dict[str, int]) -> tuple[list[dict], list[dict], bool]:
-    """Per-service and per-partition verdicts on the records read back."""
+    """Per-service and per-partition verdicts on the (record, document) pairs read back."""
     by_partition: dict[int, list] = defaultdict(list)
-    for record in records:
-        by_partition[record.partition].append(record)
+    for record, doc in records:
+        by_partition[record.partition].append((record, doc))
     seqs: dict[str, Counter] = defaultdict(Counter)
     out_of_order: Counter = Counter()
     partitions = []
     for partition, rows in sorted(by_partition.items()):
-        offsets = [r.offset for r in rows]
+        offsets = [r.offset for r, _ in rows]
         gaps = sum(1 for a, b in pairwise(offsets) if b != a + 1)
         last_seq: dict[str, int] = {}
-        for r in rows:
-            doc = json.loads(r.value)
+        for _, doc in rows:
             service, seq = doc["service"], doc["seq"]
             seqs[service][seq] += 1
             if seq <= last_seq.get(service, -1):
@@ -168,4 +171,4 @@ def run_demo(services: int = 4, records_per_service: int = 25_000, partitions: i
             raylog.client.connection.reset_default()
         if data_dir is not None:
             shutil.rmtree(data_dir, ignore_errors=True)
-            os.environ.pop("RAYLOG_DATA_DIR", None)
+            os.environ.pop(DATA_DIR_ENV, None)

@@ -19,11 +19,13 @@ from typing import Any
 
 import ray
 
-from raylog.client.connection import RaylogCluster, default_cluster
+from raylog.client.connection import RaylogCluster, default_cluster, init
 from raylog.client.remote import resolve
 from raylog.data import DEFAULT_BLOCK_RECORDS, offset_ranges, write_dataset
 from raylog.errors import InvalidRecordError, RaylogError
-from raylog.ranges import EARLIEST, LATEST, Bound, plan_tasks
+from raylog.ranges import EARLIEST, LATEST, Bound, plan_tasks, spec_for
+from raylog.records.kafka_columns import KAFKA_SCHEMA
+from raylog.types import TopicPartition
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +36,8 @@ _OPENS = ["java.lang", "java.lang.invoke", "java.io", "java.net", "java.nio", "j
 JAVA17_OPTIONS = "-XX:+IgnoreUnrecognizedVMOptions " + " ".join(
     f"--add-opens=java.base/{package}=ALL-UNNAMED" for package in _OPENS)
 
+_TIMESTAMP = KAFKA_SCHEMA.get_field_index("timestamp")
+_WITHOUT_HEADERS = KAFKA_SCHEMA.remove(KAFKA_SCHEMA.get_field_index("headers"))
 READ_ATTEMPTS = 5
 READ_RETRY_BACKOFF_S = 0.2
 
@@ -81,23 +85,10 @@ def stop() -> None:
 
 
 def _spark_schema(include_headers: bool = True) -> Any:
-    from pyspark.sql import types as T
+    """KAFKA_SCHEMA as a Spark schema, without ``headers`` unless ``include_headers``."""
+    from pyspark.sql.pandas.types import from_arrow_schema
 
-    fields = [
-        T.StructField("key", T.BinaryType()),
-        T.StructField("value", T.BinaryType()),
-        T.StructField("topic", T.StringType(), False),
-        T.StructField("partition", T.IntegerType(), False),
-        T.StructField("offset", T.LongType(), False),
-        T.StructField("timestamp", T.TimestampType(), False),
-        T.StructField("timestampType", T.IntegerType(), False),
-    ]
-    if include_headers:
-        fields.append(T.StructField("headers", T.ArrayType(T.StructType([
-            T.StructField("key", T.StringType(), False),
-            T.StructField("value", T.BinaryType()),
-        ]))))
-    return T.StructType(fields)
+    return from_arrow_schema(KAFKA_SCHEMA if include_headers else _WITHOUT_HEADERS)
 
 
 def read(spark: Any, topics: str | Iterable[str], starting_offsets: Bound = EARLIEST,
@@ -122,6 +113,12 @@ def read(spark: Any, topics: str | Iterable[str], starting_offsets: Bound = EARL
     """
     cluster = cluster or default_cluster()
     ranges = offset_ranges(topics, starting_offsets, ending_offsets, cluster=cluster)
+    return _frame(spark, ranges, max_records_per_task, include_headers)
+
+
+def _frame(spark: Any, ranges: dict[TopicPartition, tuple[int, int]],
+           max_records_per_task: int, include_headers: bool) -> Any:
+    """The DataFrame of resolved, checked offset ranges (see :func:`read`)."""
     schema = _spark_schema(include_headers)
     tasks = [[(tp.topic, tp.partition, start, end) for tp, start, end in task]
              for task in plan_tasks(ranges, max_records_per_task,
@@ -135,21 +132,11 @@ def read(spark: Any, topics: str | Iterable[str], starting_offsets: Bound = EARL
                           schema)
 
 
-_worker_clusters: dict[str, RaylogCluster] = {}
-
-
+@functools.cache
 def _worker_cluster(address: str) -> RaylogCluster:
     """The raylog cluster at ``address``, connected once per Spark Python worker (which
     Spark reuses from task to task)."""
-    import raylog
-
-    cluster = _worker_clusters.get(address)
-    if cluster is None:
-        if not ray.is_initialized():
-            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
-        cluster = _worker_clusters[address] = raylog.init(address, start_local=False,
-                                                          create=False)
-    return cluster
+    return init(address, start_local=False, create=False)
 
 
 def _leader_table(cluster: RaylogCluster, topic: str, partition: int, start: int,
@@ -180,8 +167,8 @@ def _read_tasks(address: str, tasks: list[list[tuple[str, int, int, int]]],
             for topic, partition, start, end in tasks[task_id]:
                 table = _leader_table(cluster, topic, partition, start, end)
                 # Spark's Arrow bridge takes timestamps in microseconds, UTC.
-                table = table.set_column(5, "timestamp",
-                                         table.column(5).cast(pa.timestamp("us", tz="UTC")))
+                table = table.set_column(_TIMESTAMP, "timestamp", table.column(_TIMESTAMP).cast(
+                    pa.timestamp("us", tz="UTC")))
                 if not include_headers:
                     table = table.drop_columns(["headers"])
                 yield from table.to_batches()
@@ -230,23 +217,23 @@ def micro_batches(spark: Any, topics: str | Iterable[str], group_id: str, *,
     names = [topics] if isinstance(topics, str) else list(topics)
     produced = 0
     while max_batches is None or produced < max_batches:
-        ranges = offset_ranges(names, starting_offsets, LATEST, cluster=cluster)
-        committed = controller.call("committed_offsets", group_id, [tuple(tp) for tp in ranges])
+        tps = [TopicPartition(name, p) for name in names
+               for p in range(cluster.topic(name).num_partitions)]
+        committed = controller.call("committed_offsets", group_id, [tuple(tp) for tp in tps])
+        starts = {tp: spec_for(starting_offsets, tp, EARLIEST, "starting_offsets")
+                  if committed.get(tuple(tp)) is None else committed[tuple(tp)][0]
+                  for tp in tps}
         batch = {}
-        for tp, (start, end) in ranges.items():
-            offset = committed.get(tuple(tp))
-            first = start if offset is None else offset[0]
+        for tp, (first, end) in offset_ranges(names, starts, LATEST, cluster=cluster).items():
             last = end if max_records_per_partition is None else \
                 min(end, first + max_records_per_partition)
-            batch[tp] = (first, max(first, last))
+            batch[tp] = (first, last)
         if all(first == last for first, last in batch.values()):
             if stop_when_idle:
                 return
             time.sleep(poll_interval_s)
             continue
-        frame = read(spark, names, {tp: r[0] for tp, r in batch.items()},
-                     {tp: r[1] for tp, r in batch.items()}, cluster=cluster)
-        yield frame
+        yield _frame(spark, batch, DEFAULT_BLOCK_RECORDS, include_headers=True)
         # The caller's processing of ``frame`` returned: the batch is done.
         controller.call("commit_offsets", group_id, None, -1,
                         [(tp.topic, tp.partition, last, "micro-batch")
