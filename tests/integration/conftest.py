@@ -60,15 +60,15 @@ def ray_cluster(tmp_path_factory) -> Iterator[TestCluster]:
     root = tmp_path_factory.mktemp("raylog-cluster")
     cluster = Cluster(initialize_head=True, head_node_args={
         **NODE_ARGS, "include_dashboard": False, "env_vars": {DATA_DIR_ENV: str(root / "head")}})
-    data_dirs = {}
-    for i in range(BROKERS):
-        data_dir = root / f"broker-{i}"
-        node = cluster.add_node(**NODE_ARGS, resources={BROKER_RESOURCE: 1},
-                                env_vars={DATA_DIR_ENV: str(data_dir)})
-        data_dirs[node.node_id] = data_dir
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, log_to_driver=False)
-    try:
+    try:  # from here on the nodes are shut down however the setup ends
+        data_dirs = {}
+        for i in range(BROKERS):
+            data_dir = root / f"broker-{i}"
+            node = cluster.add_node(**NODE_ARGS, resources={BROKER_RESOURCE: 1},
+                                    env_vars={DATA_DIR_ENV: str(data_dir)})
+            data_dirs[node.node_id] = data_dir
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, log_to_driver=False)
         connection = raylog.init()
         yield TestCluster(cluster, root, data_dirs, connection)
     finally:

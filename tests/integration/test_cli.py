@@ -55,7 +55,9 @@ def test_produce_and_consume_lines(ray_cluster, topic_name):
                     "--timeout-ms", "3000")
     assert code == 0 and len(out.splitlines()) == 20
     # The group committed its progress: a second run has nothing left to read.
-    assert run("consume", topic_name, "--group", group, "--timeout-ms", "1500") == (0, "")
+    # (From the beginning: were the commit lost, this run would print all 20 again.)
+    assert run("consume", topic_name, "--group", group, "--from-beginning",
+               "--timeout-ms", "3000") == (0, "")
 
 
 def test_cluster_status_lists_brokers(ray_cluster, topic_name):
@@ -78,7 +80,14 @@ def test_errors_are_reported_not_raised(ray_cluster, topic_name, capsys):
     assert run("topics", "create", topic_name, "--config", "retention.ms=soon")[0] == 1
     assert "retention_ms must be an integer" in capsys.readouterr().err
     assert run("produce", topic_name, stdin="x\n")[0] == 1
+    assert f"unknown topic {topic_name!r}" in capsys.readouterr().err
+    assert run("topics", "create", topic_name)[0] == 0
     assert run("produce", topic_name, "--key-separator", "=", stdin="no separator\n")[0] == 1
+    assert "line 1 has no key separator '='" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        run("groups", "reset-offsets", "g", topic_name, "--to", "timestamp:soon")
+    assert exited.value.code == 2
+    assert "--to must be earliest, latest" in capsys.readouterr().err
 
 
 def test_console_script_connects_to_a_running_cluster(ray_cluster):

@@ -10,6 +10,8 @@ import textwrap
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import ray
@@ -88,10 +90,25 @@ def admin(ray_cluster) -> Admin:
     return Admin(cluster=ray_cluster.raylog)
 
 
-def test_three_actors_share_six_partitions_and_a_dead_ones_move_at_once(admin, topic_name):
+@pytest.fixture
+def spawn() -> Iterator[Callable[[str, list[str]], Any]]:
+    """Starts Member actors, and kills whatever is left of them when the test ends."""
+    started: list = []
+
+    def start(group: str, topics: list[str]) -> Any:
+        started.append(Member.remote(group, topics))
+        return started[-1]
+
+    yield start
+    for member in started:
+        ray.kill(member, no_restart=True)
+
+
+def test_three_actors_share_six_partitions_and_a_dead_ones_move_at_once(admin, topic_name,
+                                                                          spawn):
     group = f"g-{topic_name}"
     admin.create_topic(topic_name, partitions=6)
-    members = [Member.remote(group, [topic_name]) for _ in range(3)]
+    members = [spawn(group, [topic_name]) for _ in range(3)]
     wait_for(lambda: sorted(len(a) for a in assignments(members).values()) == [2, 2, 2],
              timeout=30, what="two partitions per member")
     owned = assignments(members)
@@ -158,12 +175,17 @@ def test_committed_offsets_survive_a_controller_restart(admin, topic_name):
     # A consumer joining now starts where the group left off.
     again = Consumer(group_id=group, auto_offset_reset="earliest")
     again.subscribe([topic_name])
-    assert again.poll(timeout_ms=2000) == []
+    late: list = []
+    wait_for(lambda: late.extend(again.poll(timeout_ms=200)) or len(again.assignment()) == 3,
+             what="the new member to own every partition")
+    late.extend(again.poll(timeout_ms=500))
+    assert late == []
+    assert {tp: again.position(tp) for tp in again.assignment()} == committed
     again.close()
 
 
 @pytest.mark.parametrize("kill", [False, True], ids=["members-added", "members-killed"])
-def test_records_are_consumed_through_joins_and_deaths(admin, topic_name, kill):
+def test_records_are_consumed_through_joins_and_deaths(admin, topic_name, kill, spawn):
     """With producers running and members added (and killed), every record is consumed at
     least once; exactly once when nothing dies between processing and commit."""
     group = f"g-{topic_name}"
@@ -173,7 +195,7 @@ def test_records_are_consumed_through_joins_and_deaths(admin, topic_name, kill):
                                                  or time.sleep(0.2)
                                                  for i in range(0, total, 500)])
     producing.start()
-    members = [Member.remote(group, [topic_name]) for _ in range(2)]
+    members = [spawn(group, [topic_name]) for _ in range(2)]
     seen: list[tuple[int, int, bytes]] = []
     started = time.monotonic()
     steps = {2.0: "add", 4.0: "kill" if kill else "add", 6.0: "add"}
@@ -181,7 +203,7 @@ def test_records_are_consumed_through_joins_and_deaths(admin, topic_name, kill):
         elapsed = time.monotonic() - started
         for at in [t for t in steps if t <= elapsed]:
             if steps.pop(at) == "add":
-                members.append(Member.remote(group, [topic_name]))
+                members.append(spawn(group, [topic_name]))
             else:
                 ray.kill(members.pop(0), no_restart=True)
         for batch in ray.get([m.poll.remote() for m in members]):

@@ -570,7 +570,7 @@ def test_builder_batches_stay_within_max_bytes(max_bytes, codec, seed, shapes):
         room = builder.has_room_for(*record[1:])
         count = len(builder)
         accepted = builder.append(*record)
-        assert bool(accepted) == room
+        assert accepted == (count + 1 if room else 0)  # the record's index + 1, or 0
         if not accepted:
             assert len(builder) == count
             built.append((count, builder.estimated_size, builder.build()))
