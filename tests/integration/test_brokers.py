@@ -156,24 +156,33 @@ def test_a_killed_controller_comes_back_with_all_topics(ray_cluster, admin, topi
 def test_offsets_seek_and_time_lookup(admin, topic_name):
     admin.create_topic(topic_name, partitions=1)
     tp = TopicPartition(topic_name, 0)
+    # Relative to now: the default retention (7 days) deletes records stamped long ago.
+    base = time.time_ns() // 1_000_000 - 60_000
     with Producer() as producer:
         for i in range(100):
-            producer.send(topic_name, b"%d" % i, timestamp=1_000_000 + i * 10)
+            producer.send(topic_name, b"%d" % i, timestamp=base + i * 10)
     with Consumer() as consumer:
         consumer.assign([tp])
         assert consumer.beginning_offsets([tp]) == {tp: 0}
         assert consumer.end_offsets([tp]) == {tp: 100}
         assert consumer.position(tp) == 100  # auto_offset_reset="latest"
-        found = consumer.offsets_for_times({tp: 1_000_000 + 255})[tp]
-        assert (found.offset, found.timestamp) == (26, 1_000_260)
-        assert consumer.offsets_for_times({tp: 9_999_999})[tp] is None
+        found = consumer.offsets_for_times({tp: base + 255})[tp]
+        assert (found.offset, found.timestamp) == (26, base + 260)
+        assert consumer.offsets_for_times({tp: base + 1000})[tp] is None
         consumer.seek(tp, found.offset)
         assert [r.offset for r in consumer.poll(timeout_ms=5000, max_records=3)] == [26, 27, 28]
         assert consumer.position(tp) == 29
         consumer.seek_to_beginning(tp)
         assert consumer.poll(timeout_ms=5000, max_records=1)[0].offset == 0
         consumer.seek_to_end(tp)
-        assert consumer.poll(timeout_ms=300) == []
+        assert consumer.position(tp) == 100
+        # After the seek, the next record polled is the next one produced, not an older one.
+        with Producer() as producer:
+            producer.send(topic_name, b"next").result(30)
+        polled: list = []
+        wait_for(lambda: polled.extend(consumer.poll(timeout_ms=200)) or polled,
+                 what="the record produced after seek_to_end")
+        assert [(r.offset, r.value) for r in polled] == [(100, b"next")]
 
 
 def test_send_batch_writes_a_table_without_per_record_python(admin, topic_name):
