@@ -120,7 +120,7 @@ class _ProduceBlocks:
         return pa.table({"records": [sum(rows for _, _, rows in batches)]})
 
     def __del__(self) -> None:
-        self.producer.close()
+        self.producer.close()  # every block's result() was read: no unseen failure remains
 
 
 def write_dataset(dataset: ray.data.Dataset, topic: str, *,

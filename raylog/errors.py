@@ -159,3 +159,12 @@ class OutOfOrderSequenceError(RaylogError):
     """A producer's batch arrived ahead of its earlier batches, which did not come in time."""
 
     retriable = True
+
+
+class InvalidProducerEpochError(RaylogError):
+    """A batch carried an older producer epoch than one the partition has already seen: a
+    late copy of a batch its producer had given up on (fenced, never appended)."""
+
+
+class ProduceFailedError(RaylogError):
+    """Records sent since the last ``flush`` failed; each record's future holds its error."""

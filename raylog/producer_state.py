@@ -8,6 +8,11 @@ replica therefore appends a producer's batch only when its sequence is the next 
 a batch from further ahead waits for the gap to fill, and a batch it has already appended (a
 retry whose first answer was lost) gets the first answer again instead of a second copy.
 
+A producer that gave up on a batch (its delivery timeout passed, or it failed for good)
+bumps its epoch and numbers its next batches from 0. A batch of a newer epoch starts the
+producer over; one of an older epoch than the newest seen is refused
+(InvalidProducerEpochError): a late copy must not land after the batches that followed it.
+
 Plain Python; the replica actor owns one per partition and does the waiting.
 """
 
@@ -17,6 +22,7 @@ import collections
 import dataclasses
 from collections.abc import Iterable
 
+from raylog.errors import InvalidProducerEpochError
 from raylog.records.header import BatchHeader
 from raylog.storage import AppendInfo
 
@@ -33,8 +39,9 @@ class SequenceGap(Exception):
 
 @dataclasses.dataclass
 class _Producer:
+    epoch: int
     next_sequence: int
-    recent: collections.deque  # (first sequence, AppendInfo), newest last
+    recent: collections.deque  # (epoch, first sequence, AppendInfo), newest last
 
 
 class ProducerStates:
@@ -51,15 +58,20 @@ class ProducerStates:
         """Before an append: None to go ahead, the earlier AppendInfo for a duplicate, or
         SequenceGap when earlier batches of the producer are missing.
 
-        A producer this replica does not know starts at sequence 0; a first batch from it
-        with a later sequence waits, unless ``accept_unknown`` (the wait is over: its earlier
-        batches were appended before what this replica remembers).
+        A producer (or producer epoch) this replica does not know starts at sequence 0; a
+        first batch from it with a later sequence waits, unless ``accept_unknown`` (the wait
+        is over: its earlier batches were appended before what this replica remembers).
+        Raises InvalidProducerEpochError for an epoch older than the newest seen.
         """
         if header.producer_id < 0:
             return None
         state = self._producers.get(header.producer_id)
         sequence = header.base_sequence
-        if state is None:
+        if state is not None and header.producer_epoch < state.epoch:
+            raise InvalidProducerEpochError(
+                f"producer {header.producer_id} sent a batch of epoch {header.producer_epoch} "
+                f"after one of epoch {state.epoch}; it was given up on and is not appended")
+        if state is None or header.producer_epoch > state.epoch:
             if sequence == 0 or accept_unknown:
                 return None
             raise SequenceGap(0)
@@ -67,8 +79,8 @@ class ProducerStates:
             return None
         if sequence > state.next_sequence:
             raise SequenceGap(state.next_sequence)
-        for first, info in state.recent:
-            if first == sequence:
+        for epoch, first, info in state.recent:
+            if (epoch, first) == (header.producer_epoch, sequence):
                 return info
         # Older than anything remembered: it was appended long ago; do not append it again.
         return AppendInfo(-1, -1, header.max_timestamp, header.record_count)
@@ -80,13 +92,14 @@ class ProducerStates:
         state = self._producers.get(header.producer_id)
         if state is None:
             state = self._producers[header.producer_id] = _Producer(
-                0, collections.deque(maxlen=RECENT_BATCHES))
+                header.producer_epoch, 0, collections.deque(maxlen=RECENT_BATCHES))
             if len(self._producers) > self._max_producers:
                 self._producers.popitem(last=False)  # forget the least recently used
         else:
             self._producers.move_to_end(header.producer_id)
+        state.epoch = header.producer_epoch
         state.next_sequence = header.base_sequence + header.record_count
-        state.recent.append((header.base_sequence, info))
+        state.recent.append((header.producer_epoch, header.base_sequence, info))
 
     def rebuild(self, headers: Iterable[BatchHeader]) -> None:
         """Restore the state from the headers of stored batches, in offset order."""

@@ -17,7 +17,7 @@ from raylog._gc import gc_paused
 from raylog.client.connection import RaylogCluster, TopicMetadata, default_cluster
 from raylog.client.group_member import GroupMixin
 from raylog.client.membership import Membership
-from raylog.client.remote import resolve
+from raylog.client.remote import resolve, wait_done
 from raylog.errors import (
     ClientClosedError,
     IllegalStateError,
@@ -363,9 +363,7 @@ class Consumer(GroupMixin):
                 time.sleep(min(remaining, 0.05))  # nothing assigned or all leaders missing
                 continue
             refs = list(pending)
-            done, _ = ray.wait(refs, num_returns=1, timeout=max(remaining, 0))
-            if done:
-                done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            done = wait_done(refs, max(remaining, 0))
             for ref in done:
                 self._receive(pending[ref], ref)
             if not done and remaining <= 0:

@@ -30,7 +30,8 @@ class BatchResult:
     Completed once by the producer's sender thread; waited on by any thread.
     """
 
-    __slots__ = ("_callbacks", "_done", "base_offset", "count", "error", "partition", "topic")
+    __slots__ = ("_callbacks", "_done", "base_offset", "count", "error", "observed", "partition",
+                 "topic")
 
     def __init__(self, topic: str, partition: int, count: int = 0) -> None:
         self.topic = topic
@@ -38,6 +39,7 @@ class BatchResult:
         self.count = count
         self.base_offset = -1
         self.error: BaseException | None = None
+        self.observed = False  # someone asked for the outcome (flush reports the others)
         self._done = threading.Event()
         self._callbacks: list[Callable[[], None]] = []
 
@@ -53,13 +55,20 @@ class BatchResult:
     def done(self) -> bool:
         return self._done.is_set()
 
+    def peek(self, timeout: float | None = None) -> BaseException | None:
+        """The error, once complete (waiting up to ``timeout`` s), without counting as seen."""
+        self._done.wait(timeout)
+        return self.error
+
     def wait(self, timeout: float | None) -> None:
+        self.observed = True
         if not self._done.wait(timeout):
             raise RequestTimeoutError(f"no acknowledgement within {timeout} s")
         if self.error is not None:
             raise self.error
 
     def on_done(self, callback: Callable[[], None]) -> None:
+        self.observed = True
         with _callbacks_lock:
             if not self._done.is_set():
                 self._callbacks.append(callback)
@@ -89,6 +98,7 @@ class RecordFuture:
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         """The error that failed the record's batch, or None; waits up to ``timeout`` s."""
+        self._batch.observed = True
         if not self._batch._done.wait(timeout):
             raise RequestTimeoutError(f"no acknowledgement within {timeout} s")
         return self._batch.error

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import dataclasses
 import logging
@@ -18,11 +17,14 @@ import ray
 
 from raylog.client.connection import RaylogCluster, TopicMetadata, default_cluster
 from raylog.client.futures import BatchResult, RecordFuture, TableFuture
-from raylog.client.remote import resolve
+from raylog.client.remote import resolve, wait_done
+from raylog.client.sender_state import OutgoingBatch, PartitionSender
 from raylog.client.tables import assign_sticky, partition_rows
 from raylog.errors import (
+    ActorUnavailableError,
     ClientClosedError,
     InvalidConfigError,
+    ProduceFailedError,
     RaylogError,
     RecordTooLargeError,
     RequestTimeoutError,
@@ -35,7 +37,6 @@ from raylog.records.builder import BATCH_OVERHEAD, record_size
 logger = logging.getLogger(__name__)
 
 _CODECS = {"lz4": Codec.LZ4, "none": Codec.NONE}
-MAX_SEQUENCE = 2**31 - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +51,8 @@ class ProducerConfig:
     max_block_ms: int = 60_000           # ... at most this long
     max_request_size: int = 8 << 20      # largest record a send accepts
     delivery_timeout_ms: int = 120_000   # give up on a batch (with retries) after this long
-    retry_backoff_ms: int = 100          # wait between retries of a batch
+    retry_backoff_ms: int = 100          # wait before the first retry of a batch, then ...
+    retry_backoff_max_ms: int = 1000     # ... twice as long each time, up to this (KIP-580)
     max_in_flight_requests_per_partition: int = 5
 
     def __post_init__(self) -> None:
@@ -70,29 +72,12 @@ class ProducerConfig:
             if type(value) is not int or value < minimum:
                 raise InvalidConfigError(f"{field.name} must be an integer >= {minimum}, "
                                          f"got {value!r}")
+        if self.delivery_timeout_ms < self.linger_ms:
+            raise InvalidConfigError(f"delivery_timeout_ms must be >= linger_ms="
+                                     f"{self.linger_ms}, got {self.delivery_timeout_ms}")
         if self.batch_size <= BATCH_OVERHEAD:
             raise InvalidConfigError(f"batch_size must be > {BATCH_OVERHEAD}, "
                                      f"got {self.batch_size}")
-
-
-class _Batch:
-    """A batch for one partition, open (accumulating), then sealed, in flight, and done."""
-
-    __slots__ = ("buffered", "builder", "created", "data", "deadline", "not_before",
-                 "partition", "result", "sent_at", "topic")
-
-    def __init__(self, topic: str, partition: int, builder: BatchBuilder | None,
-                 result: BatchResult, delivery_timeout_s: float) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.builder = builder
-        self.result = result
-        self.created = time.monotonic()
-        self.deadline = self.created + delivery_timeout_s
-        self.not_before = 0.0  # retry backoff
-        self.buffered = 0  # bytes counted against buffer_memory
-        self.data: bytes | None = None
-        self.sent_at = 0.0  # when the last attempt was sent (monotonic)
 
 
 class Producer:
@@ -101,14 +86,15 @@ class Producer:
     ``send`` appends a record to its partition's open batch and returns a future at once; a
     background sender thread seals batches that are full or ``linger_ms`` old, encodes them
     and sends each to its partition leader as one actor call, retrying retriable errors with
-    refreshed metadata until ``delivery_timeout_ms``. Keys go to ``murmur2(key) % partitions``
-    (the partition Kafka's clients choose); keyless records stick to one partition per batch.
-    Safe to use from several threads.
+    refreshed metadata and a growing backoff. Every future resolves: acknowledged, or failed
+    at the latest when ``delivery_timeout_ms`` has passed since its batch was opened. Keys go
+    to ``murmur2(key) % partitions`` (the partition Kafka's clients choose); keyless records
+    stick to one partition per batch. Safe to use from several threads.
 
-    Batches carry a producer id and per-partition sequence numbers (Kafka's idempotent
-    producer): the partition appends them in the order they were sealed, even when retries
-    or Ray deliver them out of order, and answers a retry of a batch it already holds
-    without a second copy, so records of one producer land once and in send order.
+    With ``acks`` 1 or ``"all"`` batches carry a producer id, epoch and per-partition
+    sequence numbers (Kafka's idempotent producer; see ``sender_state``): a partition appends
+    a producer's batches once each and in the order they were sealed, through retries,
+    replica restarts and expired batches.
 
     >>> producer = Producer(linger_ms=10)
     >>> future = producer.send("pageviews", b'{"page": "/"}', key=b"user-1")
@@ -125,15 +111,18 @@ class Producer:
         self._codec = _CODECS[self.config.compression_type]
         self._max_record = self.config.max_request_size - BATCH_OVERHEAD
         self._delivery_timeout_s = self.config.delivery_timeout_ms / 1000
+        self._idempotent = self.config.acks != 0  # nobody hears the answers with acks=0
         self._topics: dict[str, TopicMetadata] = {}
         self._sticky = StickyPartitioner()
-        self._sticky_open: dict[str, _Batch] = {}  # topic -> open batch of its sticky partition
-        self._sequences: dict[tuple[str, int], list[int]] = {}  # -> [producer id, next seq]
-        self._open: dict[tuple[str, int], _Batch] = {}
-        self._ready: collections.deque[_Batch] = collections.deque()
-        self._in_flight: dict[ray.ObjectRef, _Batch] = {}
-        self._in_flight_per_partition: collections.Counter = collections.Counter()
+        self._sticky_open: dict[str, OutgoingBatch] = {}  # topic -> its sticky open batch
+        self._open: dict[tuple[str, int], OutgoingBatch] = {}
+        self._senders: dict[tuple[str, int], PartitionSender] = {}
+        self._sendable: dict[tuple[str, int], None] = {}  # partitions with queued batches
+        self._in_flight: dict[ray.ObjectRef, OutgoingBatch] = {}
+        self._orphans: set[ray.ObjectRef] = set()  # requests of batches that expired
         self._buffered_bytes = 0
+        self._failures = _Failures()
+        self._last_expiry_check = 0.0
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._closed = False
@@ -233,26 +222,39 @@ class Producer:
         meta = self._topics.get(topic) or self._topic(topic)
         rows = partition_rows(table, meta.num_partitions, self.config.batch_size,
                               partition=partition, topic=topic)
-        with self._lock:  # only the sticky partitions and the sequences need it
+        with self._lock:
             pieces = assign_sticky(rows, self._sticky, topic, meta.num_partitions)
-            producers = [self._sequence(topic, part, columns.num_rows)
-                         for part, columns in pieces]
+            # The numbers the batches will most likely get when queued; if another thread
+            # queues batches of the same partition first, they are stamped again then.
+            planned = self._plan_numbers(topic, pieces)
         # LZ4 and Arrow's IPC writer release the GIL: encode the batches in parallel.
         encoded = self._encoder().map(
-            lambda piece, producer: encode(piece[1], codec=self._codec, producer_id=producer[0],
-                                           producer_epoch=producer[1],
-                                           base_sequence=producer[2]),
-            pieces, producers)
+            lambda piece, fields: encode(piece[1], codec=self._codec, producer_id=fields[0],
+                                         producer_epoch=fields[1], base_sequence=fields[2]),
+            pieces, planned)
         results = []
-        for (part, columns), data in zip(pieces, encoded, strict=True):
+        now = time.monotonic()
+        for (part, columns), data, fields in zip(pieces, encoded, planned, strict=True):
             result = BatchResult(topic, part, columns.num_rows)
-            batch = _Batch(topic, part, None, result, self._delivery_timeout_s)
-            batch.data = data
+            batch = OutgoingBatch(topic, part, None, result, now, self._delivery_timeout_s)
+            batch.data, batch.stamped = data, fields
             results.append(result)
             with self._lock:
                 self._enqueue(batch)
             self._submit_ready()
         return TableFuture(results)
+
+    def _plan_numbers(self, topic: str, pieces: list[tuple[int, pa.RecordBatch]]
+                      ) -> list[tuple[int, int, int]]:
+        """(producer id, epoch, first sequence) each piece gets if queued next (lock held)."""
+        next_sequence: dict[int, int] = {}
+        planned = []
+        for part, columns in pieces:
+            sender = self._sender_of((topic, part))
+            first = next_sequence.get(part, sender.next_sequence)
+            next_sequence[part] = first + columns.num_rows
+            planned.append((sender.producer_id, sender.epoch, first if self._idempotent else -1))
+        return planned
 
     def _encoder(self) -> concurrent.futures.ThreadPoolExecutor:
         if self._encode_pool is None:
@@ -260,57 +262,65 @@ class Producer:
                 max_workers=min(4, os.cpu_count() or 1), thread_name_prefix="raylog-encode")
         return self._encode_pool
 
-    def _new_batch(self, topic: str, partition: int) -> _Batch:
-        batch = _Batch(topic, partition, BatchBuilder(self.config.batch_size, self._codec),
-                       BatchResult(topic, partition), self._delivery_timeout_s)
+    def _sender_of(self, key: tuple[str, int]) -> PartitionSender:
+        sender = self._senders.get(key)
+        if sender is None:
+            sender = self._senders[key] = PartitionSender(self._idempotent)
+        return sender
+
+    def _new_batch(self, topic: str, partition: int) -> OutgoingBatch:
+        batch = OutgoingBatch(topic, partition, BatchBuilder(self.config.batch_size, self._codec),
+                              BatchResult(topic, partition), time.monotonic(),
+                              self._delivery_timeout_s)
         self._open[(topic, partition)] = batch
         return batch
 
-    def _seal(self, batch: _Batch, block: bool = True) -> None:
-        """Move an open batch to the ready queue (lock held). With ``block``, wait while
+    def _seal(self, batch: OutgoingBatch, block: bool = True) -> None:
+        """Move an open batch to its partition's queue (lock held). With ``block``, wait while
         buffer_memory is full (a caller's send); the sender thread never waits, since only
         it may be there to free the memory."""
         del self._open[(batch.topic, batch.partition)]
         if self._sticky_open.get(batch.topic) is batch:
             del self._sticky_open[batch.topic]
         batch.result.count = len(batch.builder)
-        batch.builder.set_producer(*self._sequence(batch.topic, batch.partition,
-                                                   batch.result.count))
         self._sticky.next_batch(batch.topic, len(self._topics[batch.topic].partitions),
                                 batch.partition)
         self._enqueue(batch, block)
 
-    def _sequence(self, topic: str, partition: int, records: int) -> tuple[int, int, int]:
-        """(producer id, epoch, first sequence) for the next batch of a partition (lock held).
-
-        Batches of a partition get consecutive sequences in the order they are sealed; the
-        replica appends them in that order and recognises a retry of one it already has. A
-        partition whose sequences would overflow int32 moves to a new producer id.
-        """
-        entry = self._sequences.get((topic, partition))
-        if entry is None or entry[1] + records > MAX_SEQUENCE:
-            entry = self._sequences[(topic, partition)] = [random.getrandbits(63), 0]
-        first = entry[1]
-        entry[1] += records
-        return entry[0], 0, first
-
-    def _enqueue(self, batch: _Batch, block: bool = True) -> None:
+    def _enqueue(self, batch: OutgoingBatch, block: bool = True) -> None:
+        """Count a sealed batch against buffer_memory (waiting for room with ``block``), then
+        number it and queue it for its partition (lock held)."""
         size = batch.builder.estimated_size if batch.data is None else len(batch.data)
         deadline = time.monotonic() + self.config.max_block_ms / 1000
         while block and self._buffered_bytes + size > self.config.buffer_memory and \
-                self._buffered_bytes:
+                self._buffered_bytes and not self._closed:
             if not self._wake.wait(deadline - time.monotonic()):
                 error = RequestTimeoutError(
                     f"buffer_memory={self.config.buffer_memory} stayed full for "
                     f"max_block_ms={self.config.max_block_ms}")
                 batch.result.complete(-1, error)  # its records fail with the send
                 raise error
+        if self._closed:  # abandoned while this caller waited for room
+            error = ClientClosedError("the producer was closed before the batch was queued")
+            batch.result.complete(-1, error)
+            raise error
         batch.buffered = size
         self._buffered_bytes += size
-        self._ready.append(batch)  # whoever sealed it submits it (or the sender, by linger)
+        # Numbered only now, with no wait between numbering and queueing: batches of a
+        # partition enter its queue in sequence order whichever threads seal them.
+        sender = self._sender_of(batch.key)
+        sender.number(batch, batch.result.count)
+        sender.push(batch)
+        self._sendable[batch.key] = None  # whoever sealed it submits it (or the sender)
 
     def flush(self, timeout: float | None = None) -> None:
-        """Send every queued record and wait until all are acknowledged (or failed)."""
+        """Send every queued record and wait until each is acknowledged or has failed.
+
+        Raises ProduceFailedError if records sent since the last flush failed and nobody
+        looked at their futures (each holds its own error), so that a program that only
+        flushes never takes a failure for a success; RequestTimeoutError if ``timeout`` s
+        pass first.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             for key, batch in list(self._open.items()):
@@ -318,24 +328,32 @@ class Producer:
                     self._seal(batch)
         while True:
             with self._lock:
-                # Counted from sealing until acknowledged: covers batches another thread is
-                # encoding or submitting, which are neither ready nor in flight.
+                # Counted from sealing until it ends: covers batches another thread is
+                # encoding or submitting, which are neither queued nor in flight.
                 if not self._buffered_bytes:
-                    return
+                    break
             remaining = 0.01 if deadline is None else min(deadline - time.monotonic(), 0.01)
             if remaining <= 0:
                 raise RequestTimeoutError(f"flush did not finish within {timeout} s")
             self._submit_ready()
             self._collect(remaining)
+        with self._lock:
+            failures, self._failures = self._failures, _Failures()
+        failures.raise_if_any()
 
     def close(self, timeout: float | None = None) -> None:
-        """Flush, stop the sender thread and refuse further sends. Idempotent."""
+        """Flush, stop the sender thread and refuse further sends. Idempotent.
+
+        Records still unacknowledged when ``timeout`` s have passed fail with
+        ClientClosedError. Raises what :meth:`flush` raises.
+        """
         if self._closed:
             return
         try:
             self.flush(timeout)
         finally:
-            self._closed = True
+            self._abandon(ClientClosedError("the producer was closed before the batch was "
+                                            "acknowledged"))
             with self._lock:
                 self._stopping = True
                 self._wake.notify_all()
@@ -346,16 +364,23 @@ class Producer:
     def __enter__(self) -> Producer:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        try:
+            self.close()
+        except ProduceFailedError:
+            if exc_type is None:
+                raise
+            # The block's own exception is the one to see; the futures hold these errors.
+            logger.exception("records failed while the producer's block raised")
 
     # -- sending -----------------------------------------------------------------------------
     #
     # Sealed batches are submitted by whichever thread gets there first: the caller's thread
     # right after send() sealed a batch (so a busy producer encodes and submits without
     # handing the GIL to another thread for every batch), or the sender thread, which wakes
-    # every linger_ms to seal lingering batches and collect acknowledgements while the
-    # caller is idle. One thread submits at a time, so a partition's batches go in order.
+    # every linger_ms to seal lingering batches, collect acknowledgements and expire batches
+    # while the caller is idle. One thread submits at a time, so a partition's batches go in
+    # order.
 
     def _run(self) -> None:
         try:
@@ -367,14 +392,17 @@ class Producer:
     def _send_until_stopped(self) -> None:
         linger_s = self.config.linger_ms / 1000
         while True:
+            now = time.monotonic()
+            if now - self._last_expiry_check >= EXPIRY_CHECK_INTERVAL_S:
+                self._last_expiry_check = now
+                self._expire(now)
             with self._lock:
-                if self._stopping and not self._ready and not self._in_flight:
+                if self._stopping and not self._buffered_bytes and not self._open:
                     return
-                now = time.monotonic()
                 for batch in [b for b in self._open.values() if now - b.created >= linger_s]:
                     self._seal(batch, block=False)
-                if not self._ready and not self._in_flight:
-                    self._wake.wait(linger_s if self._open else 0.05)
+                if not self._sendable and not self._in_flight:
+                    self._wake.wait(linger_s if self._open else EXPIRY_CHECK_INTERVAL_S)
                     continue
                 if self._caller_busy:
                     # The caller's thread is sealing and submitting batches itself: stay out
@@ -383,35 +411,75 @@ class Producer:
                     self._wake.wait(max(linger_s, 0.005))
                     continue
             self._submit_ready()
-            self._collect(min(linger_s, 0.005) if self._open or self._ready else 0.05)
+            self._collect(min(linger_s, 0.005) if self._open or self._sendable
+                          else EXPIRY_CHECK_INTERVAL_S)
 
     def _abandon(self, error: BaseException) -> None:
         """Fail every batch the producer holds and refuse further sends."""
         with self._lock:
             self._closed = True
-            batches = [*self._open.values(), *self._ready, *self._in_flight.values()]
+            batches = list(self._open.values())
             self._open.clear()
-            self._ready.clear()
+            self._sticky_open.clear()
+            for sender in self._senders.values():
+                batches.extend(sender.drain())
+            self._sendable.clear()
             self._in_flight.clear()
             self._buffered_bytes = 0
+            for batch in batches:
+                batch.ref = None
             self._wake.notify_all()
         for batch in batches:
             batch.result.complete(-1, error)
 
-    def _take_sendable(self, now: float) -> list[_Batch]:
-        """Ready batches whose partition has room in flight and whose backoff is over."""
+    def _expire(self, now: float) -> None:
+        """Fail the batches whose delivery_timeout_ms has passed, queued or in flight."""
+        with self._lock:
+            if not self._buffered_bytes:
+                return
+            expired = []
+            for sender in self._senders.values():
+                if sender:
+                    expired.extend(sender.expire(now))
+            errors = []
+            for batch in expired:
+                self._forget(batch)
+                errors.append(RequestTimeoutError(
+                    f"{batch.result.count} records for {batch.topic}-{batch.partition} not "
+                    f"acknowledged within delivery_timeout_ms="
+                    f"{self.config.delivery_timeout_ms} ({batch.attempts} attempts)"))
+                self._failures.add(batch.result)
+            if expired:
+                self._wake.notify_all()
+        for batch, error in zip(expired, errors, strict=True):
+            batch.result.complete(-1, error)
+
+    def _forget(self, batch: OutgoingBatch) -> None:
+        """A batch has ended: release its memory and its request (lock held)."""
+        self._buffered_bytes -= batch.buffered
+        batch.buffered = 0
+        if batch.ref is not None:
+            if self._in_flight.pop(batch.ref, None) is not None:
+                self._orphans.add(batch.ref)  # its late answer is read and dropped
+            batch.ref = None
+
+    def _take_sendable(self, now: float) -> tuple[list[OutgoingBatch], list[OutgoingBatch]]:
+        """Batches to send now: per partition in sequence order, within the in-flight limit
+        and after any backoff of the batch at the head of the queue; and the batches an
+        epoch bump cannot renumber safely, which fail (lock held)."""
         limit = self.config.max_in_flight_requests_per_partition
-        out, kept = [], collections.deque()
-        while self._ready:
-            batch = self._ready.popleft()
-            key = (batch.topic, batch.partition)
-            if self._in_flight_per_partition[key] >= limit or now < batch.not_before:
-                kept.append(batch)
-            else:
-                self._in_flight_per_partition[key] += 1
-                out.append(batch)
-        self._ready = kept
-        return out
+        out, unsafe = [], []
+        for key in list(self._sendable):
+            sender = self._senders[key]
+            sendable, dropped = sender.take(now, limit)
+            out.extend(sendable)
+            unsafe.extend(dropped)
+            if not sender.queue:
+                del self._sendable[key]
+        for batch in unsafe:
+            self._forget(batch)
+            self._failures.add(batch.result)
+        return out, unsafe
 
     def _submit_ready(self) -> None:
         """Encode and submit the sendable batches, unless another thread is doing it."""
@@ -419,45 +487,48 @@ class Producer:
             return
         try:
             with self._lock:
-                sendable = self._take_sendable(time.monotonic())
+                sendable, unsafe = self._take_sendable(time.monotonic())
+            for batch in unsafe:
+                batch.result.complete(-1, batch.last_error)
             for batch in sendable:
                 self._submit(batch)
         finally:
             self._submitting.release()
 
-    def _submit(self, batch: _Batch) -> None:
+    def _submit(self, batch: OutgoingBatch) -> None:
         """Encode (once) and send one batch to its leader."""
         try:
-            if batch.data is None:
-                batch.data = batch.builder.build()
-                batch.builder = None
-            batch.sent_at = time.monotonic()
+            data = batch.encoded()
             meta = self._topics.get(batch.topic) or self._topic(batch.topic)
             target = meta.partitions[batch.partition]
-            ref = target.leader_client().append(batch.data, self.config.acks,
-                                                target.leader_epoch)
+            batch.sent_at = time.monotonic()
+            batch.attempts += 1
+            ref = target.leader_client().append(data, self.config.acks, target.leader_epoch)
         except Exception as e:  # every failure ends in the batch's future
-            self._failed(batch, e)
+            self._failed(batch, e, sent=False)
             return
         if self.config.acks == 0:
             self._finish(batch, -1, None)
             return
         with self._lock:
-            self._in_flight[ref] = batch
+            if batch in self._senders[batch.key].in_flight:  # not expired meanwhile
+                batch.ref = ref
+                self._in_flight[ref] = batch
 
     def _collect(self, timeout: float) -> None:
         """Complete the batches whose appends finished (waiting up to ``timeout`` s)."""
         refs = list(self._in_flight)
+        if self._orphans:
+            self._drop_orphans()
         if not refs:
+            with self._lock:  # nothing to wait for but time (a backoff, a linger)
+                self._wake.wait(timeout)
             return
-        done, _ = ray.wait(refs, num_returns=1, timeout=timeout)
-        if done and len(refs) > 1:
-            done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-        for ref in done:
+        for ref in wait_done(refs, timeout):
             with self._lock:
                 batch = self._in_flight.pop(ref, None)
             if batch is None:
-                continue  # the other thread collected it
+                continue  # the other thread collected it, or it expired
             try:
                 info = resolve(ref)
             except Exception as e:  # every failure ends in the batch's future
@@ -465,28 +536,93 @@ class Producer:
                 continue
             self._finish(batch, info.base_offset, None)
 
-    def _failed(self, batch: _Batch, error: Exception) -> None:
+    def _drop_orphans(self) -> None:
+        """Read the answers that came for expired batches, so that Ray does not report
+        their errors as unhandled; the batches' futures failed already."""
+        with self._lock:
+            orphans = list(self._orphans)
+        for ref in wait_done(orphans, 0):
+            with self._lock:
+                self._orphans.discard(ref)
+            try:
+                resolve(ref)
+            except Exception as e:  # expected: the batch was given up on
+                logger.debug("a late answer for an expired batch: %r", e)
+
+    def _failed(self, batch: OutgoingBatch, error: Exception, sent: bool = True) -> None:
+        """An attempt failed; ``sent`` says whether the request left (then an error that is
+        not the leader's answer leaves the outcome unknown)."""
         now = time.monotonic()
         retriable = isinstance(error, RaylogError) and error.retriable
+        unanswered = error if sent and isinstance(
+            error, ActorUnavailableError | RequestTimeoutError) else None
         if retriable and now < batch.deadline and not self._closed:
             logger.debug("retrying batch for %s-%d after %r", batch.topic, batch.partition, error)
-            if self._topics[batch.topic].fetched_at < batch.sent_at:
+            known = self._topics.get(batch.topic)
+            if known is None or known.fetched_at < batch.sent_at:
                 # Not already refreshed since this attempt (say, for another failed batch).
                 try:
                     self._topic(batch.topic, refresh=True)
                 except RaylogError as refresh_error:
                     logger.debug("metadata refresh failed: %r", refresh_error)
             with self._lock:
-                self._in_flight_per_partition[(batch.topic, batch.partition)] -= 1
-                batch.not_before = now + self.config.retry_backoff_ms / 1000
-                self._ready.appendleft(batch)
+                sender = self._senders.get(batch.key)
+                if sender is None or batch not in sender.in_flight:
+                    return  # expired or abandoned meanwhile: already completed
+                batch.ref = None
+                sender.retry(batch, now + self._backoff_s(batch.attempts), unanswered)
+                self._sendable[batch.key] = None
                 self._wake.notify_all()
             return
         self._finish(batch, -1, error)
 
-    def _finish(self, batch: _Batch, base_offset: int, error: BaseException | None) -> None:
+    def _backoff_s(self, attempts: int) -> float:
+        """Exponential backoff with 20% jitter (KIP-580), from retry_backoff_ms up to
+        retry_backoff_max_ms."""
+        config = self.config
+        backoff = min(config.retry_backoff_ms * 2 ** max(attempts - 1, 0),
+                      max(config.retry_backoff_max_ms, config.retry_backoff_ms))
+        return backoff * random.uniform(0.8, 1.2) / 1000
+
+    def _finish(self, batch: OutgoingBatch, base_offset: int, error: BaseException | None
+                ) -> None:
         with self._lock:
-            self._in_flight_per_partition[(batch.topic, batch.partition)] -= 1
-            self._buffered_bytes -= batch.buffered
+            sender = self._senders.get(batch.key)
+            if sender is None or batch not in sender.in_flight:
+                return  # expired or abandoned meanwhile: already completed
+            if error is None:
+                sender.acknowledged(batch)
+            else:
+                sender.failed(batch)
+                self._failures.add(batch.result)
+                if sender.queue:
+                    self._sendable[batch.key] = None
+            self._forget(batch)
             self._wake.notify_all()
         batch.result.complete(base_offset, error)
+
+
+EXPIRY_CHECK_INTERVAL_S = 0.05
+
+
+class _Failures:
+    """The batches that failed since the last flush."""
+
+    __slots__ = ("results",)
+
+    def __init__(self) -> None:
+        self.results: list[BatchResult] = []
+
+    def add(self, result: BatchResult) -> None:
+        self.results.append(result)
+
+    def raise_if_any(self) -> None:
+        """Raise ProduceFailedError for the failures whose futures nobody asked about (a
+        caller who looked at a future, or gave it a callback, has seen its error)."""
+        unseen = [r for r in self.results if not r.observed]
+        if unseen:
+            records = sum(r.count for r in unseen)
+            first = unseen[0].peek(timeout=5)  # it may be completing on another thread
+            raise ProduceFailedError(
+                f"{records} records in {len(unseen)} batches failed, and their futures were "
+                f"not looked at; the first error: {first!r}") from first

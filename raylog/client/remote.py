@@ -36,6 +36,15 @@ def resolve(ref: ray.ObjectRef | list[ray.ObjectRef], timeout: float | None = No
         raise RequestTimeoutError(f"no answer within {timeout} s") from e
 
 
+def wait_done(refs: list[ray.ObjectRef], timeout: float) -> list[ray.ObjectRef]:
+    """The requests among ``refs`` that have finished: waits up to ``timeout`` s for the
+    first, then takes every other one that is done too."""
+    done, _ = ray.wait(refs, num_returns=1, timeout=timeout)
+    if done and len(refs) > 1:
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+    return done
+
+
 def unwrap(error: BaseException) -> BaseException:
     """The raylog error inside a RayTaskError, or the error itself."""
     if isinstance(error, RayTaskError) and isinstance(error.cause, RaylogError):

@@ -174,6 +174,23 @@ def stamp(batch: bytearray | memoryview, base_offset: int, leader_epoch: int) ->
     batch[:CRC_POS] = stamped_prefix(batch, base_offset, leader_epoch)
 
 
+_PRODUCER = struct.Struct(">qhi")  # producer_id, producer_epoch, base_sequence
+_PRODUCER_POS = 47
+
+
+def with_producer(batch: bytes | bytearray | memoryview, producer_id: int,
+                  producer_epoch: int, base_sequence: int) -> bytes:
+    """A copy of a finished batch that carries other producer fields.
+
+    The fields sit under the payload CRC, so it is recomputed: a producer renumbering its
+    batches after an epoch bump pays one CRC pass, the payload is not re-encoded.
+    """
+    out = bytearray(batch)
+    _PRODUCER.pack_into(out, _PRODUCER_POS, producer_id, producer_epoch, base_sequence)
+    _CRC_FIELD.pack_into(out, CRC_POS, _crc32c(memoryview(out)[CRC_START:]))
+    return bytes(out)
+
+
 def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
     """Parse the header at ``pos`` without checking anything but its size."""
     if len(buf) - pos < HEADER_SIZE:

@@ -18,8 +18,9 @@ import ray
 from ray.cluster_utils import Cluster
 
 import raylog
+from raylog import Admin, Consumer, TopicPartition
 from raylog.client.connection import reset_default
-from raylog.cluster_names import BROKER_RESOURCE, DATA_DIR_ENV
+from raylog.cluster_names import BROKER_RESOURCE, DATA_DIR_ENV, NAMESPACE, replica_name
 
 BROKERS = 3
 NODE_ARGS = {"num_cpus": 1, "object_store_memory": 200 * 1024 * 1024}
@@ -104,3 +105,31 @@ def restart_controller() -> None:
     ray.kill(controller, no_restart=False)
     wait_for(lambda: ray.get(controller.ready.remote(), timeout=10)["pid"] != old, timeout=90,
              what="the controller to restart")
+
+
+def consume_all(topic: str, partitions: int, expected: int, timeout_s: float = 60) -> list:
+    """Every record of the topic from the start, once at least ``expected`` arrived."""
+    records = []
+    with Consumer(auto_offset_reset="earliest", max_poll_records=50_000) as consumer:
+        consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+
+        def progress() -> bool:
+            records.extend(consumer.poll(timeout_ms=200))
+            return len(records) >= expected
+
+        wait_for(progress, timeout=timeout_s, what=f"{expected} records")
+        records.extend(consumer.poll(timeout_ms=200))  # anything beyond is a duplicate
+    return records
+
+
+def replica_handle(admin: Admin, topic: str, partition: int):
+    """The actor of a partition's leader replica."""
+    described = admin.describe_topic(topic)
+    p = described["partitions"][partition]
+    return ray.get_actor(replica_name(topic, partition, p["leader"], described["topic_id"]),
+                         namespace=NAMESPACE)
+
+
+def restarts(actor) -> int:
+    """How often Ray restarted ``actor``, from the GCS actor table."""
+    return ray._private.state.actors(actor._actor_id.hex())["NumRestarts"]

@@ -13,7 +13,6 @@ import ray
 
 import raylog
 from raylog import Admin, Consumer, Producer, TopicPartition
-from raylog.cluster_names import NAMESPACE, replica_name
 from raylog.errors import (
     ClientClosedError,
     InvalidConfigError,
@@ -25,37 +24,18 @@ from raylog.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from tests.integration.conftest import restart_controller, wait_for
+from tests.integration.conftest import (
+    consume_all,
+    replica_handle,
+    restart_controller,
+    restarts,
+    wait_for,
+)
 
 
 @pytest.fixture(scope="module")
 def admin(ray_cluster) -> Admin:
     return Admin(cluster=ray_cluster.raylog)
-
-
-def consume_all(topic: str, partitions: int, expected: int, timeout_s: float = 60) -> list:
-    records = []
-    with Consumer(auto_offset_reset="earliest", max_poll_records=50_000) as consumer:
-        consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
-        def progress() -> bool:
-            records.extend(consumer.poll(timeout_ms=200))
-            return len(records) >= expected
-
-        wait_for(progress, timeout=timeout_s, what=f"{expected} records")
-        records.extend(consumer.poll(timeout_ms=200))  # anything beyond is a duplicate
-    return records
-
-
-def replica_handle(admin: Admin, topic: str, partition: int):
-    described = admin.describe_topic(topic)
-    p = described["partitions"][partition]
-    return ray.get_actor(replica_name(topic, partition, p["leader"], described["topic_id"]),
-                         namespace=NAMESPACE)
-
-
-def restarts(actor) -> int:
-    """How often Ray restarted ``actor``, from the GCS actor table."""
-    return ray._private.state.actors(actor._actor_id.hex())["NumRestarts"]
 
 
 def test_replicas_land_on_assigned_nodes_with_files_there(ray_cluster, admin, topic_name):

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from raylog.errors import RecordTooLargeError
+from raylog.errors import InvalidProducerEpochError, RecordTooLargeError
 from raylog.partition import Partition
 from raylog.producer_state import RECENT_BATCHES, ProducerStates, SequenceGap
 from raylog.records import BatchBuilder, parse_header
@@ -16,11 +16,12 @@ from tests.unit.logutil import FakeClock, all_records
 NOW = 1_700_000_000_000
 
 
-def batch(values: list[bytes], producer_id: int = 7, sequence: int = 0) -> bytes:
+def batch(values: list[bytes], producer_id: int = 7, sequence: int = 0, epoch: int = 0
+          ) -> bytes:
     builder = BatchBuilder()
     for v in values:
         builder.append(NOW, None, v)
-    builder.set_producer(producer_id, 0, sequence)
+    builder.set_producer(producer_id, epoch, sequence)
     return builder.build()
 
 
@@ -105,3 +106,26 @@ def test_only_recent_batches_are_remembered_and_old_producers_are_evicted():
     assert len(states) == 2
     with pytest.raises(SequenceGap):  # producer 1 was evicted: it is unknown again
         states.check(parse_header(batch([b"v"], producer_id=1, sequence=8)))
+
+
+def test_a_new_epoch_starts_over_at_zero_and_fences_the_old_one(partition):
+    partition.append(batch([b"a"], sequence=0))
+    stale = batch([b"late"], sequence=2)  # given up on by its producer (sequence 1 lost)
+    with pytest.raises(SequenceGap):
+        partition.append(batch([b"x"], sequence=5, epoch=1))  # a new epoch starts at 0
+    partition.append(batch([b"b"], sequence=0, epoch=1))
+    with pytest.raises(InvalidProducerEpochError):
+        partition.append(stale)  # a late copy of the old epoch never lands after epoch 1
+    assert partition.append(batch([b"b"], sequence=0, epoch=1)).base_offset == 1  # a retry
+    partition.append(batch([b"c"], sequence=1, epoch=1))
+    assert [r.value for r in all_records(partition.log)] == [b"a", b"b", b"c"]
+
+
+def test_the_epoch_is_rebuilt_from_the_log(tmp_path):
+    log = PartitionLog(tmp_path, LogConfig(), clock=FakeClock(NOW))
+    Partition("t", 0, log, "node").append(batch([b"a"], sequence=0, epoch=3))
+    log.close()
+    reopened = Partition("t", 0, PartitionLog(tmp_path, LogConfig(), clock=FakeClock(NOW)),
+                         "node")
+    with pytest.raises(InvalidProducerEpochError):
+        reopened.append(batch([b"old"], sequence=1, epoch=2))

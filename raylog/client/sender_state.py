@@ -1,0 +1,213 @@
+"""What the producer's sender knows of each partition: its sealed batches, in sequence order.
+
+Kafka's idempotent producer, reduced to its rules. Every batch of a partition carries the
+producer id, the producer epoch and the sequence number of its first record; the leader
+appends a producer's batches only in sequence order and answers a retry of one it already
+holds with its first answer. For that to work the producer must keep its side in order:
+
+- A partition's batches go out in sequence order, at most ``max_in_flight`` at a time. A
+  batch that failed with a retriable error goes back into the queue *at its place in the
+  sequence*, and nothing behind it is sent before it (head-of-line), so a retry after a
+  backoff never finds its slots taken by later batches that the leader must hold back.
+- A batch that ends in failure (a final error, or its ``delivery_timeout_ms`` passed, queued
+  or in flight) leaves a hole in the sequence, or an unknown outcome. The partition then
+  stops sending until nothing is in flight, bumps the producer epoch and renumbers its
+  queued batches from sequence 0 (Kafka's epoch bump). The leader refuses a batch of an
+  older epoch once it has seen a newer one, so a late copy of an expired batch can no
+  longer land after the batches that followed it.
+- Renumbering is only safe for a batch that cannot have been appended: never sent, or
+  refused by the leader each time it was. A queued retry whose earlier attempt ended
+  without an answer (the replica died, the call was lost) may already be in the log; under
+  a new number it could land twice, so at a reset it fails instead, with that attempt's
+  error, like a batch whose delivery timed out.
+
+So every batch ends, acknowledged or failed, by its deadline; a producer's records land at
+most once and in send order per partition.
+
+Plain Python with time passed in (``now``, monotonic seconds); not safe for concurrent use:
+the producer calls it with its lock held.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from raylog.records import BatchBuilder
+from raylog.records.header import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, with_producer
+
+MAX_SEQUENCE = 2**31 - 1  # sequences are int32 in the batch header
+MAX_EPOCH = 2**15 - 1     # epochs are int16
+
+
+def random_producer_id() -> int:
+    return random.getrandbits(63)
+
+
+class OutgoingBatch:
+    """A batch for one partition: open (accumulating in ``builder``), sealed, in flight, done.
+
+    ``result`` is completed exactly once, by whoever ends the batch.
+    """
+
+    __slots__ = ("attempts", "base_sequence", "buffered", "builder", "created", "data",
+                 "deadline", "last_error", "not_before", "partition", "producer_epoch",
+                 "producer_id", "ref", "result", "sent_at", "stamped", "topic")
+
+    def __init__(self, topic: str, partition: int, builder: BatchBuilder | None, result: Any,
+                 created: float, delivery_timeout_s: float) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.builder = builder
+        self.result = result
+        self.created = created
+        self.deadline = created + delivery_timeout_s
+        self.not_before = 0.0       # retry backoff ends (monotonic s)
+        self.attempts = 0           # sends so far
+        self.buffered = 0           # bytes counted against buffer_memory
+        self.data: bytes | None = None
+        self.stamped: tuple[int, int, int] | None = None  # producer fields inside ``data``
+        self.sent_at = 0.0
+        self.ref: Any = None        # the outstanding request, while in flight
+        # The error of an attempt that ended without an answer: it may have been appended.
+        self.last_error: BaseException | None = None
+        self.producer_id = NO_PRODUCER_ID
+        self.producer_epoch = NO_PRODUCER_EPOCH
+        self.base_sequence = NO_SEQUENCE
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.topic, self.partition
+
+    @property
+    def producer_fields(self) -> tuple[int, int, int]:
+        return self.producer_id, self.producer_epoch, self.base_sequence
+
+    def encoded(self) -> bytes:
+        """The batch's bytes, carrying its current producer fields: built once from the
+        builder, re-stamped (payload CRC recomputed) only after a renumbering."""
+        fields = self.producer_fields
+        if self.data is None:
+            self.builder.set_producer(*fields)
+            self.data = self.builder.build()
+            self.builder = None
+        elif self.stamped != fields:
+            self.data = with_producer(self.data, *fields)
+        self.stamped = fields
+        return self.data
+
+
+class PartitionSender:
+    """The sealed batches of one partition: ``queue`` (not in flight, ascending sequence) and
+    ``in_flight``; the producer id, epoch and next sequence it numbers them with.
+
+    Invariants: every batch in ``queue`` and ``in_flight`` carries the current epoch; the
+    batches of ``queue`` have consecutive sequences in queue order, above those in flight
+    except for retries, which go back in sequence order; while ``reset_pending``, nothing is
+    sent until ``in_flight`` is empty.
+    """
+
+    def __init__(self, idempotent: bool,
+                 new_producer_id: Callable[[], int] = random_producer_id) -> None:
+        self.idempotent = idempotent
+        self._new_producer_id = new_producer_id
+        self.producer_id = new_producer_id() if idempotent else NO_PRODUCER_ID
+        self.epoch = 0 if idempotent else NO_PRODUCER_EPOCH
+        self.next_sequence = 0
+        self.queue: collections.deque[OutgoingBatch] = collections.deque()
+        self.in_flight: list[OutgoingBatch] = []
+        self.reset_pending = False
+
+    def __bool__(self) -> bool:
+        return bool(self.queue or self.in_flight)
+
+    def number(self, batch: OutgoingBatch, records: int) -> None:
+        """Give a newly sealed batch the partition's next sequences."""
+        if not self.idempotent:
+            return
+        if self.next_sequence + records > MAX_SEQUENCE:
+            self.reset_pending = True  # the reset numbers the queue from 0 again
+        batch.producer_id, batch.producer_epoch = self.producer_id, self.epoch
+        batch.base_sequence = self.next_sequence
+        self.next_sequence += records
+
+    def push(self, batch: OutgoingBatch) -> None:
+        """Queue a newly sealed (and numbered) batch behind the others."""
+        self.queue.append(batch)
+
+    def take(self, now: float, limit: int) -> tuple[list[OutgoingBatch], list[OutgoingBatch]]:
+        """(the batches to send now, moved to ``in_flight`` in sequence order; the queued
+        batches a reset just removed because they may be in the log already)."""
+        unsafe = []
+        if self.reset_pending:
+            if self.in_flight:
+                return [], []
+            unsafe = self._reset()
+        out = []
+        queue = self.queue
+        while queue and len(self.in_flight) < limit and queue[0].not_before <= now:
+            batch = queue.popleft()
+            self.in_flight.append(batch)
+            out.append(batch)
+        return out, unsafe
+
+    def retry(self, batch: OutgoingBatch, not_before: float,
+              unanswered: BaseException | None = None) -> None:
+        """An in-flight batch failed retriably: back into the queue at its sequence.
+        ``unanswered`` is the error of an attempt that may have been appended."""
+        self.in_flight.remove(batch)
+        batch.not_before = not_before
+        if unanswered is not None:
+            batch.last_error = unanswered
+        place = next((i for i, queued in enumerate(self.queue)
+                      if queued.base_sequence > batch.base_sequence), len(self.queue))
+        self.queue.insert(place, batch)
+
+    def acknowledged(self, batch: OutgoingBatch) -> None:
+        self.in_flight.remove(batch)
+
+    def failed(self, batch: OutgoingBatch) -> None:
+        """An in-flight batch ended in failure: its sequences are a hole (or unknown)."""
+        self.in_flight.remove(batch)
+        self._hole()
+
+    def expire(self, now: float) -> list[OutgoingBatch]:
+        """Remove and return the batches whose delivery deadline has passed."""
+        gone = [b for b in self.in_flight if b.deadline <= now]
+        for batch in gone:
+            self.in_flight.remove(batch)
+        while self.queue and self.queue[0].deadline <= now:  # deadlines ascend in a queue
+            gone.append(self.queue.popleft())
+        if gone:
+            self._hole()
+        return gone
+
+    def drain(self) -> Iterator[OutgoingBatch]:
+        """Remove and yield every batch (the producer is giving up on all of them)."""
+        yield from self.in_flight
+        yield from self.queue
+        self.in_flight = []
+        self.queue.clear()
+
+    def _hole(self) -> None:
+        if self.idempotent:
+            self.reset_pending = True
+
+    def _reset(self) -> list[OutgoingBatch]:
+        """Bump the epoch and renumber the queued batches from sequence 0; remove and return
+        those that may have been appended already."""
+        self.reset_pending = False
+        if not self.idempotent:
+            return []
+        unsafe = [b for b in self.queue if b.last_error is not None]
+        if unsafe:
+            self.queue = collections.deque(b for b in self.queue if b.last_error is None)
+        self.epoch += 1
+        if self.epoch > MAX_EPOCH:
+            self.producer_id, self.epoch = self._new_producer_id(), 0
+        self.next_sequence = 0
+        for batch in self.queue:
+            self.number(batch, batch.result.count)
+        return unsafe

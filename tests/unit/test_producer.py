@@ -1,0 +1,167 @@
+"""The Producer's delivery guarantees without Ray: a fake cluster behind the client wrappers.
+
+The leader is a fake ReplicaClient whose requests are concurrent futures and whose log is a
+list guarded by the real ProducerStates; knobs make it hang, drop answers or refuse.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+
+import pytest
+
+import raylog.client.producer as producer_module
+from raylog.client.connection import PartitionMetadata, TopicMetadata
+from raylog.client.producer import Producer
+from raylog.errors import (
+    ActorUnavailableError,
+    ClientClosedError,
+    InvalidProducerEpochError,
+    OutOfOrderSequenceError,
+    ProduceFailedError,
+    RecordTooLargeError,
+    RequestTimeoutError,
+)
+from raylog.producer_state import ProducerStates, SequenceGap
+from raylog.records import parse_header, read_records
+from raylog.storage import AppendInfo
+
+
+class FakeLeader:
+    """A partition leader: appends in producer-sequence order, or misbehaves on request."""
+
+    def __init__(self) -> None:
+        self.states = ProducerStates()
+        self.values: list[bytes] = []
+        self.mode = "ok"   # "ok", "hang", "die" (append, then lose the answer), "refuse"
+        self.failures = 0  # with "die": how many requests to fail before answering again
+        self.hung: list[bytes] = []  # batches whose requests never get an answer
+        self.lock = threading.Lock()
+
+    def append(self, data: bytes, acks: object, leader_epoch: int) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self.lock:
+            if self.mode == "hang":
+                self.hung.append(data)
+                return future
+            if self.mode == "refuse":
+                future.set_exception(RecordTooLargeError("over max.message.bytes"))
+                return future
+            try:
+                info = self._append(data)
+            except (SequenceGap, InvalidProducerEpochError) as e:
+                future.set_exception(e if isinstance(e, InvalidProducerEpochError)
+                                     else OutOfOrderSequenceError("a gap"))
+                return future
+            if self.mode == "die" and self.failures > 0:
+                self.failures -= 1
+                future.set_exception(ActorUnavailableError("the replica died"))
+                return future
+            future.set_result(info)
+        return future
+
+    def _append(self, data: bytes) -> AppendInfo:
+        header = parse_header(data)
+        duplicate = self.states.check(header)
+        if duplicate is not None:
+            return duplicate
+        base = len(self.values)
+        self.values.extend(r.value for r in read_records(data))
+        info = AppendInfo(base, len(self.values) - 1, 0, header.record_count)
+        self.states.accept(header, info)
+        return info
+
+
+class FakeCluster:
+    def __init__(self, leader: FakeLeader) -> None:
+        self.leader = leader
+
+    def topic(self, name: str, refresh: bool = False) -> TopicMetadata:
+        return TopicMetadata(name, "id", (PartitionMetadata(0, "node", 0, self.leader),), {},
+                             time.monotonic())
+
+
+def fake_wait_done(refs: list, timeout: float) -> list:
+    done, _ = concurrent.futures.wait(refs, timeout=timeout,
+                                      return_when=concurrent.futures.FIRST_COMPLETED)
+    return list(done)
+
+
+def fake_resolve(ref: concurrent.futures.Future, timeout: float | None = None) -> object:
+    return ref.result(timeout)
+
+
+@pytest.fixture
+def leader(monkeypatch) -> FakeLeader:
+    monkeypatch.setattr(producer_module, "wait_done", fake_wait_done)
+    monkeypatch.setattr(producer_module, "resolve", fake_resolve)
+    return FakeLeader()
+
+
+def producer_for(leader: FakeLeader, **settings) -> Producer:
+    return Producer(cluster=FakeCluster(leader), **{"linger_ms": 1, "batch_size": 4096,
+                                                    **settings})
+
+
+def test_every_future_fails_by_its_delivery_timeout_when_the_leader_hangs(leader):
+    leader.mode = "hang"
+    producer = producer_for(leader, delivery_timeout_ms=300, retry_backoff_ms=10)
+    futures = [producer.send("t", b"v%d" % i) for i in range(200)]
+    started = time.monotonic()
+    for future in futures:  # queued behind the in-flight limit, or in flight: all end
+        assert isinstance(future.exception(timeout=5), RequestTimeoutError)
+    assert time.monotonic() - started < 5
+    producer.close()
+
+
+def test_flush_raises_for_failures_nobody_looked_at(leader):
+    leader.mode = "refuse"
+    producer = producer_for(leader)
+    seen = producer.send("t", b"seen")
+    with pytest.raises(RecordTooLargeError):
+        seen.result(timeout=5)
+    producer.flush()  # the only failure was looked at
+    producer.send("t", b"unseen")
+    with pytest.raises(ProduceFailedError, match="1 records in 1 batches failed"):
+        producer.flush()
+    producer.flush()  # reported once
+    producer.close()
+
+
+def test_close_with_a_timeout_resolves_every_future(leader):
+    leader.mode = "hang"
+    producer = producer_for(leader, delivery_timeout_ms=60_000)
+    futures = [producer.send("t", b"v%d" % i) for i in range(50)]
+    with pytest.raises(RequestTimeoutError):
+        producer.close(timeout=0.2)
+    assert all(isinstance(f.exception(timeout=1), ClientClosedError) for f in futures)
+
+
+def test_lost_answers_are_retried_without_duplicates_or_reordering(leader):
+    leader.mode, leader.failures = "die", 7
+    producer = producer_for(leader, retry_backoff_ms=1, max_in_flight_requests_per_partition=3)
+    futures = []
+    for i in range(300):
+        futures.append(producer.send("t", b"%05d" % i))
+        if i % 25 == 0:
+            producer.flush()  # several flushes: batches of a few records each
+    producer.flush()
+    assert [f.result(1).offset for f in futures] == list(range(300))
+    assert leader.values == [b"%05d" % i for i in range(300)]
+    producer.close()
+
+
+def test_a_hung_batch_expires_and_the_partition_goes_on_under_a_new_epoch(leader):
+    leader.mode = "hang"
+    producer = producer_for(leader, delivery_timeout_ms=200, retry_backoff_ms=1)
+    lost = producer.send("t", b"lost")
+    assert isinstance(lost.exception(timeout=5), RequestTimeoutError)
+    leader.mode = "ok"
+    after = producer.send("t", b"after")
+    assert after.result(timeout=5).offset == 0
+    with pytest.raises(InvalidProducerEpochError):  # the lost batch's late copy is fenced
+        leader._append(leader.hung[0])
+    assert leader.values == [b"after"]
+    producer.close()
