@@ -65,6 +65,7 @@ class GroupService:
                     self.groups.load(record.key, record.value)
                     loaded += 1
                 offset = max(h.next_offset for _, h in iter_batches(result.data))
+        self.groups.finish_load()
         logger.info("loaded %d records of %s: %d groups", loaded, CONSUMER_OFFSETS_TOPIC,
                     len(self.groups.group_ids()))
 
@@ -80,20 +81,26 @@ class GroupService:
             builder.build(), "all", p.leader_epoch)
 
     async def _persist_generation(self, group_id: str) -> None:
+        """Persist the group's generation and membership, if they changed since last time:
+        every change of membership comes with a new generation."""
         group = self.groups.groups.get(group_id)
         if group is None or self.groups.generations.get(group_id) == group.generation:
             return
-        await self._persist(group_id, [self.groups.generation_record(group_id,
-                                                                     group.generation)])
-        self.groups.generations[group_id] = group.generation
+        generation = group.generation
+        await self._persist(group_id, [self.groups.group_record(group_id)])
+        self.groups.generations[group_id] = max(generation,
+                                                self.groups.generations.get(group_id, 0))
 
     # -- membership ------------------------------------------------------------------------------
 
     async def join_group(self, group_id: str, member_id: str | None, client_id: str,
                          topics: list[str] | None, pattern: str | None,
                          session_timeout_ms: int, assignor: str,
-                         actor: ray.actor.ActorHandle | None = None) -> dict[str, Any]:
-        """Join (or re-subscribe); returns the member id and the group's generation."""
+                         actor: ray.actor.ActorHandle | None = None,
+                         claims: list[tuple[str, int]] | None = None) -> dict[str, Any]:
+        """Join (or re-subscribe); returns the member id, the group's generation and what
+        the member owns: after a coordinator restart, a member it knew keeps the ``claims``
+        nobody else owns; any other joiner owns nothing yet."""
         await self._groups_ready()
         existing = self._existing_topics()
         unknown = sorted(set(topics or ()) - set(existing))
@@ -101,13 +108,15 @@ class GroupService:
             raise UnknownTopicError(f"cannot subscribe to unknown topics {unknown}")
         actor_id = actor._actor_id.hex() if actor is not None else None
         member = self.groups.join(group_id, member_id, client_id, topics, pattern,
-                                  session_timeout_ms, assignor, existing, actor_id)
+                                  session_timeout_ms, assignor, existing, actor_id,
+                                  [TopicPartition(*tp) for tp in claims or ()])
         await self._persist_generation(group_id)
         if actor is not None and actor_id not in self._watched_actors:
             self._watched_actors.add(actor_id)
             asyncio.get_running_loop().create_task(self._watch_actor(actor, actor_id))
         return {"member_id": member.member_id,
-                "generation": self.groups.groups[group_id].generation}
+                "generation": self.groups.groups[group_id].generation,
+                "owned": sorted(member.owned)}
 
     async def heartbeat(self, group_id: str, member_id: str,
                         owned: list[tuple[str, int]]) -> dict[str, Any]:

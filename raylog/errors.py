@@ -135,6 +135,13 @@ class NotPartitionOwnerError(CommitFailedError):
     """A member committed offsets for a partition it does not own."""
 
 
+class RejoinRequiredError(RaylogError):
+    """The coordinator restarted and knows this member only from its persisted membership:
+    join again, naming the partitions it owns, before heartbeats and commits go on."""
+
+    retriable = True
+
+
 class UnknownGroupError(RaylogError):
     """No consumer group has that id."""
 

@@ -17,7 +17,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from raylog.client.membership import Membership
-from raylog.errors import IllegalGenerationError, IllegalStateError, RaylogError
+from raylog.errors import (
+    IllegalGenerationError,
+    IllegalStateError,
+    NotPartitionOwnerError,
+    RaylogError,
+    RejoinRequiredError,
+    UnknownMemberError,
+)
 from raylog.types import TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -63,31 +70,56 @@ class GroupMixin:
 
     def _listen(self, event: str, partitions: set[TopicPartition]) -> None:
         callback = getattr(self._listener, event, None)
+        if event == "on_partitions_lost" and callback is None:
+            callback = getattr(self._listener, "on_partitions_revoked", None)  # as Kafka's
         if partitions and callback is not None:
             callback(sorted(partitions))
 
-    def _revoke(self, partitions: set[TopicPartition]) -> None:
-        if not partitions:
-            return
-        self._listen("on_partitions_revoked", partitions)
-        if self.config.enable_auto_commit:
-            self._commit_positions(partitions)
+    def _drop(self, partitions: set[TopicPartition]) -> None:
         for tp in partitions:
             self._assigned.pop(tp, None)
             self._paused.discard(tp)
 
+    def _revoke(self, partitions: set[TopicPartition]) -> None:
+        if not partitions:
+            return
+        try:
+            self._listen("on_partitions_revoked", partitions)
+            if self.config.enable_auto_commit:
+                self._commit_positions(partitions)
+        finally:
+            self._drop(partitions)
+
+    def _lose(self, partitions: set[TopicPartition]) -> None:
+        """Partitions that are no longer this member's: stop reading them at once (their
+        prefetched records go too) and tell the listener; nothing is committed for them."""
+        if not partitions:
+            return
+        self._drop(partitions)
+        logger.warning("group %s: lost %d partitions", self.config.group_id, len(partitions))
+        self._listen("on_partitions_lost", partitions)
+
     def _apply_membership(self) -> None:
-        """Apply what the coordinator said: revoke, then take newly granted partitions."""
+        """Apply what the coordinator said: lose, revoke, then take granted partitions."""
         membership = self._membership
-        owned, revoke, lost = membership.latest()
-        if lost:
-            self._revoke(set(self._assigned))
-            membership.rejoin()
-            owned, revoke, _ = membership.latest()
-        current = self._assigned.keys()
-        revoked = current & revoke | (current - owned)
-        self._revoke(revoked)
-        added = owned - revoke - self._assigned.keys()
+        todo = membership.latest()
+        if todo.lost_all:
+            try:
+                self._lose(set(self._assigned))
+            finally:
+                membership.report((), released=False)
+                membership.rejoin()
+            todo = membership.latest()
+        lost = self._assigned.keys() & todo.lost
+        current = self._assigned.keys() - lost
+        revoked = current & todo.revoke | (current - todo.owned)
+        try:
+            self._lose(lost)
+            self._revoke(revoked)
+        finally:
+            if lost or revoked:
+                membership.report(self._assigned, released=True)
+        added = todo.owned - todo.revoke - self._assigned.keys()
         if added:
             committed = self.committed(added)
             for tp in sorted(added):
@@ -95,9 +127,8 @@ class GroupMixin:
                 state = self._assigned[tp] = self._new_state(tp)
                 if committed.get(tp) is not None:
                     state.reset(committed[tp])
+            membership.report(self._assigned, released=False)
             self._listen("on_partitions_assigned", added)
-        if revoked or added:
-            membership.report(self._assigned, released=bool(revoked))
 
     def _group_identity(self) -> tuple[str | None, int]:
         if self._membership is None:
@@ -132,17 +163,32 @@ class GroupMixin:
             entries.append((*TopicPartition(*tp), offset, ""))
         if not entries:
             return
-        member_id, generation = self._group_identity()
-        try:
-            self._cluster.controller.call("commit_offsets", self.config.group_id, member_id,
-                                          generation, entries)
-        except IllegalGenerationError:
-            # A heartbeat moved us to a new generation meanwhile; ownership is still checked.
-            member_id, fresh = self._group_identity()
-            if fresh == generation:
+        membership = self._membership
+        for attempt in (1, 2):
+            member_id, generation = self._group_identity()
+            try:
+                self._cluster.controller.call("commit_offsets", self.config.group_id,
+                                              member_id, generation, entries)
+                return
+            except RejoinRequiredError:
+                # The coordinator restarted and the heartbeat thread has not rejoined yet.
+                if attempt == 2 or membership is None:
+                    raise
+                membership.rejoin_claiming()
+            except IllegalGenerationError:
+                # A rebalance moved the group on; the next heartbeat brings the generation.
+                if attempt == 2 or membership is None:
+                    raise
+                membership.refresh()
+            except UnknownMemberError:
+                if membership is not None:
+                    membership.lose_all()  # poll gives everything up before rejoining
                 raise
-            self._cluster.controller.call("commit_offsets", self.config.group_id, member_id,
-                                          fresh, entries)
+            except NotPartitionOwnerError:
+                if membership is not None and all(
+                        TopicPartition(*tp) in self._assigned for tp in offsets):
+                    membership.lose_all()  # the coordinator disagrees about what we own
+                raise
 
     def commit_async(self, offsets: dict[TopicPartition, int] | None = None,
                      callback: Any = None) -> concurrent.futures.Future:

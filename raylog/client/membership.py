@@ -2,21 +2,36 @@
 
 The coordinator (in the controller) decides the assignment; heartbeats carry what the
 consumer owns and bring back what it may own and what it must give up. The heartbeat thread
-only talks to the coordinator and stores the latest answer; the consumer's own thread applies
+talks to the coordinator and stores the latest answer; the consumer's own thread applies
 changes inside ``poll`` (running the rebalance listener there) and reports them back, which
 triggers an immediate heartbeat so released partitions move without waiting a period.
+
+What the member says it owns is never less than what the consumer reads: a partition counts
+as owned from the moment the coordinator grants it (before the consumer takes it) until the
+consumer has given it up and reported so. That is what lets the member rejoin a restarted
+coordinator with exact claims, from the heartbeat thread (RejoinRequiredError), and keep its
+partitions.
+
+A member *loses* its partitions (the consumer calls ``on_partitions_lost`` and stops reading
+them before it rejoins) when the coordinator no longer knows it (UnknownMemberError on a
+heartbeat or a commit), when a commit shows the coordinator disagrees about what it owns,
+or when no heartbeat has succeeded for ``session_timeout_ms``: by then the coordinator may
+have given its partitions to others.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
+import time
+import uuid
 from collections.abc import Iterable
 
 import ray
 
 from raylog.client.remote import ControllerClient
-from raylog.errors import RaylogError, UnknownMemberError
+from raylog.errors import RaylogError, RejoinRequiredError, UnknownMemberError
 from raylog.types import TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -32,9 +47,23 @@ def current_actor() -> ray.actor.ActorHandle | None:
         return None
 
 
+@dataclasses.dataclass(frozen=True)
+class Instructions:
+    """What the consumer thread should do now."""
+
+    owned: frozenset[TopicPartition]   # it may read these (granted)
+    revoke: frozenset[TopicPartition]  # give these up, after the listener ran
+    lost: frozenset[TopicPartition]    # these are no longer its own: stop at once
+    lost_all: bool = False             # the group forgot it: lose everything and rejoin
+
+
+NOTHING = Instructions(frozenset(), frozenset(), frozenset())
+
+
 class Membership:
-    """Join, heartbeat and leave for one consumer. The consumer thread calls :meth:`latest`
-    and :meth:`report`; the heartbeat thread calls nothing else. Thread-safe."""
+    """Join, heartbeat, rejoin and leave for one consumer. The consumer thread calls
+    :meth:`latest`, :meth:`claim`, :meth:`report` and :meth:`rejoin`; the heartbeat thread
+    only beats (and rejoins when told to). Thread-safe."""
 
     def __init__(self, controller: ControllerClient, group_id: str, client_id: str,
                  topics: list[str] | None, pattern: str | None, *, session_timeout_ms: int,
@@ -44,48 +73,74 @@ class Membership:
         self._client_id = client_id
         self._topics = topics
         self._pattern = pattern
+        self._session_timeout_s = session_timeout_ms / 1000
         self._session_timeout_ms = session_timeout_ms
         self._interval_s = heartbeat_interval_ms / 1000
         self._assignor = assignor
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self.member_id: str | None = None
+        # Chosen here, not by the coordinator: a join retried after a controller crash
+        # names the same member instead of creating a second one.
+        self.member_id = f"{client_id}-{uuid.uuid4().hex[:12]}"
         self.generation = -1
-        self._owned: frozenset[TopicPartition] = frozenset()
-        # (may own, must revoke) from the last heartbeat answer, None before the first.
+        self._owned: frozenset[TopicPartition] = frozenset()  # what the consumer holds
+        # (may own, must revoke) from the last answer, None before the first.
         self._granted: tuple[frozenset[TopicPartition], frozenset[TopicPartition]] | None = None
-        self._lost = False
+        self._lost: set[TopicPartition] = set()
+        self._lost_all = False
+        self._last_success = time.monotonic()  # when the last answered heartbeat was sent
         self._error: BaseException | None = None
-        self._join()
+        self._join(claims=frozenset())
         self._thread = threading.Thread(target=self._beat_forever, daemon=True,
                                         name=f"raylog-heartbeat-{group_id}")
         self._thread.start()
 
-    def _join(self) -> None:
+    def _claims(self) -> frozenset[TopicPartition]:
+        """What the member may be reading: held, or granted and not told to give up (lock
+        held)."""
+        granted, revoke = self._granted or (frozenset(), frozenset())
+        return self._owned | (granted - revoke)
+
+    def _join(self, claims: frozenset[TopicPartition]) -> None:
+        sent = time.monotonic()
         joined = self._controller.call(
             "join_group", self.group_id, self.member_id, self._client_id, self._topics,
-            self._pattern, self._session_timeout_ms, self._assignor, current_actor())
+            self._pattern, self._session_timeout_ms, self._assignor, current_actor(),
+            sorted(claims))
+        kept = frozenset(TopicPartition(*tp) for tp in joined["owned"])
         with self._lock:
-            self.member_id = joined["member_id"]
             self.generation = joined["generation"]
-            self._lost = False
+            self._granted = (kept, frozenset())
+            self._lost.update(claims - kept)
+            self._lost_all = False
+            self._last_success = sent
         self._beat()
 
     def _beat(self) -> None:
         with self._lock:
-            owned = sorted(self._owned)
+            owned = sorted(self._claims())
+        sent = time.monotonic()
         try:
-            answer = self._controller.call("heartbeat", self.group_id, self.member_id, owned)
-        except UnknownMemberError:
+            answer = self._controller.call("heartbeat", self.group_id, self.member_id, owned,
+                                           retry=False)
+        except RejoinRequiredError:
             with self._lock:
-                self._lost = True  # the consumer thread revokes everything and rejoins
+                claims = self._claims()
+            logger.info("group %s: the coordinator restarted; rejoining with %d partitions",
+                        self.group_id, len(claims))
+            self._join(claims)
+            return
+        except UnknownMemberError:
+            self.lose_all()
             return
         granted = (frozenset(TopicPartition(*tp) for tp in answer["owned"]),
                    frozenset(TopicPartition(*tp) for tp in answer["revoke"]))
         with self._lock:
-            self._granted = granted
-            self.generation = answer["generation"]
+            if not self._lost_all:
+                self._granted = granted
+                self.generation = answer["generation"]
+                self._last_success = sent
 
     def _beat_forever(self) -> None:
         while not self._stop.is_set():
@@ -94,7 +149,7 @@ class Membership:
             if self._stop.is_set() or not ray.is_initialized():
                 return  # closed, or Ray shut down under us: never reconnect Ray from here
             try:
-                if not self._lost:
+                if not self._lost_all:
                     self._beat()
             except RaylogError as e:  # the controller may be restarting: keep trying
                 logger.debug("heartbeat of group %s failed: %r", self.group_id, e)
@@ -102,31 +157,54 @@ class Membership:
                 with self._lock:
                     self._error = e
 
-    def latest(self) -> tuple[frozenset[TopicPartition], frozenset[TopicPartition], bool]:
-        """(partitions the member may own, partitions to revoke, lost) from the last answer.
-        ``lost`` means the coordinator forgot this member: give everything up and rejoin."""
+    def lose_all(self) -> None:
+        """The coordinator does not know this member (any more): everything is lost."""
+        with self._lock:
+            self._lost_all = True
+
+    def latest(self) -> Instructions:
+        """What to do now, from the last answer. Everything is lost when the coordinator
+        forgot the member, or when no heartbeat succeeded for a session timeout."""
         with self._lock:
             if self._error is not None:
                 error, self._error = self._error, None
                 raise error
-            if self._lost:
-                return frozenset(), frozenset(), True
+            if time.monotonic() - self._last_success > self._session_timeout_s:
+                self._lost_all = True  # the coordinator has given our partitions away
+            if self._lost_all:
+                return Instructions(frozenset(), frozenset(), frozenset(), lost_all=True)
+            lost, self._lost = frozenset(self._lost), set()
             if self._granted is None:
-                return frozenset(), frozenset(), False
-            return (*self._granted, False)
+                return Instructions(frozenset(), frozenset(), lost)
+            owned, revoke = self._granted
+            return Instructions(owned - lost, revoke, lost)
 
     def report(self, owned: Iterable[TopicPartition], released: bool) -> None:
-        """The consumer now owns exactly ``owned``; heartbeat at once if it released some."""
+        """The consumer now holds exactly ``owned``; heartbeat at once if it released some
+        (call after giving partitions up, never before taking new ones: see the module doc)."""
         with self._lock:
             self._owned = frozenset(owned)
         if released:
-            self._beat()
+            self._wake.set()
 
     def rejoin(self) -> None:
+        """Join again after losing everything; the member owns nothing until granted."""
         with self._lock:
             self._owned = frozenset()
             self._granted = None
-        self._join()
+            self._lost.clear()
+        self._join(claims=frozenset())
+
+    def refresh(self) -> None:
+        """Heartbeat now, from the caller's thread (to learn the current generation)."""
+        self._beat()
+
+    def rejoin_claiming(self) -> None:
+        """Join a restarted coordinator again, keeping what the member owns (a commit was
+        told RejoinRequiredError before the heartbeat thread got to it)."""
+        with self._lock:
+            claims = self._claims()
+        self._join(claims)
 
     def close(self) -> None:
         """Stop heartbeating and leave the group (its partitions move at once)."""

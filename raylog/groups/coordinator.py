@@ -1,11 +1,13 @@
 """The group coordinator: every consumer group of a cluster and their committed offsets.
 
-Plain Python, hosted by the controller actor. Committed offsets and group generations are
-persisted by the host as records of the compacted internal topic ``__consumer_offsets``
-(:meth:`offset_record`, :meth:`generation_record`) *before* they are applied here, and
-replayed with :meth:`load` when the controller restarts. Membership is soft state: after a
-restart members get UnknownMemberError on their next heartbeat and join again, at a
-generation above any persisted one, so a commit from before the restart stays fenced.
+Plain Python, hosted by the controller actor. Committed offsets and group records (the
+generation and the membership: member ids and session timeouts) are persisted by the host
+as records of the compacted internal topic ``__consumer_offsets`` (:meth:`offset_record`,
+:meth:`group_record`) *before* they are applied here, and replayed with :meth:`load` and
+:meth:`finish_load` when the controller restarts. Who owns which partition is not persisted:
+the members a restarted coordinator finds in a group record come back *pending* (see
+group.py), rejoin naming what they own, and nothing is granted until all of them have
+rejoined or their sessions have run out; so a restart never gives a partition two owners.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
 from raylog.errors import GroupNotEmptyError, UnknownGroupError
-from raylog.groups.group import Group, Heartbeat, Member
+from raylog.groups.group import Group, Heartbeat, Member, PendingMember
 from raylog.partitioner import key_partition
 from raylog.types import TopicPartition
 
@@ -41,22 +43,23 @@ class GroupCoordinator:
         self.groups: dict[str, Group] = {}
         self.offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
         self.generations: dict[str, int] = {}  # persisted generation per group
+        self._persisted: dict[str, dict[str, Any]] = {}  # group record replayed per group
 
     # -- membership ------------------------------------------------------------------------------
 
     def join(self, group_id: str, member_id: str | None, client_id: str,
              topics: Iterable[str] | None, pattern: str | None, session_timeout_ms: int,
              assignor: str, existing_topics: Mapping[str, int],
-             actor_id: str | None = None) -> Member:
+             actor_id: str | None = None, claims: Iterable[TopicPartition] = ()) -> Member:
         group = self.groups.get(group_id)
-        if group is None or not group.members:
+        if group is None or (not group.members and not group.pending):
             # A group starts (again) above any generation it ever had.
             group = self.groups[group_id] = Group(
                 group_id, assignor, max(self.generations.get(group_id, 0),
                                         group.generation if group else 0))
         member_id = member_id or f"{client_id}-{uuid.uuid4().hex[:12]}"
         return group.join(member_id, client_id, topics, pattern, session_timeout_ms,
-                          self.clock(), existing_topics, actor_id)
+                          self.clock(), existing_topics, actor_id, claims)
 
     def group(self, group_id: str) -> Group:
         try:
@@ -112,9 +115,10 @@ class GroupCoordinator:
 
     def check_empty(self, group_id: str) -> None:
         group = self.groups.get(group_id)
-        if group is not None and group.members:
+        if group is not None and (group.members or group.pending):
             raise GroupNotEmptyError(
-                f"group {group_id!r} has {len(group.members)} active members; stop them first")
+                f"group {group_id!r} has {len(group.members) + len(group.pending)} active "
+                f"members; stop them first")
         if group is None and group_id not in self.offsets:
             raise UnknownGroupError(f"unknown consumer group {group_id!r}")
 
@@ -142,10 +146,21 @@ class GroupCoordinator:
         return key, json.dumps(committed._asdict()).encode()
 
     @staticmethod
-    def generation_record(group_id: str, generation: int | None) -> Record:
+    def generation_record(group_id: str, generation: int | None,
+                          group: Group | None = None) -> Record:
+        """The group's record: its generation, assignor and membership (None: deleted)."""
         key = json.dumps(["group", group_id]).encode()
-        return key, None if generation is None else json.dumps(
-            {"generation": generation}).encode()
+        if generation is None:
+            return key, None
+        value: dict[str, Any] = {"generation": generation}
+        if group is not None:
+            value.update(assignor=group.assignor, members=group.membership())
+        return key, json.dumps(value).encode()
+
+    def group_record(self, group_id: str) -> Record:
+        """The record that persists a group as it is now."""
+        group = self.groups[group_id]
+        return self.generation_record(group_id, group.generation, group)
 
     def load(self, key: bytes, value: bytes | None) -> None:
         """Replay one record of __consumer_offsets (records in offset order)."""
@@ -163,8 +178,31 @@ class GroupCoordinator:
         elif kind == "group":
             if value is None:
                 self.generations.pop(group_id, None)
+                self._persisted.pop(group_id, None)
             else:
-                self.generations[group_id] = json.loads(value)["generation"]
+                record = json.loads(value)
+                self.generations[group_id] = record["generation"]
+                self._persisted[group_id] = record
+
+    def finish_load(self) -> None:
+        """After the replay: bring back the persisted members of each group, pending.
+
+        A member's session is counted from now (it heartbeated before the restart, so it
+        notices a lost session before this runs out); a member that was already pending
+        keeps the end it had.
+        """
+        now = self.clock()
+        for group_id, record in self._persisted.items():
+            members = record.get("members") or {}
+            if not members or group_id in self.groups:
+                continue
+            pending = [PendingMember(member_id, m["client_id"], m["session_timeout_ms"],
+                                     min(m.get("expires_ms", now + m["session_timeout_ms"]),
+                                         now + m["session_timeout_ms"]))
+                       for member_id, m in members.items()]
+            self.groups[group_id] = Group(group_id, record.get("assignor", "cooperative_sticky"),
+                                          record["generation"], pending)
+        self._persisted.clear()
 
     def describe(self, group_id: str) -> dict[str, Any]:
         group = self.group(group_id)

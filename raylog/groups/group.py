@@ -7,6 +7,15 @@ member told to give a partition up (``revoke``) keeps owning it until a heartbea
 released, after the member's rebalance listener ran (and committed). So a partition never has
 two owners, in any generation, and a dead member's partitions are free at once.
 
+Ownership is soft state, and a restarted coordinator has lost it. What it has is the group's
+persisted membership (member ids and session timeouts, written with every generation): those
+members come back *pending*. A pending member is told to join again (RejoinRequiredError on
+heartbeats and commits) and rejoins naming the partitions it owns, which it keeps: owners
+are rebuilt from their own claims, as in the cooperative protocol. Until every pending member
+has rejoined or its session has run out (counted from the restart, so later than the member
+itself notices), nothing is granted to anyone: a partition whose owner has not spoken yet
+is never handed to another member.
+
 Plain Python with injected time (``now`` in ms); not safe for concurrent use.
 """
 
@@ -20,6 +29,7 @@ from collections.abc import Iterable, Mapping
 from raylog.errors import (
     IllegalGenerationError,
     NotPartitionOwnerError,
+    RejoinRequiredError,
     UnknownMemberError,
 )
 from raylog.groups.assignors import ASSIGNORS
@@ -28,8 +38,19 @@ from raylog.types import TopicPartition
 
 class GroupState(enum.Enum):
     EMPTY = "empty"              # no members
+    RECOVERING = "recovering"    # after a restart: members it knew have not rejoined yet
     RECONCILING = "reconciling"  # some member does not own its target yet
     STABLE = "stable"            # every member owns exactly its target
+
+
+@dataclasses.dataclass(frozen=True)
+class PendingMember:
+    """A member known from the persisted membership, not yet rejoined since a restart."""
+
+    member_id: str
+    client_id: str
+    session_timeout_ms: int
+    expires_ms: int  # then its session is over, and whatever it owned is free
 
 
 @dataclasses.dataclass
@@ -67,19 +88,22 @@ class Group:
     """A consumer group's membership, assignment and ownership (see the module doc)."""
 
     def __init__(self, group_id: str, assignor: str = "cooperative_sticky",
-                 generation: int = 0) -> None:
+                 generation: int = 0, pending: Iterable[PendingMember] = ()) -> None:
         if assignor not in ASSIGNORS:
             raise ValueError(f"unknown assignor {assignor!r}; known: {sorted(ASSIGNORS)}")
         self.group_id = group_id
         self.assignor = assignor
         self.generation = generation
         self.members: dict[str, Member] = {}
+        self.pending: dict[str, PendingMember] = {p.member_id: p for p in pending}
         self.owner: dict[TopicPartition, str] = {}
         # (generation, member -> owned partitions) after every change of ownership
         self.history: list[tuple[int, dict[str, frozenset[TopicPartition]]]] = []
 
     @property
     def state(self) -> GroupState:
+        if self.pending:
+            return GroupState.RECOVERING
         if not self.members:
             return GroupState.EMPTY
         if all(m.owned == m.target for m in self.members.values()):
@@ -90,8 +114,13 @@ class Group:
 
     def join(self, member_id: str, client_id: str, topics: Iterable[str] | None,
              pattern: str | None, session_timeout_ms: int, now: int,
-             existing_topics: Mapping[str, int], actor_id: str | None = None) -> Member:
-        """Add (or re-subscribe) a member; the assignment is recomputed."""
+             existing_topics: Mapping[str, int], actor_id: str | None = None,
+             claims: Iterable[TopicPartition] = ()) -> Member:
+        """Add (or re-subscribe) a member; the assignment is recomputed.
+
+        A pending member (known before a restart) keeps the ``claims`` it names that nobody
+        else owns; any other joiner's claims are ignored: it owns nothing yet.
+        """
         if pattern is not None:
             try:
                 re.compile(pattern)
@@ -103,9 +132,16 @@ class Group:
             member = Member(member_id, client_id, frozenset(), pattern, requested,
                             session_timeout_ms, now, actor_id)
             self.members[member_id] = member
+            if self.pending.pop(member_id, None) is not None:
+                for tp in sorted(TopicPartition(*tp) for tp in claims):
+                    if tp not in self.owner:
+                        self.owner[tp] = member_id
+                        member.owned.add(tp)
         else:
             member.pattern, member.requested = pattern, requested
             member.session_timeout_ms, member.last_seen_ms = session_timeout_ms, now
+            if actor_id is not None:
+                member.actor_id = actor_id
         member.topics = _resolve(member, existing_topics)
         self._reassign(existing_topics)
         return member
@@ -114,19 +150,37 @@ class Group:
         """A member left, died or timed out: its partitions are free at once."""
         member = self.members.pop(member_id, None)
         if member is None:
-            return False
+            if self.pending.pop(member_id, None) is None:
+                return False
+            self._reassign(existing_topics)
+            return True
         for tp in member.owned:
             self.owner.pop(tp, None)
         self._reassign(existing_topics)
         return True
 
     def expire(self, now: int, existing_topics: Mapping[str, int]) -> list[str]:
-        """Remove members whose session timed out; return their ids."""
+        """Remove members whose session timed out, pending ones included; return their ids."""
         expired = [m.member_id for m in self.members.values()
                    if now - m.last_seen_ms > m.session_timeout_ms]
         for member_id in expired:
             self.remove(member_id, existing_topics)
-        return expired
+        gone = [p.member_id for p in self.pending.values() if now > p.expires_ms]
+        for member_id in gone:
+            del self.pending[member_id]
+        if gone:
+            self._reassign(existing_topics)  # a new generation, persisted without them
+        return expired + gone
+
+    def membership(self) -> dict[str, dict]:
+        """What a restarted coordinator needs to know of the members: id -> client id,
+        session timeout, and for pending members when their session runs out."""
+        out = {m.member_id: {"client_id": m.client_id, "session_timeout_ms":
+                             m.session_timeout_ms} for m in self.members.values()}
+        out.update({p.member_id: {"client_id": p.client_id, "session_timeout_ms":
+                                  p.session_timeout_ms, "expires_ms": p.expires_ms}
+                    for p in self.pending.values()})
+        return out
 
     def topics_changed(self, existing_topics: Mapping[str, int]) -> None:
         """Topics were created, deleted or grew: re-resolve subscriptions and reassign."""
@@ -159,6 +213,10 @@ class Group:
         try:
             return self.members[member_id]
         except KeyError:
+            if member_id in self.pending:
+                raise RejoinRequiredError(
+                    f"the coordinator of group {self.group_id!r} restarted: member "
+                    f"{member_id!r} must join again with the partitions it owns") from None
             raise UnknownMemberError(
                 f"member {member_id!r} is not in group {self.group_id!r} (it left, timed out "
                 f"or died); join again") from None
@@ -174,7 +232,9 @@ class Group:
             changed = True
             if self.owner.get(tp) == member_id:
                 del self.owner[tp]
-        for tp in sorted(member.target - member.owned):
+        # While members known before a restart are silent, what they own is unknown: grant
+        # nothing until each has rejoined with its claims or its session has run out.
+        for tp in sorted(member.target - member.owned) if not self.pending else ():
             if tp not in self.owner:
                 self.owner[tp] = member_id
                 member.owned.add(tp)
@@ -184,7 +244,7 @@ class Group:
             self._record()
         return Heartbeat(self.generation, frozenset(member.owned),
                          frozenset(member.owned - member.target),
-                         bool(member.target - member.owned))
+                         bool(member.target - member.owned) or bool(self.pending))
 
     # -- commits ---------------------------------------------------------------------------------
 
@@ -196,7 +256,7 @@ class Group:
         (manual assignment): allowed only while the group has no members.
         """
         if member_id is None:
-            if self.members:
+            if self.members or self.pending:
                 raise UnknownMemberError(
                     f"group {self.group_id!r} has active members; a consumer outside it "
                     f"cannot commit its offsets")
@@ -215,7 +275,8 @@ class Group:
     def describe(self) -> dict:
         return {"group_id": self.group_id, "state": self.state.value,
                 "generation": self.generation, "assignor": self.assignor,
-                "members": [m.describe() for m in self.members.values()]}
+                "members": [m.describe() for m in self.members.values()],
+                "pending": sorted(self.pending)}
 
 
 def _resolve(member: Member, existing_topics: Mapping[str, int]) -> frozenset[str]:

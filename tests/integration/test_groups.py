@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import signal
 import subprocess
@@ -21,6 +23,7 @@ from raylog import Admin, Consumer, Producer, TopicPartition
 from raylog.cli import main as cli
 from raylog.cluster_names import CONTROLLER_NAME, NAMESPACE
 from raylog.errors import (
+    CommitFailedError,
     IllegalGenerationError,
     IllegalStateError,
     NoOffsetForPartitionError,
@@ -58,6 +61,68 @@ class Member:
 
     def close(self) -> None:
         self.consumer.close()
+
+
+@ray.remote(num_cpus=0, max_restarts=0)
+class Witness:
+    """A group member in a Ray actor that records, on the machine's monotonic clock, when
+    its listener was told it gained and lost each partition and when it processed each
+    record (after which it commits)."""
+
+    def __init__(self, group_id: str, topic: str) -> None:
+        raylog.init()
+        self.events: list[tuple[str, int, float]] = []  # (assigned|revoked|lost, partition, t)
+        self.processed: list[tuple[int, int, bytes, float]] = []
+        self.consumer = Consumer(group_id=group_id, auto_offset_reset="earliest",
+                                 enable_auto_commit=False, heartbeat_interval_ms=100)
+        self.consumer.subscribe([topic], listener=self)
+
+    def _note(self, kind: str, partitions) -> None:
+        now = time.monotonic()
+        self.events.extend((kind, tp.partition, now) for tp in partitions)
+
+    def on_partitions_assigned(self, partitions) -> None:
+        self._note("assigned", partitions)
+
+    def on_partitions_revoked(self, partitions) -> None:
+        self._note("revoked", partitions)
+
+    def on_partitions_lost(self, partitions) -> None:
+        self._note("lost", partitions)
+
+    def step(self) -> int:
+        records = self.consumer.poll(timeout_ms=100, max_records=300)
+        now = time.monotonic()
+        self.processed.extend((r.partition, r.offset, r.value, now) for r in records)
+        if records:
+            with contextlib.suppress(CommitFailedError):  # redelivered to the next owner
+                self.consumer.commit()
+        return len(records)
+
+    def history(self) -> tuple[list, list]:
+        return self.events, self.processed
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+class Recorder:
+    """A rebalance listener that records what it is told, in order."""
+
+    def __init__(self, on_revoked: Callable[[], object] | None = None) -> None:
+        self.events: list[tuple[str, list]] = []
+        self._on_revoked = on_revoked
+
+    def on_partitions_assigned(self, partitions) -> None:
+        self.events.append(("assigned", partitions))
+
+    def on_partitions_revoked(self, partitions) -> None:
+        self.events.append(("revoked", partitions))
+        if self._on_revoked is not None:
+            self._on_revoked()
+
+    def on_partitions_lost(self, partitions) -> None:
+        self.events.append(("lost", partitions))
 
 
 def controller():
@@ -264,18 +329,10 @@ def test_offset_reset_policies_and_listeners(admin, topic_name):
         while time.monotonic() < deadline:  # raises once the partition is assigned
             strict.poll(timeout_ms=100)
     strict.close()
-    events = []
-
-    class Listener:
-        def on_partitions_assigned(self, partitions):
-            events.append(("assigned", partitions))
-
-        def on_partitions_revoked(self, partitions):
-            events.append(("revoked", partitions))
-            consumer.commit()  # commit before losing them
-
+    listener = Recorder(on_revoked=lambda: consumer.commit())  # commit before giving up
+    events = listener.events
     consumer = Consumer(group_id=group, auto_offset_reset="latest", enable_auto_commit=False)
-    consumer.subscribe([topic_name], listener=Listener())
+    consumer.subscribe([topic_name], listener=listener)
     wait_for(lambda: consumer.poll(timeout_ms=50) == [] and events, what="an assignment")
     assert events == [("assigned", [TopicPartition(topic_name, 0)])]
     assert consumer.position(TopicPartition(topic_name, 0)) == 10  # latest
@@ -353,3 +410,98 @@ def test_groups_read_independently_and_lag_is_reported(admin, topic_name, capsys
     assert admin.describe_group(f"slow-{topic_name}")["lag"] == 400
     assert cli(["groups", "delete", f"fast-{topic_name}"]) == 0
     assert f"fast-{topic_name}" not in {g["group_id"] for g in admin.list_groups()}
+
+
+def ownership_intervals(events: list[tuple[str, int, float]], end: float
+                        ) -> list[tuple[int, float, float]]:
+    """(partition, from, to) for each time a listener was told it owned a partition."""
+    start: dict[int, float] = {}
+    out = []
+    for kind, partition, at in events:
+        if kind == "assigned":
+            assert partition not in start, f"partition {partition} assigned twice in a row"
+            start[partition] = at
+        else:
+            out.append((partition, start.pop(partition), at))
+    out.extend((p, t, end) for p, t in start.items())
+    return out
+
+
+def test_controller_restarts_never_give_a_partition_two_owners(admin, topic_name):
+    group = f"g-{topic_name}"
+    admin.create_topic(topic_name, partitions=6)
+    total = 3000
+    producing = threading.Thread(target=lambda: [produce(topic_name, range(i, i + 300))
+                                                 or time.sleep(0.3)
+                                                 for i in range(0, total, 300)])
+    producing.start()
+    witnesses = [Witness.remote(group, topic_name) for _ in range(3)]
+    stop = threading.Event()
+
+    def drive() -> None:  # the members poll, process and commit all along
+        while not stop.is_set():
+            ray.get([w.step.remote() for w in witnesses])
+
+    driver = threading.Thread(target=drive, daemon=True)
+    driver.start()
+    try:
+        def histories() -> list:
+            return ray.get([w.history.remote() for w in witnesses])
+
+        def processed() -> set[int]:
+            return {int(v) for _, records in histories() for _, _, v, _ in records}
+
+        wait_for(lambda: all(any(kind == "assigned" for kind, _, _ in events)
+                             for events, _ in histories()),
+                 timeout=60, what="every member to own partitions")
+        for _ in range(2):
+            before = len(processed())
+            restart_controller()
+            wait_for(lambda before=before: len(processed()) >= min(before + 300, total),
+                     timeout=120, what="processing to go on after the restart")
+        wait_for(lambda: not producing.is_alive() and processed() == set(range(total)),
+                 timeout=180, what="every record to be processed")
+        stop.set()
+        driver.join(timeout=60)
+        final = histories()
+    finally:
+        stop.set()
+        producing.join()
+        for witness in witnesses:
+            ray.kill(witness, no_restart=True)
+    owners = []  # (partition, from, to, member)
+    for member, (events, records) in enumerate(final):
+        intervals = ownership_intervals(events, math.inf)
+        owners.extend((p, start, stop, member) for p, start, stop in intervals)
+        for partition, offset, _, at in records:  # processed only while owning
+            assert any(p == partition and start <= at <= stop for p, start, stop in intervals), \
+                f"member {member} processed {partition}@{offset} without owning it"
+    for p, start, stop, member in owners:
+        for q, other_start, other_stop, other in owners:
+            if q == p and other != member:
+                assert stop <= other_start or other_stop <= start, \
+                    f"partition {p} owned by members {member} and {other} at once"
+
+
+def test_a_member_the_coordinator_forgot_loses_its_partitions_before_rejoining(admin,
+                                                                               topic_name):
+    group = f"g-{topic_name}"
+    admin.create_topic(topic_name, partitions=2)
+    listener = Recorder()
+    events = listener.events
+    consumer = Consumer(group_id=group, enable_auto_commit=False, auto_offset_reset="earliest")
+    consumer.subscribe([topic_name], listener=listener)
+    wait_for(lambda: consumer.poll(timeout_ms=50) == [] and len(consumer.assignment()) == 2,
+             what="both partitions")
+    member = consumer._membership.member_id
+    admin._cluster.controller.call("leave_group", group, member)  # as if its session ran out
+    with pytest.raises(UnknownMemberError):
+        consumer.commit({TopicPartition(topic_name, 0): 0})
+    consumer.poll(timeout_ms=0)
+    lost = [TopicPartition(topic_name, p) for p in range(2)]
+    assert events[1] == ("lost", lost)  # not revoked: it cannot commit them any more
+    assert consumer._membership.member_id == member  # rejoined under its own id
+    wait_for(lambda: consumer.poll(timeout_ms=50) == [] and len(consumer.assignment()) == 2,
+             what="both partitions again")
+    assert events[2] == ("assigned", lost)
+    consumer.close()

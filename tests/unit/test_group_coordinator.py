@@ -680,10 +680,10 @@ def test_a_commit_from_before_a_restart_stays_fenced():
     assert restarted.group("g").generation > old
 
 
-def test_after_a_restart_a_member_is_told_to_join_again():
-    # The module doc: "after a restart members get UnknownMemberError on their next heartbeat
-    # and join again". The consumer (client/membership.py) rejoins on UnknownMemberError only;
-    # any other RaylogError is taken for a restarting controller and retried forever.
+def test_after_a_restart_a_member_missing_from_the_records_is_unknown():
+    # Records without a membership (a group persisted only its generation): nobody is
+    # pending, so a member is unknown and loses what it held before it joins again.
+    # (Members that are in the records rejoin keeping their partitions: test_group_recovery.)
     c = GroupCoordinator(Clock())
     join(c, member_id="a")
     c.heartbeat("g", "a", [])
