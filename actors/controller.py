@@ -20,6 +20,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.groups import GroupService
 from actors.replica import ReplicaActor
+from actors.supervision import Health, ReplicaWatch
 from raylog.cluster_names import (
     BROKER_RESOURCE,
     NAMESPACE,
@@ -72,7 +73,7 @@ class ControllerActor(GroupService):
         self.state = MetadataState()
         for event in self.store.replay():
             self.state.apply(event)
-        self.replicas: dict[ReplicaKey, ray.actor.ActorHandle] = {}
+        self.replicas: dict[ReplicaKey, ReplicaWatch] = {}
         self._lock = asyncio.Lock()
         self._loop: asyncio.Task | None = None
         self._init_groups()
@@ -106,6 +107,11 @@ class ControllerActor(GroupService):
         consumer groups whose session timed out."""
         if self._groups_loaded is not None and self._groups_loaded.done():
             await self._expire_members()
+        for key, watch in list(self.replicas.items()):
+            if watch.poll() is Health.DEAD:
+                logger.warning("replica %s-%d on %s died for good: creating it again",
+                               *key)
+                del self.replicas[key]  # created again below if its node lives
         alive = set(live_brokers())
         for topic in list(self.state.topics.values()):
             for p in topic.partitions:
@@ -118,9 +124,9 @@ class ControllerActor(GroupService):
     def _replica(self, topic: TopicState, partition: int, node: str) -> ray.actor.ActorHandle:
         """The handle of a replica actor: cached, found by name, or created on its node."""
         key = (topic.name, partition, node)
-        handle = self.replicas.get(key)
-        if handle is not None:
-            return handle
+        watch = self.replicas.get(key)
+        if watch is not None:
+            return watch.handle
         name = replica_name(topic.name, partition, node, topic.topic_id)
         try:
             handle = ray.get_actor(name, namespace=NAMESPACE)
@@ -133,7 +139,7 @@ class ControllerActor(GroupService):
                 max_task_retries=0,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
             ).remote(topic.name, partition, topic.topic_id, node, dict(topic.configs))
-        self.replicas[key] = handle
+        self.replicas[key] = ReplicaWatch(handle)
         return handle
 
     async def _start_replicas(self, topic: TopicState, partitions: range) -> None:
@@ -189,7 +195,8 @@ class ControllerActor(GroupService):
         self.groups.topics_changed(self._existing_topics())
         for p in topic.partitions:
             for node in p.replicas:
-                handle = self.replicas.pop((name, p.partition, node), None)
+                watch = self.replicas.pop((name, p.partition, node), None)
+                handle = watch.handle if watch is not None else None
                 if handle is None:
                     try:
                         handle = ray.get_actor(

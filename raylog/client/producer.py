@@ -399,7 +399,8 @@ class Producer:
             with self._lock:
                 if self._stopping and not self._buffered_bytes and not self._open:
                     return
-                for batch in [b for b in self._open.values() if now - b.created >= linger_s]:
+                for batch in [b for b in self._open.values()
+                              if now - b.created >= linger_s and self._room_for(b.key)]:
                     self._seal(batch, block=False)
                 if not self._sendable and not self._in_flight:
                     self._wake.wait(linger_s if self._open else EXPIRY_CHECK_INTERVAL_S)
@@ -413,6 +414,17 @@ class Producer:
             self._submit_ready()
             self._collect(min(linger_s, 0.005) if self._open or self._sendable
                           else EXPIRY_CHECK_INTERVAL_S)
+
+    def _room_for(self, key: tuple[str, int]) -> bool:
+        """Whether a batch sealed now for this partition could go out at once (lock held).
+        While it could not, a lingering batch stays open and keeps filling up to batch_size,
+        as Kafka's accumulator does: a busy partition gets fewer, larger batches instead of a
+        growing queue of small ones."""
+        sender = self._senders.get(key)
+        if sender is None or not sender.in_flight:
+            return sender is None or not sender.queue
+        return not sender.queue and not sender.reset_pending and \
+            len(sender.in_flight) < self.config.max_in_flight_requests_per_partition
 
     def _abandon(self, error: BaseException) -> None:
         """Fail every batch the producer holds and refuse further sends."""
@@ -435,14 +447,22 @@ class Producer:
     def _expire(self, now: float) -> None:
         """Fail the batches whose delivery_timeout_ms has passed, queued or in flight."""
         with self._lock:
-            if not self._buffered_bytes:
+            if not self._buffered_bytes and not self._open:
                 return
-            expired = []
+            expired = [b for b in self._open.values() if b.deadline <= now]
+            for batch in expired:  # open too long: kept open while its partition was stuck
+                del self._open[batch.key]
+                if self._sticky_open.get(batch.topic) is batch:
+                    del self._sticky_open[batch.topic]
+                batch.result.count = len(batch.builder)
             for sender in self._senders.values():
                 if sender:
                     expired.extend(sender.expire(now))
             errors = []
             for batch in expired:
+                logger.debug("expiring a batch of %s-%d: %d attempts, %s", batch.topic,
+                             batch.partition, batch.attempts,
+                             "in flight" if batch.ref is not None else "queued")
                 self._forget(batch)
                 errors.append(RequestTimeoutError(
                     f"{batch.result.count} records for {batch.topic}-{batch.partition} not "

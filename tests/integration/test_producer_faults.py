@@ -2,7 +2,8 @@
 
 Three producer threads send with ``acks="all"``, small batches and several in flight per
 partition, while the leader replicas of the topic's partitions are killed one after the
-other (Ray restarts each on its node, where it reopens its log). Then the history is checked
+other, half of the time for good (Ray restarts the others; the controller notices the dead
+ones and creates them again on their node; each reopens its log). Then the history is checked
 against the log: every future resolved by its deadline; every send made after the cluster
 was healthy again was acknowledged; each acknowledged value is in the log once, at the
 offset its acknowledgement gave; no value is there twice; and per producer and partition
@@ -73,6 +74,10 @@ def send_until(stop: threading.Event, recovered: threading.Event, producer: int,
             producer_client.close()
 
 
+def is_alive(actor) -> bool:
+    return ray._private.state.actors(actor._actor_id.hex())["State"] != "DEAD"
+
+
 @pytest.mark.cluster
 def test_replica_kills_leave_no_stuck_future_no_duplicate_and_no_reordering(
         ray_cluster, topic_name):
@@ -99,12 +104,20 @@ def test_replica_kills_leave_no_stuck_future_no_duplicate_and_no_reordering(
             wait_for(lambda acked=acked: sent(lambda: sum(
                          s.future.done() for mine in sends for s in mine) > acked + 300),
                      timeout=60, what="sends to be acknowledged between kills")
-            actor = replica_handle(admin, topic_name, kill % PARTITIONS)
-            before = restarts(actor)
-            ray.kill(actor, no_restart=False)
-            wait_for(lambda actor=actor, before=before: restarts(actor) > before and
-                     ray.get(actor.describe.remote(), timeout=5),
-                     timeout=60, what="the killed replica to restart")
+            partition = kill % PARTITIONS
+            actor = replica_handle(admin, topic_name, partition)
+            if kill % 2:  # for good: the controller notices and creates it again
+                ray.kill(actor, no_restart=True)
+                wait_for(lambda actor=actor, partition=partition: ray.get(
+                    replica_handle(admin, topic_name, partition).describe.remote(),
+                    timeout=5) and not is_alive(actor),
+                         timeout=60, what="the controller to create the replica again")
+            else:  # Ray restarts it on its node
+                before = restarts(actor)
+                ray.kill(actor, no_restart=False)
+                wait_for(lambda actor=actor, before=before: restarts(actor) > before and
+                         ray.get(actor.describe.remote(), timeout=5),
+                         timeout=60, what="the killed replica to restart")
         recovered.set()
         wait_for(lambda: sent(lambda: all(sum(s.after_recovery for s in mine) >=
                                           SENDS_AFTER_RECOVERY for mine in sends)),

@@ -36,6 +36,8 @@ class FakeLeader:
         self.states = ProducerStates()
         self.values: list[bytes] = []
         self.mode = "ok"   # "ok", "hang", "die" (append, then lose the answer), "refuse"
+        self.delay_s = 0.0  # with "ok": answer this much later
+        self.appends = 0
         self.failures = 0  # with "die": how many requests to fail before answering again
         self.hung: list[bytes] = []  # batches whose requests never get an answer
         self.lock = threading.Lock()
@@ -49,6 +51,7 @@ class FakeLeader:
             if self.mode == "refuse":
                 future.set_exception(RecordTooLargeError("over max.message.bytes"))
                 return future
+            self.appends += 1
             try:
                 info = self._append(data)
             except (SequenceGap, InvalidProducerEpochError) as e:
@@ -59,7 +62,10 @@ class FakeLeader:
                 self.failures -= 1
                 future.set_exception(ActorUnavailableError("the replica died"))
                 return future
-            future.set_result(info)
+            if self.delay_s:
+                threading.Timer(self.delay_s, future.set_result, (info,)).start()
+            else:
+                future.set_result(info)
         return future
 
     def _append(self, data: bytes) -> AppendInfo:
@@ -164,4 +170,21 @@ def test_a_hung_batch_expires_and_the_partition_goes_on_under_a_new_epoch(leader
     with pytest.raises(InvalidProducerEpochError):  # the lost batch's late copy is fenced
         leader._append(leader.hung[0])
     assert leader.values == [b"after"]
+    producer.close()
+
+
+def test_a_busy_partition_gets_fewer_larger_batches_not_a_queue_of_small_ones(leader):
+    """Under backpressure a lingering batch stays open and fills (as Kafka's accumulator
+    does) instead of being sealed every linger_ms into a queue that outgrows the timeout."""
+    leader.delay_s = 0.05  # each append takes 50 ms; one at a time
+    producer = producer_for(leader, linger_ms=1, max_in_flight_requests_per_partition=1,
+                            batch_size=1 << 20)
+    futures = []
+    deadline = time.monotonic() + 0.5
+    while time.monotonic() < deadline:
+        futures.append(producer.send("t", b"v%06d" % len(futures)))
+        time.sleep(0.0002)
+    producer.flush()
+    assert [f.result(0).offset for f in futures] == list(range(len(futures)))
+    assert leader.appends <= 0.5 / 0.05 + 5  # about one batch per answer, not per linger_ms
     producer.close()
