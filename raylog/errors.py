@@ -160,6 +160,11 @@ class InvalidOffsetRangeError(RaylogError, ValueError):
     """An offset range or bound is malformed (e.g. its end is before its start)."""
 
 
+class InternalError(RaylogError):
+    """Something failed unexpectedly inside the cluster (a bug): the message names the
+    remote error; its traceback is chained to this one."""
+
+
 class OutOfOrderSequenceError(RaylogError):
     """A producer's batch arrived ahead of its earlier batches, which did not come in time."""
 
