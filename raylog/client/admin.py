@@ -7,7 +7,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from raylog.client.connection import RaylogCluster, default_cluster
+from raylog.arguments import check_options
+from raylog.client.connection import RaylogCluster, cluster_or_default
 from raylog.errors import (
     ClientClosedError,
     ControllerUnavailableError,
@@ -31,8 +32,9 @@ class Admin:
     ['pageviews']
     """
 
-    def __init__(self, *, cluster: RaylogCluster | None = None) -> None:
-        self._cluster = cluster or default_cluster()
+    def __init__(self, *, cluster: RaylogCluster | None = None, **settings: Any) -> None:
+        check_options("Admin", settings, ["cluster"])
+        self._cluster = cluster_or_default(cluster)
         self._closed = False
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:

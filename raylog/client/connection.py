@@ -12,6 +12,7 @@ from typing import Any
 
 import ray
 
+from raylog.arguments import short_repr
 from raylog.client.remote import ControllerClient, ReplicaClient, resolve
 from raylog.cluster_names import (
     BROKER_RESOURCE,
@@ -20,7 +21,7 @@ from raylog.cluster_names import (
     HEAD_RESOURCE,
     NAMESPACE,
 )
-from raylog.errors import LeaderNotAvailableError, NoClusterError
+from raylog.errors import InvalidArgumentError, LeaderNotAvailableError, NoClusterError
 
 logger = logging.getLogger(__name__)
 
@@ -199,6 +200,16 @@ def default_cluster() -> RaylogCluster:
     if _default is None:
         return init()
     return _default
+
+
+def cluster_or_default(cluster: object) -> RaylogCluster:
+    """A client's ``cluster`` argument: a RaylogCluster, or None for the default one."""
+    if cluster is None:
+        return default_cluster()
+    if not isinstance(cluster, RaylogCluster):
+        raise InvalidArgumentError(f"cluster must be a RaylogCluster (from raylog.init()) or "
+                                   f"None, got {short_repr(cluster)}")
+    return cluster
 
 
 def reset_default() -> None:

@@ -14,7 +14,8 @@ from typing import Any
 import ray
 
 from raylog._gc import gc_paused
-from raylog.client.connection import RaylogCluster, TopicMetadata, default_cluster
+from raylog.arguments import build_config, check_id, check_int_fields
+from raylog.client.connection import RaylogCluster, TopicMetadata, cluster_or_default
 from raylog.client.group_member import GroupMixin
 from raylog.client.membership import Membership
 from raylog.client.remote import resolve
@@ -63,29 +64,24 @@ class ConsumerConfig:
         if self.auto_offset_reset not in OFFSET_RESETS:
             raise InvalidConfigError(f"auto_offset_reset must be one of {OFFSET_RESETS}, "
                                      f"got {self.auto_offset_reset!r}")
-        if self.partition_assignment_strategy not in ASSIGNORS:
+        if not isinstance(self.partition_assignment_strategy, str) or \
+                self.partition_assignment_strategy not in ASSIGNORS:
             raise InvalidConfigError(
                 f"partition_assignment_strategy must be one of {sorted(ASSIGNORS)}, "
                 f"got {self.partition_assignment_strategy!r}")
-        if self.group_id is not None and (not isinstance(self.group_id, str)
-                                          or not self.group_id):
-            raise InvalidConfigError(f"group_id must be a non-empty string, got "
-                                     f"{self.group_id!r}")
+        if self.group_id is not None:
+            check_id("group_id", self.group_id)
+        check_id("client_id", self.client_id)
         if type(self.enable_auto_commit) is not bool:
             raise InvalidConfigError(f"enable_auto_commit must be true or false, got "
                                      f"{self.enable_auto_commit!r}")
-        if not isinstance(self.client_id, str) or not self.client_id:
-            raise InvalidConfigError(f"client_id must be a non-empty string, got "
-                                     f"{self.client_id!r}")
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if field.name in _NON_NUMERIC or (
-                    value is None and field.name == "consumer_timeout_ms"):
-                continue
-            minimum = 0 if field.name in ("fetch_max_wait_ms", "consumer_timeout_ms") else 1
-            if type(value) is not int or value < minimum:
-                raise InvalidConfigError(f"{field.name} must be an integer >= {minimum}, "
-                                         f"got {value!r}")
+        check_int_fields(self, skip=_NON_NUMERIC,
+                         zero_ok=("fetch_max_wait_ms", "consumer_timeout_ms"),
+                         optional=("consumer_timeout_ms",))
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise InvalidConfigError(
+                f"heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be lower than "
+                f"session_timeout_ms ({self.session_timeout_ms})")
 
 
 _NON_NUMERIC = {"auto_offset_reset", "group_id", "client_id", "enable_auto_commit",
@@ -156,8 +152,8 @@ class Consumer(GroupMixin):
     """
 
     def __init__(self, *, cluster: RaylogCluster | None = None, **settings: Any) -> None:
-        self.config = ConsumerConfig(**settings)
-        self._cluster = cluster or default_cluster()
+        self.config = build_config(ConsumerConfig, "Consumer", settings, ("cluster",))
+        self._cluster = cluster_or_default(cluster)
         self._topics: dict[str, TopicMetadata] = {}
         self._assigned: dict[TopicPartition, _Fetching] = {}
         self._paused: set[TopicPartition] = set()

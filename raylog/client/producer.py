@@ -10,13 +10,14 @@ import os
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 import ray
 
-from raylog.client.connection import RaylogCluster, TopicMetadata, default_cluster
+from raylog.arguments import INT64_MAX, build_config, check_int_fields, short_repr
+from raylog.client.connection import RaylogCluster, TopicMetadata, cluster_or_default
 from raylog.client.futures import BatchResult, RecordFuture, TableFuture
 from raylog.client.remote import resolve
 from raylog.client.tables import assign_sticky, partition_rows
@@ -59,20 +60,29 @@ class ProducerConfig:
             raise InvalidConfigError(f"acks must be 0, 1 or 'all', got {self.acks!r}")
         acks = {"0": 0, "1": 1, "-1": "all", -1: "all"}.get(self.acks, self.acks)
         object.__setattr__(self, "acks", acks)
-        if self.compression_type not in _CODECS:
+        if not isinstance(self.compression_type, str) or self.compression_type not in _CODECS:
             raise InvalidConfigError(
                 f"compression_type must be 'lz4' or 'none', got {self.compression_type!r}")
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if field.name in ("acks", "compression_type"):
-                continue
-            minimum = 0 if field.name in ("linger_ms", "retry_backoff_ms") else 1
-            if type(value) is not int or value < minimum:
-                raise InvalidConfigError(f"{field.name} must be an integer >= {minimum}, "
-                                         f"got {value!r}")
+        check_int_fields(self, skip=("acks", "compression_type"),
+                         zero_ok=("linger_ms", "retry_backoff_ms"),
+                         maximums={"buffer_memory": INT64_MAX})
         if self.batch_size <= BATCH_OVERHEAD:
             raise InvalidConfigError(f"batch_size must be > {BATCH_OVERHEAD}, "
                                      f"got {self.batch_size}")
+
+
+def producer_config(settings: Mapping[str, Any]) -> ProducerConfig:
+    """The config of a Producer made with keyword ``settings`` (a ``partitioner`` among
+    them, not part of the config); InvalidConfigError for unknown or bad ones."""
+    if not isinstance(settings, Mapping):
+        raise InvalidConfigError(f"producer settings must be a dict, got "
+                                 f"{short_repr(settings)}")
+    settings = dict(settings)
+    partitioner = settings.pop("partitioner", None)
+    if partitioner is not None and not callable(partitioner):
+        raise InvalidConfigError(f"partitioner must be a callable (key, partitions) -> "
+                                 f"partition, got {short_repr(partitioner)}")
+    return build_config(ProducerConfig, "Producer", settings, ("cluster", "partitioner"))
 
 
 class _Batch:
@@ -119,8 +129,8 @@ class Producer:
 
     def __init__(self, *, cluster: RaylogCluster | None = None,
                  partitioner: Partitioner | None = None, **settings: Any) -> None:
-        self.config = ProducerConfig(**settings)
-        self._cluster = cluster or default_cluster()
+        self.config = producer_config({**settings, "partitioner": partitioner})
+        self._cluster = cluster_or_default(cluster)
         self._partitioner = partitioner
         self._codec = _CODECS[self.config.compression_type]
         self._max_record = self.config.max_request_size - BATCH_OVERHEAD
