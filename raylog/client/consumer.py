@@ -7,14 +7,14 @@ import concurrent.futures
 import dataclasses
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from itertools import repeat
 from typing import Any
 
 import ray
 
 from raylog._gc import gc_paused
-from raylog.arguments import build_config, check_id, check_int_fields
+from raylog.arguments import INT32_MAX, build_config, check_id, check_int, check_int_fields
 from raylog.client.connection import RaylogCluster, TopicMetadata, cluster_or_default
 from raylog.client.group_member import GroupMixin
 from raylog.client.membership import Membership
@@ -22,6 +22,7 @@ from raylog.client.remote import resolve
 from raylog.errors import (
     ClientClosedError,
     IllegalStateError,
+    InvalidArgumentError,
     InvalidConfigError,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
@@ -31,6 +32,7 @@ from raylog.errors import (
 from raylog.groups.assignors import ASSIGNORS
 from raylog.records import decode, iter_batches
 from raylog.records.reader import row_columns, row_range
+from raylog.topics import check_partition, topic_partition, topic_partitions
 from raylog.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -199,12 +201,9 @@ class Consumer(GroupMixin):
         if self._membership is not None:
             raise IllegalStateError("assign() on a consumer subscribed to a group; "
                                     "unsubscribe() first")
-        wanted = [TopicPartition(*tp) for tp in partitions]
+        wanted = topic_partitions(partitions, "assign()")
         for tp in wanted:
-            count = self._topic(tp.topic).num_partitions
-            if type(tp.partition) is not int or not 0 <= tp.partition < count:
-                raise UnknownPartitionError(
-                    f"topic {tp.topic!r} has partitions 0..{count - 1}, not {tp.partition!r}")
+            check_partition(tp.topic, tp.partition, self._topic(tp.topic).num_partitions)
         self._assigned = {tp: self._assigned.get(tp) or _Fetching(tp) for tp in wanted}
 
     def assignment(self) -> set[TopicPartition]:
@@ -213,9 +212,8 @@ class Consumer(GroupMixin):
     def seek(self, partition: TopicPartition, offset: int) -> None:
         """Make ``offset`` the next offset poll returns for ``partition``."""
         self._check_open()
-        if type(offset) is not int or offset < 0:
-            raise ValueError(f"offset must be an integer >= 0, got {offset!r}")
-        self._state(TopicPartition(*partition)).reset(offset)
+        state = self._state(topic_partition(partition))
+        state.reset(check_int("offset", offset))
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
         self._seek_to("earliest", partitions)
@@ -225,14 +223,16 @@ class Consumer(GroupMixin):
 
     def _seek_to(self, spec: str, partitions: tuple[TopicPartition, ...]) -> None:
         self._check_open()
-        targets = [TopicPartition(*p) for p in partitions] or list(self._assigned)
+        targets = topic_partitions(partitions, f"seek_to_{spec}()") or list(self._assigned)
+        for tp in targets:
+            self._state(tp)  # every one assigned, before anything moves
         for tp, found in self._list_offsets(targets, spec).items():
             self._state(tp).reset(found[0])
 
     def position(self, partition: TopicPartition) -> int:
         """The offset of the next record poll returns for ``partition``."""
         self._check_open()
-        state = self._state(TopicPartition(*partition))
+        state = self._state(topic_partition(partition))
         if state.position is None:
             self._reset_position(state)
         return state.position
@@ -247,28 +247,35 @@ class Consumer(GroupMixin):
 
     def _list_offsets(self, partitions: list[TopicPartition], spec: str | int
                       ) -> dict[TopicPartition, tuple[int, int] | None]:
+        for tp in partitions:
+            check_partition(tp.topic, tp.partition, self._topic(tp.topic).num_partitions)
         refs = {tp: self._leader(tp).list_offset(spec) for tp in partitions}
         return {tp: resolve(ref) for tp, ref in refs.items()}
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         self._check_open()
-        return {tp: v[0] for tp, v in self._list_offsets(list(partitions), "earliest").items()}
+        wanted = topic_partitions(partitions, "beginning_offsets()")
+        return {tp: v[0] for tp, v in self._list_offsets(wanted, "earliest").items()}
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """The high watermark of each partition: the offset the next committed record gets."""
         self._check_open()
-        return {tp: v[0] for tp, v in self._list_offsets(list(partitions), "latest").items()}
+        wanted = topic_partitions(partitions, "end_offsets()")
+        return {tp: v[0] for tp, v in self._list_offsets(wanted, "latest").items()}
 
     def offsets_for_times(self, timestamps: dict[TopicPartition, int]
                           ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
         """For each partition, the first offset whose timestamp is >= the given ms."""
         self._check_open()
+        if not isinstance(timestamps, Mapping):
+            raise InvalidArgumentError(f"offsets_for_times() takes a dict of TopicPartition "
+                                       f"to timestamp (ms), got {type(timestamps).__name__}")
+        wanted = {topic_partition(tp): check_int(f"the timestamp of {tp}", ts)
+                  for tp, ts in timestamps.items()}
         out = {}
-        for tp, ts in timestamps.items():
-            if type(ts) is not int or ts < 0:
-                raise ValueError(f"timestamp must be an integer >= 0 ms, got {ts!r}")
-            found = self._list_offsets([TopicPartition(*tp)], ts)[TopicPartition(*tp)]
-            out[TopicPartition(*tp)] = OffsetAndTimestamp(*found) if found else None
+        for tp, ts in wanted.items():
+            found = self._list_offsets([tp], ts)[tp]
+            out[tp] = OffsetAndTimestamp(*found) if found else None
         return out
 
     def _leader(self, tp: TopicPartition, refresh: bool = False):
@@ -341,7 +348,9 @@ class Consumer(GroupMixin):
         (default ``max_poll_records``). Positions move past what is returned.
         """
         self._check_open()
-        limit = max_records or self.config.max_poll_records
+        check_int("timeout_ms", timeout_ms, 0, INT32_MAX)
+        limit = self.config.max_poll_records if max_records is None else \
+            check_int("max_records", max_records, 1, INT32_MAX)
         deadline = time.monotonic() + timeout_ms / 1000
         self._maybe_auto_commit()
         while True:
@@ -381,13 +390,13 @@ class Consumer(GroupMixin):
 
     def pause(self, *partitions: TopicPartition) -> None:
         """Stop returning records of these partitions until resumed."""
-        for tp in partitions:
-            self._state(TopicPartition(*tp))
-            self._paused.add(TopicPartition(*tp))
+        wanted = topic_partitions(partitions, "pause()")
+        for tp in wanted:
+            self._state(tp)
+        self._paused.update(wanted)
 
     def resume(self, *partitions: TopicPartition) -> None:
-        for tp in partitions:
-            self._paused.discard(TopicPartition(*tp))
+        self._paused.difference_update(topic_partitions(partitions, "resume()"))
 
     def paused(self) -> set[TopicPartition]:
         return set(self._paused)

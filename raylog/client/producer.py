@@ -16,7 +16,13 @@ from typing import Any
 import pyarrow as pa
 import ray
 
-from raylog.arguments import INT64_MAX, build_config, check_int_fields, short_repr
+from raylog.arguments import (
+    INT64_MAX,
+    build_config,
+    check_int_fields,
+    check_timeout,
+    short_repr,
+)
 from raylog.client.connection import RaylogCluster, TopicMetadata, cluster_or_default
 from raylog.client.futures import BatchResult, RecordFuture, TableFuture
 from raylog.client.remote import resolve
@@ -24,6 +30,7 @@ from raylog.client.tables import assign_sticky, partition_rows
 from raylog.errors import (
     ClientClosedError,
     InvalidConfigError,
+    InvalidRecordError,
     RaylogError,
     RecordTooLargeError,
     RequestTimeoutError,
@@ -31,7 +38,8 @@ from raylog.errors import (
 )
 from raylog.partitioner import Partitioner, StickyPartitioner, key_partition
 from raylog.records import BatchBuilder, Codec, encode
-from raylog.records.builder import BATCH_OVERHEAD, record_size
+from raylog.records.builder import BATCH_OVERHEAD, check_headers, record_size
+from raylog.topics import check_partition, validate_topic_name
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +77,16 @@ class ProducerConfig:
         if self.batch_size <= BATCH_OVERHEAD:
             raise InvalidConfigError(f"batch_size must be > {BATCH_OVERHEAD}, "
                                      f"got {self.batch_size}")
+
+
+def _check_record(key: object, value: object, headers: object) -> None:
+    """What BatchBuilder.append checks of a record, for one that opens a new batch."""
+    for what, data in (("key", key), ("value", value)):
+        if data is not None and type(data) is not bytes:
+            raise InvalidRecordError(f"record {what} must be bytes or None, got "
+                                     f"{type(data).__name__}")
+    if headers:
+        check_headers(headers)
 
 
 def producer_config(settings: Mapping[str, Any]) -> ProducerConfig:
@@ -173,8 +191,13 @@ class Producer:
         """
         if self._closed:
             raise ClientClosedError("send() on a closed producer")
+        if type(topic) is not str:
+            validate_topic_name(topic)
         if timestamp is None:
             timestamp = time.time_ns() // 1_000_000
+        elif type(timestamp) is not int or not 0 <= timestamp <= INT64_MAX:
+            raise InvalidRecordError(f"record timestamp must be an int >= 0 ms, got "
+                                     f"{short_repr(timestamp)}")
         if partition is None and key is None and self._partitioner is None:
             # Fast path: a keyless record joins its topic's open sticky batch, if it fits.
             with self._lock:
@@ -195,9 +218,8 @@ class Producer:
                         f"{partitions} partitions")
             elif key is not None:
                 partition = key_partition(key, partitions)
-        elif type(partition) is not int or not 0 <= partition < partitions:
-            raise UnknownPartitionError(
-                f"topic {topic!r} has partitions 0..{partitions - 1}, not {partition!r}")
+        else:
+            check_partition(topic, partition, partitions)
         with self._lock:
             sticky = partition is None
             if sticky:
@@ -213,6 +235,7 @@ class Producer:
                     batch = self._open.get((topic, partition))
                     count = batch.builder.append(timestamp, key, value, headers) if batch else 0
             if not count:
+                _check_record(key, value, headers)  # before sizing it
                 size = record_size(key, value, headers)
                 if size > self._max_record:
                     raise RecordTooLargeError(
@@ -240,7 +263,11 @@ class Producer:
         """
         if self._closed:
             raise ClientClosedError("send_batch() on a closed producer")
+        if type(topic) is not str:
+            validate_topic_name(topic)
         meta = self._topics.get(topic) or self._topic(topic)
+        if partition is not None:
+            check_partition(topic, partition, meta.num_partitions)
         rows = partition_rows(table, meta.num_partitions, self.config.batch_size,
                               partition=partition, topic=topic)
         with self._lock:  # only the sticky partitions and the sequences need it
@@ -321,6 +348,7 @@ class Producer:
 
     def flush(self, timeout: float | None = None) -> None:
         """Send every queued record and wait until all are acknowledged (or failed)."""
+        check_timeout("timeout", timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             for key, batch in list(self._open.items()):
@@ -340,6 +368,7 @@ class Producer:
 
     def close(self, timeout: float | None = None) -> None:
         """Flush, stop the sender thread and refuse further sends. Idempotent."""
+        check_timeout("timeout", timeout)
         if self._closed:
             return
         try:
