@@ -210,6 +210,18 @@ def test_a_bad_timestamp_never_reaches_a_batch_of_other_records(cluster):
         first.add_done_callback(lambda future: None)  # its refusal on close is expected
 
 
+def test_futures_refuse_bad_arguments(cluster):
+    with Producer(cluster=cluster, linger_ms=60_000, delivery_timeout_ms=60_000) as producer:
+        future = producer.send("t", b"v")
+        future.add_done_callback(lambda f: None)  # its refusal on close is expected
+        refused(lambda: future.result(timeout="soon"), InvalidArgumentError)
+        refused(lambda: future.add_done_callback("print"), InvalidArgumentError)
+        batch = producer.send_batch("t", pa.table({"value": [b"v"]}))
+        refused(lambda: batch.result(timeout=-1), InvalidArgumentError)
+        with pytest.raises(InvalidRecordError, match="refused by the test's leader"):
+            batch.result(timeout=DEADLINE_S)
+
+
 class _Listener:
     on_partitions_revoked = "not callable"
 
