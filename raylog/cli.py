@@ -56,6 +56,13 @@ def _int_in(minimum: int, maximum: int = INT32_MAX) -> Callable[[str], int]:
     return parse
 
 
+def _non_empty(text: str) -> str:
+    """An argparse type: any text but the empty one."""
+    if not text:
+        raise argparse.ArgumentTypeError("expected a non-empty value")
+    return text
+
+
 def _config_pair(text: str) -> tuple[str, str]:
     """An argparse type: ``NAME=VALUE``."""
     name, sep, value = text.partition("=")
@@ -86,7 +93,7 @@ def _reset_target(text: str) -> str | int | dict[str, int]:
         f"--to must be earliest, latest, an offset or timestamp:MS, got {text!r}")
 
 
-def _connect(args: argparse.Namespace, create: bool = False):
+def connect(args: argparse.Namespace, create: bool = False):
     import raylog
 
     return raylog.init(args.address, start_local=False, create=create)
@@ -105,7 +112,7 @@ def cmd_topics(args: argparse.Namespace, out: TextIO) -> int:
     configs = _configs(getattr(args, "config", None) or getattr(args, "set", None))
     if args.action == "alter" and args.partitions is None and not args.set and not args.delete:
         raise UsageError("topics alter needs --partitions, --set or --delete")
-    admin = Admin(cluster=_connect(args))
+    admin = Admin(cluster=connect(args))
     if args.action == "create":
         described = admin.create_topic(args.name, args.partitions, args.replication_factor,
                                        configs)
@@ -162,7 +169,7 @@ def _short(node_id: str | None) -> str:
 def cmd_groups(args: argparse.Namespace, out: TextIO) -> int:
     from raylog import Admin
 
-    admin = Admin(cluster=_connect(args))
+    admin = Admin(cluster=connect(args))
     if args.action == "list":
         groups = admin.list_groups()
         out.write(f"{'group':<30}{'state':<13}{'members':>8}{'generation':>12}\n")
@@ -202,7 +209,7 @@ def _dash(value: object) -> str:
 def cmd_cluster(args: argparse.Namespace, out: TextIO) -> int:
     from raylog import Admin
 
-    status = Admin(cluster=_connect(args)).cluster_status()
+    status = Admin(cluster=connect(args)).cluster_status()
     if args.json:
         _print_json(status, out)
         return 0
@@ -216,7 +223,7 @@ def cmd_cluster(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_start(args: argparse.Namespace, out: TextIO) -> int:
-    cluster = _connect(args, create=True)
+    cluster = connect(args, create=True)
     out.write(f"raylog controller running ({len(cluster.controller.call('list_topics'))} "
               f"topics)\n")
     return 0
@@ -266,7 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "Prints how many records were produced; records the cluster refused are "
                     "counted on stderr, and then the exit status is 1.")
     produce.add_argument("topic")
-    produce.add_argument("--key-separator", help="split each line into key SEP value")
+    produce.add_argument("--key-separator", type=_non_empty,
+                         help="split each line into key SEP value")
     produce.add_argument("--partition", type=_int_in(0))
     produce.add_argument("--acks", default="1", choices=["0", "1", "all"])
     produce.add_argument("--linger-ms", type=_int_in(0), default=5)

@@ -12,19 +12,19 @@ import json
 from collections import defaultdict
 from typing import Any, TextIO
 
-from raylog.cli import _connect, report
+from raylog.cli import connect, report
 from raylog.errors import InvalidRecordError, RaylogError, RecordTooLargeError
 
 SHOWN_LINES = 5  # line numbers listed per cause of refusal
 SHOWN_CAUSES = 3  # causes listed in the one line of a refusal
 
 
-def _record(line: str, separator: str | None, number: int) -> tuple[bytes | None, bytes]:
+def _record(line: str, separator: str | None) -> tuple[bytes | None, bytes]:
     """(key, value) of one line of input, as the bytes that were read."""
     try:
         data = line.rstrip("\n").encode("utf-8", "surrogateescape")
     except UnicodeEncodeError as e:
-        raise InvalidRecordError(f"line {number} is not valid text: {e}") from None
+        raise InvalidRecordError(f"not valid text: {e}") from None
     if separator is None:
         return None, data
     key, sep, value = data.partition(separator.encode("utf-8", "surrogateescape"))
@@ -51,7 +51,7 @@ def _refusals(refused: list[tuple[int, BaseException]]) -> str:
 def cmd_produce(args: argparse.Namespace, out: TextIO, stdin: TextIO) -> int:
     from raylog import Producer
 
-    cluster = _connect(args)
+    cluster = connect(args)
     _check_target(cluster, args)
     producer = Producer(cluster=cluster, acks=args.acks, linger_ms=args.linger_ms)
     sent: list[tuple[int, Any]] = []  # (line number, future)
@@ -61,7 +61,7 @@ def cmd_produce(args: argparse.Namespace, out: TextIO, stdin: TextIO) -> int:
     try:
         for number, line in enumerate(stdin, 1):
             try:
-                key, value = _record(line, args.key_separator, number)
+                key, value = _record(line, args.key_separator)
                 sent.append((number, producer.send(args.topic, value, key=key,
                                                    partition=args.partition)))
             except (InvalidRecordError, RecordTooLargeError) as e:
@@ -140,7 +140,7 @@ def cmd_consume(args: argparse.Namespace, out: TextIO) -> int:
     consumer has: 0 prints none) or none came for ``--timeout-ms``."""
     from raylog import Consumer, TopicPartition
 
-    cluster = _connect(args)
+    cluster = connect(args)
     count = _check_target(cluster, args)
     if args.max_messages == 0:
         return 0

@@ -38,6 +38,7 @@ def one_error_line(capsys) -> str:
     ["topics", "alter", "t", "--partitions", "0"],
     ["topics", "alter", "t", "--set", "nonsense"],
     ["produce", "t", "--partition", "-1"],
+    ["produce", "t", "--key-separator", ""],
     ["produce", "t", "--linger-ms", "-1"],
     ["produce", "t", "--acks", "2"],
     ["consume", "t", "--max-messages", "-1"],
@@ -109,14 +110,14 @@ def test_report_is_one_line(capsys):
 
 
 def test_lines_become_records_byte_for_byte():
-    assert _record("hello\n", None, 1) == (None, b"hello")
-    assert _record("k:v:w\n", ":", 1) == (b"k", b"v:w")
-    assert _record("caf\udcc3\udca9\n", None, 1) == (None, "café".encode())  # as read
-    assert _record(":v\n", ":", 1) == (b"", b"v")
+    assert _record("hello\n", None) == (None, b"hello")
+    assert _record("k:v:w\n", ":") == (b"k", b"v:w")
+    assert _record("caf\udcc3\udca9\n", None) == (None, "café".encode())  # as read
+    assert _record(":v\n", ":") == (b"", b"v")
     with pytest.raises(InvalidRecordError, match=r"no key separator ':'"):
-        _record("no separator\n", ":", 1)
-    with pytest.raises(InvalidRecordError, match=r"line 3 is not valid text"):
-        _record("\ud800\n", None, 3)
+        _record("no separator\n", ":")
+    with pytest.raises(InvalidRecordError, match=r"not valid text"):
+        _record("\ud800\n", None)
 
 
 def test_refusals_are_grouped_by_cause_on_one_line():
