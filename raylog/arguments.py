@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 import reprlib
 from collections.abc import Iterable, Mapping
@@ -48,6 +49,21 @@ def check_options(owner: str, given: Iterable[Any], valid: Iterable[str]) -> Non
 
 
 Config = TypeVar("Config")
+
+
+def refuses_unknown_options(config_class: type[Config]) -> type[Config]:
+    """A settings dataclass whose constructor refuses an unknown name with
+    InvalidConfigError naming the closest field (a dataclass raises a plain TypeError)."""
+    init = config_class.__init__
+    fields = [f.name for f in dataclasses.fields(config_class)]
+
+    @functools.wraps(init)
+    def checked_init(self: Any, *args: Any, **settings: Any) -> None:
+        check_options(config_class.__name__, settings, fields)
+        init(self, *args, **settings)
+
+    config_class.__init__ = checked_init
+    return config_class
 
 
 def build_config(config_class: type[Config], owner: str, settings: Mapping[str, Any],

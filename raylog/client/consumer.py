@@ -14,7 +14,14 @@ from typing import Any
 import ray
 
 from raylog._gc import gc_paused
-from raylog.arguments import INT32_MAX, build_config, check_id, check_int, check_int_fields
+from raylog.arguments import (
+    INT32_MAX,
+    build_config,
+    check_id,
+    check_int,
+    check_int_fields,
+    refuses_unknown_options,
+)
 from raylog.client.connection import RaylogCluster, TopicMetadata, cluster_or_default
 from raylog.client.group_member import GroupMixin
 from raylog.client.membership import Membership
@@ -42,6 +49,7 @@ OFFSET_RESETS = ("earliest", "latest", "none")
 METADATA_REFRESH_BACKOFF_S = 0.1  # refresh a topic at most this often after errors
 
 
+@refuses_unknown_options
 @dataclasses.dataclass(frozen=True)
 class ConsumerConfig:
     """Consumer settings, checked when built; names as Kafka's with ``_`` for ``.``."""

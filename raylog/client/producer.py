@@ -21,6 +21,7 @@ from raylog.arguments import (
     build_config,
     check_int_fields,
     check_timeout,
+    refuses_unknown_options,
     short_repr,
 )
 from raylog.client.connection import RaylogCluster, TopicMetadata, cluster_or_default
@@ -47,6 +48,7 @@ _CODECS = {"lz4": Codec.LZ4, "none": Codec.NONE}
 MAX_SEQUENCE = 2**31 - 1
 
 
+@refuses_unknown_options
 @dataclasses.dataclass(frozen=True)
 class ProducerConfig:
     """Producer settings, checked when built; names as Kafka's with ``_`` for ``.``."""

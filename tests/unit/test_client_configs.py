@@ -226,3 +226,13 @@ def test_heartbeats_must_come_more_often_than_the_session_times_out():
 def test_consumer_ids_are_bounded_and_unicode(field, value):
     with pytest.raises(InvalidConfigError, match=field):
         ConsumerConfig(**{field: value})
+
+
+@pytest.mark.parametrize(("config", "name", "hint"), [
+    (ProducerConfig, "linger", "linger_ms"),
+    (ConsumerConfig, "group", "group_id"),
+])
+def test_configs_built_directly_name_the_closest_option_too(config, name, hint):
+    with pytest.raises(InvalidConfigError, match=rf"unknown {config.__name__} option "
+                                                 rf"'{name}' \(did you mean '{hint}'\?\)"):
+        config(**{name: 1})
