@@ -10,6 +10,7 @@ clients ask it for metadata and then call replicas directly.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import uuid
@@ -21,6 +22,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from actors.groups import GroupService
 from actors.replica import ReplicaActor
 from actors.supervision import Health, ReplicaWatch
+from raylog.arguments import INT32_MAX, check_int
 from raylog.cluster_names import (
     BROKER_RESOURCE,
     NAMESPACE,
@@ -28,14 +30,22 @@ from raylog.cluster_names import (
     replica_name,
 )
 from raylog.errors import (
+    InvalidConfigError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
-    InvalidTopicError,
     TopicExistsError,
 )
 from raylog.metadata import MetadataState, MetadataStore, TopicState, assign_replicas
 from raylog.metadata import state as events
-from raylog.topics import normalize_configs, validate_topic_name
+from raylog.metadata.limits import PartitionLimits
+from raylog.topics import (
+    check_partition_growth,
+    check_user_topic,
+    configs_to_delete,
+    normalize_configs,
+    validate_topic_name,
+)
+from raylog.typecheck import checked
 
 logger = logging.getLogger(__name__)
 
@@ -45,18 +55,20 @@ REPLICA_READY_TIMEOUT_S = 60.0
 ReplicaKey = tuple[str, int, str]  # topic, partition, node id
 
 
+def broker_memory() -> dict[str, float | None]:
+    """The live nodes that carry the broker resource: node id -> memory (bytes) Ray gives
+    their tasks and actors, None if it does not say."""
+    return {n["NodeID"]: n["Resources"].get("memory") for n in ray.nodes()
+            if n.get("Alive") and n.get("Resources", {}).get(BROKER_RESOURCE, 0) > 0}
+
+
 def live_brokers() -> list[str]:
     """Node ids of the live nodes that carry the broker resource."""
-    return sorted(
-        n["NodeID"] for n in ray.nodes()
-        if n.get("Alive") and n.get("Resources", {}).get(BROKER_RESOURCE, 0) > 0
-    )
+    return sorted(broker_memory())
 
 
-def _check_count(what: str, value: object, error: type[Exception]) -> int:
-    if type(value) is not int or value < 1:
-        raise error(f"{what} must be an integer >= 1, got {value!r}")
-    return value
+def _check_partitions(what: str, value: object) -> int:
+    return check_int(what, value, 1, INT32_MAX, InvalidPartitionsError)
 
 
 @ray.remote(num_cpus=0)
@@ -64,13 +76,15 @@ class ControllerActor(GroupService):
     """Holds a MetadataState rebuilt from its MetadataStore, and handles to replica actors.
 
     Metadata changes take ``_lock`` so events are persisted and applied one at a time; reads
-    of the state happen between awaits and see a consistent state.
+    of the state happen between awaits and see a consistent state. Every method a client
+    calls checks its arguments (``@checked`` for their types) before it changes anything.
     """
 
     def __init__(self) -> None:
         self.node_id = ray.get_runtime_context().get_node_id()
         self.store = MetadataStore(node_data_dir(self.node_id) / "__controller" / "metadata")
         self.state = MetadataState()
+        self.limits = PartitionLimits.from_environ()  # a bad setting fails loudly, here
         for event in self.store.replay():
             self.state.apply(event)
         self.replicas: dict[ReplicaKey, ReplicaWatch] = {}
@@ -87,7 +101,8 @@ class ControllerActor(GroupService):
         if self._loop is None:
             self._loop = asyncio.get_running_loop().create_task(self._reconcile_forever())
         return {"node_id": self.node_id, "topics": len(self.state.topics),
-                "events": self.state.applied, "pid": os.getpid()}
+                "events": self.state.applied, "pid": os.getpid(),
+                "limits": dataclasses.asdict(self.limits)}
 
     async def _commit(self, event: dict[str, Any]) -> None:
         """Persist, then apply. Callers validated the event against the state first."""
@@ -150,6 +165,7 @@ class ControllerActor(GroupService):
 
     # -- topics ----------------------------------------------------------------------------------
 
+    @checked
     async def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1,
                            configs: dict[str, Any] | None = None,
                            internal: bool = False, topic_id: str | None = None
@@ -160,11 +176,14 @@ class ControllerActor(GroupService):
         if existing is not None and topic_id is not None and existing.topic_id == topic_id:
             await self._start_replicas(existing, range(len(existing.partitions)))
             return self._describe(existing)
-        validate_topic_name(name)
-        if name.startswith("__") and not internal:
-            raise InvalidTopicError(f"topic names starting with '__' are internal: {name!r}")
-        _check_count("partitions", partitions, InvalidPartitionsError)
-        _check_count("replication factor", replication_factor, InvalidReplicationFactorError)
+        if internal:
+            validate_topic_name(name)
+        else:
+            check_user_topic(name)
+        _check_partitions("partitions", partitions)
+        self.limits.check_topic_size(name, partitions)
+        check_int("replication factor", replication_factor, 1, INT32_MAX,
+                  InvalidReplicationFactorError)
         brokers = live_brokers()
         if replication_factor > len(brokers):
             raise InvalidReplicationFactorError(
@@ -178,9 +197,7 @@ class ControllerActor(GroupService):
         async with self._lock:
             if name in self.state.topics:
                 raise TopicExistsError(f"topic {name!r} already exists")
-            existing = [p.replicas for t in self.state.topics.values() for p in t.partitions]
-            assignment = assign_replicas(live_brokers(), partitions, replication_factor,
-                                         existing)
+            assignment = self._place(name, partitions, replication_factor)
             await self._commit(events.topic_created(name, topic_id or uuid.uuid4().hex, assignment,
                                                     normalized))
         topic = self.state.topic(name)
@@ -188,7 +205,18 @@ class ControllerActor(GroupService):
         self.groups.topics_changed(self._existing_topics())
         return self._describe(topic)
 
+    def _place(self, name: str, partitions: int, replication_factor: int) -> list[list[str]]:
+        """Replicas for ``partitions`` new partitions of topic ``name``, within the limits
+        per broker (lock held; nothing is written)."""
+        existing = [p.replicas for t in self.state.topics.values() for p in t.partitions]
+        memory = broker_memory()
+        assignment = assign_replicas(list(memory), partitions, replication_factor, existing)
+        self.limits.check_placement(name, assignment, existing, memory)
+        return assignment
+
+    @checked
     async def delete_topic(self, name: str) -> None:
+        check_user_topic(name)
         async with self._lock:
             topic = self.state.topic(name)
             await self._commit(events.topic_deleted(name))
@@ -211,31 +239,37 @@ class ControllerActor(GroupService):
                                    name, p.partition, node)
                 ray.kill(handle, no_restart=True)
 
+    @checked
     async def add_partitions(self, name: str, total: int) -> dict[str, Any]:
-        _check_count("partitions", total, InvalidPartitionsError)
+        check_user_topic(name)
+        _check_partitions("partitions", total)
+        self.limits.check_topic_size(name, total)
         async with self._lock:
             topic = self.state.topic(name)
             current = len(topic.partitions)
-            if total <= current:
-                raise InvalidPartitionsError(
-                    f"topic {name!r} has {current} partitions; the new count must be larger, "
-                    f"got {total}")
-            existing = [p.replicas for t in self.state.topics.values() for p in t.partitions]
-            assignment = assign_replicas(live_brokers(), total - current,
-                                         topic.replication_factor, existing)
+            check_partition_growth(name, current, total)
+            assignment = self._place(name, total - current, topic.replication_factor)
             await self._commit(events.partitions_added(name, assignment))
         await self._start_replicas(topic, range(current, total))
         self.groups.topics_changed(self._existing_topics())
         return self._describe(topic)
 
+    @checked
     async def alter_configs(self, name: str, set_configs: dict[str, Any] | None = None,
                             delete_configs: list[str] | None = None) -> dict[str, Any]:
+        """Set and delete topic configs. Refused, changing nothing, when a config to delete
+        is not set or is also being set."""
+        updates = normalize_configs(set_configs)  # stored configs are normalized
         async with self._lock:
             topic = self.state.topic(name)
-            merged = dict(topic.configs)
-            for key in delete_configs or []:
-                merged.pop(key.replace(".", "_"), None)
-            merged.update(normalize_configs(set_configs))  # stored configs are normalized
+            deleted = configs_to_delete(name, topic.configs, delete_configs or [])
+            both = sorted(set(deleted) & set(updates))
+            if both:
+                raise InvalidConfigError(f"cannot both set and delete {', '.join(both)}")
+            merged = {k: v for k, v in topic.configs.items() if k not in deleted}
+            merged.update(updates)
+            if merged == topic.configs:
+                return self._describe(topic)
             await self._commit(events.configs_altered(name, merged))
         alive = set(live_brokers())
         await asyncio.gather(*(
@@ -244,9 +278,11 @@ class ControllerActor(GroupService):
         ), return_exceptions=True)
         return self._describe(topic)
 
+    @checked
     async def list_topics(self, include_internal: bool = False) -> list[str]:
         return sorted(n for n in self.state.topics if include_internal or not n.startswith("__"))
 
+    @checked
     async def describe_topics(self, names: list[str] | None = None) -> list[dict[str, Any]]:
         names = names if names is not None else sorted(self.state.topics)
         return [self._describe(self.state.topic(n)) for n in names]
@@ -260,6 +296,7 @@ class ControllerActor(GroupService):
             "partitions": [p.to_dict() for p in topic.partitions],
         }
 
+    @checked
     async def metadata(self, names: list[str]) -> dict[str, dict[str, Any]]:
         """What clients need to reach each partition's leader: node, epoch and actor handle."""
         out = {}

@@ -15,11 +15,27 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError
 
-from raylog.errors import OffsetOutOfRangeError, UnknownTopicError
+from raylog.arguments import INT32_MAX, check_id, check_int, unknown_name
+from raylog.errors import (
+    InvalidArgumentError,
+    InvalidConfigError,
+    OffsetOutOfRangeError,
+    UnknownTopicError,
+)
+from raylog.groups.assignors import ASSIGNORS
 from raylog.groups.coordinator import OFFSETS_TOPIC_PARTITIONS, GroupCoordinator, OffsetAndMetadata
 from raylog.records import BatchBuilder, Codec, iter_batches, read_records
 from raylog.storage.log import wall_clock_ms
-from raylog.topics import CONSUMER_OFFSETS_TOPIC
+from raylog.topics import (
+    CONSUMER_OFFSETS_TOPIC,
+    check_offset_entries,
+    check_reset_spec,
+    reset_partitions,
+    topic_names,
+    topic_partitions,
+    topic_pattern,
+)
+from raylog.typecheck import checked
 from raylog.types import TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -92,7 +108,9 @@ class GroupService:
                                                 self.groups.generations.get(group_id, 0))
 
     # -- membership ------------------------------------------------------------------------------
+    # Every RPC checks its arguments (``@checked`` for their types) before it changes anything.
 
+    @checked
     async def join_group(self, group_id: str, member_id: str | None, client_id: str,
                          topics: list[str] | None, pattern: str | None,
                          session_timeout_ms: int, assignor: str,
@@ -101,6 +119,9 @@ class GroupService:
         """Join (or re-subscribe); returns the member id, the group's generation and what
         the member owns: after a coordinator restart, a member it knew keeps the ``claims``
         nobody else owns; any other joiner owns nothing yet."""
+        _check_join(group_id, member_id, client_id, topics, pattern, session_timeout_ms,
+                    assignor)
+        claimed = topic_partitions(claims, "claims") if claims is not None else []
         await self._groups_ready()
         existing = self._existing_topics()
         unknown = sorted(set(topics or ()) - set(existing))
@@ -109,7 +130,7 @@ class GroupService:
         actor_id = actor._actor_id.hex() if actor is not None else None
         member = self.groups.join(group_id, member_id, client_id, topics, pattern,
                                   session_timeout_ms, assignor, existing, actor_id,
-                                  [TopicPartition(*tp) for tp in claims or ()])
+                                  claimed)
         await self._persist_generation(group_id)
         if actor is not None and actor_id not in self._watched_actors:
             self._watched_actors.add(actor_id)
@@ -118,6 +139,7 @@ class GroupService:
                 "generation": self.groups.groups[group_id].generation,
                 "owned": sorted(member.owned)}
 
+    @checked
     async def heartbeat(self, group_id: str, member_id: str,
                         owned: list[tuple[str, int]]) -> dict[str, Any]:
         await self._groups_ready()
@@ -125,6 +147,7 @@ class GroupService:
         return {"generation": beat.generation, "owned": sorted(beat.owned),
                 "revoke": sorted(beat.revoke), "pending": beat.pending}
 
+    @checked
     async def leave_group(self, group_id: str, member_id: str) -> None:
         await self._groups_ready()
         if self.groups.leave(group_id, member_id, self._existing_topics()):
@@ -154,6 +177,7 @@ class GroupService:
 
     # -- offsets ---------------------------------------------------------------------------------
 
+    @checked
     async def commit_offsets(self, group_id: str, member_id: str | None, generation: int,
                              offsets: list[tuple[str, int, int, str]]) -> None:
         """Commit (topic, partition, offset, metadata) entries for a member of a group.
@@ -161,6 +185,8 @@ class GroupService:
         Refused (nothing stored) for a stale generation or partitions the member does not
         own; durable in __consumer_offsets when this returns.
         """
+        check_id("group_id", group_id, InvalidArgumentError)
+        check_offset_entries(offsets, self._existing_topics())
         await self._groups_ready()
         entries = {TopicPartition(t, p): OffsetAndMetadata(o, m, wall_clock_ms())
                    for t, p, o, m in offsets}
@@ -169,6 +195,7 @@ class GroupService:
                                        for tp, om in entries.items()])
         self.groups.apply_commit(group_id, entries)
 
+    @checked
     async def committed_offsets(self, group_id: str, partitions: list[tuple[str, int]]
                                 ) -> dict[tuple[str, int], tuple | None]:
         await self._groups_ready()
@@ -177,6 +204,7 @@ class GroupService:
 
     # -- administration --------------------------------------------------------------------------
 
+    @checked
     async def list_groups(self) -> list[dict[str, Any]]:
         await self._groups_ready()
         out = []
@@ -186,6 +214,7 @@ class GroupService:
                         "members": len(group.members), "generation": group.generation})
         return out
 
+    @checked
     async def describe_group(self, group_id: str) -> dict[str, Any]:
         """Members, assignment and, per partition, committed offset, end offset and lag."""
         await self._groups_ready()
@@ -215,6 +244,7 @@ class GroupService:
         return (await self._replica(topic, tp.partition, p.leader).list_offset.remote(
             "latest"))[0]
 
+    @checked
     async def delete_group(self, group_id: str) -> None:
         """Forget a group without members and its committed offsets."""
         await self._groups_ready()
@@ -225,10 +255,15 @@ class GroupService:
         await self._persist(group_id, records)
         self.groups.forget(group_id)
 
-    async def reset_offsets(self, group_id: str, topic: str, spec: str | int,
+    @checked
+    async def reset_offsets(self, group_id: str, topic: str, spec: str | int | list[Any],
                             partitions: list[int] | None = None) -> dict[int, int]:
         """Set a group's committed offsets of ``topic`` to ``"earliest"``, ``"latest"``, a
         timestamp (ms) or, with spec ``("offset", n)``, an offset; the group must be empty."""
+        check_id("group_id", group_id, InvalidArgumentError)
+        check_reset_spec(spec)
+        if partitions is not None:
+            reset_partitions(partitions)
         await self._groups_ready()
         state = self.state.topic(topic)
         group = self.groups.groups.get(group_id)
@@ -259,8 +294,27 @@ class GroupService:
         self.groups.apply_commit(group_id, entries)
         return targets
 
+    @checked
     async def group_history(self, group_id: str) -> list:
         """(generation, member -> owned partitions) after each change of ownership."""
         await self._groups_ready()
         return [(gen, {m: sorted(tps) for m, tps in owners.items()})
                 for gen, owners in self.groups.group(group_id).history]
+
+
+def _check_join(group_id: str, member_id: str | None, client_id: str,
+                topics: list[str] | None, pattern: str | None, session_timeout_ms: int,
+                assignor: str) -> None:
+    check_id("group_id", group_id, InvalidArgumentError)
+    if member_id is not None:
+        check_id("member_id", member_id, InvalidArgumentError)
+    check_id("client_id", client_id, InvalidArgumentError)
+    if (topics is None) == (pattern is None):
+        raise InvalidArgumentError("join_group takes topics or a pattern, not both or neither")
+    if topics is not None:
+        topic_names(topics)
+    if pattern is not None:
+        topic_pattern(pattern)
+    check_int("session_timeout_ms", session_timeout_ms, 1, INT32_MAX)
+    if assignor not in ASSIGNORS:
+        raise InvalidConfigError(unknown_name("assignor", assignor, ASSIGNORS))

@@ -1,22 +1,81 @@
-"""The ``raylog`` command line: topics, producing, consuming, cluster status, the demo."""
+"""The ``raylog`` command line: topics, producing, consuming, cluster status, the demo.
+
+Exit status: 0 when everything asked was done; 1 when raylog or the cluster refused
+something (an unknown topic, a bad config, a record not produced, no cluster); 2 for a bad
+command line. Every error is one line on stderr, ``raylog: error: <cause>``, never a
+traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import re
 import sys
-from collections.abc import Sequence
-from typing import Any, TextIO
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, TextIO
 
+from raylog.arguments import INT32_MAX
 from raylog.errors import RaylogError
 
+EPILOG = ("exit status: 0 done; 1 refused by raylog or the cluster (e.g. a record not "
+          "produced); 2 bad command line. Errors are one line on stderr: 'raylog: error: ...'.")
 
-def _configs(pairs: Sequence[str] | None) -> dict[str, str]:
-    out = {}
-    for pair in pairs or []:
-        name, sep, value = pair.partition("=")
-        if not sep or not name:
-            raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {pair!r}")
+
+class UsageError(Exception):
+    """A command line that parses but asks for something impossible (exit status 2)."""
+
+
+def report(message: object, status: int) -> int:
+    """Print ``raylog: error: <message>`` as one line on stderr; return ``status``."""
+    text = re.sub(r"\s*\n\s*", " ", str(message)).strip()
+    print(f"raylog: error: {text}", file=sys.stderr)
+    return status
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (argparse adds the usage text)."""
+
+    def error(self, message: str) -> NoReturn:
+        report(f"{message} (see '{self.prog} --help')", 2)
+        self.exit(2)
+
+
+def _int_in(minimum: int, maximum: int = INT32_MAX) -> Callable[[str], int]:
+    """An argparse type: an integer in [minimum, maximum]."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(
+                f"expected an integer from {minimum} to {maximum}, got {value}")
+        return value
+    return parse
+
+
+def _non_empty(text: str) -> str:
+    """An argparse type: any text but the empty one."""
+    if not text:
+        raise argparse.ArgumentTypeError("expected a non-empty value")
+    return text
+
+
+def _config_pair(text: str) -> tuple[str, str]:
+    """An argparse type: ``NAME=VALUE``."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return name.strip(), value
+
+
+def _configs(pairs: Sequence[tuple[str, str]] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, value in pairs or []:
+        if name in out:
+            raise UsageError(f"config {name!r} is given twice")
         out[name] = value
     return out
 
@@ -34,7 +93,7 @@ def _reset_target(text: str) -> str | int | dict[str, int]:
         f"--to must be earliest, latest, an offset or timestamp:MS, got {text!r}")
 
 
-def _connect(args: argparse.Namespace, create: bool = False):
+def connect(args: argparse.Namespace, create: bool = False):
     import raylog
 
     return raylog.init(args.address, start_local=False, create=create)
@@ -50,10 +109,13 @@ def _print_json(data: Any, out: TextIO) -> None:
 def cmd_topics(args: argparse.Namespace, out: TextIO) -> int:
     from raylog import Admin
 
-    admin = Admin(cluster=_connect(args))
+    configs = _configs(getattr(args, "config", None) or getattr(args, "set", None))
+    if args.action == "alter" and args.partitions is None and not args.set and not args.delete:
+        raise UsageError("topics alter needs --partitions, --set or --delete")
+    admin = Admin(cluster=connect(args))
     if args.action == "create":
         described = admin.create_topic(args.name, args.partitions, args.replication_factor,
-                                       _configs(args.config))
+                                       configs)
         out.write(f"created topic {described['name']} with {len(described['partitions'])} "
                   f"partitions, replication factor {described['replication_factor']}\n")
     elif args.action == "list":
@@ -66,12 +128,24 @@ def cmd_topics(args: argparse.Namespace, out: TextIO) -> int:
         admin.delete_topic(args.name)
         out.write(f"deleted topic {args.name}\n")
     elif args.action == "alter":
-        if args.partitions is not None:
-            admin.add_partitions(args.name, args.partitions)
-        if args.set or args.delete:
-            admin.alter_configs(args.name, _configs(args.set), args.delete)
+        _alter_topic(admin, args, configs)
         _describe_topic(admin.describe_topic(args.name), out)
     return 0
+
+
+def _alter_topic(admin: Any, args: argparse.Namespace, configs: dict[str, str]) -> None:
+    """Check every change against the topic first, then make them: a refusal leaves the
+    topic as it was."""
+    from raylog.topics import check_partition_growth, configs_to_delete, normalize_configs
+
+    topic = admin.describe_topic(args.name)
+    updates = normalize_configs(configs)
+    configs_to_delete(args.name, topic["configs"], args.delete or [])
+    if args.partitions is not None:
+        check_partition_growth(args.name, len(topic["partitions"]), args.partitions)
+        admin.add_partitions(args.name, args.partitions)
+    if updates or args.delete:
+        admin.alter_configs(args.name, updates, args.delete)
 
 
 def _describe_topic(topic: dict[str, Any], out: TextIO) -> None:
@@ -90,87 +164,12 @@ def _short(node_id: str | None) -> str:
     return "none" if node_id is None else node_id[:12]
 
 
-# -- produce and consume ------------------------------------------------------------------------
-
-def cmd_produce(args: argparse.Namespace, out: TextIO, stdin: TextIO) -> int:
-    from raylog import Producer
-
-    producer = Producer(cluster=_connect(args), acks=args.acks, linger_ms=args.linger_ms)
-    sent = 0
-    try:
-        for line in stdin:
-            line = line.rstrip("\n")
-            key = None
-            if args.key_separator:
-                raw_key, sep, line = line.partition(args.key_separator)
-                if not sep:
-                    raise RaylogError(f"line {sent + 1} has no key separator "
-                                      f"{args.key_separator!r}")
-                key = raw_key.encode()
-            producer.send(args.topic, line.encode(), key=key, partition=args.partition)
-            sent += 1
-        producer.flush()
-    finally:
-        producer.close()
-    out.write(f"produced {sent} records to {args.topic}\n")
-    return 0
-
-
-def _format_record(record: Any, fmt: str) -> str:
-    def text(data: bytes | None) -> str | None:
-        return None if data is None else data.decode("utf-8", "backslashreplace")
-
-    if fmt == "json":
-        return json.dumps({
-            "topic": record.topic, "partition": record.partition, "offset": record.offset,
-            "timestamp": record.timestamp, "key": text(record.key), "value": text(record.value),
-            "headers": [[k, text(v)] for k, v in record.headers],
-        })
-    if fmt == "kv":
-        return f"{text(record.key)}\t{text(record.value)}"
-    if fmt == "full":
-        return (f"{record.partition}\t{record.offset}\t{record.timestamp}\t"
-                f"{text(record.key)}\t{text(record.value)}")
-    return text(record.value) or ""
-
-
-def cmd_consume(args: argparse.Namespace, out: TextIO) -> int:
-    from raylog import Consumer, TopicPartition
-
-    cluster = _connect(args)
-    consumer = Consumer(cluster=cluster,
-                        auto_offset_reset="earliest" if args.from_beginning else "latest",
-                        consumer_timeout_ms=args.timeout_ms, group_id=args.group,
-                        enable_auto_commit=False)
-    if args.group is not None and args.partition is None:
-        consumer.subscribe([args.topic])
-    else:
-        count = cluster.topic(args.topic).num_partitions
-        partitions = [args.partition] if args.partition is not None else range(count)
-        consumer.assign([TopicPartition(args.topic, p) for p in partitions])
-    seen = 0
-    printed: dict[TopicPartition, int] = {}  # next offset after the last record printed
-    try:
-        for record in consumer:
-            out.write(_format_record(record, args.format) + "\n")
-            printed[TopicPartition(record.topic, record.partition)] = record.offset + 1
-            seen += 1
-            if args.max_messages is not None and seen >= args.max_messages:
-                break
-        if args.group is not None and printed:
-            consumer.commit(printed)  # exactly what was printed, not what was fetched
-    finally:
-        consumer.close()
-    out.flush()
-    return 0
-
-
 # -- groups --------------------------------------------------------------------------------------
 
 def cmd_groups(args: argparse.Namespace, out: TextIO) -> int:
     from raylog import Admin
 
-    admin = Admin(cluster=_connect(args))
+    admin = Admin(cluster=connect(args))
     if args.action == "list":
         groups = admin.list_groups()
         out.write(f"{'group':<30}{'state':<13}{'members':>8}{'generation':>12}\n")
@@ -210,7 +209,7 @@ def _dash(value: object) -> str:
 def cmd_cluster(args: argparse.Namespace, out: TextIO) -> int:
     from raylog import Admin
 
-    status = Admin(cluster=_connect(args)).cluster_status()
+    status = Admin(cluster=connect(args)).cluster_status()
     if args.json:
         _print_json(status, out)
         return 0
@@ -224,7 +223,7 @@ def cmd_cluster(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_start(args: argparse.Namespace, out: TextIO) -> int:
-    cluster = _connect(args, create=True)
+    cluster = connect(args, create=True)
     out.write(f"raylog controller running ({len(cluster.controller.call('list_topics'))} "
               f"topics)\n")
     return 0
@@ -241,7 +240,7 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
 # -- parser --------------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="raylog", description="Operate a raylog cluster.")
+    parser = _Parser(prog="raylog", description="Operate a raylog cluster.", epilog=EPILOG)
     parser.add_argument("--address", default=None,
                         help="Ray cluster address (default: $RAY_ADDRESS or a running local "
                              "cluster)")
@@ -251,36 +250,44 @@ def build_parser() -> argparse.ArgumentParser:
     actions = topics.add_subparsers(dest="action", required=True)
     create = actions.add_parser("create")
     create.add_argument("name")
-    create.add_argument("--partitions", type=int, default=1)
-    create.add_argument("--replication-factor", type=int, default=1)
-    create.add_argument("--config", action="append", metavar="NAME=VALUE")
+    create.add_argument("--partitions", type=_int_in(1), default=1)
+    create.add_argument("--replication-factor", type=_int_in(1), default=1)
+    create.add_argument("--config", action="append", type=_config_pair, metavar="NAME=VALUE")
     listing = actions.add_parser("list")
     listing.add_argument("--internal", action="store_true", help="include internal topics")
     describe = actions.add_parser("describe")
     describe.add_argument("names", nargs="*")
     delete = actions.add_parser("delete")
     delete.add_argument("name")
-    alter = actions.add_parser("alter")
+    alter = actions.add_parser("alter", help="checks every change before making any")
     alter.add_argument("name")
-    alter.add_argument("--partitions", type=int, help="grow to this many partitions")
-    alter.add_argument("--set", action="append", metavar="NAME=VALUE")
-    alter.add_argument("--delete", action="append", metavar="NAME")
+    alter.add_argument("--partitions", type=_int_in(1),
+                       help="grow to this many partitions (never fewer)")
+    alter.add_argument("--set", action="append", type=_config_pair, metavar="NAME=VALUE")
+    alter.add_argument("--delete", action="append", metavar="NAME",
+                       help="delete a config that is set (back to its default)")
 
-    produce = commands.add_parser("produce", help="send stdin lines as records")
+    produce = commands.add_parser(
+        "produce", help="send stdin lines as records",
+        description="Send each line of stdin as a record and wait for every acknowledgement. "
+                    "Prints how many records were produced; records the cluster refused are "
+                    "counted on stderr, and then the exit status is 1.")
     produce.add_argument("topic")
-    produce.add_argument("--key-separator", help="split each line into key SEP value")
-    produce.add_argument("--partition", type=int)
+    produce.add_argument("--key-separator", type=_non_empty,
+                         help="split each line into key SEP value")
+    produce.add_argument("--partition", type=_int_in(0))
     produce.add_argument("--acks", default="1", choices=["0", "1", "all"])
-    produce.add_argument("--linger-ms", type=int, default=5)
+    produce.add_argument("--linger-ms", type=_int_in(0), default=5)
 
     consume = commands.add_parser("consume", help="print records")
     consume.add_argument("topic")
     consume.add_argument("--from-beginning", action="store_true")
-    consume.add_argument("--max-messages", type=int)
-    consume.add_argument("--partition", type=int)
+    consume.add_argument("--max-messages", type=_int_in(0),
+                         help="stop after printing this many records (0: print none)")
+    consume.add_argument("--partition", type=_int_in(0))
     consume.add_argument("--group", help="consume as a member of this consumer group")
     consume.add_argument("--format", choices=["value", "kv", "full", "json"], default="value")
-    consume.add_argument("--timeout-ms", type=int, default=5000,
+    consume.add_argument("--timeout-ms", type=_int_in(0), default=5000,
                          help="stop after this long without records")
 
     groups = commands.add_parser("groups", help="consumer groups: list, describe, delete, "
@@ -297,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     reset.add_argument("topic")
     reset.add_argument("--to", required=True, type=_reset_target,
                        help="earliest, latest, an offset, or timestamp:MS")
-    reset.add_argument("--partitions", type=int, nargs="*")
+    reset.add_argument("--partitions", type=_int_in(0), nargs="+")
 
     cluster = commands.add_parser("cluster", help="cluster status")
     cluster.add_argument("action", choices=["status"])
@@ -306,24 +313,34 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("start", help="start the raylog controller on a running Ray cluster")
 
     demo = commands.add_parser("demo", help="page views from simulated services, end to end")
-    demo.add_argument("--services", type=int, default=4)
-    demo.add_argument("--records", type=int, default=25_000, help="records per service")
-    demo.add_argument("--partitions", type=int, default=6)
+    demo.add_argument("--services", type=_int_in(1, 8), default=4)
+    demo.add_argument("--records", type=_int_in(1), default=25_000, help="records per service")
+    demo.add_argument("--partitions", type=_int_in(1), default=6)
     demo.add_argument("--embedded", action="store_true",
                       help="always start an embedded local cluster, even if one is running")
     return parser
 
 
+def _stdin() -> TextIO:
+    """stdin as text whose undecodable bytes survive (``surrogateescape``): produce sends
+    each line's bytes as they were."""
+    return io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="surrogateescape")
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
          stdin: TextIO | None = None) -> int:
     out = out or sys.stdout
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)  # a usage error exits with status 2
     try:
         if args.command == "topics":
             return cmd_topics(args, out)
         if args.command == "produce":
-            return cmd_produce(args, out, stdin or sys.stdin)
+            from raylog.cli_records import cmd_produce
+
+            return cmd_produce(args, out, stdin or _stdin())
         if args.command == "consume":
+            from raylog.cli_records import cmd_consume
+
             return cmd_consume(args, out)
         if args.command == "cluster":
             return cmd_cluster(args, out)
@@ -332,12 +349,16 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
         if args.command == "start":
             return cmd_start(args, out)
         return cmd_demo(args, out)
+    except (UsageError, argparse.ArgumentTypeError) as e:
+        return report(e, 2)
     except RaylogError as e:
-        print(f"raylog: error: {e}", file=sys.stderr)
-        return 1
-    except argparse.ArgumentTypeError as e:
-        print(f"raylog: error: {e}", file=sys.stderr)
-        return 2
+        return report(e, 1)
+    except KeyboardInterrupt:
+        return report("interrupted", 130)
+    except BrokenPipeError:
+        return 141  # the reader went away (`raylog consume ... | head`), as a shell would say
+    except Exception as e:  # never a traceback: name what failed on one line
+        return report(f"unexpected {type(e).__name__}: {e}", 1)
 
 
 if __name__ == "__main__":

@@ -16,9 +16,10 @@ from typing import Any
 import pyarrow as pa
 import ray
 
-from raylog.client.connection import RaylogCluster, default_cluster
+from raylog.arguments import check_int, short_repr
+from raylog.client.connection import RaylogCluster, cluster_or_default
 from raylog.client.remote import resolve as resolve_ref
-from raylog.errors import UnknownTopicError
+from raylog.errors import InvalidArgumentError
 from raylog.ranges import (
     EARLIEST,
     LATEST,
@@ -30,16 +31,11 @@ from raylog.ranges import (
     split,
 )
 from raylog.records.kafka_columns import KAFKA_SCHEMA
+from raylog.topics import topic_names, validate_topic_name
 from raylog.types import TopicPartition
 
 DEFAULT_BLOCK_RECORDS = 1_000_000
-
-
-def _topics(topics: str | Iterable[str]) -> list[str]:
-    names = [topics] if isinstance(topics, str) else list(topics)
-    if not names:
-        raise UnknownTopicError("no topic given")
-    return names
+WRITER_CPUS = 0.5  # per write_dataset worker
 
 
 def offset_ranges(topics: str | Iterable[str], start: Bound = EARLIEST, end: Bound = LATEST,
@@ -50,8 +46,9 @@ def offset_ranges(topics: str | Iterable[str], start: Bound = EARLIEST, end: Bou
     Raises UnknownTopicError, OffsetOutOfRangeError (a bound before the log start or past
     the end) or InvalidOffsetRangeError (end before start, malformed bound).
     """
-    cluster = cluster or default_cluster()
-    metas = {name: cluster.topic(name) for name in _topics(topics)}
+    names = topic_names(topics)
+    cluster = cluster_or_default(cluster)
+    metas = {name: cluster.topic(name) for name in names}
     tps = [TopicPartition(name, p) for name, meta in metas.items()
            for p in range(meta.num_partitions)]
     specs = {tp: (spec_for(start, tp, EARLIEST, "start"), spec_for(end, tp, LATEST, "end"))
@@ -91,10 +88,8 @@ def read_topic(topics: str | Iterable[str], start: Bound = EARLIEST, end: Bound 
     >>> ds = read_topic("pageviews", start="earliest", end="latest")
     >>> ds.count()
     """
-    if type(max_records_per_block) is not int or max_records_per_block < 1:
-        raise ValueError(f"max_records_per_block must be an integer >= 1, "
-                         f"got {max_records_per_block!r}")
-    cluster = cluster or default_cluster()
+    check_int("max_records_per_block", max_records_per_block, 1)
+    cluster = cluster_or_default(cluster)
     ranges = offset_ranges(topics, start, end, cluster=cluster)
     refs = []
     for tp, (first, last) in ranges.items():
@@ -123,6 +118,19 @@ class _ProduceBlocks:
         self.producer.close()  # every block's result() was read: no unseen failure remains
 
 
+def check_write(topic: str, cluster: RaylogCluster | None,
+                producer_settings: dict[str, Any] | None) -> dict[str, Any]:
+    """Refuse a write to a bad or unknown topic, or with bad producer settings, before any
+    work; return the settings for the writers' producers."""
+    from raylog.client.producer import producer_config
+
+    validate_topic_name(topic)
+    settings = {} if producer_settings is None else producer_settings
+    producer_config(settings)  # here, not in every worker
+    cluster_or_default(cluster).topic(topic)
+    return dict(settings)
+
+
 def write_dataset(dataset: ray.data.Dataset, topic: str, *,
                   cluster: RaylogCluster | None = None,
                   producer_settings: dict[str, Any] | None = None,
@@ -136,11 +144,18 @@ def write_dataset(dataset: ray.data.Dataset, topic: str, *,
     """
     from raylog.client.tables import payload_table
 
-    cluster = cluster or default_cluster()
-    cluster.topic(topic)  # UnknownTopicError before any work
-    payload_table(dataset.schema().base_schema.empty_table())  # refuses a table without value
+    if not isinstance(dataset, ray.data.Dataset):
+        raise InvalidArgumentError(f"expected a ray.data.Dataset, got {short_repr(dataset)}")
+    settings = check_write(topic, cluster, producer_settings)
+    # More workers than the cluster can run would wait forever for their CPUs.
+    check_int("concurrency", concurrency, 1,
+              max(1, int(ray.cluster_resources().get("CPU", 1) / WRITER_CPUS)))
+    schema = dataset.schema()
+    if schema is None:
+        return 0  # no blocks, no columns: nothing to write
+    payload_table(schema.base_schema.empty_table())  # refuses a table without value
     written = dataset.map_batches(
-        _ProduceBlocks, fn_constructor_args=(topic, producer_settings or {}),
-        batch_format="pyarrow", batch_size=None, concurrency=concurrency, num_cpus=0.5,
+        _ProduceBlocks, fn_constructor_args=(topic, settings),
+        batch_format="pyarrow", batch_size=None, concurrency=concurrency, num_cpus=WRITER_CPUS,
     )
     return sum(row["records"] for row in written.take_all())

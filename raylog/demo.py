@@ -66,8 +66,11 @@ def read_run(cluster: Any, topic: str, run: str, start: dict, expected: int,
         deadline = time.monotonic() + timeout_s
         while len(records) < expected and time.monotonic() < deadline:
             for record in consumer.poll(timeout_ms=500):
-                doc = json.loads(record.value)
-                if doc["run"] == run:
+                try:
+                    doc = json.loads(record.value)
+                except (TypeError, ValueError):
+                    continue  # not a page view: someone else's record in the topic
+                if isinstance(doc, dict) and doc.get("run") == run:
                     records.append((record, doc))
     return records
 
@@ -121,6 +124,7 @@ def run_demo(services: int = 4, records_per_service: int = 25_000, partitions: i
 
     import raylog
     from raylog import Admin, TopicPartition
+    from raylog.client.remote import resolve
 
     out = out or sys.stdout
     services = max(1, min(services, len(SERVICES)))
@@ -145,7 +149,7 @@ def run_demo(services: int = 4, records_per_service: int = 25_000, partitions: i
                   f"topic {DEMO_TOPIC!r} ({count} partitions)"
                   f"{' on an embedded local cluster' if embedded else ''}\n")
         began = time.perf_counter()
-        reports = ray.get([run_service.remote(DEMO_TOPIC, run, name, records_per_service, i)
+        reports = resolve([run_service.remote(DEMO_TOPIC, run, name, records_per_service, i)
                            for i, name in enumerate(names)])
         produced_s = time.perf_counter() - began
         total = services * records_per_service

@@ -14,7 +14,12 @@ class RaylogError(Exception):
 
 
 class InvalidConfigError(RaylogError, ValueError):
-    """A configuration value was refused when the config was built."""
+    """A configuration value (or name) was refused when the config was built."""
+
+
+class InvalidArgumentError(RaylogError, ValueError, TypeError):
+    """An argument of a call has the wrong type or is out of range. A ValueError and a
+    TypeError too, as Python's own functions raise one or the other for such mistakes."""
 
 
 class CorruptRecordError(RaylogError):
@@ -160,6 +165,11 @@ class NoOffsetForPartitionError(OffsetOutOfRangeError):
 
 class InvalidOffsetRangeError(RaylogError, ValueError):
     """An offset range or bound is malformed (e.g. its end is before its start)."""
+
+
+class InternalError(RaylogError):
+    """Something failed unexpectedly inside the cluster (a bug): the message names the
+    remote error; its traceback is chained to this one."""
 
 
 class OutOfOrderSequenceError(RaylogError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, Union
 
+from raylog.arguments import INT64_MAX
 from raylog.errors import InvalidOffsetRangeError, OffsetOutOfRangeError
 from raylog.types import TopicPartition
 
@@ -31,7 +32,7 @@ Bound = Union[Spec, Mapping[Any, Any]]  # noqa: UP007
 
 def _single(spec: Any, what: str) -> Spec:
     if isinstance(spec, Timestamp):
-        if type(spec.ms) is not int or spec.ms < 0:
+        if type(spec.ms) is not int or not 0 <= spec.ms <= INT64_MAX:
             raise InvalidOffsetRangeError(f"{what}: a timestamp must be ms >= 0, got {spec.ms!r}")
         return spec
     if isinstance(spec, Mapping) and set(spec) == {"timestamp"}:
@@ -43,7 +44,7 @@ def _single(spec: Any, what: str) -> Spec:
             return EARLIEST
         if spec == LATEST_OFFSET:
             return LATEST
-        if spec >= 0:
+        if 0 <= spec <= INT64_MAX:
             return spec
     raise InvalidOffsetRangeError(
         f"{what} must be 'earliest', 'latest', an offset >= 0, -2, -1, Timestamp(ms) or a "

@@ -14,17 +14,19 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import ray
 
-from raylog.client.connection import RaylogCluster, default_cluster, init
+from raylog.arguments import INT32_MAX, check_bool, check_id, check_int, check_timeout, short_repr
+from raylog.client.connection import RaylogCluster, cluster_or_default, default_cluster, init
 from raylog.client.remote import resolve
-from raylog.data import DEFAULT_BLOCK_RECORDS, offset_ranges, write_dataset
-from raylog.errors import InvalidRecordError, RaylogError
+from raylog.data import DEFAULT_BLOCK_RECORDS, check_write, offset_ranges, write_dataset
+from raylog.errors import InvalidArgumentError, InvalidRecordError, RaylogError
 from raylog.ranges import EARLIEST, LATEST, Bound, plan_tasks, spec_for
 from raylog.records.kafka_columns import KAFKA_SCHEMA
+from raylog.topics import topic_names
 from raylog.types import TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -52,6 +54,15 @@ def session(app_name: str = "raylog", *, executors: int = 1, cores: int = 1,
     module flags and ``PYSPARK_PYTHON`` (this interpreter), which RayDP needs.
     """
     global _session
+    check_id("app_name", app_name, InvalidArgumentError)
+    check_int("executors", executors, 1, INT32_MAX)
+    check_int("cores", cores, 1, INT32_MAX)
+    if not isinstance(memory, str) or not memory:
+        raise InvalidArgumentError(f"memory must be a size such as '1GB', got {memory!r}")
+    if configs is not None and not (isinstance(configs, Mapping) and all(
+            isinstance(k, str) and isinstance(v, str) for k, v in configs.items())):
+        raise InvalidArgumentError(f"configs must map Spark setting names to strings, got "
+                                   f"{short_repr(configs)}")
     if _session is not None:
         return _session
     import raydp
@@ -111,9 +122,19 @@ def read(spark: Any, topics: str | Iterable[str], starting_offsets: Bound = EARL
     >>> df = read(session(), "pageviews")
     >>> df.groupBy("partition").count().show()
     """
-    cluster = cluster or default_cluster()
+    _check_session(spark)
+    check_int("max_records_per_task", max_records_per_task, 1)
+    check_bool("include_headers", include_headers)
     ranges = offset_ranges(topics, starting_offsets, ending_offsets, cluster=cluster)
     return _frame(spark, ranges, max_records_per_task, include_headers)
+
+
+def _check_session(spark: object) -> None:
+    from pyspark.sql import SparkSession
+
+    if not isinstance(spark, SparkSession):
+        raise InvalidArgumentError(f"expected a SparkSession (raylog.spark.session()), got "
+                                   f"{short_repr(spark)}")
 
 
 def _frame(spark: Any, ranges: dict[TopicPartition, tuple[int, int]],
@@ -182,13 +203,19 @@ def write(frame: Any, topic: str, *, cluster: RaylogCluster | None = None,
 
     Raises InvalidRecordError, writing nothing, when there is no ``value`` column.
     """
+    from pyspark.sql import DataFrame
+
+    check_write(topic, cluster, producer_settings)  # before converting anything
     if isinstance(frame, ray.data.Dataset):
         dataset = frame
-    else:
+    elif isinstance(frame, DataFrame):
         if "value" not in frame.columns:
             raise InvalidRecordError(
                 f"a DataFrame to write needs a 'value' column; it has {frame.columns}")
         dataset = ray.data.from_spark(frame)
+    else:
+        raise InvalidArgumentError(f"expected a Spark DataFrame or a ray.data.Dataset, got "
+                                   f"{short_repr(frame)}")
     return write_dataset(dataset, topic, cluster=cluster, producer_settings=producer_settings)
 
 
@@ -212,9 +239,28 @@ def micro_batches(spark: Any, topics: str | Iterable[str], group_id: str, *,
     >>> for df in micro_batches(session(), "pageviews", "hourly-report", max_batches=3):
     ...     df.groupBy("partition").count().write.parquet(...)
     """
-    cluster = cluster or default_cluster()
+    _check_session(spark)
+    names = topic_names(topics)
+    check_id("group_id", group_id, InvalidArgumentError)
+    if max_records_per_partition is not None:
+        check_int("max_records_per_partition", max_records_per_partition, 1)
+    check_timeout("poll_interval_s", poll_interval_s)
+    if max_batches is not None:
+        check_int("max_batches", max_batches)
+    check_bool("stop_when_idle", stop_when_idle)
+    # A malformed bound is refused now rather than at the first batch.
+    spec_for(starting_offsets, TopicPartition(names[0], 0), EARLIEST, "starting_offsets")
+    return _micro_batches(spark, names, group_id, starting_offsets, max_records_per_partition,
+                          poll_interval_s, max_batches, stop_when_idle,
+                          cluster_or_default(cluster))
+
+
+def _micro_batches(spark: Any, names: list[str], group_id: str, starting_offsets: Bound,
+                   max_records_per_partition: int | None, poll_interval_s: float,
+                   max_batches: int | None, stop_when_idle: bool,
+                   cluster: RaylogCluster) -> Iterator[Any]:
+    """The generator of :func:`micro_batches`, its arguments checked."""
     controller = cluster.controller
-    names = [topics] if isinstance(topics, str) else list(topics)
     produced = 0
     while max_batches is None or produced < max_batches:
         tps = [TopicPartition(name, p) for name in names

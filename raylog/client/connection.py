@@ -12,6 +12,7 @@ from typing import Any
 
 import ray
 
+from raylog.arguments import check_bool, short_repr
 from raylog.client.remote import ControllerClient, ReplicaClient, resolve
 from raylog.cluster_names import (
     BROKER_RESOURCE,
@@ -20,7 +21,9 @@ from raylog.cluster_names import (
     HEAD_RESOURCE,
     NAMESPACE,
 )
-from raylog.errors import LeaderNotAvailableError, NoClusterError
+from raylog.errors import InvalidArgumentError, LeaderNotAvailableError, NoClusterError
+from raylog.metadata.limits import PartitionLimits
+from raylog.topics import validate_topic_name
 
 logger = logging.getLogger(__name__)
 
@@ -60,18 +63,21 @@ class RaylogCluster:
     call :meth:`topic` with ``refresh=True`` after a stale-metadata error).
     """
 
-    def __init__(self, controller: ray.actor.ActorHandle, embedded: bool = False) -> None:
+    def __init__(self, controller: ray.actor.ActorHandle, embedded: bool = False,
+                 limits: PartitionLimits | None = None) -> None:
         self.controller = ControllerClient(controller)
         self.embedded = embedded  # raylog.init started this Ray cluster itself
+        self.limits = limits  # the controller's, for checks before asking it (None: unknown)
         self._topics: dict[str, TopicMetadata] = {}
         self._lock = threading.Lock()
 
     def topic(self, name: str, refresh: bool = False) -> TopicMetadata:
-        """Metadata of topic ``name``; raises UnknownTopicError."""
-        cached = self._topics.get(name)
+        """Metadata of topic ``name``; raises InvalidTopicError or UnknownTopicError."""
+        cached = self._topics.get(name) if type(name) is str else None
         if cached is not None and not refresh and \
                 time.monotonic() - cached.fetched_at < METADATA_MAX_AGE_S:
             return cached
+        validate_topic_name(name)
         raw = self.controller.call("metadata", [name])[name]
         meta = TopicMetadata(
             name=name,
@@ -184,13 +190,22 @@ def init(address: str | None = None, *, start_local: bool = True, create: bool =
     >>> producer = raylog.Producer(cluster=cluster)
     """
     global _default
+    if address is not None and not isinstance(address, str):
+        raise InvalidArgumentError(f"address must be a Ray address string or None, got "
+                                   f"{short_repr(address)}")
+    check_bool("start_local", start_local)
+    check_bool("create", create)
+    if data_dir is not None and not isinstance(data_dir, str | os.PathLike):
+        raise InvalidArgumentError(f"data_dir must be a path, got {short_repr(data_dir)}")
     with _default_lock:
         if data_dir is not None and not ray.is_initialized():
             os.environ[DATA_DIR_ENV] = os.fspath(data_dir)
         embedded = _connect_ray(address, start_local)
         handle = controller_handle(create)
-        resolve(handle.ready.remote(), timeout=120)
-        _default = RaylogCluster(handle, embedded)
+        ready = resolve(handle.ready.remote(), timeout=120)
+        limits = ready.get("limits")
+        _default = RaylogCluster(handle, embedded,
+                                 PartitionLimits(**limits) if limits is not None else None)
         return _default
 
 
@@ -199,6 +214,17 @@ def default_cluster() -> RaylogCluster:
     if _default is None:
         return init()
     return _default
+
+
+def cluster_or_default(cluster: object) -> RaylogCluster:
+    """A client's ``cluster`` argument: a RaylogCluster (or a test's stand-in for one:
+    anything with its ``topic`` method), or None for the default one."""
+    if cluster is None:
+        return default_cluster()
+    if not callable(getattr(cluster, "topic", None)):
+        raise InvalidArgumentError(f"cluster must be a RaylogCluster (from raylog.init()) or "
+                                   f"None, got {short_repr(cluster)}")
+    return cluster
 
 
 def reset_default() -> None:

@@ -7,20 +7,29 @@ import concurrent.futures
 import dataclasses
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from itertools import repeat
 from typing import Any
 
 import ray
 
 from raylog._gc import gc_paused
-from raylog.client.connection import RaylogCluster, TopicMetadata, default_cluster
+from raylog.arguments import (
+    INT32_MAX,
+    build_config,
+    check_id,
+    check_int,
+    check_int_fields,
+    refuses_unknown_options,
+)
+from raylog.client.connection import RaylogCluster, TopicMetadata, cluster_or_default
 from raylog.client.group_member import GroupMixin
 from raylog.client.membership import Membership
 from raylog.client.remote import resolve, wait_done
 from raylog.errors import (
     ClientClosedError,
     IllegalStateError,
+    InvalidArgumentError,
     InvalidConfigError,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
@@ -30,6 +39,7 @@ from raylog.errors import (
 from raylog.groups.assignors import ASSIGNORS
 from raylog.records import decode, iter_batches
 from raylog.records.reader import row_columns, row_range
+from raylog.topics import check_partition, topic_partition, topic_partitions
 from raylog.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -39,6 +49,7 @@ OFFSET_RESETS = ("earliest", "latest", "none")
 METADATA_REFRESH_BACKOFF_S = 0.1  # refresh a topic at most this often after errors
 
 
+@refuses_unknown_options
 @dataclasses.dataclass(frozen=True)
 class ConsumerConfig:
     """Consumer settings, checked when built; names as Kafka's with ``_`` for ``.``."""
@@ -63,29 +74,24 @@ class ConsumerConfig:
         if self.auto_offset_reset not in OFFSET_RESETS:
             raise InvalidConfigError(f"auto_offset_reset must be one of {OFFSET_RESETS}, "
                                      f"got {self.auto_offset_reset!r}")
-        if self.partition_assignment_strategy not in ASSIGNORS:
+        if not isinstance(self.partition_assignment_strategy, str) or \
+                self.partition_assignment_strategy not in ASSIGNORS:
             raise InvalidConfigError(
                 f"partition_assignment_strategy must be one of {sorted(ASSIGNORS)}, "
                 f"got {self.partition_assignment_strategy!r}")
-        if self.group_id is not None and (not isinstance(self.group_id, str)
-                                          or not self.group_id):
-            raise InvalidConfigError(f"group_id must be a non-empty string, got "
-                                     f"{self.group_id!r}")
+        if self.group_id is not None:
+            check_id("group_id", self.group_id)
+        check_id("client_id", self.client_id)
         if type(self.enable_auto_commit) is not bool:
             raise InvalidConfigError(f"enable_auto_commit must be true or false, got "
                                      f"{self.enable_auto_commit!r}")
-        if not isinstance(self.client_id, str) or not self.client_id:
-            raise InvalidConfigError(f"client_id must be a non-empty string, got "
-                                     f"{self.client_id!r}")
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if field.name in _NON_NUMERIC or (
-                    value is None and field.name == "consumer_timeout_ms"):
-                continue
-            minimum = 0 if field.name in ("fetch_max_wait_ms", "consumer_timeout_ms") else 1
-            if type(value) is not int or value < minimum:
-                raise InvalidConfigError(f"{field.name} must be an integer >= {minimum}, "
-                                         f"got {value!r}")
+        check_int_fields(self, skip=_NON_NUMERIC,
+                         zero_ok=("fetch_max_wait_ms", "consumer_timeout_ms"),
+                         optional=("consumer_timeout_ms",))
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise InvalidConfigError(
+                f"heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be lower than "
+                f"session_timeout_ms ({self.session_timeout_ms})")
 
 
 _NON_NUMERIC = {"auto_offset_reset", "group_id", "client_id", "enable_auto_commit",
@@ -156,8 +162,8 @@ class Consumer(GroupMixin):
     """
 
     def __init__(self, *, cluster: RaylogCluster | None = None, **settings: Any) -> None:
-        self.config = ConsumerConfig(**settings)
-        self._cluster = cluster or default_cluster()
+        self.config = build_config(ConsumerConfig, "Consumer", settings, ("cluster",))
+        self._cluster = cluster_or_default(cluster)
         self._topics: dict[str, TopicMetadata] = {}
         self._assigned: dict[TopicPartition, _Fetching] = {}
         self._paused: set[TopicPartition] = set()
@@ -203,12 +209,9 @@ class Consumer(GroupMixin):
         if self._membership is not None:
             raise IllegalStateError("assign() on a consumer subscribed to a group; "
                                     "unsubscribe() first")
-        wanted = [TopicPartition(*tp) for tp in partitions]
+        wanted = topic_partitions(partitions, "assign()")
         for tp in wanted:
-            count = self._topic(tp.topic).num_partitions
-            if type(tp.partition) is not int or not 0 <= tp.partition < count:
-                raise UnknownPartitionError(
-                    f"topic {tp.topic!r} has partitions 0..{count - 1}, not {tp.partition!r}")
+            check_partition(tp.topic, tp.partition, self._topic(tp.topic).num_partitions)
         self._assigned = {tp: self._assigned.get(tp) or _Fetching(tp) for tp in wanted}
 
     def assignment(self) -> set[TopicPartition]:
@@ -217,9 +220,8 @@ class Consumer(GroupMixin):
     def seek(self, partition: TopicPartition, offset: int) -> None:
         """Make ``offset`` the next offset poll returns for ``partition``."""
         self._check_open()
-        if type(offset) is not int or offset < 0:
-            raise ValueError(f"offset must be an integer >= 0, got {offset!r}")
-        self._state(TopicPartition(*partition)).reset(offset)
+        state = self._state(topic_partition(partition))
+        state.reset(check_int("offset", offset))
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
         self._seek_to("earliest", partitions)
@@ -229,14 +231,16 @@ class Consumer(GroupMixin):
 
     def _seek_to(self, spec: str, partitions: tuple[TopicPartition, ...]) -> None:
         self._check_open()
-        targets = [TopicPartition(*p) for p in partitions] or list(self._assigned)
+        targets = topic_partitions(partitions, f"seek_to_{spec}()") or list(self._assigned)
+        for tp in targets:
+            self._state(tp)  # every one assigned, before anything moves
         for tp, found in self._list_offsets(targets, spec).items():
             self._state(tp).reset(found[0])
 
     def position(self, partition: TopicPartition) -> int:
         """The offset of the next record poll returns for ``partition``."""
         self._check_open()
-        state = self._state(TopicPartition(*partition))
+        state = self._state(topic_partition(partition))
         if state.position is None:
             self._reset_position(state)
         return state.position
@@ -251,28 +255,35 @@ class Consumer(GroupMixin):
 
     def _list_offsets(self, partitions: list[TopicPartition], spec: str | int
                       ) -> dict[TopicPartition, tuple[int, int] | None]:
+        for tp in partitions:
+            check_partition(tp.topic, tp.partition, self._topic(tp.topic).num_partitions)
         refs = {tp: self._leader(tp).list_offset(spec) for tp in partitions}
         return {tp: resolve(ref) for tp, ref in refs.items()}
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         self._check_open()
-        return {tp: v[0] for tp, v in self._list_offsets(list(partitions), "earliest").items()}
+        wanted = topic_partitions(partitions, "beginning_offsets()")
+        return {tp: v[0] for tp, v in self._list_offsets(wanted, "earliest").items()}
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """The high watermark of each partition: the offset the next committed record gets."""
         self._check_open()
-        return {tp: v[0] for tp, v in self._list_offsets(list(partitions), "latest").items()}
+        wanted = topic_partitions(partitions, "end_offsets()")
+        return {tp: v[0] for tp, v in self._list_offsets(wanted, "latest").items()}
 
     def offsets_for_times(self, timestamps: dict[TopicPartition, int]
                           ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
         """For each partition, the first offset whose timestamp is >= the given ms."""
         self._check_open()
+        if not isinstance(timestamps, Mapping):
+            raise InvalidArgumentError(f"offsets_for_times() takes a dict of TopicPartition "
+                                       f"to timestamp (ms), got {type(timestamps).__name__}")
+        wanted = {topic_partition(tp): check_int(f"the timestamp of {tp}", ts)
+                  for tp, ts in timestamps.items()}
         out = {}
-        for tp, ts in timestamps.items():
-            if type(ts) is not int or ts < 0:
-                raise ValueError(f"timestamp must be an integer >= 0 ms, got {ts!r}")
-            found = self._list_offsets([TopicPartition(*tp)], ts)[TopicPartition(*tp)]
-            out[TopicPartition(*tp)] = OffsetAndTimestamp(*found) if found else None
+        for tp, ts in wanted.items():
+            found = self._list_offsets([tp], ts)[tp]
+            out[tp] = OffsetAndTimestamp(*found) if found else None
         return out
 
     def _leader(self, tp: TopicPartition, refresh: bool = False):
@@ -345,7 +356,9 @@ class Consumer(GroupMixin):
         (default ``max_poll_records``). Positions move past what is returned.
         """
         self._check_open()
-        limit = max_records or self.config.max_poll_records
+        check_int("timeout_ms", timeout_ms, 0, INT32_MAX)
+        limit = self.config.max_poll_records if max_records is None else \
+            check_int("max_records", max_records, 1, INT32_MAX)
         deadline = time.monotonic() + timeout_ms / 1000
         self._maybe_auto_commit()
         while True:
@@ -383,13 +396,13 @@ class Consumer(GroupMixin):
 
     def pause(self, *partitions: TopicPartition) -> None:
         """Stop returning records of these partitions until resumed."""
-        for tp in partitions:
-            self._state(TopicPartition(*tp))
-            self._paused.add(TopicPartition(*tp))
+        wanted = topic_partitions(partitions, "pause()")
+        for tp in wanted:
+            self._state(tp)
+        self._paused.update(wanted)
 
     def resume(self, *partitions: TopicPartition) -> None:
-        for tp in partitions:
-            self._paused.discard(TopicPartition(*tp))
+        self._paused.difference_update(topic_partitions(partitions, "resume()"))
 
     def paused(self) -> set[TopicPartition]:
         return set(self._paused)

@@ -7,7 +7,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from raylog.errors import RequestTimeoutError
+from raylog.arguments import check_timeout
+from raylog.errors import InvalidArgumentError, RequestTimeoutError
 from raylog.types import RecordMetadata
 
 logger = logging.getLogger(__name__)
@@ -91,6 +92,7 @@ class RecordFuture:
 
     def result(self, timeout: float | None = None) -> RecordMetadata:
         """Wait for the record's metadata; raise the error that failed its batch."""
+        check_timeout("timeout", timeout)
         batch = self._batch
         batch.wait(timeout)
         offset = -1 if batch.base_offset < 0 else batch.base_offset + self._index
@@ -104,6 +106,8 @@ class RecordFuture:
         return self._batch.error
 
     def add_done_callback(self, fn: Callable[[RecordFuture], None]) -> None:
+        if not callable(fn):
+            raise InvalidArgumentError(f"a done callback must be callable, got {fn!r}")
         self._batch.on_done(lambda: fn(self))
 
 
@@ -118,6 +122,7 @@ class TableFuture:
 
     def result(self, timeout: float | None = None) -> list[tuple[int, int, int]]:
         """Wait (``timeout`` s in all) for every batch; raise the first batch's error."""
+        check_timeout("timeout", timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         for batch in self._batches:
             batch.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))

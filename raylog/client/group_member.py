@@ -11,23 +11,36 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from raylog.arguments import check_int
 from raylog.client.membership import Membership
 from raylog.errors import (
     IllegalGenerationError,
     IllegalStateError,
+    InvalidArgumentError,
     NotPartitionOwnerError,
     RaylogError,
     RejoinRequiredError,
     UnknownMemberError,
 )
+from raylog.topics import topic_names, topic_partition, topic_partitions, topic_pattern
 from raylog.types import TopicPartition
 
 logger = logging.getLogger(__name__)
+
+LISTENER_EVENTS = ("on_partitions_revoked", "on_partitions_assigned", "on_partitions_lost")
+
+
+def _checked_offsets(offsets: object) -> dict[TopicPartition, int]:
+    """Offsets to commit: a dict of TopicPartition (or pair) to the next offset to read."""
+    if not isinstance(offsets, Mapping):
+        raise InvalidArgumentError(f"offsets to commit must be a dict of TopicPartition to "
+                                   f"offset, got {type(offsets).__name__}")
+    return {topic_partition(tp): check_int(f"the offset of {tp}", offset)
+            for tp, offset in offsets.items()}
 
 
 class GroupMixin:
@@ -40,16 +53,21 @@ class GroupMixin:
         The group's coordinator assigns partitions; each is owned by one member at a time.
         ``listener`` may define ``on_partitions_revoked(partitions)`` (called before a
         partition is given up: commit there) and ``on_partitions_assigned(partitions)``.
-        Assignment happens inside ``poll``.
+        Assignment happens inside ``poll``. A string is one topic name.
         """
         self._check_open()
         if self.config.group_id is None:
             raise IllegalStateError("subscribe() needs a group_id")
         if (topics is None) == (pattern is None):
-            raise ValueError("subscribe() takes topics or a pattern, not both or neither")
+            raise InvalidArgumentError("subscribe() takes topics or a pattern, not both or "
+                                       "neither")
         if pattern is not None:
-            re.compile(pattern)
-        names = sorted(set(topics)) if topics is not None else None
+            topic_pattern(pattern)
+        names = sorted(set(topic_names(topics, "subscribe()"))) if topics is not None else None
+        for event in LISTENER_EVENTS:
+            if getattr(listener, event, None) is not None and \
+                    not callable(getattr(listener, event)):
+                raise InvalidArgumentError(f"the listener's {event} must be callable")
         if self._membership is not None:
             self.unsubscribe()
         self._assigned = {}
@@ -156,11 +174,7 @@ class GroupMixin:
         if self.config.group_id is None:
             raise IllegalStateError("commit() needs a group_id")
         offsets = self._positions(self._assigned) if offsets is None else offsets
-        entries = []
-        for tp, offset in offsets.items():
-            if type(offset) is not int or offset < 0:
-                raise ValueError(f"offset for {tp} must be an integer >= 0, got {offset!r}")
-            entries.append((*TopicPartition(*tp), offset, ""))
+        entries = [(*tp, offset, "") for tp, offset in _checked_offsets(offsets).items()]
         if not entries:
             return
         membership = self._membership
@@ -194,7 +208,10 @@ class GroupMixin:
                      callback: Any = None) -> concurrent.futures.Future:
         """Commit in the background; ``callback(offsets, error)`` runs when it is done."""
         self._check_open()
-        offsets = self._positions(self._assigned) if offsets is None else dict(offsets)
+        offsets = self._positions(self._assigned) if offsets is None else \
+            _checked_offsets(offsets)
+        if callback is not None and not callable(callback):
+            raise InvalidArgumentError(f"callback must be callable, got {callback!r}")
         if self._committer is None:
             self._committer = concurrent.futures.ThreadPoolExecutor(
                 max_workers=1, thread_name_prefix="raylog-commit")
@@ -210,7 +227,7 @@ class GroupMixin:
             raise IllegalStateError("committed() needs a group_id")
         found = self._cluster.controller.call(
             "committed_offsets", self.config.group_id,
-            [tuple(TopicPartition(*tp)) for tp in partitions])
+            [tuple(tp) for tp in topic_partitions(partitions, "committed()")])
         return {TopicPartition(*tp): (om[0] if om else None) for tp, om in found.items()}
 
     def _maybe_auto_commit(self) -> None:

@@ -9,13 +9,21 @@ import os
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 import ray
 
-from raylog.client.connection import RaylogCluster, TopicMetadata, default_cluster
+from raylog.arguments import (
+    INT64_MAX,
+    build_config,
+    check_int_fields,
+    check_timeout,
+    refuses_unknown_options,
+    short_repr,
+)
+from raylog.client.connection import RaylogCluster, TopicMetadata, cluster_or_default
 from raylog.client.futures import BatchResult, RecordFuture, TableFuture
 from raylog.client.remote import resolve, wait_done
 from raylog.client.sender_state import OutgoingBatch, PartitionSender
@@ -24,6 +32,7 @@ from raylog.errors import (
     ActorUnavailableError,
     ClientClosedError,
     InvalidConfigError,
+    InvalidRecordError,
     ProduceFailedError,
     RaylogError,
     RecordTooLargeError,
@@ -32,13 +41,15 @@ from raylog.errors import (
 )
 from raylog.partitioner import Partitioner, StickyPartitioner, key_partition
 from raylog.records import BatchBuilder, Codec, encode
-from raylog.records.builder import BATCH_OVERHEAD, record_size
+from raylog.records.builder import BATCH_OVERHEAD, check_headers, record_size
+from raylog.topics import check_partition, validate_topic_name
 
 logger = logging.getLogger(__name__)
 
 _CODECS = {"lz4": Codec.LZ4, "none": Codec.NONE}
 
 
+@refuses_unknown_options
 @dataclasses.dataclass(frozen=True)
 class ProducerConfig:
     """Producer settings, checked when built; names as Kafka's with ``_`` for ``.``."""
@@ -61,23 +72,42 @@ class ProducerConfig:
             raise InvalidConfigError(f"acks must be 0, 1 or 'all', got {self.acks!r}")
         acks = {"0": 0, "1": 1, "-1": "all", -1: "all"}.get(self.acks, self.acks)
         object.__setattr__(self, "acks", acks)
-        if self.compression_type not in _CODECS:
+        if not isinstance(self.compression_type, str) or self.compression_type not in _CODECS:
             raise InvalidConfigError(
                 f"compression_type must be 'lz4' or 'none', got {self.compression_type!r}")
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if field.name in ("acks", "compression_type"):
-                continue
-            minimum = 0 if field.name in ("linger_ms", "retry_backoff_ms") else 1
-            if type(value) is not int or value < minimum:
-                raise InvalidConfigError(f"{field.name} must be an integer >= {minimum}, "
-                                         f"got {value!r}")
+        check_int_fields(self, skip=("acks", "compression_type"),
+                         zero_ok=("linger_ms", "retry_backoff_ms"),
+                         maximums={"buffer_memory": INT64_MAX})
         if self.delivery_timeout_ms < self.linger_ms:
             raise InvalidConfigError(f"delivery_timeout_ms must be >= linger_ms="
                                      f"{self.linger_ms}, got {self.delivery_timeout_ms}")
         if self.batch_size <= BATCH_OVERHEAD:
             raise InvalidConfigError(f"batch_size must be > {BATCH_OVERHEAD}, "
                                      f"got {self.batch_size}")
+
+
+def _check_record(key: object, value: object, headers: object) -> None:
+    """What BatchBuilder.append checks of a record, for one that opens a new batch."""
+    for what, data in (("key", key), ("value", value)):
+        if data is not None and type(data) is not bytes:
+            raise InvalidRecordError(f"record {what} must be bytes or None, got "
+                                     f"{type(data).__name__}")
+    if headers:
+        check_headers(headers)
+
+
+def producer_config(settings: Mapping[str, Any]) -> ProducerConfig:
+    """The config of a Producer made with keyword ``settings`` (a ``partitioner`` among
+    them, not part of the config); InvalidConfigError for unknown or bad ones."""
+    if not isinstance(settings, Mapping):
+        raise InvalidConfigError(f"producer settings must be a dict, got "
+                                 f"{short_repr(settings)}")
+    settings = dict(settings)
+    partitioner = settings.pop("partitioner", None)
+    if partitioner is not None and not callable(partitioner):
+        raise InvalidConfigError(f"partitioner must be a callable (key, partitions) -> "
+                                 f"partition, got {short_repr(partitioner)}")
+    return build_config(ProducerConfig, "Producer", settings, ("cluster", "partitioner"))
 
 
 class Producer:
@@ -105,8 +135,8 @@ class Producer:
 
     def __init__(self, *, cluster: RaylogCluster | None = None,
                  partitioner: Partitioner | None = None, **settings: Any) -> None:
-        self.config = ProducerConfig(**settings)
-        self._cluster = cluster or default_cluster()
+        self.config = producer_config({**settings, "partitioner": partitioner})
+        self._cluster = cluster_or_default(cluster)
         self._partitioner = partitioner
         self._codec = _CODECS[self.config.compression_type]
         self._max_record = self.config.max_request_size - BATCH_OVERHEAD
@@ -152,8 +182,13 @@ class Producer:
         """
         if self._closed:
             raise ClientClosedError("send() on a closed producer")
+        if type(topic) is not str:
+            validate_topic_name(topic)
         if timestamp is None:
             timestamp = time.time_ns() // 1_000_000
+        elif type(timestamp) is not int or not 0 <= timestamp <= INT64_MAX:
+            raise InvalidRecordError(f"record timestamp must be an int >= 0 ms, got "
+                                     f"{short_repr(timestamp)}")
         if partition is None and key is None and self._partitioner is None:
             # Fast path: a keyless record joins its topic's open sticky batch, if it fits.
             with self._lock:
@@ -174,9 +209,8 @@ class Producer:
                         f"{partitions} partitions")
             elif key is not None:
                 partition = key_partition(key, partitions)
-        elif type(partition) is not int or not 0 <= partition < partitions:
-            raise UnknownPartitionError(
-                f"topic {topic!r} has partitions 0..{partitions - 1}, not {partition!r}")
+        else:
+            check_partition(topic, partition, partitions)
         with self._lock:
             sticky = partition is None
             if sticky:
@@ -192,6 +226,7 @@ class Producer:
                     batch = self._open.get((topic, partition))
                     count = batch.builder.append(timestamp, key, value, headers) if batch else 0
             if not count:
+                _check_record(key, value, headers)  # before sizing it
                 size = record_size(key, value, headers)
                 if size > self._max_record:
                     raise RecordTooLargeError(
@@ -219,7 +254,11 @@ class Producer:
         """
         if self._closed:
             raise ClientClosedError("send_batch() on a closed producer")
+        if type(topic) is not str:
+            validate_topic_name(topic)
         meta = self._topics.get(topic) or self._topic(topic)
+        if partition is not None:
+            check_partition(topic, partition, meta.num_partitions)
         rows = partition_rows(table, meta.num_partitions, self.config.batch_size,
                               partition=partition, topic=topic)
         with self._lock:
@@ -321,6 +360,7 @@ class Producer:
         flushes never takes a failure for a success; RequestTimeoutError if ``timeout`` s
         pass first.
         """
+        check_timeout("timeout", timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             for key, batch in list(self._open.items()):
@@ -347,6 +387,7 @@ class Producer:
         Records still unacknowledged when ``timeout`` s have passed fail with
         ClientClosedError. Raises what :meth:`flush` raises.
         """
+        check_timeout("timeout", timeout)
         if self._closed:
             return
         try:

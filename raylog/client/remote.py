@@ -1,9 +1,9 @@
 """Every Ray call a client makes goes through these wrappers, one per remote actor kind.
 
 They turn Ray's exceptions into raylog's: an error raised inside an actor comes back as the
-raylog error it was (not wrapped in RayTaskError), a dead or unreachable actor becomes a
-retriable error, and a timeout becomes RequestTimeoutError. Unit tests replace them with
-fakes.
+raylog error it was (not wrapped in RayTaskError, however deep), a dead or unreachable actor
+becomes a retriable error, a timeout becomes RequestTimeoutError, and anything else raised
+inside an actor (a bug) becomes InternalError. Unit tests replace them with fakes.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from raylog.errors import (
     ActorUnavailableError,
     ControllerUnavailableError,
+    InternalError,
+    LeaderNotAvailableError,
     NoClusterError,
     RaylogError,
     RequestTimeoutError,
@@ -46,11 +48,19 @@ def wait_done(refs: list[ray.ObjectRef], timeout: float) -> list[ray.ObjectRef]:
 
 
 def unwrap(error: BaseException) -> BaseException:
-    """The raylog error inside a RayTaskError, or the error itself."""
-    if isinstance(error, RayTaskError) and isinstance(error.cause, RaylogError):
-        return error.cause
+    """The raylog error a Ray error stands for. An actor that awaited another actor's
+    failed call re-raises it wrapped once more: look through every wrapper."""
+    cause = error
+    while isinstance(cause, RayTaskError) and cause.cause is not None:
+        cause = cause.cause
+    if isinstance(cause, RaylogError):
+        return cause
     if isinstance(error, RayActorError):
         return ActorUnavailableError(f"actor unavailable: {error}")
+    if isinstance(cause, RayActorError):  # the controller found a replica it called dead
+        return LeaderNotAvailableError(f"a partition replica is unavailable: {cause}")
+    if isinstance(error, RayTaskError):
+        return InternalError(f"{type(cause).__name__} inside the cluster: {cause}")
     return error
 
 

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -83,7 +84,8 @@ def test_errors_are_reported_not_raised(ray_cluster, topic_name, capsys):
     assert f"unknown topic {topic_name!r}" in capsys.readouterr().err
     assert run("topics", "create", topic_name)[0] == 0
     assert run("produce", topic_name, "--key-separator", "=", stdin="no separator\n")[0] == 1
-    assert "line 1 has no key separator '='" in capsys.readouterr().err
+    assert "1 of 1 records refused: no key separator '=' in the line (line 1)" in \
+        capsys.readouterr().err
     with pytest.raises(SystemExit) as exited:
         run("groups", "reset-offsets", "g", topic_name, "--to", "timestamp:soon")
     assert exited.value.code == 2
@@ -108,3 +110,117 @@ def test_without_a_cluster_it_says_so(argv):
     assert result.returncode == 1
     assert "no Ray cluster at '127.0.0.1:1'" in result.stderr
     assert "ray up cluster.yaml" in result.stderr
+
+
+# -- refusals: one line on stderr, exit status 1, and nothing stored changes ---------------------
+
+def error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("raylog: error: "), err
+    return err.strip()
+
+
+def end_offsets(topic: str, partitions: int = 1) -> dict:
+    from raylog import Consumer, TopicPartition
+
+    with Consumer() as consumer:
+        return consumer.end_offsets([TopicPartition(topic, p) for p in range(partitions)])
+
+
+def test_produce_reports_records_the_cluster_refused(ray_cluster, topic_name, capsys):
+    run("topics", "create", topic_name, "--config", "cleanup.policy=compact",
+        "--config", "max.message.bytes=4096")
+    code, out = run("produce", topic_name, stdin="no key\nnone either\n")
+    assert (code, out) == (1, f"produced 0 records to {topic_name}\n")
+    assert error_line(capsys) == (
+        "raylog: error: 2 of 2 records refused: a compacted log refuses records without a "
+        "key (lines 1, 2)")
+    large = os.urandom(6000).hex()  # incompressible, over max.message.bytes once encoded
+    code, out = run("produce", topic_name, "--key-separator", ":", stdin=f"k:{large}\n")
+    assert (code, out) == (1, f"produced 0 records to {topic_name}\n")
+    assert "1 of 1 records refused: " in error_line(capsys)
+    assert end_offsets(topic_name) == {(topic_name, 0): 0}
+
+
+def test_produce_counts_a_mix_of_produced_and_refused_records(ray_cluster, topic_name,
+                                                               capsys):
+    run("topics", "create", topic_name)
+    code, out = run("produce", topic_name, "--key-separator", ":",
+                    stdin="a:1\nno separator\nb:2\nneither\n")
+    assert (code, out) == (1, f"produced 2 records to {topic_name}\n")
+    assert error_line(capsys) == ("raylog: error: 2 of 4 records refused: no key separator "
+                                  "':' in the line (lines 2, 4)")
+    assert end_offsets(topic_name) == {(topic_name, 0): 2}
+
+
+def test_alter_refuses_deleting_a_config_that_is_not_set(ray_cluster, topic_name, capsys):
+    from raylog import Admin
+
+    run("topics", "create", topic_name, "--partitions", "2", "--config", "retention.ms=60000")
+    before = Admin().describe_topic(topic_name)
+    assert run("topics", "alter", topic_name, "--delete", "segment.bytes")[0] == 1
+    assert error_line(capsys) == (f"raylog: error: topic {topic_name!r} has no value set for "
+                                  "'segment.bytes' (it has its default): nothing to delete")
+    # Each change is checked before any is made: the partitions were not added either.
+    assert run("topics", "alter", topic_name, "--partitions", "3", "--set",
+               "segment.bytes=1048576", "--delete", "retention.msx")[0] == 1
+    assert "did you mean 'retention.ms'?" in error_line(capsys)
+    assert run("topics", "alter", topic_name, "--partitions", "1")[0] == 1
+    assert "cannot have fewer (1): partitions are added, never removed" in error_line(capsys)
+    assert run("topics", "alter", topic_name, "--partitions", "2")[0] == 1
+    assert "already has 2 partitions" in error_line(capsys)
+    assert Admin().describe_topic(topic_name) == before
+    code, out = run("topics", "alter", topic_name, "--delete", "retention.ms")
+    assert code == 0 and "retention_ms" not in out
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["topics", "create", "{topic}", "--partitions", "1000000"],
+     "cannot have 1000000 partitions: the limit is 10000 per topic"),
+    (["topics", "create", "{topic}", "--config", "retention.msx=5"],
+     "unknown topic config 'retention.msx' (did you mean 'retention.ms'?)"),
+    (["topics", "create", "{topic}", "--replication-factor", "9"], "replication factor 9"),
+    (["topics", "delete", "__consumer_offsets"], "internal"),
+    (["topics", "describe", "{topic}"], "unknown topic"),
+    (["produce", "{topic}"], "unknown topic"),
+    (["consume", "{topic}"], "unknown topic"),
+    (["groups", "describe", "{topic}"], "unknown consumer group"),
+    (["groups", "delete", "{topic}"], "unknown consumer group"),
+    (["groups", "reset-offsets", "g", "{topic}", "--to", "earliest"], "unknown topic"),
+])
+def test_refusals_are_one_line_with_status_1(ray_cluster, topic_name, capsys, argv, message):
+    from raylog import Admin
+
+    before = Admin().describe_topics()
+    started = time.monotonic()
+    code, out = run(*(a.format(topic=topic_name) for a in argv))
+    assert time.monotonic() - started < 10  # refused before any work, never a long wait
+    assert (code, out) == (1, "")
+    assert message in error_line(capsys)
+    assert Admin().describe_topics() == before
+
+
+def test_max_messages_is_a_limit_and_zero_prints_nothing(ray_cluster, topic_name, capsys):
+    run("topics", "create", topic_name, "--partitions", "2")
+    run("produce", topic_name, stdin="".join(f"{i}\n" for i in range(6)))
+    assert run("consume", topic_name, "--from-beginning", "--max-messages", "0") == (0, "")
+    code, out = run("consume", topic_name, "--from-beginning", "--max-messages", "2",
+                    "--timeout-ms", "3000")
+    assert code == 0 and len(out.splitlines()) == 2
+    assert run("consume", topic_name, "--partition", "2")[0] == 1
+    assert "has partitions 0..1, not 2" in error_line(capsys)
+    assert capsys.readouterr().err == ""
+
+
+def test_the_console_script_refuses_in_one_line_without_a_traceback(ray_cluster, topic_name):
+    from raylog import Admin
+
+    Admin().create_topic(topic_name, configs={"cleanup.policy": "compact"})
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster.cluster.address}
+    result = subprocess.run([os.path.join(os.path.dirname(sys.executable), "raylog"),
+                             "produce", topic_name], input="keyless\n", capture_output=True,
+                            text=True, env=env, timeout=120)
+    assert result.returncode == 1
+    assert result.stdout == f"produced 0 records to {topic_name}\n"
+    assert result.stderr == ("raylog: error: 1 of 1 records refused: a compacted log refuses "
+                             "records without a key (line 1)\n")

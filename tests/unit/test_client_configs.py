@@ -7,8 +7,9 @@ import re
 
 import pytest
 
+from raylog.arguments import build_config
 from raylog.client.consumer import OFFSET_RESETS, ConsumerConfig
-from raylog.client.producer import ProducerConfig
+from raylog.client.producer import ProducerConfig, producer_config
 from raylog.errors import InvalidConfigError
 from raylog.records.builder import BATCH_OVERHEAD
 
@@ -94,9 +95,39 @@ def test_batch_size_must_exceed_the_batch_overhead():
     assert ProducerConfig(batch_size=BATCH_OVERHEAD + 1).batch_size == BATCH_OVERHEAD + 1
 
 
-def test_unknown_producer_settings_are_refused():
-    with pytest.raises(TypeError):
-        ProducerConfig(lingerms=5)
+@pytest.mark.parametrize(("settings", "hint"), [
+    ({"linger": 5}, "did you mean 'linger_ms'?"),
+    ({"lingerms": 5}, "did you mean 'linger_ms'?"),
+    ({"batchsize": 5}, "did you mean 'batch_size'?"),
+    ({"partitioners": 5}, "did you mean 'partitioner'?"),
+])
+def test_unknown_producer_settings_are_refused_naming_the_closest(settings, hint):
+    name = next(iter(settings))
+    with pytest.raises(InvalidConfigError, match=rf"unknown Producer option '{name}' "
+                                                 rf"\({re.escape(hint)}\)"):
+        producer_config(settings)
+
+
+def test_producer_settings_check_the_partitioner():
+    assert producer_config({"partitioner": lambda key, n: 0}) == ProducerConfig()
+    with pytest.raises(InvalidConfigError, match=r"partitioner must be a callable"):
+        producer_config({"partitioner": "murmur2"})
+    with pytest.raises(InvalidConfigError, match=r"producer settings must be a dict"):
+        producer_config(["linger_ms"])
+
+
+@pytest.mark.parametrize("codec", [["lz4"], {"lz4": 1}])
+def test_unhashable_values_of_choices_are_refused_typed(codec):
+    with pytest.raises(InvalidConfigError, match=r"compression_type"):
+        ProducerConfig(compression_type=codec)
+    with pytest.raises(InvalidConfigError, match=r"partition_assignment_strategy"):
+        ConsumerConfig(partition_assignment_strategy=codec)
+
+
+@pytest.mark.parametrize("field", PRODUCER_INT_FIELDS)
+def test_producer_settings_refuse_huge_values(field):
+    with pytest.raises(InvalidConfigError, match=rf"{field} must be an integer <="):
+        ProducerConfig(**{field: 2**64})
 
 
 def test_producer_config_is_frozen():
@@ -169,3 +200,39 @@ def test_consumer_zero_is_allowed_only_for_waits_and_timeouts(field):
 def test_consumer_group_settings_refuse_bad_values(settings, field):
     with pytest.raises(InvalidConfigError, match=field):
         ConsumerConfig(**settings)
+
+
+def test_unknown_consumer_settings_are_refused_naming_the_closest():
+    with pytest.raises(InvalidConfigError, match=r"unknown Consumer option 'group' "
+                                                 r"\(did you mean 'group_id'\?\)"):
+        build_config(ConsumerConfig, "Consumer", {"group": "g"}, ("cluster",))
+
+
+@pytest.mark.parametrize("field", CONSUMER_INT_FIELDS)
+def test_consumer_settings_refuse_huge_values(field):
+    with pytest.raises(InvalidConfigError, match=rf"{field} must be an integer <="):
+        ConsumerConfig(**{field: 2**31})
+
+
+def test_heartbeats_must_come_more_often_than_the_session_times_out():
+    with pytest.raises(InvalidConfigError, match=r"heartbeat_interval_ms \(10000\) must be "
+                                                 r"lower than session_timeout_ms \(10000\)"):
+        ConsumerConfig(heartbeat_interval_ms=10_000, session_timeout_ms=10_000)
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("group_id", "g" * 256), ("client_id", "c" * 256), ("group_id", "bad\udc80"),
+])
+def test_consumer_ids_are_bounded_and_unicode(field, value):
+    with pytest.raises(InvalidConfigError, match=field):
+        ConsumerConfig(**{field: value})
+
+
+@pytest.mark.parametrize(("config", "name", "hint"), [
+    (ProducerConfig, "linger", "linger_ms"),
+    (ConsumerConfig, "group", "group_id"),
+])
+def test_configs_built_directly_name_the_closest_option_too(config, name, hint):
+    with pytest.raises(InvalidConfigError, match=rf"unknown {config.__name__} option "
+                                                 rf"'{name}' \(did you mean '{hint}'\?\)"):
+        config(**{name: 1})

@@ -4,18 +4,39 @@ from __future__ import annotations
 
 import pytest
 
-from raylog.errors import InvalidConfigError, InvalidTopicError
+from raylog.errors import (
+    InvalidArgumentError,
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidTopicError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
 from raylog.storage import LogConfig
 from raylog.storage.config import DAY_MS
 from raylog.topics import (
     CONSUMER_OFFSETS_TOPIC,
+    MAX_COMMIT_METADATA,
     MAX_TOPIC_NAME_LENGTH,
     REPLICATION_DEFAULTS,
+    check_offset_entries,
+    check_partition,
+    check_partition_growth,
+    check_reset_spec,
+    check_user_topic,
+    configs_to_delete,
     effective_configs,
     log_config,
     normalize_configs,
+    reset_partitions,
+    reset_spec,
+    topic_names,
+    topic_partition,
+    topic_partitions,
+    topic_pattern,
     validate_topic_name,
 )
+from raylog.types import TopicPartition
 
 # -- topic names ---------------------------------------------------------------------------------
 
@@ -224,3 +245,153 @@ def test_effective_configs_lists_every_config_with_overrides_on_top():
     assert {k: v for k, v in overridden.items()
             if k not in ("retention_ms", "min_insync_replicas")} == {
         k: v for k, v in defaults.items() if k not in ("retention_ms", "min_insync_replicas")}
+
+
+@pytest.mark.parametrize("configs", ["notadict", ["retention.ms", 5], 7, b"x"])
+def test_configs_that_are_not_a_mapping_are_refused(configs):
+    with pytest.raises(InvalidConfigError, match=r"topic configs must be a mapping"):
+        normalize_configs(configs)
+
+
+@pytest.mark.parametrize(("name", "hint"), [
+    ("retention.msx", "did you mean 'retention.ms'?"),
+    ("retention_msx", "did you mean 'retention_ms'?"),
+    ("cleanup.polcy", "did you mean 'cleanup.policy'?"),
+    ("min.isr", "valid: "),
+])
+def test_unknown_config_names_come_with_the_closest_known_one(name, hint):
+    with pytest.raises(InvalidConfigError) as info:
+        normalize_configs({name: 1})
+    assert hint in str(info.value)
+
+
+def test_config_values_beyond_a_64_bit_long_are_refused():
+    with pytest.raises(InvalidConfigError, match=r"retention_ms must be at most"):
+        normalize_configs({"retention.ms": 2**63})
+    with pytest.raises(InvalidConfigError, match=r"min_insync_replicas must be an integer <="):
+        normalize_configs({"min.insync.replicas": 2**40})
+
+
+def test_configs_to_delete_must_be_known_and_set():
+    configs = {"retention_ms": 5, "segment_bytes": 4096}
+    assert configs_to_delete("t", configs, ["retention.ms", "segment_bytes"]) == [
+        "retention_ms", "segment_bytes"]
+    assert configs_to_delete("t", configs, "retention.ms") == ["retention_ms"]
+    with pytest.raises(InvalidConfigError, match=r"topic 't' has no value set for "
+                                                 r"'cleanup.policy' \(it has its default\)"):
+        configs_to_delete("t", configs, ["cleanup.policy"])
+    with pytest.raises(InvalidConfigError, match=r"did you mean 'retention.ms'"):
+        configs_to_delete("t", configs, ["retention.mss"])
+    with pytest.raises(InvalidConfigError, match=r"must be a list of names"):
+        configs_to_delete("t", configs, 5)
+
+
+def test_internal_topics_are_not_for_users():
+    assert check_user_topic("pageviews") == "pageviews"
+    with pytest.raises(InvalidTopicError, match=r"internal"):
+        check_user_topic(CONSUMER_OFFSETS_TOPIC)
+
+
+def test_partitions_grow_and_never_shrink():
+    check_partition_growth("t", 3, 4)
+    with pytest.raises(InvalidPartitionsError, match=r"cannot have fewer \(2\): partitions "
+                                                     r"are added, never removed"):
+        check_partition_growth("t", 3, 2)
+    with pytest.raises(InvalidPartitionsError, match=r"already has 3 partitions"):
+        check_partition_growth("t", 3, 3)
+
+
+def test_a_string_is_one_topic_name():
+    assert topic_names("pageviews") == ["pageviews"]
+    assert topic_names(["a", "b"]) == ["a", "b"]
+    assert topic_names(iter(["a"])) == ["a"]
+
+
+@pytest.mark.parametrize(("topics", "error"), [
+    (5, InvalidTopicError), (None, InvalidTopicError), ([], InvalidTopicError),
+    ({"a": 1}, InvalidTopicError), (b"a", InvalidTopicError), (["ok", ""], InvalidTopicError),
+    (["ok", 5], InvalidTopicError),
+])
+def test_bad_topic_lists_are_refused(topics, error):
+    with pytest.raises(error):
+        topic_names(topics)
+
+
+def test_topic_partitions_from_pairs():
+    assert topic_partition(("t", 1)) == TopicPartition("t", 1)
+    assert topic_partitions([TopicPartition("t", 0), ["u", 2]], "assign()") == [
+        TopicPartition("t", 0), TopicPartition("u", 2)]
+
+
+@pytest.mark.parametrize(("value", "error"), [
+    ("t", InvalidArgumentError), (5, InvalidArgumentError), (("t",), InvalidArgumentError),
+    (("t", 0, 1), InvalidArgumentError), (("t", "0"), InvalidArgumentError),
+    (("t", True), InvalidArgumentError), (("t", -1), UnknownPartitionError),
+    ((5, 0), InvalidTopicError), (("bad/name", 0), InvalidTopicError),
+])
+def test_bad_topic_partitions_are_refused(value, error):
+    with pytest.raises(error):
+        topic_partition(value)
+
+
+@pytest.mark.parametrize("values", ["t", TopicPartition("t", 0), 5, None])
+def test_a_list_of_topic_partitions_is_needed(values):
+    with pytest.raises(InvalidArgumentError, match=r"assign\(\) takes a list of "
+                                                   r"TopicPartitions"):
+        topic_partitions(values, "assign()")
+
+
+def test_check_partition():
+    assert check_partition("t", 1, 2) == 1
+    for bad in (2, -1, True, "1", None):
+        with pytest.raises(UnknownPartitionError, match=r"topic 't' has partitions 0\.\.1"):
+            check_partition("t", bad, 2)
+
+
+def test_topic_patterns_must_compile():
+    assert topic_pattern("page.*") == "page.*"
+    with pytest.raises(InvalidArgumentError, match=r"not a regular expression"):
+        topic_pattern("(")
+    with pytest.raises(InvalidArgumentError, match=r"must be a string"):
+        topic_pattern(5)
+
+
+def test_offsets_to_commit_name_existing_partitions():
+    counts = {"t": 2}
+    check_offset_entries([("t", 1, 5, ""), ["t", 0, 0, "meta"]], counts)
+    for entries, error in [
+        ([("u", 0, 5, "")], UnknownTopicError),
+        ([("t", 2, 5, "")], UnknownPartitionError),
+        ([("t", 0, -1, "")], InvalidArgumentError),
+        ([("t", 0, 2**63, "")], InvalidArgumentError),
+        ([("t", 0, 5)], InvalidArgumentError),
+        ([("t", 0, 5, "m" * (MAX_COMMIT_METADATA + 1))], InvalidArgumentError),
+        ([("t", 0, 5, None)], InvalidArgumentError),
+    ]:
+        with pytest.raises(error):
+            check_offset_entries(entries, counts)
+
+
+@pytest.mark.parametrize(("to", "spec"), [
+    ("earliest", "earliest"), ("latest", "latest"), (5, ["offset", 5]),
+    ({"timestamp": 1000}, 1000),
+])
+def test_reset_targets(to, spec):
+    assert reset_spec(to) == spec
+    assert check_reset_spec(spec) == spec
+
+
+@pytest.mark.parametrize("to", ["first", -1, True, 1.5, {"timestamp": "x"},
+                                {"timestamp": -5}, {"ts": 1}, None, ["offset"]])
+def test_bad_reset_targets_are_refused(to):
+    with pytest.raises(InvalidArgumentError):
+        reset_spec(to)
+
+
+def test_reset_partitions_are_a_non_empty_list_of_numbers():
+    assert reset_partitions([0, 2]) == [0, 2]
+    for bad, error in [([], InvalidArgumentError), (3, InvalidArgumentError),
+                       (["0"], InvalidArgumentError), ([True], InvalidArgumentError),
+                       ([-1], UnknownPartitionError)]:
+        with pytest.raises(error):
+            reset_partitions(bad)

@@ -1,0 +1,130 @@
+"""The command line's handling of bad input, without a cluster: usage errors, one line on
+stderr each, exit status 2; refusals exit 1; never a traceback. (Against a cluster:
+tests/integration/test_cli.py.)"""
+
+from __future__ import annotations
+
+import argparse
+import io
+
+import pytest
+
+import raylog.cli as cli
+from raylog.cli import main, report
+from raylog.cli_records import _record, _refusals
+from raylog.errors import InvalidRecordError, RecordTooLargeError, UnknownTopicError
+
+
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("raylog: error: "), err
+    assert "Traceback" not in err and "usage:" not in err
+    return lines[0]
+
+
+@pytest.mark.parametrize("argv", [
+    [],
+    ["bogus"],
+    ["topics"],
+    ["topics", "create", "t", "--partitions", "0"],
+    ["topics", "create", "t", "--partitions", "-3"],
+    ["topics", "create", "t", "--partitions", "many"],
+    ["topics", "create", "t", "--partitions", str(2**31)],
+    ["topics", "create", "t", "--replication-factor", "0"],
+    ["topics", "create", "t", "--config", "retention.ms"],
+    ["topics", "create", "t", "--config", "=5"],
+    ["topics", "alter", "t", "--partitions", "0"],
+    ["topics", "alter", "t", "--set", "nonsense"],
+    ["produce", "t", "--partition", "-1"],
+    ["produce", "t", "--key-separator", ""],
+    ["produce", "t", "--linger-ms", "-1"],
+    ["produce", "t", "--acks", "2"],
+    ["consume", "t", "--max-messages", "-1"],
+    ["consume", "t", "--max-messages", "ten"],
+    ["consume", "t", "--timeout-ms", "-5"],
+    ["consume", "t", "--partition", "-2"],
+    ["consume", "t", "--format", "xml"],
+    ["groups", "reset-offsets", "g", "t", "--to", "yesterday"],
+    ["groups", "reset-offsets", "g", "t", "--to", "earliest", "--partitions"],
+    ["groups", "reset-offsets", "g", "t", "--to", "earliest", "--partitions", "-1"],
+    ["groups", "reset-offsets", "g", "t"],
+    ["cluster", "restart"],
+    ["demo", "--services", "9"],
+    ["demo", "--records", "0"],
+])
+def test_usage_errors_are_one_line_and_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    line = one_error_line(capsys)
+    assert "--help" in line
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["topics", "alter", "t"], "topics alter needs --partitions, --set or --delete"),
+    (["topics", "create", "t", "--config", "a=1", "--config", "a=2"],
+     "config 'a' is given twice"),
+])
+def test_impossible_requests_are_usage_errors_found_before_connecting(argv, message, capsys):
+    assert main(["--address", "127.0.0.1:1", *argv]) == 2
+    assert one_error_line(capsys) == f"raylog: error: {message}"
+
+
+@pytest.mark.parametrize("argv", [["topics", "list"], ["cluster", "status"],
+                                  ["produce", "t"], ["consume", "t"], ["groups", "list"]])
+def test_without_a_cluster_each_command_says_so_on_one_line(argv, capsys):
+    assert main(["--address", "127.0.0.1:1", *argv], stdin=io.StringIO("x\n")) == 1
+    assert "no Ray cluster at '127.0.0.1:1'" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize(("error", "status", "text"), [
+    (RuntimeError("boom\n  at line 2"), 1, "raylog: error: unexpected RuntimeError: boom at "
+                                           "line 2"),
+    (UnknownTopicError("unknown topic 'x'"), 1, "raylog: error: unknown topic 'x'"),
+    (argparse.ArgumentTypeError("bad"), 2, "raylog: error: bad"),
+    (KeyboardInterrupt(), 130, "raylog: error: interrupted"),
+])
+def test_every_failure_is_one_line_with_a_status(monkeypatch, capsys, error, status, text):
+    def fail(*args):
+        raise error
+
+    monkeypatch.setattr(cli, "cmd_cluster", fail)
+    assert main(["cluster", "status"]) == status
+    assert one_error_line(capsys) == text
+
+
+def test_a_closed_output_ends_quietly(monkeypatch, capsys):
+    def fail(*args):
+        raise BrokenPipeError
+
+    monkeypatch.setattr(cli, "cmd_cluster", fail)
+    assert main(["cluster", "status"]) == 141
+    assert capsys.readouterr().err == ""
+
+
+def test_report_is_one_line(capsys):
+    assert report("first\nsecond\n\n  third", 1) == 1
+    assert capsys.readouterr().err == "raylog: error: first second third\n"
+
+
+def test_lines_become_records_byte_for_byte():
+    assert _record("hello\n", None) == (None, b"hello")
+    assert _record("k:v:w\n", ":") == (b"k", b"v:w")
+    assert _record("caf\udcc3\udca9\n", None) == (None, "café".encode())  # as read
+    assert _record(":v\n", ":") == (b"", b"v")
+    with pytest.raises(InvalidRecordError, match=r"no key separator ':'"):
+        _record("no separator\n", ":")
+    with pytest.raises(InvalidRecordError, match=r"not valid text"):
+        _record("\ud800\n", None)
+
+
+def test_refusals_are_grouped_by_cause_on_one_line():
+    compacted = InvalidRecordError("a compacted log refuses records without a key")
+    refused = [(n, compacted) for n in (2, 4, 6, 8, 10, 12, 14)]
+    refused.append((3, RecordTooLargeError("too big")))
+    text = _refusals(refused)
+    assert "\n" not in text
+    assert text == ("a compacted log refuses records without a key (lines 2, 4, 6, 8, 10 "
+                    "and 2 more); too big (line 3)")
