@@ -100,6 +100,7 @@ class RecordFuture:
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         """The error that failed the record's batch, or None; waits up to ``timeout`` s."""
+        check_timeout("timeout", timeout)
         self._batch.observed = True
         if not self._batch._done.wait(timeout):
             raise RequestTimeoutError(f"no acknowledgement within {timeout} s")

@@ -215,6 +215,7 @@ def test_futures_refuse_bad_arguments(cluster):
         future = producer.send("t", b"v")
         future.add_done_callback(lambda f: None)  # its refusal on close is expected
         refused(lambda: future.result(timeout="soon"), InvalidArgumentError)
+        refused(lambda: future.exception(timeout=-2), InvalidArgumentError)
         refused(lambda: future.add_done_callback("print"), InvalidArgumentError)
         batch = producer.send_batch("t", pa.table({"value": [b"v"]}))
         refused(lambda: batch.result(timeout=-1), InvalidArgumentError)
