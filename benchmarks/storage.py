@@ -23,11 +23,17 @@ would walk its millions of list entries and charge the benchmark's own heap to r
     same record counts per batch; building the Arrow arrays is not timed).
 (b) appending the batches from (a) to a fresh ``PartitionLog`` (256 MiB segments, no
     retention, a clock fixed at the records' first timestamp so time-based rolling never
-    fires), MB/s with MB = 10**6 bytes; and the raw rate of writing the same bytes to a plain
-    file in the same temporary directory with one ``os.write`` per batch. Neither fsyncs:
-    opening (the log fsyncs its checkpoint) and closing are outside the timed region, and
-    logs are removed with ``PartitionLog.delete``, which does not flush. Raw and append
-    rounds alternate, their order flipping each round, because the machine is shared.
+    fires), MB/s with MB = 10**6 bytes; the same appends with ``verify_payload=False``,
+    which skips the leader's payload check (one LZ4 decompression, an Arrow stream read and
+    a timestamp min/max per batch: what a producer's batch costs beyond its CRC); and the
+    raw rate of writing the same bytes to a plain file in the same temporary directory with
+    one ``os.write`` per batch. None fsyncs: opening (the log fsyncs its checkpoint) and
+    closing are outside the timed region, and logs are removed with
+    ``PartitionLog.delete``, which does not flush. Raw, checked and unchecked rounds
+    alternate, their order rotating each round, because the machine is shared. Two ratios
+    compare the checked append with the unchecked one: of the appends alone, and of the
+    produce path on one core: encoding from (a), per-record or columnar, plus the append
+    (best times, and median times for the median).
 (c) reading the whole log written by the last round of (b), records/s: into Python records
     (``read_records`` over ``log.read`` chunks of 1 MiB, each chunk's records dropped before
     the next read, as a consumer would) and into Arrow (``log.read_range`` + ``read_table``
@@ -44,7 +50,7 @@ import shutil
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +90,7 @@ DEFAULT_JSON = RESULTS_DIR / "storage.json"
 TARGETS = {  # figure -> minimum for this (2-core) machine
     "encode_records_per_s": 3_000_000,
     "append_ratio_vs_raw": 0.70,
+    "produce_path_ratio_vs_unchecked": 0.90,  # the payload check costs at most 10%
     "read_records_per_s": 2_000_000,
     "read_arrow_records_per_s": 20_000_000,
 }
@@ -174,10 +181,11 @@ def open_log(directory: Path) -> PartitionLog:
     return PartitionLog(directory, config, clock=fixed_clock)
 
 
-def append_all(log: PartitionLog, batches: Sequence[bytes]) -> None:
+def append_all(log: PartitionLog, batches: Sequence[bytes], verify_payload: bool = True
+               ) -> None:
     append = log.append
     for batch in batches:
-        append(batch)
+        append(batch, verify_payload=verify_payload)
 
 
 def write_all(fd: int, batches: Sequence[bytes]) -> None:
@@ -186,10 +194,11 @@ def write_all(fd: int, batches: Sequence[bytes]) -> None:
             raise OSError(f"short write of a {len(batch)}-byte batch")
 
 
-def run_append(directory: Path, batches: Sequence[bytes]) -> tuple[float, PartitionLog]:
+def run_append(directory: Path, batches: Sequence[bytes], verify_payload: bool = True
+               ) -> tuple[float, PartitionLog]:
     """Seconds to append ``batches`` to a new log in ``directory``; the log, still open."""
     log = open_log(directory)
-    seconds, _ = timed(lambda: append_all(log, batches))
+    seconds, _ = timed(lambda: append_all(log, batches, verify_payload))
     expected = sum(len(b) for b in batches)
     if log.size_bytes != expected:
         raise RuntimeError(f"log holds {log.size_bytes} bytes after appending {expected}")
@@ -207,35 +216,43 @@ def run_raw(directory: Path, batches: Sequence[bytes]) -> float:
         shutil.rmtree(directory)
 
 
+def paired(numerator: Timing, denominator: Timing) -> list[float]:
+    """Per-round rate ratios numerator/denominator (denominator seconds over numerator's)."""
+    return [d / n for n, d in zip(numerator.seconds, denominator.seconds, strict=True)]
+
+
 @dataclasses.dataclass
 class AppendResult:
     raw: Timing
     append: Timing
-    log: PartitionLog  # written by the last append round, left open for reading
+    unchecked: Timing  # appends with verify_payload=False
+    log: PartitionLog  # written by the last checked append round, left open for reading
 
-    @property
-    def paired_ratios(self) -> list[float]:
-        """append/raw rate of each round (raw seconds over append seconds)."""
-        return [r / a for r, a in zip(self.raw.seconds, self.append.seconds, strict=True)]
+
+APPEND_STEPS = ("raw", "append", "unchecked")
 
 
 def measure_append(root: Path, batches: Sequence[bytes], rounds: int) -> AppendResult:
-    """Alternate raw writes and log appends, one warm-up pair and ``rounds`` timed pairs."""
+    """Alternate raw writes, checked and unchecked log appends: one warm-up round and
+    ``rounds`` timed rounds, the order of the three rotating each round."""
     total_mb = sum(len(b) for b in batches) / MB
-    timings = {"raw": Timing(total_mb, []), "append": Timing(total_mb, [])}
+    timings = {step: Timing(total_mb, []) for step in APPEND_STEPS}
     log = None
     for i in range(rounds + 1):
         if log is not None:
             log.delete()
-        for step in ("raw", "append") if i % 2 == 0 else ("append", "raw"):
+        for step in APPEND_STEPS[i % 3:] + APPEND_STEPS[:i % 3]:
             directory = root / f"round-{i}-{step}"
             if step == "raw":
                 seconds = run_raw(directory, batches)
+            elif step == "unchecked":
+                seconds, unchecked = run_append(directory, batches, verify_payload=False)
+                unchecked.delete()
             else:
                 seconds, log = run_append(directory, batches)
             if i:  # round 0 is the warm-up
                 timings[step].seconds.append(seconds)
-    return AppendResult(timings["raw"], timings["append"], log)
+    return AppendResult(timings["raw"], timings["append"], timings["unchecked"], log)
 
 
 # -- (c) reading -----------------------------------------------------------------------------
@@ -273,6 +290,11 @@ ROWS = [  # (figure, label, unit, scale)
     ("raw_write_mb_per_s", "(b) raw os.write of the same bytes", "MB/s", 1),
     ("append_mb_per_s", "(b) PartitionLog.append", "MB/s", 1),
     ("append_ratio_vs_raw", "(b) append / raw", "ratio", 1),
+    ("append_unchecked_mb_per_s", "(b) PartitionLog.append, verify_payload=False", "MB/s", 1),
+    ("append_ratio_vs_unchecked", "(b) append / unchecked append", "ratio", 1),
+    ("produce_path_ratio_vs_unchecked", "(b) encode + append / encode + unchecked append",
+     "ratio", 1),
+    ("columnar_produce_path_ratio_vs_unchecked", "(b) the same, columnar encode", "ratio", 1),
     ("read_records_per_s", "(c) read to Python records", "M records/s", 1e-6),
     ("read_arrow_records_per_s", "(c) read to Arrow", "M records/s", 1e-6),
 ]
@@ -296,7 +318,7 @@ class Measurements:
     encode_columnar: Timing
     raw_write: Timing
     append: Timing
-    append_paired_ratios: list[float]
+    append_unchecked: Timing
     read_records: Timing
     read_arrow: Timing
     batches: list[bytes]
@@ -308,10 +330,30 @@ class Measurements:
             **rate_figures("append_mb_per_s", self.append),
             **rate_figures("raw_write_mb_per_s", self.raw_write),
             "append_ratio_vs_raw": self.append.best_rate / self.raw_write.best_rate,
-            "append_ratio_vs_raw_median": statistics.median(self.append_paired_ratios),
+            "append_ratio_vs_raw_median": statistics.median(paired(self.append,
+                                                                   self.raw_write)),
+            **rate_figures("append_unchecked_mb_per_s", self.append_unchecked),
+            "append_ratio_vs_unchecked":
+                self.append.best_rate / self.append_unchecked.best_rate,
+            "append_ratio_vs_unchecked_median": statistics.median(
+                paired(self.append, self.append_unchecked)),
+            "produce_path_ratio_vs_unchecked": self.produce_path_ratio(self.encode, min),
+            "produce_path_ratio_vs_unchecked_median": self.produce_path_ratio(
+                self.encode, statistics.median),
+            "columnar_produce_path_ratio_vs_unchecked": self.produce_path_ratio(
+                self.encode_columnar, min),
+            "columnar_produce_path_ratio_vs_unchecked_median": self.produce_path_ratio(
+                self.encode_columnar, statistics.median),
             **rate_figures("read_records_per_s", self.read_records),
             **rate_figures("read_arrow_records_per_s", self.read_arrow),
         }
+
+    def produce_path_ratio(self, encoding: Timing,
+                           pick: Callable[[list[float]], float]) -> float:
+        """Rate of encoding then appending, checked over unchecked, on one core."""
+        encode = pick(encoding.seconds)
+        return (encode + pick(self.append_unchecked.seconds)) / (
+            encode + pick(self.append.seconds))
 
     def seconds(self) -> dict[str, list[float]]:
         return {field.name: value.seconds for field in dataclasses.fields(self)
@@ -332,7 +374,7 @@ def measure_all(mode: Mode, data: Dataset, root: Path) -> Measurements:
     finally:
         log.delete()
     return Measurements(encoding, columnar, appended.raw, appended.append,
-                        appended.paired_ratios, reading, arrow, batches)
+                        appended.unchecked, reading, arrow, batches)
 
 
 def run(mode: Mode, root: Path) -> dict[str, Any]:

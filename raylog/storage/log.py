@@ -35,7 +35,7 @@ from raylog.errors import (
     RecordTooLargeError,
 )
 from raylog.records.header import NO_LEADER_EPOCH, BatchHeader, iter_headers, validate_batch
-from raylog.records.payload import decode, offsets_of
+from raylog.records.payload import check_payload, decode, offsets_of
 from raylog.storage.checkpoint import Checkpoint, fsync_dir
 from raylog.storage.cleaner import CleanerStats, clean_batch, newest_offsets
 from raylog.storage.config import LogConfig
@@ -188,12 +188,17 @@ class PartitionLog:
 
     # -- appending ---------------------------------------------------------------------------
 
-    def append(self, batch: bytes | memoryview, leader_epoch: int = NO_LEADER_EPOCH) -> AppendInfo:
+    def append(self, batch: bytes | memoryview, leader_epoch: int = NO_LEADER_EPOCH, *,
+               verify_payload: bool = True) -> AppendInfo:
         """Append one producer batch, assigning it the next offsets; return where it landed.
 
-        Raises CorruptRecordError (bad framing or checksum), RecordTooLargeError (larger than
+        Raises CorruptRecordError (bad framing or checksum, or, with ``verify_payload``, a
+        payload that does not decode or disagrees with its header: see
+        :func:`~raylog.records.payload.check_payload`), RecordTooLargeError (larger than
         ``max_message_bytes``) or InvalidRecordError (explicit offsets from a producer, or a
         record without a key in a compacted log). Nothing is written when it raises.
+        ``verify_payload=False`` skips the payload check (it costs one decompression) for a
+        writer that built the batch itself; a leader appending a producer's batch keeps it.
         """
         self._check_open()
         header = validate_batch(batch)
@@ -204,8 +209,10 @@ class PartitionLog:
             )
         if header.explicit_offsets:
             raise InvalidRecordError("a producer batch cannot carry explicit offsets")
-        if self.config.compact:
-            self._check_keys(header, batch)
+        if verify_payload or self.config.compact:
+            payload = check_payload(header, batch) if verify_payload else decode(header, batch)
+            if self.config.compact and payload.column(1).null_count:
+                raise InvalidRecordError("a compacted log refuses records without a key")
         now = self.clock()
         base_offset = self.log_end_offset
         self._segment_for(header, base_offset, now).append(header, batch, base_offset,
@@ -241,10 +248,6 @@ class PartitionLog:
         return AppendInfo(first.base_offset, last.last_offset,
                           max(h.max_timestamp for _, h in batches),
                           sum(h.record_count for _, h in batches))
-
-    def _check_keys(self, header: BatchHeader, batch: bytes | memoryview) -> None:
-        if decode(header, batch).column(1).null_count:
-            raise InvalidRecordError("a compacted log refuses records without a key")
 
     def _segment_for(self, header: BatchHeader, base_offset: int, now: int) -> LogSegment:
         """The segment to append to, rolling a new one when the active one is full or old."""
