@@ -200,25 +200,34 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHead
     return BatchHeader._make(HEADER.unpack_from(buf, pos))
 
 
-def check_header(header: BatchHeader, buf: bytes | bytearray | memoryview, pos: int) -> None:
-    """Check one header against the bytes that hold it: magic, lengths, both CRCs, fields.
+def check_prefix(header: BatchHeader, buf: bytes | bytearray | memoryview, pos: int) -> None:
+    """Check what the header CRC covers: magic, batch length, base offset, leader epoch.
 
-    ``buf[pos:pos + header.size]`` must hold the batch; raises CorruptRecordError otherwise.
+    Needs only the header's first bytes at ``buf[pos:]``, not the payload, so a log can
+    trust a header's position fields (where a batch starts, which offset it holds) without
+    reading the batch. Raises CorruptRecordError.
     """
     if header.magic != MAGIC:
         raise CorruptRecordError(f"bad magic {header.magic} at byte {pos}, expected {MAGIC}")
     if header.batch_length < HEADER_SIZE - LENGTH_PREFIX_SIZE:
         raise CorruptRecordError(f"bad batch length {header.batch_length} at byte {pos}")
+    if _crc32c(memoryview(buf)[pos:pos + _STAMPED_END]) != header.header_crc:
+        raise CorruptRecordError(f"header CRC mismatch in batch at byte {pos}")
+
+
+def check_header(header: BatchHeader, buf: bytes | bytearray | memoryview, pos: int) -> None:
+    """Check one header against the bytes that hold it: magic, lengths, both CRCs, fields.
+
+    ``buf[pos:pos + header.size]`` must hold the batch; raises CorruptRecordError otherwise.
+    """
+    check_prefix(header, buf, pos)
     end = pos + header.size
     if end > len(buf):
         raise CorruptRecordError(
             f"truncated batch at byte {pos}: length says {header.size} bytes, "
             f"{len(buf) - pos} present"
         )
-    view = memoryview(buf)
-    if _crc32c(view[pos:pos + _STAMPED_END]) != header.header_crc:
-        raise CorruptRecordError(f"header CRC mismatch in batch at byte {pos}")
-    if _crc32c(view[pos + CRC_START:end]) != header.crc:
+    if _crc32c(memoryview(buf)[pos + CRC_START:end]) != header.crc:
         raise CorruptRecordError(f"CRC mismatch in batch at byte {pos}")
     # Past the CRCs a batch is as its producer built it; these checks refuse a producer's bug.
     if header.attributes & ~KNOWN_ATTRIBUTE_BITS or header.attributes & CODEC_MASK not in (

@@ -122,8 +122,18 @@ class PartitionLog:
                 segment.delete()
                 dropped += len(bases) - i
                 break
-            if must_verify or not segment.load():
+            if must_verify:
                 cut = segment.recover(min_offset=previous_end)
+            elif not segment.load():
+                # Flushed, so a bad batch here is damage, not a torn write: cut nothing and
+                # drop nothing after it; the damaged part raises CorruptRecordError if read.
+                segment.recover(min_offset=previous_end, cut=False)
+                if segment.damaged_at is not None:
+                    if not last:
+                        segment.next_offset = bases[i + 1]
+                    # Its newest timestamp is unknown: retention must not take it early.
+                    segment.max_timestamp = max(segment.max_timestamp, self.clock())
+            if must_verify or segment.dirty:
                 segment.flush()
                 recovered += 1
                 truncated += cut
@@ -252,11 +262,11 @@ class PartitionLog:
     def _segment_for(self, header: BatchHeader, base_offset: int, now: int) -> LogSegment:
         """The segment to append to, rolling a new one when the active one is full or old."""
         active = self._segments[-1]
-        if active.size and (
+        if active.damaged_at is not None or (active.size and (
             active.size + header.size > self.config.segment_bytes
             or now - active.first_batch_timestamp >= self.config.segment_ms
             or not active.fits(header, base_offset)
-        ):
+        )):
             active = self.roll(base_offset)
         return active
 
@@ -298,6 +308,8 @@ class PartitionLog:
         """Whole batches from the one holding ``offset``, up to ``max_bytes`` (at least one
         batch) and below ``max_offset`` (e.g. the high watermark). Empty at the end.
 
+        Every batch returned has had its framing and both CRCs checked: a batch damaged on
+        disk raises CorruptRecordError here rather than reaching a consumer or a follower.
         Raises OffsetOutOfRangeError outside [log start offset, log end offset].
         """
         self._check_open()
@@ -308,7 +320,10 @@ class PartitionLog:
         for segment in self._segments[self._segment_index(offset):]:
             found = segment.find(offset)
             if found is not None:
-                return segment.read(found[0], max_bytes, end)
+                data = segment.read(found[0], max_bytes, end)
+                for _ in iter_headers(data, verify=True):
+                    pass
+                return data
         return b""
 
     def read_range(self, start: int, end: int, max_bytes: int | None = None) -> list[bytes]:
@@ -335,18 +350,12 @@ class PartitionLog:
         for segment in self._segments:
             if segment.max_timestamp < timestamp:
                 continue
-            relative = segment.time_index.lookup(timestamp)
-            start = segment.base_offset + (relative or 0)
-            found = segment.find(start)
-            if found is None:
-                continue
-            for position, header in segment.walk(found[0]):
+            for header, buf, pos in segment.batches(segment.time_start(timestamp)):
                 if header.base_offset >= end:
                     return None
                 if header.max_timestamp < timestamp:
                     continue
-                batch = segment.read(position, header.size)
-                payload = decode(header, batch)
+                payload = decode(header, buf, pos)
                 timestamps = payload.column(0).to_numpy()
                 i = int(np.argmax(timestamps >= timestamp))
                 offset = int(offsets_of(header, payload)[i])
@@ -472,7 +481,7 @@ class PartitionLog:
             return stats
         self._cleaned_to = cleanable[-1].next_offset
         self._last_clean_ms = now
-        newest = newest_offsets(batch for s in cleanable for batch in _verified_batches(s))
+        newest = newest_offsets(batch for s in cleanable for batch in s.batches())
         horizon = now - self.config.delete_retention_ms
         for group in self._groups(cleanable):
             cleaned = LogSegment(self.directory, group[0].base_offset,
@@ -480,7 +489,7 @@ class PartitionLog:
                                  suffix=CLEANED_SUFFIX)
             for segment in group:
                 drop_tombstones = segment.max_timestamp < horizon
-                for header, buf, pos in _verified_batches(segment):
+                for header, buf, pos in segment.batches():
                     stats.records_read += header.record_count
                     out = clean_batch(header, buf, pos, newest, drop_tombstones)
                     if out is None:
@@ -550,12 +559,3 @@ class PartitionLog:
 def _base_offset(segment: LogSegment) -> int:
     return segment.base_offset
 
-
-def _verified_batches(segment: LogSegment):
-    """Yield ``(header, buffer, position)`` for each batch of a segment, CRCs checked.
-
-    Reads one segment at a time, so compaction holds at most one segment in memory.
-    """
-    data = segment.read_all()
-    for pos, header in iter_headers(data, verify=True):
-        yield header, data, pos

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 from raylog.errors import CorruptRecordError, StorageError
 from raylog.records.header import (
@@ -14,6 +15,7 @@ from raylog.records.header import (
     LENGTH_PREFIX,
     LENGTH_PREFIX_SIZE,
     BatchHeader,
+    check_prefix,
     iter_headers,
     parse_header,
     stamped_prefix,
@@ -29,8 +31,15 @@ INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 
 
+T = TypeVar("T")
+
+
 def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
+
+
+class IndexMismatchError(CorruptRecordError):
+    """An index entry disagrees with the batches; the segment rebuilds its indexes."""
 
 
 class LogSegment:
@@ -39,7 +48,11 @@ class LogSegment:
     Invariants: the file holds whole batches in increasing, non-overlapping offset order,
     each with ``base_offset <= offset < base_offset + 2**32``; ``size`` is the file length and
     ``next_offset`` is one past the last batch's range (``base_offset`` when empty). The indexes
-    in memory always describe the file; their files may lag until :meth:`flush`.
+    in memory always describe the file; their files may lag until :meth:`flush`. An index
+    entry is checked against the batch it names before it is used (and both indexes are
+    rebuilt from the batches when one is wrong), so a damaged index file costs a scan, never
+    a wrong answer. ``damaged_at``, when set, is where a flushed segment holds a batch that
+    failed its checks: nothing there or after it is served, and nothing is cut either.
     Owned by one :class:`PartitionLog`; not safe for concurrent use.
     """
 
@@ -58,6 +71,7 @@ class LogSegment:
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.first_batch_timestamp: int | None = None
+        self.damaged_at: int | None = None
         self.dirty = False
         self._bytes_since_index = 0
         if create:
@@ -126,24 +140,115 @@ class LogSegment:
         return header
 
     def walk(self, position: int = 0) -> Iterator[tuple[int, BatchHeader]]:
-        """Yield ``(position, header)`` of each batch from ``position``, headers unverified."""
-        while position < self.size:
+        """Yield ``(position, header)`` of each batch from ``position``, headers unverified.
+
+        Stops before ``damaged_at``.
+        """
+        end = self.size if self.damaged_at is None else self.damaged_at
+        while position < end:
             header = self._header_at(position)
             yield position, header
             position += header.size
 
+    def batches(self, position: int = 0, chunk_bytes: int = 1 << 20
+                ) -> Iterator[tuple[BatchHeader, bytes, int]]:
+        """Yield ``(header, buffer, pos)`` for each batch from ``position``, framing and both
+        CRCs checked; the batch is ``buffer[pos:pos + header.size]``. Raises
+        CorruptRecordError at the first bad one. Reads ``chunk_bytes`` at a time."""
+        end = self.size if self.damaged_at is None else self.damaged_at
+        while position < end:
+            data = self.read(position, chunk_bytes)
+            for pos, header in iter_headers(data, verify=True):
+                yield header, data, pos
+            position += len(data)
+        if self.damaged_at is not None:
+            raise self._damage()
+
+    def _damage(self) -> CorruptRecordError:
+        return CorruptRecordError(
+            f"batch at byte {self.damaged_at} of {self.path} failed its checks")
+
     def find(self, offset: int) -> tuple[int, BatchHeader] | None:
-        """The first batch whose range reaches ``offset`` (its last offset >= it), if any."""
+        """The first batch whose range reaches ``offset`` (its last offset >= it), if any.
+
+        Raises CorruptRecordError if that batch is in the damaged part of the segment.
+        """
         if offset >= self.next_offset:
             return None
-        return self._locate(offset)
+        found = self._locate(offset)
+        if found is None and self.damaged_at is not None:
+            raise self._damage()
+        return found
 
     def _locate(self, offset: int) -> tuple[int, BatchHeader] | None:
-        _, start = self.index.lookup(max(offset - self.base_offset, 0))
-        for position, header in self.walk(start):
+        return self._indexed(lambda: self._scan_from_index(offset))
+
+    def _indexed(self, lookup: Callable[[], T]) -> T:
+        """Run an index lookup; if an entry proves wrong, rebuild the indexes and run it again."""
+        try:
+            return lookup()
+        except IndexMismatchError:
+            self.rebuild_indexes()
+            return lookup()
+
+    def _scan_from_index(self, offset: int) -> tuple[int, BatchHeader] | None:
+        for position, header in self.walk(self._index_start(offset)):
             if header.last_offset >= offset:
                 return position, header
         return None
+
+    def _index_start(self, offset: int) -> int:
+        """Position of the batch that the last offset-index entry at or below ``offset``
+        names, after checking that a batch with that offset starts there (0 if none)."""
+        i = self.index.entry_below(max(offset - self.base_offset, 0))
+        if i < 0:
+            return 0
+        relative, position = self.index.firsts[i], self.index.seconds[i]
+        data = os.pread(self._fd, HEADER_SIZE, position) if position < self.size else b""
+        try:
+            header = parse_header(data)
+            check_prefix(header, data, 0)
+        except CorruptRecordError as e:
+            raise IndexMismatchError(f"offset index of {self.path}: entry {i} names byte "
+                                     f"{position}, where no batch starts") from e
+        if header.base_offset != self.base_offset + relative:
+            raise IndexMismatchError(
+                f"offset index of {self.path}: entry {i} says offset "
+                f"{self.base_offset + relative} at byte {position}, the batch there has "
+                f"{header.base_offset}")
+        return position
+
+    def time_start(self, timestamp: int) -> int:
+        """A position from which a forward scan meets every record of this segment with a
+        timestamp >= ``timestamp``: after the batches the time index proves older.
+
+        The time-index entry used is checked against the batches it covers first: the
+        newest of their timestamps must be the entry's, and the last of them must end at the
+        entry's offset. Raises CorruptRecordError if it is still wrong after a rebuild.
+        """
+        return self._indexed(lambda: self._checked_time_start(timestamp))
+
+    def _checked_time_start(self, timestamp: int) -> int:
+        times = self.time_index
+        i = times.entry_before(timestamp)
+        if i < 0:
+            return 0
+        # Entry i was written when the running max timestamp grew: the batches after the
+        # previous entry's offset, up to entry i's, hold that max.
+        first = self.base_offset + (times.seconds[i - 1] + 1 if i else 0)
+        last = self.base_offset + times.seconds[i]
+        newest = -1
+        for position, header in self.walk(self._index_start(first)):
+            if header.last_offset < first:
+                continue
+            newest = max(newest, header.max_timestamp)
+            if header.last_offset >= last:
+                if header.last_offset == last and newest == times.firsts[i]:
+                    return position + header.size
+                break
+        raise IndexMismatchError(f"time index of {self.path}: entry {i} "
+                                 f"({times.firsts[i]}, {times.seconds[i]}) does not match "
+                                 f"its batches")
 
     def read(self, position: int, max_bytes: int, max_offset: int | None = None) -> bytes:
         """Whole batches from ``position``: as many as fit in ``max_bytes`` (at least one),
@@ -172,21 +277,22 @@ class LogSegment:
     # -- opening and recovery ------------------------------------------------------------------
 
     def load(self) -> bool:
-        """Open after a clean shutdown: trust the index files if they look right.
+        """Open after a clean shutdown: trust the index files if they check out.
 
-        Checks that the newest offset-index entry points at a batch with the offset it
-        claims, then walks the batch headers after it to find the segment's end. Returns False
-        (state undefined; call :meth:`recover`) when anything disagrees.
+        The files must be whole and in order (see :meth:`OffsetIndex.load`), every entry
+        inside the segment, and the last entries must match the batches: the tail from the
+        last time-index entry's batch is walked, and it must start where an offset-index
+        entry says, hold the offsets and the newest timestamp the entries claim, and have an
+        offset-index entry exactly where ``index_interval_bytes`` puts one (so a truncated
+        index, or an empty time index beside a non-empty offset index, is caught). Earlier
+        entries are checked when a lookup uses them. Returns False (state undefined; rebuild)
+        when anything disagrees.
         """
         if not (self.index.load() and self.time_index.load()):
             return False
+        if len(self.index) and self.index.seconds[-1] >= self.size:
+            return False
         try:
-            relative, position = self.index.last()
-            if len(self.index) and (
-                position >= self.size
-                or self._header_at(position).base_offset != self.base_offset + relative
-            ):
-                return False
             self._restore_tail()
         except CorruptRecordError:
             return False
@@ -195,35 +301,60 @@ class LogSegment:
     def _restore_tail(self) -> None:
         """Derive next_offset and the timestamps from the indexes plus a walk of the tail.
 
-        The last time-index entry gives the largest timestamp up to its offset; the batches
-        after it (and after the last offset-index entry) are walked. Raises
-        CorruptRecordError if they do not end exactly at the end of the file.
+        Raises CorruptRecordError if the tail disagrees with the indexes or the batches do
+        not end exactly at the end of the file.
         """
-        self.next_offset = self.base_offset
-        self.max_timestamp = self.time_index.max_timestamp
+        index, times, base = self.index, self.time_index, self.base_offset
+        self.next_offset = base
+        self.max_timestamp = newest = times.max_timestamp
         self.first_batch_timestamp = self._header_at(0).max_timestamp if self.size else None
-        _, start = self.index.last()
-        if len(self.time_index):
-            found = self._locate(self.base_offset + self.time_index.seconds[-1])
-            if found is None:
-                raise CorruptRecordError(f"time index of {self.path} points past its end")
-            start = min(start, found[0])
-        # walk() raises unless the batches end exactly at the end of the file.
+        # The walk starts at the batch of the last time entry, which must be an offset-index
+        # entry's (both are written together), or at 0 when there is no time entry.
+        start, entry = 0, -1
+        if len(times):
+            entry = index.entry_below(times.seconds[-1])
+            if entry < 0:
+                raise IndexMismatchError(f"time index of {self.path} is ahead of its index")
+            start = self._index_start(base + index.firsts[entry])
+        anchor, interval = start, self.index_interval_bytes
         for position, header in self.walk(start):
+            if len(times) and position == start:
+                if header.last_offset != base + times.seconds[-1] or \
+                        header.max_timestamp > times.max_timestamp:
+                    raise IndexMismatchError(f"last time entry of {self.path} is wrong")
+            else:
+                newest = max(newest, header.max_timestamp)
+                if position - anchor >= interval:
+                    # Appending wrote an offset-index entry here, and a time entry too had
+                    # the newest timestamp grown past the last one.
+                    entry += 1
+                    if entry >= len(index) or index.seconds[entry] != position or \
+                            index.firsts[entry] != header.base_offset - base or \
+                            newest > times.max_timestamp:
+                        raise IndexMismatchError(
+                            f"indexes of {self.path} disagree with the batches at byte "
+                            f"{position}")
+                    anchor = position
             self._note(header, position, index=False)
+        if entry != len(index) - 1:
+            raise IndexMismatchError(f"offset index of {self.path} has entries past its end")
         self._bytes_since_index = self.size - self.index.last()[1]
 
-    def recover(self, min_offset: int | None = None) -> int:
+    def recover(self, min_offset: int | None = None, *, cut: bool = True) -> int:
         """Rebuild the indexes from the batches, verifying each; cut a torn or corrupt tail.
 
         A batch that fails its checks, or whose offsets do not follow the previous batch's
-        (or start below ``min_offset``), ends the valid prefix. Returns the bytes cut.
+        (or start below ``min_offset``), ends the valid prefix. With ``cut`` the file is
+        truncated there (a torn write after a crash) and the bytes cut are returned. Without
+        it (a flushed segment: no write can be torn, so a bad batch is damage), nothing is
+        cut: the segment serves the valid prefix and ``damaged_at`` marks where it ends.
         """
         self.index.clear()
         self.time_index.clear()
         self.next_offset = self.base_offset
         self.max_timestamp = -1
         self.first_batch_timestamp = None
+        self.damaged_at = None
         self._bytes_since_index = 0
         expected = max(self.base_offset, min_offset or 0)
         valid = 0
@@ -242,12 +373,25 @@ class LogSegment:
                     pass
                 finally:
                     batches.close()
-        cut = self.size - valid
-        if cut:
+        damaged = self.size - valid
+        if damaged and cut:
             os.ftruncate(self._fd, valid)
             self.size = valid
+        elif damaged:
+            self.damaged_at = valid
         self.dirty = True
-        return cut
+        return damaged if cut else 0
+
+    def rebuild_indexes(self) -> None:
+        """Rebuild both indexes from the batches, cutting nothing, and write them."""
+        next_offset, max_timestamp = self.next_offset, self.max_timestamp
+        self.recover(cut=False)
+        if self.damaged_at is not None:
+            # What lies past the damage is unknown: keep what the segment knew before.
+            self.next_offset = max(self.next_offset, next_offset)
+            self.max_timestamp = max(self.max_timestamp, max_timestamp)
+        self.index.flush(fsync=True)
+        self.time_index.flush(fsync=True)
 
     # -- truncation, flushing, deletion ----------------------------------------------------------
 
@@ -262,7 +406,10 @@ class LogSegment:
         self.size = position
         self.index.truncate_to_position(position)
         self.time_index.truncate_to_offset(header.base_offset - self.base_offset)
-        self._restore_tail()
+        try:
+            self._restore_tail()
+        except CorruptRecordError:
+            self.rebuild_indexes()
         self.dirty = True
         return removed
 
