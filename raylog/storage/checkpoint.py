@@ -10,15 +10,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from raylog.storage import files
+
 VERSION = "0"
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Checkpoint:
@@ -30,14 +24,14 @@ class Checkpoint:
     def write(self, entries: list[str]) -> None:
         tmp = self.path.with_name(self.path.name + ".tmp")
         data = "\n".join([VERSION, str(len(entries)), *entries, ""]).encode()
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = files.create(tmp, os.O_WRONLY | os.O_TRUNC)
         try:
             os.write(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, self.path)
-        fsync_dir(self.path.parent)
+        files.replace(tmp, self.path)
+        files.fsync_dir(self.path.parent)
 
     def read(self) -> list[str] | None:
         """The entries, or None if the file is missing or not a whole checkpoint."""

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from raylog.storage import files
+
 _OFFSET_ENTRY = struct.Struct(">II")
 _TIME_ENTRY = struct.Struct(">qI")
 
@@ -52,7 +54,7 @@ class _IndexFile:
         self.firsts = array(self.first_type)
         self.seconds = array(self.second_type)
         self._written = 0
-        self.path.unlink(missing_ok=True)
+        files.remove(self.path)
 
     def add(self, first: int, second: int) -> None:
         self.firsts.append(first)
@@ -85,8 +87,8 @@ class _IndexFile:
             pack(f, s) for f, s in zip(self.firsts[self._written:], self.seconds[self._written:],
                                        strict=True)
         )
-        mode = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if self._written else os.O_TRUNC)
-        fd = os.open(self.path, mode, 0o644)
+        fd = files.create(self.path,
+                          os.O_WRONLY | (os.O_APPEND if self._written else os.O_TRUNC))
         try:
             os.write(fd, tail)
             if fsync:
@@ -101,7 +103,7 @@ class _IndexFile:
         del self.firsts[keep:]
         del self.seconds[keep:]
         if self._written > keep:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+            fd = files.create(self.path, os.O_WRONLY)
             try:
                 os.ftruncate(fd, keep * self.entry.size)
             finally:

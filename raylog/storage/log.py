@@ -36,7 +36,8 @@ from raylog.errors import (
 )
 from raylog.records.header import NO_LEADER_EPOCH, BatchHeader, iter_headers, validate_batch
 from raylog.records.payload import check_payload, decode, offsets_of
-from raylog.storage.checkpoint import Checkpoint, fsync_dir
+from raylog.storage import files
+from raylog.storage.checkpoint import Checkpoint
 from raylog.storage.cleaner import CleanerStats, clean_batch, newest_offsets
 from raylog.storage.config import LogConfig
 from raylog.storage.segment import LOG_SUFFIX, LogSegment
@@ -86,7 +87,7 @@ class PartitionLog:
         self.directory = Path(directory)
         self.config = config or LogConfig()
         self.clock = clock
-        self.directory.mkdir(parents=True, exist_ok=True)
+        files.make_dirs(self.directory)
         self._recovery_checkpoint = Checkpoint(self.directory / RECOVERY_POINT_FILE)
         self._hw_checkpoint = Checkpoint(self.directory / HIGH_WATERMARK_FILE)
         self._segments: list[LogSegment] = []
@@ -105,6 +106,11 @@ class PartitionLog:
     def _open(self) -> RecoveryInfo:
         marker = self.directory / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
+        if clean:
+            # Gone for good before anything changes: a crash from here on, during this open
+            # or after appends, must not find a marker vouching for unchecked segments.
+            files.remove(marker)
+            files.fsync_dir(self.directory)
         self._finish_interrupted_cleaning()
         bases = sorted(int(p.name[: -len(LOG_SUFFIX)]) for p in self.directory.glob("*.log")
                        if p.name[: -len(LOG_SUFFIX)].isdigit())
@@ -148,13 +154,13 @@ class PartitionLog:
             self._segments.append(
                 LogSegment(self.directory, 0, self.config.index_interval_bytes, create=True))
         self._recovery_checkpoint.write_offset(self.log_end_offset)
-        marker.unlink(missing_ok=True)
         return RecoveryInfo(clean, recovered, truncated, dropped)
 
     def _finish_interrupted_cleaning(self) -> None:
         """Discard compaction output never swapped in; complete a swap a crash interrupted."""
         for path in self.directory.glob(f"*{CLEANED_SUFFIX}"):
-            path.unlink()
+            files.remove(path)
+        files.fsync_dir(self.directory)
         for path in sorted(self.directory.glob(f"*{LOG_SUFFIX}{SWAP_SUFFIX}")):
             base = int(path.name.split(".")[0])
             swapped = LogSegment(self.directory, base, self.config.index_interval_bytes,
@@ -167,7 +173,8 @@ class PartitionLog:
             swapped.rename_suffix("")
             swapped.close()
             for leftover in self.directory.glob(f"*{SWAP_SUFFIX}"):
-                leftover.unlink()
+                files.remove(leftover)
+            files.fsync_dir(self.directory)
 
     # -- state -------------------------------------------------------------------------------
 
@@ -518,13 +525,14 @@ class PartitionLog:
         return groups
 
     def _swap_in(self, group: list[LogSegment], cleaned: LogSegment) -> None:
+        # Each step is durable before the next (renames and deletions sync the directory):
+        # a crash leaves either the old segments, or a .swap that the next open finishes
+        # swapping in, never a merged segment beside an old one it overlaps.
         cleaned.flush()
         cleaned.rename_suffix(SWAP_SUFFIX)
-        fsync_dir(self.directory)
         for segment in group:
             segment.delete()
         cleaned.rename_suffix("")
-        fsync_dir(self.directory)
         i = self._segments.index(group[0])
         self._segments[i:i + len(group)] = [cleaned]
 
@@ -538,8 +546,11 @@ class PartitionLog:
         self.checkpoint_high_watermark()
         for segment in self._segments:
             segment.close()
-        (self.directory / CLEAN_SHUTDOWN_FILE).touch()
-        fsync_dir(self.directory)
+        # The marker vouches for the segments and index files: their names must be durable
+        # first (flush synced their bytes), then the marker's own.
+        files.fsync_dir(self.directory)
+        files.touch(self.directory / CLEAN_SHUTDOWN_FILE)
+        files.fsync_dir(self.directory)
         self._closed = True
 
     def delete(self) -> None:

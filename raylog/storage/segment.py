@@ -20,6 +20,7 @@ from raylog.records.header import (
     parse_header,
     stamped_prefix,
 )
+from raylog.storage import files
 from raylog.storage.index import OffsetIndex, TimeIndex
 
 # Positions and relative offsets are stored as uint32.
@@ -65,8 +66,7 @@ class LogSegment:
         self.path = self.directory / (stem + LOG_SUFFIX + suffix)
         self.index = OffsetIndex(self.directory / (stem + INDEX_SUFFIX + suffix))
         self.time_index = TimeIndex(self.directory / (stem + TIME_INDEX_SUFFIX + suffix))
-        flags = os.O_RDWR | os.O_CREAT | (os.O_TRUNC if create else 0)
-        self._fd = os.open(self.path, flags, 0o644)
+        self._fd = files.create(self.path, os.O_RDWR | (os.O_TRUNC if create else 0))
         self.size = os.fstat(self._fd).st_size
         self.next_offset = base_offset
         self.max_timestamp = -1
@@ -77,6 +77,8 @@ class LogSegment:
         if create:
             self.index.clear()
             self.time_index.clear()
+            # Durable before anything is appended to it or a checkpoint counts on it.
+            files.fsync_dir(self.directory)
 
     def __repr__(self) -> str:
         return (f"LogSegment({self.base_offset}, next_offset={self.next_offset}, "
@@ -427,17 +429,21 @@ class LogSegment:
             self._fd = -1
 
     def delete(self) -> None:
+        """Close and remove the three files; returns once the removal is durable."""
         self.close()
         for path in (self.path, self.index.path, self.time_index.path):
-            path.unlink(missing_ok=True)
+            files.remove(path)
+        files.fsync_dir(self.directory)
 
     def rename_suffix(self, suffix: str) -> None:
-        """Rename all three files to carry ``suffix`` ("" for the final names)."""
+        """Rename all three files to carry ``suffix`` ("" for the final names); returns
+        once the renames are durable."""
         stem = segment_name(self.base_offset)
         for attr, ext in (("path", LOG_SUFFIX), ("index", INDEX_SUFFIX),
                           ("time_index", TIME_INDEX_SUFFIX)):
             holder = self if attr == "path" else getattr(self, attr)
             new = self.directory / (stem + ext + suffix)
             if holder.path.exists():
-                os.replace(holder.path, new)
+                files.replace(holder.path, new)
             holder.path = new
+        files.fsync_dir(self.directory)

@@ -1,0 +1,59 @@
+"""Changes to the names in a log directory, and the directory syncs that make them durable.
+
+fsync of a file makes its bytes durable, not its name: a file created, renamed or deleted
+can come back as it was after a power loss until the directory holding it is fsynced too.
+Recovery trusts names (the clean-shutdown marker, which segments exist, which compaction
+output was swapped in), so storage makes every such change here and syncs the directory
+with :func:`fsync_dir` before any step that relies on it: the marker goes only after the
+segments are synced, a new segment's name is durable before records are appended to it, a
+deleted segment is gone for good before the next one is deleted, compaction's renames are
+durable before the segments they replace are deleted.
+
+One module so that tests can replace these functions (they are looked up on the module at
+each call) and record the order of operations, or simulate a power loss that undoes every
+change not yet followed by a sync of its directory.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def fsync_dir(path: Path) -> None:
+    """Make the names in directory ``path`` durable: creations, renames and deletions."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def create(path: Path, flags: int = os.O_RDWR) -> int:
+    """Open ``path`` with ``flags``, creating it if missing; return the descriptor."""
+    return os.open(path, flags | os.O_CREAT, 0o644)
+
+
+def touch(path: Path) -> None:
+    """Create ``path`` empty if it is missing."""
+    os.close(create(path, os.O_WRONLY))
+
+
+def remove(path: Path) -> None:
+    """Delete ``path``; a missing file is not an error."""
+    Path(path).unlink(missing_ok=True)
+
+
+def replace(source: Path, target: Path) -> None:
+    """Rename ``source`` to ``target``, replacing it atomically if it exists."""
+    os.replace(source, target)
+
+
+def make_dirs(path: Path) -> None:
+    """Create directory ``path`` and missing parents, each made durable in its parent."""
+    path = Path(path)
+    if path.is_dir():
+        return
+    make_dirs(path.parent)
+    path.mkdir(exist_ok=True)
+    fsync_dir(path.parent)
