@@ -13,7 +13,8 @@ Directory layout::
 Opening after a crash (no ``.clean-shutdown``) verifies, batch by batch, every segment from the
 one holding the recovery point to the end, and always the last one; it cuts a torn or corrupt
 tail, drops segments after a cut, and rebuilds their indexes. Other segments are loaded from
-their index files, which are checked and rebuilt when they do not match their segment.
+their index files, which are checked and rebuilt when they do not match their segment; a bad
+batch found then is damage, not a torn write, and is never cut. docs/storage.md has the rules.
 """
 
 from __future__ import annotations
