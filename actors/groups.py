@@ -46,8 +46,8 @@ OFFSETS_TOPIC_CONFIGS = {"cleanup_policy": "compact", "segment_bytes": 64 << 20,
 
 
 class GroupService:
-    """Group RPCs of the controller. Expects the host to provide ``state``, ``_replica``
-    and ``create_topic``."""
+    """Group RPCs of the controller. Expects the host to provide ``state``, ``_replica``,
+    ``_serving_replica`` and ``create_topic``."""
 
     def _init_groups(self) -> None:
         self.groups = GroupCoordinator(wall_clock_ms)
@@ -55,23 +55,28 @@ class GroupService:
         self._watched_actors: set[str] = set()
 
     async def _groups_ready(self) -> None:
-        if self._groups_loaded is None:
-            self._groups_loaded = asyncio.get_running_loop().create_task(self._load_groups())
-        await asyncio.shield(self._groups_loaded)
+        await self._started()  # the brokers serving __consumer_offsets are known
+        loading = self._groups_loaded
+        if loading is None or (loading.done() and loading.exception() is not None):
+            # First use, or the last load failed (say, its broker was offline): load again.
+            loading = self._groups_loaded = asyncio.get_running_loop().create_task(
+                self._load_groups())
+        await asyncio.shield(loading)
 
     def _existing_topics(self) -> dict[str, int]:
         return {name: len(t.partitions) for name, t in self.state.topics.items()
                 if not name.startswith("__")}
 
     async def _load_groups(self) -> None:
-        """Create __consumer_offsets if missing, then replay it into the coordinator."""
+        """Create __consumer_offsets if missing, then replay it into a new coordinator."""
+        self.groups = GroupCoordinator(wall_clock_ms)  # nothing of a failed earlier attempt
         if CONSUMER_OFFSETS_TOPIC not in self.state.topics:
             await self.create_topic(CONSUMER_OFFSETS_TOPIC, OFFSETS_TOPIC_PARTITIONS, 1,
                                     OFFSETS_TOPIC_CONFIGS, internal=True)
         topic = self.state.topic(CONSUMER_OFFSETS_TOPIC)
         loaded = 0
         for p in topic.partitions:
-            replica = self._replica(topic, p.partition, p.leader)
+            replica = self._serving_replica(topic, p.partition, p.leader)
             offset = (await replica.list_offset.remote("earliest"))[0]
             while True:
                 result = await replica.fetch.remote(offset, 8 << 20, 0, 1)
@@ -93,7 +98,7 @@ class GroupService:
         now = wall_clock_ms()
         for key, value in records:
             builder.append(now, key, value)
-        await self._replica(topic, p.partition, p.leader).append.remote(
+        await self._serving_replica(topic, p.partition, p.leader).append.remote(
             builder.build(), "all", p.leader_epoch)
 
     async def _persist_generation(self, group_id: str) -> None:
@@ -239,10 +244,10 @@ class GroupService:
         if topic is None or tp.partition >= len(topic.partitions):
             return None
         p = topic.partitions[tp.partition]
-        if p.leader is None:
+        leader = self._replica(topic, tp.partition, p.leader) if p.leader is not None else None
+        if leader is None:
             return None
-        return (await self._replica(topic, tp.partition, p.leader).list_offset.remote(
-            "latest"))[0]
+        return (await leader.list_offset.remote("latest"))[0]
 
     @checked
     async def delete_group(self, group_id: str) -> None:
@@ -273,7 +278,7 @@ class GroupService:
         targets = {}
         for partition in chosen:
             p = state.partition(partition)
-            replica = self._replica(state, partition, p.leader)
+            replica = self._serving_replica(state, partition, p.leader)
             earliest = (await replica.list_offset.remote("earliest"))[0]
             latest = (await replica.list_offset.remote("latest"))[0]
             if isinstance(spec, list | tuple) and spec[0] == "offset":

@@ -1,10 +1,10 @@
 """The partition replica actor: one per (topic, partition, replica), pinned to its node.
 
-It owns a :class:`raylog.partition.Partition` over ``<data_dir>/<topic>-<partition>`` on the
-node it was assigned and does the Ray and asyncio work: long-poll fetches, background
-maintenance (flush, retention, compaction, high-watermark checkpoints). Ray restarts it on
-the same node after a crash (``max_restarts=-1``); the restarted actor reopens its log and
-serves everything it had.
+It owns a :class:`raylog.partition.Partition` over ``<data_dir>/<topic>-<partition>`` in the
+data directory of its broker, on the node serving that broker, and does the Ray and asyncio
+work: long-poll fetches, background maintenance (flush, retention, compaction,
+high-watermark checkpoints). Ray restarts it on the same node after a crash
+(``max_restarts=-1``); the restarted actor reopens its log and serves everything it had.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from typing import Any
 import pyarrow as pa
 import ray
 
-from raylog.cluster_names import node_data_dir
 from raylog.errors import OutOfOrderSequenceError
 from raylog.partition import FetchResult, Partition
 from raylog.producer_state import SequenceGap
@@ -62,16 +61,17 @@ class ReplicaActor:
     """Hosts one partition replica. Calls run on one asyncio loop, one at a time between
     awaits, so the plain Partition inside never sees concurrent use."""
 
-    def __init__(self, topic: str, partition: int, topic_id: str, node_id: str,
-                 configs: dict[str, Any]) -> None:
+    def __init__(self, topic: str, partition: int, topic_id: str, broker_id: int,
+                 node_id: str, data_dir: str, configs: dict[str, Any]) -> None:
         here = ray.get_runtime_context().get_node_id()
         if here != node_id:
             raise RuntimeError(f"replica of {topic}-{partition} placed on {here}, "
                                f"assigned to {node_id}")
         self.node_id = node_id
-        directory = open_partition_dir(node_data_dir(node_id), topic, partition, topic_id)
+        self.broker_id = broker_id
+        directory = open_partition_dir(Path(data_dir), topic, partition, topic_id)
         log = PartitionLog(directory, log_config(configs))
-        self.partition = Partition(topic, partition, log, node_id, configs)
+        self.partition = Partition(topic, partition, log, broker_id, configs)
         self._new_data = asyncio.Event()
         self._last_hw_checkpoint = time.monotonic()
         # An async actor's __init__ runs on its event loop: maintenance starts with every
@@ -84,7 +84,8 @@ class ReplicaActor:
         return self.describe()
 
     def describe(self) -> dict[str, Any]:
-        return {**self.partition.describe(), "node_id": self.node_id}
+        return {**self.partition.describe(), "broker_id": self.broker_id,
+                "node_id": self.node_id}
 
     def _notify(self) -> None:
         self._new_data.set()

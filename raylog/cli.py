@@ -154,14 +154,14 @@ def _describe_topic(topic: dict[str, Any], out: TextIO) -> None:
               f"PartitionCount: {len(topic['partitions'])}\t"
               f"ReplicationFactor: {topic['replication_factor']}\tConfigs: {configs}\n")
     for p in topic["partitions"]:
-        out.write(f"\tPartition: {p['partition']}\tLeader: {_short(p['leader'])}\t"
+        out.write(f"\tPartition: {p['partition']}\tLeader: {_dash(p['leader'])}\t"
                   f"LeaderEpoch: {p['leader_epoch']}\t"
-                  f"Replicas: {','.join(map(_short, p['replicas']))}\t"
-                  f"Isr: {','.join(map(_short, p['isr']))}\n")
+                  f"Replicas: {','.join(map(str, p['replicas']))}\t"
+                  f"Isr: {','.join(map(str, p['isr']))}\n")
 
 
 def _short(node_id: str | None) -> str:
-    return "none" if node_id is None else node_id[:12]
+    return "-" if node_id is None else node_id[:12]
 
 
 # -- groups --------------------------------------------------------------------------------------
@@ -213,12 +213,18 @@ def cmd_cluster(args: argparse.Namespace, out: TextIO) -> int:
     if args.json:
         _print_json(status, out)
         return 0
-    out.write(f"controller on node {_short(status['controller_node'])}, "
+    out.write(f"cluster {status['cluster_id']}: controller on node "
+              f"{_short(status['controller_node'])} ({status['controller_dir']}), "
               f"{status['topics']} topics\n")
-    out.write(f"{'node':<14}{'alive':<7}{'replicas':>9}{'leaders':>9}\n")
+    out.write(f"{'broker':>6}  {'node':<14}{'host':<16}{'alive':<7}{'replicas':>9}"
+              f"{'leaders':>9}  data directory\n")
     for broker in status["brokers"]:
-        out.write(f"{_short(broker['node_id']):<14}{'yes' if broker['alive'] else 'no':<7}"
-                  f"{len(broker['replicas']):>9}{len(broker['leaders']):>9}\n")
+        out.write(f"{broker['broker_id']:>6}  {_short(broker['node_id']):<14}"
+                  f"{broker['host'] or '-':<16}{'yes' if broker['alive'] else 'no':<7}"
+                  f"{len(broker['replicas']):>9}{len(broker['leaders']):>9}  "
+                  f"{broker['data_dir'] or '-'}\n")
+    for refused in status["refused"]:
+        out.write(f"refused node {_short(refused['node_id'])}: {refused['reason']}\n")
     return 0
 
 
@@ -241,9 +247,7 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="raylog", description="Operate a raylog cluster.", epilog=EPILOG)
-    parser.add_argument("--address", default=None,
-                        help="Ray cluster address (default: $RAY_ADDRESS or a running local "
-                             "cluster)")
+    parser.add_argument("--address", default=None, help=ADDRESS_HELP)
     commands = parser.add_subparsers(dest="command", required=True)
 
     topics = commands.add_parser("topics", help="create, list, describe, alter, delete topics")
@@ -317,8 +321,24 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--records", type=_int_in(1), default=25_000, help="records per service")
     demo.add_argument("--partitions", type=_int_in(1), default=6)
     demo.add_argument("--embedded", action="store_true",
-                      help="always start an embedded local cluster, even if one is running")
+                      help="start an embedded local cluster even if RAY_ADDRESS names one")
+    _address_after_command(commands)
     return parser
+
+
+ADDRESS_HELP = ("the Ray cluster to join, HOST:PORT (default: $RAY_ADDRESS; raylog joins no "
+                "other cluster)")
+
+
+def _address_after_command(commands: argparse._SubParsersAction) -> None:
+    """``--address`` also after the (sub)command, as in ``raylog topics list --address X``;
+    given there it wins over the one before the command."""
+    for sub in commands.choices.values():
+        nested = [a for a in sub._actions if isinstance(a, argparse._SubParsersAction)]
+        if nested:
+            _address_after_command(nested[0])
+        else:
+            sub.add_argument("--address", default=argparse.SUPPRESS, help=ADDRESS_HELP)
 
 
 def _stdin() -> TextIO:

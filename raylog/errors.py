@@ -112,6 +112,10 @@ class NoClusterError(RaylogError):
     """There is no Ray cluster, or no raylog controller on it, to connect to."""
 
 
+class ClusterAuthenticationError(NoClusterError):
+    """The Ray cluster wants a token (Ray's token authentication) this process lacks."""
+
+
 class ControllerUnavailableError(NoClusterError):
     """The controller restarted during a change; whether the change happened is unknown."""
 

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 import pyarrow as pa
 
 from raylog.errors import (
+    CorruptRecordError,
     FencedEpochError,
     InvalidRecordError,
     NotEnoughReplicasError,
@@ -21,6 +22,7 @@ from raylog.errors import (
 )
 from raylog.producer_state import ProducerStates
 from raylog.records import TABLE_SCHEMA, parse_header, read_table
+from raylog.records.header import BatchHeader, check_crcs
 from raylog.storage import AppendInfo, PartitionLog
 from raylog.topics import REPLICATION_DEFAULTS, log_config
 
@@ -50,7 +52,7 @@ class Partition:
     this replica's is refused with FencedEpochError. Not safe for concurrent use.
     """
 
-    def __init__(self, topic: str, partition: int, log: PartitionLog, replica_id: str,
+    def __init__(self, topic: str, partition: int, log: PartitionLog, replica_id: int,
                  configs: dict[str, Any] | None = None) -> None:
         self.topic = topic
         self.partition = partition
@@ -59,7 +61,7 @@ class Partition:
         self.configs = {**REPLICATION_DEFAULTS, **(configs or {})}
         self.role = Role.LEADER
         self.leader_epoch = 0
-        self.isr: list[str] = [replica_id]
+        self.isr: list[int] = [replica_id]
         self.producers = ProducerStates()
         self.producers.rebuild(h for segment in log.segments for _, h in segment.walk())
         if log.high_watermark < log.log_end_offset:
@@ -74,7 +76,7 @@ class Partition:
     def high_watermark(self) -> int:
         return self.log.high_watermark
 
-    def become_leader(self, leader_epoch: int, isr: list[str]) -> None:
+    def become_leader(self, leader_epoch: int, isr: list[int]) -> None:
         self._check_epoch(leader_epoch)
         self.role = Role.LEADER
         self.leader_epoch = leader_epoch
@@ -118,10 +120,12 @@ class Partition:
             return duplicate  # a retry of a batch already appended: answer it again
         try:
             info = self.log.append(batch, self.leader_epoch)
-        except (RecordTooLargeError, InvalidRecordError):
+        except (RecordTooLargeError, InvalidRecordError, CorruptRecordError) as e:
             # Refused for good: its sequence is spent, or the producer's next batches would
-            # wait for it forever.
-            self.producers.accept(header, AppendInfo(-1, -1, header.max_timestamp, 0))
+            # wait for it forever. Unless the bytes were damaged on the way (a CRC fails):
+            # then its producer id and sequence are not to be trusted either.
+            if not isinstance(e, CorruptRecordError) or _intact(header, batch):
+                self.producers.accept(header, AppendInfo(-1, -1, header.max_timestamp, 0))
             raise
         self.producers.accept(header, info)
         self._advance_high_watermark()
@@ -176,3 +180,12 @@ class Partition:
             "high_watermark": log.high_watermark, "size_bytes": log.size_bytes,
             "segments": len(log.segments), "directory": str(log.directory),
         }
+
+
+def _intact(header: BatchHeader, batch: bytes) -> bool:
+    """Whether both CRCs of ``batch`` match: what is malformed is its producer's doing."""
+    try:
+        check_crcs(header, batch, 0)
+    except CorruptRecordError:
+        return False
+    return True

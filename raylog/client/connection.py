@@ -21,7 +21,12 @@ from raylog.cluster_names import (
     HEAD_RESOURCE,
     NAMESPACE,
 )
-from raylog.errors import InvalidArgumentError, LeaderNotAvailableError, NoClusterError
+from raylog.errors import (
+    ClusterAuthenticationError,
+    InvalidArgumentError,
+    LeaderNotAvailableError,
+    NoClusterError,
+)
 from raylog.metadata.limits import PartitionLimits
 from raylog.topics import validate_topic_name
 
@@ -119,9 +124,13 @@ def _reachable(address: str, timeout: float = 3.0) -> bool:
 
 
 def _find_cluster(address: str | None) -> str | None:
-    """The host:port of the Ray cluster to join, or None when none can be found."""
-    address = address or os.environ.get("RAY_ADDRESS") or "auto"
-    if address == "local":
+    """The host:port of the Ray cluster to join, or None for none.
+
+    Only a cluster the caller named (``address``, else ``$RAY_ADDRESS``) is joined: a Ray
+    cluster that merely runs on this machine may be someone else's. ``"auto"`` asks Ray to
+    find the local one, for whoever wants exactly that."""
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address is None or address == "local":
         return None
     if address.startswith("ray://"):
         return address  # Ray Client: let ray.init connect
@@ -136,18 +145,92 @@ def _find_cluster(address: str | None) -> str | None:
             return None
     if not _reachable(address):
         raise _no_cluster(address)
+    _check_token(address)
     return address
+
+
+AUTH_HELP = ("set RAY_AUTH_MODE=token and give the cluster's token: RAY_AUTH_TOKEN, the file "
+             "RAY_AUTH_TOKEN_PATH names, or ~/.ray/auth_token")
+
+
+def _check_token(address: str) -> None:
+    """Ask the cluster's GCS for its id as this process would authenticate, and refuse in
+    one line a cluster that wants a token this process does not have or has wrong. (Ray
+    itself would retry for 20 s, warning every second, then fail with ConnectionError.)"""
+    try:
+        import grpc
+        from ray._private.authentication.grpc_authentication_client_interceptor import (
+            _get_authentication_metadata_tuple,
+        )
+        from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+    except ImportError:  # a Ray without token authentication
+        return
+    try:
+        metadata = _get_authentication_metadata_tuple()
+    except ray.exceptions.AuthenticationError:
+        raise ClusterAuthenticationError(
+            f"RAY_AUTH_MODE=token is set but no token was found for the Ray cluster at "
+            f"{address!r}: {AUTH_HELP}") from None
+    with grpc.insecure_channel(address) as channel:
+        stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
+        try:
+            stub.GetClusterId(gcs_service_pb2.GetClusterIdRequest(), timeout=10,
+                              metadata=metadata)
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.UNAUTHENTICATED:
+                return  # anything else: ray.init says what it finds
+            if metadata:
+                raise ClusterAuthenticationError(
+                    f"the Ray cluster at {address!r} refused this process's token: {AUTH_HELP}"
+                ) from None
+            raise ClusterAuthenticationError(
+                f"the Ray cluster at {address!r} requires token authentication: {AUTH_HELP}"
+            ) from None
+
+
+def _same_endpoint(a: str, b: str) -> bool:
+    """Whether two host:port addresses name the same listener."""
+    host_a, _, port_a = a.rpartition(":")
+    host_b, _, port_b = b.rpartition(":")
+    if port_a != port_b:
+        return False
+    try:
+        resolve_host = socket.gethostbyname
+        return resolve_host(host_a.strip("[]")) == resolve_host(host_b.strip("[]"))
+    except OSError:
+        return host_a == host_b
+
+
+def _check_same_cluster(address: str | None) -> None:
+    """This process is connected to Ray already: an explicit address must name that cluster.
+
+    Ray can hold one connection per process; silently using it for a request that named
+    another cluster would act on the wrong cluster."""
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address in (None, "", "auto", "local") or address.startswith("ray://"):
+        return
+    current = ray.get_runtime_context().gcs_address
+    if _same_endpoint(address, current):
+        return
+    if not _reachable(address):
+        raise _no_cluster(address)
+    raise NoClusterError(f"this process is already connected to the Ray cluster at "
+                         f"{current!r}; it cannot also join the one at {address!r}")
 
 
 def _connect_ray(address: str | None, start_local: bool) -> bool:
     """Connect this process to Ray; return True if that meant starting a local cluster."""
     if ray.is_initialized():
+        _check_same_cluster(address)
         return False
     found = _find_cluster(address)
     if found is not None:
         ray.init(address=found, logging_level=logging.WARNING, log_to_driver=False)
         return False
     if not start_local:
+        if found is None and not (address or os.environ.get("RAY_ADDRESS")):
+            raise NoClusterError("no Ray cluster named: give --address HOST:PORT or set "
+                                 "RAY_ADDRESS (raylog joins only the cluster it is told to)")
         raise _no_cluster(address or "auto")
     logger.info("no running Ray cluster: starting an embedded local one")
     ray.init(address="local", resources={BROKER_RESOURCE: 1}, include_dashboard=False,
@@ -180,10 +263,10 @@ def init(address: str | None = None, *, start_local: bool = True, create: bool =
          data_dir: str | os.PathLike | None = None) -> RaylogCluster:
     """Connect to raylog on a Ray cluster and make it the default for new clients.
 
-    ``address``: a Ray address (default: ``$RAY_ADDRESS`` or a running local cluster;
-    ``"local"`` always starts a new one). With ``start_local`` and no cluster running,
-    starts an embedded single-node cluster whose node is a broker; ``data_dir`` then sets
-    where it keeps data. With ``create``, starts the
+    ``address``: a Ray address (default: ``$RAY_ADDRESS``; ``"auto"``: the cluster Ray
+    finds on this machine; ``"local"``: always a new one). No other cluster is ever joined.
+    With ``start_local`` and no address, starts an embedded single-node cluster whose node
+    is a broker; ``data_dir`` then sets where it keeps data. With ``create``, starts the
     controller if the cluster has none. Raises NoClusterError otherwise.
 
     >>> cluster = raylog.init()

@@ -69,6 +69,8 @@ class ConsumerConfig:
     session_timeout_ms: int = 10_000       # a silent member leaves the group after this
     heartbeat_interval_ms: int = 250       # how often a member tells the coordinator
     partition_assignment_strategy: str = "cooperative_sticky"  # or "range", "round_robin"
+    default_api_timeout_ms: int = 60_000   # how long commit() retries a retriable error ...
+    retry_backoff_ms: int = 100            # ... waiting this long, doubled each time (to 1 s)
 
     def __post_init__(self) -> None:
         if self.auto_offset_reset not in OFFSET_RESETS:
@@ -255,10 +257,36 @@ class Consumer(GroupMixin):
 
     def _list_offsets(self, partitions: list[TopicPartition], spec: str | int
                       ) -> dict[TopicPartition, tuple[int, int] | None]:
+        """Ask each partition's leader; a retriable failure (a leader moving, its broker
+        served by a new node) refreshes the metadata and asks again, for up to
+        ``default_api_timeout_ms``."""
         for tp in partitions:
             check_partition(tp.topic, tp.partition, self._topic(tp.topic).num_partitions)
-        refs = {tp: self._leader(tp).list_offset(spec) for tp in partitions}
-        return {tp: resolve(ref) for tp, ref in refs.items()}
+        deadline = time.monotonic() + self.config.default_api_timeout_ms / 1000
+        backoff = self.config.retry_backoff_ms / 1000
+        answers: dict[TopicPartition, tuple[int, int] | None] = {}
+        while True:
+            missing = [tp for tp in partitions if tp not in answers]
+            failure: RaylogError | None = None
+            refs = {}
+            for tp in missing:
+                try:
+                    refs[tp] = self._leader(tp).list_offset(spec)
+                except RaylogError as e:
+                    failure = e
+            for tp, ref in refs.items():
+                try:
+                    answers[tp] = resolve(ref)
+                except RaylogError as e:
+                    failure = e
+            if failure is None:
+                return {tp: answers[tp] for tp in partitions}
+            if not failure.retriable or time.monotonic() + backoff > deadline:
+                raise failure
+            time.sleep(backoff)
+            backoff = min(2 * backoff, 1.0)
+            for topic in {tp.topic for tp in missing}:
+                self._topic(topic, refresh=True)
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         self._check_open()

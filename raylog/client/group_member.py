@@ -178,7 +178,10 @@ class GroupMixin:
         if not entries:
             return
         membership = self._membership
-        for attempt in (1, 2):
+        deadline = time.monotonic() + self.config.default_api_timeout_ms / 1000
+        backoff = self.config.retry_backoff_ms / 1000
+        rejoined = refreshed = False
+        while True:
             member_id, generation = self._group_identity()
             try:
                 self._cluster.controller.call("commit_offsets", self.config.group_id,
@@ -186,13 +189,15 @@ class GroupMixin:
                 return
             except RejoinRequiredError:
                 # The coordinator restarted and the heartbeat thread has not rejoined yet.
-                if attempt == 2 or membership is None:
+                if rejoined or membership is None:
                     raise
+                rejoined = True
                 membership.rejoin_claiming()
             except IllegalGenerationError:
                 # A rebalance moved the group on; the next heartbeat brings the generation.
-                if attempt == 2 or membership is None:
+                if refreshed or membership is None:
                     raise
+                refreshed = True
                 membership.refresh()
             except UnknownMemberError:
                 if membership is not None:
@@ -203,6 +208,13 @@ class GroupMixin:
                         TopicPartition(*tp) in self._assigned for tp in offsets):
                     membership.lose_all()  # the coordinator disagrees about what we own
                 raise
+            except RaylogError as e:
+                # Say, the coordinator restarted and its offsets topic is not served yet.
+                if not e.retriable or time.monotonic() + backoff > deadline:
+                    raise
+                logger.info("commit for group %s: %r; retrying", self.config.group_id, e)
+                time.sleep(backoff)
+                backoff = min(2 * backoff, 1.0)
 
     def commit_async(self, offsets: dict[TopicPartition, int] | None = None,
                      callback: Any = None) -> concurrent.futures.Future:

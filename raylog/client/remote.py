@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+from ray.exceptions import ActorUnschedulableError, GetTimeoutError, RayActorError, RayTaskError
 
 from raylog.errors import (
     ActorUnavailableError,
@@ -32,7 +32,7 @@ def resolve(ref: ray.ObjectRef | list[ray.ObjectRef], timeout: float | None = No
     """``ray.get`` with raylog's errors."""
     try:
         return ray.get(ref, timeout=timeout)
-    except (RayTaskError, RayActorError) as e:
+    except (RayTaskError, RayActorError, ActorUnschedulableError) as e:
         raise unwrap(e) from e
     except GetTimeoutError as e:
         raise RequestTimeoutError(f"no answer within {timeout} s") from e
@@ -55,9 +55,12 @@ def unwrap(error: BaseException) -> BaseException:
         cause = cause.cause
     if isinstance(cause, RaylogError):
         return cause
-    if isinstance(error, RayActorError):
+    if isinstance(error, RayActorError | ActorUnschedulableError):
+        # Dead, restarting, or pinned to a node that is gone (its broker is served by
+        # another node now): the caller refreshes its metadata and tries again.
         return ActorUnavailableError(f"actor unavailable: {error}")
-    if isinstance(cause, RayActorError):  # the controller found a replica it called dead
+    if isinstance(cause, RayActorError | ActorUnschedulableError):
+        # the controller found a replica it called dead
         return LeaderNotAvailableError(f"a partition replica is unavailable: {cause}")
     if isinstance(error, RayTaskError):
         return InternalError(f"{type(cause).__name__} inside the cluster: {cause}")

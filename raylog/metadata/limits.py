@@ -81,22 +81,22 @@ class PartitionLimits:
             return UNKNOWN_MEMORY_REPLICAS
         return max(1, int(memory_bytes // REPLICA_MEMORY_BYTES))
 
-    def check_placement(self, topic: str, new: Sequence[Sequence[str]],
+    def check_placement(self, topic: str, new: Sequence[Sequence[int]],
                         existing: Iterable[Sequence[str]],
-                        memory: Mapping[str, float | None]) -> None:
+                        memory: Mapping[int, float | None]) -> None:
         """Refuse placing the ``new`` replica lists when a broker would then hold more
         replicas than it may (``existing``: every partition's replica list so far;
         ``memory``: each live broker's memory in bytes, None if unknown)."""
-        held = Counter(node for nodes in existing for node in nodes)
-        added = Counter(node for nodes in new for node in nodes)
-        for node, count in sorted(added.items()):
-            allowed = self.replicas_allowed(memory.get(node))
-            if held[node] + count > allowed:
+        held = Counter(broker for brokers in existing for broker in brokers)
+        added = Counter(broker for brokers in new for broker in brokers)
+        for broker, count in sorted(added.items()):
+            allowed = self.replicas_allowed(memory.get(broker))
+            if held[broker] + count > allowed:
                 how = (f"{MAX_REPLICAS_ENV}={allowed}" if self.max_replicas_per_broker
                        else f"{allowed}: about {REPLICA_MEMORY_BYTES >> 20} MB per replica "
                             f"actor process in the node's memory; {MAX_REPLICAS_ENV} sets it")
                 raise InvalidPartitionsError(
                     f"{sum(map(len, new))} more replicas of topic {topic!r} would put "
-                    f"{held[node] + count} replicas on broker node {node[:12]}, which holds "
-                    f"{held[node]}; the limit per broker is {how}. Add broker nodes, or use "
+                    f"{held[broker] + count} replicas on broker {broker}, which holds "
+                    f"{held[broker]}; the limit per broker is {how}. Add broker nodes, or use "
                     f"fewer partitions")

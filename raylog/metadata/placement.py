@@ -1,4 +1,4 @@
-"""Where replicas go: spread over broker nodes, leaders balanced."""
+"""Where replicas go: spread over brokers, leaders balanced."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections.abc import Iterable, Sequence
 from raylog.errors import InvalidReplicationFactorError, NoBrokersError
 
 
-def assign_replicas(brokers: Sequence[str], partitions: int, replication_factor: int,
-                    existing: Iterable[Sequence[str]] = ()) -> list[list[str]]:
+def assign_replicas(brokers: Sequence[int], partitions: int, replication_factor: int,
+                    existing: Iterable[Sequence[int]] = ()) -> list[list[int]]:
     """Choose ``replication_factor`` distinct brokers for each of ``partitions`` partitions.
 
     The first broker of each list is the preferred leader. Leaders go to the brokers leading
@@ -19,13 +19,14 @@ def assign_replicas(brokers: Sequence[str], partitions: int, replication_factor:
     """
     brokers = sorted(brokers)
     if not brokers:
-        raise NoBrokersError("no live broker nodes (nodes with the raylog_broker resource)")
+        raise NoBrokersError("no live brokers (nodes with the raylog_broker resource serving "
+                             "a data directory)")
     if replication_factor > len(brokers):
         raise InvalidReplicationFactorError(
             f"replication factor {replication_factor} is larger than the number of live "
-            f"broker nodes ({len(brokers)})")
-    leaders: Counter[str] = Counter()
-    replicas: Counter[str] = Counter()
+            f"brokers ({len(brokers)})")
+    leaders: Counter[int] = Counter()
+    replicas: Counter[int] = Counter()
     for nodes in existing:
         if nodes:
             leaders[nodes[0]] += 1

@@ -19,16 +19,16 @@ from raylog.errors import TopicExistsError, UnknownPartitionError, UnknownTopicE
 class PartitionState:
     """Assignment and leadership of one partition.
 
-    ``replicas`` are node ids, the first being the preferred leader. ``leader`` is None while
+    ``replicas`` are broker ids, the first being the preferred leader. ``leader`` is None while
     no replica can lead. ``leader_epoch`` grows by one at every leader change and fences
     requests from older leaders. ``isr`` is a subset of ``replicas`` and holds the leader.
     """
 
     partition: int
-    replicas: list[str]
-    leader: str | None
+    replicas: list[int]
+    leader: int | None
     leader_epoch: int
-    isr: list[str]
+    isr: list[int]
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -61,8 +61,14 @@ class MetadataState:
     """
 
     def __init__(self) -> None:
+        self.cluster_id: str | None = None  # set by the first event of every metadata log
+        self.broker_ids: set[int] = set()   # every broker id ever given out
         self.topics: dict[str, TopicState] = {}
         self.applied = 0  # events applied so far
+
+    @property
+    def next_broker_id(self) -> int:
+        return max(self.broker_ids, default=-1) + 1
 
     def topic(self, name: str) -> TopicState:
         try:
@@ -70,12 +76,12 @@ class MetadataState:
         except KeyError:
             raise UnknownTopicError(f"unknown topic {name!r}") from None
 
-    def replicas_by_node(self) -> dict[str, list[tuple[str, int]]]:
-        out: dict[str, list[tuple[str, int]]] = {}
+    def replicas_by_broker(self) -> dict[int, list[tuple[str, int]]]:
+        out: dict[int, list[tuple[str, int]]] = {}
         for topic in self.topics.values():
             for p in topic.partitions:
-                for node in p.replicas:
-                    out.setdefault(node, []).append((topic.name, p.partition))
+                for broker in p.replicas:
+                    out.setdefault(broker, []).append((topic.name, p.partition))
         return out
 
     def apply(self, event: dict[str, Any]) -> None:
@@ -83,6 +89,9 @@ class MetadataState:
         handler = _HANDLERS.get(event.get("type"))
         if handler is None:
             raise ValueError(f"unknown metadata event {event!r}")
+        if self.cluster_id is None and handler is not _apply_cluster_created:
+            raise ValueError(f"a metadata log must begin with cluster_created, not {event!r}: "
+                             f"it was written by an older raylog")
         handler(self, event)
         self.applied += 1
 
@@ -92,7 +101,15 @@ class MetadataState:
 
 # -- events ------------------------------------------------------------------------------------
 
-def topic_created(name: str, topic_id: str, replicas: list[list[str]],
+def cluster_created(cluster_id: str) -> dict[str, Any]:
+    return {"type": "cluster_created", "cluster_id": cluster_id}
+
+
+def broker_registered(broker_id: int) -> dict[str, Any]:
+    return {"type": "broker_registered", "broker_id": broker_id}
+
+
+def topic_created(name: str, topic_id: str, replicas: list[list[int]],
                   configs: dict[str, Any]) -> dict[str, Any]:
     return {"type": "topic_created", "name": name, "topic_id": topic_id,
             "replicas": replicas, "configs": configs}
@@ -102,7 +119,7 @@ def topic_deleted(name: str) -> dict[str, Any]:
     return {"type": "topic_deleted", "name": name}
 
 
-def partitions_added(name: str, replicas: list[list[str]]) -> dict[str, Any]:
+def partitions_added(name: str, replicas: list[list[int]]) -> dict[str, Any]:
     return {"type": "partitions_added", "name": name, "replicas": replicas}
 
 
@@ -110,8 +127,8 @@ def configs_altered(name: str, configs: dict[str, Any]) -> dict[str, Any]:
     return {"type": "configs_altered", "name": name, "configs": configs}
 
 
-def partition_changed(name: str, partition: int, *, leader: str | None, leader_epoch: int,
-                      isr: list[str], replicas: list[str] | None = None) -> dict[str, Any]:
+def partition_changed(name: str, partition: int, *, leader: int | None, leader_epoch: int,
+                      isr: list[int], replicas: list[int] | None = None) -> dict[str, Any]:
     event = {"type": "partition_changed", "name": name, "partition": partition,
              "leader": leader, "leader_epoch": leader_epoch, "isr": isr}
     if replicas is not None:
@@ -119,12 +136,24 @@ def partition_changed(name: str, partition: int, *, leader: str | None, leader_e
     return event
 
 
-def _new_partitions(first: int, replicas: list[list[str]]) -> list[PartitionState]:
+def _new_partitions(first: int, replicas: list[list[int]]) -> list[PartitionState]:
     return [
-        PartitionState(partition=first + i, replicas=list(nodes), leader=nodes[0],
-                       leader_epoch=0, isr=list(nodes))
-        for i, nodes in enumerate(replicas)
+        PartitionState(partition=first + i, replicas=list(brokers), leader=brokers[0],
+                       leader_epoch=0, isr=list(brokers))
+        for i, brokers in enumerate(replicas)
     ]
+
+
+def _apply_cluster_created(state: MetadataState, event: dict[str, Any]) -> None:
+    if state.cluster_id is not None:
+        raise ValueError(f"cluster {state.cluster_id} created a second time: {event!r}")
+    state.cluster_id = event["cluster_id"]
+
+
+def _apply_broker_registered(state: MetadataState, event: dict[str, Any]) -> None:
+    if event["broker_id"] in state.broker_ids:
+        raise ValueError(f"broker id {event['broker_id']} given out twice")
+    state.broker_ids.add(event["broker_id"])
 
 
 def _apply_topic_created(state: MetadataState, event: dict[str, Any]) -> None:
@@ -160,6 +189,8 @@ def _apply_partition_changed(state: MetadataState, event: dict[str, Any]) -> Non
 
 
 _HANDLERS = {
+    "cluster_created": _apply_cluster_created,
+    "broker_registered": _apply_broker_registered,
     "topic_created": _apply_topic_created,
     "topic_deleted": _apply_topic_deleted,
     "partitions_added": _apply_partitions_added,

@@ -215,11 +215,9 @@ def check_prefix(header: BatchHeader, buf: bytes | bytearray | memoryview, pos: 
         raise CorruptRecordError(f"header CRC mismatch in batch at byte {pos}")
 
 
-def check_header(header: BatchHeader, buf: bytes | bytearray | memoryview, pos: int) -> None:
-    """Check one header against the bytes that hold it: magic, lengths, both CRCs, fields.
-
-    ``buf[pos:pos + header.size]`` must hold the batch; raises CorruptRecordError otherwise.
-    """
+def check_crcs(header: BatchHeader, buf: bytes | bytearray | memoryview, pos: int) -> None:
+    """Check that the batch is all there and both CRCs match: its bytes are as its producer
+    built them (so its producer id and sequence can be trusted). Raises CorruptRecordError."""
     check_prefix(header, buf, pos)
     end = pos + header.size
     if end > len(buf):
@@ -229,6 +227,14 @@ def check_header(header: BatchHeader, buf: bytes | bytearray | memoryview, pos: 
         )
     if _crc32c(memoryview(buf)[pos + CRC_START:end]) != header.crc:
         raise CorruptRecordError(f"CRC mismatch in batch at byte {pos}")
+
+
+def check_header(header: BatchHeader, buf: bytes | bytearray | memoryview, pos: int) -> None:
+    """Check one header against the bytes that hold it: magic, lengths, both CRCs, fields.
+
+    ``buf[pos:pos + header.size]`` must hold the batch; raises CorruptRecordError otherwise.
+    """
+    check_crcs(header, buf, pos)
     # Past the CRCs a batch is as its producer built it; these checks refuse a producer's bug.
     if header.attributes & ~KNOWN_ATTRIBUTE_BITS or header.attributes & CODEC_MASK not in (
         Codec.NONE, Codec.LZ4,

@@ -20,7 +20,7 @@ from ray.cluster_utils import Cluster
 import raylog
 from raylog import Admin, Consumer, TopicPartition
 from raylog.client.connection import reset_default
-from raylog.cluster_names import BROKER_RESOURCE, DATA_DIR_ENV, NAMESPACE, replica_name
+from raylog.cluster_names import BROKER_RESOURCE, DATA_DIR_ENV
 
 BROKERS = 3
 NODE_ARGS = {"num_cpus": 1, "object_store_memory": 200 * 1024 * 1024}
@@ -30,12 +30,17 @@ NODE_ARGS = {"num_cpus": 1, "object_store_memory": 200 * 1024 * 1024}
 class TestCluster:
     cluster: Cluster
     root: Path
-    data_dirs: dict[str, Path]  # broker node id -> its data directory
+    data_dirs: dict[str, Path]  # broker node id -> its data directory (RAYLOG_DATA_DIR)
     raylog: raylog.RaylogCluster
 
+    def brokers(self) -> dict[int, dict]:
+        """The controller's view: broker id -> node id, host, data directory, alive, ..."""
+        status = self.raylog.controller.call("cluster_status")
+        return {b["broker_id"]: b for b in status["brokers"]}
+
     @property
-    def broker_ids(self) -> list[str]:
-        return sorted(self.data_dirs)
+    def broker_ids(self) -> list[int]:
+        return sorted(b for b, info in self.brokers().items() if info["alive"])
 
 
 def wait_for(condition: Callable[[], object], timeout: float = 30.0, interval: float = 0.1,
@@ -123,11 +128,8 @@ def consume_all(topic: str, partitions: int, expected: int, timeout_s: float = 6
 
 
 def replica_handle(admin: Admin, topic: str, partition: int):
-    """The actor of a partition's leader replica."""
-    described = admin.describe_topic(topic)
-    p = described["partitions"][partition]
-    return ray.get_actor(replica_name(topic, partition, p["leader"], described["topic_id"]),
-                         namespace=NAMESPACE)
+    """The actor of a partition's leader replica, as the controller gives it to clients."""
+    return admin._cluster.topic(topic, refresh=True).partitions[partition].leader_client().handle
 
 
 def restarts(actor) -> int:

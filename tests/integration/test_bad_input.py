@@ -136,7 +136,7 @@ def test_more_partitions_than_the_brokers_can_hold_are_refused_quickly(known):
     actor process per replica): refused before any actor starts."""
     error = refused(known, lambda: known.admin.create_topic(
         _new(), DEFAULT_MAX_PARTITIONS_PER_TOPIC), InvalidPartitionsError)
-    assert "replicas on broker node" in str(error) and "limit per broker" in str(error)
+    assert "replicas on broker " in str(error) and "limit per broker" in str(error)
     refused(known, lambda: known.admin.add_partitions(known.topic,
                                                       DEFAULT_MAX_PARTITIONS_PER_TOPIC),
             InvalidPartitionsError)

@@ -38,21 +38,24 @@ def admin(ray_cluster) -> Admin:
     return Admin(cluster=ray_cluster.raylog)
 
 
-def test_replicas_land_on_assigned_nodes_with_files_there(ray_cluster, admin, topic_name):
+def test_replicas_land_on_their_brokers_nodes_with_files_there(ray_cluster, admin, topic_name):
     described = admin.create_topic(topic_name, partitions=6)
     assigned = {p["partition"]: p["replicas"][0] for p in described["partitions"]}
+    brokers = ray_cluster.brokers()
     assert set(assigned.values()) == set(ray_cluster.broker_ids)  # spread over all brokers
     with Producer() as producer:
         for p in range(6):
             producer.send(topic_name, b"x", partition=p)
-    for partition, node in assigned.items():
+    for partition, broker in assigned.items():
+        node = brokers[broker]["node_id"]
         actor = replica_handle(admin, topic_name, partition)
         info = ray.get(actor.describe.remote())
-        assert info["node_id"] == node
+        assert (info["broker_id"], info["node_id"]) == (broker, node)
         # Ray's own record of where the actor lives, from the GCS actor table.
         gcs = ray._private.state.actors(actor._actor_id.hex())
         assert gcs["Address"]["NodeID"] == node
-        directory = ray_cluster.data_dirs[node] / f"{topic_name}-{partition}"
+        assert brokers[broker]["data_dir"] == str(ray_cluster.data_dirs[node].resolve())
+        directory = ray_cluster.data_dirs[node].resolve() / f"{topic_name}-{partition}"
         assert info["directory"] == str(directory)
         assert (directory / "00000000000000000000.log").stat().st_size > 0
         for other, other_dir in ray_cluster.data_dirs.items():
@@ -223,7 +226,7 @@ def test_bad_topic_settings_are_refused_and_nothing_changes(ray_cluster, admin, 
         admin.create_topic(topic_name, partitions=0)
     with pytest.raises(InvalidReplicationFactorError, match="replication factor"):
         admin.create_topic(topic_name, replication_factor=0)
-    with pytest.raises(InvalidReplicationFactorError, match=r"factor 4 .*broker nodes \(3\)"):
+    with pytest.raises(InvalidReplicationFactorError, match=r"factor 4 .*live brokers \(3\)"):
         admin.create_topic(topic_name, replication_factor=len(ray_cluster.broker_ids) + 1)
     with pytest.raises(InvalidConfigError, match="retention_bytes"):
         admin.create_topic(topic_name, configs={"retention.bytes": -7})

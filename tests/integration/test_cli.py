@@ -5,9 +5,11 @@ from __future__ import annotations
 import io
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -66,7 +68,11 @@ def test_cluster_status_lists_brokers(ray_cluster, topic_name):
     code, out = run("cluster", "status", "--json")
     status = json.loads(out)
     assert code == 0
-    assert {b["node_id"] for b in status["brokers"]} >= set(ray_cluster.broker_ids)
+    brokers = {b["broker_id"]: b for b in status["brokers"]}
+    assert set(brokers) >= set(ray_cluster.broker_ids)
+    assert {str(Path(b["data_dir"])) for b in brokers.values() if b["alive"]} == \
+        {str(d.resolve()) for d in ray_cluster.data_dirs.values()}
+    assert status["refused"] == []
     leaders = [tuple(t) for b in status["brokers"] for t in b["leaders"]]
     assert sorted(p for t, p in leaders if t == topic_name) == [0, 1, 2]
     code, out = run("cluster", "status")
@@ -110,6 +116,22 @@ def test_without_a_cluster_it_says_so(argv):
     assert result.returncode == 1
     assert "no Ray cluster at '127.0.0.1:1'" in result.stderr
     assert "ray up cluster.yaml" in result.stderr
+
+
+def test_a_connected_process_never_acts_on_another_cluster(ray_cluster, topic_name, capsys):
+    """In a process already joined to a cluster, --address naming another one is refused,
+    whether or not something listens there."""
+    assert main(["--address", "127.0.0.1:1", "topics", "list"]) == 1
+    assert "no Ray cluster at '127.0.0.1:1'" in capsys.readouterr().err
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        address = f"127.0.0.1:{other.getsockname()[1]}"
+        assert main(["--address", address, "topics", "create", topic_name]) == 1
+    err = capsys.readouterr().err
+    assert "already connected to the Ray cluster at" in err and address in err
+    assert main(["--address", ray_cluster.cluster.address, "topics", "list"]) == 0
+    assert topic_name not in capsys.readouterr().out
 
 
 # -- refusals: one line on stderr, exit status 1, and nothing stored changes ---------------------

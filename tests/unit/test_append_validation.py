@@ -119,3 +119,26 @@ def test_unverified_append_is_for_batches_a_writer_built_itself(tmp_path):
     assert log.append(GOOD, verify_payload=False).record_count == 3
     with pytest.raises(CorruptRecordError):  # the CRCs are still checked
         log.append(GOOD[:-1] + bytes([GOOD[-1] ^ 1]), verify_payload=False)
+
+
+def test_a_malformed_producer_batch_spends_its_sequence_but_a_damaged_one_does_not(tmp_path):
+    """The leader refuses both. A malformed batch (CRCs right) was built so by its producer:
+    its sequence is spent, so the producer's next batch is taken. A damaged one (a CRC
+    wrong) may have a damaged sequence too: nothing is recorded for its producer."""
+    from raylog.partition import Partition
+
+    partition = Partition("p", 0, PartitionLog(tmp_path / "p-0", CONFIG, clock=FakeClock(NOW)),
+                          0)
+    first = reseal(GOOD, producer_id=7, producer_epoch=0, base_sequence=0)
+    partition.append(first)
+    malformed = reseal(GOOD, lz4.frame.compress(b"not arrow" * 50), producer_id=7,
+                       producer_epoch=0, base_sequence=3)
+    with pytest.raises(CorruptRecordError):
+        partition.append(malformed)
+    damaged = bytearray(reseal(GOOD, producer_id=7, producer_epoch=0, base_sequence=6))
+    damaged[-1] ^= 0x40
+    with pytest.raises(CorruptRecordError, match="CRC"):
+        partition.append(bytes(damaged))
+    nxt = reseal(GOOD, producer_id=7, producer_epoch=0, base_sequence=6)
+    assert partition.append(nxt).base_offset == 3  # after the first: nothing else appended
+    partition.log.close()

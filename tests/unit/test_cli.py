@@ -128,3 +128,32 @@ def test_refusals_are_grouped_by_cause_on_one_line():
     assert "\n" not in text
     assert text == ("a compacted log refuses records without a key (lines 2, 4, 6, 8, 10 "
                     "and 2 more); too big (line 3)")
+
+
+@pytest.mark.parametrize("argv", [["topics", "list", "--address", "h:1"],
+                                  ["--address", "h:1", "topics", "list"],
+                                  ["--address", "other:2", "topics", "list", "--address", "h:1"],
+                                  ["groups", "describe", "g", "--address", "h:1"],
+                                  ["cluster", "status", "--address", "h:1"]])
+def test_address_goes_before_or_after_the_command(argv):
+    assert cli.build_parser().parse_args(argv).address == "h:1"
+
+
+def test_without_an_address_no_running_cluster_is_joined(monkeypatch):
+    """A Ray cluster running on this machine may be someone else's: only RAY_ADDRESS or
+    --address name one to join."""
+    import ray
+    import ray._private.services as services
+
+    from raylog.client import connection
+    from raylog.errors import NoClusterError
+
+    def found(*_):
+        raise AssertionError("looked for a running cluster it was not told to join")
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(services, "canonicalize_bootstrap_address", found)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    assert connection._find_cluster(None) is None
+    with pytest.raises(NoClusterError, match="give --address HOST:PORT or set RAY_ADDRESS"):
+        connection._connect_ray(None, start_local=False)

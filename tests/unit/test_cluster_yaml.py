@@ -200,6 +200,22 @@ def test_head_and_worker_start_commands(path):
     assert flag(worker_args, "--address") == "$RAY_HEAD_IP:6379"
 
 
+@pytest.mark.parametrize("path", CONFIGS)
+def test_ray_up_starts_raylog_on_the_head(path):
+    """After `ray start --head`, the head runs `raylog start` against that cluster, with
+    the token the cluster needs; and `raylog` commands there are told which cluster."""
+    config = prepared(path)
+    commands = config["head_start_ray_commands"]
+    starts = [i for i, c in enumerate(commands) if re.search(r"\braylog\b.*\bstart$", c.strip())]
+    assert starts, "head_start_ray_commands must run `raylog start`"
+    assert starts[0] > max(i for i, c in enumerate(commands) if "ray start --head" in c)
+    words = shlex.split(commands[starts[0]])
+    assert words[words.index("--address") + 1] == "localhost:6379"
+    assert "RAY_AUTH_MODE=token" in words
+    assert any(w.startswith("RAY_AUTH_TOKEN_PATH=") for w in words)
+    assert "export RAY_ADDRESS=localhost:6379" in "\n".join(config["head_setup_commands"])
+
+
 # --- the data directory ---------------------------------------------------------------------
 
 

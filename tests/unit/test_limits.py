@@ -60,17 +60,17 @@ def test_replicas_per_broker_follow_memory_unless_set():
 
 def test_placement_counts_existing_replicas_per_broker():
     limits = PartitionLimits(max_replicas_per_broker=3)
-    existing = [["a"], ["b"]]
-    memory = {"a": None, "b": None}
-    limits.check_placement("t", [["a"], ["b"], ["a"], ["b"]], existing, memory)
+    existing = [[0], [1]]
+    memory = {0: None, 1: None}
+    limits.check_placement("t", [[0], [1], [0], [1]], existing, memory)
     with pytest.raises(InvalidPartitionsError) as info:
-        limits.check_placement("t", [["a"], ["a"], ["a"]], existing, memory)
+        limits.check_placement("t", [[0], [0], [0]], existing, memory)
     message = str(info.value)
-    assert "would put 4 replicas on broker node a, which holds 1" in message
+    assert "would put 4 replicas on broker 0, which holds 1" in message
     assert f"{MAX_REPLICAS_ENV}=3" in message
 
 
 def test_placement_limit_derived_from_memory_names_the_reason():
-    memory = {"node-with-little-memory": 2 * REPLICA_MEMORY_BYTES}
+    memory = {7: 2 * REPLICA_MEMORY_BYTES}  # a broker on a node with little memory
     with pytest.raises(InvalidPartitionsError, match=r"limit per broker is 2: about 100 MB"):
-        PartitionLimits().check_placement("t", [["node-with-little-memory"]] * 3, [], memory)
+        PartitionLimits().check_placement("t", [[7]] * 3, [], memory)

@@ -25,6 +25,8 @@ from raylog.metadata import (
     assign_replicas,
 )
 from raylog.metadata.state import (
+    broker_registered,
+    cluster_created,
     configs_altered,
     partition_changed,
     partitions_added,
@@ -34,9 +36,14 @@ from raylog.metadata.state import (
 from raylog.storage.checkpoint import Checkpoint
 from raylog.storage.log import RECOVERY_POINT_FILE
 
+CLUSTER = cluster_created("0123456789abcdef")
+
 
 def state_of(*events: dict) -> MetadataState:
+    """A state that applied ``events``, after the cluster_created every log begins with."""
     state = MetadataState()
+    if not events or events[0].get("type") != "cluster_created":
+        state.apply(CLUSTER)
     for event in events:
         state.apply(event)
     return state
@@ -45,6 +52,9 @@ def state_of(*events: dict) -> MetadataState:
 def a_history() -> list[dict]:
     """Events touching every handler, in an order the controller could write them."""
     return [
+        CLUSTER,
+        broker_registered(0),
+        broker_registered(1),
         topic_created("orders", "id-orders", [["n1", "n2"], ["n2", "n3"]], {"retention_ms": 1000}),
         topic_created("clicks", "id-clicks", [["n3"]], {}),
         partitions_added("orders", [["n3", "n1"]]),
@@ -69,7 +79,7 @@ def test_topic_created_makes_partitions_led_by_their_first_replica():
         PartitionState(1, ["b", "c"], "b", 0, ["b", "c"]),
     ], {"retention_ms": 5})
     assert topic.replication_factor == 2
-    assert state.applied == 1
+    assert state.applied == 2  # the cluster_created event and this one
 
 
 def test_topic_created_copies_what_it_keeps_from_the_event():
@@ -90,7 +100,7 @@ def test_topic_created_twice_raises_topic_exists_and_keeps_the_first():
         state.apply(topic_created("t", "id-2", [["b"], ["c"]], {}))
     assert state.topic("t").topic_id == "id-1"
     assert len(state.topic("t").partitions) == 1
-    assert state.applied == 1
+    assert state.applied == 2  # the cluster_created event and this one
 
 
 def test_topic_deleted_removes_the_topic():
@@ -149,7 +159,7 @@ def test_events_for_unknown_topics_raise_unknown_topic(event):
     with pytest.raises(UnknownTopicError, match=r"unknown topic 'missing'"):
         state.apply(event)
     assert state.topics == before
-    assert state.applied == 1
+    assert state.applied == 2  # the cluster_created event and this one
 
 
 @pytest.mark.parametrize("partition", [1, 7, -1, True, "0", None])
@@ -159,7 +169,7 @@ def test_partition_changed_for_unknown_partition_raises(partition):
     with pytest.raises(UnknownPartitionError, match=r"topic 't' has partitions 0..0"):
         state.apply(partition_changed("t", partition, leader="a", leader_epoch=1, isr=["a"]))
     assert state.topics == before
-    assert state.applied == 1
+    assert state.applied == 2  # the cluster_created event and this one
 
 
 @pytest.mark.parametrize("event", [{"type": "topic_renamed", "name": "t"}, {}, {"type": None}])
@@ -191,15 +201,30 @@ def test_the_history_applies_to_the_expected_state():
     assert state.applied == len(a_history())
 
 
-def test_replicas_by_node_lists_every_replica_on_its_node():
+def test_replicas_by_broker_lists_every_replica_on_its_broker():
     state = state_of(*a_history())
-    by_node = state.replicas_by_node()
-    assert {node: sorted(tps) for node, tps in by_node.items()} == {
+    by_broker = state.replicas_by_broker()
+    assert {broker: sorted(tps) for broker, tps in by_broker.items()} == {
         "n1": [("orders", 0), ("orders", 2)],
         "n2": [("orders", 0), ("orders", 1), ("orders", 2)],
         "n3": [("clicks", 0), ("orders", 1)],
     }
-    assert MetadataState().replicas_by_node() == {}
+    assert MetadataState().replicas_by_broker() == {}
+
+
+def test_a_log_begins_with_its_cluster_and_broker_ids_are_given_once():
+    state = MetadataState()
+    with pytest.raises(ValueError, match="must begin with cluster_created"):
+        state.apply(topic_created("t", "id", [[0]], {}))
+    state.apply(CLUSTER)
+    assert state.cluster_id == "0123456789abcdef" and state.next_broker_id == 0
+    state.apply(broker_registered(0))
+    state.apply(broker_registered(1))
+    assert state.broker_ids == {0, 1} and state.next_broker_id == 2
+    with pytest.raises(ValueError, match="given out twice"):
+        state.apply(broker_registered(1))
+    with pytest.raises(ValueError, match="created a second time"):
+        state.apply(cluster_created("fedcba9876543210"))
 
 
 # -- the metadata log ----------------------------------------------------------------------------
@@ -403,7 +428,7 @@ def test_zero_partitions_assign_nothing():
 
 @pytest.mark.parametrize("brokers", [[], ()])
 def test_no_brokers_raises(brokers):
-    with pytest.raises(NoBrokersError, match=r"no live broker nodes"):
+    with pytest.raises(NoBrokersError, match=r"no live brokers"):
         assign_replicas(brokers, 3, 1)
 
 

@@ -1,0 +1,277 @@
+"""Whole-cluster, broker and embedded restarts, each in a process of its own.
+
+Run by tests/integration/test_restarts.py as ``python -m tests.integration.restart_scenario
+SCENARIO ROOT``: a scenario starts its own Ray clusters (a process joins one Ray cluster at a
+time, and the test session already joined one), checks, prints what it checked and exits 0,
+or raises. ``ROOT`` holds the data directories, and is the HOME of the embedded scenario so
+that its default locations (``~/.raylog``) are the test's own.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.cluster_utils import Cluster
+
+import raylog
+from raylog import Admin, Consumer, Producer, TopicPartition
+from raylog.client.connection import reset_default
+from raylog.cluster_names import BROKER_RESOURCE, DATA_DIR_ENV
+from raylog.identity import read_identity
+from raylog.records import BatchBuilder
+
+NODE_ARGS = {"num_cpus": 1, "object_store_memory": 150 * 1024 * 1024}
+GROUP = "restart-group"
+PRODUCER_ID = 4242  # a producer whose retry after the restart must be recognised
+
+
+def wait_for(condition, timeout: float = 60.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            result = condition()
+            if result:
+                return result
+        except Exception as e:  # the cluster may still be settling
+            last = e
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}; last error {last!r}")
+
+
+class Nodes:
+    """A cluster_utils cluster: a head (the controller's) and broker nodes whose data
+    directories the caller names, started in the order given."""
+
+    def __init__(self, root: Path, broker_dirs: list[str]) -> None:
+        self.root = root
+        self.cluster = Cluster(initialize_head=True, head_node_args={
+            **NODE_ARGS, "include_dashboard": False,
+            "env_vars": {DATA_DIR_ENV: str(root / "head")}})
+        self.brokers = {}  # data directory name -> node
+        for name in broker_dirs:
+            self.add_broker(name)
+        if broker_dirs:
+            self.cluster.wait_for_nodes()
+        ray.init(address=self.cluster.address, log_to_driver=False)
+        self.raylog = raylog.init()
+
+    def add_broker(self, name: str):
+        node = self.cluster.add_node(**NODE_ARGS, resources={BROKER_RESOURCE: 1},
+                                     env_vars={DATA_DIR_ENV: str(self.root / name)})
+        self.brokers[name] = node
+        return node
+
+    def stop(self) -> None:
+        reset_default()
+        ray.shutdown()
+        self.cluster.shutdown()
+
+
+def fill(admin: Admin) -> dict[str, Any]:
+    """Topics, configs, records, a group's offsets and an idempotent batch: what must come
+    back."""
+    admin.create_topic("orders", partitions=3, configs={"segment.bytes": 64 << 10})
+    admin.create_topic("profiles", partitions=2, configs={"cleanup.policy": "compact"})
+    with Producer(acks="all", linger_ms=2) as producer:
+        for i in range(600):
+            producer.send("orders", b"order-%d" % i, key=b"k%d" % (i % 11),
+                          headers=[("n", b"%d" % i)])
+        for i in range(40):
+            producer.send("profiles", b"profile-%d" % i, key=b"user-%d" % (i % 9))
+    with Consumer(group_id=GROUP, auto_offset_reset="earliest",
+                  enable_auto_commit=False) as consumer:
+        consumer.subscribe(["orders"])
+        seen: list = []
+        wait_for(lambda: seen.extend(consumer.poll(timeout_ms=200)) or len(seen) >= 200,
+                 what="the group to read 200 records")
+        consumer.commit()
+    builder = BatchBuilder()
+    builder.append(int(time.time() * 1000), b"idem", b"exactly-once")
+    builder.set_producer(PRODUCER_ID, 0, 0)
+    batch = builder.build()
+    first = append_raw(admin, batch)
+    return {"batch": batch, "first_answer": first}
+
+
+def append_raw(admin: Admin, batch: bytes) -> tuple[int, int]:
+    """Append as the producer's sender would, to the leader of orders-0: (base, last)."""
+    meta = admin._cluster.topic("orders", refresh=True).partitions[0]
+    info = ray.get(meta.leader_client().append(batch, "all", meta.leader_epoch), timeout=60)
+    return info.base_offset, info.last_offset
+
+
+def snapshot(admin: Admin) -> dict[str, Any]:
+    """Everything that must survive, in comparable form."""
+    topics = {}
+    for t in admin.describe_topics():
+        if t["name"].startswith("__"):
+            continue
+        topics[t["name"]] = {"configs": t["configs"], "topic_id": t["topic_id"],
+                             "replicas": [p["replicas"] for p in t["partitions"]]}
+    records = {}
+    with Consumer(auto_offset_reset="earliest", max_poll_records=100_000) as consumer:
+        partitions = [TopicPartition(name, p) for name, t in topics.items()
+                      for p in range(len(t["replicas"]))]
+        consumer.assign(partitions)
+        ends = consumer.end_offsets(partitions)
+        got: list = []
+
+        def caught_up() -> bool:
+            got.extend(consumer.poll(timeout_ms=200))
+            return all(consumer.position(tp) >= ends[tp] for tp in partitions)
+
+        wait_for(caught_up, what="every record")
+        for r in got:
+            records.setdefault(f"{r.topic}-{r.partition}", []).append(
+                [r.offset, r.key.decode() if r.key else None, r.value.decode(),
+                 [[k, v.decode()] for k, v in r.headers or []]])
+    group = admin.describe_group(GROUP)["offsets"]
+    return {"topics": topics, "records": records, "group": group}
+
+
+def identities(root: Path, names: list[str]) -> dict[str, list]:
+    return {name: list(vars(read_identity(root / name)).values()) for name in names}
+
+
+def keep_going(admin: Admin) -> None:
+    """Producing and consuming work after the restart."""
+    with Producer(acks="all") as producer:
+        meta = producer.send("orders", b"after-restart", partition=1).result(60)
+    with Consumer(auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition("orders", 1)])
+        consumer.seek(TopicPartition("orders", 1), meta.offset)
+        got = wait_for(lambda: consumer.poll(timeout_ms=500), what="the new record")
+        assert got[0].value == b"after-restart", got
+
+
+def whole_cluster(root: Path) -> dict[str, Any]:
+    names = ["b0", "b1", "b2"]
+    nodes = Nodes(root, names)
+    try:
+        admin = Admin()
+        filled = fill(admin)
+        before = snapshot(admin)
+        ids_before = identities(root, names)
+        cluster_id = nodes.raylog.controller.call("cluster_status")["cluster_id"]
+    finally:
+        nodes.stop()
+    shuffled = names[:]
+    while shuffled == names:
+        random.shuffle(shuffled)
+    nodes = Nodes(root, shuffled)  # new Ray node IDs, nodes in another order
+    try:
+        admin = Admin()
+        status = nodes.raylog.controller.call("cluster_status")
+        assert status["cluster_id"] == cluster_id, status
+        assert sorted(b["broker_id"] for b in status["brokers"] if b["alive"]) == [0, 1, 2]
+        after = wait_for(lambda: snapshot(admin), what="a snapshot after the restart")
+        assert after == before, "state differs after the restart"
+        assert identities(root, names) == ids_before
+        assert append_raw(admin, filled["batch"]) == filled["first_answer"], \
+            "a producer's retry was not recognised after the restart"
+        keep_going(admin)
+    finally:
+        nodes.stop()
+    return {"order": shuffled, "records": sum(len(r) for r in before["records"].values()),
+            "group_offsets": before["group"]}
+
+
+def head_first(root: Path) -> dict[str, Any]:
+    """The head comes back alone: its controller replays the metadata log from the head's
+    directory and knows every broker, offline; then the broker nodes join, one by one."""
+    names = ["b0", "b1", "b2"]
+    nodes = Nodes(root, names)
+    try:
+        admin = Admin()
+        fill(admin)
+        before = snapshot(admin)
+        first = nodes.raylog.controller.call("cluster_status")
+    finally:
+        nodes.stop()
+    nodes = Nodes(root, [])
+    try:
+        admin = Admin()
+        status = nodes.raylog.controller.call("cluster_status")
+        assert status["cluster_id"] == first["cluster_id"]
+        assert status["controller_dir"] == first["controller_dir"]
+        assert [(b["broker_id"], b["alive"], len(b["replicas"])) for b in status["brokers"]] \
+            == [(b["broker_id"], False, len(b["replicas"])) for b in first["brokers"]]
+        assert {t["name"] for t in admin.describe_topics()} >= set(before["topics"])
+        for name in reversed(names):
+            nodes.add_broker(name)
+        wait_for(lambda: all(b["alive"] for b in admin.cluster_status()["brokers"]),
+                 timeout=90, what="every broker back")
+        after = wait_for(lambda: snapshot(admin), timeout=90, what="every record again")
+        assert after == before, "state differs after the head came back first"
+        keep_going(admin)
+    finally:
+        nodes.stop()
+    return {"brokers": [b["broker_id"] for b in first["brokers"]]}
+
+
+def broker_replaced(root: Path) -> dict[str, Any]:
+    nodes = Nodes(root, ["b0", "b1", "b2"])
+    try:
+        admin = Admin()
+        fill(admin)
+        before = snapshot(admin)
+        old = nodes.brokers["b1"]
+        broker = read_identity(root / "b1").broker_id
+        nodes.cluster.remove_node(old)
+        new = nodes.add_broker("b1")  # a new node (new Ray node ID) with the old disk
+        assert new.node_id != old.node_id
+
+        def served_again() -> bool:
+            status = nodes.raylog.controller.call("cluster_status")
+            info = {b["broker_id"]: b for b in status["brokers"]}[broker]
+            return info["alive"] and info["node_id"] == new.node_id
+
+        wait_for(served_again, timeout=90, what=f"broker {broker} to be served by the new node")
+        after = wait_for(lambda: snapshot(admin), timeout=90, what="every record again")
+        assert after == before, "state differs after the broker's node was replaced"
+        keep_going(admin)
+    finally:
+        nodes.stop()
+    return {"broker": broker, "old_node": old.node_id[:12], "new_node": new.node_id[:12]}
+
+
+def embedded(root: Path) -> dict[str, Any]:
+    """Twice an embedded one-node cluster with the default locations (HOME is ``root``)."""
+    raylog.init(address="local")
+    try:
+        admin = Admin()
+        fill(admin)
+        before = snapshot(admin)
+        first = admin.cluster_status()
+    finally:
+        reset_default()
+        ray.shutdown()
+    raylog.init(address="local")
+    try:
+        admin = Admin()
+        again = admin.cluster_status()
+        assert again["cluster_id"] == first["cluster_id"]
+        assert [b["data_dir"] for b in again["brokers"]] == \
+            [b["data_dir"] for b in first["brokers"]]
+        assert wait_for(lambda: snapshot(admin), what="the records") == before
+        keep_going(admin)
+    finally:
+        reset_default()
+        ray.shutdown()
+    return {"data_dir": first["brokers"][0]["data_dir"],
+            "controller_dir": first["controller_dir"]}
+
+
+SCENARIOS = {"whole-cluster": whole_cluster, "head-first": head_first,
+             "broker-replaced": broker_replaced, "embedded": embedded}
+
+if __name__ == "__main__":
+    scenario, root = sys.argv[1], Path(sys.argv[2])
+    print(json.dumps(SCENARIOS[scenario](root)))

@@ -1,0 +1,55 @@
+"""Restarts that change every Ray node ID: brokers keep their identity on their disks.
+
+Each scenario runs in a process of its own with its own clusters (restart_scenario.py):
+- the whole cluster stopped and started again on the same disks, brokers in another order;
+- the head started again before its brokers, which then join one by one;
+- one broker's node replaced by a new node with the old disk;
+- an embedded one-node cluster started twice with the default data locations.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_scenario(name: str, root: Path, timeout: float = 900) -> dict:
+    env = {**os.environ, "HOME": str(root)}  # ~/.raylog of the scenario is its own
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run([sys.executable, "-m", "tests.integration.restart_scenario", name,
+                           str(root)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    assert done.returncode == 0, f"{name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.cluster
+def test_a_whole_cluster_restart_in_another_node_order_loses_nothing(tmp_path):
+    result = run_scenario("whole-cluster", tmp_path)
+    assert result["records"] == 600 + 40 + 1 and result["group_offsets"]
+
+
+@pytest.mark.cluster
+def test_the_head_restarting_before_its_brokers_finds_them_again(tmp_path):
+    result = run_scenario("head-first", tmp_path)
+    assert result["brokers"] == [0, 1, 2]
+
+
+@pytest.mark.cluster
+def test_a_broker_node_replaced_by_a_new_node_with_the_old_disk_serves_it_again(tmp_path):
+    result = run_scenario("broker-replaced", tmp_path)
+    assert result["old_node"] != result["new_node"]
+
+
+@pytest.mark.cluster
+def test_an_embedded_cluster_finds_its_data_in_the_default_locations(tmp_path):
+    result = run_scenario("embedded", tmp_path)
+    assert result["data_dir"] == str(tmp_path / ".raylog" / "brokers" / "0")
+    assert result["controller_dir"] == str(tmp_path / ".raylog" / "controller")
