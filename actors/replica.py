@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.abc
 import json
 import logging
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,27 @@ METADATA_FILE = "partition.metadata"
 MAINTENANCE_INTERVAL_S = 1.0
 SEQUENCE_WAIT_S = 2.0
 HW_CHECKPOINT_INTERVAL_S = 5.0
+
+
+def forgo_pandas() -> None:
+    """Make ``import pandas`` fail in this process, unless it is imported already.
+
+    pyarrow imports pandas, if it can, the first time anything is converted to or from Arrow
+    (to ask whether it is a Series): some 30 MB in every replica process, of which a broker
+    runs thousands, for nothing: a replica never builds or returns pandas objects. pandas
+    is an optional dependency of pyarrow, which works without it. Only replica processes do
+    this (a Ray actor has its process to itself); a driver importing this module does not.
+    """
+    if "pandas" not in sys.modules and not any(isinstance(f, _NoPandas) for f in sys.meta_path):
+        sys.meta_path.insert(0, _NoPandas())
+
+
+class _NoPandas(importlib.abc.MetaPathFinder):
+    """An import finder that refuses pandas (and its submodules)."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> None:
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError(f"a replica process does not import {name}", name=name)
 
 
 def open_partition_dir(data_dir: Path, topic: str, partition: int, topic_id: str) -> Path:
@@ -63,6 +86,7 @@ class ReplicaActor:
 
     def __init__(self, topic: str, partition: int, topic_id: str, broker_id: int,
                  node_id: str, data_dir: str, configs: dict[str, Any]) -> None:
+        forgo_pandas()
         here = ray.get_runtime_context().get_node_id()
         if here != node_id:
             raise RuntimeError(f"replica of {topic}-{partition} placed on {here}, "

@@ -50,7 +50,10 @@ TABLE_SCHEMA = pa.schema([pa.field("offset", pa.int64(), nullable=False), *PAYLO
 # LZ4 cannot shrink data by more than about 255:1; a frame claiming more is a lie.
 _MAX_LZ4_RATIO = 256
 _MAX_PAYLOAD_BYTES = 2**31 - 1
-_EMPTY_HEADERS_VALUES = pa.array([], HEADER_ENTRY)
+# Not pa.array([]): converting anything to Arrow makes pyarrow import pandas if it can (to
+# ask whether it is a Series). Replica processes forbid that (actors/replica.py), but only
+# after their modules are imported: at import time nothing may convert.
+_EMPTY_HEADERS_VALUES = pa.nulls(0, HEADER_ENTRY)
 # Compression uses the lz4 package; decompression uses Arrow's codec (the same LZ4 frame
 # format), which decodes into Arrow's pooled memory: several times faster than fresh pages.
 _LZ4 = pa.Codec("lz4_frame")
