@@ -30,6 +30,8 @@ create      ``create_64_s``: ``Admin.create_topic`` of 64 partitions, from the c
 idle        ``idle_cpu_percent``: the CPU seconds (user + system, /proc/<pid>/stat) that the
             64 replicas of the last created topic use together over the window, as a
             percentage of one core; nothing produces or consumes meanwhile.
+            ``bare_idle_cpu_percent``: the same for the last round's 64 bare actors, in the
+            same window: what Ray's own worker threads cost.
 per GiB     ``partitions_per_gib``: 1 GiB over the replica's unique memory: how many more
             partitions one GiB of a broker's memory holds (the shared libraries are counted
             once per node, not per replica; a replica's log data lives in the page cache,
@@ -108,16 +110,14 @@ def node_of_broker(admin: Any) -> dict[int, str]:
             if b["alive"]}
 
 
-def start_bare(nodes: list[str]) -> float:
-    """Seconds to start one bare actor on each of ``nodes`` and hear from every one."""
+def start_bare(nodes: list[str]) -> tuple[float, list[ray.actor.ActorHandle]]:
+    """Seconds to start one bare actor on each of ``nodes`` and hear from every one; the
+    actors."""
     start = time.perf_counter()
     actors = [Bare.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False))
               .remote() for n in nodes]
     ray.get([a.pid.remote() for a in actors], timeout=600)
-    elapsed = time.perf_counter() - start
-    for actor in actors:
-        ray.kill(actor)
-    return elapsed
+    return time.perf_counter() - start, actors
 
 
 def run(mode: Mode, root: Path) -> dict[str, Any]:
@@ -165,23 +165,28 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
 
         # -- creating 64 partitions vs starting 64 bare actors on the same nodes
         create_s, bare_s = [], []
-        topic = None
+        topic, bares = None, []
         for r in range(mode.rounds):
             if topic is not None:
                 admin.delete_topic(topic)
+            for actor in bares:
+                ray.kill(actor)
             topic = f"dense-{r}"
             start = time.perf_counter()
             admin.create_topic(topic, partitions=PARTITIONS, configs={"retention.ms": -1})
             create_s.append(time.perf_counter() - start)
             placement = [brokers[p["leader"]]
                          for p in admin.describe_topics([topic])[0]["partitions"]]
-            bare_s.append(start_bare(placement))
+            seconds, bares = start_bare(placement)
+            bare_s.append(seconds)
 
-        # -- 64 idle replicas
+        # -- 64 idle replicas, and the 64 bare actors of the last round beside them
         pids = [pid_of(h) for h in replica_handles(admin, topic)]
-        before = cpu_seconds(pids)
+        bare_pids = ray.get([a.pid.remote() for a in bares], timeout=120)
+        before, bare_before = cpu_seconds(pids), cpu_seconds(bare_pids)
         time.sleep(mode.idle_window_s)  # the measurement window: nothing else happens
         idle = 100 * (cpu_seconds(pids) - before) / mode.idle_window_s
+        bare_idle = 100 * (cpu_seconds(bare_pids) - bare_before) / mode.idle_window_s
     finally:
         from raylog.client.connection import reset_default
 
@@ -195,7 +200,7 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
         "rss_ratio": replica_rss / bare_rss,
         "create_64_s": min(create_s), "bare_64_s": min(bare_s),
         "create_ratio": min(create_s) / min(bare_s),
-        "idle_cpu_percent": idle,
+        "idle_cpu_percent": idle, "bare_idle_cpu_percent": bare_idle,
         "partitions_per_gib": 1024 / replica_uss,
     }
     targets = {name: {"target": limit, "value": figures[name], "met": figures[name] <= limit,
@@ -240,6 +245,8 @@ def table(result: dict[str, Any]) -> str:
         ("create / bare start", f"{result['create_ratio']:.2f}", *met("create_ratio")),
         ("64 idle replicas, % of one core", f"{result['idle_cpu_percent']:.2f}",
          *met("idle_cpu_percent")),
+        ("64 idle bare actors, % of one core", f"{result['bare_idle_cpu_percent']:.2f}", "-",
+         "-"),
         ("partitions per GiB of broker memory", f"{result['partitions_per_gib']:.0f}", "-",
          "-"),
     ]

@@ -4,11 +4,12 @@ Cluster settings, read by the controller from its environment (set them where ``
 --head`` runs, as ``RAYLOG_DATA_DIR`` is, then restart the controller):
 
 - ``RAYLOG_MAX_PARTITIONS_PER_TOPIC`` (default 10,000): partitions one topic may have.
-- ``RAYLOG_MAX_REPLICAS_PER_BROKER`` (default: the broker node's memory / 100 MB): replicas
+- ``RAYLOG_MAX_REPLICAS_PER_BROKER`` (default: the broker node's memory / 72 MB): replicas
   one broker may hold, over all topics. Each replica is a Ray actor, that is a Python worker
-  process of its own: measured here, about 93 MB of private memory each with pyarrow and its
-  log loaded (and 125 MB of libraries that the processes share). So a broker holds as many
-  replicas as its memory does, far fewer than a Kafka broker's thousands.
+  process of its own: ``benchmarks/density.py`` measures about 69 MB of unique memory per
+  replica that has worked, 56 MB of which any Ray actor's process has (the rest of its
+  resident memory, shared libraries, is shared between the processes). So a broker holds
+  about 15 replicas per GiB, far fewer than a Kafka broker's thousands.
 
 Both are checked before a topic is created or grows, before anything is written, so that an
 impossible request is refused at once instead of starting actors the nodes cannot hold.
@@ -28,7 +29,7 @@ from raylog.errors import InvalidConfigError, InvalidPartitionsError
 MAX_PARTITIONS_ENV = "RAYLOG_MAX_PARTITIONS_PER_TOPIC"
 MAX_REPLICAS_ENV = "RAYLOG_MAX_REPLICAS_PER_BROKER"
 DEFAULT_MAX_PARTITIONS_PER_TOPIC = 10_000
-REPLICA_MEMORY_BYTES = 100 << 20  # one replica actor's process, private memory
+REPLICA_MEMORY_BYTES = 72 << 20  # one replica actor's process, unique memory, with room
 UNKNOWN_MEMORY_REPLICAS = 100     # a broker whose memory Ray does not report
 
 

@@ -429,6 +429,12 @@ class PartitionLog:
             return True
         return False
 
+    def time_work_pending(self) -> bool:
+        """Whether a periodic caller has work that only time finishes: records waiting for
+        a flush by ``flush_ms``, or a high watermark not yet checkpointed."""
+        return bool(self.config.flush_ms is not None and self._unflushed_records) or \
+            self.high_watermark != self._hw_checkpointed
+
     def update_high_watermark(self, offset: int) -> int:
         """Move the high watermark (clamped into [log start, log end]); return it."""
         self.high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)

@@ -282,3 +282,29 @@ def test_closed_log_refuses_use(tmp_path, clock):
         log.append(batch_of([b"x"]))
     with pytest.raises(LogClosedError):
         log.read(0)
+
+
+def test_time_work_pending_tells_an_idle_replica_it_may_sleep(tmp_path):
+    """What a replica's maintenance must come back for without new appends: a flush by
+    flush_ms, a high watermark not yet checkpointed. Nothing else keeps it awake."""
+    clock = FakeClock(1_700_000_000_000)
+    log = PartitionLog(tmp_path / "t-0", LogConfig(retention_ms=None), clock=clock)
+    log.checkpoint_high_watermark()  # a new log's first checkpoint is pending
+    assert not log.time_work_pending()
+    log.append(batch_of([b"a", b"b"]))
+    assert not log.time_work_pending()  # no flush_ms; the high watermark has not moved
+    log.update_high_watermark(log.log_end_offset)
+    assert log.time_work_pending()
+    log.checkpoint_high_watermark()
+    assert not log.time_work_pending()
+    log.close()
+
+    timed = PartitionLog(tmp_path / "u-0", LogConfig(retention_ms=None, flush_ms=100),
+                         clock=clock)
+    timed.checkpoint_high_watermark()
+    timed.append(batch_of([b"c"]))
+    assert timed.time_work_pending()
+    clock.advance(100)
+    assert timed.maybe_flush()
+    assert not timed.time_work_pending()
+    timed.close()
