@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -23,7 +24,7 @@ import raylog
 from raylog import Admin, Consumer, Producer, TopicPartition
 from raylog.client.connection import reset_default
 from raylog.cluster_names import BROKER_RESOURCE, DATA_DIR_ENV
-from raylog.identity import read_identity
+from raylog.identity import BrokerIdentity, read_identity, write_identity
 from raylog.records import BatchBuilder
 
 NODE_ARGS = {"num_cpus": 1, "object_store_memory": 150 * 1024 * 1024}
@@ -216,6 +217,40 @@ def head_first(root: Path) -> dict[str, Any]:
     return {"brokers": [b["broker_id"] for b in first["brokers"]]}
 
 
+def refusals(root: Path) -> dict[str, Any]:
+    """A node presenting a copy of a live broker's disk, and one presenting another
+    cluster's directory: both refused with the reason, neither mixed in, nothing changed."""
+    nodes = Nodes(root, ["b0", "b1"])
+    try:
+        admin = Admin()
+        fill(admin)
+        before = snapshot(admin)
+        shutil.copytree(root / "b0", root / "copy", ignore=shutil.ignore_patterns(".lock"))
+        (root / "foreign").mkdir()
+        write_identity(root / "foreign", BrokerIdentity(0, "0123456789abcdef"))
+        copy, foreign = nodes.add_broker("copy"), nodes.add_broker("foreign")
+
+        def both_refused() -> dict[str, str]:
+            status = admin.cluster_status()
+            reasons = {r["node_id"]: r["reason"] for r in status["refused"]}
+            return reasons if {copy.node_id, foreign.node_id} <= set(reasons) else {}
+
+        reasons = wait_for(both_refused, timeout=90, what="both nodes to be refused")
+        assert "already serves" in reasons[copy.node_id], reasons
+        assert "not of this cluster" in reasons[foreign.node_id], reasons
+        status = admin.cluster_status()
+        assert sorted((b["broker_id"], b["alive"]) for b in status["brokers"]) == \
+            [(0, True), (1, True)]
+        assert {b["node_id"] for b in status["brokers"]}.isdisjoint(
+            {copy.node_id, foreign.node_id})
+        assert read_identity(root / "foreign") == BrokerIdentity(0, "0123456789abcdef")
+        assert snapshot(admin) == before
+        keep_going(admin)
+    finally:
+        nodes.stop()
+    return {"copy": reasons[copy.node_id], "foreign": reasons[foreign.node_id]}
+
+
 def broker_replaced(root: Path) -> dict[str, Any]:
     nodes = Nodes(root, ["b0", "b1", "b2"])
     try:
@@ -270,7 +305,7 @@ def embedded(root: Path) -> dict[str, Any]:
 
 
 SCENARIOS = {"whole-cluster": whole_cluster, "head-first": head_first,
-             "broker-replaced": broker_replaced, "embedded": embedded}
+             "broker-replaced": broker_replaced, "refusals": refusals, "embedded": embedded}
 
 if __name__ == "__main__":
     scenario, root = sys.argv[1], Path(sys.argv[2])

@@ -4,6 +4,7 @@ Each scenario runs in a process of its own with its own clusters (restart_scenar
 - the whole cluster stopped and started again on the same disks, brokers in another order;
 - the head started again before its brokers, which then join one by one;
 - one broker's node replaced by a new node with the old disk;
+- a node with a copy of a live broker's disk, and one with another cluster's directory;
 - an embedded one-node cluster started twice with the default data locations.
 """
 
@@ -40,6 +41,13 @@ def test_a_whole_cluster_restart_in_another_node_order_loses_nothing(tmp_path):
 def test_the_head_restarting_before_its_brokers_finds_them_again(tmp_path):
     result = run_scenario("head-first", tmp_path)
     assert result["brokers"] == [0, 1, 2]
+
+
+@pytest.mark.cluster
+def test_a_copied_disk_and_another_clusters_directory_are_refused(tmp_path):
+    result = run_scenario("refusals", tmp_path)
+    assert "a copied data directory?" in result["copy"]
+    assert "its data is left untouched" in result["foreign"]
 
 
 @pytest.mark.cluster
