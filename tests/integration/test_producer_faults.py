@@ -4,10 +4,11 @@ Three producer threads send with ``acks="all"``, small batches and several in fl
 partition, while the leader replicas of the topic's partitions are killed one after the
 other, half of the time for good (Ray restarts the others; the controller notices the dead
 ones and creates them again on their node; each reopens its log). Then the history is checked
-against the log: every future resolved by its deadline; every send made after the cluster
-was healthy again was acknowledged; each acknowledged value is in the log once, at the
-offset its acknowledgement gave; no value is there twice; and per producer and partition
-the log holds the values in send order.
+against the log by the history checker (tests/history.py): every future resolved by its
+deadline; every send made after the cluster was healthy again was acknowledged; each
+acknowledged value is in the log once, at the offset its acknowledgement gave; no value is
+there twice, no offset holds two; and per producer and partition the log holds the values in
+send order.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import contextlib
 import dataclasses
 import threading
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 
 import pytest
 import ray
@@ -24,6 +25,8 @@ import ray
 from raylog import Admin, Producer
 from raylog.client.futures import RecordFuture
 from raylog.errors import ProduceFailedError
+from tests import history
+from tests.history import Read, check, summary
 from tests.integration.conftest import consume_all, replica_handle, restarts, wait_for
 
 PRODUCERS = 3
@@ -72,6 +75,20 @@ def send_until(stop: threading.Event, recovered: threading.Event, producer: int,
         # Sends made while replicas were down may fail; they are checked one by one below.
         with contextlib.suppress(ProduceFailedError):
             producer_client.close()
+
+
+def record_of(send: Send) -> history.Send:
+    """The checker's view of a send: resolved or not, and how."""
+    future = send.future
+    if not future.done():
+        return history.Send(send.producer, send.index, send.value, False)
+    error = future.exception(0)
+    if error is not None:
+        return history.Send(send.producer, send.index, send.value, True, error=error,
+                            must_succeed=send.after_recovery)
+    meta = future.result(0)
+    return history.Send(send.producer, send.index, send.value, True, meta.partition,
+                        meta.offset, must_succeed=send.after_recovery)
 
 
 def is_alive(actor) -> bool:
@@ -128,30 +145,12 @@ def test_replica_kills_leave_no_stuck_future_no_duplicate_and_no_reordering(
             thread.join(timeout=DELIVERY_TIMEOUT_MS / 1000 + 30)
     assert not any(t.is_alive() for t in threads), "a producer's close() never returned"
 
-    history = [s for mine in sends for s in mine]
-    unresolved = [s.value for s in history if not s.future.done()]
-    assert not unresolved, f"{len(unresolved)} futures never resolved: {unresolved[:5]}"
-    failed = {s.value: s.future.exception(0) for s in history if s.future.exception(0)}
-    late_failures = [(s.value, failed[s.value]) for s in history
-                     if s.after_recovery and s.value in failed]
-    assert not late_failures, f"sends after recovery failed: {late_failures[:3]}"
-    acked = {s.value: s.future.result(0) for s in history if s.value not in failed}
-
-    records = consume_all(topic_name, PARTITIONS, expected=len(acked), timeout_s=120)
-    where = defaultdict(list)
-    for record in records:
-        where[record.value].append((record.partition, record.offset))
-    twice = {v: at for v, at in where.items() if len(at) > 1}
-    assert not twice, f"values in the log more than once: {list(twice.items())[:3]}"
-    missing = [v for v, meta in acked.items()
-               if where.get(v) != [(meta.partition, meta.offset)]]
-    assert not missing, f"acknowledged values missing or elsewhere: {missing[:5]}"
-    by_source = defaultdict(list)  # (producer, partition) -> send indexes in offset order
-    for record in sorted(records, key=lambda r: (r.partition, r.offset)):
-        producer, index = record.value[1:].split(b"-")
-        by_source[(int(producer), record.partition)].append(int(index))
-    for source, indexes in by_source.items():
-        assert indexes == sorted(indexes), f"producer {source[0]} reordered in partition " \
-                                           f"{source[1]}"
+    made = [s for mine in sends for s in mine]
+    recorded = [record_of(s) for s in made]
+    acked = sum(s.acked for s in recorded)
+    records = consume_all(topic_name, PARTITIONS, expected=acked, timeout_s=120)
+    anomalies = check(recorded, [Read(0, r.partition, r.offset, r.value) for r in records])
+    assert not anomalies, summary(anomalies)
+    failed = {s.value: s.error for s in recorded if s.error is not None}
     causes = Counter(type(e).__name__ for e in failed.values())
-    print(f"{len(history)} sends, {len(acked)} acknowledged, {len(failed)} failed: {causes}")
+    print(f"{len(made)} sends, {acked} acknowledged, {len(failed)} failed: {causes}")
