@@ -7,13 +7,16 @@ follower that later leads loses them; or two replicas keep different records at 
 Instead the follower asks the leader where the follower's latest epoch ended in the leader's
 log (the leader answers with :meth:`LeaderEpochCache.end_offset_for`) and truncates there:
 
-1. :func:`first_step`: ask about the follower's latest epoch; a follower with no epochs at
-   all truncates to its high watermark (Kafka's fallback for logs without epochs).
+1. :func:`first_step`: ask about the epoch of the follower's last record (its latest epoch,
+   unless it was elected in a later one and wrote nothing); a follower with no epochs at all
+   truncates to its high watermark (Kafka's fallback for logs without epochs).
 2. :func:`next_step` with the leader's answer ``(epoch, end_offset)``:
 
    - the leader knows the epoch the follower asked about, or the largest epoch below it that
      the leader has is one the follower has too: truncate to the smaller of the two end
-     offsets for that epoch (the follower's own log end included). Done.
+     offsets for that epoch (the follower's own log end included). Done. An answered epoch
+     below the follower's first epoch counts as one it has, ending at its first start
+     (``end_offset_for``'s rule): it keeps nothing from there on.
    - the follower does not have the epoch the leader answered with (KIP-279: the logs
      diverged over several epochs): everything the follower holds from its first epoch above
      the answered one is in no log of the leader's, so truncate there, and ask again about
