@@ -184,7 +184,7 @@ class LeaderEpochCache:
         """Where ``requested_epoch`` ended in this log (Kafka's OffsetsForLeaderEpoch answer,
         KIP-279 semantics, as ``LeaderEpochFileCache.endOffsetFor``):
 
-        - requested epoch undefined, or above every epoch here (or no epochs):
+        - requested epoch undefined (negative), or above every epoch here (or no epochs):
           ``(UNDEFINED_EPOCH, UNDEFINED_OFFSET)``;
         - the latest epoch: ``(latest, log_end_offset)``, as it is still being written;
         - otherwise the largest epoch at or below the requested one, and the start offset of
@@ -194,7 +194,7 @@ class LeaderEpochCache:
           nothing of that epoch or earlier left (retention removed it, or it never had it),
           so the asker should keep nothing at or above this log's first epoch start.
         """
-        if requested_epoch == UNDEFINED_EPOCH or not self._epochs:
+        if requested_epoch < 0 or not self._epochs:
             return UNDEFINED
         if requested_epoch == self._epochs[-1]:
             return EpochEndOffset(requested_epoch, log_end_offset)

@@ -115,6 +115,7 @@ def test_start_offset_of(cache):
     (0, (0, 0)),      # below the first epoch: the requested epoch and the first start
     (7, (-1, -1)),    # above every epoch
     (-1, (-1, -1)),   # the asker has no epoch
+    (-7, (-1, -1)),
 ])
 def test_end_offset_for_follows_kip_279(cache, requested, answer):
     assert cache.end_offset_for(requested, log_end_offset=30) == EpochEndOffset(*answer)
