@@ -46,6 +46,11 @@ class StorageError(RaylogError):
     """The local disk refused a write or a file is unusable."""
 
 
+class CorruptCheckpointError(StorageError):
+    """A checkpoint file exists but does not hold what it must (e.g. a leader-epoch cache
+    whose epochs or start offsets do not increase)."""
+
+
 class InvalidTopicError(RaylogError, ValueError):
     """A topic name is not acceptable."""
 
@@ -96,6 +101,17 @@ class NotEnoughReplicasError(RaylogError):
     """``acks=all`` refused: the in-sync replicas are fewer than ``min_insync_replicas``."""
 
     retriable = True
+
+
+class NotEnoughReplicasAfterAppendError(NotEnoughReplicasError):
+    """``acks=all``: the batch was appended and committed, but the ISR shrank below
+    ``min_insync_replicas`` before it was; a retry may write it twice (Kafka's
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND)."""
+
+
+class LeaderEpochRegressionError(RaylogError):
+    """A replica was asked to record a leader epoch older than the newest in its log: it
+    should have truncated its log first, or the batch comes from a stale leader."""
 
 
 class RequestTimeoutError(RaylogError):
@@ -160,7 +176,8 @@ class GroupNotEmptyError(RaylogError):
 
 
 class IllegalStateError(RaylogError):
-    """A client call that does not fit the client's state (e.g. assign while subscribed)."""
+    """A call that does not fit the state of what it was made on (e.g. a consumer's assign
+    while subscribed, a second ISR change while one is pending)."""
 
 
 class NoOffsetForPartitionError(OffsetOutOfRangeError):

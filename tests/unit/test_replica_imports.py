@@ -58,3 +58,16 @@ def test_a_replica_that_has_worked_never_imported_clients_pandas_spark_or_ray_da
               if m in modules or any(name.startswith(m + ".") for name in modules)]
     assert loaded == [], f"a replica imported {loaded}"
 
+
+
+def test_the_replication_rules_import_no_ray():
+    # Issue 12: the rules are plain Python, testable (and usable) without Ray.
+    script = ("import json, sys\n"
+              "import raylog.replication.epochs, raylog.replication.isr, "
+              "raylog.replication.truncation\n"
+              "print(json.dumps(sorted(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    modules = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [m for m in modules if m == "ray" or m.startswith("ray.")] == []
