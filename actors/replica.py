@@ -161,6 +161,10 @@ class ReplicaActor:
     async def list_offset(self, spec: str | int) -> tuple[int, int] | None:
         return self.partition.list_offset(spec)
 
+    async def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) for a follower's truncation (Kafka's OffsetForLeaderEpoch)."""
+        return tuple(self.partition.end_offset_for_epoch(leader_epoch))
+
     async def read_kafka_table(self, start: int, end: int) -> pa.Table:
         """Records [start, end) with the columns of Spark's Kafka source (KAFKA_SCHEMA)."""
         partition = self.partition
@@ -188,7 +192,7 @@ class ReplicaActor:
             log = self.partition.log
             try:
                 log.maybe_flush()
-                log.enforce_retention(max_offset=log.high_watermark)
+                self.partition.enforce_retention()
                 if log.config.compact:
                     log.compact(max_offset=log.high_watermark)
                 if time.monotonic() - self._last_hw_checkpoint >= HW_CHECKPOINT_INTERVAL_S:

@@ -23,6 +23,7 @@ from raylog.errors import (
 from raylog.producer_state import ProducerStates
 from raylog.records import TABLE_SCHEMA, parse_header, read_table
 from raylog.records.header import BatchHeader, check_crcs
+from raylog.replication.epochs import LEADER_EPOCH_FILE, EpochEndOffset, LeaderEpochCache
 from raylog.storage import AppendInfo, PartitionLog
 from raylog.topics import REPLICATION_DEFAULTS, log_config
 
@@ -64,6 +65,11 @@ class Partition:
         self.isr: list[int] = [replica_id]
         self.producers = ProducerStates()
         self.producers.rebuild(h for segment in log.segments for _, h in segment.walk())
+        # Which leader epoch wrote which offsets, beside the log (rebuilt from its batch
+        # headers if the file is missing or damaged): what a follower's truncation asks.
+        self.epochs = LeaderEpochCache.open(
+            log.directory / LEADER_EPOCH_FILE, log.log_start_offset, log.log_end_offset,
+            lambda: (h for segment in log.segments for _, h in segment.walk()))
         if log.high_watermark < log.log_end_offset:
             # A single-replica leader has everything it holds committed.
             self._advance_high_watermark()
@@ -81,6 +87,7 @@ class Partition:
         self.role = Role.LEADER
         self.leader_epoch = leader_epoch
         self.isr = list(isr)
+        self.epochs.assign(leader_epoch, self.log.log_end_offset)
         self._advance_high_watermark()
 
     def _check_epoch(self, leader_epoch: int | None) -> None:
@@ -119,6 +126,9 @@ class Partition:
         if duplicate is not None:
             return duplicate  # a retry of a batch already appended: answer it again
         try:
+            # Before the append, as Kafka does: the cache may name an epoch the log lacks
+            # (harmless, cut back on open), never the other way round.
+            self.epochs.assign(self.leader_epoch, self.log.log_end_offset)
             info = self.log.append(batch, self.leader_epoch)
         except (RecordTooLargeError, InvalidRecordError, CorruptRecordError) as e:
             # Refused for good: its sequence is spent, or the producer's next batches would
@@ -130,6 +140,20 @@ class Partition:
         self.producers.accept(header, info)
         self._advance_high_watermark()
         return info
+
+    def end_offset_for_epoch(self, leader_epoch: int) -> EpochEndOffset:
+        """Kafka's OffsetForLeaderEpoch, as a leader answers it: the largest epoch at or
+        below ``leader_epoch`` this log holds and the offset where it ended (for the latest
+        epoch, the log end). A follower truncates to it before fetching."""
+        return self.epochs.end_offset_for(leader_epoch, self.log.log_end_offset)
+
+    def enforce_retention(self) -> int:
+        """Delete the segments past retention (below the high watermark only); the epoch
+        cache forgets what the log no longer holds. Returns the segments deleted."""
+        deleted = self.log.enforce_retention(max_offset=self.log.high_watermark)
+        if deleted:
+            self.epochs.truncate_from_start(self.log.log_start_offset)
+        return deleted
 
     def fetch(self, offset: int, max_bytes: int) -> FetchResult:
         """Batches from ``offset`` below the high watermark (consumers' view)."""
@@ -179,6 +203,7 @@ class Partition:
             "log_start_offset": log.log_start_offset, "log_end_offset": log.log_end_offset,
             "high_watermark": log.high_watermark, "size_bytes": log.size_bytes,
             "segments": len(log.segments), "directory": str(log.directory),
+            "leader_epochs": [list(entry) for entry in self.epochs.entries],
         }
 
 

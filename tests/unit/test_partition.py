@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from raylog.errors import (
@@ -390,3 +392,42 @@ def test_describe_reports_role_epoch_and_offsets(partition):
         "isr": ["r1"], "log_start_offset": 0, "log_end_offset": 6, "high_watermark": 6,
         "segments": 1,
     }
+
+
+def test_the_epoch_cache_follows_appends_elections_and_retention(tmp_path):
+    """Each leader epoch's first offset is kept beside the log, answers what a follower's
+    truncation asks, survives a reopen, is rebuilt from the batches if its file is lost,
+    and forgets what retention deleted."""
+    from raylog.replication.epochs import LEADER_EPOCH_FILE, UNDEFINED
+
+    clock = FakeClock(NOW)
+    config = LogConfig(segment_bytes=1024, retention_ms=1000)
+    log = PartitionLog(tmp_path / "t-0", config, clock=clock)
+    p = Partition("t", 0, log, "r1")
+
+    def append(batches: int) -> None:  # 3 incompressible records: a segment per batch
+        for _ in range(batches):
+            p.append(batch_of([os.urandom(400) for _ in range(3)], ts=NOW))
+
+    append(2)                                            # epoch 0: offsets 0-5
+    p.become_leader(3, ["r1"])
+    append(1)                                            # epoch 3: offsets 6-8
+    assert [tuple(e) for e in p.epochs.entries] == [(0, 0), (3, 6)]
+    assert tuple(p.end_offset_for_epoch(0)) == (0, 6)
+    assert tuple(p.end_offset_for_epoch(2)) == (0, 6)    # the largest epoch at or below
+    assert tuple(p.end_offset_for_epoch(3)) == (3, 9)    # the latest: the log end
+    assert p.end_offset_for_epoch(4) == UNDEFINED
+    log.close()
+
+    reopened = Partition("t", 0, PartitionLog(tmp_path / "t-0", config, clock=clock), "r1")
+    assert [tuple(e) for e in reopened.epochs.entries] == [(0, 0), (3, 6)]
+    reopened.log.close()
+    (tmp_path / "t-0" / LEADER_EPOCH_FILE).unlink()
+    rebuilt = Partition("t", 0, PartitionLog(tmp_path / "t-0", config, clock=clock), "r1")
+    assert [tuple(e) for e in rebuilt.epochs.entries] == [(0, 0), (3, 6)]
+
+    clock.advance(10_000)  # every closed segment past retention
+    assert rebuilt.enforce_retention() > 0
+    start = rebuilt.log.log_start_offset
+    assert start > 0 and rebuilt.epochs.entries[0].start_offset >= start
+    rebuilt.log.close()
