@@ -7,7 +7,9 @@ and offset):
 
 - ``unresolved``: a send whose future never resolved.
 - ``lost``: an acknowledged value that no read found at the partition and offset its
-  acknowledgement named (or found somewhere else).
+  acknowledgement named (or found somewhere else). An acknowledgement with offset -1 (a
+  duplicate retry the leader no longer remembers the offset of) needs the value once in its
+  partition.
 - ``duplicate``: one value at more than one (partition, offset).
 - ``inconsistent_offset``: one (partition, offset) holding different values in different
   reads.
@@ -82,6 +84,15 @@ def check(sends: Iterable[Send], reads: Iterable[Read]) -> list[Anomaly]:
     found += [Anomaly("duplicate", f"{value!r} at {sorted(places)}")
               for value, places in where.items() if len(places) > 1]
     for s in sends:
+        if s.acked and s.offset is not None and s.offset < 0:
+            # Acknowledged without an offset (a retry of a batch appended so long ago that
+            # the leader no longer remembers where; Kafka's producers report -1 then too):
+            # it must be in its partition, once.
+            if [p for p, _ in where.get(s.value, ())] != [s.partition]:
+                found.append(Anomaly("lost", f"{s.value!r} acknowledged in partition "
+                                             f"{s.partition} (offset unknown), read at "
+                                             f"{sorted(where.get(s.value, ())) or 'no offset'}"))
+            continue
         if s.acked and (s.partition, s.offset) not in where.get(s.value, ()):
             seen = sorted(where.get(s.value, ()))
             found.append(Anomaly("lost", f"{s.value!r} acknowledged at partition {s.partition} "
@@ -97,7 +108,7 @@ def check(sends: Iterable[Send], reads: Iterable[Read]) -> list[Anomaly]:
 
     by_source: dict[tuple[int, int], list[Send]] = defaultdict(list)
     for s in sends:
-        if s.acked:
+        if s.acked and s.offset is not None and s.offset >= 0:  # order of known offsets
             by_source[(s.producer, s.partition)].append(s)
     for (producer, partition), mine in by_source.items():
         mine.sort(key=lambda s: s.index)

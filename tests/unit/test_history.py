@@ -30,6 +30,13 @@ def test_a_clean_history_has_no_anomaly():
     assert check([*GOOD_SENDS, failed], GOOD_READS) == []
 
 
+def test_an_acknowledgement_without_an_offset_needs_the_value_once_in_its_partition():
+    unknown = Send(2, 0, b"p2-0", True, 1, -1)
+    assert check([*GOOD_SENDS, unknown], [*GOOD_READS, read(1, 1, b"p2-0")]) == []
+    assert kinds([*GOOD_SENDS, unknown], GOOD_READS) == ["lost"]
+    assert kinds([*GOOD_SENDS, unknown], [*GOOD_READS, read(0, 3, b"p2-0")]) == ["lost"]
+
+
 def test_rereading_the_same_records_is_no_anomaly():
     again = [Read(1, r.partition, r.offset, r.value) for r in GOOD_READS]
     assert check(GOOD_SENDS, GOOD_READS + again) == []
