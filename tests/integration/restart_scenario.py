@@ -26,6 +26,7 @@ from raylog.client.connection import reset_default
 from raylog.cluster_names import BROKER_RESOURCE, DATA_DIR_ENV
 from raylog.identity import BrokerIdentity, read_identity, write_identity
 from raylog.records import BatchBuilder
+from tests.integration.conftest import wait_for as suite_wait_for
 
 NODE_ARGS = {"num_cpus": 1, "object_store_memory": 150 * 1024 * 1024}
 GROUP = "restart-group"
@@ -33,17 +34,8 @@ PRODUCER_ID = 4242  # a producer whose retry after the restart must be recognise
 
 
 def wait_for(condition, timeout: float = 60.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            result = condition()
-            if result:
-                return result
-        except Exception as e:  # the cluster may still be settling
-            last = e
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}; last error {last!r}")
+    """The suite's wait_for, with this module's longer default (clusters start here)."""
+    return suite_wait_for(condition, timeout=timeout, interval=0.2, what=what)
 
 
 class Nodes:
