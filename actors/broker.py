@@ -1,19 +1,55 @@
-"""The broker agent: one small actor per broker node that holds the node's data directory.
+"""The broker actor: one per broker node, holding its data directory and every partition
+replica of that broker (as a Kafka broker does).
 
-It takes the directory (``$RAYLOG_DATA_DIR``, or a free slot under ``~/.raylog/brokers``)
-under an advisory lock for as long as it lives, tells the controller which broker identity
-the directory holds, and writes a new identity when the controller adopts the directory.
-The controller does the deciding (raylog/metadata/brokers.py).
+It takes the node's data directory (``$RAYLOG_DATA_DIR``, or a free slot under
+``~/.raylog/brokers``) under an advisory lock for as long as it lives, tells the controller
+which broker identity the directory holds, and writes a new identity when the controller
+adopts the directory. The controller then tells it which replicas it holds and who leads each
+(:meth:`BrokerActor.apply`); it opens them and serves:
+
+- producers (:meth:`produce`) and consumers (:meth:`fetch`, :meth:`list_offset`,
+  :meth:`read_kafka_table`) of the partitions it leads, and consumers of those it follows
+  (reads from the nearest replica, below its high watermark);
+- other brokers' fetchers (:meth:`replica_fetch`, :meth:`epoch_end_offsets`) for the
+  partitions it leads, while its own fetchers (actors/fetcher.py) copy those it follows.
+
+Every request carries the leader epoch the caller knows. One process holds all of a
+broker's replicas, so a replica costs a directory, a few open files and some memory, not a
+Ray worker process (about 0.4% of a core idle and 60 MB each: benchmarks/density.py). All
+replicas run on the actor's one event loop, one call at a time between awaits.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import importlib.abc
 import logging
+import sys
+import time
+import uuid
+from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import ray
 
-from raylog.cluster_names import configured_data_dir, default_broker_root
+from actors import log_what_matters
+from actors.fetcher import ReplicaFetcher
+from actors.hosting import (
+    METADATA_FILE,
+    HostedReplica,
+    partition_dir_owner,
+    remove_partition_dir,
+    wait_any,
+)
+from raylog.cluster_names import (
+    CONTROLLER_NAME,
+    NAMESPACE,
+    configured_data_dir,
+    default_broker_root,
+)
+from raylog.errors import NotLeaderError, RaylogError, StorageError
 from raylog.identity import (
     BrokerIdentity,
     IdentityError,
@@ -21,34 +57,85 @@ from raylog.identity import (
     read_identity,
     write_identity,
 )
+from raylog.partition import FetchResult, LeaderAndIsr, Role, Transition
+from raylog.records.kafka_columns import kafka_table
+from raylog.storage import AppendInfo
 
 logger = logging.getLogger(__name__)
 
+MAINTENANCE_INTERVAL_S = 1.0
+IDLE_MAINTENANCE_INTERVAL_S = 30.0
+HW_CHECKPOINT_INTERVAL_S = 5.0
+MAX_CONCURRENCY = 10_000  # long polls: consumers' and followers' fetches, watches
 
-@ray.remote(num_cpus=0)
-class BrokerAgent:
-    """Holds one node's data directory (locked) and its identity file."""
+
+def forgo_pandas() -> None:
+    """Make ``import pandas`` fail in this process, unless it is imported already.
+
+    pyarrow imports pandas, if it can, the first time anything is converted to or from Arrow
+    (to ask whether it is a Series): some 30 MB, for nothing: a broker never builds or
+    returns pandas objects. pandas is an optional dependency of pyarrow, which works without
+    it. Only broker processes do this (a Ray actor has its process to itself).
+    """
+    if "pandas" not in sys.modules and not any(isinstance(f, _NoPandas) for f in sys.meta_path):
+        sys.meta_path.insert(0, _NoPandas())
+
+
+class _NoPandas(importlib.abc.MetaPathFinder):
+    """An import finder that refuses pandas (and its submodules)."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> None:
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError(f"a broker process does not import {name}", name=name)
+
+
+TopicPartition = tuple[str, int]
+
+
+@ray.remote(num_cpus=0, max_concurrency=MAX_CONCURRENCY)
+class BrokerActor:
+    """Holds one node's data directory (locked), its identity, and the broker's replicas.
+
+    Not thread-safe and need not be: an async actor runs its calls on one event loop."""
 
     def __init__(self, node_id: str) -> None:
+        forgo_pandas()
+        log_what_matters()
         self.node_id = ray.get_runtime_context().get_node_id()
         self.host = ray.util.get_node_ip_address()
+        # A new value every time this process starts (Ray restarts it after a crash): the
+        # controller sees the broker lost its in-memory state and fences it accordingly.
+        self.incarnation = uuid.uuid4().hex[:16]
         self.error: str | None = None
-        self.directory = None
+        self.directory: Path | None = None
+        self.broker_id: int | None = None  # set by the controller's first apply
+        self.replicas: dict[TopicPartition, HostedReplica] = {}
+        self.failed: dict[TopicPartition, str] = {}  # replicas that could not open
+        self.fetchers: dict[int, ReplicaFetcher] = {}  # by leader broker id
+        self.brokers: dict[int, ray.actor.ActorHandle] = {}  # live brokers, from the controller
+        self._controller: ray.actor.ActorHandle | None = None
+        self._status = asyncio.Event()
+        self._wake_maintenance = asyncio.Event()
         if self.node_id != node_id:
-            self.error = f"broker agent for {node_id} placed on {self.node_id}"
-            return
-        try:
-            self.directory, self._lock = claim_data_dir(configured_data_dir(),
-                                                        default_broker_root())
-        except (IdentityError, OSError) as e:
-            self.error = str(e)
+            self.error = f"broker actor for {node_id} placed on {self.node_id}"
+        else:
+            try:
+                self.directory, self._lock = claim_data_dir(configured_data_dir(),
+                                                            default_broker_root())
+            except (IdentityError, OSError) as e:
+                self.error = str(e)
+        # An async actor's __init__ runs on its event loop: maintenance starts with every
+        # incarnation, including the ones Ray restarts without the controller asking.
+        self._maintenance = asyncio.get_event_loop().create_task(self._maintain())
+
+    # -- identity ----------------------------------------------------------------------------
 
     def identify(self) -> dict[str, Any]:
         """Where this node runs, its data directory and the identity that holds (or the
-        error that keeps it from serving)."""
+        error that keeps it from serving), and this process's incarnation."""
         answer: dict[str, Any] = {"node_id": self.node_id, "host": self.host,
                                   "data_dir": str(self.directory), "error": self.error,
-                                  "identity": None}
+                                  "identity": None, "incarnation": self.incarnation}
         if self.error is None:
             try:
                 identity = read_identity(self.directory)
@@ -68,3 +155,332 @@ class BrokerAgent:
         if existing is None:
             write_identity(self.directory, wanted)
             logger.info("%s is broker %d of cluster %s", self.directory, broker_id, cluster_id)
+
+    async def watch(self, incarnation: str | None, timeout_s: float) -> dict[str, Any]:
+        """The controller's health check: answers at once if the controller knows another
+        incarnation (this process restarted), else after ``timeout_s`` or when a replica
+        failed. Its failing is how the controller learns this broker is gone."""
+        if incarnation == self.incarnation:
+            self._status.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._status.wait(), timeout_s)
+        return {"incarnation": self.incarnation, "broker_id": self.broker_id,
+                "replicas": len(self.replicas), "failed": dict(self.failed)}
+
+    # -- what the controller says ----------------------------------------------------------------
+
+    async def apply(self, broker_id: int, cluster_id: str, states: list[dict[str, Any]],
+                    brokers: dict[int, ray.actor.ActorHandle], full: bool = False
+                    ) -> dict[str, Any]:
+        """Hold the replicas ``states`` describe (opening those not open yet) in the role
+        each says. ``brokers``: the live brokers' actors, for following leaders. With
+        ``full``, ``states`` are every replica of this broker: others are stopped and their
+        files removed (topics deleted or moved away while it was down)."""
+        if self.error is not None:
+            raise IdentityError(self.error)
+        identity = read_identity(self.directory)
+        if identity != BrokerIdentity(broker_id, cluster_id):
+            raise IdentityError(f"{self.directory} holds {identity}, not broker {broker_id} of "
+                                f"cluster {cluster_id}: refusing to serve it as that broker")
+        self.broker_id = broker_id
+        self.brokers = dict(brokers) if full else {**self.brokers, **brokers}
+        answers = {}
+        for state in states:
+            tp = (state["topic"], state["partition"])
+            try:
+                answers[f"{tp[0]}-{tp[1]}"] = self._apply_one(tp, state)
+            except (RaylogError, OSError) as e:
+                logger.exception("replica %s-%d could not be served", *tp)
+                self.failed[tp] = repr(e)
+                self._status.set()
+                answers[f"{tp[0]}-{tp[1]}"] = {"error": repr(e)}
+        if full:
+            self._remove_strays({(s["topic"], s["partition"]): s["topic_id"] for s in states})
+        return answers
+
+    def _apply_one(self, tp: TopicPartition, state: dict[str, Any]) -> dict[str, Any]:
+        hosted = self.replicas.get(tp)
+        if hosted is not None and hosted.topic_id != state["topic_id"]:
+            self._stop(tp, delete=False)  # a new topic of that name: the old one is gone
+            hosted = None
+        if hosted is None:
+            hosted = HostedReplica.open(self.directory, tp[0], tp[1], state["topic_id"],
+                                        self.broker_id, state["configs"])
+            self.replicas[tp] = hosted
+            self.failed.pop(tp, None)
+        partition = hosted.partition
+        if {k: v for k, v in partition.configs.items() if k in state["configs"]} != \
+                state["configs"] or len(partition.configs) != len(state["configs"]):
+            partition.update_configs(state["configs"])
+        transition = partition.apply(LeaderAndIsr.from_dict(state))
+        self._react(tp, hosted, transition)
+        return {"role": partition.role.value, "leader_epoch": partition.leader_epoch,
+                "log_end_offset": partition.log_end_offset,
+                "high_watermark": partition.high_watermark}
+
+    def _react(self, tp: TopicPartition, hosted: HostedReplica, transition: Transition) -> None:
+        """Start or stop copying a partition after its role changed."""
+        if transition in (Transition.STALE, Transition.UNCHANGED):
+            return
+        partition = hosted.partition
+        if transition is not Transition.UPDATED:
+            for fetcher in self.fetchers.values():
+                fetcher.forget(tp)
+            logger.info("%s: %s at leader epoch %d (leader %s, ISR %s)", hosted.name,
+                        transition.value, partition.leader_epoch, partition.leader_id,
+                        list(partition.isr))
+        if transition is Transition.FOLLOWER:
+            handle = self.brokers.get(partition.leader_id)
+            if handle is None:
+                logger.info("%s: leader broker %s is not reachable yet", hosted.name,
+                            partition.leader_id)
+            else:
+                fetcher = self.fetchers.get(partition.leader_id)
+                if fetcher is None:
+                    fetcher = self.fetchers[partition.leader_id] = ReplicaFetcher(
+                        self, partition.leader_id, handle)
+                fetcher.follow(tp, partition.leader_epoch, handle)
+        hosted.notify()  # waiters re-check: an acks=all append of a former leader fails
+
+    async def stop_replicas(self, replicas: list[tuple[str, int]], delete: bool = False
+                            ) -> None:
+        """Stop serving these replicas; with ``delete``, remove their files (the topic was
+        deleted, or the replica moved to another broker)."""
+        for topic, partition in replicas:
+            try:
+                self._stop((topic, partition), delete)
+            except OSError:  # one replica's files must not keep the others
+                logger.exception("stopping %s-%d failed", topic, partition)
+
+    def _stop(self, tp: TopicPartition, delete: bool) -> None:
+        for fetcher in self.fetchers.values():
+            fetcher.forget(tp)
+        hosted = self.replicas.pop(tp, None)
+        self.failed.pop(tp, None)
+        directory = self.directory / f"{tp[0]}-{tp[1]}"
+        if hosted is not None:
+            hosted.notify()
+            if delete:
+                hosted.partition.log.delete()
+            else:
+                hosted.partition.close()
+        if delete:
+            remove_partition_dir(directory)
+            logger.info("removed %s", directory)
+
+    def _remove_strays(self, assigned: dict[TopicPartition, str]) -> None:
+        """Remove replicas this broker holds but is not assigned (any more)."""
+        for tp in [tp for tp, h in self.replicas.items() if assigned.get(tp) != h.topic_id]:
+            try:
+                self._stop(tp, delete=True)
+            except OSError:
+                logger.exception("removing %s-%d failed", *tp)
+        for marker in self.directory.glob(f"*/{METADATA_FILE}"):
+            directory = marker.parent
+            name, _, number = directory.name.rpartition("-")
+            if not number.isdigit() or (name, int(number)) in self.replicas:
+                continue
+            try:
+                owner = partition_dir_owner(directory)
+            except StorageError:
+                continue  # never guess whose data it is
+            if assigned.get((name, int(number))) != owner:
+                logger.warning("%s is not assigned to broker %s: removing it", directory,
+                               self.broker_id)
+                remove_partition_dir(directory)
+
+    async def update_configs(self, topic: str, configs: dict[str, Any]) -> None:
+        for (name, _), hosted in self.replicas.items():
+            if name == topic:
+                hosted.partition.update_configs(configs)
+                hosted.notify()  # say, a shorter retention.ms: maintenance looks at once
+        self._wake_maintenance.set()
+
+    async def describe(self, topic: str | None = None) -> list[dict[str, Any]]:
+        """Every replica this broker holds (of ``topic``), as its Partition describes it."""
+        return [{**h.partition.describe(), "broker_id": self.broker_id,
+                 "node_id": self.node_id}
+                for (name, _), h in sorted(self.replicas.items())
+                if topic is None or name == topic]
+
+    async def close(self) -> None:
+        """Close every replica cleanly (producer snapshots, clean-shutdown markers)."""
+        for tp in list(self.replicas):
+            self._stop(tp, delete=False)
+        for fetcher in self.fetchers.values():
+            fetcher.stop()
+
+    # -- producers and consumers ---------------------------------------------------------------
+
+    def _hosted(self, topic: str, partition: int) -> HostedReplica:
+        hosted = self.replicas.get((topic, partition))
+        if hosted is None:
+            raise NotLeaderError(f"broker {self.broker_id} holds no replica of "
+                                 f"{topic}-{partition}")
+        return hosted
+
+    async def produce(self, topic: str, partition: int, leader_epoch: int, batch: bytes,
+                      acks: int | str = 1, timeout_ms: int = 30_000) -> AppendInfo:
+        """Append a producer's batch to a partition this broker leads (see
+        HostedReplica.produce)."""
+        return await self._hosted(topic, partition).produce(batch, acks, leader_epoch,
+                                                            timeout_ms / 1000)
+
+    async def fetch(self, topic: str, partition: int, leader_epoch: int, offset: int,
+                    max_bytes: int = 8 << 20, max_wait_ms: int = 0, min_bytes: int = 1
+                    ) -> FetchResult:
+        """Batches from ``offset`` below the high watermark; waits up to ``max_wait_ms`` for
+        at least ``min_bytes`` to be there."""
+        hosted = self._hosted(topic, partition)
+        result = hosted.partition.fetch(offset, max_bytes, leader_epoch)
+        deadline = time.monotonic() + max_wait_ms / 1000
+        while len(result.data) < min_bytes:
+            if not await hosted.wait(deadline - time.monotonic()):
+                break
+            hosted = self._hosted(topic, partition)
+            result = hosted.partition.fetch(offset, max_bytes, leader_epoch)
+        return result
+
+    async def list_offset(self, topic: str, partition: int, leader_epoch: int,
+                          spec: str | int) -> tuple[int, int] | None:
+        return self._hosted(topic, partition).partition.list_offset(spec, leader_epoch)
+
+    async def read_kafka_table(self, topic: str, partition: int, leader_epoch: int,
+                               start: int, end: int, max_wait_ms: int = 10_000) -> pa.Table:
+        """Records [start, end) with the columns of Spark's Kafka source (KAFKA_SCHEMA). A
+        follower whose high watermark is still short of ``end`` (the range was planned from
+        the leader's) waits for it, up to ``max_wait_ms``."""
+        hosted = self._hosted(topic, partition)
+        deadline = time.monotonic() + max_wait_ms / 1000
+        while hosted.partition.role is Role.FOLLOWER and hosted.partition.high_watermark < end:
+            if not await hosted.wait(deadline - time.monotonic()):
+                break
+            hosted = self._hosted(topic, partition)
+        table = hosted.partition.read_table(start, end, leader_epoch)
+        return kafka_table(table, topic, partition)
+
+    # -- other brokers' fetchers -----------------------------------------------------------------
+
+    async def replica_fetch(self, follower: int, requests: list[tuple[str, int, int, int, int]],
+                            max_bytes: int, partition_max_bytes: int, max_wait_ms: int
+                            ) -> list[dict[str, Any]]:
+        """A follower broker fetches ``(topic, partition, leader epoch, its log end, its high
+        watermark)`` for each partition it follows from this broker. Each fetch counts for
+        the ISR and the high watermark; the answer holds batches from that log end (up to
+        this log's end) and this high watermark, or the error. Waits up to ``max_wait_ms``
+        while there is neither data nor a high watermark the follower lacks."""
+        answers: list[dict[str, Any] | None] = [None] * len(requests)
+        serving = []
+        for i, (topic, partition, epoch, offset, known_hw) in enumerate(requests):
+            hosted = self.replicas.get((topic, partition))
+            try:
+                if hosted is None:
+                    raise NotLeaderError(f"broker {self.broker_id} holds no replica of "
+                                         f"{topic}-{partition}")
+                before = hosted.partition.high_watermark
+                hosted.partition.follower_fetched(follower, epoch, offset)
+                hosted.maybe_propose_isr(self._propose_isr)
+                if hosted.partition.high_watermark != before:
+                    hosted.notify()  # acks=all appends and consumers waiting for it
+                serving.append((i, hosted, epoch, offset, known_hw))
+            except RaylogError as e:
+                answers[i] = _error_answer(e, hosted)
+        deadline = time.monotonic() + max_wait_ms / 1000
+        while True:
+            budget, ready = max_bytes, any(a is not None for a in answers)
+            for i, hosted, epoch, offset, known_hw in serving:
+                try:
+                    hosted.partition.check_leader(epoch)
+                    result = hosted.partition.read_for_follower(
+                        offset, min(partition_max_bytes, budget) if budget > 0 else 0)
+                except RaylogError as e:
+                    answers[i] = _error_answer(e, hosted)
+                    ready = True
+                    continue
+                data = result.data if budget > 0 else b""
+                budget -= len(data)
+                answers[i] = {"data": data, "high_watermark": result.high_watermark,
+                              "log_start_offset": result.log_start_offset,
+                              "log_end_offset": result.log_end_offset, "error": None}
+                ready = ready or bool(data) or result.high_watermark > known_hw
+            if ready or not await wait_any([s[1] for s in serving],
+                                           deadline - time.monotonic()):
+                return answers
+
+    async def epoch_end_offsets(self, requests: list[tuple[str, int, int, int]]
+                                ) -> list[tuple[int, int] | RaylogError]:
+        """For a follower's truncation, per ``(topic, partition, leader epoch, epoch)``: where
+        ``epoch`` ended in this leader's log (Kafka's OffsetForLeaderEpoch), or the error."""
+        out: list[tuple[int, int] | RaylogError] = []
+        for topic, partition, leader_epoch, epoch in requests:
+            try:
+                out.append(tuple(self._hosted(topic, partition).partition.end_offset_for_epoch(
+                    leader_epoch, epoch)))
+            except RaylogError as e:
+                out.append(e)
+        return out
+
+    # -- the ISR, maintenance --------------------------------------------------------------------
+
+    def _controller_handle(self) -> ray.actor.ActorHandle:
+        if self._controller is None:
+            self._controller = ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
+        return self._controller
+
+    async def _propose_isr(self, hosted: HostedReplica, isr: list[int]) -> dict[str, Any]:
+        partition = hosted.partition
+        try:
+            return await self._controller_handle().alter_partition.remote(
+                partition.topic, partition.partition, self.broker_id, partition.leader_epoch,
+                partition.partition_epoch, isr)
+        except ray.exceptions.RayActorError:
+            self._controller = None  # killed for good and created again: look it up anew
+            raise
+
+    async def _maintain(self) -> None:
+        """Flush by time, enforce retention, compact, checkpoint high watermarks and let
+        leaders shrink their ISR. Replicas with nothing to do are skipped; an idle broker
+        wakes every IDLE_MAINTENANCE_INTERVAL_S (time-based retention)."""
+        last_full = time.monotonic()
+        while True:
+            busy = any(h.active or h.partition.log.time_work_pending()
+                       for h in self.replicas.values())
+            if busy:
+                await asyncio.sleep(MAINTENANCE_INTERVAL_S)
+            else:
+                self._wake_maintenance.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake_maintenance.wait(),
+                                           IDLE_MAINTENANCE_INTERVAL_S)
+            full = time.monotonic() - last_full >= IDLE_MAINTENANCE_INTERVAL_S
+            if full:
+                last_full = time.monotonic()
+            for hosted in list(self.replicas.values()):
+                if full or hosted.active or hosted.partition.log.time_work_pending():
+                    try:
+                        self._upkeep(hosted)
+                    except Exception:  # one replica's failure must not stop the others'
+                        logger.exception("maintenance of %s failed", hosted.name)
+                await asyncio.sleep(0)  # let requests in between replicas
+
+    def _upkeep(self, hosted: HostedReplica) -> None:
+        partition = hosted.partition
+        log = partition.log
+        hosted.active = hosted.behind()
+        log.maybe_flush()
+        if partition.enforce_retention():
+            hosted.notify()
+        if log.config.compact and partition.role is not Role.OFFLINE:
+            log.compact(max_offset=log.high_watermark)
+        if time.monotonic() - hosted.last_hw_checkpoint >= HW_CHECKPOINT_INTERVAL_S:
+            log.checkpoint_high_watermark()
+            hosted.last_hw_checkpoint = time.monotonic()
+        hosted.maybe_propose_isr(self._propose_isr)
+
+
+def _error_answer(error: RaylogError, hosted: HostedReplica | None) -> dict[str, Any]:
+    log = hosted.partition.log if hosted is not None else None
+    return {"data": b"", "error": error,
+            "high_watermark": log.high_watermark if log else -1,
+            "log_start_offset": log.log_start_offset if log else -1,
+            "log_end_offset": log.log_end_offset if log else -1}

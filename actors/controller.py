@@ -1,13 +1,18 @@
-"""The controller actor: owner of cluster metadata, creator and watcher of replicas.
+"""The controller actor: owner of cluster metadata, elector of leaders, home of the groups.
 
 One detached actor named ``raylog-controller`` in namespace ``raylog``, on the head node,
 restarted by Ray after a crash. Every metadata change is an event persisted to its
 metadata log (fsynced, in the head node's data directory) before it is applied and
-acknowledged; a restarted controller replays the log and finds its live replica actors
-again by name. It learns which Ray node serves which broker from a broker agent on each
-node (actors/broker.py) and places replicas on brokers, never on Ray node IDs, which change
-at every start. It is not on the data path: clients ask it for metadata and then call
-replicas directly.
+acknowledged; a restarted controller replays the log. It learns which Ray node serves which
+broker from the broker actor on each node, watches each broker (actors/broker_manager.py,
+actors/supervision.py), moves leaderships when one goes (raylog/metadata/election.py), and
+tells brokers which replicas they hold and who leads each. It is not on the data path:
+clients ask it for metadata and then call brokers directly.
+
+Its loop (every RECONCILE_INTERVAL_S): register new broker nodes, expire group members whose
+session ran out, give leaderless partitions a leader when one can be had, move reassigned
+partitions on, and replace the replicas of brokers gone for longer than
+``RAYLOG_REPLACE_BROKER_AFTER_S``.
 """
 
 from __future__ import annotations
@@ -17,36 +22,32 @@ import contextlib
 import dataclasses
 import logging
 import os
+import time
 import uuid
 from typing import Any
 
 import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors.broker import BrokerAgent
+from actors import log_what_matters
+from actors.broker_manager import BrokerManager
 from actors.groups import GroupService
-from actors.replica import ReplicaActor
-from actors.supervision import Health, ReplicaWatch
 from raylog.arguments import INT32_MAX, check_int
-from raylog.cluster_names import (
-    BROKER_RESOURCE,
-    NAMESPACE,
-    agent_name,
-    controller_data_dir,
-    replica_name,
-)
+from raylog.cluster_names import controller_data_dir
 from raylog.errors import (
+    InvalidArgumentError,
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     LeaderNotAvailableError,
     TopicExistsError,
 )
-from raylog.identity import BrokerIdentity, DirectoryLock, IdentityError
-from raylog.metadata import MetadataState, MetadataStore, TopicState, assign_replicas
+from raylog.identity import DirectoryLock, IdentityError
+from raylog.metadata import MetadataState, MetadataStore, TopicState, assign_replicas, election
 from raylog.metadata import state as events
-from raylog.metadata.brokers import BrokerRegistry, Offer, Verdict
 from raylog.metadata.limits import PartitionLimits
+from raylog.metadata.placement import replacement
+from raylog.metadata.settings import ReplicationSettings
+from raylog.metadata.state import PartitionState
 from raylog.topics import (
     check_partition_growth,
     check_user_topic,
@@ -59,22 +60,8 @@ from raylog.typecheck import checked
 logger = logging.getLogger(__name__)
 
 RECONCILE_INTERVAL_S = 1.0
-REPLICA_READY_TIMEOUT_S = 60.0
-AGENT_TIMEOUT_S = 30.0
-
-ReplicaKey = tuple[str, int, int]  # topic, partition, broker id
-
-
-def broker_nodes() -> tuple[dict[str, float | None], set[str]]:
-    """(the live nodes that carry the broker resource: node id -> memory (bytes) Ray gives
-    their tasks and actors, None if it does not say; the nodes Ray reports dead)."""
-    live, dead = {}, set()
-    for n in ray.nodes():
-        if not n.get("Alive"):
-            dead.add(n["NodeID"])
-        elif n.get("Resources", {}).get(BROKER_RESOURCE, 0) > 0:
-            live[n["NodeID"]] = n["Resources"].get("memory")
-    return live, dead
+INTERNAL_REPLICATION = 3  # internal topics: min(this, brokers) replicas ...
+INTERNAL_MIN_INSYNC = 2   # ... and this min.insync.replicas when there are at least 3
 
 
 def _check_partitions(what: str, value: object) -> int:
@@ -82,17 +69,17 @@ def _check_partitions(what: str, value: object) -> int:
 
 
 @ray.remote(num_cpus=0)
-class ControllerActor(GroupService):
-    """Holds a MetadataState rebuilt from its MetadataStore, and handles to replica actors.
+class ControllerActor:
+    """Holds a MetadataState rebuilt from its MetadataStore, the brokers (BrokerManager) and
+    the consumer groups (GroupService).
 
-    Metadata changes take ``_lock`` so events are persisted and applied one at a time; reads
+    Metadata changes take ``lock`` so events are persisted and applied one at a time; reads
     of the state happen between awaits and see a consistent state. Every method a client
     calls checks its arguments (``@checked`` for their types) before it changes anything.
     """
 
     def __init__(self) -> None:
-        for name in ("actors", "raylog"):  # what the controller does is worth an operator's eye
-            logging.getLogger(name).setLevel(logging.INFO)
+        log_what_matters()
         self.node_id = ray.get_runtime_context().get_node_id()
         directory = controller_data_dir()
         self._dir_lock = DirectoryLock(directory)
@@ -102,17 +89,17 @@ class ControllerActor(GroupService):
         self.store = MetadataStore(directory / "metadata")
         self.state = MetadataState()
         self.limits = PartitionLimits.from_environ()  # a bad setting fails loudly, here
+        self.settings = ReplicationSettings.from_environ()
         for event in self.store.replay():
             self.state.apply(event)
         if self.state.cluster_id is None:  # a new cluster: its id is the log's first event
-            self._commit_now(events.cluster_created(uuid.uuid4().hex[:16]))
-        self.registry = BrokerRegistry(self.state.cluster_id, set(self.state.broker_ids))
-        self.replicas: dict[ReplicaKey, ReplicaWatch] = {}
-        self._lock = asyncio.Lock()
+            self.commit(events.cluster_created(uuid.uuid4().hex[:16]))
+        self.lock = asyncio.Lock()
+        self.brokers = BrokerManager(self)
+        self.groups = GroupService(self)
         self._reconciling = asyncio.Lock()
         self._loop: asyncio.Task | None = None
         self._first_round: asyncio.Task | None = None
-        self._init_groups()
         logger.info("controller of cluster %s on %s replayed %d events from %s: %d topics, "
                     "%d brokers", self.state.cluster_id, self.node_id, self.state.applied,
                     directory, len(self.state.topics), len(self.state.broker_ids))
@@ -122,34 +109,51 @@ class ControllerActor(GroupService):
     async def ready(self) -> dict[str, Any]:
         """Start the reconcile loop (once) and report the controller's state. The first
         call waits for one reconcile round, so the live brokers are known when it returns."""
-        await self._started()
+        await self.started()
         return {"node_id": self.node_id, "cluster_id": self.state.cluster_id,
                 "topics": len(self.state.topics), "events": self.state.applied,
-                "pid": os.getpid(), "brokers": sorted(self.registry.live()),
+                "pid": os.getpid(), "brokers": sorted(self.brokers.live()),
                 "limits": dataclasses.asdict(self.limits)}
 
-    async def _started(self) -> None:
+    async def started(self) -> None:
         """Start the reconcile loop once. Every request that needs brokers awaits this: the
         first round registers the live broker nodes, and until it has, a restarted
         controller would take every broker for offline."""
         if self._loop is None:
-            self._first_round = asyncio.get_running_loop().create_task(self._reconcile())
+            self._first_round = asyncio.get_running_loop().create_task(self._first())
             self._loop = asyncio.get_running_loop().create_task(self._reconcile_forever())
         try:
             await asyncio.shield(self._first_round)
         except Exception:  # the loop tries again; meanwhile serve what is known
             logger.exception("the controller's first reconcile round failed")
 
-    def _commit_now(self, event: dict[str, Any]) -> None:
+    async def _first(self) -> None:
+        await self._reconcile()
+        # Brokers no live node presents now are down: their leaderships move.
+        for broker in self.brokers.missing_after_start():
+            await self.brokers.broker_down(broker)
+
+    def commit(self, event: dict[str, Any]) -> None:
+        """Persist, then apply. Callers validated the event against the state first (and
+        hold ``lock`` if a read of the state decided it)."""
         self.store.append(event)
         self.state.apply(event)
 
-    async def _commit(self, event: dict[str, Any]) -> None:
-        """Persist, then apply. Callers validated the event against the state first."""
-        self._commit_now(event)
+    def commit_change(self, topic: TopicState, p: PartitionState,
+                      change: election.Change) -> None:
+        """Persist and apply a change of a partition's leader, ISR or replicas (lock held)."""
+        if change.unclean:
+            logger.warning("%s-%d: unclean election of broker %s (ISR was %s): records only "
+                           "the old ISR had are lost", topic.name, p.partition, change.leader,
+                           p.isr)
+        self.commit(events.partition_changed(
+            topic.name, p.partition, leader=change.leader, leader_epoch=change.leader_epoch,
+            isr=change.isr, replicas=change.replicas))
 
     async def _reconcile_forever(self) -> None:
-        while True:  # the first round is _started's
+        with contextlib.suppress(Exception):  # logged by started(); the loop goes on anyway
+            await asyncio.shield(self._first_round)
+        while True:
             await asyncio.sleep(RECONCILE_INTERVAL_S)
             try:
                 await self._reconcile()
@@ -157,186 +161,93 @@ class ControllerActor(GroupService):
                 logger.exception("controller reconcile round failed")
 
     async def _reconcile(self) -> None:
-        """Learn which nodes serve which brokers; make sure every replica of a broker that a
-        live node serves has an actor there; expire group members whose session ran out."""
         async with self._reconciling:
-            loaded = self._groups_loaded
-            if loaded is not None and loaded.done() and not loaded.cancelled() and \
-                    loaded.exception() is None:
-                await self._expire_members()
-            await self._register_brokers()
-            for key, watch in list(self.replicas.items()):
-                info = self.registry.brokers.get(key[2])
-                if await watch.poll() is Health.DEAD:
-                    logger.warning("replica %s-%d on broker %d died for good: creating it "
-                                   "again", *key)
-                    ray.kill(watch.handle, no_restart=True)  # frees an unschedulable one
-                    del self.replicas[key]  # created again below if its broker is served
-                elif info is not None and info.alive and info.node_id != watch.node_id:
-                    # Its broker's disk is served by another node now: the actor on the old
-                    # node is left behind (and cannot run there: that node is gone).
-                    ray.kill(watch.handle, no_restart=True)
-                    del self.replicas[key]
-            for topic in list(self.state.topics.values()):
-                for p in topic.partitions:
-                    for broker in p.replicas:
-                        self._replica(topic, p.partition, broker)
+            await self.groups.expire_members()
+            await self.brokers.register()
+            await self.brokers.elect_leaderless()
+            await self._move_reassigned()
+            await self._replace_gone_brokers()
 
-    # -- brokers ---------------------------------------------------------------------------------
+    # -- what other parts ask ----------------------------------------------------------------------
 
-    def _agent(self, node_id: str) -> ray.actor.ActorHandle:
-        return BrokerAgent.options(
-            name=agent_name(node_id), namespace=NAMESPACE, get_if_exists=True,
-            lifetime="detached", max_restarts=-1, max_task_retries=0,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-        ).remote(node_id)
+    def replicas_on(self, broker: int) -> list[tuple[TopicState, PartitionState]]:
+        return [(t, p) for t in self.state.topics.values() for p in t.partitions
+                if broker in p.replicas]
 
-    async def _register_brokers(self) -> None:
-        """Ask the agent of every live broker node not yet known which broker its data
-        directory holds, and decide (raylog/metadata/brokers.py): a new directory gets the
-        next broker id, written into it; a known one is served by this node from now on."""
-        nodes, dead = broker_nodes()
-        for broker in self.registry.nodes_gone(dead):
-            logger.warning("broker %d is offline: Ray reports its node dead", broker)
-        unknown = [n for n in nodes if self.registry.broker_of(n) is None]
-        if not unknown:
-            return
-        agents = [self._agent(n) for n in unknown]
-        try:
-            answers = await asyncio.wait_for(asyncio.gather(
-                *(a.identify.remote() for a in agents), return_exceptions=True),
-                AGENT_TIMEOUT_S)
-        except TimeoutError:
-            logger.warning("broker agents of %d nodes did not answer in time", len(unknown))
-            return
-        for node_id, agent, answer in zip(unknown, agents, answers, strict=True):
-            if isinstance(answer, BaseException):
-                logger.warning("the broker agent of node %s failed: %r", node_id, answer)
-                continue
-            if answer["error"] is not None:
-                self._refuse(node_id, answer["error"])
-                continue
-            identity = BrokerIdentity(*answer["identity"]) if answer["identity"] else None
-            offer = Offer(node_id, answer["host"], answer["data_dir"], identity)
-            verdict, reason = self.registry.decide(offer)
-            if verdict is Verdict.REFUSED:
-                self._refuse(node_id, reason)
-                continue
-            if verdict is Verdict.NEW:
-                async with self._lock:
-                    broker_id = self.state.next_broker_id
-                    await self._commit(events.broker_registered(broker_id))
-                self.registry.add(broker_id)
-                await agent.adopt.remote(broker_id, self.state.cluster_id)
-            else:
-                broker_id = identity.broker_id
-            self.registry.serve(broker_id, offer)
-            logger.info("node %s (%s) serves broker %d from %s", node_id, offer.host,
-                        broker_id, offer.data_dir)
+    def user_topics(self) -> dict[str, int]:
+        return {name: len(t.partitions) for name, t in self.state.topics.items()
+                if not name.startswith("__")}
 
-    def _refuse(self, node_id: str, reason: str) -> None:
-        if self.registry.refused.get(node_id) != reason:
-            logger.error("refusing broker node %s: %s", node_id, reason)
-        self.registry.refuse(node_id, reason)
-
-    def _broker_memory(self) -> dict[int, float | None]:
-        """Live brokers -> the memory Ray gives their node's tasks and actors."""
-        memory, _ = broker_nodes()
-        return {broker: memory.get(info.node_id)
-                for broker, info in self.registry.live().items()}
-
-    # -- replicas --------------------------------------------------------------------------------
-
-    def _replica(self, topic: TopicState, partition: int, broker: int
-                 ) -> ray.actor.ActorHandle | None:
-        """The handle of a replica actor: cached, found by name, or created on the node that
-        serves its broker; None while no live node serves the broker."""
-        key = (topic.name, partition, broker)
-        watch = self.replicas.get(key)
-        if watch is not None:
-            return watch.handle
-        info = self.registry.brokers.get(broker)
-        if info is None or not info.alive:
-            return None
-        name = replica_name(topic.name, partition, broker, info.node_id, topic.topic_id)
-        try:
-            handle = ray.get_actor(name, namespace=NAMESPACE)
-        except ValueError:
-            handle = ReplicaActor.options(
-                name=name,
-                namespace=NAMESPACE,
-                lifetime="detached",
-                max_restarts=-1,
-                max_task_retries=0,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(info.node_id, soft=False),
-            ).remote(topic.name, partition, topic.topic_id, broker, info.node_id,
-                     info.data_dir, dict(topic.configs))
-        self.replicas[key] = ReplicaWatch(handle, info.node_id)
-        return handle
-
-    def _serving_replica(self, topic: TopicState, partition: int, broker: int
-                         ) -> ray.actor.ActorHandle:
-        handle = self._replica(topic, partition, broker)
+    def leader(self, topic: str, partition: int) -> tuple[ray.actor.ActorHandle, int]:
+        """(the broker actor leading the partition, its leader epoch)."""
+        p = self.state.topic(topic).partition(partition)
+        handle = self.brokers.handle(p.leader) if p.leader is not None else None
         if handle is None:
-            raise LeaderNotAvailableError(
-                f"{topic.name}-{partition}: broker {broker} is offline (no live node serves "
-                f"its data directory)")
-        return handle
-
-    async def _start_replicas(self, topic: TopicState, partitions: range) -> None:
-        handles = [self._serving_replica(topic, i, broker)
-                   for i in partitions for broker in topic.partitions[i].replicas]
-        await asyncio.wait_for(asyncio.gather(*(h.ready.remote() for h in handles)),
-                               REPLICA_READY_TIMEOUT_S)
+            raise LeaderNotAvailableError(f"{topic}-{partition} has no live leader right now")
+        return handle, p.leader_epoch
 
     # -- topics ----------------------------------------------------------------------------------
 
     @checked
     async def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1,
                            configs: dict[str, Any] | None = None,
-                           internal: bool = False, topic_id: str | None = None
-                           ) -> dict[str, Any]:
+                           topic_id: str | None = None) -> dict[str, Any]:
         """Create a topic. A client that retries (the controller restarted mid-call) passes
         the same ``topic_id``; finding the topic already created with it is success."""
-        await self._started()
+        check_user_topic(name)
+        return await self._create(name, partitions, replication_factor, configs, topic_id)
+
+    async def _create(self, name: str, partitions: int, replication_factor: int,
+                      configs: dict[str, Any] | None, topic_id: str | None) -> dict[str, Any]:
+        await self.started()
         existing = self.state.topics.get(name)
         if existing is not None and topic_id is not None and existing.topic_id == topic_id:
-            await self._start_replicas(existing, range(len(existing.partitions)))
+            await self.brokers.push([(existing, p) for p in existing.partitions])
             return self._describe(existing)
-        if internal:
-            validate_topic_name(name)
-        else:
-            check_user_topic(name)
         _check_partitions("partitions", partitions)
         self.limits.check_topic_size(name, partitions)
         check_int("replication factor", replication_factor, 1, INT32_MAX,
                   InvalidReplicationFactorError)
-        brokers = self.registry.live()
-        if replication_factor > len(brokers):
-            raise InvalidReplicationFactorError(
-                f"replication factor {replication_factor} is larger than the number of live "
-                f"brokers ({len(brokers)})")
-        if replication_factor > 1:
-            raise InvalidReplicationFactorError(
-                f"replication factor {replication_factor}: followers do not replicate yet, "
-                f"so only 1 is accepted until replication lands")
         normalized = normalize_configs(configs)
-        async with self._lock:
+        min_insync = normalized.get("min_insync_replicas", 1)
+        if min_insync > replication_factor:
+            raise InvalidConfigError(
+                f"min.insync.replicas={min_insync} is larger than the replication factor "
+                f"{replication_factor}: no acks=all write could ever succeed")
+        async with self.lock:
             if name in self.state.topics:
                 raise TopicExistsError(f"topic {name!r} already exists")
             assignment = self._place(name, partitions, replication_factor)
-            await self._commit(events.topic_created(name, topic_id or uuid.uuid4().hex, assignment,
-                                                    normalized))
+            self.commit(events.topic_created(name, topic_id or uuid.uuid4().hex, assignment,
+                                             normalized))
         topic = self.state.topic(name)
-        await self._start_replicas(topic, range(partitions))
-        self.groups.topics_changed(self._existing_topics())
+        await self.brokers.push([(topic, p) for p in topic.partitions])
+        self.groups.coordinator.topics_changed(self.user_topics())
         return self._describe(topic)
+
+    async def ensure_internal_topic(self, name: str, partitions: int,
+                                    configs: dict[str, Any]) -> None:
+        """Create an internal topic if missing, with min(3, brokers) replicas and
+        min.insync.replicas 2 when it has 3. Raises LeaderNotAvailableError (retriable)
+        while fewer brokers are alive than it wants."""
+        if name in self.state.topics:
+            return
+        validate_topic_name(name)
+        factor = min(INTERNAL_REPLICATION, max(len(self.state.broker_ids), 1))
+        if len(self.brokers.live()) < factor:
+            raise LeaderNotAvailableError(
+                f"{name} needs {factor} live brokers to be created, {len(self.brokers.live())} "
+                f"are alive")
+        settings = {**configs, "min_insync_replicas":
+                    INTERNAL_MIN_INSYNC if factor >= INTERNAL_REPLICATION else 1}
+        with contextlib.suppress(TopicExistsError):  # created meanwhile by another caller
+            await self._create(name, partitions, factor, settings, None)
 
     def _place(self, name: str, partitions: int, replication_factor: int) -> list[list[int]]:
         """Replicas for ``partitions`` new partitions of topic ``name`` on the live brokers,
         within the limits per broker (lock held; nothing is written)."""
         existing = [p.replicas for t in self.state.topics.values() for p in t.partitions]
-        memory = self._broker_memory()
+        memory = self.brokers.node_memory()
         assignment = assign_replicas(list(memory), partitions, replication_factor, existing)
         self.limits.check_placement(name, assignment, existing, memory)
         return assignment
@@ -344,48 +255,44 @@ class ControllerActor(GroupService):
     @checked
     async def delete_topic(self, name: str) -> None:
         check_user_topic(name)
-        await self._started()
-        async with self._lock:
+        await self.started()
+        async with self.lock:
             topic = self.state.topic(name)
-            await self._commit(events.topic_deleted(name))
-        self.groups.topics_changed(self._existing_topics())
-        for p in topic.partitions:
-            for broker in p.replicas:
-                watch = self.replicas.pop((name, p.partition, broker), None)
-                handle = watch.handle if watch is not None else None
-                info = self.registry.brokers.get(broker)
-                if handle is None and info is not None and info.alive:
-                    with contextlib.suppress(ValueError):  # no such actor
-                        handle = ray.get_actor(replica_name(
-                            name, p.partition, broker, info.node_id, topic.topic_id),
-                            namespace=NAMESPACE)
-                if handle is None:
-                    # Its files go when a topic of that name reuses the directory.
-                    logger.warning("broker %d is offline: the files of %s-%d stay there",
-                                   broker, name, p.partition)
-                    continue
-                try:
-                    await asyncio.wait_for(handle.delete.remote(), 30)
-                except (ray.exceptions.RayActorError, ray.exceptions.ActorUnschedulableError,
-                        TimeoutError):
-                    logger.warning("could not delete the files of %s-%d on broker %d",
-                                   name, p.partition, broker)
-                ray.kill(handle, no_restart=True)
+            self.commit(events.topic_deleted(name))
+        self.groups.coordinator.topics_changed(self.user_topics())
+        await self._stop_replicas(name, {b for p in topic.partitions for b in p.replicas},
+                                  [p.partition for p in topic.partitions])
+
+    async def _stop_replicas(self, name: str, brokers: set[int], partitions: list[int]
+                             ) -> None:
+        """Tell live brokers to remove their replicas of these partitions; an offline one
+        removes them when it is back (it is told everything it holds, and removes the rest)."""
+        calls = []
+        for broker in sorted(brokers):
+            handle = self.brokers.handle(broker)
+            if handle is None:
+                logger.info("broker %d is offline: it removes %s when it is back", broker, name)
+                continue
+            calls.append(handle.stop_replicas.remote([(name, i) for i in partitions],
+                                                     delete=True))
+        for outcome in await asyncio.gather(*calls, return_exceptions=True):
+            if isinstance(outcome, BaseException):
+                logger.warning("removing replicas of %s failed: %r", name, outcome)
 
     @checked
     async def add_partitions(self, name: str, total: int) -> dict[str, Any]:
         check_user_topic(name)
         _check_partitions("partitions", total)
         self.limits.check_topic_size(name, total)
-        await self._started()
-        async with self._lock:
+        await self.started()
+        async with self.lock:
             topic = self.state.topic(name)
             current = len(topic.partitions)
             check_partition_growth(name, current, total)
             assignment = self._place(name, total - current, topic.replication_factor)
-            await self._commit(events.partitions_added(name, assignment))
-        await self._start_replicas(topic, range(current, total))
-        self.groups.topics_changed(self._existing_topics())
+            self.commit(events.partitions_added(name, assignment))
+        await self.brokers.push([(topic, p) for p in topic.partitions[current:]])
+        self.groups.coordinator.topics_changed(self.user_topics())
         return self._describe(topic)
 
     @checked
@@ -394,8 +301,8 @@ class ControllerActor(GroupService):
         """Set and delete topic configs. Refused, changing nothing, when a config to delete
         is not set or is also being set."""
         updates = normalize_configs(set_configs)  # stored configs are normalized
-        await self._started()
-        async with self._lock:
+        await self.started()
+        async with self.lock:
             topic = self.state.topic(name)
             deleted = configs_to_delete(name, topic.configs, delete_configs or [])
             both = sorted(set(deleted) & set(updates))
@@ -403,13 +310,17 @@ class ControllerActor(GroupService):
                 raise InvalidConfigError(f"cannot both set and delete {', '.join(both)}")
             merged = {k: v for k, v in topic.configs.items() if k not in deleted}
             merged.update(updates)
+            if merged.get("min_insync_replicas", 1) > topic.replication_factor:
+                raise InvalidConfigError(
+                    f"min.insync.replicas={merged['min_insync_replicas']} is larger than the "
+                    f"replication factor {topic.replication_factor} of {name!r}")
             if merged == topic.configs:
                 return self._describe(topic)
-            await self._commit(events.configs_altered(name, merged))
-        handles = [self._replica(topic, p.partition, broker)
-                   for p in topic.partitions for broker in p.replicas]
-        await asyncio.gather(*(h.update_configs.remote(merged) for h in handles
-                               if h is not None), return_exceptions=True)
+            self.commit(events.configs_altered(name, merged))
+        brokers = {b for p in topic.partitions for b in p.replicas}
+        await asyncio.gather(*(self.brokers.handle(b).update_configs.remote(name, merged)
+                               for b in brokers if self.brokers.handle(b) is not None),
+                             return_exceptions=True)
         return self._describe(topic)
 
     @checked
@@ -422,50 +333,246 @@ class ControllerActor(GroupService):
         return [self._describe(self.state.topic(n)) for n in names]
 
     def _describe(self, topic: TopicState) -> dict[str, Any]:
+        live = self.brokers.live()
         return {
             "name": topic.name,
             "topic_id": topic.topic_id,
             "replication_factor": topic.replication_factor,
             "configs": dict(topic.configs),
-            "partitions": [p.to_dict() for p in topic.partitions],
+            "partitions": [{**p.to_dict(),
+                            "under_replicated": len(p.isr) < len(p.replicas),
+                            "offline": p.leader is None or p.leader not in live}
+                           for p in topic.partitions],
         }
 
     @checked
     async def metadata(self, names: list[str]) -> dict[str, dict[str, Any]]:
-        """What clients need to reach each partition's leader: broker, epoch and actor
-        handle (None while the leader's broker is offline)."""
-        await self._started()
+        """What clients need to reach each partition's replicas: per partition the leader,
+        leader epoch, replicas and ISR; per live broker among them its actor and node."""
+        await self.started()
         out = {}
         for name in names:
             topic = self.state.topic(name)
-            partitions = []
+            brokers = {}
             for p in topic.partitions:
-                leader = self._replica(topic, p.partition, p.leader) \
-                    if p.leader is not None else None
-                partitions.append({"partition": p.partition, "leader": p.leader,
-                                   "leader_epoch": p.leader_epoch, "handle": leader,
-                                   "replicas": list(p.replicas), "isr": list(p.isr)})
-            out[name] = {"name": name, "topic_id": topic.topic_id, "partitions": partitions,
-                         "configs": dict(topic.configs)}
+                for broker in p.replicas:
+                    watch = self.brokers.watches.get(broker)
+                    if watch is not None and watch.alive:
+                        brokers[broker] = {"handle": watch.handle, "node_id": watch.node_id}
+            out[name] = {"name": name, "topic_id": topic.topic_id, "configs": dict(topic.configs),
+                         "partitions": [{"partition": p.partition, "leader": p.leader,
+                                         "leader_epoch": p.leader_epoch,
+                                         "replicas": list(p.replicas), "isr": list(p.isr)}
+                                        for p in topic.partitions],
+                         "brokers": brokers}
         return out
 
     async def cluster_status(self) -> dict[str, Any]:
-        """Brokers by id with the node serving each, its host, data directory and the
-        replicas it holds and leads; the broker nodes refused, and why."""
-        await self._started()
+        """Brokers by id with the node serving each, its host, data directory, whether it is
+        alive and the replicas it holds and leads; partitions under-replicated and offline;
+        the broker nodes refused, and why."""
+        await self.started()
+        live = self.brokers.live()
         held = self.state.replicas_by_broker()
         brokers = []
-        for broker_id in sorted(self.registry.brokers.keys() | held.keys()):
-            info = self.registry.brokers.get(broker_id)
+        for broker_id in sorted(self.brokers.registry.brokers.keys() | held.keys()):
+            info = self.brokers.registry.brokers.get(broker_id)
             replicas = held.get(broker_id, [])
             leading = [(t, i) for t, i in replicas
                        if self.state.topics[t].partitions[i].leader == broker_id]
             described = info.describe() if info is not None else {
-                "broker_id": broker_id, "node_id": None, "host": None, "data_dir": None,
-                "alive": False}
-            brokers.append({**described, "replicas": replicas, "leaders": leading})
+                "broker_id": broker_id, "node_id": None, "host": None, "data_dir": None}
+            brokers.append({**described, "alive": broker_id in live, "replicas": replicas,
+                            "leaders": leading})
+        partitions = [p for t in self.state.topics.values() for p in t.partitions]
         return {"cluster_id": self.state.cluster_id, "controller_node": self.node_id,
                 "controller_dir": str(controller_data_dir()), "brokers": brokers,
                 "refused": [{"node_id": n, "reason": r}
-                            for n, r in sorted(self.registry.refused.items())],
-                "topics": len(self.state.topics)}
+                            for n, r in sorted(self.brokers.registry.refused.items())],
+                "topics": len(self.state.topics), "partitions": len(partitions),
+                "under_replicated_partitions": sum(len(p.isr) < len(p.replicas)
+                                                   for p in partitions),
+                "offline_partitions": sum(p.leader is None or p.leader not in live
+                                          for p in partitions)}
+
+    @checked
+    async def describe_replicas(self, name: str) -> list[dict[str, Any]]:
+        """What each live broker holding a replica of topic ``name`` says of it: role, epochs,
+        log start and end, high watermark, and for leaders their followers."""
+        await self.started()
+        topic = self.state.topic(name)
+        brokers = sorted({b for p in topic.partitions for b in p.replicas})
+        calls = [self.brokers.handle(b).describe.remote(name) for b in brokers
+                 if self.brokers.handle(b) is not None]
+        found = await asyncio.gather(*calls, return_exceptions=True)
+        return [r for answer in found if not isinstance(answer, BaseException) for r in answer]
+
+    # -- replication -------------------------------------------------------------------------------
+
+    @checked
+    async def alter_partition(self, topic: str, partition: int, leader: int, leader_epoch: int,
+                              partition_epoch: int, isr: list[int]) -> dict[str, Any]:
+        """A leader changes its partition's ISR (Kafka's AlterPartition); returns the new
+        state, which the other replicas are told too. Refused (FencedEpochError,
+        StaleIsrChangeError, InvalidArgumentError) as raylog/metadata/election.py says."""
+        async with self.lock:
+            t = self.state.topic(topic)
+            p = t.partition(partition)
+            change = election.alter_isr(p, leader, leader_epoch, partition_epoch, isr,
+                                        self.brokers.live())
+            if change.isr != p.isr:
+                logger.info("%s-%d: ISR %s -> %s (leader %d)", topic, partition, p.isr,
+                            change.isr, leader)
+                self.commit_change(t, p, change)
+        asyncio.get_running_loop().create_task(self.brokers.push([(t, p)]))
+        return self.brokers.state_of(t, p)
+
+    @checked
+    async def elect_leaders(self, names: list[str] | None = None) -> dict[str, list[int]]:
+        """Preferred-leader election: in every partition of the topics ``names`` (default:
+        all) whose first replica is alive and in the ISR, that replica leads. Returns the
+        partitions moved, per topic."""
+        await self.started()
+        moved: dict[str, list[int]] = {}
+        changed = []
+        async with self.lock:
+            live = self.brokers.live()
+            for name in names if names is not None else sorted(self.state.topics):
+                topic = self.state.topic(name)
+                for p in topic.partitions:
+                    change = election.preferred_leader(p, live)
+                    if change is not None:
+                        self.commit_change(topic, p, change)
+                        changed.append((topic, p))
+                        moved.setdefault(name, []).append(p.partition)
+        await self.brokers.push(changed)
+        return moved
+
+    @checked
+    async def reassign_partitions(self, name: str,
+                                  targets: dict[int, list[int]]) -> dict[str, Any]:
+        """Move partitions of topic ``name`` to other brokers: ``{partition: [brokers]}``, the
+        first the preferred leader. New replicas copy the leader while producers go on;
+        once they are in sync, leadership moves if it must and the old replicas go."""
+        check_user_topic(name)
+        await self.started()
+        async with self.lock:
+            topic = self.state.topic(name)
+            known = self.state.broker_ids
+            for partition, target in targets.items():
+                topic.partition(partition)
+                if not target or len(set(target)) != len(target) or not set(target) <= known:
+                    raise InvalidArgumentError(
+                        f"{name}-{partition}: the target must be distinct known broker ids "
+                        f"(known: {sorted(known)}), got {target}")
+            for partition, target in targets.items():
+                p = topic.partitions[partition]
+                if p.replicas != list(target) or p.target is not None:
+                    self.commit(events.reassignment(name, partition, list(target)))
+        await self._move_reassigned()
+        return self._describe(topic)
+
+    async def _move_reassigned(self) -> None:
+        """Take every partition being reassigned one step on (raylog/metadata/election.py's
+        reassign); remove the replicas it dropped from their brokers."""
+        changed, dropped = [], []
+        async with self.lock:
+            live = self.brokers.live()
+            for topic in list(self.state.topics.values()):
+                for p in topic.partitions:
+                    if p.target is None:
+                        continue
+                    before = list(p.replicas)
+                    change = election.reassign(p, p.target, live)
+                    if change is not None:
+                        self.commit_change(topic, p, change)
+                        changed.append((topic, p))
+                        gone = set(before) - set(p.replicas)
+                        if gone:
+                            dropped.append((topic.name, p.partition, gone))
+                    if p.replicas == p.target:
+                        self.commit(events.reassignment(topic.name, p.partition, None))
+                        logger.info("%s-%d now on brokers %s", topic.name, p.partition,
+                                    p.replicas)
+        await self.brokers.push(changed)
+        for name, partition, gone in dropped:
+            await self._stop_replicas(name, gone, [partition])
+
+    async def _replace_gone_brokers(self) -> None:
+        """Reassign the replicas of brokers gone longer than the setting to live brokers."""
+        after = self.settings.replace_broker_after_s
+        if not after:
+            return
+        now = time.monotonic()
+        gone = [b for b, since in self.brokers.down_since.items() if now - since >= after]
+        if not gone:
+            return
+        async with self.lock:
+            live = sorted(self.brokers.live())
+            existing = [p.target or p.replicas for t in self.state.topics.values()
+                        for p in t.partitions]
+            for broker in gone:
+                for topic, p in self.replicas_on(broker):
+                    if p.target is not None:
+                        continue
+                    spare = replacement(live, p.replicas, existing)
+                    if spare is None:
+                        continue
+                    target = [spare if b == broker else b for b in p.replicas]
+                    logger.warning("broker %d gone for %.0f s: moving its replica of %s-%d to "
+                                   "broker %d", broker, now - self.brokers.down_since[broker],
+                                   topic.name, p.partition, spare)
+                    self.commit(events.reassignment(topic.name, p.partition, target))
+                    existing.append(target)
+
+    # -- consumer groups (the GroupService does the work) -----------------------------------------
+
+    @checked
+    async def join_group(self, group_id: str, member_id: str | None, client_id: str,
+                         topics: list[str] | None, pattern: str | None,
+                         session_timeout_ms: int, assignor: str,
+                         actor: ray.actor.ActorHandle | None = None,
+                         claims: list[tuple[str, int]] | None = None) -> dict[str, Any]:
+        return await self.groups.join_group(group_id, member_id, client_id, topics, pattern,
+                                            session_timeout_ms, assignor, actor, claims)
+
+    @checked
+    async def heartbeat(self, group_id: str, member_id: str,
+                        owned: list[tuple[str, int]]) -> dict[str, Any]:
+        return await self.groups.heartbeat(group_id, member_id, owned)
+
+    @checked
+    async def leave_group(self, group_id: str, member_id: str) -> None:
+        await self.groups.leave_group(group_id, member_id)
+
+    @checked
+    async def commit_offsets(self, group_id: str, member_id: str | None, generation: int,
+                             offsets: list[tuple[str, int, int, str]]) -> None:
+        await self.groups.commit_offsets(group_id, member_id, generation, offsets)
+
+    @checked
+    async def committed_offsets(self, group_id: str, partitions: list[tuple[str, int]]
+                                ) -> dict[tuple[str, int], tuple | None]:
+        return await self.groups.committed_offsets(group_id, partitions)
+
+    @checked
+    async def list_groups(self) -> list[dict[str, Any]]:
+        return await self.groups.list_groups()
+
+    @checked
+    async def describe_group(self, group_id: str) -> dict[str, Any]:
+        return await self.groups.describe_group(group_id)
+
+    @checked
+    async def delete_group(self, group_id: str) -> None:
+        await self.groups.delete_group(group_id)
+
+    @checked
+    async def reset_offsets(self, group_id: str, topic: str, spec: str | int | list[Any],
+                            partitions: list[int] | None = None) -> dict[int, int]:
+        return await self.groups.reset_offsets(group_id, topic, spec, partitions)
+
+    @checked
+    async def group_history(self, group_id: str) -> list:
+        return await self.groups.group_history(group_id)
+

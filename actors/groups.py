@@ -1,16 +1,18 @@
 """The controller's consumer-group service: the Ray side of the group coordinator.
 
-Mixed into the controller actor. It persists commits and generations to ``__consumer_offsets``
-through that topic's replica actors before applying them, replays the topic when the
-controller starts, watches group members that live in Ray actors (a dead actor's
-partitions move at once) and expires members of plain drivers by session timeout.
+An object the controller holds (``controller.groups``); the controller's group RPCs call it.
+It persists commits and generations to ``__consumer_offsets`` through that topic's partition
+leaders before applying them, replays the topic when the controller starts, watches group
+members that live in Ray actors (a dead actor's partitions move at once) and expires members
+of plain drivers by session timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+import time
+from typing import TYPE_CHECKING, Any
 
 import ray
 from ray.exceptions import RayActorError
@@ -20,6 +22,7 @@ from raylog.errors import (
     InvalidArgumentError,
     InvalidConfigError,
     OffsetOutOfRangeError,
+    RaylogError,
     UnknownTopicError,
 )
 from raylog.groups.assignors import ASSIGNORS
@@ -35,87 +38,117 @@ from raylog.topics import (
     topic_partitions,
     topic_pattern,
 )
-from raylog.typecheck import checked
 from raylog.types import TopicPartition
+
+if TYPE_CHECKING:
+    from actors.controller import ControllerActor
 
 logger = logging.getLogger(__name__)
 
 ACTOR_WATCH_INTERVAL_S = 0.05
 OFFSETS_TOPIC_CONFIGS = {"cleanup_policy": "compact", "segment_bytes": 64 << 20,
                          "retention_ms": None}
+LEADER_RETRY_S = 30.0  # how long a request rides out a leader change of __consumer_offsets
 
 
 class GroupService:
-    """Group RPCs of the controller. Expects the host to provide ``state``, ``_replica``,
-    ``_serving_replica`` and ``create_topic``."""
+    """Group RPCs of the controller, over a GroupCoordinator. Its event loop is the only
+    user."""
 
-    def _init_groups(self) -> None:
-        self.groups = GroupCoordinator(wall_clock_ms)
-        self._groups_loaded: asyncio.Task | None = None
+    def __init__(self, controller: ControllerActor) -> None:
+        self.controller = controller
+        self.coordinator = GroupCoordinator(wall_clock_ms)
+        self._loaded: asyncio.Task | None = None
         self._watched_actors: set[str] = set()
 
-    async def _groups_ready(self) -> None:
-        await self._started()  # the brokers serving __consumer_offsets are known
-        loading = self._groups_loaded
+    @property
+    def loaded(self) -> bool:
+        loading = self._loaded
+        return loading is not None and loading.done() and not loading.cancelled() and \
+            loading.exception() is None
+
+    async def _ready(self) -> None:
+        await self.controller.started()  # the brokers serving __consumer_offsets are known
+        loading = self._loaded
         if loading is None or (loading.done() and loading.exception() is not None):
             # First use, or the last load failed (say, its broker was offline): load again.
-            loading = self._groups_loaded = asyncio.get_running_loop().create_task(
-                self._load_groups())
+            loading = self._loaded = asyncio.get_running_loop().create_task(self._load())
         await asyncio.shield(loading)
 
-    def _existing_topics(self) -> dict[str, int]:
-        return {name: len(t.partitions) for name, t in self.state.topics.items()
-                if not name.startswith("__")}
+    def _topics(self) -> dict[str, int]:
+        return self.controller.user_topics()
 
-    async def _load_groups(self) -> None:
+    async def _leader_call(self, topic: str, partition: int, call: Any) -> Any:
+        """``call(handle, leader_epoch)`` on the partition's leader, retried while the
+        leadership moves (a broker went, its leader is being elected)."""
+        deadline = time.monotonic() + LEADER_RETRY_S
+        while True:
+            try:
+                handle, epoch = self.controller.leader(topic, partition)
+                return await call(handle, epoch)
+            except (RaylogError, RayActorError) as e:
+                retriable = getattr(e, "retriable", True)
+                if not retriable or time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+
+    async def _load(self) -> None:
         """Create __consumer_offsets if missing, then replay it into a new coordinator."""
-        self.groups = GroupCoordinator(wall_clock_ms)  # nothing of a failed earlier attempt
-        if CONSUMER_OFFSETS_TOPIC not in self.state.topics:
-            await self.create_topic(CONSUMER_OFFSETS_TOPIC, OFFSETS_TOPIC_PARTITIONS, 1,
-                                    OFFSETS_TOPIC_CONFIGS, internal=True)
-        topic = self.state.topic(CONSUMER_OFFSETS_TOPIC)
+        self.coordinator = GroupCoordinator(wall_clock_ms)  # nothing of a failed attempt
+        await self.controller.ensure_internal_topic(
+            CONSUMER_OFFSETS_TOPIC, OFFSETS_TOPIC_PARTITIONS, OFFSETS_TOPIC_CONFIGS)
+        topic = self.controller.state.topic(CONSUMER_OFFSETS_TOPIC)
         loaded = 0
         for p in topic.partitions:
-            replica = self._serving_replica(topic, p.partition, p.leader)
-            offset = (await replica.list_offset.remote("earliest"))[0]
+            start = (await self._list_offset(topic.name, p.partition, "earliest"))[0]
+            offset = start
             while True:
-                result = await replica.fetch.remote(offset, 8 << 20, 0, 1)
+                result = await self._leader_call(
+                    topic.name, p.partition,
+                    lambda h, e, o=offset, i=p.partition: h.fetch.remote(
+                        topic.name, i, e, o, 8 << 20, 0, 1))
                 if not result.data:
                     break
                 for record in read_records(result.data, offset):
-                    self.groups.load(record.key, record.value)
+                    self.coordinator.load(record.key, record.value)
                     loaded += 1
                 offset = max(h.next_offset for _, h in iter_batches(result.data))
-        self.groups.finish_load()
+        self.coordinator.finish_load()
         logger.info("loaded %d records of %s: %d groups", loaded, CONSUMER_OFFSETS_TOPIC,
-                    len(self.groups.group_ids()))
+                    len(self.coordinator.group_ids()))
+
+    async def _list_offset(self, topic: str, partition: int, spec: str | int
+                           ) -> tuple[int, int] | None:
+        return await self._leader_call(
+            topic, partition, lambda h, e: h.list_offset.remote(topic, partition, e, spec))
 
     async def _persist(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> None:
         """Append records to the group's __consumer_offsets partition (acks=all)."""
-        topic = self.state.topic(CONSUMER_OFFSETS_TOPIC)
-        p = topic.partitions[self.groups.partition_for(group_id, len(topic.partitions))]
+        topic = self.controller.state.topic(CONSUMER_OFFSETS_TOPIC)
+        partition = self.coordinator.partition_for(group_id, len(topic.partitions))
         builder = BatchBuilder(codec=Codec.LZ4)
         now = wall_clock_ms()
         for key, value in records:
             builder.append(now, key, value)
-        await self._serving_replica(topic, p.partition, p.leader).append.remote(
-            builder.build(), "all", p.leader_epoch)
+        batch = builder.build()
+        await self._leader_call(topic.name, partition, lambda h, e: h.produce.remote(
+            topic.name, partition, e, batch, "all"))
 
     async def _persist_generation(self, group_id: str) -> None:
         """Persist the group's generation and membership, if they changed since last time:
         every change of membership comes with a new generation."""
-        group = self.groups.groups.get(group_id)
-        if group is None or self.groups.generations.get(group_id) == group.generation:
+        groups = self.coordinator
+        group = groups.groups.get(group_id)
+        if group is None or groups.generations.get(group_id) == group.generation:
             return
         generation = group.generation
-        await self._persist(group_id, [self.groups.group_record(group_id)])
-        self.groups.generations[group_id] = max(generation,
-                                                self.groups.generations.get(group_id, 0))
+        await self._persist(group_id, [groups.group_record(group_id)])
+        groups.generations[group_id] = max(generation, groups.generations.get(group_id, 0))
 
     # -- membership ------------------------------------------------------------------------------
-    # Every RPC checks its arguments (``@checked`` for their types) before it changes anything.
+    # The controller checks the arguments' types (``@checked``) before calling these; each
+    # checks their values before it changes anything.
 
-    @checked
     async def join_group(self, group_id: str, member_id: str | None, client_id: str,
                          topics: list[str] | None, pattern: str | None,
                          session_timeout_ms: int, assignor: str,
@@ -127,62 +160,62 @@ class GroupService:
         _check_join(group_id, member_id, client_id, topics, pattern, session_timeout_ms,
                     assignor)
         claimed = topic_partitions(claims, "claims") if claims is not None else []
-        await self._groups_ready()
-        existing = self._existing_topics()
+        await self._ready()
+        existing = self._topics()
         unknown = sorted(set(topics or ()) - set(existing))
         if unknown:
             raise UnknownTopicError(f"cannot subscribe to unknown topics {unknown}")
         actor_id = actor._actor_id.hex() if actor is not None else None
-        member = self.groups.join(group_id, member_id, client_id, topics, pattern,
-                                  session_timeout_ms, assignor, existing, actor_id,
-                                  claimed)
+        member = self.coordinator.join(group_id, member_id, client_id, topics, pattern,
+                                       session_timeout_ms, assignor, existing, actor_id,
+                                       claimed)
         await self._persist_generation(group_id)
         if actor is not None and actor_id not in self._watched_actors:
             self._watched_actors.add(actor_id)
             asyncio.get_running_loop().create_task(self._watch_actor(actor, actor_id))
         return {"member_id": member.member_id,
-                "generation": self.groups.groups[group_id].generation,
+                "generation": self.coordinator.groups[group_id].generation,
                 "owned": sorted(member.owned)}
 
-    @checked
     async def heartbeat(self, group_id: str, member_id: str,
                         owned: list[tuple[str, int]]) -> dict[str, Any]:
-        await self._groups_ready()
-        beat = self.groups.heartbeat(group_id, member_id, owned)
+        await self._ready()
+        beat = self.coordinator.heartbeat(group_id, member_id, owned)
         return {"generation": beat.generation, "owned": sorted(beat.owned),
                 "revoke": sorted(beat.revoke), "pending": beat.pending}
 
-    @checked
     async def leave_group(self, group_id: str, member_id: str) -> None:
-        await self._groups_ready()
-        if self.groups.leave(group_id, member_id, self._existing_topics()):
+        await self._ready()
+        if self.coordinator.leave(group_id, member_id, self._topics()):
             await self._persist_generation(group_id)
 
     async def _watch_actor(self, actor: ray.actor.ActorHandle, actor_id: str) -> None:
         """Remove the actor's group members the moment it dies (no session timeout)."""
         try:
-            while self.groups.members_of_actor(actor_id):
+            while self.coordinator.members_of_actor(actor_id):
                 try:
                     await actor.__ray_ready__.remote()
                 except RayActorError:
-                    dead = self.groups.members_of_actor(actor_id)
+                    dead = self.coordinator.members_of_actor(actor_id)
                     logger.info("actor %s died: removing group members %s", actor_id, dead)
                     for group_id, member_id in dead:
-                        self.groups.leave(group_id, member_id, self._existing_topics())
+                        self.coordinator.leave(group_id, member_id, self._topics())
                         await self._persist_generation(group_id)
                     return
                 await asyncio.sleep(ACTOR_WATCH_INTERVAL_S)
         finally:
             self._watched_actors.discard(actor_id)
 
-    async def _expire_members(self) -> None:
-        for group_id, member_id in self.groups.expire(self._existing_topics()):
+    async def expire_members(self) -> None:
+        """Remove the members whose session ran out (the controller's loop calls this)."""
+        if not self.loaded:
+            return
+        for group_id, member_id in self.coordinator.expire(self._topics()):
             logger.info("member %s of group %s timed out", member_id, group_id)
             await self._persist_generation(group_id)
 
     # -- offsets ---------------------------------------------------------------------------------
 
-    @checked
     async def commit_offsets(self, group_id: str, member_id: str | None, generation: int,
                              offsets: list[tuple[str, int, int, str]]) -> None:
         """Commit (topic, partition, offset, metadata) entries for a member of a group.
@@ -191,41 +224,38 @@ class GroupService:
         own; durable in __consumer_offsets when this returns.
         """
         check_id("group_id", group_id, InvalidArgumentError)
-        check_offset_entries(offsets, self._existing_topics())
-        await self._groups_ready()
+        check_offset_entries(offsets, self._topics())
+        await self._ready()
         entries = {TopicPartition(t, p): OffsetAndMetadata(o, m, wall_clock_ms())
                    for t, p, o, m in offsets}
-        self.groups.check_commit(group_id, member_id, generation, entries)
-        await self._persist(group_id, [self.groups.offset_record(group_id, tp, om)
+        self.coordinator.check_commit(group_id, member_id, generation, entries)
+        await self._persist(group_id, [self.coordinator.offset_record(group_id, tp, om)
                                        for tp, om in entries.items()])
-        self.groups.apply_commit(group_id, entries)
+        self.coordinator.apply_commit(group_id, entries)
 
-    @checked
     async def committed_offsets(self, group_id: str, partitions: list[tuple[str, int]]
                                 ) -> dict[tuple[str, int], tuple | None]:
-        await self._groups_ready()
+        await self._ready()
         return {tuple(tp): (tuple(om) if om else None)
-                for tp, om in self.groups.committed(group_id, partitions).items()}
+                for tp, om in self.coordinator.committed(group_id, partitions).items()}
 
     # -- administration --------------------------------------------------------------------------
 
-    @checked
     async def list_groups(self) -> list[dict[str, Any]]:
-        await self._groups_ready()
+        await self._ready()
         out = []
-        for group_id in self.groups.group_ids():
-            group = self.groups.group(group_id)
+        for group_id in self.coordinator.group_ids():
+            group = self.coordinator.group(group_id)
             out.append({"group_id": group_id, "state": group.state.value,
                         "members": len(group.members), "generation": group.generation})
         return out
 
-    @checked
     async def describe_group(self, group_id: str) -> dict[str, Any]:
         """Members, assignment and, per partition, committed offset, end offset and lag."""
-        await self._groups_ready()
-        out = self.groups.describe(group_id)
-        committed = self.groups.offsets.get(group_id, {})
-        owned = {tp: m.member_id for m in self.groups.group(group_id).members.values()
+        await self._ready()
+        out = self.coordinator.describe(group_id)
+        committed = self.coordinator.offsets.get(group_id, {})
+        owned = {tp: m.member_id for m in self.coordinator.group(group_id).members.values()
                  for tp in m.owned}
         partitions = sorted(set(committed) | set(owned))
         ends = await asyncio.gather(*(self._end_offset(tp) for tp in partitions))
@@ -240,27 +270,24 @@ class GroupService:
         return out
 
     async def _end_offset(self, tp: TopicPartition) -> int | None:
-        topic = self.state.topics.get(tp.topic)
+        topic = self.controller.state.topics.get(tp.topic)
         if topic is None or tp.partition >= len(topic.partitions):
             return None
-        p = topic.partitions[tp.partition]
-        leader = self._replica(topic, tp.partition, p.leader) if p.leader is not None else None
-        if leader is None:
-            return None
-        return (await leader.list_offset.remote("latest"))[0]
+        try:
+            return (await self._list_offset(tp.topic, tp.partition, "latest"))[0]
+        except (RaylogError, RayActorError):
+            return None  # no leader right now: the lag is unknown
 
-    @checked
     async def delete_group(self, group_id: str) -> None:
         """Forget a group without members and its committed offsets."""
-        await self._groups_ready()
-        self.groups.check_empty(group_id)
-        records = [self.groups.offset_record(group_id, tp, None)
-                   for tp in self.groups.offsets.get(group_id, {})]
-        records.append(self.groups.generation_record(group_id, None))
+        await self._ready()
+        self.coordinator.check_empty(group_id)
+        records = [self.coordinator.offset_record(group_id, tp, None)
+                   for tp in self.coordinator.offsets.get(group_id, {})]
+        records.append(self.coordinator.generation_record(group_id, None))
         await self._persist(group_id, records)
-        self.groups.forget(group_id)
+        self.coordinator.forget(group_id)
 
-    @checked
     async def reset_offsets(self, group_id: str, topic: str, spec: str | int | list[Any],
                             partitions: list[int] | None = None) -> dict[int, int]:
         """Set a group's committed offsets of ``topic`` to ``"earliest"``, ``"latest"``, a
@@ -269,18 +296,17 @@ class GroupService:
         check_reset_spec(spec)
         if partitions is not None:
             reset_partitions(partitions)
-        await self._groups_ready()
-        state = self.state.topic(topic)
-        group = self.groups.groups.get(group_id)
+        await self._ready()
+        state = self.controller.state.topic(topic)
+        group = self.coordinator.groups.get(group_id)
         if group is not None and group.members:
-            self.groups.check_empty(group_id)
+            self.coordinator.check_empty(group_id)
         chosen = partitions if partitions is not None else range(len(state.partitions))
         targets = {}
         for partition in chosen:
-            p = state.partition(partition)
-            replica = self._serving_replica(state, partition, p.leader)
-            earliest = (await replica.list_offset.remote("earliest"))[0]
-            latest = (await replica.list_offset.remote("latest"))[0]
+            state.partition(partition)
+            earliest = (await self._list_offset(topic, partition, "earliest"))[0]
+            latest = (await self._list_offset(topic, partition, "latest"))[0]
             if isinstance(spec, list | tuple) and spec[0] == "offset":
                 if not earliest <= int(spec[1]) <= latest:
                     raise OffsetOutOfRangeError(
@@ -290,21 +316,20 @@ class GroupService:
             elif spec in ("earliest", "latest"):
                 targets[partition] = earliest if spec == "earliest" else latest
             else:
-                found = await replica.list_offset.remote(spec)
+                found = await self._list_offset(topic, partition, spec)
                 targets[partition] = found[0] if found else latest
         entries = {TopicPartition(topic, p): OffsetAndMetadata(o, "reset", wall_clock_ms())
                    for p, o in targets.items()}
-        await self._persist(group_id, [self.groups.offset_record(group_id, tp, om)
+        await self._persist(group_id, [self.coordinator.offset_record(group_id, tp, om)
                                        for tp, om in entries.items()])
-        self.groups.apply_commit(group_id, entries)
+        self.coordinator.apply_commit(group_id, entries)
         return targets
 
-    @checked
     async def group_history(self, group_id: str) -> list:
         """(generation, member -> owned partitions) after each change of ownership."""
-        await self._groups_ready()
+        await self._ready()
         return [(gen, {m: sorted(tps) for m, tps in owners.items()})
-                for gen, owners in self.groups.group(group_id).history]
+                for gen, owners in self.coordinator.group(group_id).history]
 
 
 def _check_join(group_id: str, member_id: str | None, client_id: str,

@@ -1,69 +1,109 @@
-"""Watching replica actors without blocking the controller.
+"""Watching broker actors without blocking the controller.
 
-One :class:`ReplicaWatch` per replica actor holds its handle and at most one outstanding
-health check (as Ray Serve's controller supervises its replicas): each round of the
-controller's loop looks at the check without waiting for it. A check that fails with
-``ActorDiedError`` (a RayActorError that is not ActorUnavailableError) means the actor is
-gone for good (killed without restart, or out of restarts), and ``ActorUnschedulableError``
-that the node it is pinned to is gone: the controller then creates it again on the node
-serving its broker, where it reopens its log. An actor that Ray is restarting answers its
-check once it is back, so it is not re-created.
+One :class:`BrokerWatch` per registered broker holds the broker actor's handle and exactly
+one outstanding health check: a long poll (:meth:`BrokerActor.watch`) that the broker answers
+after a while, at once if it restarted (a new incarnation), and that fails the moment the
+broker's process dies. A task per watch awaits it, so the controller's loop never waits on a
+broker, and it learns of a death as soon as Ray does, not at the next polling round (as Ray
+Serve's controller keeps one health-check reference per replica).
+
+- ``ActorUnavailableError``: the process died and Ray is restarting it. The broker is down
+  (the controller moves its leaderships and takes it out of ISRs), and the watch goes on:
+  its next check is answered by the new process, with a new incarnation, and the broker is
+  up again.
+- ``ActorDiedError`` (or the node it is pinned to is gone): it will not come back by itself.
+  The broker is down and the watch ends; the controller creates a broker actor on the node
+  again if the node lives, or waits for a node that presents the broker's data directory.
+- An answer with an incarnation other than the one known: the process restarted between two
+  checks, losing its in-memory state: down, then up.
 """
 
 from __future__ import annotations
 
+import asyncio
 import enum
-import time
+import logging
+from collections.abc import Awaitable, Callable
 
 import ray
-from ray.exceptions import (
-    ActorUnavailableError,
-    ActorUnschedulableError,
-    GetTimeoutError,
-    RayActorError,
-)
+from ray.exceptions import ActorUnavailableError, ActorUnschedulableError, RayActorError
 
-CHECK_INTERVAL_S = 1.0  # between the end of one check and the start of the next
+logger = logging.getLogger(__name__)
+
+WATCH_TIMEOUT_S = 10.0  # a healthy broker answers its check this often
+RETRY_S = 0.2           # after a check failed while Ray restarts the broker
 
 
 class Health(enum.Enum):
-    ALIVE = "alive"          # the last check answered (or none has been made yet)
-    CHECKING = "checking"    # a check is outstanding
-    RESTARTING = "restarting"  # Ray says the actor is unavailable for now
-    DEAD = "dead"            # the actor will not come back by itself
+    ALIVE = "alive"
+    RESTARTING = "restarting"  # Ray restarts the process; the next check tells
+    DEAD = "dead"              # gone for good: a new actor is needed
 
 
-class ReplicaWatch:
-    """A replica actor's handle and its outstanding health check. Not thread-safe: the
-    controller's event loop is its only user."""
+class BrokerWatch:
+    """A broker actor's handle, node and incarnation, and its outstanding health check.
+    The controller's event loop is its only user (not thread-safe)."""
 
-    def __init__(self, handle: ray.actor.ActorHandle, node_id: str,
-                 clock=time.monotonic) -> None:
+    def __init__(self, broker_id: int, handle: ray.actor.ActorHandle, node_id: str,
+                 incarnation: str,
+                 on_down: Callable[[BrokerWatch], Awaitable[None]],
+                 on_up: Callable[[BrokerWatch], Awaitable[None]]) -> None:
+        self.broker_id = broker_id
         self.handle = handle
-        self.node_id = node_id  # the node it was created on
-        self._clock = clock
-        self._check: ray.ObjectRef | None = None
-        self._next_check = clock() + CHECK_INTERVAL_S
+        self.node_id = node_id
+        self.incarnation = incarnation
         self.health = Health.ALIVE
+        self._on_down = on_down
+        self._on_up = on_up
+        self._task: asyncio.Task | None = None
 
-    async def poll(self) -> Health:
-        """Look at the outstanding check (never waiting) and start the next when due."""
-        now = self._clock()
-        if self._check is None:
-            if now >= self._next_check:
-                self._check = self.handle.__ray_ready__.remote()
-            return self.health
-        ready, _ = ray.wait([self._check], timeout=0)
-        if not ready:
-            return self.health
-        check, self._check = self._check, None
-        self._next_check = now + CHECK_INTERVAL_S
+    @property
+    def alive(self) -> bool:
+        return self.health is Health.ALIVE
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                status = await self.handle.watch.remote(
+                    self.incarnation if self.alive else None, WATCH_TIMEOUT_S)
+            except asyncio.CancelledError:
+                raise
+            except ActorUnavailableError:  # before its base class, RayActorError
+                await self._down(Health.RESTARTING)
+                await asyncio.sleep(RETRY_S)
+                continue
+            except (RayActorError, ActorUnschedulableError):
+                await self._down(Health.DEAD)
+                return
+            except Exception:  # a bug must not end the watch: try again
+                logger.exception("watching broker %d failed", self.broker_id)
+                await asyncio.sleep(RETRY_S)
+                continue
+            if status["incarnation"] != self.incarnation or not self.alive:
+                if self.alive:  # restarted between two checks
+                    await self._down(Health.RESTARTING)
+                self.incarnation = status["incarnation"]
+                self.health = Health.ALIVE
+                logger.info("broker %d is back (incarnation %s)", self.broker_id,
+                            self.incarnation)
+                await self._guarded(self._on_up)
+
+    async def _down(self, health: Health) -> None:
+        was_alive = self.alive
+        self.health = health
+        if was_alive:
+            logger.warning("broker %d is down (%s)", self.broker_id, health.value)
+            await self._guarded(self._on_down)
+
+    async def _guarded(self, callback: Callable[[BrokerWatch], Awaitable[None]]) -> None:
         try:
-            await check  # done already: this only reads the outcome
-            self.health = Health.ALIVE
-        except (ActorUnavailableError, GetTimeoutError):  # before its base, RayActorError
-            self.health = Health.RESTARTING
-        except (RayActorError, ActorUnschedulableError):
-            # ActorDiedError: gone for good; unschedulable: pinned to a node that is gone
-            self.health = Health.DEAD
-        return self.health
+            await callback(self)
+        except Exception:  # the controller logs and goes on; the next change retries
+            logger.exception("handling a change of broker %d failed", self.broker_id)

@@ -8,34 +8,34 @@ Run from the repository root::
 The script prints a Markdown table and writes JSON (default ``benchmarks/results/density.json``).
 
 Setup: a ``ray.cluster_utils.Cluster`` on this machine, a head (the controller's, not a broker)
-and 3 broker nodes, each with its own ``RAYLOG_DATA_DIR`` in a scratch directory. Every
-replica actor and every bare actor takes ``num_cpus=0`` and is pinned to its node
-(``NodeAffinitySchedulingStrategy``), as the controller pins replicas. The bare actor is a
-class with one method that returns its process id: what any Ray actor costs.
+and 3 broker nodes, each with its own ``RAYLOG_DATA_DIR`` in a scratch directory. A broker is
+one Ray actor per broker node that hosts every replica of its broker (actors/broker.py), as a
+Kafka broker's process does. The bare actor is a class with one method that returns its
+process id, placed with ``num_cpus=0`` and ``NodeAffinitySchedulingStrategy``: what any Ray
+actor costs.
 
 Measurements, all in one run:
 
-memory      One partition's leader replica after it has served 20 appends of 100 records,
-            fetches and an Arrow read (so whatever it imports lazily is loaded), and a bare
-            actor on the same node: resident set (``replica_rss_mb``, ``bare_actor_rss_mb``)
-            and unique set, the memory that goes away with the process
-            (``replica_uss_mb``, ``bare_actor_uss_mb``), with psutil from /proc. The RSS
-            counts the shared libraries each process maps (Ray's core worker, Arrow), which
-            several processes share; the USS is what each more replica adds.
-create      ``create_64_s``: ``Admin.create_topic`` of 64 partitions, from the call until it
-            returns (every replica actor started, its log opened, ready). ``bare_64_s``:
-            starting 64 bare actors placed on the same nodes as those 64 replicas and
-            waiting until every one has answered. Alternated, best of the rounds, each round
-            with a new topic and new actors (the old ones removed first).
-idle        ``idle_cpu_percent``: the CPU seconds (user + system, /proc/<pid>/stat) that the
-            64 replicas of the last created topic use together over the window, as a
-            percentage of one core; nothing produces or consumes meanwhile.
-            ``bare_idle_cpu_percent``: the same for the last round's 64 bare actors, in the
-            same window: what Ray's own worker threads cost.
-per GiB     ``partitions_per_gib``: 1 GiB over the replica's unique memory: how many more
-            partitions one GiB of a broker's memory holds (the shared libraries are counted
-            once per node, not per replica; a replica's log data lives in the page cache,
-            which the kernel gives back under pressure).
+memory      The broker process holding one partition's leader replica, after that replica
+            served 20 appends of 100 records, fetches and an Arrow read (so whatever it
+            imports lazily is loaded), and a bare actor on the same node: resident set
+            (``replica_rss_mb``, ``bare_actor_rss_mb``) and unique set, the memory that goes
+            away with the process (``replica_uss_mb``, ``bare_actor_uss_mb``), with psutil.
+            Then the same broker's unique set again once it also holds the replicas of a
+            ``N``-partition topic: ``per_partition_kb`` is what each more partition adds.
+create      ``create_64_s``: ``Admin.create_topic`` of 64 partitions (replication factor 1),
+            from the call until it returns (every replica opened by its broker and serving).
+            ``bare_64_s``: starting 64 bare actors placed on the same nodes and waiting until
+            every one has answered. Alternated, best of the rounds, each round with a new
+            topic and new actors.
+idle        ``idle_cpu_percent``: CPU seconds (user + system) of the three broker processes,
+            which hold the 64 partitions of the last created topic (and the others), over the
+            window, as a percentage of one core; nothing produces or consumes meanwhile.
+            ``bare_idle_cpu_percent``: the 64 bare actors of the last round in the same
+            window: what 64 processes cost idle, had each partition its own actor.
+per GiB     ``partitions_per_gib``: 1 GiB over ``per_partition_kb``: how many partitions one
+            GiB of a broker's memory holds beyond the broker process itself (a replica's log
+            data lives in the page cache, which the kernel gives back under pressure).
 
 Targets (the issue's): replica RSS at most 1.25x a bare actor's; creating the 64-partition
 topic at most 1.5x starting the 64 bare actors; 64 idle replicas under 2% of a core.
@@ -55,7 +55,7 @@ import ray
 from ray.cluster_utils import Cluster
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from common import RESULTS_DIR, machine_info, markdown_table, run_benchmark
+from common import RESULTS_DIR, alternate, machine_info, markdown_table, run_benchmark
 
 DEFAULT_JSON = RESULTS_DIR / "density.json"
 NODE_ARGS = {"num_cpus": 1, "object_store_memory": 100 * 1024 * 1024}
@@ -69,10 +69,11 @@ class Mode:
     name: str
     rounds: int          # create/bare rounds, alternated
     idle_window_s: float
+    dense: int           # partitions of the topic that measures the cost of one more
 
 
-QUICK = Mode("quick", rounds=1, idle_window_s=30)
-FULL = Mode("full", rounds=3, idle_window_s=30)
+QUICK = Mode("quick", rounds=1, idle_window_s=30, dense=300)
+FULL = Mode("full", rounds=3, idle_window_s=30, dense=1500)
 
 
 @ray.remote(num_cpus=0)
@@ -100,9 +101,10 @@ def cpu_seconds(pids: list[int]) -> float:
     return total
 
 
-def replica_handles(admin: Any, topic: str) -> list[ray.actor.ActorHandle]:
-    meta = admin._cluster.topic(topic, refresh=True)
-    return [p.leader_client().handle for p in meta.partitions]
+def broker_handles(admin: Any) -> dict[int, ray.actor.ActorHandle]:
+    """Broker id -> its broker actor, from the metadata of any topic placed on all."""
+    meta = admin._cluster.topic("one", refresh=True)
+    return {b: c.handle for p in meta.partitions for b, c in p.clients.items()}
 
 
 def node_of_broker(admin: Any) -> dict[int, str]:
@@ -140,12 +142,12 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
         admin = Admin()
         brokers = node_of_broker(admin)
 
-        # -- memory: one replica that has worked, and a bare actor on its node
-        admin.create_topic("one", partitions=1)
+        # -- memory: the broker holding one replica that has worked, a bare actor beside it
+        admin.create_topic("one", partitions=BROKERS)  # a replica on every broker
         with Producer(acks="all", linger_ms=0) as producer:
             for i in range(20):
                 for j in range(100):
-                    producer.send("one", b"v%d" % j, key=b"k%d" % i)
+                    producer.send("one", b"v%d" % j, key=b"k%d" % i, partition=0)
                 producer.flush()
         with Consumer(auto_offset_reset="earliest") as consumer:
             consumer.assign([TopicPartition("one", 0)])
@@ -153,40 +155,57 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
             deadline = time.monotonic() + 60
             while len(got) < 2000 and time.monotonic() < deadline:
                 got.extend(consumer.poll(timeout_ms=200))
-        replica = replica_handles(admin, "one")[0]
-        ray.get(replica.read_kafka_table.remote(0, 2000), timeout=60)  # the Arrow path
-        leader = admin.describe_topics(["one"])[0]["partitions"][0]["leader"]
+        leader = admin._cluster.topic("one", refresh=True).partitions[0].leader_client()
+        ray.get(leader.read_kafka_table(0, 2000), timeout=60)  # the Arrow path
+        handles = broker_handles(admin)
+        broker = handles[leader.broker_id]
         bare = Bare.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-            brokers[leader], soft=False)).remote()
+            brokers[leader.broker_id], soft=False)).remote()
         ray.get(bare.pid.remote())
-        replica_rss, replica_uss = memory_mb(pid_of(replica))
+        broker_pid = pid_of(broker)
+        replica_rss, replica_uss = memory_mb(broker_pid)
         bare_rss, bare_uss = memory_mb(ray.get(bare.pid.remote()))
         ray.kill(bare)
 
-        # -- creating 64 partitions vs starting 64 bare actors on the same nodes
-        create_s, bare_s = [], []
-        topic, bares = None, []
-        for r in range(mode.rounds):
-            if topic is not None:
-                admin.delete_topic(topic)
-            for actor in bares:
-                ray.kill(actor)
-            topic = f"dense-{r}"
-            start = time.perf_counter()
-            admin.create_topic(topic, partitions=PARTITIONS, configs={"retention.ms": -1})
-            create_s.append(time.perf_counter() - start)
-            placement = [brokers[p["leader"]]
-                         for p in admin.describe_topics([topic])[0]["partitions"]]
-            seconds, bares = start_bare(placement)
-            bare_s.append(seconds)
+        # -- what one more partition costs: a dense topic, the broker's unique memory again
+        admin.create_topic("dense", partitions=mode.dense * BROKERS,
+                           configs={"retention.ms": -1})
+        _, dense_uss = memory_mb(broker_pid)
+        per_partition_kb = max(dense_uss - replica_uss, 0) * 1024 / mode.dense
+        admin.delete_topic("dense")
 
-        # -- 64 idle replicas, and the 64 bare actors of the last round beside them
-        pids = [pid_of(h) for h in replica_handles(admin, topic)]
-        bare_pids = ray.get([a.pid.remote() for a in bares], timeout=120)
-        before, bare_before = cpu_seconds(pids), cpu_seconds(bare_pids)
+        # -- creating 64 partitions vs starting 64 bare actors on the same nodes, alternated
+        state: dict[str, Any] = {"round": 0, "bares": [], "placement": None}
+
+        def create() -> float:
+            state["round"] += 1
+            name = f"dense-{state['round']}"
+            start = time.perf_counter()
+            admin.create_topic(name, partitions=PARTITIONS, configs={"retention.ms": -1})
+            seconds = time.perf_counter() - start
+            state["placement"] = [brokers[p["leader"]] for p in
+                                  admin.describe_topic(name)["partitions"]]
+            state["topic"] = name
+            return seconds
+
+        def start_bares() -> float:
+            for actor in state["bares"]:
+                ray.kill(actor)
+            seconds, state["bares"] = start_bare(state["placement"])
+            return seconds
+
+        seconds = alternate(mode.rounds, {"create": create, "bare": start_bares},
+                            warm_up=False)
+
+        # -- 64 idle replicas in their brokers, and the 64 bare actors beside them
+        broker_pids = [pid_of(h) for h in handles.values()]
+        bare_pids = ray.get([a.pid.remote() for a in state["bares"]], timeout=120)
+        time.sleep(2)  # the creation's own work (fsyncs, first maintenance round) settles
+        before, bare_before = cpu_seconds(broker_pids), cpu_seconds(bare_pids)
         time.sleep(mode.idle_window_s)  # the measurement window: nothing else happens
-        idle = 100 * (cpu_seconds(pids) - before) / mode.idle_window_s
+        idle = 100 * (cpu_seconds(broker_pids) - before) / mode.idle_window_s
         bare_idle = 100 * (cpu_seconds(bare_pids) - bare_before) / mode.idle_window_s
+        hosted = sum(len(ray.get(h.describe.remote(), timeout=60)) for h in handles.values())
     finally:
         from raylog.client.connection import reset_default
 
@@ -198,10 +217,11 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
         "replica_rss_mb": replica_rss, "bare_actor_rss_mb": bare_rss,
         "replica_uss_mb": replica_uss, "bare_actor_uss_mb": bare_uss,
         "rss_ratio": replica_rss / bare_rss,
-        "create_64_s": min(create_s), "bare_64_s": min(bare_s),
-        "create_ratio": min(create_s) / min(bare_s),
+        "per_partition_kb": per_partition_kb,
+        "create_64_s": min(seconds["create"]), "bare_64_s": min(seconds["bare"]),
+        "create_ratio": min(seconds["create"]) / min(seconds["bare"]),
         "idle_cpu_percent": idle, "bare_idle_cpu_percent": bare_idle,
-        "partitions_per_gib": 1024 / replica_uss,
+        "partitions_per_gib": 1024 * 1024 / max(per_partition_kb, 1e-9),
     }
     targets = {name: {"target": limit, "value": figures[name], "met": figures[name] <= limit,
                       "at_most": True} for name, limit in TARGETS.items()}
@@ -210,8 +230,9 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
         "targets": targets,
         "mode": mode.name,
         "config": {"brokers": BROKERS, "partitions": PARTITIONS, "rounds": mode.rounds,
-                   "idle_window_s": mode.idle_window_s},
-        "seconds": {"create_64": create_s, "bare_64": bare_s},
+                   "idle_window_s": mode.idle_window_s, "dense_per_broker": mode.dense,
+                   "replicas_hosted_during_idle_window": hosted},
+        "seconds": {"create_64": seconds["create"], "bare_64": seconds["bare"]},
         "machine": {**machine_info(ray=ray.__version__),
                     "load_average_1m": {"start": load_at_start[0], "end": os.getloadavg()[0]}},
         "wall_seconds": time.perf_counter() - started,
@@ -221,7 +242,8 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
 def headline(mode: Mode, result: dict[str, Any]) -> str:
     machine = result["machine"]
     return (f"partition density, {mode.name} mode: {BROKERS} brokers, a {PARTITIONS}-partition "
-            f"topic, {mode.rounds} round(s), {mode.idle_window_s:.0f} s idle window; "
+            f"topic, {mode.rounds} round(s), {mode.idle_window_s:.0f} s idle window, "
+            f"{mode.dense} partitions per broker for the marginal cost; "
             f"{machine['cpu_count']} CPUs, Ray {machine['ray']}, load "
             f"{machine['load_average_1m']['start']:.1f} at start")
 
@@ -235,16 +257,19 @@ def table(result: dict[str, Any]) -> str:
         return f"<= {targets[name]['target']:g}", "met" if targets[name]["met"] else "NOT MET"
 
     rows = [
-        ("replica resident memory (MB)", f"{result['replica_rss_mb']:.0f}", "-", "-"),
+        ("broker with one replica, resident memory (MB)", f"{result['replica_rss_mb']:.0f}",
+         "-", "-"),
         ("bare actor resident memory (MB)", f"{result['bare_actor_rss_mb']:.0f}", "-", "-"),
         ("replica / bare actor, resident", f"{result['rss_ratio']:.2f}", *met("rss_ratio")),
-        ("replica unique memory (MB)", f"{result['replica_uss_mb']:.0f}", "-", "-"),
+        ("broker with one replica, unique memory (MB)", f"{result['replica_uss_mb']:.0f}",
+         "-", "-"),
         ("bare actor unique memory (MB)", f"{result['bare_actor_uss_mb']:.0f}", "-", "-"),
-        ("create a 64-partition topic (s)", f"{result['create_64_s']:.1f}", "-", "-"),
+        ("each more partition (KB)", f"{result['per_partition_kb']:.0f}", "-", "-"),
+        ("create a 64-partition topic (s)", f"{result['create_64_s']:.2f}", "-", "-"),
         ("start 64 bare actors, same nodes (s)", f"{result['bare_64_s']:.1f}", "-", "-"),
-        ("create / bare start", f"{result['create_ratio']:.2f}", *met("create_ratio")),
-        ("64 idle replicas, % of one core", f"{result['idle_cpu_percent']:.2f}",
-         *met("idle_cpu_percent")),
+        ("create / bare start", f"{result['create_ratio']:.3f}", *met("create_ratio")),
+        ("64 idle replicas (3 broker processes), % of one core",
+         f"{result['idle_cpu_percent']:.2f}", *met("idle_cpu_percent")),
         ("64 idle bare actors, % of one core", f"{result['bare_idle_cpu_percent']:.2f}", "-",
          "-"),
         ("partitions per GiB of broker memory", f"{result['partitions_per_gib']:.0f}", "-",

@@ -333,7 +333,7 @@ class CpuMeter:
     """
 
     KINDS = {"ray::ConsumingMember": "members", "ray::PollingMember": "members",
-             "ray::ReplicaActor": "replicas", "ray::ControllerActor": "controller"}
+             "ray::BrokerActor": "brokers", "ray::ControllerActor": "controller"}
 
     def __init__(self) -> None:
         self._started = time.monotonic()
@@ -681,7 +681,7 @@ class Rebalancing:
         missing = {p: int((r == 0).sum()) for p, r in reads.items() if (r == 0).any()}
         if missing:
             raise RuntimeError(f"records never consumed, per partition: {missing}")
-        history = self.cluster.controller.call("group_history", self.GROUP)
+        history = self.cluster.controller.group_history(self.GROUP)
         for generation, owners in history:
             counts = Counter(tuple(tp) for tps in owners.values() for tp in tps)
             if doubled := [tp for tp, n in counts.items() if n > 1]:

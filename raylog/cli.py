@@ -230,7 +230,7 @@ def cmd_cluster(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_start(args: argparse.Namespace, out: TextIO) -> int:
     cluster = connect(args, create=True)
-    out.write(f"raylog controller running ({len(cluster.controller.call('list_topics'))} "
+    out.write(f"raylog controller running ({len(cluster.controller.list_topics())} "
               f"topics)\n")
     return 0
 

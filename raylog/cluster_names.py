@@ -12,17 +12,10 @@ HEAD_RESOURCE = "node:__internal_head__"
 DATA_DIR_ENV = "RAYLOG_DATA_DIR"
 
 
-def replica_name(topic: str, partition: int, broker_id: int, node_id: str,
-                 topic_id: str) -> str:
-    """The actor name of one replica: unique per topic incarnation, broker and the node
-    serving the broker (an actor left on a node that died never blocks the name of its
-    successor on the node that took the broker's disk over)."""
-    return f"replica:{topic}:{partition}:b{broker_id}:{node_id[:12]}:{topic_id[:12]}"
-
-
-def agent_name(node_id: str) -> str:
-    """The actor name of the broker agent of one Ray node."""
-    return f"broker-agent:{node_id}"
+def broker_actor_name(node_id: str) -> str:
+    """The actor name of the broker actor of one Ray node (it learns which broker it serves
+    from the data directory it finds there)."""
+    return f"broker:{node_id}"
 
 
 def raylog_home() -> Path:

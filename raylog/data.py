@@ -1,8 +1,9 @@
 """Topics as Ray Datasets, and Datasets written to topics.
 
-Reading: the bounds are resolved to an offset range per partition; each range (cut into
-blocks of at most ``max_records_per_block``) is read by the partition's leader replica
-actor, on the node that holds its segments, which decodes the stored batches straight into
+Reading: the bounds are resolved to an offset range per partition (by its leader); each
+range (cut into blocks of at most ``max_records_per_block``) is read by an in-sync replica
+on the caller's node if there is one, else the leader: the broker actor holding it, on the
+node that holds its segments, decodes the stored batches straight into
 one Arrow table (LZ4 and Arrow IPC, no per-record Python) with the columns of Spark's Kafka
 source. The tables stay in that node's object store; the Dataset is built from their
 references, so the driver never touches the data.
@@ -92,9 +93,11 @@ def read_topic(topics: str | Iterable[str], start: Bound = EARLIEST, end: Bound 
     cluster = cluster_or_default(cluster)
     ranges = offset_ranges(topics, start, end, cluster=cluster)
     refs = []
+    node_id = ray.get_runtime_context().get_node_id()
     for tp, (first, last) in ranges.items():
-        leader = cluster.topic(tp.topic).partitions[tp.partition].leader_client()
-        refs.extend(leader.read_kafka_table(s, e)
+        # An in-sync replica on this node if there is one, else the leader (KIP-392).
+        replica = cluster.topic(tp.topic).partitions[tp.partition].nearest_client(node_id)
+        refs.extend(replica.read_kafka_table(s, e)
                     for s, e in split(first, last, max_records_per_block))
     if not refs:
         return ray.data.from_arrow(KAFKA_SCHEMA.empty_table())

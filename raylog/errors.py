@@ -97,6 +97,20 @@ class FencedEpochError(RaylogError):
     retriable = True
 
 
+class UnknownLeaderEpochError(RaylogError):
+    """A request carried a leader epoch newer than the replica's: the replica has not heard of
+    the new leader yet (or the caller's metadata is ahead of it); retry after a moment."""
+
+    retriable = True
+
+
+class StaleIsrChangeError(RaylogError):
+    """A leader asked for an ISR change based on a partition state that has changed since:
+    it learns the new state and asks again if it still should."""
+
+    retriable = True
+
+
 class NotEnoughReplicasError(RaylogError):
     """``acks=all`` refused: the in-sync replicas are fewer than ``min_insync_replicas``."""
 

@@ -1,12 +1,34 @@
-"""One replica of one partition: its log, its role and leader epoch, and the high watermark.
+"""One replica of one partition: its log, its role (leader or follower), the leader epoch and
+the high watermark, and the replication rules that move them.
 
-Plain Python: the replica actor owns one :class:`Partition` and does only the Ray work
-around it (placement, waiting, timers).
+Plain Python: the broker actor hosts one :class:`Partition` per replica it holds and does
+only the Ray and asyncio work around them (waiting for acknowledgements, long polls, the
+fetcher that copies a leader's batches, asking the controller to change the ISR).
+
+The controller decides who leads (:class:`LeaderAndIsr`, applied by :meth:`Partition.apply`).
+
+- As **leader** a replica appends producers' batches (stamping its epoch), serves fetches
+  below the high watermark, and tracks its followers (a :class:`ReplicaSet`): their log ends,
+  the ISR it proposes to change, and the high watermark, the lowest log end in the ISR.
+- As **follower** it first truncates whatever it holds that the leader does not (asking the
+  leader where its epochs ended, KIP-101/KIP-279: :meth:`truncation_step`), then appends the
+  leader's batches as they are (:meth:`append_replicated`), with the leader's high watermark.
+- Either may serve consumers below its own high watermark (a follower: reads from the
+  nearest replica, KIP-392). Every request carries the leader epoch the caller knows: an
+  older one is fenced (FencedEpochError), a newer one not yet known here is
+  UnknownLeaderEpochError; both tell the caller to refresh its metadata.
+
+Producer state (the idempotent producer's sequences) and the leader-epoch cache follow the
+log: both are rebuilt from the batches after a truncation; producer state is snapshotted at
+segment rolls so that opening a large log does not read every batch header.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import time
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import pyarrow as pa
@@ -14,16 +36,19 @@ import pyarrow as pa
 from raylog.errors import (
     CorruptRecordError,
     FencedEpochError,
+    InvalidArgumentError,
     InvalidRecordError,
-    NotEnoughReplicasError,
     NotLeaderError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
+    UnknownLeaderEpochError,
 )
-from raylog.producer_state import ProducerStates
+from raylog.producer_state import ProducerSnapshots, ProducerStates
 from raylog.records import TABLE_SCHEMA, parse_header, read_table
-from raylog.records.header import BatchHeader, check_crcs
+from raylog.records.header import BatchHeader, check_crcs, iter_headers
 from raylog.replication.epochs import LEADER_EPOCH_FILE, EpochEndOffset, LeaderEpochCache
+from raylog.replication.isr import DEFAULT_REPLICA_LAG_TIME_MAX_MS, ReplicaSet
+from raylog.replication.truncation import Ask, Truncate, first_step, next_step
 from raylog.storage import AppendInfo, PartitionLog
 from raylog.topics import REPLICATION_DEFAULTS, log_config
 
@@ -34,6 +59,34 @@ LATEST = "latest"
 class Role(enum.Enum):
     LEADER = "leader"
     FOLLOWER = "follower"
+    OFFLINE = "offline"  # not told yet, or the partition has no leader
+
+
+@dataclasses.dataclass(frozen=True)
+class LeaderAndIsr:
+    """What the controller tells a replica about its partition (Kafka's LeaderAndIsr)."""
+
+    leader: int | None
+    leader_epoch: int
+    partition_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LeaderAndIsr:
+        return cls(d["leader"], d["leader_epoch"], d["partition_epoch"],
+                   tuple(d["replicas"]), tuple(d["isr"]))
+
+
+class Transition(enum.Enum):
+    """What :meth:`Partition.apply` did."""
+
+    STALE = "stale"            # older than what the replica knows: ignored
+    UNCHANGED = "unchanged"    # the same state again
+    UPDATED = "updated"        # same leader and epoch; ISR or replicas changed
+    LEADER = "leader"          # became leader at a new epoch
+    FOLLOWER = "follower"      # follows a (new) leader: truncate, then fetch
+    OFFLINE = "offline"        # the partition has no leader
 
 
 class FetchResult(NamedTuple):
@@ -46,33 +99,39 @@ class FetchResult(NamedTuple):
 
 
 class Partition:
-    """A partition replica: leader or follower, at a leader epoch, over one log.
+    """A partition replica: leader, follower or offline, at a leader epoch, over one log.
 
     Invariants: ``log_start_offset <= high_watermark <= log_end_offset``; consumers never see
-    records at or above the high watermark; a request carrying a leader epoch older than
-    this replica's is refused with FencedEpochError. Not safe for concurrent use.
+    records at or above the high watermark; offsets are assigned only by a leader, once; a
+    follower's log is, after its truncation, a prefix of its leader's plus what it fetched.
+    Time comes from ``clock`` (ms). Not safe for concurrent use: the broker serializes calls.
     """
 
     def __init__(self, topic: str, partition: int, log: PartitionLog, replica_id: int,
-                 configs: dict[str, Any] | None = None) -> None:
+                 configs: dict[str, Any] | None = None,
+                 clock: Callable[[], int] = lambda: time.time_ns() // 1_000_000) -> None:
         self.topic = topic
         self.partition = partition
         self.log = log
         self.replica_id = replica_id
+        self.clock = clock
         self.configs = {**REPLICATION_DEFAULTS, **(configs or {})}
-        self.role = Role.LEADER
-        self.leader_epoch = 0
-        self.isr: list[int] = [replica_id]
+        self.role = Role.OFFLINE
+        self.leader_id: int | None = None
+        self.leader_epoch = -1
+        self.partition_epoch = -1
+        self.replicas: tuple[int, ...] = ()
+        self.isr: tuple[int, ...] = ()
+        self.replica_set: ReplicaSet | None = None  # a leader's view of its followers
+        self.snapshots = ProducerSnapshots(log.directory)
         self.producers = ProducerStates()
-        self.producers.rebuild(h for segment in log.segments for _, h in segment.walk())
+        self._load_producers()
         # Which leader epoch wrote which offsets, beside the log (rebuilt from its batch
         # headers if the file is missing or damaged): what a follower's truncation asks.
         self.epochs = LeaderEpochCache.open(
             log.directory / LEADER_EPOCH_FILE, log.log_start_offset, log.log_end_offset,
-            lambda: (h for segment in log.segments for _, h in segment.walk()))
-        if log.high_watermark < log.log_end_offset:
-            # A single-replica leader has everything it holds committed.
-            self._advance_high_watermark()
+            lambda: self._headers(log.log_start_offset))
+        self._snapshot_segment = log.active_segment.base_offset
 
     @property
     def name(self) -> str:
@@ -82,29 +141,82 @@ class Partition:
     def high_watermark(self) -> int:
         return self.log.high_watermark
 
-    def become_leader(self, leader_epoch: int, isr: list[int]) -> None:
-        self._check_epoch(leader_epoch)
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    # -- what the controller says --------------------------------------------------------------
+
+    def apply(self, state: LeaderAndIsr) -> Transition:
+        """Take the controller's word on leader, epochs, replicas and ISR. Stale words (an
+        older partition epoch) are ignored; so is a leader epoch older than this replica's."""
+        if state.partition_epoch < self.partition_epoch or state.leader_epoch < self.leader_epoch:
+            return Transition.STALE
+        if state.partition_epoch == self.partition_epoch and \
+                state.leader_epoch == self.leader_epoch:
+            return Transition.UNCHANGED
+        same_epoch = state.leader_epoch == self.leader_epoch
+        self.partition_epoch = state.partition_epoch
+        self.replicas, self.isr = tuple(state.replicas), tuple(state.isr)
+        if state.leader == self.replica_id:
+            if same_epoch and self.role is Role.LEADER:
+                self.replica_set.set_replicas(self.replicas)
+                self._set_hw(self.replica_set.isr_changed(self.isr, self.log_end_offset))
+                return Transition.UPDATED
+            self._become_leader(state.leader_epoch)
+            return Transition.LEADER
+        was = (self.role, self.leader_id, self.leader_epoch)
+        self.leader_id, self.leader_epoch = state.leader, state.leader_epoch
+        self.replica_set = None
+        self.role = Role.OFFLINE if state.leader is None else Role.FOLLOWER
+        if (self.role, self.leader_id, self.leader_epoch) == was:
+            return Transition.UPDATED
+        return Transition.OFFLINE if state.leader is None else Transition.FOLLOWER
+
+    def _become_leader(self, leader_epoch: int) -> None:
         self.role = Role.LEADER
-        self.leader_epoch = leader_epoch
-        self.isr = list(isr)
-        self.epochs.assign(leader_epoch, self.log.log_end_offset)
-        self._advance_high_watermark()
+        self.leader_id, self.leader_epoch = self.replica_id, leader_epoch
+        end = self.log_end_offset
+        # As Kafka: the new epoch starts at the log end, so the leader can answer about it
+        # before it writes anything.
+        self.epochs.assign(leader_epoch, end)
+        self.replica_set = ReplicaSet(
+            self.replica_id, self.replicas, self.isr, leader_epoch, end,
+            min(self.log.high_watermark, end), clock=self.clock,
+            replica_lag_time_max_ms=self.configs.get("replica_lag_time_max_ms",
+                                                     DEFAULT_REPLICA_LAG_TIME_MAX_MS))
+        self._set_hw(self.replica_set.advance_high_watermark(end))
 
-    def _check_epoch(self, leader_epoch: int | None) -> None:
-        if leader_epoch is not None and leader_epoch < self.leader_epoch:
-            raise FencedEpochError(
-                f"{self.name}: request at leader epoch {leader_epoch}, replica is at "
-                f"{self.leader_epoch}")
+    def _set_hw(self, offset: int) -> None:
+        self.log.update_high_watermark(offset)
 
-    def _check_leader(self, leader_epoch: int | None) -> None:
-        self._check_epoch(leader_epoch)
+    # -- checks --------------------------------------------------------------------------------
+
+    def check_epoch(self, leader_epoch: object) -> None:
+        """Refuse a request made at another leader epoch than this replica's."""
+        if type(leader_epoch) is not int:
+            raise InvalidArgumentError(f"{self.name}: requests must carry the leader epoch "
+                                       f"(an int), got {leader_epoch!r}")
+        if leader_epoch < self.leader_epoch:
+            raise FencedEpochError(f"{self.name}: request at leader epoch {leader_epoch}, "
+                                   f"replica {self.replica_id} is at {self.leader_epoch}")
+        if leader_epoch > self.leader_epoch:
+            raise UnknownLeaderEpochError(
+                f"{self.name}: request at leader epoch {leader_epoch}, replica "
+                f"{self.replica_id} knows only {self.leader_epoch} so far")
+
+    def check_leader(self, leader_epoch: object) -> None:
+        self.check_epoch(leader_epoch)
         if self.role is not Role.LEADER:
-            raise NotLeaderError(f"replica {self.replica_id} is not the leader of {self.name}")
+            raise NotLeaderError(f"replica {self.replica_id} is not the leader of {self.name} "
+                                 f"(leader: {self.leader_id})")
 
-    def _advance_high_watermark(self) -> None:
-        # With replication, the HW is the lowest log end offset in the ISR; alone, our own.
-        if self.isr == [self.replica_id]:
-            self.log.update_high_watermark(self.log.log_end_offset)
+    def _check_serving(self, leader_epoch: object) -> None:
+        self.check_epoch(leader_epoch)
+        if self.role is Role.OFFLINE:
+            raise NotLeaderError(f"{self.name} has no leader right now")
+
+    # -- as leader -----------------------------------------------------------------------------
 
     def append(self, batch: bytes, acks: int | str = 1, leader_epoch: int | None = None,
                accept_unknown: bool = False) -> AppendInfo:
@@ -115,12 +227,11 @@ class Partition:
         no state for at whatever sequence it is), NotLeaderError, FencedEpochError,
         NotEnoughReplicasError (acks=all with too small an ISR) or the log's own errors. A
         batch already appended (a retry) is not appended again: its first answer returns.
+        An acks=all append is answered by the caller once :meth:`acks_all_done`.
         """
-        self._check_leader(leader_epoch)
-        if acks in ("all", -1) and len(self.isr) < self.configs["min_insync_replicas"]:
-            raise NotEnoughReplicasError(
-                f"{self.name}: {len(self.isr)} in-sync replicas, min_insync_replicas="
-                f"{self.configs['min_insync_replicas']}")
+        self.check_leader(leader_epoch)
+        if acks in ("all", -1):
+            self.replica_set.check_enough_replicas(self.configs["min_insync_replicas"])
         header = parse_header(batch)
         duplicate = self.producers.check(header, accept_unknown)
         if duplicate is not None:
@@ -128,7 +239,7 @@ class Partition:
         try:
             # Before the append, as Kafka does: the cache may name an epoch the log lacks
             # (harmless, cut back on open), never the other way round.
-            self.epochs.assign(self.leader_epoch, self.log.log_end_offset)
+            self.epochs.assign(self.leader_epoch, self.log_end_offset)
             info = self.log.append(batch, self.leader_epoch)
         except (RecordTooLargeError, InvalidRecordError, CorruptRecordError) as e:
             # Refused for good: its sequence is spent, or the producer's next batches would
@@ -138,14 +249,165 @@ class Partition:
                 self.producers.accept(header, AppendInfo(-1, -1, header.max_timestamp, 0))
             raise
         self.producers.accept(header, info)
-        self._advance_high_watermark()
+        self._after_append()
+        self._set_hw(self.replica_set.advance_high_watermark(self.log_end_offset))
         return info
 
-    def end_offset_for_epoch(self, leader_epoch: int) -> EpochEndOffset:
-        """Kafka's OffsetForLeaderEpoch, as a leader answers it: the largest epoch at or
-        below ``leader_epoch`` this log holds and the offset where it ended (for the latest
-        epoch, the log end). A follower truncates to it before fetching."""
-        return self.epochs.end_offset_for(leader_epoch, self.log.log_end_offset)
+    def acks_all_done(self, last_offset: int) -> bool:
+        """Whether an acks=all append ending at ``last_offset`` can be answered (raises
+        NotEnoughReplicasAfterAppendError if the ISR shrank below min.insync.replicas
+        meanwhile, NotLeaderError if this replica no longer leads)."""
+        if self.role is not Role.LEADER:
+            raise NotLeaderError(f"replica {self.replica_id} stopped leading {self.name} "
+                                 f"before the batch was committed")
+        return self.replica_set.acks_all_done(last_offset, self.configs["min_insync_replicas"])
+
+    def follower_fetched(self, follower: int, leader_epoch: int, offset: int) -> int:
+        """A follower fetches from ``offset`` (its log end): record it, move the high
+        watermark; return it. Raises the epoch errors, NotLeaderError, and
+        OffsetOutOfRangeError outside [log start, log end] (the follower then truncates to
+        the log end, or starts over at the log start)."""
+        self.check_leader(leader_epoch)
+        log = self.log
+        if not log.log_start_offset <= offset <= log.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"{self.name}: replica {follower} fetches from {offset}, outside the "
+                f"leader's log [{log.log_start_offset}, {log.log_end_offset}]")
+        self._set_hw(self.replica_set.follower_fetched(follower, offset, log.log_end_offset))
+        return log.high_watermark
+
+    def read_for_follower(self, offset: int, max_bytes: int) -> FetchResult:
+        """Batches from ``offset`` up to the log end (followers copy what is not committed
+        yet: that is how it gets committed)."""
+        log = self.log
+        return FetchResult(log.read(offset, max_bytes), log.high_watermark,
+                           log.log_start_offset, log.log_end_offset)
+
+    def isr_change_wanted(self) -> frozenset[int] | None:
+        """The ISR a leader should propose now, if any: lagging members out, or caught-up
+        followers in. None while a change is pending or nothing is due."""
+        if self.role is not Role.LEADER:
+            return None
+        replicas = self.replica_set
+        out = replicas.isr_to_shrink(self.log_end_offset)
+        if out:
+            return replicas.isr - out
+        joining = replicas.isr_to_expand()
+        if joining:
+            return replicas.isr | joining
+        return None
+
+    def end_offset_for_epoch(self, leader_epoch: int, epoch: int) -> EpochEndOffset:
+        """Kafka's OffsetForLeaderEpoch as a leader answers it, for a follower at
+        ``leader_epoch``: the largest epoch at or below ``epoch`` this log holds and the
+        offset where it ended (for the latest epoch, the log end)."""
+        self.check_leader(leader_epoch)
+        return self.epochs.end_offset_for(epoch, self.log_end_offset)
+
+    def list_offset(self, spec: str | int, leader_epoch: int | None = None
+                    ) -> tuple[int, int] | None:
+        """(offset, timestamp) for ``"earliest"`` (the log start), ``"latest"`` (the high
+        watermark), both with timestamp -1, or a timestamp in ms: the first record at or after
+        it below the high watermark, None if there is none. Leaders only."""
+        self.check_leader(leader_epoch)
+        if spec == EARLIEST:
+            return self.log.log_start_offset, -1
+        if spec == LATEST:
+            return self.log.high_watermark, -1
+        if type(spec) is not int:
+            raise InvalidArgumentError(f"offset spec must be 'earliest', 'latest' or a "
+                                       f"timestamp, got {spec!r}")
+        return self.log.offsets_for_time(spec, max_offset=self.log.high_watermark)
+
+    # -- as follower ---------------------------------------------------------------------------
+
+    def truncation_step(self, asked: tuple[int, tuple[int, int]] | None = None
+                        ) -> Ask | Truncate:
+        """The next step of a new follower's truncation: the first (``asked`` None), or the one
+        after the leader answered ``(epoch, end_offset)`` about ``asked[0]``. Apply an Ask's
+        ``truncate_to`` (or a Truncate's offset) with :meth:`truncate` before going on."""
+        log = self.log
+        if asked is None:
+            return first_step(self.epochs, log.log_end_offset, log.high_watermark)
+        return next_step(asked[0], asked[1], self.epochs, log.log_end_offset,
+                         log.high_watermark)
+
+    def truncate(self, offset: int) -> None:
+        """Remove every record at or above ``offset``; the epoch cache and producer state
+        follow (producer state from the newest snapshot below, then the log)."""
+        log = self.log
+        self.snapshots.remove_above(offset)
+        if offset < log.log_end_offset:
+            log.truncate_to(offset)
+            self.producers = ProducerStates()
+            self._load_producers()
+        self.epochs.truncate_from_end(log.log_end_offset)
+
+    def restart_at(self, offset: int) -> None:
+        """Drop the whole log and start over at ``offset`` (the leader's log start is past
+        this replica's log end)."""
+        self.snapshots.remove_all()
+        self.log.restart_at(offset)
+        self.epochs.clear()
+        self.producers = ProducerStates()
+        self._snapshot_segment = offset
+
+    def append_replicated(self, data: bytes, leader_hw: int, leader_log_start: int
+                          ) -> AppendInfo | None:
+        """Append batches fetched from the leader, offsets and epochs as they are; take the
+        leader's high watermark (up to this log's end) and its log start."""
+        if self.role is not Role.FOLLOWER:
+            raise NotLeaderError(f"{self.name}: replica {self.replica_id} is not a follower")
+        batches = list(iter_headers(data, verify=True))
+        for _, header in batches:
+            if header.leader_epoch > self.epochs.latest_epoch:
+                self.epochs.assign(header.leader_epoch, header.base_offset)
+        info = self.log.append_stored(data, batches)
+        for _, header in batches:
+            self.producers.accept(header, AppendInfo(header.base_offset, header.last_offset,
+                                                     header.max_timestamp, header.record_count))
+        if batches:
+            self._after_append()
+        if leader_log_start > self.log.log_start_offset and self.log.advance_log_start(
+                leader_log_start):
+            self.epochs.truncate_from_start(self.log.log_start_offset)
+        self._set_hw(min(leader_hw, self.log_end_offset))
+        return info
+
+    # -- for consumers, on leaders and followers -----------------------------------------------
+
+    def fetch(self, offset: int, max_bytes: int, leader_epoch: int | None = None
+              ) -> FetchResult:
+        """Batches from ``offset`` below the high watermark (consumers' view). A follower
+        answers with nothing for an offset above its high watermark (it has not caught up
+        there yet); a leader raises OffsetOutOfRangeError beyond its log end."""
+        self._check_serving(leader_epoch)
+        log = self.log
+        if self.role is Role.FOLLOWER and offset > log.high_watermark and \
+                offset >= log.log_start_offset:
+            data = b""
+        else:
+            data = log.read(offset, max_bytes, max_offset=log.high_watermark)
+        return FetchResult(data, log.high_watermark, log.log_start_offset, log.log_end_offset)
+
+    def read_table(self, start: int, end: int, leader_epoch: int | None = None) -> pa.Table:
+        """Records at offsets [start, end) as one Arrow table (TABLE_SCHEMA).
+
+        Raises OffsetOutOfRangeError if ``start`` is below the log start or ``end`` above the
+        high watermark (of this replica: a follower may be behind its leader).
+        """
+        self._check_serving(leader_epoch)
+        log = self.log
+        if not log.log_start_offset <= start <= end <= log.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"{self.name}: range [{start}, {end}) is outside the readable "
+                f"[{log.log_start_offset}, {log.high_watermark}) of replica {self.replica_id}")
+        tables = [read_table(chunk, start, end) for chunk in log.read_range(start, end)]
+        if not tables:
+            return TABLE_SCHEMA.empty_table()
+        return pa.concat_tables(tables)
+
+    # -- upkeep --------------------------------------------------------------------------------
 
     def enforce_retention(self) -> int:
         """Delete the segments past retention (below the high watermark only); the epoch
@@ -155,56 +417,60 @@ class Partition:
             self.epochs.truncate_from_start(self.log.log_start_offset)
         return deleted
 
-    def fetch(self, offset: int, max_bytes: int) -> FetchResult:
-        """Batches from ``offset`` below the high watermark (consumers' view)."""
-        log = self.log
-        data = log.read(offset, max_bytes, max_offset=log.high_watermark)
-        return FetchResult(data, log.high_watermark, log.log_start_offset, log.log_end_offset)
-
-    def list_offset(self, spec: str | int) -> tuple[int, int] | None:
-        """(offset, timestamp) for ``"earliest"`` (the log start), ``"latest"`` (the high
-        watermark), both with timestamp -1, or a timestamp in ms: the first record at or after
-        it below the high watermark, None if there is none."""
-        if spec == EARLIEST:
-            return self.log.log_start_offset, -1
-        if spec == LATEST:
-            return self.log.high_watermark, -1
-        if type(spec) is not int:
-            raise ValueError(f"offset spec must be 'earliest', 'latest' or a timestamp, "
-                             f"got {spec!r}")
-        return self.log.offsets_for_time(spec, max_offset=self.log.high_watermark)
-
-    def read_table(self, start: int, end: int) -> pa.Table:
-        """Records at offsets [start, end) as one Arrow table (TABLE_SCHEMA).
-
-        Raises OffsetOutOfRangeError if ``start`` is below the log start or ``end`` above the
-        high watermark.
-        """
-        log = self.log
-        if not log.log_start_offset <= start <= end <= log.high_watermark:
-            raise OffsetOutOfRangeError(
-                f"{self.name}: range [{start}, {end}) is outside the readable "
-                f"[{log.log_start_offset}, {log.high_watermark})")
-        tables = [read_table(chunk, start, end) for chunk in log.read_range(start, end)]
-        if not tables:
-            return TABLE_SCHEMA.empty_table()
-        return pa.concat_tables(tables)
-
     def update_configs(self, configs: dict[str, Any]) -> None:
         """Apply altered topic configs; the log uses them from its next operation."""
         self.configs = {**REPLICATION_DEFAULTS, **configs}
         self.log.config = log_config(configs)
+        if self.replica_set is not None:
+            self.replica_set.replica_lag_time_max_ms = self.configs.get(
+                "replica_lag_time_max_ms", DEFAULT_REPLICA_LAG_TIME_MAX_MS)
+
+    def close(self) -> None:
+        """Snapshot producer state at the log end (a clean reopen replays nothing), close."""
+        self.snapshots.write(self.log_end_offset, self.producers)
+        self.log.close()
 
     def describe(self) -> dict[str, Any]:
         log = self.log
-        return {
+        out = {
             "topic": self.topic, "partition": self.partition, "replica": self.replica_id,
-            "role": self.role.value, "leader_epoch": self.leader_epoch, "isr": list(self.isr),
+            "role": self.role.value, "leader": self.leader_id,
+            "leader_epoch": self.leader_epoch, "partition_epoch": self.partition_epoch,
+            "replicas": list(self.replicas), "isr": list(self.isr),
             "log_start_offset": log.log_start_offset, "log_end_offset": log.log_end_offset,
             "high_watermark": log.high_watermark, "size_bytes": log.size_bytes,
             "segments": len(log.segments), "directory": str(log.directory),
             "leader_epochs": [list(entry) for entry in self.epochs.entries],
         }
+        if self.replica_set is not None:
+            out["followers"] = {r: dataclasses.asdict(self.replica_set.follower(r))
+                                for r in self.replicas if r != self.replica_id}
+        return out
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _after_append(self) -> None:
+        """Snapshot producer state when the log has rolled a segment since the last one."""
+        active = self.log.active_segment.base_offset
+        if active != self._snapshot_segment:
+            self._snapshot_segment = active
+            self.snapshots.write(self.log_end_offset, self.producers)
+
+    def _load_producers(self) -> None:
+        """Producer state from the newest snapshot at or below the log end, then the batches
+        after it."""
+        log = self.log
+        found = self.snapshots.load(log.log_end_offset)
+        start = log.log_start_offset
+        if found is not None and found[0] >= start:
+            start, self.producers = found
+        self.producers.rebuild(self._headers(start))
+
+    def _headers(self, start: int) -> Iterator[BatchHeader]:
+        """The headers of the batches at or after ``start``, each checked against its CRCs:
+        what producer state and the epoch cache are rebuilt from is never a damaged batch's
+        word (a damaged batch ends the walk and is marked; reading it raises)."""
+        return self.log.verified_headers(start)
 
 
 def _intact(header: BatchHeader, batch: bytes) -> bool:

@@ -13,18 +13,32 @@ bumps its epoch and numbers its next batches from 0. A batch of a newer epoch st
 producer over; one of an older epoch than the newest seen is refused
 (InvalidProducerEpochError): a late copy must not land after the batches that followed it.
 
-Plain Python; the replica actor owns one per partition and does the waiting.
+A replica rebuilds this state when it opens its log, and after a follower truncated it,
+from the batch headers. So that this does not mean reading every header of a large log,
+:class:`ProducerSnapshots` writes the state to ``<offset>.snapshot`` beside the segments
+whenever the log rolls a segment and when it closes: a reopen loads the newest snapshot at
+or below the log end and replays only the batches after it.
+
+Plain Python; the replica owns one per partition and does the waiting.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import json
+import logging
+import os
 from collections.abc import Iterable
+from pathlib import Path
+
+import crc32c
 
 from raylog.errors import InvalidProducerEpochError
 from raylog.records.header import BatchHeader
-from raylog.storage import AppendInfo
+from raylog.storage import AppendInfo, files
+
+logger = logging.getLogger(__name__)
 
 RECENT_BATCHES = 5  # remembered per producer for retries, as Kafka's brokers do
 
@@ -106,3 +120,87 @@ class ProducerStates:
         for header in headers:
             self.accept(header, AppendInfo(header.base_offset, header.last_offset,
                                            header.max_timestamp, header.record_count))
+
+    def to_json(self) -> list:
+        return [[pid, s.epoch, s.next_sequence, [[e, q, *info] for e, q, info in s.recent]]
+                for pid, s in self._producers.items()]
+
+    @classmethod
+    def from_json(cls, data: list, max_producers: int = 10_000) -> ProducerStates:
+        states = cls(max_producers)
+        for pid, epoch, next_sequence, recent in data:
+            states._producers[pid] = _Producer(epoch, next_sequence, collections.deque(
+                ((e, q, AppendInfo(*info)) for e, q, *info in recent), maxlen=RECENT_BATCHES))
+        return states
+
+
+SNAPSHOT_SUFFIX = ".snapshot"
+KEEP_SNAPSHOTS = 2
+
+
+class ProducerSnapshots:
+    """The producer-state snapshots of one log directory: ``<offset, 20 digits>.snapshot``,
+    each the state after every batch below ``offset``.
+
+    A file is a CRC32C line and a JSON line, written to a temporary name, fsynced, renamed
+    and the directory fsynced; one that fails its checksum is skipped (and the state
+    rebuilt from an older one or from the log). Not safe for concurrent use.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+
+    def offsets(self) -> list[int]:
+        out = []
+        for path in self.directory.glob(f"*{SNAPSHOT_SUFFIX}"):
+            stem = path.name[: -len(SNAPSHOT_SUFFIX)]
+            if stem.isdigit():
+                out.append(int(stem))
+        return sorted(out)
+
+    def _path(self, offset: int) -> Path:
+        return self.directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+    def write(self, offset: int, states: ProducerStates) -> None:
+        """Snapshot ``states`` as of ``offset``; keep the newest KEEP_SNAPSHOTS."""
+        body = json.dumps(states.to_json(), separators=(",", ":")).encode()
+        path = self._path(offset)
+        tmp = path.with_name(path.name + ".tmp")
+        fd = files.create(tmp, os.O_WRONLY | os.O_TRUNC)
+        try:
+            os.write(fd, b"%08x\n" % crc32c.crc32c(body) + body)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        files.replace(tmp, path)
+        for old in self.offsets()[:-KEEP_SNAPSHOTS]:
+            files.remove(self._path(old))
+        files.fsync_dir(self.directory)
+
+    def load(self, max_offset: int) -> tuple[int, ProducerStates] | None:
+        """The newest intact snapshot at or below ``max_offset``: (offset, states)."""
+        for offset in reversed(self.offsets()):
+            if offset > max_offset:
+                continue
+            try:
+                raw = self._path(offset).read_bytes()
+                crc, _, body = raw.partition(b"\n")
+                if int(crc, 16) != crc32c.crc32c(body):
+                    raise ValueError("checksum mismatch")
+                return offset, ProducerStates.from_json(json.loads(body))
+            except (OSError, ValueError, TypeError) as e:
+                logger.warning("skipping damaged producer snapshot %s: %s",
+                               self._path(offset), e)
+        return None
+
+    def remove_above(self, offset: int) -> None:
+        """Remove the snapshots past ``offset`` (before the log is truncated to it), durably:
+        a crash then must not find a snapshot of records the log no longer has."""
+        doomed = [o for o in self.offsets() if o > offset]
+        for o in doomed:
+            files.remove(self._path(o))
+        if doomed:
+            files.fsync_dir(self.directory)
+
+    def remove_all(self) -> None:
+        self.remove_above(-1)

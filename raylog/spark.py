@@ -160,14 +160,16 @@ def _worker_cluster(address: str) -> RaylogCluster:
     return init(address, start_local=False, create=False)
 
 
-def _leader_table(cluster: RaylogCluster, topic: str, partition: int, start: int,
-                  end: int) -> Any:
-    """Records [start, end) of a partition as an Arrow table, from its current leader;
-    retriable errors (a moved leader, a replica restarting) refresh metadata and retry."""
+def _nearest_table(cluster: RaylogCluster, topic: str, partition: int, start: int,
+                   end: int) -> Any:
+    """Records [start, end) of a partition as an Arrow table, from an in-sync replica on
+    this worker's node if there is one, else the leader (KIP-392); retriable errors (a moved
+    leader, a broker restarting) refresh metadata and retry."""
+    node_id = ray.get_runtime_context().get_node_id()
     for attempt in range(READ_ATTEMPTS):
         try:
             meta = cluster.topic(topic, refresh=attempt > 0).partitions[partition]
-            return resolve(meta.leader_client().read_kafka_table(start, end))
+            return resolve(meta.nearest_client(node_id).read_kafka_table(start, end))
         except RaylogError as e:
             if not e.retriable or attempt == READ_ATTEMPTS - 1:
                 raise
@@ -186,7 +188,7 @@ def _read_tasks(address: str, tasks: list[list[tuple[str, int, int, int]]],
     for batch in ids:
         for task_id in batch.column(0).to_pylist():
             for topic, partition, start, end in tasks[task_id]:
-                table = _leader_table(cluster, topic, partition, start, end)
+                table = _nearest_table(cluster, topic, partition, start, end)
                 # Spark's Arrow bridge takes timestamps in microseconds, UTC.
                 table = table.set_column(_TIMESTAMP, "timestamp", table.column(_TIMESTAMP).cast(
                     pa.timestamp("us", tz="UTC")))
@@ -265,7 +267,7 @@ def _micro_batches(spark: Any, names: list[str], group_id: str, starting_offsets
     while max_batches is None or produced < max_batches:
         tps = [TopicPartition(name, p) for name in names
                for p in range(cluster.topic(name).num_partitions)]
-        committed = controller.call("committed_offsets", group_id, [tuple(tp) for tp in tps])
+        committed = controller.committed_offsets(group_id, [tuple(tp) for tp in tps])
         starts = {tp: spec_for(starting_offsets, tp, EARLIEST, "starting_offsets")
                   if committed.get(tuple(tp)) is None else committed[tuple(tp)][0]
                   for tp in tps}
@@ -281,8 +283,8 @@ def _micro_batches(spark: Any, names: list[str], group_id: str, starting_offsets
             continue
         yield _frame(spark, batch, DEFAULT_BLOCK_RECORDS, include_headers=True)
         # The caller's processing of ``frame`` returned: the batch is done.
-        controller.call("commit_offsets", group_id, None, -1,
-                        [(tp.topic, tp.partition, last, "micro-batch")
-                         for tp, (_, last) in batch.items()])
+        controller.commit_offsets(group_id, None, -1,
+                                  [(tp.topic, tp.partition, last, "micro-batch")
+                                   for tp, (_, last) in batch.items()])
         produced += 1
         logger.info("micro-batch %d of group %s committed", produced, group_id)

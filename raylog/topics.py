@@ -29,6 +29,7 @@ MAX_COMMIT_METADATA = 4096  # characters of metadata per committed offset, as Ka
 REPLICATION_DEFAULTS: dict[str, Any] = {
     "min_insync_replicas": 1,
     "unclean_leader_election_enable": False,
+    "replica_lag_time_max_ms": 30_000,  # a follower this long behind leaves the ISR
 }
 _LOG_FIELDS = {f.name: f for f in dataclasses.fields(LogConfig)}
 
@@ -119,6 +120,8 @@ def normalize_configs(configs: Mapping[str, Any] | None) -> dict[str, Any]:
     log_config(out)  # validates the log part
     check_int("min_insync_replicas", out.get("min_insync_replicas", 1), 1, INT32_MAX,
               InvalidConfigError)
+    check_int("replica_lag_time_max_ms", out.get("replica_lag_time_max_ms", 30_000), 1,
+              INT32_MAX, InvalidConfigError)
     unclean = out.get("unclean_leader_election_enable", False)
     if not isinstance(unclean, bool):
         raise InvalidConfigError(

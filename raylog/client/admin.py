@@ -9,6 +9,7 @@ from typing import Any
 
 from raylog.arguments import INT32_MAX, check_bool, check_id, check_int, check_options, short_repr
 from raylog.client.connection import RaylogCluster, cluster_or_default
+from raylog.client.remote import ControllerClient
 from raylog.errors import (
     ClientClosedError,
     ControllerUnavailableError,
@@ -49,22 +50,21 @@ class Admin:
         self._cluster = cluster_or_default(cluster)
         self._closed = False
 
-    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+    def _controller(self) -> ControllerClient:
         if self._closed:
             raise ClientClosedError("the admin client is closed")
-        return self._cluster.controller.call(method, *args, **kwargs)
+        return self._cluster.controller
 
-    def _change(self, method: str, *args: Any, done: Callable[[RaylogError], bool] | None = None,
-                **kwargs: Any) -> Any:
+    def _change(self, change: Callable[[], Any],
+                done: Callable[[RaylogError], bool] | None = None) -> Any:
         """A change, retried while the controller restarts. Every change here is safe to
         repeat; ``done`` recognises the error a repeat gets when the first try had worked."""
-        if self._closed:
-            raise ClientClosedError("the admin client is closed")
+        self._controller()
         deadline = time.monotonic() + CHANGE_RETRY_S
         retried = False
         while True:
             try:
-                return self._cluster.controller.call(method, *args, retry=False, **kwargs)
+                return change()
             except ControllerUnavailableError:
                 if time.monotonic() > deadline:
                     raise
@@ -86,8 +86,10 @@ class Admin:
         self._check_partitions(name, partitions)
         check_int("replication factor", replication_factor, 1, INT32_MAX,
                   InvalidReplicationFactorError)
-        return self._change("create_topic", name, partitions, replication_factor,
-                            normalize_configs(configs), topic_id=uuid.uuid4().hex)
+        configs = normalize_configs(configs)
+        topic_id = uuid.uuid4().hex
+        return self._change(lambda: self._controller().create_topic(
+            name, partitions, replication_factor, configs, topic_id))
 
     def _check_partitions(self, name: str, total: object) -> None:
         check_int("partitions", total, 1, INT32_MAX, InvalidPartitionsError)
@@ -96,26 +98,28 @@ class Admin:
 
     def delete_topic(self, name: str) -> None:
         check_user_topic(name)
-        self._change("delete_topic", name, done=lambda e: isinstance(e, UnknownTopicError))
+        self._change(lambda: self._controller().delete_topic(name),
+                     done=lambda e: isinstance(e, UnknownTopicError))
         self._cluster.forget(name)
 
     def list_topics(self, include_internal: bool = False) -> list[str]:
-        return self._call("list_topics", check_bool("include_internal", include_internal))
+        return self._controller().list_topics(check_bool("include_internal", include_internal))
 
     def describe_topic(self, name: str) -> dict[str, Any]:
-        return self._call("describe_topics", [validate_topic_name(name)])[0]
+        return self._controller().describe_topics([validate_topic_name(name)])[0]
 
     def describe_topics(self, names: str | list[str] | None = None) -> list[dict[str, Any]]:
         """Descriptions of the named topics (one name counts as one topic), or of all."""
-        return self._call("describe_topics",
-                          None if names is None else topic_names(names, allow_empty=True))
+        return self._controller().describe_topics(
+            None if names is None else topic_names(names, allow_empty=True))
 
     def add_partitions(self, name: str, total: int) -> dict[str, Any]:
         """Grow a topic to ``total`` partitions (never shrinks)."""
         check_user_topic(name)
         self._check_partitions(name, total)
-        out = self._change("add_partitions", name, total, done=lambda e: isinstance(
-            e, InvalidPartitionsError) and len(self.describe_topic(name)["partitions"]) == total)
+        out = self._change(lambda: self._controller().add_partitions(name, total),
+                           done=lambda e: isinstance(e, InvalidPartitionsError) and
+                           len(self.describe_topic(name)["partitions"]) == total)
         self._cluster.forget(name)
         return out
 
@@ -129,23 +133,25 @@ class Admin:
         if delete_configs is not None and not isinstance(delete_configs, list | tuple):
             raise InvalidArgumentError(f"delete_configs must be a list of config names, got "
                                        f"{short_repr(delete_configs)}")
-        return self._change("alter_configs", name, normalize_configs(set_configs),
-                            [canonical_config_name(n) for n in delete_configs or ()])
+        updates = normalize_configs(set_configs)
+        deletes = [canonical_config_name(n) for n in delete_configs or ()]
+        return self._change(lambda: self._controller().alter_configs(name, updates, deletes))
 
     # -- consumer groups --------------------------------------------------------------------------
 
     def list_groups(self) -> list[dict[str, Any]]:
         """Every group with committed offsets or members: id, state, members, generation."""
-        return self._call("list_groups")
+        return self._controller().list_groups()
 
     def describe_group(self, group_id: str) -> dict[str, Any]:
         """Members and what they own, and per partition: committed offset, end offset, lag."""
-        return self._call("describe_group", check_id("group_id", group_id, InvalidArgumentError))
+        return self._controller().describe_group(
+            check_id("group_id", group_id, InvalidArgumentError))
 
     def delete_group(self, group_id: str) -> None:
         """Forget a group and its committed offsets; it must have no active members."""
         check_id("group_id", group_id, InvalidArgumentError)
-        self._change("delete_group", group_id,
+        self._change(lambda: self._controller().delete_group(group_id),
                      done=lambda e: isinstance(e, UnknownGroupError))
 
     def reset_offsets(self, group_id: str, topic: str, to: str | int,
@@ -158,10 +164,44 @@ class Admin:
         spec = reset_spec(to)
         if partitions is not None:
             partitions = reset_partitions(partitions)
-        return self._change("reset_offsets", group_id, topic, spec, partitions)
+        return self._change(lambda: self._controller().reset_offsets(group_id, topic, spec,
+                                                                    partitions))
+
+    # -- replication ------------------------------------------------------------------------------
+
+    def describe_replicas(self, name: str) -> list[dict[str, Any]]:
+        """What every live replica of topic ``name`` reports: broker, role, leader epoch,
+        log start and end, high watermark (and a leader's view of its followers)."""
+        return self._controller().describe_replicas(validate_topic_name(name))
+
+    def elect_leaders(self, names: str | list[str] | None = None) -> dict[str, list[int]]:
+        """Preferred-leader election: each partition whose first replica is alive and in
+        sync is led by it again (after failovers moved leaderships). Returns the partitions
+        that moved, per topic."""
+        topics = None if names is None else topic_names(names)
+        return self._change(lambda: self._controller().elect_leaders(topics))
+
+    def reassign_partitions(self, name: str, assignment: dict[int, list[int]]
+                            ) -> dict[str, Any]:
+        """Move partitions of ``name`` to other brokers while producers keep writing:
+        ``{partition: [broker ids]}``, the first the preferred leader. New replicas copy the
+        leader; once they are in sync, leadership moves if it must and the old replicas are
+        removed. Returns at once; ``describe_topic`` shows the move (``target``) until done."""
+        check_user_topic(name)
+        if not isinstance(assignment, dict) or not assignment:
+            raise InvalidArgumentError(f"assignment must be a non-empty dict of partition to "
+                                       f"broker ids, got {short_repr(assignment)}")
+        targets = {}
+        for partition, brokers in assignment.items():
+            check_int("partition", partition, 0, INT32_MAX)
+            if not isinstance(brokers, list | tuple) or not brokers:
+                raise InvalidArgumentError(f"partition {partition}: a non-empty list of broker "
+                                           f"ids, got {short_repr(brokers)}")
+            targets[partition] = [check_int("broker id", b, 0, INT32_MAX) for b in brokers]
+        return self._change(lambda: self._controller().reassign_partitions(name, targets))
 
     def cluster_status(self) -> dict[str, Any]:
-        return self._call("cluster_status")
+        return self._controller().cluster_status()
 
     def close(self) -> None:
         self._closed = True

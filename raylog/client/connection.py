@@ -13,7 +13,7 @@ from typing import Any
 import ray
 
 from raylog.arguments import check_bool, short_repr
-from raylog.client.remote import ControllerClient, ReplicaClient, resolve
+from raylog.client.remote import ControllerClient, ReplicaClient
 from raylog.cluster_names import (
     BROKER_RESOURCE,
     CONTROLLER_NAME,
@@ -37,15 +37,36 @@ METADATA_MAX_AGE_S = 300.0
 
 @dataclasses.dataclass(frozen=True)
 class PartitionMetadata:
+    """Where one partition is served: its leader, leader epoch, replicas and ISR (broker ids)
+    and a client for each replica whose broker is alive."""
+
     partition: int
-    leader: str | None
+    leader: int | None
     leader_epoch: int
-    replica: ReplicaClient | None
+    replicas: tuple[int, ...] = ()
+    isr: tuple[int, ...] = ()
+    clients: dict[int, ReplicaClient] = dataclasses.field(default_factory=dict)
+
+    @property
+    def replica(self) -> ReplicaClient | None:
+        """The leader's client, None while it has no live leader."""
+        return self.clients.get(self.leader) if self.leader is not None else None
 
     def leader_client(self) -> ReplicaClient:
-        if self.replica is None:
+        client = self.replica
+        if client is None:
             raise LeaderNotAvailableError(f"partition {self.partition} has no leader right now")
-        return self.replica
+        return client
+
+    def nearest_client(self, node_id: str | None) -> ReplicaClient:
+        """The replica to read from (KIP-392): an in-sync one on ``node_id`` if there is one,
+        else the leader."""
+        if node_id is not None:
+            for broker in self.isr:
+                client = self.clients.get(broker)
+                if client is not None and client.node_id == node_id:
+                    return client
+        return self.leader_client()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +80,18 @@ class TopicMetadata:
     @property
     def num_partitions(self) -> int:
         return len(self.partitions)
+
+    @classmethod
+    def from_controller(cls, raw: dict[str, Any]) -> TopicMetadata:
+        name, brokers = raw["name"], raw["brokers"]
+        partitions = []
+        for p in raw["partitions"]:
+            clients = {b: ReplicaClient(brokers[b]["handle"], name, p["partition"],
+                                        p["leader_epoch"], b, brokers[b]["node_id"])
+                       for b in p["replicas"] if b in brokers}
+            partitions.append(PartitionMetadata(p["partition"], p["leader"], p["leader_epoch"],
+                                                tuple(p["replicas"]), tuple(p["isr"]), clients))
+        return cls(name, raw["topic_id"], tuple(partitions), raw["configs"], time.monotonic())
 
 
 class RaylogCluster:
@@ -83,17 +116,7 @@ class RaylogCluster:
                 time.monotonic() - cached.fetched_at < METADATA_MAX_AGE_S:
             return cached
         validate_topic_name(name)
-        raw = self.controller.call("metadata", [name])[name]
-        meta = TopicMetadata(
-            name=name,
-            topic_id=raw["topic_id"],
-            partitions=tuple(
-                PartitionMetadata(p["partition"], p["leader"], p["leader_epoch"],
-                                  ReplicaClient(p["handle"]) if p["handle"] else None)
-                for p in raw["partitions"]),
-            configs=raw["configs"],
-            fetched_at=time.monotonic(),
-        )
+        meta = TopicMetadata.from_controller(self.controller.metadata([name])[name])
         with self._lock:
             self._topics[name] = meta
         return meta
@@ -285,7 +308,7 @@ def init(address: str | None = None, *, start_local: bool = True, create: bool =
             os.environ[DATA_DIR_ENV] = os.fspath(data_dir)
         embedded = _connect_ray(address, start_local)
         handle = controller_handle(create)
-        ready = resolve(handle.ready.remote(), timeout=120)
+        ready = ControllerClient(handle).ready()
         limits = ready.get("limits")
         _default = RaylogCluster(handle, embedded,
                                  PartitionLimits(**limits) if limits is not None else None)

@@ -71,6 +71,8 @@ class ConsumerConfig:
     partition_assignment_strategy: str = "cooperative_sticky"  # or "range", "round_robin"
     default_api_timeout_ms: int = 60_000   # how long commit() retries a retriable error ...
     retry_backoff_ms: int = 100            # ... waiting this long, doubled each time (to 1 s)
+    fetch_from_nearest: bool = True        # read from an in-sync replica on this node if
+                                           # there is one, else the leader (KIP-392)
 
     def __post_init__(self) -> None:
         if self.auto_offset_reset not in OFFSET_RESETS:
@@ -84,9 +86,10 @@ class ConsumerConfig:
         if self.group_id is not None:
             check_id("group_id", self.group_id)
         check_id("client_id", self.client_id)
-        if type(self.enable_auto_commit) is not bool:
-            raise InvalidConfigError(f"enable_auto_commit must be true or false, got "
-                                     f"{self.enable_auto_commit!r}")
+        for flag in ("enable_auto_commit", "fetch_from_nearest"):
+            if type(getattr(self, flag)) is not bool:
+                raise InvalidConfigError(f"{flag} must be true or false, got "
+                                         f"{getattr(self, flag)!r}")
         check_int_fields(self, skip=_NON_NUMERIC,
                          zero_ok=("fetch_max_wait_ms", "consumer_timeout_ms"),
                          optional=("consumer_timeout_ms",))
@@ -97,7 +100,7 @@ class ConsumerConfig:
 
 
 _NON_NUMERIC = {"auto_offset_reset", "group_id", "client_id", "enable_auto_commit",
-                "partition_assignment_strategy"}
+                "partition_assignment_strategy", "fetch_from_nearest"}
 
 
 class _Fetching:
@@ -175,6 +178,7 @@ class Consumer(GroupMixin):
         self._listener: Any = None
         self._last_auto_commit = time.monotonic()
         self._committer: concurrent.futures.ThreadPoolExecutor | None = None
+        self._node_id: str | None = None  # the Ray node this consumer runs on
 
     # -- assignment and positions ----------------------------------------------------------------
 
@@ -318,6 +322,15 @@ class Consumer(GroupMixin):
         meta = self._topic(tp.topic, refresh)
         return meta.partitions[tp.partition].leader_client()
 
+    def _reader(self, tp: TopicPartition):
+        """The replica to fetch ``tp`` from: an in-sync one on this node, else the leader."""
+        partition = self._topic(tp.topic).partitions[tp.partition]
+        if not self.config.fetch_from_nearest:
+            return partition.leader_client()
+        if self._node_id is None and ray.is_initialized():
+            self._node_id = ray.get_runtime_context().get_node_id()
+        return partition.nearest_client(self._node_id)
+
     # -- fetching --------------------------------------------------------------------------------
 
     def _send_fetches(self) -> None:
@@ -328,7 +341,7 @@ class Consumer(GroupMixin):
             if state.position is None:
                 self._reset_position(state)
             try:
-                state.pending = self._leader(state.tp).fetch(
+                state.pending = self._reader(state.tp).fetch(
                     state.fetch_offset, config.max_partition_fetch_bytes,
                     config.fetch_max_wait_ms, config.fetch_min_bytes)
             except RaylogError as e:

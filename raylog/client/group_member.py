@@ -184,8 +184,8 @@ class GroupMixin:
         while True:
             member_id, generation = self._group_identity()
             try:
-                self._cluster.controller.call("commit_offsets", self.config.group_id,
-                                              member_id, generation, entries)
+                self._cluster.controller.commit_offsets(self.config.group_id, member_id,
+                                                        generation, entries)
                 return
             except RejoinRequiredError:
                 # The coordinator restarted and the heartbeat thread has not rejoined yet.
@@ -195,7 +195,12 @@ class GroupMixin:
                 membership.rejoin_claiming()
             except IllegalGenerationError:
                 # A rebalance moved the group on; the next heartbeat brings the generation.
-                if refreshed or membership is None:
+                if membership is None:
+                    raise
+                if refreshed:
+                    # Refused again at the generation just learned: fenced. Whatever the
+                    # member holds may be someone else's by now.
+                    membership.lose_all()
                     raise
                 refreshed = True
                 membership.refresh()
@@ -237,8 +242,8 @@ class GroupMixin:
         self._check_open()
         if self.config.group_id is None:
             raise IllegalStateError("committed() needs a group_id")
-        found = self._cluster.controller.call(
-            "committed_offsets", self.config.group_id,
+        found = self._cluster.controller.committed_offsets(
+            self.config.group_id,
             [tuple(tp) for tp in topic_partitions(partitions, "committed()")])
         return {TopicPartition(*tp): (om[0] if om else None) for tp, om in found.items()}
 

@@ -104,10 +104,9 @@ class Membership:
 
     def _join(self, claims: frozenset[TopicPartition]) -> None:
         sent = time.monotonic()
-        joined = self._controller.call(
-            "join_group", self.group_id, self.member_id, self._client_id, self._topics,
-            self._pattern, self._session_timeout_ms, self._assignor, current_actor(),
-            sorted(claims))
+        joined = self._controller.join_group(
+            self.group_id, self.member_id, self._client_id, self._topics, self._pattern,
+            self._session_timeout_ms, self._assignor, current_actor(), sorted(claims))
         kept = frozenset(TopicPartition(*tp) for tp in joined["owned"])
         with self._lock:
             self.generation = joined["generation"]
@@ -122,8 +121,7 @@ class Membership:
             owned = sorted(self._claims())
         sent = time.monotonic()
         try:
-            answer = self._controller.call("heartbeat", self.group_id, self.member_id, owned,
-                                           retry=False)
+            answer = self._controller.heartbeat(self.group_id, self.member_id, owned)
         except RejoinRequiredError:
             with self._lock:
                 claims = self._claims()
@@ -212,6 +210,6 @@ class Membership:
         self._wake.set()
         self._thread.join(timeout=5)
         try:
-            self._controller.call("leave_group", self.group_id, self.member_id)
+            self._controller.leave_group(self.group_id, self.member_id)
         except RaylogError as e:
             logger.warning("leaving group %s failed: %r", self.group_id, e)

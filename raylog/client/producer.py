@@ -62,6 +62,7 @@ class ProducerConfig:
     max_block_ms: int = 60_000           # ... at most this long
     max_request_size: int = 8 << 20      # largest record a send accepts
     delivery_timeout_ms: int = 120_000   # give up on a batch (with retries) after this long
+    request_timeout_ms: int = 30_000     # acks="all": the leader answers a timeout after this
     retry_backoff_ms: int = 100          # wait before the first retry of a batch, then ...
     retry_backoff_max_ms: int = 1000     # ... twice as long each time, up to this (KIP-580)
     max_in_flight_requests_per_partition: int = 5
@@ -564,7 +565,8 @@ class Producer:
             target = meta.partitions[batch.partition]
             batch.sent_at = time.monotonic()
             batch.attempts += 1
-            ref = target.leader_client().append(data, self.config.acks, target.leader_epoch)
+            ref = target.leader_client().append(data, self.config.acks,
+                                                self.config.request_timeout_ms)
         except Exception as e:  # every failure ends in the batch's future
             self._failed(batch, e, sent=False)
             return

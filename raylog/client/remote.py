@@ -68,45 +68,143 @@ def unwrap(error: BaseException) -> BaseException:
 
 
 class ReplicaClient:
-    """Calls to one replica actor; every method returns an ObjectRef (asynchronous)."""
+    """Calls to one replica of one partition, on the broker actor holding it; every request
+    carries the leader epoch the client knows. Every method returns an ObjectRef."""
 
-    def __init__(self, handle: ray.actor.ActorHandle) -> None:
+    __slots__ = ("broker_id", "handle", "leader_epoch", "node_id", "partition", "topic")
+
+    def __init__(self, handle: ray.actor.ActorHandle, topic: str, partition: int,
+                 leader_epoch: int, broker_id: int | None = None,
+                 node_id: str | None = None) -> None:
         self.handle = handle
+        self.topic = topic
+        self.partition = partition
+        self.leader_epoch = leader_epoch
+        self.broker_id = broker_id
+        self.node_id = node_id
 
-    def append(self, batch: bytes, acks: int | str, leader_epoch: int | None) -> ray.ObjectRef:
-        return self.handle.append.remote(batch, acks, leader_epoch)
+    def append(self, batch: bytes, acks: int | str, timeout_ms: int = 30_000) -> ray.ObjectRef:
+        return self.handle.produce.remote(self.topic, self.partition, self.leader_epoch, batch,
+                                          acks, timeout_ms)
 
     def fetch(self, offset: int, max_bytes: int, max_wait_ms: int,
               min_bytes: int) -> ray.ObjectRef:
-        return self.handle.fetch.remote(offset, max_bytes, max_wait_ms, min_bytes)
+        return self.handle.fetch.remote(self.topic, self.partition, self.leader_epoch, offset,
+                                        max_bytes, max_wait_ms, min_bytes)
 
     def list_offset(self, spec: str | int) -> ray.ObjectRef:
-        return self.handle.list_offset.remote(spec)
+        return self.handle.list_offset.remote(self.topic, self.partition, self.leader_epoch,
+                                              spec)
 
     def read_kafka_table(self, start: int, end: int) -> ray.ObjectRef:
-        return self.handle.read_kafka_table.remote(start, end)
+        return self.handle.read_kafka_table.remote(self.topic, self.partition,
+                                                   self.leader_epoch, start, end)
 
 
 class ControllerClient:
-    """Synchronous calls to the controller, retried while it restarts."""
+    """Synchronous, typed calls to the controller. Reads ride out a controller restart;
+    changes are sent once (a change cut off by a crash may have happened: the caller
+    decides whether repeating it is safe, as Admin does)."""
 
     def __init__(self, handle: ray.actor.ActorHandle, timeout: float = 120.0) -> None:
         self.handle = handle
         self.timeout = timeout
 
-    def call(self, method: str, *args: Any, retry: bool = True, **kwargs: Any) -> Any:
-        """Call ``method`` and wait. Reads pass ``retry=True`` and ride out a controller
-        restart; changes pass False, since a change cut off by a crash may have happened."""
+    def _call(self, method: Any, *args: Any, retry: bool = True) -> Any:
+        """Call the remote ``method`` (a method of the controller's handle) and wait."""
         attempts = CONTROLLER_RETRIES if retry else 1
         for attempt in itertools.count(1):
             try:
-                return resolve(getattr(self.handle, method).remote(*args, **kwargs),
-                               timeout=self.timeout)
+                return resolve(method.remote(*args), timeout=self.timeout)
             except ActorUnavailableError as e:
                 if not retry:
                     raise ControllerUnavailableError(
-                        f"the raylog controller became unavailable during {method}: {e}; "
+                        f"the raylog controller became unavailable during a change: {e}; "
                         f"check whether the change happened before repeating it") from e
                 if attempt >= attempts:
                     raise NoClusterError(f"the raylog controller is unreachable: {e}") from e
                 time.sleep(min(0.05 * 2**attempt, 1.0))
+
+    # -- the cluster and its topics ------------------------------------------------------------
+
+    def ready(self) -> dict[str, Any]:
+        return self._call(self.handle.ready)
+
+    def metadata(self, names: list[str]) -> dict[str, dict[str, Any]]:
+        return self._call(self.handle.metadata, names)
+
+    def cluster_status(self) -> dict[str, Any]:
+        return self._call(self.handle.cluster_status)
+
+    def list_topics(self, include_internal: bool = False) -> list[str]:
+        return self._call(self.handle.list_topics, include_internal)
+
+    def describe_topics(self, names: list[str] | None = None) -> list[dict[str, Any]]:
+        return self._call(self.handle.describe_topics, names)
+
+    def describe_replicas(self, name: str) -> list[dict[str, Any]]:
+        return self._call(self.handle.describe_replicas, name)
+
+    def create_topic(self, name: str, partitions: int, replication_factor: int,
+                     configs: dict[str, Any], topic_id: str) -> dict[str, Any]:
+        return self._call(self.handle.create_topic, name, partitions, replication_factor,
+                          configs, topic_id, retry=False)
+
+    def delete_topic(self, name: str) -> None:
+        return self._call(self.handle.delete_topic, name, retry=False)
+
+    def add_partitions(self, name: str, total: int) -> dict[str, Any]:
+        return self._call(self.handle.add_partitions, name, total, retry=False)
+
+    def alter_configs(self, name: str, set_configs: dict[str, Any],
+                      delete_configs: list[str]) -> dict[str, Any]:
+        return self._call(self.handle.alter_configs, name, set_configs, delete_configs,
+                          retry=False)
+
+    def elect_leaders(self, names: list[str] | None) -> dict[str, list[int]]:
+        return self._call(self.handle.elect_leaders, names, retry=False)
+
+    def reassign_partitions(self, name: str, targets: dict[int, list[int]]) -> dict[str, Any]:
+        return self._call(self.handle.reassign_partitions, name, targets, retry=False)
+
+    # -- consumer groups -----------------------------------------------------------------------
+
+    def join_group(self, group_id: str, member_id: str, client_id: str,
+                   topics: list[str] | None, pattern: str | None, session_timeout_ms: int,
+                   assignor: str, actor: ray.actor.ActorHandle | None,
+                   claims: list[tuple[str, int]]) -> dict[str, Any]:
+        return self._call(self.handle.join_group, group_id, member_id, client_id, topics,
+                          pattern, session_timeout_ms, assignor, actor, claims)
+
+    def heartbeat(self, group_id: str, member_id: str, owned: list[tuple[str, int]]
+                  ) -> dict[str, Any]:
+        return self._call(self.handle.heartbeat, group_id, member_id, owned, retry=False)
+
+    def leave_group(self, group_id: str, member_id: str) -> None:
+        return self._call(self.handle.leave_group, group_id, member_id)
+
+    def commit_offsets(self, group_id: str, member_id: str | None, generation: int,
+                       offsets: list[tuple[str, int, int, str]]) -> None:
+        return self._call(self.handle.commit_offsets, group_id, member_id, generation,
+                          offsets)
+
+    def committed_offsets(self, group_id: str, partitions: list[tuple[str, int]]
+                          ) -> dict[tuple[str, int], tuple | None]:
+        return self._call(self.handle.committed_offsets, group_id, partitions)
+
+    def list_groups(self) -> list[dict[str, Any]]:
+        return self._call(self.handle.list_groups)
+
+    def describe_group(self, group_id: str) -> dict[str, Any]:
+        return self._call(self.handle.describe_group, group_id)
+
+    def delete_group(self, group_id: str) -> None:
+        return self._call(self.handle.delete_group, group_id, retry=False)
+
+    def reset_offsets(self, group_id: str, topic: str, spec: str | int | list[Any],
+                      partitions: list[int] | None) -> dict[int, int]:
+        return self._call(self.handle.reset_offsets, group_id, topic, spec, partitions,
+                          retry=False)
+
+    def group_history(self, group_id: str) -> list:
+        return self._call(self.handle.group_history, group_id)

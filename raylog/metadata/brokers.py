@@ -104,6 +104,12 @@ class BrokerRegistry:
         info.node_id, info.host, info.data_dir = offer.node_id, offer.host, offer.data_dir
         self.refused.pop(offer.node_id, None)
 
+    def unserve(self, broker_id: int) -> None:
+        """No node serves ``broker_id`` any more (its broker actor died for good)."""
+        info = self.brokers.get(broker_id)
+        if info is not None:
+            info.node_id = None
+
     def refuse(self, node_id: str, reason: str) -> None:
         self.refused[node_id] = reason
 

@@ -4,15 +4,15 @@ Cluster settings, read by the controller from its environment (set them where ``
 --head`` runs, as ``RAYLOG_DATA_DIR`` is, then restart the controller):
 
 - ``RAYLOG_MAX_PARTITIONS_PER_TOPIC`` (default 10,000): partitions one topic may have.
-- ``RAYLOG_MAX_REPLICAS_PER_BROKER`` (default: the broker node's memory / 72 MB): replicas
-  one broker may hold, over all topics. Each replica is a Ray actor, that is a Python worker
-  process of its own: ``benchmarks/density.py`` measures about 69 MB of unique memory per
-  replica that has worked, 56 MB of which any Ray actor's process has (the rest of its
-  resident memory, shared libraries, is shared between the processes). So a broker holds
-  about 15 replicas per GiB, far fewer than a Kafka broker's thousands.
+- ``RAYLOG_MAX_REPLICAS_PER_BROKER`` (default: the broker node's memory / 1 MiB): replicas
+  one broker may hold, over all topics. A broker is one process hosting all its replicas
+  (actors/broker.py); ``benchmarks/density.py`` measures about 8 KB for each more empty
+  partition. A partition with data also keeps its segments' indexes in memory, about 0.5%
+  of its log's bytes (an entry of 20 bytes per 4 KB of log), and one open file per
+  segment, so 1 MiB per replica leaves room for a partition holding some 200 MB.
 
 Both are checked before a topic is created or grows, before anything is written, so that an
-impossible request is refused at once instead of starting actors the nodes cannot hold.
+impossible request is refused at once instead of creating replicas the brokers cannot hold.
 Plain Python: the controller passes in what it knows of the brokers.
 """
 
@@ -29,8 +29,8 @@ from raylog.errors import InvalidConfigError, InvalidPartitionsError
 MAX_PARTITIONS_ENV = "RAYLOG_MAX_PARTITIONS_PER_TOPIC"
 MAX_REPLICAS_ENV = "RAYLOG_MAX_REPLICAS_PER_BROKER"
 DEFAULT_MAX_PARTITIONS_PER_TOPIC = 10_000
-REPLICA_MEMORY_BYTES = 72 << 20  # one replica actor's process, unique memory, with room
-UNKNOWN_MEMORY_REPLICAS = 100     # a broker whose memory Ray does not report
+REPLICA_MEMORY_BYTES = 1 << 20  # one replica in its broker, with room for its indexes
+UNKNOWN_MEMORY_REPLICAS = 1000   # a broker whose memory Ray does not report
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,8 +94,8 @@ class PartitionLimits:
             allowed = self.replicas_allowed(memory.get(broker))
             if held[broker] + count > allowed:
                 how = (f"{MAX_REPLICAS_ENV}={allowed}" if self.max_replicas_per_broker
-                       else f"{allowed}: about {REPLICA_MEMORY_BYTES >> 20} MB per replica "
-                            f"actor process in the node's memory; {MAX_REPLICAS_ENV} sets it")
+                       else f"{allowed}: {REPLICA_MEMORY_BYTES >> 20} MiB per replica in the "
+                            f"node's memory; {MAX_REPLICAS_ENV} sets it")
                 raise InvalidPartitionsError(
                     f"{sum(map(len, new))} more replicas of topic {topic!r} would put "
                     f"{held[broker] + count} replicas on broker {broker}, which holds "

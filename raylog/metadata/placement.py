@@ -42,3 +42,15 @@ def assign_replicas(brokers: Sequence[int], partitions: int, replication_factor:
         replicas.update(chosen)
         out.append(chosen)
     return out
+
+
+def replacement(brokers: Sequence[int], replicas: Sequence[int],
+                existing: Iterable[Sequence[int]] = ()) -> int | None:
+    """A broker of ``brokers`` to hold a replica of a partition on ``replicas`` in place of
+    one that is gone: not a replica already, holding the fewest replicas (``existing``: every
+    partition's replica list), ties by id. None if every broker is a replica already."""
+    held: Counter[int] = Counter()
+    for nodes in existing:
+        held.update(nodes)
+    candidates = [b for b in sorted(brokers) if b not in replicas]
+    return min(candidates, key=lambda b: (held[b], b), default=None)

@@ -20,8 +20,12 @@ class PartitionState:
     """Assignment and leadership of one partition.
 
     ``replicas`` are broker ids, the first being the preferred leader. ``leader`` is None while
-    no replica can lead. ``leader_epoch`` grows by one at every leader change and fences
-    requests from older leaders. ``isr`` is a subset of ``replicas`` and holds the leader.
+    no replica can lead. ``leader_epoch`` grows by one at every leader change (to None
+    included) and fences requests from older leaders. ``isr`` is a subset of ``replicas``
+    and holds the leader; it is never empty (with no leader it keeps its last members, the
+    only replicas a clean election may choose). ``partition_epoch`` grows by one at every
+    change of leader, ISR or replicas: a leader's ISR change based on an older one is
+    refused (Kafka's partition epoch).
     """
 
     partition: int
@@ -29,6 +33,8 @@ class PartitionState:
     leader: int | None
     leader_epoch: int
     isr: list[int]
+    partition_epoch: int = 0
+    target: list[int] | None = None  # replicas a reassignment moves it to, until done
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -63,6 +69,9 @@ class MetadataState:
     def __init__(self) -> None:
         self.cluster_id: str | None = None  # set by the first event of every metadata log
         self.broker_ids: set[int] = set()   # every broker id ever given out
+        # The incarnation of each broker's process the controller last saw start: a broker
+        # that comes back as another incarnation lost its in-memory state (fencing, ISR).
+        self.incarnations: dict[int, str] = {}
         self.topics: dict[str, TopicState] = {}
         self.applied = 0  # events applied so far
 
@@ -109,6 +118,10 @@ def broker_registered(broker_id: int) -> dict[str, Any]:
     return {"type": "broker_registered", "broker_id": broker_id}
 
 
+def broker_started(broker_id: int, incarnation: str) -> dict[str, Any]:
+    return {"type": "broker_started", "broker_id": broker_id, "incarnation": incarnation}
+
+
 def topic_created(name: str, topic_id: str, replicas: list[list[int]],
                   configs: dict[str, Any]) -> dict[str, Any]:
     return {"type": "topic_created", "name": name, "topic_id": topic_id,
@@ -136,6 +149,11 @@ def partition_changed(name: str, partition: int, *, leader: int | None, leader_e
     return event
 
 
+def reassignment(name: str, partition: int, target: list[int] | None) -> dict[str, Any]:
+    """Start moving a partition to the replicas ``target`` (None: the move is over)."""
+    return {"type": "reassignment", "name": name, "partition": partition, "target": target}
+
+
 def _new_partitions(first: int, replicas: list[list[int]]) -> list[PartitionState]:
     return [
         PartitionState(partition=first + i, replicas=list(brokers), leader=brokers[0],
@@ -154,6 +172,12 @@ def _apply_broker_registered(state: MetadataState, event: dict[str, Any]) -> Non
     if event["broker_id"] in state.broker_ids:
         raise ValueError(f"broker id {event['broker_id']} given out twice")
     state.broker_ids.add(event["broker_id"])
+
+
+def _apply_broker_started(state: MetadataState, event: dict[str, Any]) -> None:
+    if event["broker_id"] not in state.broker_ids:
+        raise ValueError(f"broker {event['broker_id']} started before it was registered")
+    state.incarnations[event["broker_id"]] = event["incarnation"]
 
 
 def _apply_topic_created(state: MetadataState, event: dict[str, Any]) -> None:
@@ -186,14 +210,22 @@ def _apply_partition_changed(state: MetadataState, event: dict[str, Any]) -> Non
     p.isr = list(event["isr"])
     if "replicas" in event:
         p.replicas = list(event["replicas"])
+    p.partition_epoch += 1
+
+
+def _apply_reassignment(state: MetadataState, event: dict[str, Any]) -> None:
+    p = state.topic(event["name"]).partition(event["partition"])
+    p.target = None if event["target"] is None else list(event["target"])
 
 
 _HANDLERS = {
     "cluster_created": _apply_cluster_created,
     "broker_registered": _apply_broker_registered,
+    "broker_started": _apply_broker_started,
     "topic_created": _apply_topic_created,
     "topic_deleted": _apply_topic_deleted,
     "partitions_added": _apply_partitions_added,
     "configs_altered": _apply_configs_altered,
     "partition_changed": _apply_partition_changed,
+    "reassignment": _apply_reassignment,
 }

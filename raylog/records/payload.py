@@ -51,7 +51,7 @@ TABLE_SCHEMA = pa.schema([pa.field("offset", pa.int64(), nullable=False), *PAYLO
 _MAX_LZ4_RATIO = 256
 _MAX_PAYLOAD_BYTES = 2**31 - 1
 # Not pa.array([]): converting anything to Arrow makes pyarrow import pandas if it can (to
-# ask whether it is a Series). Replica processes forbid that (actors/replica.py), but only
+# ask whether it is a Series). Broker processes forbid that (actors/broker.py), but only
 # after their modules are imported: at import time nothing may convert.
 _EMPTY_HEADERS_VALUES = pa.nulls(0, HEADER_ENTRY)
 # Compression uses the lz4 package; decompression uses Arrow's codec (the same LZ4 frame

@@ -218,6 +218,25 @@ class ReplicaSet:
         self._isr, self._pending = isr, None
         return self.advance_high_watermark(leader_log_end)
 
+    def set_replicas(self, replicas: Iterable[int]) -> None:
+        """The partition's replicas changed (a reassignment): a new follower starts unknown,
+        not caught up; a removed one is forgotten (and leaves the ISR with it). Raises
+        InvalidArgumentError for replicas that repeat or lack the leader."""
+        replicas = list(replicas)
+        if len(set(replicas)) != len(replicas) or self.leader_id not in replicas:
+            raise InvalidArgumentError(
+                f"replicas must be distinct and include the leader {self.leader_id}, got "
+                f"{replicas}")
+        self.replicas = tuple(replicas)
+        for r in replicas:
+            if r != self.leader_id:
+                self._followers.setdefault(r, FollowerState())
+        for r in [r for r in self._followers if r not in replicas]:
+            del self._followers[r]
+        self._isr = self._isr & set(replicas)
+        if self._pending is not None:
+            self._pending = self._pending & set(replicas)
+
     def isr_change_failed(self, leader_log_end: int) -> int:
         """The controller refused the pending change (e.g. this leader is stale). Return the
         high watermark, advanced if a joining follower no longer holds it."""

@@ -23,7 +23,7 @@ import bisect
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -239,14 +239,19 @@ class PartitionLog:
         return AppendInfo(base_offset, base_offset + header.last_offset_delta,
                           header.max_timestamp, header.record_count)
 
-    def append_stored(self, data: bytes | memoryview) -> AppendInfo | None:
+    def append_stored(self, data: bytes | memoryview,
+                      batches: list[tuple[int, BatchHeader]] | None = None
+                      ) -> AppendInfo | None:
         """Append batches that already carry their offsets (a follower copying its leader).
 
-        Every batch is verified before any is written; each must start at or after the log
-        end offset. Returns where the last one landed, or None for empty ``data``.
+        Every batch is verified before any is written (``batches``: the positions and
+        headers of ``data`` when the caller verified them already, with
+        ``iter_headers(data, verify=True)``); each must start at or after the log end
+        offset. Returns where the last one landed, or None for empty ``data``.
         """
         self._check_open()
-        batches = list(iter_headers(data, verify=True))
+        if batches is None:
+            batches = list(iter_headers(data, verify=True))
         expected = self.log_end_offset
         for _, header in batches:
             if header.base_offset < expected:
@@ -361,6 +366,19 @@ class PartitionLog:
             offset = last.next_offset
         return chunks
 
+    def verified_headers(self, start: int = 0) -> Iterator[BatchHeader]:
+        """The headers of the batches holding offsets at or after ``start``, in offset order,
+        each checked against its CRCs. A damaged batch ends the walk (and is marked: see
+        :meth:`LogSegment.verified_headers`)."""
+        for segment in self._segments:
+            if segment.next_offset <= start:
+                continue
+            for header in segment.verified_headers():
+                if header.next_offset > start:
+                    yield header
+            if segment.damaged_at is not None:
+                return
+
     def offsets_for_time(self, timestamp: int, max_offset: int | None = None
                          ) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with a timestamp >= ``timestamp``."""
@@ -409,6 +427,38 @@ class PartitionLog:
         self._recovery_checkpoint.write_offset(self.recovery_point)
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
         return removed
+
+    def restart_at(self, offset: int) -> None:
+        """Remove every segment and start the log over, empty, at ``offset`` (a follower whose
+        whole log lies below its leader's log start)."""
+        self._check_open()
+        for segment in self._segments:
+            segment.delete()
+        self._segments = [LogSegment(self.directory, offset, self.config.index_interval_bytes,
+                                     create=True)]
+        self.recovery_point = offset
+        self._recovery_checkpoint.write_offset(offset)
+        self.high_watermark = offset
+
+    def advance_log_start(self, offset: int) -> int:
+        """Delete the segments that lie wholly below ``offset`` (a follower following its
+        leader's log start); never the active one. Returns how many went."""
+        self._check_open()
+        return self._delete_oldest([s for s in self._segments[:-1] if s.next_offset <= offset])
+
+    def _delete_oldest(self, doomed: list[LogSegment]) -> int:
+        """Delete the first ``len(doomed)`` segments (rolling first if the active one is
+        among them); the log start moves up. Returns how many went."""
+        if not doomed:
+            return 0
+        if doomed[-1] is self._segments[-1]:
+            self.roll()
+        del self._segments[: len(doomed)]
+        for segment in doomed:
+            segment.delete()
+        self.recovery_point = max(self.recovery_point, self.log_start_offset)
+        self.high_watermark = max(self.high_watermark, self.log_start_offset)
+        return len(doomed)
 
     def flush(self) -> None:
         """fsync every segment written since the last flush and checkpoint the recovery point."""
@@ -473,16 +523,7 @@ class PartitionLog:
                 break
             doomed.append(segment)
             remaining -= segment.size
-        if not doomed:
-            return 0
-        if doomed[-1] is self._segments[-1]:
-            self.roll()
-        del self._segments[: len(doomed)]
-        for segment in doomed:
-            segment.delete()
-        self.recovery_point = max(self.recovery_point, self.log_start_offset)
-        self.high_watermark = max(self.high_watermark, self.log_start_offset)
-        return len(doomed)
+        return self._delete_oldest(doomed)
 
     def compact(self, max_offset: int | None = None) -> CleanerStats:
         """Keep only the newest record per key in the segments before the active one.

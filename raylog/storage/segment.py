@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 from collections.abc import Callable, Iterator
@@ -22,6 +23,8 @@ from raylog.records.header import (
 )
 from raylog.storage import files
 from raylog.storage.index import OffsetIndex, TimeIndex
+
+logger = logging.getLogger(__name__)
 
 # Positions and relative offsets are stored as uint32.
 MAX_RELATIVE_OFFSET = 2**32 - 1
@@ -165,6 +168,27 @@ class LogSegment:
             position += len(data)
         if self.damaged_at is not None:
             raise self._damage()
+
+    def verified_headers(self, chunk_bytes: int = 1 << 20) -> Iterator[BatchHeader]:
+        """Yield the header of every batch, framing and both CRCs checked. At the first batch
+        that fails, mark the segment damaged there (nothing from there on is served, nothing
+        is cut) and stop: what is rebuilt from headers (producer state, the epoch cache)
+        never takes a damaged batch's word."""
+        end = self.size if self.damaged_at is None else self.damaged_at
+        position = 0
+        while position < end:
+            data = self.read(position, chunk_bytes)
+            good = 0
+            try:
+                for pos, header in iter_headers(data, verify=True):
+                    good = pos + header.size
+                    yield header
+            except CorruptRecordError as e:
+                self.damaged_at = position + good
+                logger.error("%s is damaged at byte %d (%s): nothing there or after it is "
+                             "served", self.path, self.damaged_at, e)
+                return
+            position += len(data)
 
     def _damage(self) -> CorruptRecordError:
         return CorruptRecordError(

@@ -152,7 +152,7 @@ def whole_cluster(root: Path) -> dict[str, Any]:
         filled = fill(admin)
         before = snapshot(admin)
         ids_before = identities(root, names)
-        cluster_id = nodes.raylog.controller.call("cluster_status")["cluster_id"]
+        cluster_id = nodes.raylog.controller.cluster_status()["cluster_id"]
     finally:
         nodes.stop()
     shuffled = names[:]
@@ -161,7 +161,7 @@ def whole_cluster(root: Path) -> dict[str, Any]:
     nodes = Nodes(root, shuffled)  # new Ray node IDs, nodes in another order
     try:
         admin = Admin()
-        status = nodes.raylog.controller.call("cluster_status")
+        status = nodes.raylog.controller.cluster_status()
         assert status["cluster_id"] == cluster_id, status
         assert sorted(b["broker_id"] for b in status["brokers"] if b["alive"]) == [0, 1, 2]
         after = wait_for(lambda: snapshot(admin), what="a snapshot after the restart")
@@ -185,13 +185,13 @@ def head_first(root: Path) -> dict[str, Any]:
         admin = Admin()
         fill(admin)
         before = snapshot(admin)
-        first = nodes.raylog.controller.call("cluster_status")
+        first = nodes.raylog.controller.cluster_status()
     finally:
         nodes.stop()
     nodes = Nodes(root, [])
     try:
         admin = Admin()
-        status = nodes.raylog.controller.call("cluster_status")
+        status = nodes.raylog.controller.cluster_status()
         assert status["cluster_id"] == first["cluster_id"]
         assert status["controller_dir"] == first["controller_dir"]
         assert [(b["broker_id"], b["alive"], len(b["replicas"])) for b in status["brokers"]] \
@@ -256,7 +256,7 @@ def broker_replaced(root: Path) -> dict[str, Any]:
         assert new.node_id != old.node_id
 
         def served_again() -> bool:
-            status = nodes.raylog.controller.call("cluster_status")
+            status = nodes.raylog.controller.cluster_status()
             info = {b["broker_id"]: b for b in status["brokers"]}[broker]
             return info["alive"] and info["node_id"] == new.node_id
 

@@ -16,6 +16,7 @@ import ray
 
 import raylog.spark
 from raylog import Admin, Consumer, Producer, TopicPartition
+from raylog.client.remote import resolve
 from raylog.data import read_topic, write_dataset
 from raylog.errors import (
     InvalidArgumentError,
@@ -132,8 +133,8 @@ def test_admin(known, call, error):
 
 
 def test_more_partitions_than_the_brokers_can_hold_are_refused_quickly(known):
-    """Within the limit per topic, but beyond what three brokers' memory holds (a Ray
-    actor process per replica): refused before any actor starts."""
+    """Within the limit per topic, but beyond what three brokers may hold (the session's
+    cluster sets RAYLOG_MAX_REPLICAS_PER_BROKER): refused before any replica is created."""
     error = refused(known, lambda: known.admin.create_topic(
         _new(), DEFAULT_MAX_PARTITIONS_PER_TOPIC), InvalidPartitionsError)
     assert "replicas on broker " in str(error) and "limit per broker" in str(error)
@@ -233,7 +234,9 @@ def test_ray_data_and_spark(known, call, error):
 
 
 def _controller(method: str, *args: Any) -> Callable[[Known], object]:
-    return lambda k: k.cluster.controller.call(method, *args, retry=False)
+    """A raw call of the controller's RPC ``method``, as a client skipping every check of its
+    own (and of the typed ControllerClient) would make it."""
+    return lambda k: resolve(getattr(k.cluster.controller.handle, method).remote(*args))
 
 
 # The controller's checks, reached as a client that skips its own would reach them.

@@ -26,7 +26,8 @@ from raylog.errors import (
 )
 from tests.integration.conftest import (
     consume_all,
-    replica_handle,
+    leader_broker,
+    replica_info,
     restart_controller,
     restarts,
     wait_for,
@@ -48,10 +49,10 @@ def test_replicas_land_on_their_brokers_nodes_with_files_there(ray_cluster, admi
             producer.send(topic_name, b"x", partition=p)
     for partition, broker in assigned.items():
         node = brokers[broker]["node_id"]
-        actor = replica_handle(admin, topic_name, partition)
-        info = ray.get(actor.describe.remote())
+        actor = leader_broker(admin, topic_name, partition)
+        info = replica_info(admin, topic_name, partition)
         assert (info["broker_id"], info["node_id"]) == (broker, node)
-        # Ray's own record of where the actor lives, from the GCS actor table.
+        # Ray's own record of where the broker actor lives, from the GCS actor table.
         gcs = ray._private.state.actors(actor._actor_id.hex())
         assert gcs["Address"]["NodeID"] == node
         assert brokers[broker]["data_dir"] == str(ray_cluster.data_dirs[node].resolve())
@@ -103,21 +104,23 @@ def test_keys_land_where_kafka_clients_put_them(admin, topic_name):
         assert {key: f.result(30).partition for key, f in futures.items()} == expected
 
 
-def test_a_killed_replica_comes_back_with_its_data(admin, topic_name):
+def test_a_killed_broker_comes_back_with_its_data(admin, topic_name):
     admin.create_topic(topic_name, partitions=2)
     with Producer() as producer:
         for i in range(2000):
             producer.send(topic_name, b"before-%d" % i, partition=0)
-    actor = replica_handle(admin, topic_name, 0)
+    actor = leader_broker(admin, topic_name, 0)
     ray.kill(actor, no_restart=False)
-    # A restarted incarnation (not the old one, which also says 2000) serving its data.
+    # A restarted incarnation serving its data again, as the leader of a new epoch.
     wait_for(lambda: restarts(actor) >= 1 and
-             ray.get(actor.describe.remote(), timeout=5)["log_end_offset"] == 2000,
-             timeout=60, what="the replica to restart")
+             replica_info(admin, topic_name, 0)["log_end_offset"] == 2000 and
+             replica_info(admin, topic_name, 0)["role"] == "leader",
+             timeout=60, what="the broker to restart")
     with Producer() as producer:
         assert producer.send(topic_name, b"after", partition=0).result(30).offset == 2000
     values = [r.value for r in consume_all(topic_name, 1, 2001)]
     assert values == [b"before-%d" % i for i in range(2000)] + [b"after"]
+    assert admin.describe_topic(topic_name)["partitions"][0]["leader_epoch"] >= 1
 
 
 def test_a_killed_controller_comes_back_with_all_topics(ray_cluster, admin, topic_name):

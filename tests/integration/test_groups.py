@@ -297,11 +297,11 @@ def test_stale_and_foreign_commits_are_refused(admin, topic_name):
     wait_for(lambda: a.poll(timeout_ms=50) == [] and len(a.assignment()) == 2,
              what="a owns both partitions")
     member, generation = a._membership.member_id, a._membership.generation
-    commit = admin._cluster.controller.call
+    commit = admin._cluster.controller.commit_offsets
     with pytest.raises(IllegalGenerationError):
-        commit("commit_offsets", group, member, generation - 1, [(topic_name, 0, 0, "")])
+        commit(group, member, generation - 1, [(topic_name, 0, 0, "")])
     with pytest.raises(UnknownMemberError):
-        commit("commit_offsets", group, "nobody", generation, [(topic_name, 0, 0, "")])
+        commit(group, "nobody", generation, [(topic_name, 0, 0, "")])
     b = Consumer(group_id=group, enable_auto_commit=False)
     b.subscribe([topic_name])
     wait_for(lambda: [a.poll(timeout_ms=50), b.poll(timeout_ms=50)] and
@@ -494,7 +494,7 @@ def test_a_member_the_coordinator_forgot_loses_its_partitions_before_rejoining(a
     wait_for(lambda: consumer.poll(timeout_ms=50) == [] and len(consumer.assignment()) == 2,
              what="both partitions")
     member = consumer._membership.member_id
-    admin._cluster.controller.call("leave_group", group, member)  # as if its session ran out
+    admin._cluster.controller.leave_group(group, member)  # as if its session ran out
     with pytest.raises(UnknownMemberError):
         consumer.commit({TopicPartition(topic_name, 0): 0})
     consumer.poll(timeout_ms=0)

@@ -1,14 +1,14 @@
-"""Producers under replica kills: every future resolves, nothing lands twice or out of order.
+"""Producers under broker kills: every future resolves, nothing lands twice or out of order.
 
 Three producer threads send with ``acks="all"``, small batches and several in flight per
-partition, while the leader replicas of the topic's partitions are killed one after the
-other, half of the time for good (Ray restarts the others; the controller notices the dead
-ones and creates them again on their node; each reopens its log). Then the history is checked
-against the log by the history checker (tests/history.py): every future resolved by its
-deadline; every send made after the cluster was healthy again was acknowledged; each
-acknowledged value is in the log once, at the offset its acknowledgement gave; no value is
-there twice, no offset holds two; and per producer and partition the log holds the values in
-send order.
+partition, while the brokers leading the topic's partitions are killed one after the other,
+half of the time for good (Ray restarts the others; the controller notices the dead ones and
+creates them again on their node; each reopens its logs and leads at a new epoch). Then the
+history is checked against the log by the history checker (tests/history.py): every future
+resolved by its deadline; every send made after the cluster was healthy again was
+acknowledged; each acknowledged value is in the log once, at the offset its acknowledgement
+gave; no value is there twice, no offset holds two; and per producer and partition the log
+holds the values in send order.
 """
 
 from __future__ import annotations
@@ -27,7 +27,13 @@ from raylog.client.futures import RecordFuture
 from raylog.errors import ProduceFailedError
 from tests import history
 from tests.history import Read, check, summary
-from tests.integration.conftest import consume_all, replica_handle, restarts, wait_for
+from tests.integration.conftest import (
+    consume_all,
+    leader_broker,
+    replica_info,
+    restarts,
+    wait_for,
+)
 
 PRODUCERS = 3
 PARTITIONS = 3
@@ -122,19 +128,21 @@ def test_replica_kills_leave_no_stuck_future_no_duplicate_and_no_reordering(
                          s.future.done() for mine in sends for s in mine) > acked + 300),
                      timeout=60, what="sends to be acknowledged between kills")
             partition = kill % PARTITIONS
-            actor = replica_handle(admin, topic_name, partition)
+            actor = leader_broker(admin, topic_name, partition)
+
+            def serving(partition=partition) -> bool:
+                return replica_info(admin, topic_name, partition)["role"] == "leader"
+
             if kill % 2:  # for good: the controller notices and creates it again
                 ray.kill(actor, no_restart=True)
-                wait_for(lambda actor=actor, partition=partition: ray.get(
-                    replica_handle(admin, topic_name, partition).describe.remote(),
-                    timeout=5) and not is_alive(actor),
-                         timeout=60, what="the controller to create the replica again")
+                wait_for(lambda actor=actor, serving=serving: not is_alive(actor) and serving(),
+                         timeout=60, what="the controller to create the broker again")
             else:  # Ray restarts it on its node
                 before = restarts(actor)
                 ray.kill(actor, no_restart=False)
-                wait_for(lambda actor=actor, before=before: restarts(actor) > before and
-                         ray.get(actor.describe.remote(), timeout=5),
-                         timeout=60, what="the killed replica to restart")
+                wait_for(lambda actor=actor, before=before, serving=serving:
+                         restarts(actor) > before and serving(),
+                         timeout=60, what="the killed broker to restart")
         recovered.set()
         wait_for(lambda: sent(lambda: all(sum(s.after_recovery for s in mine) >=
                                           SENDS_AFTER_RECOVERY for mine in sends)),

@@ -23,10 +23,15 @@ class FakeClock:
 
 
 def batch_of(values: Sequence[bytes | None], *, ts: int = 1_700_000_000_000,
-             keys: Sequence[bytes | None] | None = None, codec: Codec = Codec.LZ4) -> bytes:
+             keys: Sequence[bytes | None] | None = None, codec: Codec = Codec.LZ4,
+             producer_id: int | None = None, producer_epoch: int = 0,
+             base_sequence: int = 0) -> bytes:
+    """One batch of ``values``; with ``producer_id``, an idempotent producer's batch."""
     builder = BatchBuilder(max_bytes=64 << 20, codec=codec)
     for i, value in enumerate(values):
         assert builder.append(ts, keys[i] if keys else None, value)
+    if producer_id is not None:
+        builder.set_producer(producer_id, producer_epoch, base_sequence)
     return builder.build()
 
 

@@ -125,20 +125,22 @@ def test_a_malformed_producer_batch_spends_its_sequence_but_a_damaged_one_does_n
     """The leader refuses both. A malformed batch (CRCs right) was built so by its producer:
     its sequence is spent, so the producer's next batch is taken. A damaged one (a CRC
     wrong) may have a damaged sequence too: nothing is recorded for its producer."""
-    from raylog.partition import Partition
+    from raylog.partition import LeaderAndIsr, Partition
 
     partition = Partition("p", 0, PartitionLog(tmp_path / "p-0", CONFIG, clock=FakeClock(NOW)),
                           0)
+    partition.apply(LeaderAndIsr(0, 0, 0, (0,), (0,)))
     first = reseal(GOOD, producer_id=7, producer_epoch=0, base_sequence=0)
-    partition.append(first)
+    partition.append(first, leader_epoch=0)
     malformed = reseal(GOOD, lz4.frame.compress(b"not arrow" * 50), producer_id=7,
                        producer_epoch=0, base_sequence=3)
     with pytest.raises(CorruptRecordError):
-        partition.append(malformed)
+        partition.append(malformed, leader_epoch=0)
     damaged = bytearray(reseal(GOOD, producer_id=7, producer_epoch=0, base_sequence=6))
     damaged[-1] ^= 0x40
     with pytest.raises(CorruptRecordError, match="CRC"):
-        partition.append(bytes(damaged))
+        partition.append(bytes(damaged), leader_epoch=0)
     nxt = reseal(GOOD, producer_id=7, producer_epoch=0, base_sequence=6)
-    assert partition.append(nxt).base_offset == 3  # after the first: nothing else appended
+    # After the first: nothing else was appended.
+    assert partition.append(nxt, leader_epoch=0).base_offset == 3
     partition.log.close()

@@ -34,15 +34,17 @@ DEADLINE_S = 2.0  # a generous bound: each of these answers without any I/O
 
 
 class _NoController:
-    def call(self, method, *args, **kwargs):
-        raise AssertionError(f"the controller was called ({method}) for a bad argument")
+    def __getattr__(self, method):
+        def called(*args, **kwargs):
+            raise AssertionError(f"the controller was called ({method}) for a bad argument")
+        return called
 
 
 class _RefusingLeader:
     """A partition leader that refuses every batch at once (a test that sent good records
     can then close its producer without waiting for anything)."""
 
-    def append(self, batch, acks, leader_epoch):
+    def append(self, batch, acks, timeout_ms):
         raise InvalidRecordError("refused by the test's leader")
 
 
@@ -56,7 +58,7 @@ class _Cluster(RaylogCluster):
         self.limits = PartitionLimits(max_partitions_per_topic=100)
         self._lock = threading.Lock()
         self._topics = {"t": TopicMetadata(
-            "t", "id", tuple(PartitionMetadata(p, "node", 0, _RefusingLeader())
+            "t", "id", tuple(PartitionMetadata(p, 0, 0, (0,), (0,), {0: _RefusingLeader()})
                              for p in range(2)), {},
             fetched_at=time.monotonic() + 3600)}
 

@@ -72,5 +72,5 @@ def test_placement_counts_existing_replicas_per_broker():
 
 def test_placement_limit_derived_from_memory_names_the_reason():
     memory = {7: 2 * REPLICA_MEMORY_BYTES}  # a broker on a node with little memory
-    with pytest.raises(InvalidPartitionsError, match=r"limit per broker is 2: about 72 MB"):
+    with pytest.raises(InvalidPartitionsError, match=r"limit per broker is 2: 1 MiB per replica"):
         PartitionLimits().check_placement("t", [[7]] * 3, [], memory)

@@ -137,14 +137,24 @@ def test_configs_altered_replaces_the_configs():
 def test_partition_changed_sets_leader_epoch_and_isr():
     state = state_of(topic_created("t", "id-1", [["a", "b", "c"]], {}),
                      partition_changed("t", 0, leader="b", leader_epoch=4, isr=["b", "c"]))
-    assert state.topic("t").partition(0) == PartitionState(0, ["a", "b", "c"], "b", 4, ["b", "c"])
+    assert state.topic("t").partition(0) == PartitionState(0, ["a", "b", "c"], "b", 4, ["b", "c"],
+                                                                partition_epoch=1)
 
 
 def test_partition_changed_may_move_replicas_and_leave_no_leader():
     state = state_of(topic_created("t", "id-1", [["a", "b"]], {}),
                      partition_changed("t", 0, leader=None, leader_epoch=1, isr=[],
                                        replicas=["c", "d"]))
-    assert state.topic("t").partition(0) == PartitionState(0, ["c", "d"], None, 1, [])
+    assert state.topic("t").partition(0) == PartitionState(0, ["c", "d"], None, 1, [],
+                                                           partition_epoch=1)
+
+
+def test_every_partition_change_bumps_the_partition_epoch_and_replays_alike():
+    events = [topic_created("t", "id-1", [["a", "b"]], {}),
+              partition_changed("t", 0, leader="a", leader_epoch=0, isr=["a"]),
+              partition_changed("t", 0, leader="b", leader_epoch=1, isr=["b"])]
+    assert state_of(*events).topic("t").partition(0).partition_epoch == 2
+    assert state_of(*events).topic("t") == state_of(*events).topic("t")
 
 
 @pytest.mark.parametrize("event", [

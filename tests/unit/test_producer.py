@@ -42,7 +42,7 @@ class FakeLeader:
         self.hung: list[bytes] = []  # batches whose requests never get an answer
         self.lock = threading.Lock()
 
-    def append(self, data: bytes, acks: object, leader_epoch: int) -> concurrent.futures.Future:
+    def append(self, data: bytes, acks: object, timeout_ms: int) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
         with self.lock:
             if self.mode == "hang":
@@ -85,7 +85,8 @@ class FakeCluster:
         self.leader = leader
 
     def topic(self, name: str, refresh: bool = False) -> TopicMetadata:
-        return TopicMetadata(name, "id", (PartitionMetadata(0, "node", 0, self.leader),), {},
+        return TopicMetadata(name, "id", (PartitionMetadata(0, 0, 0, (0,), (0,),
+                                                            {0: self.leader}),), {},
                              time.monotonic())
 
 

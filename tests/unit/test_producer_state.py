@@ -7,7 +7,7 @@ import os
 import pytest
 
 from raylog.errors import InvalidProducerEpochError, RecordTooLargeError
-from raylog.partition import Partition
+from raylog.partition import LeaderAndIsr, Partition
 from raylog.producer_state import RECENT_BATCHES, ProducerStates, SequenceGap
 from raylog.records import BatchBuilder, parse_header
 from raylog.storage import AppendInfo, LogConfig, PartitionLog
@@ -25,10 +25,23 @@ def batch(values: list[bytes], producer_id: int = 7, sequence: int = 0, epoch: i
     return builder.build()
 
 
+class Leader(Partition):
+    """A partition told to lead at epoch 0 that appends at that epoch: these tests are about
+    producer sequences, not epochs."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.apply(LeaderAndIsr(self.replica_id, 0, 0, (self.replica_id,),
+                                (self.replica_id,)))
+
+    def append(self, batch, acks=1, leader_epoch=0, accept_unknown=False):
+        return super().append(batch, acks, leader_epoch, accept_unknown)
+
+
 @pytest.fixture
 def partition(tmp_path) -> Partition:
     log = PartitionLog(tmp_path, LogConfig(max_message_bytes=4096), clock=FakeClock(NOW))
-    return Partition("t", 0, log, "node")
+    return Leader("t", 0, log, 0)
 
 
 def test_batches_append_in_sequence_order_and_gaps_wait(partition):
@@ -82,12 +95,12 @@ def test_a_refused_batch_spends_its_sequence(partition):
 
 def test_state_is_rebuilt_from_the_log_after_a_restart(tmp_path):
     log = PartitionLog(tmp_path, LogConfig(), clock=FakeClock(NOW))
-    first = Partition("t", 0, log, "node")
+    first = Leader("t", 0, log, 0)
     sent = batch([b"a"], sequence=0)
     answer = first.append(sent)
     log.close()
-    reopened = Partition("t", 0, PartitionLog(tmp_path, LogConfig(), clock=FakeClock(NOW)),
-                         "node")
+    reopened = Leader("t", 0, PartitionLog(tmp_path, LogConfig(), clock=FakeClock(NOW)),
+                         0)
     assert reopened.append(sent) == answer  # still recognised as a retry
     reopened.append(batch([b"b"], sequence=1))
     assert [r.value for r in all_records(reopened.log)] == [b"a", b"b"]
@@ -123,9 +136,9 @@ def test_a_new_epoch_starts_over_at_zero_and_fences_the_old_one(partition):
 
 def test_the_epoch_is_rebuilt_from_the_log(tmp_path):
     log = PartitionLog(tmp_path, LogConfig(), clock=FakeClock(NOW))
-    Partition("t", 0, log, "node").append(batch([b"a"], sequence=0, epoch=3))
+    Leader("t", 0, log, 0).append(batch([b"a"], sequence=0, epoch=3))
     log.close()
-    reopened = Partition("t", 0, PartitionLog(tmp_path, LogConfig(), clock=FakeClock(NOW)),
-                         "node")
+    reopened = Leader("t", 0, PartitionLog(tmp_path, LogConfig(), clock=FakeClock(NOW)),
+                         0)
     with pytest.raises(InvalidProducerEpochError):
         reopened.append(batch([b"old"], sequence=1, epoch=2))

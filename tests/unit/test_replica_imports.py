@@ -1,9 +1,9 @@
-"""A partition replica's process imports only what a replica needs.
+"""A broker's process imports only what hosting replicas needs.
 
-Brokers hold thousands of replicas, one Ray actor process each, so every module a replica
-imports is paid thousands of times. The replica's code runs here in a fresh interpreter (no
-Ray cluster: its work is done on the plain Partition it hosts, as the actor does), then the
-modules it loaded are checked.
+Brokers run on every broker node and hold thousands of replicas: every module their process
+imports is memory on every broker. The broker's code runs here in a fresh interpreter (no
+Ray cluster: it opens a replica the way the broker actor does, through HostedReplica, and
+works on it as the actor's RPCs do), then the modules it loaded are checked.
 """
 
 from __future__ import annotations
@@ -24,24 +24,24 @@ SCRIPT = textwrap.dedent("""
     import json, sys
     from pathlib import Path
 
-    import actors.replica as replica
-    replica.forgo_pandas()  # as ReplicaActor.__init__ does first
-    from raylog.partition import Partition
+    import actors.broker as broker
+    broker.forgo_pandas()  # as BrokerActor.__init__ does first
+    from actors.hosting import HostedReplica
+    from raylog.partition import LeaderAndIsr
     from raylog.records.kafka_columns import kafka_table
-    from raylog.storage import PartitionLog
-    from raylog.topics import log_config
 
     root = Path(sys.argv[1])
-    log = PartitionLog(root / "t-0", log_config({}))
-    partition = Partition("t", 0, log, 0, {})
+    hosted = HostedReplica.open(root, "t", 0, "topic-id", 0, {})
+    partition = hosted.partition
+    partition.apply(LeaderAndIsr(0, 0, 0, (0,), (0,)))
     for path in sorted(root.glob("batch-*")):
-        partition.append(path.read_bytes())
-    partition.fetch(0, 1 << 20)
-    kafka_table(partition.read_table(0, log.log_end_offset), "t", 0)
-    partition.list_offset(0)
-    partition.list_offset("latest")
-    log.compact()
-    log.close()
+        partition.append(path.read_bytes(), leader_epoch=0)
+    partition.fetch(0, 1 << 20, 0)
+    kafka_table(partition.read_table(0, partition.log_end_offset, 0), "t", 0)
+    partition.list_offset(0, 0)
+    partition.list_offset("latest", 0)
+    partition.log.compact()
+    partition.close()
     print(json.dumps(sorted(sys.modules)))
 """)
 

@@ -1,0 +1,284 @@
+"""The controller's side of its brokers: which node serves which broker, a watch on each,
+leadership and ISR changes when one goes or comes back, and telling brokers what they hold.
+
+- **Registration** (:meth:`BrokerManager.register`, every reconcile round): every live Ray
+  node with the broker resource gets a broker actor (actors/broker.py); its answer says which
+  broker its data directory holds. raylog/metadata/brokers.py decides: a new directory gets
+  the next broker id, written into it; a known one is served by that node from now on;
+  another cluster's directory, or a broker id another live node serves (a copied disk), is
+  refused, and that node is not asked again while it runs.
+- **Watching**: one :class:`BrokerWatch` per registered broker (actors/supervision.py).
+- **A broker goes** (:meth:`on_down`): raylog/metadata/election.py decides, per partition it
+  replicates, the new leader and ISR; each change is persisted, then every live replica of
+  the partition is told.
+- **A broker comes back** or is seen for the first time (:meth:`on_up`): if its incarnation is
+  not the one the metadata log last saw, it lost its in-memory state (a restart), so it is
+  first taken down as above; leaderless partitions may then get a leader; and the broker is
+  told the full state of every replica it holds (it removes any other it finds).
+
+Plain decisions live in raylog/metadata; this module does the Ray work around them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from actors.broker import BrokerActor
+from actors.supervision import BrokerWatch, Health
+from raylog.cluster_names import BROKER_RESOURCE, NAMESPACE, broker_actor_name
+from raylog.identity import BrokerIdentity
+from raylog.metadata import election
+from raylog.metadata import state as events
+from raylog.metadata.brokers import BrokerRegistry, Offer, Verdict
+from raylog.metadata.state import PartitionState, TopicState
+
+if TYPE_CHECKING:
+    from actors.controller import ControllerActor
+
+logger = logging.getLogger(__name__)
+
+IDENTIFY_TIMEOUT_S = 30.0
+APPLY_TIMEOUT_S = 120.0
+
+
+def broker_nodes() -> tuple[dict[str, float | None], set[str]]:
+    """(the live nodes that carry the broker resource: node id -> memory (bytes) Ray gives
+    their tasks and actors, None if it does not say; the nodes Ray reports dead)."""
+    live, dead = {}, set()
+    for n in ray.nodes():
+        if not n.get("Alive"):
+            dead.add(n["NodeID"])
+        elif n.get("Resources", {}).get(BROKER_RESOURCE, 0) > 0:
+            live[n["NodeID"]] = n["Resources"].get("memory")
+    return live, dead
+
+
+def unclean_allowed(topic: TopicState) -> bool:
+    return bool(topic.configs.get("unclean_leader_election_enable", False))
+
+
+class BrokerManager:
+    """Brokers, their watches and their replicas' states, for the controller. Its event loop
+    is the only user."""
+
+    def __init__(self, controller: ControllerActor) -> None:
+        self.controller = controller
+        state = controller.state
+        self.registry = BrokerRegistry(state.cluster_id, set(state.broker_ids))
+        self.watches: dict[int, BrokerWatch] = {}
+        self.down_since: dict[int, float] = {}  # broker -> when it went (monotonic s)
+        self._started = time.monotonic()
+
+    # -- who is alive ------------------------------------------------------------------------
+
+    def live(self) -> set[int]:
+        return {b for b, w in self.watches.items() if w.alive}
+
+    def handles(self) -> dict[int, ray.actor.ActorHandle]:
+        return {b: w.handle for b, w in self.watches.items() if w.alive}
+
+    def handle(self, broker: int) -> ray.actor.ActorHandle | None:
+        watch = self.watches.get(broker)
+        return watch.handle if watch is not None and watch.alive else None
+
+    def node_memory(self) -> dict[int, float | None]:
+        """Live brokers -> the memory Ray gives their node's tasks and actors."""
+        memory, _ = broker_nodes()
+        return {b: memory.get(self.watches[b].node_id) for b in self.live()}
+
+    # -- registration --------------------------------------------------------------------------
+
+    def _actor(self, node_id: str) -> ray.actor.ActorHandle:
+        return BrokerActor.options(
+            name=broker_actor_name(node_id), namespace=NAMESPACE, get_if_exists=True,
+            lifetime="detached", max_restarts=-1, max_task_retries=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+        ).remote(node_id)
+
+    async def register(self) -> None:
+        """Ask every live broker node not yet serving (nor refused) which broker its data
+        directory holds; decide; start watching the brokers that serve."""
+        nodes, dead = broker_nodes()
+        self.registry.nodes_gone(dead)
+        unknown = [n for n in nodes if self.registry.broker_of(n) is None
+                   and n not in self.registry.refused]
+        if not unknown:
+            return
+        actors = [self._actor(n) for n in unknown]
+        try:
+            answers = await asyncio.wait_for(asyncio.gather(
+                *(a.identify.remote() for a in actors), return_exceptions=True),
+                IDENTIFY_TIMEOUT_S)
+        except TimeoutError:
+            logger.warning("broker actors of %d nodes did not answer in time", len(unknown))
+            return
+        for node_id, actor, answer in zip(unknown, actors, answers, strict=True):
+            if isinstance(answer, BaseException):
+                logger.warning("the broker actor of node %s failed: %r", node_id, answer)
+                continue
+            if answer["error"] is not None:
+                self._refuse(node_id, answer["error"])
+                continue
+            try:
+                await self._serve(node_id, actor, answer)
+            except Exception:  # one node's trouble must not keep the others from serving
+                logger.exception("node %s could not be registered", node_id)
+
+    async def _serve(self, node_id: str, actor: ray.actor.ActorHandle,
+                     answer: dict[str, Any]) -> None:
+        identity = BrokerIdentity(*answer["identity"]) if answer["identity"] else None
+        offer = Offer(node_id, answer["host"], answer["data_dir"], identity)
+        verdict, reason = self.registry.decide(offer)
+        if verdict is Verdict.REFUSED:
+            self._refuse(node_id, reason)
+            return
+        controller = self.controller
+        if verdict is Verdict.NEW:
+            async with controller.lock:
+                broker_id = controller.state.next_broker_id
+                controller.commit(events.broker_registered(broker_id))
+            self.registry.add(broker_id)
+            await actor.adopt.remote(broker_id, controller.state.cluster_id)
+        else:
+            broker_id = identity.broker_id
+        self.registry.serve(broker_id, offer)
+        logger.info("node %s (%s) serves broker %d from %s", node_id, offer.host,
+                    broker_id, offer.data_dir)
+        old = self.watches.get(broker_id)
+        if old is not None:
+            old.stop()
+        watch = self.watches[broker_id] = BrokerWatch(
+            broker_id, actor, node_id, answer["incarnation"], self.on_down, self.on_up)
+        watch.start()
+        await self.on_up(watch)
+
+    def _refuse(self, node_id: str, reason: str) -> None:
+        if self.registry.refused.get(node_id) != reason:
+            logger.error("refusing broker node %s: %s", node_id, reason)
+        self.registry.refuse(node_id, reason)
+
+    def missing_after_start(self) -> list[int]:
+        """Brokers the metadata knows that no live node has presented: after the first
+        registration round they are down (their leaderships must move)."""
+        return sorted(b for b in self.controller.state.broker_ids
+                      if b not in self.watches and b not in self.down_since)
+
+    # -- a broker goes, a broker comes back -------------------------------------------------------
+
+    async def on_down(self, watch: BrokerWatch) -> None:
+        broker = watch.broker_id
+        if watch.health is Health.DEAD:
+            self.registry.unserve(broker)
+            self.watches.pop(broker, None)
+            ray.kill(watch.handle, no_restart=True)  # frees its name for a new one
+        await self.broker_down(broker)
+
+    async def broker_down(self, broker: int) -> None:
+        """Move the leaderships of ``broker`` and take it out of ISRs."""
+        self.down_since.setdefault(broker, time.monotonic())
+        controller = self.controller
+        changed = []
+        async with controller.lock:
+            live = self.live() - {broker}
+            for topic, p in controller.replicas_on(broker):
+                change = election.broker_down(p, broker, live, unclean_allowed(topic))
+                if change is not None:
+                    controller.commit_change(topic, p, change)
+                    changed.append((topic, p))
+        if changed:
+            logger.info("broker %d down: %d partitions changed leader or ISR", broker,
+                        len(changed))
+        await self.push(changed)
+
+    async def on_up(self, watch: BrokerWatch) -> None:
+        broker = watch.broker_id
+        controller = self.controller
+        if controller.state.incarnations.get(broker) != watch.incarnation:
+            known = broker in controller.state.incarnations
+            async with controller.lock:
+                controller.commit(events.broker_started(broker, watch.incarnation))
+            if known:  # it restarted: what it held in memory (its ISR, its epochs) is gone
+                await self.broker_down(broker)
+        self.down_since.pop(broker, None)
+        changed = []
+        async with controller.lock:
+            live = self.live()
+            for topic, p in controller.replicas_on(broker):
+                change = election.broker_up(p, broker, live, unclean_allowed(topic))
+                if change is not None:
+                    controller.commit_change(topic, p, change)
+                    changed.append((topic, p))
+        await self.push_full(broker)
+        await self.push(changed)
+
+    async def elect_leaderless(self) -> None:
+        """Give a leader to every partition without one that has a live candidate (a broker
+        came back before the partition's last ISR member was known)."""
+        controller = self.controller
+        changed = []
+        async with controller.lock:
+            live = self.live()
+            for topic in list(controller.state.topics.values()):
+                for p in topic.partitions:
+                    if p.leader is None:
+                        change = election.leaderless(p, live, unclean_allowed(topic))
+                        if change is not None:
+                            controller.commit_change(topic, p, change)
+                            changed.append((topic, p))
+        await self.push(changed)
+
+    # -- telling brokers --------------------------------------------------------------------------
+
+    def state_of(self, topic: TopicState, p: PartitionState) -> dict[str, Any]:
+        return {"topic": topic.name, "partition": p.partition, "topic_id": topic.topic_id,
+                "configs": dict(topic.configs), "leader": p.leader,
+                "leader_epoch": p.leader_epoch, "partition_epoch": p.partition_epoch,
+                "replicas": list(p.replicas), "isr": list(p.isr)}
+
+    async def push(self, partitions: Iterable[tuple[TopicState, PartitionState]]) -> None:
+        """Tell every live replica of these partitions their current state."""
+        by_broker: dict[int, list[dict[str, Any]]] = {}
+        for topic, p in partitions:
+            if self.controller.state.topics.get(topic.name) is not topic:
+                continue  # deleted meanwhile
+            state = self.state_of(topic, p)
+            for broker in p.replicas:
+                if broker in self.live():
+                    by_broker.setdefault(broker, []).append(state)
+        await asyncio.gather(*(self._apply(b, states) for b, states in by_broker.items()))
+
+    async def push_full(self, broker: int) -> None:
+        """Tell ``broker`` the state of every replica it holds, and that it holds no other."""
+        states = [self.state_of(t, p) for t, p in self.controller.replicas_on(broker)]
+        await self._apply(broker, states, full=True)
+
+    async def _apply(self, broker: int, states: list[dict[str, Any]], full: bool = False
+                     ) -> dict[str, Any] | None:
+        handle = self.handle(broker)
+        if handle is None:
+            return None
+        try:
+            answers = await asyncio.wait_for(handle.apply.remote(
+                broker, self.controller.state.cluster_id, states, self.handles(), full),
+                APPLY_TIMEOUT_S)
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnschedulableError,
+                TimeoutError) as e:
+            # Its watch says so too, and the broker is told everything when it is back.
+            logger.warning("could not tell broker %d about %d replicas: %r", broker,
+                           len(states), e)
+            return None
+        except Exception:  # the broker failed to take it (a bug): its next push retries
+            logger.exception("broker %d failed to take the state of %d replicas", broker,
+                             len(states))
+            return None
+        failed = {k: v["error"] for k, v in answers.items() if "error" in v}
+        if failed:
+            logger.error("broker %d could not serve %s", broker, failed)
+        return answers

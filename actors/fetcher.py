@@ -1,0 +1,213 @@
+"""A follower broker's fetcher for one leader broker (Kafka's ReplicaFetcherThread).
+
+Each broker runs one :class:`ReplicaFetcher` per broker it follows partitions of: one task
+that copies, for every such partition, what the leader has and it lacks, in one request per
+round however many partitions there are. A partition it is given first truncates what the
+leader does not have (asking the leader where its epochs ended: KIP-101, KIP-279), then
+fetches from its log end; each answer brings the leader's high watermark and log start.
+
+Errors per partition are the leader's word that the follower's view is off: a fenced or
+unknown leader epoch, or "not the leader", mean the controller is about to say something
+new, so the partition waits for that (the broker moves it, or gives it back a new epoch); an
+offset out of range means the follower is past the leader's log end (it truncates there) or
+below its log start (it starts over there). A leader that cannot be reached is tried again
+with a growing backoff until the controller says who leads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from typing import Any
+
+import ray
+from ray.exceptions import ActorUnschedulableError, RayActorError
+
+from raylog.errors import (
+    FencedEpochError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
+    RaylogError,
+    UnknownLeaderEpochError,
+)
+from raylog.partition import Role
+from raylog.replication.truncation import Ask
+
+logger = logging.getLogger(__name__)
+
+FETCH_MAX_WAIT_MS = 500          # the leader holds an empty fetch this long
+FETCH_MAX_BYTES = 32 << 20       # per request, over all partitions
+PARTITION_MAX_BYTES = 8 << 20    # per partition (at least one whole batch)
+BACKOFF_S = (0.05, 1.0)          # after a failed round: first, then doubled up to
+WAIT_FOR_CONTROLLER_S = 0.5      # a partition whose epoch is off waits this long
+
+
+@dataclasses.dataclass
+class Following:
+    """One partition this fetcher copies."""
+
+    leader_epoch: int
+    truncating: bool = True
+    paused_until: float = 0.0  # after an error that the controller will resolve
+
+
+class ReplicaFetcher:
+    """Copies the partitions this broker follows from one leader broker."""
+
+    def __init__(self, broker: Any, leader_id: int, handle: ray.actor.ActorHandle) -> None:
+        self.broker = broker   # the BrokerActor: its replicas, its id
+        self.leader_id = leader_id
+        self.handle = handle
+        self.partitions: dict[tuple[str, int], Following] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    def follow(self, tp: tuple[str, int], leader_epoch: int,
+               handle: ray.actor.ActorHandle) -> None:
+        """Copy ``tp`` (again) at ``leader_epoch``: truncate first, then fetch."""
+        self.handle = handle
+        self.partitions[tp] = Following(leader_epoch)
+        self._wake.set()
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def forget(self, tp: tuple[str, int]) -> None:
+        self.partitions.pop(tp, None)
+
+    def stop(self) -> None:
+        self.partitions.clear()
+        if self._task is not None:
+            self._task.cancel()
+
+    def _current(self, tp: tuple[str, int], following: Following) -> Any:
+        """The hosted replica, if this fetcher still copies it at that epoch as follower."""
+        if self.partitions.get(tp) is not following:
+            return None
+        hosted = self.broker.replicas.get(tp)
+        if hosted is None or hosted.partition.role is not Role.FOLLOWER or \
+                hosted.partition.leader_epoch != following.leader_epoch:
+            return None
+        return hosted
+
+    async def _run(self) -> None:
+        backoff = BACKOFF_S[0]
+        while self.partitions:
+            try:
+                progressed = await self._round()
+                backoff = BACKOFF_S[0]
+            except (RayActorError, ActorUnschedulableError) as e:
+                logger.info("fetcher from broker %d: leader unreachable (%s); retrying",
+                            self.leader_id, type(e).__name__)
+                progressed = False
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, BACKOFF_S[1])
+            except Exception:  # one bad round must not stop replication for good
+                logger.exception("fetcher from broker %d failed a round", self.leader_id)
+                progressed = False
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, BACKOFF_S[1])
+            if not progressed:
+                self._wake.clear()
+                paused = [f.paused_until for f in self.partitions.values()]
+                pause = max(min(paused, default=0) - time.monotonic(), 0.01)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), min(pause, BACKOFF_S[1]))
+
+    async def _round(self) -> bool:
+        """One round: truncate the partitions that start following, fetch the others.
+        Whether anything was sent."""
+        now = time.monotonic()
+        ready = {tp: f for tp, f in self.partitions.items() if f.paused_until <= now}
+        truncating = {tp: f for tp, f in ready.items() if f.truncating}
+        if truncating:
+            await self._truncate(truncating)
+        fetching = {tp: f for tp, f in ready.items() if not f.truncating}
+        requests, hosts = [], {}
+        for tp, following in fetching.items():
+            hosted = self._current(tp, following)
+            if hosted is None:
+                continue
+            partition = hosted.partition
+            hosts[tp] = (hosted, following)
+            requests.append((tp[0], tp[1], following.leader_epoch, partition.log_end_offset,
+                             partition.high_watermark))
+        if not requests:
+            return bool(truncating)
+        answers = await self.handle.replica_fetch.remote(
+            self.broker.broker_id, requests, FETCH_MAX_BYTES, PARTITION_MAX_BYTES,
+            FETCH_MAX_WAIT_MS)
+        for (topic, partition, *_), answer in zip(requests, answers, strict=True):
+            tp = (topic, partition)
+            hosted, following = hosts[tp]
+            if self._current(tp, following) is not hosted:
+                continue  # the controller moved it while the fetch was out
+            self._take(tp, hosted, following, answer)
+        return True
+
+    def _take(self, tp: tuple[str, int], hosted: Any, following: Following,
+              answer: dict[str, Any]) -> None:
+        error = answer.get("error")
+        partition = hosted.partition
+        if error is None:
+            partition.append_replicated(answer["data"], answer["high_watermark"],
+                                        answer["log_start_offset"])
+            hosted.notify()
+            return
+        if isinstance(error, OffsetOutOfRangeError):
+            start, end = answer["log_start_offset"], answer["log_end_offset"]
+            if partition.log_end_offset > end:
+                logger.warning("%s: log end %d past the leader's %d: truncating there",
+                               hosted.name, partition.log_end_offset, end)
+                partition.truncate(end)
+            elif partition.log_end_offset < start:
+                logger.info("%s: log end %d below the leader's log start %d: starting over "
+                            "there", hosted.name, partition.log_end_offset, start)
+                partition.restart_at(start)
+            hosted.notify()
+            return
+        if isinstance(error, FencedEpochError | UnknownLeaderEpochError | NotLeaderError):
+            following.paused_until = time.monotonic() + WAIT_FOR_CONTROLLER_S
+            return
+        logger.warning("%s: fetch from broker %d failed: %r", hosted.name, self.leader_id,
+                       error)
+        following.paused_until = time.monotonic() + WAIT_FOR_CONTROLLER_S
+
+    async def _truncate(self, truncating: dict[tuple[str, int], Following]) -> None:
+        """Truncate each new follower to where its log and the leader's agree, asking the
+        leader about all of them together, one epoch per partition per round."""
+        steps = {}
+        for tp, following in truncating.items():
+            hosted = self._current(tp, following)
+            if hosted is not None:
+                steps[tp] = (hosted, following, hosted.partition.truncation_step())
+        while steps:
+            asks = {}
+            for tp, (hosted, following, step) in steps.items():
+                if isinstance(step, Ask):
+                    hosted.partition.truncate(step.truncate_to)
+                    asks[tp] = (hosted, following, step)
+                else:
+                    hosted.partition.truncate(step.offset)
+                    following.truncating = False
+                    hosted.notify()
+                    logger.info("%s follows broker %d at epoch %d from offset %d",
+                                hosted.name, self.leader_id, following.leader_epoch,
+                                hosted.partition.log_end_offset)
+            if not asks:
+                return
+            requests = [(tp[0], tp[1], f.leader_epoch, step.epoch)
+                        for tp, (_, f, step) in asks.items()]
+            answers = await self.handle.epoch_end_offsets.remote(requests)
+            steps = {}
+            for (tp, (hosted, following, step)), answer in zip(asks.items(), answers,
+                                                               strict=True):
+                if self._current(tp, following) is not hosted:
+                    continue
+                if isinstance(answer, RaylogError):
+                    following.paused_until = time.monotonic() + WAIT_FOR_CONTROLLER_S
+                    continue
+                steps[tp] = (hosted, following,
+                             hosted.partition.truncation_step((step.epoch, tuple(answer))))

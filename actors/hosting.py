@@ -1,0 +1,246 @@
+"""One partition replica inside a broker actor: the asyncio shell around a plain Partition.
+
+A :class:`HostedReplica` owns a :class:`~raylog.partition.Partition` and what only an event
+loop can do for it: callers that wait for something to change (a consumer's long poll, a
+follower's fetch, an acks=all append waiting for its followers) park a future on it and are
+woken when records are appended, the high watermark moves or the role changes; a leader's
+ISR changes go to the controller one at a time. The broker actor runs every replica on one
+event loop, so a Partition never sees concurrent calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from raylog.errors import (
+    FencedEpochError,
+    OutOfOrderSequenceError,
+    RaylogError,
+    RequestTimeoutError,
+    StorageError,
+)
+from raylog.partition import LeaderAndIsr, Partition, Role
+from raylog.producer_state import SequenceGap
+from raylog.storage import AppendInfo, PartitionLog, files
+from raylog.topics import log_config
+
+logger = logging.getLogger(__name__)
+
+METADATA_FILE = "partition.metadata"
+SEQUENCE_WAIT_S = 2.0  # how long a batch ahead of its producer's sequence waits for the gap
+
+
+def partition_dir_owner(directory: Path) -> str | None:
+    """The topic id a partition directory belongs to (its marker), None without a marker.
+    Raises StorageError for a marker that cannot be read: never guess whose data it is."""
+    marker = directory / METADATA_FILE
+    try:
+        return json.loads(marker.read_text())["topic_id"]
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise StorageError(f"{marker} is unreadable ({e}); the directory is left as it is: "
+                           f"move it away to let the partition start over") from e
+
+
+def open_partition_dir(data_dir: Path, topic: str, partition: int, topic_id: str) -> Path:
+    """The replica's directory, emptied first if it belonged to an older topic of that name.
+
+    The marker naming the topic id is written atomically and durably before anything else
+    goes into the directory, so a crash never leaves segments under a marker that is
+    missing or half written."""
+    directory = data_dir / f"{topic}-{partition}"
+    owner = partition_dir_owner(directory)
+    if owner is not None and owner != topic_id:
+        logger.warning("removing %s: it belongs to topic id %s, not %s", directory, owner,
+                       topic_id)
+        remove_partition_dir(directory)
+    if owner != topic_id:
+        files.make_dirs(directory)
+        write_marker(directory, {"topic": topic, "partition": partition, "topic_id": topic_id})
+    return directory
+
+
+def write_marker(directory: Path, content: dict[str, Any]) -> None:
+    marker = directory / METADATA_FILE
+    tmp = marker.with_name(METADATA_FILE + ".tmp")
+    fd = files.create(tmp, os.O_WRONLY | os.O_TRUNC)
+    try:
+        os.write(fd, json.dumps(content).encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    files.replace(tmp, marker)
+    files.fsync_dir(directory)
+
+
+def remove_partition_dir(directory: Path) -> None:
+    """Remove a partition's directory for good: its marker first (durably), so a crash
+    midway leaves a directory without a marker, which is never taken for live data."""
+    if directory.is_dir():
+        files.remove(directory / METADATA_FILE)
+        files.fsync_dir(directory)
+        shutil.rmtree(directory, ignore_errors=True)
+    files.fsync_dir(directory.parent)
+
+
+class HostedReplica:
+    """A Partition and the futures of callers waiting for it to change. Only the broker's
+    event loop uses it."""
+
+    def __init__(self, partition: Partition, topic_id: str) -> None:
+        self.partition = partition
+        self.topic_id = topic_id
+        self._waiters: set[asyncio.Future] = set()
+        self.active = True  # maintenance has something to do (see Broker._maintain)
+        self.proposing = False  # an ISR change is with the controller
+        self.last_hw_checkpoint = time.monotonic()
+
+    @classmethod
+    def open(cls, data_dir: Path, topic: str, partition: int, topic_id: str,
+             broker_id: int, configs: dict[str, Any]) -> HostedReplica:
+        directory = open_partition_dir(data_dir, topic, partition, topic_id)
+        log = PartitionLog(directory, log_config(configs))
+        hosted = cls(Partition(topic, partition, log, broker_id, configs), topic_id)
+        logger.info("opened %s: %s", directory, log.recovery)
+        return hosted
+
+    @property
+    def name(self) -> str:
+        return self.partition.name
+
+    # -- waiting -------------------------------------------------------------------------------
+
+    def notify(self) -> None:
+        """Something changed (records, high watermark, role): wake every waiter."""
+        self.active = True
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._waiters.clear()
+
+    async def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for the next change; whether one came."""
+        return await wait_any([self], timeout)
+
+    # -- appending as leader -------------------------------------------------------------------
+
+    async def produce(self, batch: bytes, acks: int | str, leader_epoch: int,
+                      timeout_s: float) -> AppendInfo:
+        """Append a producer's batch; with acks=all, answer once the ISR has it.
+
+        A batch ahead of its producer's sequence waits (up to SEQUENCE_WAIT_S) for the batches
+        before it, which Ray may have started later. An acks=all batch that is not committed
+        within ``timeout_s`` fails with RequestTimeoutError (it is written: the producer's
+        retry is recognised as a duplicate)."""
+        partition = self.partition
+        deadline = time.monotonic() + SEQUENCE_WAIT_S
+        while True:
+            try:
+                info = partition.append(batch, acks, leader_epoch,
+                                        accept_unknown=time.monotonic() >= deadline)
+                break
+            except SequenceGap as gap:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise OutOfOrderSequenceError(
+                        f"{self.name}: batch waited for sequence {gap.expected} for "
+                        f"{SEQUENCE_WAIT_S} s") from None
+                await self.wait(remaining)  # then one last try, accepting
+        self.notify()
+        if acks in ("all", -1):
+            await self.committed(info.last_offset, timeout_s)
+        return info
+
+    async def committed(self, last_offset: int, timeout_s: float) -> None:
+        """Wait until the records up to ``last_offset`` are committed (the high watermark
+        passed them), this replica stopped leading (NotLeaderError) or ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while not self.partition.acks_all_done(last_offset):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RequestTimeoutError(
+                    f"{self.name}: offsets up to {last_offset} are written on the leader but "
+                    f"not yet on the in-sync replicas {sorted(self.partition.isr)} after "
+                    f"{timeout_s:.1f} s")
+            await self.wait(remaining)
+
+    # -- the ISR, through the controller ----------------------------------------------------------
+
+    def maybe_propose_isr(self, propose: Callable[[HostedReplica, list[int]],
+                                                  Awaitable[dict[str, Any]]]) -> None:
+        """If the leader should change its ISR and no change is with the controller, send
+        one (``propose`` calls the controller; its answer is the new partition state)."""
+        if self.proposing:
+            return
+        wanted = self.partition.isr_change_wanted()
+        if wanted is None:
+            return
+        replica_set = self.partition.replica_set
+        replica_set.propose_isr(wanted)
+        self.proposing = True
+        logger.info("%s: proposing ISR %s (was %s)", self.name, sorted(wanted),
+                    sorted(replica_set.isr))
+        asyncio.get_running_loop().create_task(self._propose(replica_set, sorted(wanted),
+                                                             propose))
+
+    async def _propose(self, replica_set: Any, isr: list[int],
+                       propose: Callable[[HostedReplica, list[int]],
+                                         Awaitable[dict[str, Any]]]) -> None:
+        try:
+            state = await propose(self, isr)
+        except (RaylogError, Exception) as e:  # the controller refused, or is restarting
+            if not isinstance(e, FencedEpochError):
+                logger.info("%s: ISR change to %s not made: %r", self.name, isr, e)
+            if self.partition.replica_set is replica_set:
+                self.partition._set_hw(replica_set.isr_change_failed(
+                    self.partition.log_end_offset))
+        else:
+            self.partition.apply(LeaderAndIsr.from_dict(state))
+            if self.partition.replica_set is replica_set and \
+                    replica_set.pending_isr is not None:
+                # The controller kept the ISR as it was (nothing to change after all).
+                self.partition._set_hw(replica_set.isr_change_failed(
+                    self.partition.log_end_offset))
+        finally:
+            self.proposing = False
+            self.notify()
+
+    # -- upkeep --------------------------------------------------------------------------------
+
+    def behind(self) -> bool:
+        """Whether this leader has followers that have not fetched everything: its ISR may
+        have to shrink, so maintenance keeps looking."""
+        partition = self.partition
+        if partition.role is not Role.LEADER:
+            return False
+        end = partition.log_end_offset
+        replica_set = partition.replica_set
+        return any(replica_set.follower(r).log_end_offset != end
+                   for r in partition.replicas if r != partition.replica_id)
+
+
+async def wait_any(replicas: Iterable[HostedReplica], timeout: float) -> bool:
+    """Wait up to ``timeout`` s until any of ``replicas`` changes; whether one did."""
+    if timeout <= 0:
+        return False
+    waiter = asyncio.get_running_loop().create_future()
+    hosts = list(replicas)
+    for hosted in hosts:
+        hosted._waiters.add(waiter)
+    try:
+        await asyncio.wait_for(waiter, timeout)
+        return True
+    except TimeoutError:
+        return False
+    finally:
+        for hosted in hosts:
+            hosted._waiters.discard(waiter)
