@@ -184,6 +184,9 @@ class BrokerActor:
                                 f"cluster {cluster_id}: refusing to serve it as that broker")
         self.broker_id = broker_id
         self.brokers = dict(brokers) if full else {**self.brokers, **brokers}
+        for leader, fetcher in self.fetchers.items():  # a broker created again: a new handle
+            if leader in self.brokers:
+                fetcher.handle = self.brokers[leader]
         answers = {}
         for state in states:
             tp = (state["topic"], state["partition"])
@@ -219,28 +222,39 @@ class BrokerActor:
                 "high_watermark": partition.high_watermark}
 
     def _react(self, tp: TopicPartition, hosted: HostedReplica, transition: Transition) -> None:
-        """Start or stop copying a partition after its role changed."""
-        if transition in (Transition.STALE, Transition.UNCHANGED):
-            return
+        """After the controller spoke: log a change of role, make the fetchers copy exactly
+        the partitions this broker follows, and wake the replica's waiters (an acks=all
+        append of a former leader fails)."""
         partition = hosted.partition
-        if transition is not Transition.UPDATED:
-            for fetcher in self.fetchers.values():
-                fetcher.forget(tp)
+        if transition not in (Transition.STALE, Transition.UNCHANGED, Transition.UPDATED):
             logger.info("%s: %s at leader epoch %d (leader %s, ISR %s)", hosted.name,
                         transition.value, partition.leader_epoch, partition.leader_id,
                         list(partition.isr))
-        if transition is Transition.FOLLOWER:
-            handle = self.brokers.get(partition.leader_id)
-            if handle is None:
-                logger.info("%s: leader broker %s is not reachable yet", hosted.name,
-                            partition.leader_id)
-            else:
-                fetcher = self.fetchers.get(partition.leader_id)
-                if fetcher is None:
-                    fetcher = self.fetchers[partition.leader_id] = ReplicaFetcher(
-                        self, partition.leader_id, handle)
-                fetcher.follow(tp, partition.leader_epoch, handle)
-        hosted.notify()  # waiters re-check: an acks=all append of a former leader fails
+        self._fetch_as_told(tp, partition)
+        if transition is not Transition.UNCHANGED:
+            hosted.notify()
+
+    def _fetch_as_told(self, tp: TopicPartition, partition: Any) -> None:
+        """Follow ``tp`` from its leader's broker at its leader epoch, and from no other.
+        Idempotent: a partition already followed at that epoch goes on where it is; one whose
+        leader's broker is not known yet starts when a later apply brings its handle."""
+        wanted = partition.leader_id if partition.role is Role.FOLLOWER else None
+        for leader, fetcher in self.fetchers.items():
+            following = fetcher.partitions.get(tp)
+            if following is not None and (leader != wanted or
+                                          following.leader_epoch != partition.leader_epoch):
+                fetcher.forget(tp)
+        if wanted is None:
+            return
+        handle = self.brokers.get(wanted)
+        if handle is None:
+            logger.info("%s-%d: leader broker %s is not reachable yet", *tp, wanted)
+            return
+        fetcher = self.fetchers.get(wanted)
+        if fetcher is None:
+            fetcher = self.fetchers[wanted] = ReplicaFetcher(self, wanted, handle)
+        if tp not in fetcher.partitions:
+            fetcher.follow(tp, partition.leader_epoch, handle)
 
     async def stop_replicas(self, replicas: list[tuple[str, int]], delete: bool = False
                             ) -> None:

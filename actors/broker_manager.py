@@ -107,8 +107,7 @@ class BrokerManager:
         directory holds; decide; start watching the brokers that serve."""
         nodes, dead = broker_nodes()
         self.registry.nodes_gone(dead)
-        unknown = [n for n in nodes if self.registry.broker_of(n) is None
-                   and n not in self.registry.refused]
+        unknown = [n for n in nodes if self.registry.to_ask(n)]
         if not unknown:
             return
         actors = [self._actor(n) for n in unknown]
@@ -137,7 +136,11 @@ class BrokerManager:
         offer = Offer(node_id, answer["host"], answer["data_dir"], identity)
         verdict, reason = self.registry.decide(offer)
         if verdict is Verdict.REFUSED:
-            self._refuse(node_id, reason)
+            # A broker another live node serves may be this one's after all, once Ray has
+            # declared that node dead: ask again. Any other reason stands.
+            served = identity is not None and identity.broker_id in self.registry.brokers \
+                and self.registry.brokers[identity.broker_id].alive
+            self._refuse(node_id, reason, final=not served)
             return
         controller = self.controller
         if verdict is Verdict.NEW:
@@ -159,10 +162,10 @@ class BrokerManager:
         watch.start()
         await self.on_up(watch)
 
-    def _refuse(self, node_id: str, reason: str) -> None:
+    def _refuse(self, node_id: str, reason: str, final: bool = True) -> None:
         if self.registry.refused.get(node_id) != reason:
             logger.error("refusing broker node %s: %s", node_id, reason)
-        self.registry.refuse(node_id, reason)
+        self.registry.refuse(node_id, reason, final)
 
     def missing_after_start(self) -> list[int]:
         """Brokers the metadata knows that no live node has presented: after the first
@@ -216,7 +219,11 @@ class BrokerManager:
                     controller.commit_change(topic, p, change)
                     changed.append((topic, p))
         await self.push_full(broker)
-        await self.push(changed)
+        # Every other replica of its partitions hears of it too: a follower told its state
+        # before this leader's broker was known (say, while brokers register one by one after
+        # a controller restart) learns where to fetch from.
+        await self.push({id(p): (t, p) for t, p in
+                         [*changed, *controller.replicas_on(broker)]}.values())
 
     async def elect_leaderless(self) -> None:
         """Give a leader to every partition without one that has a live candidate (a broker

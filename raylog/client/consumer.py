@@ -420,8 +420,10 @@ class Consumer(GroupMixin):
             done = wait_done(refs, max(remaining, 0))
             for ref in done:
                 self._receive(pending[ref], ref)
-            if not done and remaining <= 0:
-                return []
+            if remaining <= 0:
+                # Time is up, whatever came: fetches that keep answering at once (errors
+                # while a leader moves) must not keep poll from returning.
+                return self._drain(limit)
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         """Records one by one; ends after ``consumer_timeout_ms`` without any (if set)."""

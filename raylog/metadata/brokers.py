@@ -66,6 +66,12 @@ class BrokerRegistry:
         self.cluster_id = cluster_id
         self.brokers: dict[int, BrokerInfo] = {i: BrokerInfo(i) for i in known_ids}
         self.refused: dict[str, str] = {}  # node id -> why
+        # Nodes refused for a reason that cannot change while they run (another cluster's
+        # directory, an id never given out, an unreadable directory): not asked again. A
+        # node presenting a broker another live node serves is asked again each round: once
+        # Ray declares the other node dead, it serves (as Kafka's registration of a broker id
+        # waits for the old session to expire).
+        self.final: set[str] = set()
 
     def broker_of(self, node_id: str) -> int | None:
         for info in self.brokers.values():
@@ -103,6 +109,7 @@ class BrokerRegistry:
         info = self.brokers[broker_id]
         info.node_id, info.host, info.data_dir = offer.node_id, offer.host, offer.data_dir
         self.refused.pop(offer.node_id, None)
+        self.final.discard(offer.node_id)
 
     def unserve(self, broker_id: int) -> None:
         """No node serves ``broker_id`` any more (its broker actor died for good)."""
@@ -110,8 +117,14 @@ class BrokerRegistry:
         if info is not None:
             info.node_id = None
 
-    def refuse(self, node_id: str, reason: str) -> None:
+    def refuse(self, node_id: str, reason: str, final: bool = True) -> None:
         self.refused[node_id] = reason
+        if final:
+            self.final.add(node_id)
+
+    def to_ask(self, node_id: str) -> bool:
+        """Whether to ask a live broker node which broker it presents (again)."""
+        return self.broker_of(node_id) is None and node_id not in self.final
 
     def nodes_gone(self, dead_nodes: set[str]) -> list[int]:
         """Forget the nodes Ray reports dead; return the brokers now offline. (Only a node
@@ -123,6 +136,7 @@ class BrokerRegistry:
                 offline.append(info.broker_id)
         for node_id in [n for n in self.refused if n in dead_nodes]:
             del self.refused[node_id]
+            self.final.discard(node_id)
         return offline
 
     def live(self) -> dict[int, BrokerInfo]:

@@ -42,11 +42,12 @@ class Nodes:
     """A cluster_utils cluster: a head (the controller's) and broker nodes whose data
     directories the caller names, started in the order given."""
 
-    def __init__(self, root: Path, broker_dirs: list[str]) -> None:
+    def __init__(self, root: Path, broker_dirs: list[str],
+                 head_env: dict[str, str] | None = None) -> None:
         self.root = root
         self.cluster = Cluster(initialize_head=True, head_node_args={
             **NODE_ARGS, "include_dashboard": False,
-            "env_vars": {DATA_DIR_ENV: str(root / "head")}})
+            "env_vars": {DATA_DIR_ENV: str(root / "head"), **(head_env or {})}})
         self.brokers = {}  # data directory name -> node
         for name in broker_dirs:
             self.add_broker(name)
@@ -60,6 +61,15 @@ class Nodes:
                                      env_vars={DATA_DIR_ENV: str(self.root / name)})
         self.brokers[name] = node
         return node
+
+    def remove_broker(self, name: str) -> None:
+        """Take the broker node away, as a machine that died (its raylet and actors go)."""
+        self.cluster.remove_node(self.brokers.pop(name), allow_graceful=False)
+
+    def dir_of(self, broker_id: int) -> str:
+        """The name of the data directory that holds ``broker_id``."""
+        return next(name for name in self.brokers
+                    if read_identity(self.root / name).broker_id == broker_id)
 
     def stop(self) -> None:
         reset_default()
@@ -96,7 +106,7 @@ def fill(admin: Admin) -> dict[str, Any]:
 def append_raw(admin: Admin, batch: bytes) -> tuple[int, int]:
     """Append as the producer's sender would, to the leader of orders-0: (base, last)."""
     meta = admin._cluster.topic("orders", refresh=True).partitions[0]
-    info = ray.get(meta.leader_client().append(batch, "all", meta.leader_epoch), timeout=60)
+    info = ray.get(meta.leader_client().append(batch, "all"), timeout=60)
     return info.base_offset, info.last_offset
 
 

@@ -21,12 +21,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_scenario(name: str, root: Path, timeout: float = 900) -> dict:
+def run_scenario(name: str, root: Path, timeout: float = 900,
+                 module: str = "tests.integration.restart_scenario") -> dict:
+    """Run scenario ``name`` of ``module`` in a process of its own; what it printed last."""
     env = {**os.environ, "HOME": str(root)}  # ~/.raylog of the scenario is its own
     env.pop("RAY_ADDRESS", None)
-    done = subprocess.run([sys.executable, "-m", "tests.integration.restart_scenario", name,
-                           str(root)], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    done = subprocess.run([sys.executable, "-m", module, name, str(root)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, f"{name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
     return json.loads(done.stdout.strip().splitlines()[-1])
 

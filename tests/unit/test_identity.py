@@ -125,3 +125,26 @@ def test_a_broker_comes_back_on_a_new_node():
     assert registry.decide(moved)[0] is Verdict.SERVES
     registry.serve(0, moved)
     assert registry.broker_of("n3") == 0 and registry.brokers[0].data_dir == "/data/n3"
+
+
+def test_a_refused_duplicate_is_asked_again_and_serves_once_the_other_node_is_dead():
+    """The disk of a dead machine moved to a new node may be presented before Ray declares
+    the old node dead: refused meanwhile, asked again, and served once it is."""
+    registry = BrokerRegistry(CLUSTER, {0})
+    registry.serve(0, offer("old", BrokerIdentity(0, CLUSTER)))
+    verdict, reason = registry.decide(offer("new", BrokerIdentity(0, CLUSTER)))
+    registry.refuse("new", reason, final=False)
+    assert verdict is Verdict.REFUSED and registry.to_ask("new")
+    registry.nodes_gone({"old"})
+    assert registry.decide(offer("new", BrokerIdentity(0, CLUSTER)))[0] is Verdict.SERVES
+    registry.serve(0, offer("new", BrokerIdentity(0, CLUSTER)))
+    assert registry.refused == {} and not registry.to_ask("new")
+
+
+def test_a_foreign_directory_is_not_asked_again_while_its_node_runs():
+    registry = BrokerRegistry(CLUSTER, {0})
+    verdict, reason = registry.decide(offer("n1", BrokerIdentity(0, OTHER)))
+    registry.refuse("n1", reason)
+    assert verdict is Verdict.REFUSED and not registry.to_ask("n1")
+    registry.nodes_gone({"n1"})  # the node restarted (a new id next time): forgotten
+    assert registry.refused == {} and registry.to_ask("n1")

@@ -1,0 +1,198 @@
+"""Replication scenarios that take whole broker nodes away, each on a cluster of its own.
+
+Run by tests/integration/test_replication_scenarios.py as ``python -m
+tests.integration.replication_scenario SCENARIO ROOT`` (a process joins one Ray cluster at a
+time): a scenario starts its cluster (restart_scenario.Nodes), checks, prints what it checked
+as JSON and exits 0, or raises.
+
+- ``node-removed``: a leading broker's machine dies while producers write with acks=all; its
+  partitions fail over, and after ``RAYLOG_REPLACE_BROKER_AFTER_S`` its replicas are rebuilt
+  on the spare broker; nothing acknowledged is lost.
+- ``two-down``: two of three replicas go: acks=all writes are refused (nothing appended) and
+  accepted again once one is back in sync.
+- ``divergent``: a leader alone in its ISR writes records nobody copies, then dies; another
+  replica is elected (uncleanly) and writes others at those offsets; when the old leader
+  comes back it truncates exactly its divergent records (KIP-101) and copies the new ones.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from raylog import Admin, Consumer, Producer, TopicPartition
+from raylog.client.remote import resolve
+from raylog.errors import NotEnoughReplicasError
+from raylog.metadata.settings import REPLACE_AFTER_ENV
+from raylog.records import BatchBuilder
+from tests.history import summary
+from tests.integration.restart_scenario import Nodes, wait_for
+from tests.integration.workload import Workload
+
+TOPIC = "orders"
+
+
+def states(admin: Admin, topic: str = TOPIC) -> list[dict]:
+    return admin.describe_topic(topic)["partitions"]
+
+
+def in_sync(admin: Admin, topic: str = TOPIC) -> bool:
+    return all(p["leader"] is not None and sorted(p["isr"]) == sorted(p["replicas"])
+               for p in states(admin, topic))
+
+
+def replica_values(admin: Admin, partition: int = 0) -> dict[int, list]:
+    """Broker -> [(offset, value)] below each replica's own high watermark."""
+    meta = admin._cluster.topic(TOPIC, refresh=True).partitions[partition]
+    described = {r["broker_id"]: r for r in admin.describe_replicas(TOPIC)
+                 if r["partition"] == partition}
+    out = {}
+    for broker, client in meta.clients.items():
+        info = described[broker]
+        table = resolve(client.read_kafka_table(info["log_start_offset"],
+                                                info["high_watermark"]), timeout=60)
+        out[broker] = list(zip(table.column("offset").to_pylist(),
+                               table.column("value").to_pylist(), strict=True))
+    return out
+
+
+def node_removed(root: Path) -> dict[str, Any]:
+    nodes = Nodes(root, ["b0", "b1", "b2", "b3"], head_env={REPLACE_AFTER_ENV: "15"})
+    try:
+        admin = Admin()
+        admin.create_topic(TOPIC, partitions=3, replication_factor=3,
+                           configs={"min.insync.replicas": 2})
+        wait_for(lambda: in_sync(admin), what="in sync")
+        with Workload(TOPIC, 3) as load:
+            load.wait_acknowledged(300)
+            gone = states(admin)[0]["leader"]
+            nodes.remove_broker(nodes.dir_of(gone))
+            wait_for(lambda: all(p["leader"] not in (None, gone) for p in states(admin)),
+                     what="every partition led by a live broker")
+            load.wait_acknowledged(300)
+            # After RAYLOG_REPLACE_BROKER_AFTER_S its replicas move to the spare broker.
+            wait_for(lambda: all(gone not in p["replicas"] for p in states(admin)) and
+                     in_sync(admin), timeout=120, what="the gone broker's replicas rebuilt")
+            load.healthy()
+        anomalies = load.finish()
+        assert not anomalies, summary(anomalies)
+        for p in range(3):
+            held = wait_for(lambda p=p: (h := replica_values(admin, p)) and
+                            len({json.dumps(v, default=repr) for v in h.values()}) == 1 and h,
+                            what=f"orders-{p} identical on every replica")
+            assert len(held) == 3 and gone not in held
+        status = admin.cluster_status()
+        assert status["under_replicated_partitions"] == 0 and status["offline_partitions"] == 0
+        return {"gone": gone, **load.summary,
+                "replicas": [p["replicas"] for p in states(admin)]}
+    finally:
+        nodes.stop()
+
+
+def two_down(root: Path) -> dict[str, Any]:
+    nodes = Nodes(root, ["b0", "b1", "b2"])
+    try:
+        admin = Admin()
+        admin.create_topic(TOPIC, partitions=1, replication_factor=3,
+                           configs={"min.insync.replicas": 2})
+        wait_for(lambda: in_sync(admin), what="in sync")
+        with Producer(acks="all") as producer:
+            for i in range(100):
+                producer.send(TOPIC, b"before-%d" % i)
+        state = states(admin)[0]
+        followers = [b for b in state["replicas"] if b != state["leader"]]
+        names = [nodes.dir_of(b) for b in followers]
+        for name in names:
+            nodes.remove_broker(name)
+        wait_for(lambda: states(admin)[0]["isr"] == [state["leader"]],
+                 what="the ISR down to the leader")
+        # A raw acks=all append is refused, appending nothing; acks=1 still works.
+        meta = admin._cluster.topic(TOPIC, refresh=True).partitions[0]
+        builder = BatchBuilder()
+        builder.append(0, None, b"refused")
+        end_before = admin.describe_replicas(TOPIC)[0]["log_end_offset"]
+        try:
+            resolve(meta.leader_client().append(builder.build(), "all"), timeout=30)
+            raise AssertionError("an acks=all append with one in-sync replica was accepted")
+        except NotEnoughReplicasError as e:
+            refused = str(e)
+        assert admin.describe_replicas(TOPIC)[0]["log_end_offset"] == end_before
+        with Producer(acks=1) as producer:
+            assert producer.send(TOPIC, b"acks-1").result(30).offset == end_before
+        # acks=all sends made now wait (retrying) until a follower is back in sync.
+        waiting = Producer(acks="all", delivery_timeout_ms=120_000)
+        futures = [waiting.send(TOPIC, b"during-%d" % i) for i in range(20)]
+        assert not any(f.done() for f in futures)
+        nodes.add_broker(names[0])  # one follower's machine back, with its disk
+        wait_for(lambda: len(states(admin)[0]["isr"]) == 2, timeout=90,
+                 what="a follower back in the ISR")
+        offsets = [f.result(60).offset for f in futures]
+        waiting.close()
+        assert offsets == list(range(end_before + 1, end_before + 21))
+        with Consumer(auto_offset_reset="earliest") as consumer:
+            consumer.assign([TopicPartition(TOPIC, 0)])
+            got: list = []
+            wait_for(lambda: got.extend(consumer.poll(timeout_ms=200)) or len(got) >= 121,
+                     what="every record")
+        assert [r.value for r in got] == [b"before-%d" % i for i in range(100)] + \
+            [b"acks-1"] + [b"during-%d" % i for i in range(20)]
+        return {"refused": refused, "offsets": offsets}
+    finally:
+        nodes.stop()
+
+
+def divergent(root: Path) -> dict[str, Any]:
+    nodes = Nodes(root, ["b0", "b1", "b2"])
+    try:
+        admin = Admin()
+        admin.create_topic(TOPIC, partitions=1, replication_factor=3, configs={
+            "min.insync.replicas": 1, "unclean.leader.election.enable": True})
+        wait_for(lambda: in_sync(admin), what="in sync")
+        with Producer(acks="all") as producer:
+            for i in range(100):
+                producer.send(TOPIC, b"shared-%d" % i)
+        state = states(admin)[0]
+        old_leader = state["leader"]
+        followers = [b for b in state["replicas"] if b != old_leader]
+        follower_dirs = [nodes.dir_of(b) for b in followers]
+        leader_dir = nodes.dir_of(old_leader)
+        for name in follower_dirs:  # cut the followers off
+            nodes.remove_broker(name)
+        wait_for(lambda: states(admin)[0]["isr"] == [old_leader], what="ISR = old leader")
+        with Producer(acks=1) as producer:  # records only the old leader will ever have
+            for i in range(50):
+                producer.send(TOPIC, b"diverged-%d" % i)
+        nodes.remove_broker(leader_dir)
+        wait_for(lambda: states(admin)[0]["leader"] is None, what="no leader")
+        for name in follower_dirs:
+            nodes.add_broker(name)
+        wait_for(lambda: states(admin)[0]["leader"] in followers, timeout=90,
+                 what="an unclean election of a follower")
+        new_leader = states(admin)[0]["leader"]
+        with Producer(acks="all") as producer:  # other records at the same offsets
+            for i in range(30):
+                producer.send(TOPIC, b"new-%d" % i)
+        nodes.add_broker(leader_dir)  # the old leader comes back with its divergent tail
+        wait_for(lambda: in_sync(admin), timeout=120, what="the old leader back in sync")
+        expected = [b"shared-%d" % i for i in range(100)] + [b"new-%d" % i for i in range(30)]
+        held = wait_for(lambda: (h := replica_values(admin)) and len(h) == 3 and
+                        all(len(v) == 130 for v in h.values()) and h, timeout=60,
+                        what="every replica at the same high watermark")
+        for broker, records in held.items():
+            assert [o for o, _ in records] == list(range(130)), broker
+            assert [v for _, v in records] == expected, broker
+        described = {r["broker_id"]: r for r in admin.describe_replicas(TOPIC)}
+        assert described[old_leader]["log_end_offset"] == 130
+        return {"old_leader": old_leader, "new_leader": new_leader,
+                "epochs": described[old_leader]["leader_epochs"]}
+    finally:
+        nodes.stop()
+
+
+SCENARIOS = {"node-removed": node_removed, "two-down": two_down, "divergent": divergent}
+
+if __name__ == "__main__":
+    scenario, root = sys.argv[1], Path(sys.argv[2])
+    print(json.dumps(SCENARIOS[scenario](root), default=repr))

@@ -1,0 +1,263 @@
+"""Replication on a 3-broker cluster: failover without losing an acknowledged record.
+
+Topics here have replication factor 3 and ``min.insync.replicas`` 2, and producers send with
+``acks="all"`` throughout (tests/integration/workload.py) while brokers and the controller are
+killed. The history checker must find nothing: no acknowledged record lost or duplicated, no
+offset holding two values, no consumer going back, no producer's records out of order, no
+future left unresolved; and once the cluster is whole again, every replica of a partition
+holds the same records. The scenarios that take whole nodes away run on clusters of their own
+(replication_scenario.py, test_replication_scenarios.py).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import ray
+
+from raylog import Admin, Consumer, Producer
+from raylog.client.remote import resolve
+from raylog.errors import FencedEpochError, UnknownLeaderEpochError
+from tests.history import summary
+from tests.integration.conftest import (
+    leader_broker,
+    restart_controller,
+    restarts,
+    wait_for,
+)
+from tests.integration.workload import Workload
+
+PARTITIONS = 3
+REPLICATED = {"min.insync.replicas": 2}
+
+
+@pytest.fixture(scope="module")
+def admin(ray_cluster) -> Admin:
+    return Admin(cluster=ray_cluster.raylog)
+
+
+def create_replicated(admin: Admin, topic: str, partitions: int = PARTITIONS,
+                      **configs: object) -> dict:
+    return admin.create_topic(topic, partitions=partitions, replication_factor=3,
+                              configs={**REPLICATED, **configs})
+
+
+def partition_states(admin: Admin, topic: str) -> list[dict]:
+    return admin.describe_topic(topic)["partitions"]
+
+
+def fully_in_sync(admin: Admin, topic: str) -> bool:
+    """Every partition has a leader and all its replicas in the ISR."""
+    return all(p["leader"] is not None and sorted(p["isr"]) == sorted(p["replicas"])
+               for p in partition_states(admin, topic))
+
+
+def replica_records(admin: Admin, topic: str, partition: int) -> dict[int, list]:
+    """Broker -> [(offset, value)] of its replica, read from the replica itself below its
+    high watermark."""
+    meta = admin._cluster.topic(topic, refresh=True).partitions[partition]
+    described = {r["broker_id"]: r for r in admin.describe_replicas(topic)
+                 if r["partition"] == partition}
+    out = {}
+    for broker, client in meta.clients.items():
+        info = described[broker]
+        table = resolve(client.read_kafka_table(info["log_start_offset"],
+                                                info["high_watermark"]), timeout=60)
+        out[broker] = list(zip(table.column("offset").to_pylist(),
+                               table.column("value").to_pylist(), strict=True))
+    return out
+
+
+def assert_replicas_identical(admin: Admin, topic: str, partitions: int) -> None:
+    """Once in sync and quiet, every replica of each partition holds the same records."""
+    wait_for(lambda: fully_in_sync(admin, topic), timeout=90, what=f"{topic} fully in sync")
+
+    def same() -> bool:
+        for p in range(partitions):
+            held = replica_records(admin, topic, p)
+            first = next(iter(held.values()))
+            if any(records != first for records in held.values()) or len(held) != 3:
+                return False
+        return True
+
+    wait_for(same, timeout=60, what=f"the replicas of {topic} to hold the same records")
+
+
+def kill_and_wait_for_failover(admin: Admin, topic: str, partition: int,
+                               for_good: bool) -> None:
+    """Kill the broker leading ``partition`` and wait until another one leads it."""
+    before = partition_states(admin, topic)[partition]
+    actor = leader_broker(admin, topic, partition)
+    count = restarts(actor)
+    ray.kill(actor, no_restart=for_good)
+
+    def moved() -> bool:
+        now = partition_states(admin, topic)[partition]
+        return now["leader"] is not None and now["leader_epoch"] > before["leader_epoch"] \
+            and now["leader"] != before["leader"]
+
+    wait_for(moved, timeout=60, what=f"{topic}-{partition} to fail over")
+    if not for_good:
+        wait_for(lambda: restarts(actor) > count, timeout=60, what="the broker to restart")
+
+
+@pytest.mark.cluster
+def test_killing_the_leaders_of_every_partition_repeatedly_loses_no_acknowledged_record(
+        admin, topic_name):
+    """(a) Each round kills, one after the other, the broker leading each partition (half the
+    time for good: the controller creates it again); a new leader is elected from the ISR
+    each time, the killed broker comes back as a follower, truncates what its leader lacks,
+    catches up and rejoins the ISR."""
+    create_replicated(admin, topic_name)
+    with Workload(topic_name, PARTITIONS) as load:
+        kills = 0
+        for _ in range(2):
+            for partition in range(PARTITIONS):
+                load.wait_acknowledged(200)
+                kill_and_wait_for_failover(admin, topic_name, partition, kills % 2 == 1)
+                kills += 1
+                wait_for(lambda: fully_in_sync(admin, topic_name), timeout=90,
+                         what="the killed broker back in every ISR")
+        load.healthy()
+    anomalies = load.finish()
+    assert not anomalies, summary(anomalies)
+    assert load.summary["acknowledged"] > 0
+    assert_replicas_identical(admin, topic_name, PARTITIONS)
+    epochs = [p["leader_epoch"] for p in partition_states(admin, topic_name)]
+    assert all(e >= 2 for e in epochs), epochs  # every partition failed over at least twice
+
+
+@pytest.mark.cluster
+def test_controller_kills_while_brokers_die_lose_no_acknowledged_record(admin, topic_name):
+    """(c) The controller and a leading broker are killed together, twice: the restarted
+    controller replays its log, finds the brokers, sees the one that died and elects."""
+    create_replicated(admin, topic_name)
+    with Workload(topic_name, PARTITIONS) as load:
+        for round_ in range(2):
+            load.wait_acknowledged(200)
+            actor = leader_broker(admin, topic_name, round_ % PARTITIONS)
+            ray.kill(actor, no_restart=False)
+            restart_controller()
+            wait_for(lambda: fully_in_sync(admin, topic_name), timeout=120,
+                     what="every partition led and in sync after the controller restart")
+        load.healthy()
+    anomalies = load.finish()
+    assert not anomalies, summary(anomalies)
+    assert_replicas_identical(admin, topic_name, PARTITIONS)
+
+
+@pytest.mark.cluster
+def test_a_stale_or_missing_epoch_is_refused_by_every_request(admin, topic_name):
+    create_replicated(admin, topic_name, partitions=1)
+    with Producer(acks="all") as producer:
+        producer.send(topic_name, b"one", partition=0).result(30)
+    meta = admin._cluster.topic(topic_name, refresh=True).partitions[0]
+    leader = meta.leader_client()
+    kill_and_wait_for_failover(admin, topic_name, 0, for_good=False)
+    wait_for(lambda: fully_in_sync(admin, topic_name), timeout=90, what="back in sync")
+    fresh = admin._cluster.topic(topic_name, refresh=True).partitions[0]
+    for stale in meta.clients.values():  # every replica, at the old epoch
+        assert stale.leader_epoch < fresh.leader_epoch
+        for request in (lambda c: c.append(b"x", 1), lambda c: c.fetch(0, 1 << 20, 0, 1),
+                        lambda c: c.list_offset("latest"),
+                        lambda c: c.read_kafka_table(0, 1)):
+            with pytest.raises((FencedEpochError, UnknownLeaderEpochError)):
+                resolve(request(stale), timeout=30)
+    handle = leader.handle
+    with pytest.raises(ValueError, match="must carry the leader epoch"):
+        resolve(handle.fetch.remote(topic_name, 0, None, 0, 1 << 20, 0, 1), timeout=30)
+    with Producer(acks="all") as producer:  # the client refreshes and goes on
+        assert producer.send(topic_name, b"two", partition=0).result(30).offset == 1
+
+
+@pytest.mark.cluster
+def test_internal_topics_are_replicated(admin):
+    with Consumer(group_id="replicated-offsets", enable_auto_commit=False) as consumer:
+        consumer.committed([])  # makes sure __consumer_offsets exists
+    described = admin.describe_topic("__consumer_offsets")
+    assert described["replication_factor"] == 3
+    assert described["configs"]["min_insync_replicas"] == 2
+    assert all(len(set(p["replicas"])) == 3 for p in described["partitions"])
+
+
+@pytest.mark.cluster
+def test_preferred_leader_election_gives_leadership_back(admin, topic_name):
+    create_replicated(admin, topic_name)
+    preferred = [p["replicas"][0] for p in partition_states(admin, topic_name)]
+    kill_and_wait_for_failover(admin, topic_name, 0, for_good=False)
+    wait_for(lambda: fully_in_sync(admin, topic_name), timeout=90, what="back in sync")
+    assert partition_states(admin, topic_name)[0]["leader"] != preferred[0]
+    with Producer(acks="all") as producer:
+        for i in range(50):
+            producer.send(topic_name, b"v%d" % i, partition=0)
+    assert admin.elect_leaders(topic_name) == {topic_name: [0]}
+    wait_for(lambda: [p["leader"] for p in partition_states(admin, topic_name)] == preferred,
+             what="every partition led by its preferred replica")
+    assert admin.elect_leaders(topic_name) == {}
+    with Producer(acks="all") as producer:
+        assert producer.send(topic_name, b"after", partition=0).result(30).offset == 50
+
+
+@pytest.mark.cluster
+def test_a_reassignment_moves_replicas_while_producers_write(admin, topic_name):
+    """Partition 0 moves from three replicas to two others' order and one fewer broker:
+    the new replica set copies the leader while producers keep writing, leadership moves to
+    the new preferred replica, and the dropped replica's files go."""
+    described = create_replicated(admin, topic_name, partitions=1,
+                                  **{"min.insync.replicas": 1})
+    replicas = described["partitions"][0]["replicas"]
+    target = [replicas[2], replicas[1]]  # drop the leader, lead from the last
+    with Workload(topic_name, 1, producers=2) as load:
+        load.wait_acknowledged(300)
+        admin.reassign_partitions(topic_name, {0: target})
+        wait_for(lambda: partition_states(admin, topic_name)[0]["replicas"] == target and
+                 partition_states(admin, topic_name)[0]["target"] is None, timeout=90,
+                 what="the reassignment to finish")
+        load.wait_acknowledged(300)
+        load.healthy(sends_after=200)
+    anomalies = load.finish()
+    assert not anomalies, summary(anomalies)
+    state = partition_states(admin, topic_name)[0]
+    assert state["leader"] in target and sorted(state["isr"]) == sorted(target)
+    dropped = replicas[0]
+    wait_for(lambda: all(r["broker_id"] != dropped for r in admin.describe_replicas(topic_name)),
+             what="the dropped replica removed from its broker")
+    held = replica_records(admin, topic_name, 0)
+    assert set(held) == set(target)
+
+
+@pytest.mark.cluster
+def test_a_consumer_on_a_follower_node_reads_from_its_follower(ray_cluster, admin, topic_name):
+    """KIP-392: a consumer running on a node whose broker holds an in-sync follower fetches
+    from that follower, up to its high watermark, and gets every record."""
+    described = create_replicated(admin, topic_name, partitions=1)
+    state = described["partitions"][0]
+    follower = next(b for b in state["replicas"] if b != state["leader"])
+    node = ray_cluster.brokers()[follower]["node_id"]
+    with Producer(acks="all") as producer:
+        for i in range(500):
+            producer.send(topic_name, b"v%d" % i, partition=0)
+    wait_for(lambda: fully_in_sync(admin, topic_name), what="in sync")
+
+    @ray.remote(num_cpus=0)
+    def read_on_this_node(topic: str, count: int) -> tuple[list[bytes], int | None]:
+        import raylog
+
+        cluster = raylog.init(start_local=False, create=False)
+        with raylog.Consumer(cluster=cluster, auto_offset_reset="earliest") as consumer:
+            consumer.assign([raylog.TopicPartition(topic, 0)])
+            got: list = []
+            deadline = time.monotonic() + 60
+            while len(got) < count and time.monotonic() < deadline:
+                got.extend(consumer.poll(timeout_ms=200))
+            broker = consumer._reader(raylog.TopicPartition(topic, 0)).broker_id
+        return [r.value for r in got], broker
+
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    values, broker = ray.get(read_on_this_node.options(
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(
+        topic_name, 500), timeout=120)
+    assert broker == follower
+    assert values == [b"v%d" % i for i in range(500)]

@@ -1,0 +1,33 @@
+"""Replication when whole broker machines go: each scenario on a cluster of its own
+(replication_scenario.py), in a process of its own."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.test_restarts import run_scenario
+
+MODULE = "tests.integration.replication_scenario"
+
+
+@pytest.mark.cluster
+def test_a_dead_broker_machine_fails_over_and_its_replicas_are_rebuilt_elsewhere(tmp_path):
+    """(b) A leading broker's node is removed while producers write with acks=all."""
+    result = run_scenario("node-removed", tmp_path, module=MODULE)
+    assert result["acknowledged"] > 0
+    assert all(result["gone"] not in replicas for replicas in result["replicas"])
+
+
+@pytest.mark.cluster
+def test_two_replicas_gone_refuse_acks_all_until_one_is_back(tmp_path):
+    """(d) min.insync.replicas=2 and one replica left: refused, appending nothing; accepted
+    again (the waiting sends land, in order) once a replica is back in sync."""
+    result = run_scenario("two-down", tmp_path, module=MODULE)
+    assert "min_insync_replicas=2" in result["refused"]
+
+
+@pytest.mark.cluster
+def test_a_follower_with_divergent_records_truncates_to_the_right_point(tmp_path):
+    """(e) The old leader's records that no other replica had are cut, exactly them."""
+    result = run_scenario("divergent", tmp_path, module=MODULE)
+    assert result["old_leader"] != result["new_leader"]

@@ -1,0 +1,165 @@
+"""A workload for fault tests: producers and a consumer running while something breaks, and
+the history check of what they saw (tests/history.py).
+
+:class:`Workload` runs producer threads, each sending unique values (``p<producer>-<index>``)
+with ``acks="all"`` and recording every send and its future, and a consumer thread reading
+every partition from the start, recording every record in the order it got them. The test
+breaks things meanwhile, says when the cluster is healthy again (:meth:`healthy`: sends
+made after that must succeed), then :meth:`finish` stops everything, reads every record once
+more from the start to each partition's end, and returns the anomalies the history checker
+finds: lost or duplicated acknowledged records, an offset holding two values, a consumer going
+back, a producer's records out of order, futures that never resolved.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+import time
+from typing import Any
+
+from raylog import Consumer, Producer, TopicPartition
+from raylog.client.futures import RecordFuture
+from raylog.errors import ProduceFailedError, RaylogError
+from tests import history
+from tests.integration.conftest import consume_all, wait_for
+
+DELIVERY_TIMEOUT_MS = 20_000
+
+
+@dataclasses.dataclass
+class Sent:
+    producer: int
+    index: int
+    value: bytes
+    future: RecordFuture
+    after_recovery: bool
+
+    def record(self) -> history.Send:
+        """The checker's view of the send: resolved or not, and how."""
+        future = self.future
+        if not future.done():
+            return history.Send(self.producer, self.index, self.value, False)
+        error = future.exception(0)
+        if error is not None:
+            return history.Send(self.producer, self.index, self.value, True, error=error,
+                                must_succeed=self.after_recovery)
+        meta = future.result(0)
+        return history.Send(self.producer, self.index, self.value, True, meta.partition,
+                            meta.offset, must_succeed=self.after_recovery)
+
+
+class Workload:
+    """Producers and a live consumer on ``topic`` until :meth:`finish`."""
+
+    def __init__(self, topic: str, partitions: int, producers: int = 3,
+                 sends_per_second: float = 1000, keyed: bool = True,
+                 producer_settings: dict[str, Any] | None = None) -> None:
+        self.topic = topic
+        self.partitions = partitions
+        self.keyed = keyed
+        self.pause_s = 10 / sends_per_second  # a short pause every 10 sends per producer
+        self.settings = {"acks": "all", "linger_ms": 1, "batch_size": 8192,
+                         "delivery_timeout_ms": DELIVERY_TIMEOUT_MS, **(producer_settings or {})}
+        self.sent: list[list[Sent]] = [[] for _ in range(producers)]
+        self.reads: list[history.Read] = []
+        self.errors: list[BaseException] = []
+        self._stop = threading.Event()
+        self._recovered = threading.Event()
+        self._threads = [threading.Thread(target=self._guard, args=(self._produce, i),
+                                          daemon=True, name=f"workload-producer-{i}")
+                         for i in range(producers)]
+        self._threads.append(threading.Thread(target=self._guard, args=(self._consume, 0),
+                                              daemon=True, name="workload-consumer"))
+
+    def __enter__(self) -> Workload:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=DELIVERY_TIMEOUT_MS / 1000 + 30)
+
+    # -- what the threads do ---------------------------------------------------------------------
+
+    def _guard(self, body: Any, i: int) -> None:
+        try:
+            body(i)
+        except BaseException as e:  # the test's waits look at this list and stop at once
+            self.errors.append(e)
+            raise
+
+    def _produce(self, i: int) -> None:
+        producer = Producer(**self.settings)
+        try:
+            index = 0
+            while not self._stop.is_set():
+                value = b"p%d-%07d" % (i, index)
+                key = b"key-%d" % (index % 17) if self.keyed else None
+                future = producer.send(self.topic, value, key=key)
+                self.sent[i].append(Sent(i, index, value, future, self._recovered.is_set()))
+                index += 1
+                if index % 10 == 0:
+                    time.sleep(self.pause_s)  # pacing: failures come from the faults
+        finally:
+            # Sends made while brokers were down may fail: the checker looks at each.
+            with contextlib.suppress(ProduceFailedError):
+                producer.close()
+
+    def _consume(self, reader: int) -> None:
+        with Consumer(auto_offset_reset="earliest", fetch_max_wait_ms=200) as consumer:
+            consumer.assign([TopicPartition(self.topic, p) for p in range(self.partitions)])
+            while not self._stop.is_set():
+                try:
+                    records = consumer.poll(timeout_ms=200)
+                except RaylogError:  # a leader moving under it: the next poll goes on
+                    continue
+                self.reads.extend(history.Read(reader, r.partition, r.offset, r.value)
+                                  for r in records)
+
+    # -- what the test does ----------------------------------------------------------------------
+
+    def check_threads(self) -> None:
+        if self.errors:
+            raise AssertionError(f"a workload thread failed: {self.errors[0]!r}")
+
+    def acknowledged(self) -> int:
+        self.check_threads()
+        return sum(s.future.done() and s.future.exception(0) is None
+                   for mine in self.sent for s in mine)
+
+    def wait_acknowledged(self, more: int, timeout: float = 60) -> None:
+        """Wait until ``more`` sends more than now are acknowledged (traffic is flowing)."""
+        target = self.acknowledged() + more
+        wait_for(lambda: self.acknowledged() >= target, timeout=timeout,
+                 what=f"{more} more acknowledged sends")
+
+    def healthy(self, sends_after: int = 300, timeout: float = 120) -> None:
+        """The cluster is whole again: every send made from now on must succeed; wait until
+        each producer has made ``sends_after`` of them, and they are resolved."""
+        self._recovered.set()
+
+        def enough() -> bool:
+            self.check_threads()
+            return all(sum(s.after_recovery and s.future.done() for s in mine) >= sends_after
+                       for mine in self.sent)
+
+        wait_for(enough, timeout=timeout, what="sends after recovery")
+
+    def finish(self, timeout: float = 120) -> list[history.Anomaly]:
+        """Stop, read everything once more, and return the anomalies of the history."""
+        self.__exit__()
+        assert not any(t.is_alive() for t in self._threads), "a workload thread never ended"
+        self.check_threads()
+        sends = [s.record() for mine in self.sent for s in mine]
+        acked = sum(s.acked for s in sends)
+        final = consume_all(self.topic, self.partitions, expected=acked, timeout_s=timeout)
+        reads = [*self.reads,
+                 *(history.Read(1, r.partition, r.offset, r.value) for r in final)]
+        self.summary = {"sends": len(sends), "acknowledged": acked,
+                        "failed": sum(s.error is not None for s in sends),
+                        "live_reads": len(self.reads), "final_reads": len(final)}
+        return history.check(sends, reads)
