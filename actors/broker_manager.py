@@ -32,7 +32,12 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.broker import BrokerActor
 from actors.supervision import BrokerWatch, Health
-from raylog.cluster_names import BROKER_RESOURCE, NAMESPACE, broker_actor_name
+from raylog.cluster_names import (
+    ACTOR_RUNTIME_ENV,
+    BROKER_RESOURCE,
+    NAMESPACE,
+    broker_actor_name,
+)
 from raylog.identity import BrokerIdentity
 from raylog.metadata import election
 from raylog.metadata import state as events
@@ -100,6 +105,7 @@ class BrokerManager:
             name=broker_actor_name(node_id), namespace=NAMESPACE, get_if_exists=True,
             lifetime="detached", max_restarts=-1, max_task_retries=0,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+            runtime_env=ACTOR_RUNTIME_ENV,
         ).remote(node_id)
 
     async def register(self) -> None:

@@ -36,6 +36,7 @@ logger = logging.getLogger(__name__)
 
 METADATA_FILE = "partition.metadata"
 SEQUENCE_WAIT_S = 2.0  # how long a batch ahead of its producer's sequence waits for the gap
+ISR_RETRY_S = 0.5      # after the controller refused an ISR change, before asking again
 
 
 def partition_dir_owner(directory: Path) -> str | None:
@@ -102,6 +103,7 @@ class HostedReplica:
         self._waiters: set[asyncio.Future] = set()
         self.active = True  # maintenance has something to do (see Broker._maintain)
         self.proposing = False  # an ISR change is with the controller
+        self.propose_after = 0.0  # monotonic s: not before, after a refusal
         self.last_hw_checkpoint = time.monotonic()
 
     @classmethod
@@ -179,7 +181,7 @@ class HostedReplica:
                                                   Awaitable[dict[str, Any]]]) -> None:
         """If the leader should change its ISR and no change is with the controller, send
         one (``propose`` calls the controller; its answer is the new partition state)."""
-        if self.proposing:
+        if self.proposing or time.monotonic() < self.propose_after:
             return
         wanted = self.partition.isr_change_wanted()
         if wanted is None:
@@ -198,6 +200,9 @@ class HostedReplica:
         try:
             state = await propose(self, isr)
         except (RaylogError, Exception) as e:  # the controller refused, or is restarting
+            # Say, a follower that restarted fetches before the controller saw it come back:
+            # asking again at every fetch would only be refused again.
+            self.propose_after = time.monotonic() + ISR_RETRY_S
             if not isinstance(e, FencedEpochError):
                 logger.info("%s: ISR change to %s not made: %r", self.name, isr, e)
             if self.partition.replica_set is replica_set:

@@ -15,6 +15,7 @@ import ray
 from raylog.arguments import check_bool, short_repr
 from raylog.client.remote import ControllerClient, ReplicaClient
 from raylog.cluster_names import (
+    ACTOR_RUNTIME_ENV,
     BROKER_RESOURCE,
     CONTROLLER_NAME,
     DATA_DIR_ENV,
@@ -247,6 +248,11 @@ def _connect_ray(address: str | None, start_local: bool) -> bool:
         _check_same_cluster(address)
         return False
     found = _find_cluster(address)
+    # This process's calls to a broker that died fail as soon as Ray knows, not a second
+    # later (see ACTOR_RUNTIME_ENV): a producer's in-flight batch then moves to the new leader
+    # sooner. Read by Ray when it connects this process; a value the user set is kept.
+    for name, value in ACTOR_RUNTIME_ENV["env_vars"].items():
+        os.environ.setdefault(name, value)
     if found is not None:
         ray.init(address=found, logging_level=logging.WARNING, log_to_driver=False)
         return False
@@ -279,6 +285,7 @@ def controller_handle(create: bool = True) -> ray.actor.ActorHandle:
         max_restarts=-1,
         max_task_retries=0,
         resources={HEAD_RESOURCE: 0.001},
+        runtime_env=ACTOR_RUNTIME_ENV,
     ).remote()
 
 
