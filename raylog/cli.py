@@ -93,6 +93,18 @@ def _reset_target(text: str) -> str | int | dict[str, int]:
         f"--to must be earliest, latest, an offset or timestamp:MS, got {text!r}")
 
 
+def _move(text: str) -> tuple[int, list[int]]:
+    """``--move`` of topics reassign: ``PARTITION:BROKER,BROKER,...``."""
+    partition, sep, brokers = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        return int(partition), [int(b) for b in brokers.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected PARTITION:BROKER,BROKER,... (say 0:1,2,3), got {text!r}") from None
+
+
 def connect(args: argparse.Namespace, create: bool = False):
     import raylog
 
@@ -123,7 +135,20 @@ def cmd_topics(args: argparse.Namespace, out: TextIO) -> int:
             out.write(name + "\n")
     elif args.action == "describe":
         for topic in admin.describe_topics(args.names or None):
-            _describe_topic(topic, out)
+            _describe_topic(topic, out, _partition_filter(args))
+    elif args.action == "elect-leaders":
+        moved = admin.elect_leaders(args.names or None)
+        for name, partitions in sorted(moved.items()):
+            out.write(f"{name}: preferred leader elected for partitions "
+                      f"{','.join(map(str, partitions))}\n")
+        if not moved:
+            out.write("every partition is led by its preferred replica (or it cannot be)\n")
+    elif args.action == "reassign":
+        targets = {partition: brokers for partition, brokers in args.move}
+        admin.reassign_partitions(args.name, targets)
+        for partition, brokers in sorted(targets.items()):
+            out.write(f"{args.name}-{partition}: moving to brokers "
+                      f"{','.join(map(str, brokers))} (see topics describe)\n")
     elif args.action == "delete":
         admin.delete_topic(args.name)
         out.write(f"deleted topic {args.name}\n")
@@ -148,16 +173,33 @@ def _alter_topic(admin: Any, args: argparse.Namespace, configs: dict[str, str]) 
         admin.alter_configs(args.name, updates, args.delete)
 
 
-def _describe_topic(topic: dict[str, Any], out: TextIO) -> None:
+def _partition_filter(args: argparse.Namespace) -> Callable[[dict[str, Any]], bool]:
+    """Kafka's ``--under-replicated-partitions`` and ``--unavailable-partitions``."""
+    if args.under_replicated_partitions:
+        return lambda p: p["under_replicated"]
+    if args.unavailable_partitions:
+        return lambda p: p["offline"]
+    return lambda p: True
+
+
+def _describe_topic(topic: dict[str, Any], out: TextIO,
+                    wanted: Callable[[dict[str, Any]], bool] = lambda p: True) -> None:
+    partitions = [p for p in topic["partitions"] if wanted(p)]
+    if not partitions and len(topic["partitions"]):
+        return  # a filter left nothing of this topic to show
     configs = ",".join(f"{k}={v}" for k, v in sorted(topic["configs"].items()))
     out.write(f"Topic: {topic['name']}\tTopicId: {topic['topic_id']}\t"
               f"PartitionCount: {len(topic['partitions'])}\t"
               f"ReplicationFactor: {topic['replication_factor']}\tConfigs: {configs}\n")
-    for p in topic["partitions"]:
+    for p in partitions:
+        flags = [flag for flag, on in (("UnderReplicated", p["under_replicated"]),
+                                       ("Offline", p["offline"])) if on]
+        target = f"\tTarget: {','.join(map(str, p['target']))}" if p.get("target") else ""
         out.write(f"\tPartition: {p['partition']}\tLeader: {_dash(p['leader'])}\t"
                   f"LeaderEpoch: {p['leader_epoch']}\t"
                   f"Replicas: {','.join(map(str, p['replicas']))}\t"
-                  f"Isr: {','.join(map(str, p['isr']))}\n")
+                  f"Isr: {','.join(map(str, p['isr']))}{target}"
+                  f"{chr(9) + ' '.join(flags) if flags else ''}\n")
 
 
 def _short(node_id: str | None) -> str:
@@ -215,7 +257,9 @@ def cmd_cluster(args: argparse.Namespace, out: TextIO) -> int:
         return 0
     out.write(f"cluster {status['cluster_id']}: controller on node "
               f"{_short(status['controller_node'])} ({status['controller_dir']}), "
-              f"{status['topics']} topics\n")
+              f"{status['topics']} topics, {status['partitions']} partitions, "
+              f"{status['under_replicated_partitions']} under-replicated, "
+              f"{status['offline_partitions']} offline\n")
     out.write(f"{'broker':>6}  {'node':<14}{'host':<16}{'alive':<7}{'replicas':>9}"
               f"{'leaders':>9}  data directory\n")
     for broker in status["brokers"]:
@@ -250,7 +294,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--address", default=None, help=ADDRESS_HELP)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    topics = commands.add_parser("topics", help="create, list, describe, alter, delete topics")
+    topics = commands.add_parser("topics", help="create, list, describe, alter, delete topics; "
+                                                "elect leaders, reassign partitions")
     actions = topics.add_subparsers(dest="action", required=True)
     create = actions.add_parser("create")
     create.add_argument("name")
@@ -259,8 +304,22 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--config", action="append", type=_config_pair, metavar="NAME=VALUE")
     listing = actions.add_parser("list")
     listing.add_argument("--internal", action="store_true", help="include internal topics")
-    describe = actions.add_parser("describe")
+    describe = actions.add_parser("describe", help="partitions: leader, epoch, replicas, ISR")
     describe.add_argument("names", nargs="*")
+    only = describe.add_mutually_exclusive_group()
+    only.add_argument("--under-replicated-partitions", action="store_true",
+                      help="only partitions whose ISR lacks some of their replicas")
+    only.add_argument("--unavailable-partitions", action="store_true",
+                      help="only partitions without a live leader")
+    elect = actions.add_parser("elect-leaders",
+                               help="give each partition back to its preferred replica")
+    elect.add_argument("names", nargs="*", help="topics (default: all)")
+    reassign = actions.add_parser(
+        "reassign", help="move partitions to other brokers while producers keep writing")
+    reassign.add_argument("name")
+    reassign.add_argument("--move", action="append", type=_move, required=True,
+                          metavar="PARTITION:BROKER,BROKER,...",
+                          help="the first broker is the preferred leader; repeatable")
     delete = actions.add_parser("delete")
     delete.add_argument("name")
     alter = actions.add_parser("alter", help="checks every change before making any")

@@ -17,12 +17,14 @@ as JSON and exits 0, or raises.
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from raylog import Admin, Consumer, Producer, TopicPartition
+from raylog.cli import main
 from raylog.client.remote import resolve
 from raylog.errors import NotEnoughReplicasError
 from raylog.metadata.settings import REPLACE_AFTER_ENV
@@ -56,6 +58,13 @@ def replica_values(admin: Admin, partition: int = 0) -> dict[int, list]:
         out[broker] = list(zip(table.column("offset").to_pylist(),
                                table.column("value").to_pylist(), strict=True))
     return out
+
+
+def cli(*argv: str) -> str:
+    """What ``raylog ARGV...`` prints (it joins this process's cluster)."""
+    out = io.StringIO()
+    assert main(list(argv), out=out) == 0, argv
+    return out.getvalue()
 
 
 def node_removed(root: Path) -> dict[str, Any]:
@@ -108,6 +117,9 @@ def two_down(root: Path) -> dict[str, Any]:
             nodes.remove_broker(name)
         wait_for(lambda: states(admin)[0]["isr"] == [state["leader"]],
                  what="the ISR down to the leader")
+        # What an operator sees meanwhile: the partition under-replicated, two brokers down.
+        described = cli("topics", "describe", TOPIC, "--under-replicated-partitions")
+        status = cli("cluster", "status")
         # A raw acks=all append is refused, appending nothing; acks=1 still works.
         meta = admin._cluster.topic(TOPIC, refresh=True).partitions[0]
         builder = BatchBuilder()
@@ -138,7 +150,9 @@ def two_down(root: Path) -> dict[str, Any]:
                      what="every record")
         assert [r.value for r in got] == [b"before-%d" % i for i in range(100)] + \
             [b"acks-1"] + [b"during-%d" % i for i in range(20)]
-        return {"refused": refused, "offsets": offsets}
+        return {"refused": refused, "offsets": offsets, "described": described,
+                "status": status, "after": cli("topics", "describe", TOPIC),
+                "unavailable_after": cli("topics", "describe", "--unavailable-partitions")}
     finally:
         nodes.stop()
 

@@ -11,12 +11,14 @@ holds the same records. The scenarios that take whole nodes away run on clusters
 
 from __future__ import annotations
 
+import io
 import time
 
 import pytest
 import ray
 
 from raylog import Admin, Consumer, Producer
+from raylog.cli import main
 from raylog.client.remote import resolve
 from raylog.errors import FencedEpochError, UnknownLeaderEpochError
 from tests.history import summary
@@ -41,6 +43,13 @@ def create_replicated(admin: Admin, topic: str, partitions: int = PARTITIONS,
                       **configs: object) -> dict:
     return admin.create_topic(topic, partitions=partitions, replication_factor=3,
                               configs={**REPLICATED, **configs})
+
+
+def cli(*argv: str) -> str:
+    """What ``raylog ARGV...`` prints (exit status 0)."""
+    out = io.StringIO()
+    assert main(list(argv), out=out) == 0, argv
+    return out.getvalue()
 
 
 def partition_states(admin: Admin, topic: str) -> list[dict]:
@@ -191,7 +200,8 @@ def test_preferred_leader_election_gives_leadership_back(admin, topic_name):
     with Producer(acks="all") as producer:
         for i in range(50):
             producer.send(topic_name, b"v%d" % i, partition=0)
-    assert admin.elect_leaders(topic_name) == {topic_name: [0]}
+    assert cli("topics", "elect-leaders", topic_name) == \
+        f"{topic_name}: preferred leader elected for partitions 0\n"
     wait_for(lambda: [p["leader"] for p in partition_states(admin, topic_name)] == preferred,
              what="every partition led by its preferred replica")
     assert admin.elect_leaders(topic_name) == {}
@@ -210,7 +220,9 @@ def test_a_reassignment_moves_replicas_while_producers_write(admin, topic_name):
     target = [replicas[2], replicas[1]]  # drop the leader, lead from the last
     with Workload(topic_name, 1, producers=2) as load:
         load.wait_acknowledged(300)
-        admin.reassign_partitions(topic_name, {0: target})
+        moving = cli("topics", "reassign", topic_name, "--move",
+                     f"0:{target[0]},{target[1]}")
+        assert f"{topic_name}-0: moving to brokers {target[0]},{target[1]}" in moving
         wait_for(lambda: partition_states(admin, topic_name)[0]["replicas"] == target and
                  partition_states(admin, topic_name)[0]["target"] is None, timeout=90,
                  what="the reassignment to finish")

@@ -24,6 +24,13 @@ def test_two_replicas_gone_refuse_acks_all_until_one_is_back(tmp_path):
     again (the waiting sends land, in order) once a replica is back in sync."""
     result = run_scenario("two-down", tmp_path, module=MODULE)
     assert "min_insync_replicas=2" in result["refused"]
+    # The command line showed it meanwhile: the partition under-replicated, 2 brokers down.
+    assert "Partition: 0" in result["described"] and "UnderReplicated" in result["described"]
+    assert "1 under-replicated, 0 offline" in result["status"]
+    assert result["status"].count(" no ") == 2  # the two brokers not alive
+    # One replica back: two in sync of three, still under-replicated, nothing unavailable.
+    assert result["after"].count(",") >= 3 and "UnderReplicated" in result["after"]
+    assert result["unavailable_after"] == ""
 
 
 @pytest.mark.cluster
