@@ -98,6 +98,27 @@ def test_malformed_batch_with_valid_crcs_is_refused_and_changes_nothing(tmp_path
     assert [r.value for r in read_records(log.read(end))] == [b"a", b"b", b"c"]
 
 
+# Both CRCs right, but the header contradicts itself: refused before the payload is read.
+INCONSISTENT_HEADERS = {
+    "offset deltas beyond the record count": lambda: reseal(GOOD, last_offset_delta=5),
+    "offset deltas short of the record count": lambda: reseal(GOOD, last_offset_delta=1),
+    "a negative record count": lambda: reseal(GOOD, record_count=-3),
+}
+
+
+@pytest.mark.parametrize("name", list(INCONSISTENT_HEADERS))
+def test_a_header_that_contradicts_itself_is_refused_and_changes_nothing(tmp_path, name):
+    log = PartitionLog(tmp_path, CONFIG, clock=FakeClock(NOW))
+    log.append(batch_of([b"x"] * 20, ts=NOW), leader_epoch=1)
+    log.flush()
+    before, end = files_snapshot(tmp_path), log.log_end_offset
+    with pytest.raises(CorruptRecordError):
+        log.append(INCONSISTENT_HEADERS[name](), leader_epoch=1)
+    log.flush()
+    assert (log.log_end_offset, files_snapshot(tmp_path)) == (end, before)
+    assert log.append(GOOD, leader_epoch=1).base_offset == end
+
+
 def test_the_check_accepts_what_the_codec_builds():
     for codec in Codec:
         batch = encode(records([NOW + 5, NOW + 1, NOW + 9]), codec=codec)
