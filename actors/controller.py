@@ -227,17 +227,18 @@ class ControllerActor:
 
     async def ensure_internal_topic(self, name: str, partitions: int,
                                     configs: dict[str, Any]) -> None:
-        """Create an internal topic if missing, with min(3, brokers) replicas and
-        min.insync.replicas 2 when it has 3. Raises LeaderNotAvailableError (retriable)
-        while fewer brokers are alive than it wants."""
+        """Create an internal topic if missing, with min(3, live brokers) replicas and
+        min.insync.replicas 2 when it has 3. (Every live broker node registered in the
+        controller's first round, which this waits for; a cluster running with brokers down
+        gets fewer replicas rather than no groups at all.) Raises LeaderNotAvailableError
+        (retriable) while no broker is alive."""
         if name in self.state.topics:
             return
         validate_topic_name(name)
-        factor = min(INTERNAL_REPLICATION, max(len(self.state.broker_ids), 1))
-        if len(self.brokers.live()) < factor:
-            raise LeaderNotAvailableError(
-                f"{name} needs {factor} live brokers to be created, {len(self.brokers.live())} "
-                f"are alive")
+        await self.started()
+        factor = min(INTERNAL_REPLICATION, len(self.brokers.live()))
+        if factor == 0:
+            raise LeaderNotAvailableError(f"{name} cannot be created: no broker is alive")
         settings = {**configs, "min_insync_replicas":
                     INTERNAL_MIN_INSYNC if factor >= INTERNAL_REPLICATION else 1}
         with contextlib.suppress(TopicExistsError):  # created meanwhile by another caller

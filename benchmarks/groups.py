@@ -743,7 +743,7 @@ def cpu_section(consume: dict[str, Any]) -> dict[str, Any]:
         "single_records_per_s": single_ceiling, "group_records_per_s": group_ceiling,
         "group_vs_single_ratio": group_ceiling / single_ceiling}
     note = [f"This machine has {cores} cores, shared by the members, the {PARTITIONS} "
-            "replica actors, the controller, Ray's own processes, the driver and whatever "
+            "broker actors, the controller, Ray's own processes, the driver and whatever "
             "else runs on it. Cores used, median over the timed runs:"]
     for name in ("group", "single"):
         by = out[name]["cores_by_process_median"]

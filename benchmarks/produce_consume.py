@@ -13,12 +13,12 @@ single-node Ray cluster whose node is a broker. Two topics, each with 6 partitio
 replication factor 1 and ``retention.ms=-1`` (and the default ``cleanup.policy=delete``, so
 neither retention nor compaction ever removes a record): ``produce`` for the per-record path,
 ``arrow`` for the columnar one. Every repetition appends to the same topic (starting 6
-replica actors per fresh topic would take longer than the measurement); a log's append cost
+replicas per fresh topic would add its own work to the measurement); a log's append cost
 does not depend on how much it already holds. Data: the 100-byte JSON page views of
 ``common.py``, keyless, generated before any timing.
 
-Measurements, all in one run, on one driver process (the replica actors are separate
-processes on the same 2 cores). Each: one warm-up, then the best and the median of 3 timed
+Measurements, all in one run, on one driver process (the broker actor is a separate
+process on the same 2 cores). Each: one warm-up, then the best and the median of 3 timed
 repetitions (``time.perf_counter``); the pre-generated input is frozen out of the garbage
 collector (``gc.freeze``), which otherwise stays on.
 

@@ -1,7 +1,7 @@
 """raylog: a durable, partitioned, replicated commit log built as actors on Ray.
 
 The client names below are imported on first use (PEP 562), so that a process that needs
-only part of raylog (a partition replica actor: storage, records, the partition's rules)
+only part of raylog (a broker actor: storage, records, the partition's rules)
 does not import the clients, Ray Data or pandas.
 """
 

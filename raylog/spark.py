@@ -1,10 +1,10 @@
 """Topics as Spark DataFrames, with Spark itself running on the Ray cluster (RayDP).
 
-``read`` gives Spark tasks of offset ranges, each range read as an Arrow table that the
-partition's replica actor builds (as Spark's Kafka source reads from brokers); ``write``
-goes the other way through a Ray Dataset; ``micro_batches`` turns a group's progress
-through topics into a sequence of DataFrames, committing each batch's offsets only once the
-caller is done with it.
+``read`` gives Spark tasks of offset ranges, each range read as an Arrow table that a
+broker builds from the partition's replica on its node (as Spark's Kafka source reads from
+brokers); ``write`` goes the other way through a Ray Dataset; ``micro_batches`` turns a
+group's progress through topics into a sequence of DataFrames, committing each batch's
+offsets only once the caller is done with it.
 """
 
 from __future__ import annotations

@@ -90,6 +90,14 @@ def test_cluster_status_lists_brokers(ray_cluster, topic_name):
     assert code == 0 and "alive" in out and len(out.splitlines()) >= 1 + 1 + 3
 
 
+def test_start_finds_the_running_controller(ray_cluster):
+    """`raylog start`, which `ray up` runs on the head: the controller is created if missing,
+    found if running (here: found, with the topics it has)."""
+    code, out = run("--address", ray_cluster.cluster.address, "start")
+    topics = len(Admin().list_topics())
+    assert (code, out) == (0, f"raylog controller running ({topics} topics)\n")
+
+
 def test_errors_are_reported_not_raised(ray_cluster, topic_name, capsys):
     assert run("topics", "describe", topic_name)[0] == 1
     assert f"unknown topic {topic_name!r}" in capsys.readouterr().err
