@@ -113,6 +113,11 @@ class BrokerActor:
         self.failed: dict[TopicPartition, str] = {}  # replicas that could not open
         self.fetchers: dict[int, ReplicaFetcher] = {}  # by leader broker id
         self.brokers: dict[int, ray.actor.ActorHandle] = {}  # live brokers, from the controller
+        # The controller's metadata version of each word it sends: calls can arrive out of
+        # order, and an older word never undoes a newer one (a stale full push must not
+        # remove a replica added since, nor configs go back).
+        self.version = -1          # the newest seen
+        self._gone: dict[TopicPartition, int] = {}  # replicas stopped, at that version
         self._controller: ray.actor.ActorHandle | None = None
         self._status = asyncio.Event()
         self._wake_maintenance = asyncio.Event()
@@ -170,12 +175,14 @@ class BrokerActor:
     # -- what the controller says ----------------------------------------------------------------
 
     async def apply(self, broker_id: int, cluster_id: str, states: list[dict[str, Any]],
-                    brokers: dict[int, ray.actor.ActorHandle], full: bool = False
-                    ) -> dict[str, Any]:
+                    brokers: dict[int, ray.actor.ActorHandle], full: bool = False,
+                    version: int = 0) -> dict[str, Any]:
         """Hold the replicas ``states`` describe (opening those not open yet) in the role
         each says. ``brokers``: the live brokers' actors, for following leaders. With
         ``full``, ``states`` are every replica of this broker: others are stopped and their
-        files removed (topics deleted or moved away while it was down)."""
+        files removed (topics deleted or moved away while it was down). ``version``: the
+        controller's metadata version when it sent this; anything older than what this
+        broker has seen is not allowed to undo it."""
         if self.error is not None:
             raise IdentityError(self.error)
         identity = read_identity(self.directory)
@@ -183,25 +190,31 @@ class BrokerActor:
             raise IdentityError(f"{self.directory} holds {identity}, not broker {broker_id} of "
                                 f"cluster {cluster_id}: refusing to serve it as that broker")
         self.broker_id = broker_id
-        self.brokers = dict(brokers) if full else {**self.brokers, **brokers}
+        newest = version >= self.version
+        self.version = max(self.version, version)
+        self.brokers = dict(brokers) if full and newest else {**self.brokers, **brokers}
         for leader, fetcher in self.fetchers.items():  # a broker created again: a new handle
             if leader in self.brokers:
                 fetcher.handle = self.brokers[leader]
         answers = {}
         for state in states:
             tp = (state["topic"], state["partition"])
+            if self._gone.get(tp, -1) > version:
+                continue  # stopped by a newer word than this one
             try:
-                answers[f"{tp[0]}-{tp[1]}"] = self._apply_one(tp, state)
+                answers[f"{tp[0]}-{tp[1]}"] = self._apply_one(tp, state, version)
             except (RaylogError, OSError) as e:
                 logger.exception("replica %s-%d could not be served", *tp)
                 self.failed[tp] = repr(e)
                 self._status.set()
                 answers[f"{tp[0]}-{tp[1]}"] = {"error": repr(e)}
-        if full:
-            self._remove_strays({(s["topic"], s["partition"]): s["topic_id"] for s in states})
+        if full and newest:
+            self._remove_strays({(s["topic"], s["partition"]): s["topic_id"] for s in states},
+                                version)
         return answers
 
-    def _apply_one(self, tp: TopicPartition, state: dict[str, Any]) -> dict[str, Any]:
+    def _apply_one(self, tp: TopicPartition, state: dict[str, Any],
+                   version: int) -> dict[str, Any]:
         hosted = self.replicas.get(tp)
         if hosted is not None and hosted.topic_id != state["topic_id"]:
             self._stop(tp, delete=False)  # a new topic of that name: the old one is gone
@@ -212,25 +225,27 @@ class BrokerActor:
             self.replicas[tp] = hosted
             self.failed.pop(tp, None)
         partition = hosted.partition
-        if {k: v for k, v in partition.configs.items() if k in state["configs"]} != \
-                state["configs"] or len(partition.configs) != len(state["configs"]):
-            partition.update_configs(state["configs"])
-        transition = partition.apply(LeaderAndIsr.from_dict(state))
-        self._react(tp, hosted, transition)
+        try:
+            if version >= hosted.version:
+                hosted.version = version
+                hosted.update_configs(state["configs"])
+            transition = partition.apply(LeaderAndIsr.from_dict(state))
+            self._react(tp, hosted, transition)
+        finally:
+            # Whatever happened, the fetchers copy exactly what this replica follows now.
+            self._fetch_as_told(tp, partition)
         return {"role": partition.role.value, "leader_epoch": partition.leader_epoch,
                 "log_end_offset": partition.log_end_offset,
                 "high_watermark": partition.high_watermark}
 
     def _react(self, tp: TopicPartition, hosted: HostedReplica, transition: Transition) -> None:
-        """After the controller spoke: log a change of role, make the fetchers copy exactly
-        the partitions this broker follows, and wake the replica's waiters (an acks=all
-        append of a former leader fails)."""
+        """After the controller spoke: log a change of role and wake the replica's waiters
+        (an acks=all append of a former leader fails)."""
         partition = hosted.partition
         if transition not in (Transition.STALE, Transition.UNCHANGED, Transition.UPDATED):
             logger.info("%s: %s at leader epoch %d (leader %s, ISR %s)", hosted.name,
                         transition.value, partition.leader_epoch, partition.leader_id,
                         list(partition.isr))
-        self._fetch_as_told(tp, partition)
         if transition is not Transition.UNCHANGED:
             hosted.notify()
 
@@ -256,11 +271,16 @@ class BrokerActor:
         if tp not in fetcher.partitions:
             fetcher.follow(tp, partition.leader_epoch, handle)
 
-    async def stop_replicas(self, replicas: list[tuple[str, int]], delete: bool = False
-                            ) -> None:
+    async def stop_replicas(self, replicas: list[tuple[str, int]], delete: bool = False,
+                            version: int = 0) -> None:
         """Stop serving these replicas; with ``delete``, remove their files (the topic was
-        deleted, or the replica moved to another broker)."""
+        deleted, or the replica moved to another broker). ``version`` as for apply."""
+        self.version = max(self.version, version)
         for topic, partition in replicas:
+            hosted = self.replicas.get((topic, partition))
+            if hosted is not None and hosted.version > version:
+                continue  # re-created by a newer word
+            self._gone[(topic, partition)] = version
             try:
                 self._stop((topic, partition), delete)
             except OSError:  # one replica's files must not keep the others
@@ -273,7 +293,7 @@ class BrokerActor:
         self.failed.pop(tp, None)
         directory = self.directory / f"{tp[0]}-{tp[1]}"
         if hosted is not None:
-            hosted.notify()
+            hosted.stop()
             if delete:
                 hosted.partition.log.delete()
             else:
@@ -282,9 +302,11 @@ class BrokerActor:
             remove_partition_dir(directory)
             logger.info("removed %s", directory)
 
-    def _remove_strays(self, assigned: dict[TopicPartition, str]) -> None:
+    def _remove_strays(self, assigned: dict[TopicPartition, str], version: int) -> None:
         """Remove replicas this broker holds but is not assigned (any more)."""
-        for tp in [tp for tp, h in self.replicas.items() if assigned.get(tp) != h.topic_id]:
+        for tp in [tp for tp, h in self.replicas.items()
+                   if assigned.get(tp) != h.topic_id and h.version <= version]:
+            self._gone[tp] = version
             try:
                 self._stop(tp, delete=True)
             except OSError:
@@ -303,11 +325,14 @@ class BrokerActor:
                                self.broker_id)
                 remove_partition_dir(directory)
 
-    async def update_configs(self, topic: str, configs: dict[str, Any]) -> None:
+    async def update_configs(self, topic: str, configs: dict[str, Any],
+                             version: int = 0) -> None:
+        """New configs of ``topic`` (``version`` as for apply: an older word is ignored)."""
+        self.version = max(self.version, version)
         for (name, _), hosted in self.replicas.items():
-            if name == topic:
-                hosted.partition.update_configs(configs)
-                hosted.notify()  # say, a shorter retention.ms: maintenance looks at once
+            if name == topic and version >= hosted.version:
+                hosted.version = version
+                hosted.update_configs(configs)
         self._wake_maintenance.set()
 
     async def describe(self, topic: str | None = None) -> list[dict[str, Any]]:
@@ -370,7 +395,15 @@ class BrokerActor:
             if not await hosted.wait(deadline - time.monotonic()):
                 break
             hosted = self._hosted(topic, partition)
-        table = hosted.partition.read_table(start, end, leader_epoch)
+        p = hosted.partition
+        if p.role is Role.FOLLOWER and (p.high_watermark < end or p.replica_id not in p.isr) \
+                and p.leader_epoch == leader_epoch and p.leader_id in self.brokers:
+            # Still behind (a follower may lag up to replica.lag.time.max.ms), or out of
+            # sync: the range was planned from the leader's high watermark, so the leader
+            # answers it. A Dataset or Spark task holding this call never sees the detour.
+            return await self.brokers[p.leader_id].read_kafka_table.remote(
+                topic, partition, leader_epoch, start, end, 0)
+        table = p.read_table(start, end, leader_epoch)
         return kafka_table(table, topic, partition)
 
     # -- other brokers' fetchers -----------------------------------------------------------------
@@ -400,23 +433,29 @@ class BrokerActor:
             except RaylogError as e:
                 answers[i] = _error_answer(e, hosted)
         deadline = time.monotonic() + max_wait_ms / 1000
+        failed_early = any(a is not None for a in answers)
         while True:
-            budget, ready = max_bytes, any(a is not None for a in answers)
+            budget, ready = max_bytes, failed_early
             for i, hosted, epoch, offset, known_hw in serving:
+                partition = hosted.partition
                 try:
-                    hosted.partition.check_leader(epoch)
-                    result = hosted.partition.read_for_follower(
-                        offset, min(partition_max_bytes, budget) if budget > 0 else 0)
+                    partition.check_leader(epoch)
+                    if budget > 0:
+                        result = partition.read_for_follower(
+                            offset, min(partition_max_bytes, budget))
+                        data = result.data
+                    else:  # the request's bytes are spent: the positions only, no read
+                        data = b""
                 except RaylogError as e:
                     answers[i] = _error_answer(e, hosted)
                     ready = True
                     continue
-                data = result.data if budget > 0 else b""
                 budget -= len(data)
-                answers[i] = {"data": data, "high_watermark": result.high_watermark,
-                              "log_start_offset": result.log_start_offset,
-                              "log_end_offset": result.log_end_offset, "error": None}
-                ready = ready or bool(data) or result.high_watermark > known_hw
+                log = partition.log
+                answers[i] = {"data": data, "high_watermark": log.high_watermark,
+                              "log_start_offset": log.log_start_offset,
+                              "log_end_offset": log.log_end_offset, "error": None}
+                ready = ready or bool(data) or log.high_watermark > known_hw
             if ready or not await wait_any([s[1] for s in serving],
                                            deadline - time.monotonic()):
                 return answers

@@ -110,34 +110,45 @@ class BrokerManager:
 
     async def register(self) -> None:
         """Ask every live broker node not yet serving (nor refused) which broker its data
-        directory holds; decide; start watching the brokers that serve."""
+        directory holds; decide; start watching the brokers that serve. All the brokers that
+        answered are registered (and count as alive) before any of them is handled as back:
+        after a controller or cluster restart, a broker taken down for having restarted
+        hands its leaderships to the others registered in the same round."""
         nodes, dead = broker_nodes()
         self.registry.nodes_gone(dead)
         unknown = [n for n in nodes if self.registry.to_ask(n)]
         if not unknown:
             return
-        actors = [self._actor(n) for n in unknown]
-        try:
-            answers = await asyncio.wait_for(asyncio.gather(
-                *(a.identify.remote() for a in actors), return_exceptions=True),
-                IDENTIFY_TIMEOUT_S)
-        except TimeoutError:
-            logger.warning("broker actors of %d nodes did not answer in time", len(unknown))
-            return
-        for node_id, actor, answer in zip(unknown, actors, answers, strict=True):
-            if isinstance(answer, BaseException):
-                logger.warning("the broker actor of node %s failed: %r", node_id, answer)
+        calls = {asyncio.ensure_future(self._actor(n).identify.remote()): n for n in unknown}
+        done, slow = await asyncio.wait(calls, timeout=IDENTIFY_TIMEOUT_S)
+        for call in slow:  # one slow node must not keep the others from serving
+            logger.warning("the broker actor of node %s did not answer in %.0f s", calls[call],
+                           IDENTIFY_TIMEOUT_S)
+            call.cancel()
+        served = []
+        for call in done:
+            node_id = calls[call]
+            try:
+                answer = call.result()
+            except Exception as e:
+                logger.warning("the broker actor of node %s failed: %r", node_id, e)
                 continue
             if answer["error"] is not None:
                 self._refuse(node_id, answer["error"])
                 continue
             try:
-                await self._serve(node_id, actor, answer)
+                watch = await self._serve(node_id, answer)
             except Exception:  # one node's trouble must not keep the others from serving
                 logger.exception("node %s could not be registered", node_id)
+                continue
+            if watch is not None:
+                served.append(watch)
+        for watch in served:
+            await watch.guarded(self.on_up)
 
-    async def _serve(self, node_id: str, actor: ray.actor.ActorHandle,
-                     answer: dict[str, Any]) -> None:
+    async def _serve(self, node_id: str, answer: dict[str, Any]) -> BrokerWatch | None:
+        """Decide about a node's offer; if it serves a broker, watch it (not yet handled as
+        up: the caller does that)."""
         identity = BrokerIdentity(*answer["identity"]) if answer["identity"] else None
         offer = Offer(node_id, answer["host"], answer["data_dir"], identity)
         verdict, reason = self.registry.decide(offer)
@@ -147,8 +158,9 @@ class BrokerManager:
             served = identity is not None and identity.broker_id in self.registry.brokers \
                 and self.registry.brokers[identity.broker_id].alive
             self._refuse(node_id, reason, final=not served)
-            return
+            return None
         controller = self.controller
+        actor = self._actor(node_id)
         if verdict is Verdict.NEW:
             async with controller.lock:
                 broker_id = controller.state.next_broker_id
@@ -164,9 +176,10 @@ class BrokerManager:
         if old is not None:
             old.stop()
         watch = self.watches[broker_id] = BrokerWatch(
-            broker_id, actor, node_id, answer["incarnation"], self.on_down, self.on_up)
+            broker_id, actor, node_id, answer["incarnation"], self.on_down, self.on_up,
+            self.on_failed)
         watch.start()
-        await self.on_up(watch)
+        return watch
 
     def _refuse(self, node_id: str, reason: str, final: bool = True) -> None:
         if self.registry.refused.get(node_id) != reason:
@@ -210,11 +223,13 @@ class BrokerManager:
         broker = watch.broker_id
         controller = self.controller
         if controller.state.incarnations.get(broker) != watch.incarnation:
-            known = broker in controller.state.incarnations
+            if broker in controller.state.incarnations:
+                # It restarted: what it held in memory (its ISR places, its epochs) is gone.
+                # Taken down before its new incarnation is recorded: a controller crash in
+                # between replays into doing it again, never into skipping it.
+                await self.broker_down(broker)
             async with controller.lock:
                 controller.commit(events.broker_started(broker, watch.incarnation))
-            if known:  # it restarted: what it held in memory (its ISR, its epochs) is gone
-                await self.broker_down(broker)
         self.down_since.pop(broker, None)
         changed = []
         async with controller.lock:
@@ -229,7 +244,29 @@ class BrokerManager:
         # before this leader's broker was known (say, while brokers register one by one after
         # a controller restart) learns where to fetch from.
         await self.push({id(p): (t, p) for t, p in
-                         [*changed, *controller.replicas_on(broker)]}.values())
+                         [*changed, *controller.replicas_on(broker)]}.values(),
+                        skip=broker)
+
+    async def on_failed(self, watch: BrokerWatch, failed: dict) -> None:
+        """Replicas this broker could not open (a damaged directory, a full disk): for those
+        partitions it is as if the broker were gone; the broker retries when told again."""
+        broker = watch.broker_id
+        controller = self.controller
+        changed = []
+        async with controller.lock:
+            live = self.live() - {broker}
+            for (name, number), reason in failed.items():
+                topic = controller.state.topics.get(name)
+                if topic is None or number >= len(topic.partitions):
+                    continue
+                p = topic.partitions[number]
+                change = election.broker_down(p, broker, live, unclean_allowed(topic))
+                if change is not None:
+                    logger.error("%s-%d cannot be served by broker %d (%s): moving on without "
+                                 "it", name, number, broker, reason)
+                    controller.commit_change(topic, p, change)
+                    changed.append((topic, p))
+        await self.push(changed)
 
     async def elect_leaderless(self) -> None:
         """Give a leader to every partition without one that has a live candidate (a broker
@@ -255,15 +292,17 @@ class BrokerManager:
                 "leader_epoch": p.leader_epoch, "partition_epoch": p.partition_epoch,
                 "replicas": list(p.replicas), "isr": list(p.isr)}
 
-    async def push(self, partitions: Iterable[tuple[TopicState, PartitionState]]) -> None:
-        """Tell every live replica of these partitions their current state."""
+    async def push(self, partitions: Iterable[tuple[TopicState, PartitionState]],
+                   skip: int | None = None) -> None:
+        """Tell every live replica of these partitions (but on ``skip``) their state."""
+        live = self.live() - {skip}
         by_broker: dict[int, list[dict[str, Any]]] = {}
         for topic, p in partitions:
             if self.controller.state.topics.get(topic.name) is not topic:
                 continue  # deleted meanwhile
             state = self.state_of(topic, p)
             for broker in p.replicas:
-                if broker in self.live():
+                if broker in live:
                     by_broker.setdefault(broker, []).append(state)
         await asyncio.gather(*(self._apply(b, states) for b, states in by_broker.items()))
 
@@ -279,8 +318,8 @@ class BrokerManager:
             return None
         try:
             answers = await asyncio.wait_for(handle.apply.remote(
-                broker, self.controller.state.cluster_id, states, self.handles(), full),
-                APPLY_TIMEOUT_S)
+                broker, self.controller.state.cluster_id, states, self.handles(), full,
+                self.controller.state.applied), APPLY_TIMEOUT_S)
         except (ray.exceptions.RayActorError, ray.exceptions.ActorUnschedulableError,
                 TimeoutError) as e:
             # Its watch says so too, and the broker is told everything when it is back.

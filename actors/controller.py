@@ -31,6 +31,7 @@ import ray
 from actors import log_what_matters
 from actors.broker_manager import BrokerManager
 from actors.groups import GroupService
+from actors.hosting import background
 from raylog.arguments import INT32_MAX, check_int
 from raylog.cluster_names import controller_data_dir
 from raylog.errors import (
@@ -98,6 +99,7 @@ class ControllerActor:
         self.brokers = BrokerManager(self)
         self.groups = GroupService(self)
         self._reconciling = asyncio.Lock()
+        self._last_rebalance = time.monotonic()
         self._loop: asyncio.Task | None = None
         self._first_round: asyncio.Task | None = None
         logger.info("controller of cluster %s on %s replayed %d events from %s: %d topics, "
@@ -167,6 +169,20 @@ class ControllerActor:
             await self.brokers.elect_leaderless()
             await self._move_reassigned()
             await self._replace_gone_brokers()
+            await self._rebalance_leaders()
+
+    async def _rebalance_leaders(self) -> None:
+        """Every ``rebalance_leaders_s``, give partitions back to their preferred replicas
+        (Kafka's auto.leader.rebalance.enable): failovers and restarts pile leaderships on
+        the brokers that stayed up (a whole-cluster restart, on the last to register)."""
+        every = self.settings.rebalance_leaders_s
+        now = time.monotonic()
+        if not every or now - self._last_rebalance < every:
+            return
+        self._last_rebalance = now
+        moved = await self.elect_leaders(None)
+        if moved:
+            logger.info("leaders rebalanced to preferred replicas: %s", moved)
 
     # -- what other parts ask ----------------------------------------------------------------------
 
@@ -274,8 +290,8 @@ class ControllerActor:
             if handle is None:
                 logger.info("broker %d is offline: it removes %s when it is back", broker, name)
                 continue
-            calls.append(handle.stop_replicas.remote([(name, i) for i in partitions],
-                                                     delete=True))
+            calls.append(handle.stop_replicas.remote([(name, i) for i in partitions], True,
+                                                     self.state.applied))
         for outcome in await asyncio.gather(*calls, return_exceptions=True):
             if isinstance(outcome, BaseException):
                 logger.warning("removing replicas of %s failed: %r", name, outcome)
@@ -319,7 +335,9 @@ class ControllerActor:
                 return self._describe(topic)
             self.commit(events.configs_altered(name, merged))
         brokers = {b for p in topic.partitions for b in p.replicas}
-        await asyncio.gather(*(self.brokers.handle(b).update_configs.remote(name, merged)
+        version = self.state.applied
+        await asyncio.gather(*(self.brokers.handle(b).update_configs.remote(name, merged,
+                                                                           version)
                                for b in brokers if self.brokers.handle(b) is not None),
                              return_exceptions=True)
         return self._describe(topic)
@@ -421,11 +439,13 @@ class ControllerActor:
             p = t.partition(partition)
             change = election.alter_isr(p, leader, leader_epoch, partition_epoch, isr,
                                         self.brokers.live())
-            if change.isr != p.isr:
+            changed = change.isr != p.isr
+            if changed:
                 logger.info("%s-%d: ISR %s -> %s (leader %d)", topic, partition, p.isr,
                             change.isr, leader)
                 self.commit_change(t, p, change)
-        asyncio.get_running_loop().create_task(self.brokers.push([(t, p)]))
+        if changed:  # the followers hear of it too (the leader gets the answer)
+            background(self.brokers.push([(t, p)], skip=leader))
         return self.brokers.state_of(t, p)
 
     @checked
@@ -438,8 +458,12 @@ class ControllerActor:
         changed = []
         async with self.lock:
             live = self.brokers.live()
-            for name in names if names is not None else sorted(self.state.topics):
-                topic = self.state.topic(name)
+            # Every name checked before anything changes: a typo must not leave changes
+            # committed and never told to the brokers.
+            topics = [self.state.topic(name) for name in
+                      (names if names is not None else sorted(self.state.topics))]
+            for topic in topics:
+                name = topic.name
                 for p in topic.partitions:
                     change = election.preferred_leader(p, live)
                     if change is not None:
@@ -460,12 +484,17 @@ class ControllerActor:
         async with self.lock:
             topic = self.state.topic(name)
             known = self.state.broker_ids
+            min_insync = topic.configs.get("min_insync_replicas", 1)
             for partition, target in targets.items():
                 topic.partition(partition)
                 if not target or len(set(target)) != len(target) or not set(target) <= known:
                     raise InvalidArgumentError(
                         f"{name}-{partition}: the target must be distinct known broker ids "
                         f"(known: {sorted(known)}), got {target}")
+                if len(target) < min_insync:
+                    raise InvalidArgumentError(
+                        f"{name}-{partition}: {len(target)} replicas, fewer than its "
+                        f"min.insync.replicas={min_insync}: no acks=all write could succeed")
             for partition, target in targets.items():
                 p = topic.partitions[partition]
                 if p.replicas != list(target) or p.target is not None:

@@ -64,6 +64,7 @@ class ReplicaFetcher:
         self.partitions: dict[tuple[str, int], Following] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._start = 0  # where this round's request begins (rotating)
 
     def follow(self, tp: tuple[str, int], leader_epoch: int,
                handle: ray.actor.ActorHandle) -> None:
@@ -96,37 +97,49 @@ class ReplicaFetcher:
         backoff = BACKOFF_S[0]
         while self.partitions:
             try:
-                progressed = await self._round()
+                sent = await self._round()
                 backoff = BACKOFF_S[0]
             except (RayActorError, ActorUnschedulableError) as e:
                 logger.info("fetcher from broker %d: leader unreachable (%s); retrying",
                             self.leader_id, type(e).__name__)
-                progressed = False
+                sent = False
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, BACKOFF_S[1])
             except Exception:  # one bad round must not stop replication for good
                 logger.exception("fetcher from broker %d failed a round", self.leader_id)
-                progressed = False
+                sent = False
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, BACKOFF_S[1])
-            if not progressed:
+            if not sent:  # nothing was asked of the leader: wait, never spin
                 self._wake.clear()
                 paused = [f.paused_until for f in self.partitions.values()]
                 pause = max(min(paused, default=0) - time.monotonic(), 0.01)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), min(pause, BACKOFF_S[1]))
+            else:
+                await asyncio.sleep(0)  # the broker's other work goes between rounds
+
+    def _pause(self, tp: tuple[str, int], following: Following, truncate: bool = False
+               ) -> None:
+        """Leave ``tp`` alone for a moment (the controller is about to say something, or its
+        data did not take); with ``truncate``, start it over from truncation."""
+        following.paused_until = time.monotonic() + WAIT_FOR_CONTROLLER_S
+        following.truncating = following.truncating or truncate
 
     async def _round(self) -> bool:
         """One round: truncate the partitions that start following, fetch the others.
-        Whether anything was sent."""
+        Whether a request was sent to the leader."""
         now = time.monotonic()
         ready = {tp: f for tp, f in self.partitions.items() if f.paused_until <= now}
         truncating = {tp: f for tp, f in ready.items() if f.truncating}
-        if truncating:
-            await self._truncate(truncating)
-        fetching = {tp: f for tp, f in ready.items() if not f.truncating}
+        sent = bool(truncating) and await self._truncate(truncating)
+        fetching = [(tp, f) for tp, f in ready.items() if not f.truncating]
+        # Start at another partition each round: the byte budget of a request is spent from
+        # the front, and partitions with a backlog must not starve the others every round.
+        self._start = (self._start + 1) % max(len(fetching), 1)
+        fetching = fetching[self._start:] + fetching[:self._start]
         requests, hosts = [], {}
-        for tp, following in fetching.items():
+        for tp, following in fetching:
             hosted = self._current(tp, following)
             if hosted is None:
                 continue
@@ -135,7 +148,7 @@ class ReplicaFetcher:
             requests.append((tp[0], tp[1], following.leader_epoch, partition.log_end_offset,
                              partition.high_watermark))
         if not requests:
-            return bool(truncating)
+            return sent
         answers = await self.handle.replica_fetch.remote(
             self.broker.broker_id, requests, FETCH_MAX_BYTES, PARTITION_MAX_BYTES,
             FETCH_MAX_WAIT_MS)
@@ -144,7 +157,14 @@ class ReplicaFetcher:
             hosted, following = hosts[tp]
             if self._current(tp, following) is not hosted:
                 continue  # the controller moved it while the fetch was out
-            self._take(tp, hosted, following, answer)
+            try:
+                self._take(tp, hosted, following, answer)
+            except (RaylogError, OSError) as e:
+                # This partition's bytes did not take (damaged on the way, a full disk, logs
+                # that diverged): it starts over from truncation; the others go on.
+                logger.warning("%s: fetched data not appended (%r); truncating again",
+                               hosted.name, e)
+                self._pause(tp, following, truncate=True)
         return True
 
     def _take(self, tp: tuple[str, int], hosted: Any, following: Following,
@@ -152,9 +172,11 @@ class ReplicaFetcher:
         error = answer.get("error")
         partition = hosted.partition
         if error is None:
+            before = (partition.log_end_offset, partition.high_watermark)
             partition.append_replicated(answer["data"], answer["high_watermark"],
                                         answer["log_start_offset"])
-            hosted.notify()
+            if (partition.log_end_offset, partition.high_watermark) != before:
+                hosted.notify()  # consumers reading here, and maintenance
             return
         if isinstance(error, OffsetOutOfRangeError):
             start, end = answer["log_start_offset"], answer["log_end_offset"]
@@ -168,17 +190,16 @@ class ReplicaFetcher:
                 partition.restart_at(start)
             hosted.notify()
             return
-        if isinstance(error, FencedEpochError | UnknownLeaderEpochError | NotLeaderError):
-            following.paused_until = time.monotonic() + WAIT_FOR_CONTROLLER_S
-            return
-        logger.warning("%s: fetch from broker %d failed: %r", hosted.name, self.leader_id,
-                       error)
-        following.paused_until = time.monotonic() + WAIT_FOR_CONTROLLER_S
+        if not isinstance(error, FencedEpochError | UnknownLeaderEpochError | NotLeaderError):
+            logger.warning("%s: fetch from broker %d failed: %r", hosted.name,
+                           self.leader_id, error)
+        self._pause(tp, following)
 
-    async def _truncate(self, truncating: dict[tuple[str, int], Following]) -> None:
+    async def _truncate(self, truncating: dict[tuple[str, int], Following]) -> bool:
         """Truncate each new follower to where its log and the leader's agree, asking the
-        leader about all of them together, one epoch per partition per round."""
-        steps = {}
+        leader about all of them together, one epoch per partition per round. Whether the
+        leader was asked anything."""
+        steps, asked = {}, False
         for tp, following in truncating.items():
             hosted = self._current(tp, following)
             if hosted is not None:
@@ -186,28 +207,39 @@ class ReplicaFetcher:
         while steps:
             asks = {}
             for tp, (hosted, following, step) in steps.items():
-                if isinstance(step, Ask):
-                    hosted.partition.truncate(step.truncate_to)
-                    asks[tp] = (hosted, following, step)
-                else:
+                try:
+                    if isinstance(step, Ask):
+                        hosted.partition.truncate(step.truncate_to)
+                        asks[tp] = (hosted, following, step)
+                        continue
                     hosted.partition.truncate(step.offset)
-                    following.truncating = False
-                    hosted.notify()
-                    logger.info("%s follows broker %d at epoch %d from offset %d",
-                                hosted.name, self.leader_id, following.leader_epoch,
-                                hosted.partition.log_end_offset)
+                except (RaylogError, OSError) as e:  # this partition only
+                    logger.warning("%s: truncation failed (%r)", hosted.name, e)
+                    self._pause(tp, following)
+                    continue
+                following.truncating = False
+                hosted.notify()
+                logger.info("%s follows broker %d at epoch %d from offset %d",
+                            hosted.name, self.leader_id, following.leader_epoch,
+                            hosted.partition.log_end_offset)
             if not asks:
-                return
+                return asked
             requests = [(tp[0], tp[1], f.leader_epoch, step.epoch)
                         for tp, (_, f, step) in asks.items()]
             answers = await self.handle.epoch_end_offsets.remote(requests)
+            asked = True
             steps = {}
             for (tp, (hosted, following, step)), answer in zip(asks.items(), answers,
                                                                strict=True):
                 if self._current(tp, following) is not hosted:
                     continue
                 if isinstance(answer, RaylogError):
-                    following.paused_until = time.monotonic() + WAIT_FOR_CONTROLLER_S
+                    self._pause(tp, following)
                     continue
-                steps[tp] = (hosted, following,
-                             hosted.partition.truncation_step((step.epoch, tuple(answer))))
+                try:
+                    steps[tp] = (hosted, following,
+                                 hosted.partition.truncation_step((step.epoch, tuple(answer))))
+                except RaylogError as e:  # an answer no leader gives: ask again later
+                    logger.warning("%s: %r", hosted.name, e)
+                    self._pause(tp, following)
+        return asked

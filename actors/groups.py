@@ -17,10 +17,12 @@ from typing import TYPE_CHECKING, Any
 import ray
 from ray.exceptions import RayActorError
 
+from actors.hosting import background
 from raylog.arguments import INT32_MAX, check_id, check_int, unknown_name
 from raylog.errors import (
     InvalidArgumentError,
     InvalidConfigError,
+    LeaderNotAvailableError,
     OffsetOutOfRangeError,
     RaylogError,
     UnknownTopicError,
@@ -49,6 +51,7 @@ ACTOR_WATCH_INTERVAL_S = 0.05
 OFFSETS_TOPIC_CONFIGS = {"cleanup_policy": "compact", "segment_bytes": 64 << 20,
                          "retention_ms": None}
 LEADER_RETRY_S = 30.0  # how long a request rides out a leader change of __consumer_offsets
+LOAD_WAIT_MS = 500     # a loading fetch waits this long for the high watermark to move
 
 
 class GroupService:
@@ -100,19 +103,28 @@ class GroupService:
         topic = self.controller.state.topic(CONSUMER_OFFSETS_TOPIC)
         loaded = 0
         for p in topic.partitions:
-            start = (await self._list_offset(topic.name, p.partition, "earliest"))[0]
-            offset = start
-            while True:
+            offset = (await self._list_offset(topic.name, p.partition, "earliest"))[0]
+            # Up to the leader's log end as the load starts, not to its high watermark: right
+            # after a failover a new leader's high watermark lags what was acknowledged until
+            # its followers have fetched, and a commit skipped here would go backwards.
+            end = deadline = None
+            while end is None or offset < end:
+                wait = 0 if end is None else LOAD_WAIT_MS  # the first one only looks
                 result = await self._leader_call(
                     topic.name, p.partition,
-                    lambda h, e, o=offset, i=p.partition: h.fetch.remote(
-                        topic.name, i, e, o, 8 << 20, 0, 1))
-                if not result.data:
-                    break
-                for record in read_records(result.data, offset):
-                    self.coordinator.load(record.key, record.value)
-                    loaded += 1
-                offset = max(h.next_offset for _, h in iter_batches(result.data))
+                    lambda h, e, o=offset, i=p.partition, w=wait: h.fetch.remote(
+                        topic.name, i, e, o, 8 << 20, w, 1))
+                if end is None:
+                    end, deadline = result.log_end_offset, time.monotonic() + LEADER_RETRY_S
+                if result.data:
+                    for record in read_records(result.data, offset):
+                        self.coordinator.load(record.key, record.value)
+                        loaded += 1
+                    offset = max(h.next_offset for _, h in iter_batches(result.data))
+                elif time.monotonic() > deadline:
+                    raise LeaderNotAvailableError(
+                        f"{topic.name}-{p.partition}: its high watermark stays below the "
+                        f"log end {end}; loading the groups again later")
         self.coordinator.finish_load()
         logger.info("loaded %d records of %s: %d groups", loaded, CONSUMER_OFFSETS_TOPIC,
                     len(self.coordinator.group_ids()))
@@ -172,7 +184,7 @@ class GroupService:
         await self._persist_generation(group_id)
         if actor is not None and actor_id not in self._watched_actors:
             self._watched_actors.add(actor_id)
-            asyncio.get_running_loop().create_task(self._watch_actor(actor, actor_id))
+            background(self._watch_actor(actor, actor_id))
         return {"member_id": member.member_id,
                 "generation": self.coordinator.groups[group_id].generation,
                 "owned": sorted(member.owned)}

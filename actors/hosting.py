@@ -22,8 +22,8 @@ from typing import Any
 
 from raylog.errors import (
     FencedEpochError,
+    NotLeaderError,
     OutOfOrderSequenceError,
-    RaylogError,
     RequestTimeoutError,
     StorageError,
 )
@@ -97,9 +97,12 @@ class HostedReplica:
     """A Partition and the futures of callers waiting for it to change. Only the broker's
     event loop uses it."""
 
-    def __init__(self, partition: Partition, topic_id: str) -> None:
+    def __init__(self, partition: Partition, topic_id: str, configs: dict[str, Any]) -> None:
         self.partition = partition
         self.topic_id = topic_id
+        self.configs = dict(configs)  # the topic's overrides, as the controller sent them
+        self.version = -1  # the metadata version of the last state taken (see Broker.apply)
+        self.stopped = False  # no longer hosted: waiters fail at once
         self._waiters: set[asyncio.Future] = set()
         self.active = True  # maintenance has something to do (see Broker._maintain)
         self.proposing = False  # an ISR change is with the controller
@@ -111,9 +114,19 @@ class HostedReplica:
              broker_id: int, configs: dict[str, Any]) -> HostedReplica:
         directory = open_partition_dir(data_dir, topic, partition, topic_id)
         log = PartitionLog(directory, log_config(configs))
-        hosted = cls(Partition(topic, partition, log, broker_id, configs), topic_id)
+        hosted = cls(Partition(topic, partition, log, broker_id, configs), topic_id, configs)
         logger.info("opened %s: %s", directory, log.recovery)
         return hosted
+
+    def update_configs(self, configs: dict[str, Any]) -> None:
+        if configs != self.configs:
+            self.configs = dict(configs)
+            self.partition.update_configs(configs)
+            self.notify()  # say, a shorter retention.ms: maintenance looks at once
+
+    def stop(self) -> None:
+        self.stopped = True
+        self.notify()
 
     @property
     def name(self) -> str:
@@ -166,7 +179,11 @@ class HostedReplica:
         """Wait until the records up to ``last_offset`` are committed (the high watermark
         passed them), this replica stopped leading (NotLeaderError) or ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
+        epoch = self.partition.leader_epoch
         while not self.partition.acks_all_done(last_offset):
+            if self.stopped or self.partition.leader_epoch != epoch:
+                raise NotLeaderError(f"{self.name}: this replica stopped leading before the "
+                                     f"batch was committed")
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise RequestTimeoutError(
@@ -191,31 +208,24 @@ class HostedReplica:
         self.proposing = True
         logger.info("%s: proposing ISR %s (was %s)", self.name, sorted(wanted),
                     sorted(replica_set.isr))
-        asyncio.get_running_loop().create_task(self._propose(replica_set, sorted(wanted),
-                                                             propose))
+        background(self._propose(replica_set, sorted(wanted), propose))
 
     async def _propose(self, replica_set: Any, isr: list[int],
                        propose: Callable[[HostedReplica, list[int]],
                                          Awaitable[dict[str, Any]]]) -> None:
         try:
             state = await propose(self, isr)
-        except (RaylogError, Exception) as e:  # the controller refused, or is restarting
+        except Exception as e:  # the controller refused, or is restarting
             # Say, a follower that restarted fetches before the controller saw it come back:
             # asking again at every fetch would only be refused again.
             self.propose_after = time.monotonic() + ISR_RETRY_S
             if not isinstance(e, FencedEpochError):
                 logger.info("%s: ISR change to %s not made: %r", self.name, isr, e)
-            if self.partition.replica_set is replica_set:
-                self.partition._set_hw(replica_set.isr_change_failed(
-                    self.partition.log_end_offset))
         else:
             self.partition.apply(LeaderAndIsr.from_dict(state))
-            if self.partition.replica_set is replica_set and \
-                    replica_set.pending_isr is not None:
-                # The controller kept the ISR as it was (nothing to change after all).
-                self.partition._set_hw(replica_set.isr_change_failed(
-                    self.partition.log_end_offset))
         finally:
+            # Over either way; if the controller kept the ISR as it was, nothing else did.
+            self.partition.isr_change_failed(replica_set)
             self.proposing = False
             self.notify()
 
@@ -231,6 +241,18 @@ class HostedReplica:
         replica_set = partition.replica_set
         return any(replica_set.follower(r).log_end_offset != end
                    for r in partition.replicas if r != partition.replica_id)
+
+
+_background: set[asyncio.Task] = set()
+
+
+def background(work: Awaitable[Any]) -> asyncio.Task:
+    """Run ``work`` on the event loop without waiting for it, keeping a reference until it
+    ends (asyncio keeps only weak ones: an unreferenced task may vanish mid-way)."""
+    task = asyncio.get_running_loop().create_task(work)
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+    return task
 
 
 async def wait_any(replicas: Iterable[HostedReplica], timeout: float) -> bool:

@@ -7,10 +7,11 @@ broker's process dies. A task per watch awaits it, so the controller's loop neve
 broker, and it learns of a death as soon as Ray does, not at the next polling round (as Ray
 Serve's controller keeps one health-check reference per replica).
 
-- ``ActorUnavailableError``: the process died and Ray is restarting it. The broker is down
-  (the controller moves its leaderships and takes it out of ISRs), and the watch goes on:
-  its next check is answered by the new process, with a new incarnation, and the broker is
-  up again.
+- ``ActorUnavailableError``: Ray cannot reach the process for now (it died and is being
+  restarted, or its connection broke). The broker is down (the controller moves its
+  leaderships and takes it out of ISRs), and the watch goes on: the next check is answered by
+  the process, if it lived (the same incarnation: it is up again and rejoins its ISRs as a
+  follower) or by the new one (a new incarnation).
 - ``ActorDiedError`` (or the node it is pinned to is gone): it will not come back by itself.
   The broker is down and the watch ends; the controller creates a broker actor on the node
   again if the node lives, or waits for a node that presents the broker's data directory.
@@ -47,7 +48,9 @@ class BrokerWatch:
     def __init__(self, broker_id: int, handle: ray.actor.ActorHandle, node_id: str,
                  incarnation: str,
                  on_down: Callable[[BrokerWatch], Awaitable[None]],
-                 on_up: Callable[[BrokerWatch], Awaitable[None]]) -> None:
+                 on_up: Callable[[BrokerWatch], Awaitable[None]],
+                 on_failed: Callable[[BrokerWatch, dict], Awaitable[None]] | None = None
+                 ) -> None:
         self.broker_id = broker_id
         self.handle = handle
         self.node_id = node_id
@@ -55,6 +58,7 @@ class BrokerWatch:
         self.health = Health.ALIVE
         self._on_down = on_down
         self._on_up = on_up
+        self._on_failed = on_failed
         self._task: asyncio.Task | None = None
 
     @property
@@ -93,16 +97,21 @@ class BrokerWatch:
                 self.health = Health.ALIVE
                 logger.info("broker %d is back (incarnation %s)", self.broker_id,
                             self.incarnation)
-                await self._guarded(self._on_up)
+                await self.guarded(self._on_up)
+            if status.get("failed") and self._on_failed is not None:
+                await self.guarded(lambda w, failed=status["failed"]: self._on_failed(w, failed))
 
     async def _down(self, health: Health) -> None:
+        """Going down, or from restarting to dead for good (then the controller must also
+        give up on this actor: it creates a new one if the node lives)."""
+        changed = health is not self.health
         was_alive = self.alive
         self.health = health
-        if was_alive:
+        if was_alive or (changed and health is Health.DEAD):
             logger.warning("broker %d is down (%s)", self.broker_id, health.value)
-            await self._guarded(self._on_down)
+            await self.guarded(self._on_down)
 
-    async def _guarded(self, callback: Callable[[BrokerWatch], Awaitable[None]]) -> None:
+    async def guarded(self, callback: Callable[[BrokerWatch], Awaitable[None]]) -> None:
         try:
             await callback(self)
         except Exception:  # the controller logs and goes on; the next change retries

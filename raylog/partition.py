@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import pyarrow as pa
@@ -47,7 +47,7 @@ from raylog.producer_state import ProducerSnapshots, ProducerStates
 from raylog.records import TABLE_SCHEMA, parse_header, read_table
 from raylog.records.header import BatchHeader, check_crcs, iter_headers
 from raylog.replication.epochs import LEADER_EPOCH_FILE, EpochEndOffset, LeaderEpochCache
-from raylog.replication.isr import DEFAULT_REPLICA_LAG_TIME_MAX_MS, ReplicaSet
+from raylog.replication.isr import ReplicaSet
 from raylog.replication.truncation import Ask, Truncate, first_step, next_step
 from raylog.storage import AppendInfo, PartitionLog
 from raylog.topics import REPLICATION_DEFAULTS, log_config
@@ -123,14 +123,19 @@ class Partition:
         self.replicas: tuple[int, ...] = ()
         self.isr: tuple[int, ...] = ()
         self.replica_set: ReplicaSet | None = None  # a leader's view of its followers
+        self.last_truncation: int | None = None  # where records were last cut as follower
         self.snapshots = ProducerSnapshots(log.directory)
+        # Recovery may have cut the log below a snapshot taken before a crash: that snapshot
+        # describes records the log no longer has, and would turn a retry of one of them into
+        # a false duplicate (as Kafka does, such snapshots go).
+        self.snapshots.remove_above(log.log_end_offset)
         self.producers = ProducerStates()
         self._load_producers()
         # Which leader epoch wrote which offsets, beside the log (rebuilt from its batch
         # headers if the file is missing or damaged): what a follower's truncation asks.
         self.epochs = LeaderEpochCache.open(
             log.directory / LEADER_EPOCH_FILE, log.log_start_offset, log.log_end_offset,
-            lambda: self._headers(log.log_start_offset))
+            lambda: log.verified_headers(log.log_start_offset))
         self._snapshot_segment = log.active_segment.base_offset
 
     @property
@@ -149,16 +154,23 @@ class Partition:
 
     def apply(self, state: LeaderAndIsr) -> Transition:
         """Take the controller's word on leader, epochs, replicas and ISR. Stale words (an
-        older partition epoch) are ignored; so is a leader epoch older than this replica's."""
+        older partition epoch) are ignored; so is a leader epoch older than this replica's.
+        The one step that can fail (writing the epoch cache of a new leader, say on a full
+        disk) comes before any state changes: a failed apply leaves the replica as it was."""
         if state.partition_epoch < self.partition_epoch or state.leader_epoch < self.leader_epoch:
             return Transition.STALE
         if state.partition_epoch == self.partition_epoch and \
                 state.leader_epoch == self.leader_epoch:
             return Transition.UNCHANGED
+        leads = state.leader == self.replica_id
         same_epoch = state.leader_epoch == self.leader_epoch
+        if leads and not (same_epoch and self.role is Role.LEADER):
+            # As Kafka: the new epoch starts at the log end, so the leader can answer about
+            # it before it writes anything.
+            self.epochs.assign(state.leader_epoch, self.log_end_offset)
         self.partition_epoch = state.partition_epoch
         self.replicas, self.isr = tuple(state.replicas), tuple(state.isr)
-        if state.leader == self.replica_id:
+        if leads:
             if same_epoch and self.role is Role.LEADER:
                 self.replica_set.set_replicas(self.replicas)
                 self._set_hw(self.replica_set.isr_changed(self.isr, self.log_end_offset))
@@ -174,17 +186,14 @@ class Partition:
         return Transition.OFFLINE if state.leader is None else Transition.FOLLOWER
 
     def _become_leader(self, leader_epoch: int) -> None:
+        """(The epoch cache has the new epoch already: see :meth:`apply`.)"""
         self.role = Role.LEADER
         self.leader_id, self.leader_epoch = self.replica_id, leader_epoch
         end = self.log_end_offset
-        # As Kafka: the new epoch starts at the log end, so the leader can answer about it
-        # before it writes anything.
-        self.epochs.assign(leader_epoch, end)
         self.replica_set = ReplicaSet(
             self.replica_id, self.replicas, self.isr, leader_epoch, end,
             min(self.log.high_watermark, end), clock=self.clock,
-            replica_lag_time_max_ms=self.configs.get("replica_lag_time_max_ms",
-                                                     DEFAULT_REPLICA_LAG_TIME_MAX_MS))
+            replica_lag_time_max_ms=self.configs["replica_lag_time_max_ms"])
         self._set_hw(self.replica_set.advance_high_watermark(end))
 
     def _set_hw(self, offset: int) -> None:
@@ -212,9 +221,15 @@ class Partition:
                                  f"(leader: {self.leader_id})")
 
     def _check_serving(self, leader_epoch: object) -> None:
+        """Whether this replica may serve consumers: a leader, or an in-sync follower (one
+        the controller took out of the ISR may be far behind, or cut off from its leader:
+        the caller is sent to the leader)."""
         self.check_epoch(leader_epoch)
         if self.role is Role.OFFLINE:
             raise NotLeaderError(f"{self.name} has no leader right now")
+        if self.role is Role.FOLLOWER and self.replica_id not in self.isr:
+            raise NotLeaderError(f"replica {self.replica_id} of {self.name} is not in sync; "
+                                 f"read from the leader ({self.leader_id})")
 
     # -- as leader -----------------------------------------------------------------------------
 
@@ -297,6 +312,12 @@ class Partition:
             return replicas.isr | joining
         return None
 
+    def isr_change_failed(self, replica_set: ReplicaSet) -> None:
+        """The controller did not make the ISR change proposed with ``replica_set`` (refused,
+        unreachable, or it kept the ISR as it was): no change is pending any more."""
+        if self.replica_set is replica_set and replica_set.pending_isr is not None:
+            self._set_hw(replica_set.isr_change_failed(self.log_end_offset))
+
     def end_offset_for_epoch(self, leader_epoch: int, epoch: int) -> EpochEndOffset:
         """Kafka's OffsetForLeaderEpoch as a leader answers it, for a follower at
         ``leader_epoch``: the largest epoch at or below ``epoch`` this log holds and the
@@ -341,6 +362,7 @@ class Partition:
             log.truncate_to(offset)
             self.producers = ProducerStates()
             self._load_producers()
+            self.last_truncation = log.log_end_offset
         self.epochs.truncate_from_end(log.log_end_offset)
 
     def restart_at(self, offset: int) -> None:
@@ -378,16 +400,15 @@ class Partition:
 
     def fetch(self, offset: int, max_bytes: int, leader_epoch: int | None = None
               ) -> FetchResult:
-        """Batches from ``offset`` below the high watermark (consumers' view). A follower
-        answers with nothing for an offset above its high watermark (it has not caught up
-        there yet); a leader raises OffsetOutOfRangeError beyond its log end."""
+        """Batches from ``offset`` below the high watermark (consumers' view): nothing for an
+        offset between the high watermark and the log end, OffsetOutOfRangeError outside
+        [log start, log end]."""
         self._check_serving(leader_epoch)
         log = self.log
-        if self.role is Role.FOLLOWER and offset > log.high_watermark and \
-                offset >= log.log_start_offset:
-            data = b""
-        else:
-            data = log.read(offset, max_bytes, max_offset=log.high_watermark)
+        # Between a follower's high watermark and its log end there is nothing to read yet;
+        # beyond its log end or below its start, it cannot tell (it may only lag): out of
+        # range, and the consumer asks the leader before deciding anything.
+        data = log.read(offset, max_bytes, max_offset=log.high_watermark)
         return FetchResult(data, log.high_watermark, log.log_start_offset, log.log_end_offset)
 
     def read_table(self, start: int, end: int, leader_epoch: int | None = None) -> pa.Table:
@@ -422,8 +443,7 @@ class Partition:
         self.configs = {**REPLICATION_DEFAULTS, **configs}
         self.log.config = log_config(configs)
         if self.replica_set is not None:
-            self.replica_set.replica_lag_time_max_ms = self.configs.get(
-                "replica_lag_time_max_ms", DEFAULT_REPLICA_LAG_TIME_MAX_MS)
+            self.replica_set.replica_lag_time_max_ms = self.configs["replica_lag_time_max_ms"]
 
     def close(self) -> None:
         """Snapshot producer state at the log end (a clean reopen replays nothing), close."""
@@ -441,6 +461,7 @@ class Partition:
             "high_watermark": log.high_watermark, "size_bytes": log.size_bytes,
             "segments": len(log.segments), "directory": str(log.directory),
             "leader_epochs": [list(entry) for entry in self.epochs.entries],
+            "last_truncation": self.last_truncation,
         }
         if self.replica_set is not None:
             out["followers"] = {r: dataclasses.asdict(self.replica_set.follower(r))
@@ -464,13 +485,7 @@ class Partition:
         start = log.log_start_offset
         if found is not None and found[0] >= start:
             start, self.producers = found
-        self.producers.rebuild(self._headers(start))
-
-    def _headers(self, start: int) -> Iterator[BatchHeader]:
-        """The headers of the batches at or after ``start``, each checked against its CRCs:
-        what producer state and the epoch cache are rebuilt from is never a damaged batch's
-        word (a damaged batch ends the walk and is marked; reading it raises)."""
-        return self.log.verified_headers(start)
+        self.producers.rebuild(self.log.verified_headers(start))
 
 
 def _intact(header: BatchHeader, batch: bytes) -> bool:

@@ -17,6 +17,7 @@ from raylog.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from raylog.replication.isr import DEFAULT_REPLICA_LAG_TIME_MAX_MS
 from raylog.storage.config import LogConfig
 from raylog.types import TopicPartition
 
@@ -29,7 +30,8 @@ MAX_COMMIT_METADATA = 4096  # characters of metadata per committed offset, as Ka
 REPLICATION_DEFAULTS: dict[str, Any] = {
     "min_insync_replicas": 1,
     "unclean_leader_election_enable": False,
-    "replica_lag_time_max_ms": 30_000,  # a follower this long behind leaves the ISR
+    "replica_lag_time_max_ms": DEFAULT_REPLICA_LAG_TIME_MAX_MS,  # a follower this long behind
+                                                                 # leaves the ISR
 }
 _LOG_FIELDS = {f.name: f for f in dataclasses.fields(LogConfig)}
 
@@ -120,7 +122,8 @@ def normalize_configs(configs: Mapping[str, Any] | None) -> dict[str, Any]:
     log_config(out)  # validates the log part
     check_int("min_insync_replicas", out.get("min_insync_replicas", 1), 1, INT32_MAX,
               InvalidConfigError)
-    check_int("replica_lag_time_max_ms", out.get("replica_lag_time_max_ms", 30_000), 1,
+    check_int("replica_lag_time_max_ms",
+              out.get("replica_lag_time_max_ms", DEFAULT_REPLICA_LAG_TIME_MAX_MS), 1,
               INT32_MAX, InvalidConfigError)
     unclean = out.get("unclean_leader_election_enable", False)
     if not isinstance(unclean, bool):

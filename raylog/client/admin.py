@@ -14,6 +14,7 @@ from raylog.errors import (
     ClientClosedError,
     ControllerUnavailableError,
     InvalidArgumentError,
+    InvalidConfigError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     RaylogError,
@@ -135,7 +136,16 @@ class Admin:
                                        f"{short_repr(delete_configs)}")
         updates = normalize_configs(set_configs)
         deletes = [canonical_config_name(n) for n in delete_configs or ()]
-        return self._change(lambda: self._controller().alter_configs(name, updates, deletes))
+
+        def done(error: RaylogError) -> bool:
+            # A repeat after a controller restart finds the deletions made already.
+            configs = self.describe_topic(name)["configs"]
+            return isinstance(error, InvalidConfigError) and \
+                all(configs.get(k) == v for k, v in updates.items()) and \
+                not any(k in configs for k in deletes)
+
+        return self._change(lambda: self._controller().alter_configs(name, updates, deletes),
+                            done=done)
 
     # -- consumer groups --------------------------------------------------------------------------
 
@@ -179,7 +189,19 @@ class Admin:
         sync is led by it again (after failovers moved leaderships). Returns the partitions
         that moved, per topic."""
         topics = None if names is None else topic_names(names)
-        return self._change(lambda: self._controller().elect_leaders(topics))
+        before = {t["name"]: [p["leader"] for p in t["partitions"]]
+                  for t in self.describe_topics(topics)}
+        self._change(lambda: self._controller().elect_leaders(topics))
+        # From the states, not the answer: a repeat after a controller restart mid-call
+        # finds nothing left to move, though the first attempt moved partitions.
+        moved = {}
+        for t in self.describe_topics(topics):
+            changed = [p["partition"] for p in t["partitions"]
+                       if p["leader"] == p["replicas"][0]
+                       and before[t["name"]][p["partition"]] != p["leader"]]
+            if changed:
+                moved[t["name"]] = changed
+        return moved
 
     def reassign_partitions(self, name: str, assignment: dict[int, list[int]]
                             ) -> dict[str, Any]:

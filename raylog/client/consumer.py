@@ -22,7 +22,12 @@ from raylog.arguments import (
     check_int_fields,
     refuses_unknown_options,
 )
-from raylog.client.connection import RaylogCluster, TopicMetadata, cluster_or_default
+from raylog.client.connection import (
+    METADATA_MAX_AGE_S,
+    RaylogCluster,
+    TopicMetadata,
+    cluster_or_default,
+)
 from raylog.client.group_member import GroupMixin
 from raylog.client.membership import Membership
 from raylog.client.remote import resolve, wait_done
@@ -47,6 +52,7 @@ logger = logging.getLogger(__name__)
 _new = tuple.__new__
 OFFSET_RESETS = ("earliest", "latest", "none")
 METADATA_REFRESH_BACKOFF_S = 0.1  # refresh a topic at most this often after errors
+LEADER_ONLY_S = 10.0  # read from the leader this long after a follower was out of range
 
 
 @refuses_unknown_options
@@ -113,9 +119,14 @@ class _Fetching:
     next (or outstanding) fetch starts, past the buffered batches.
     """
 
-    __slots__ = ("buffered", "chunks", "fetch_offset", "pending", "position", "tp")
+    __slots__ = ("buffered", "chunks", "fetch_offset", "leader_only_until", "pending",
+                 "pending_from_leader", "position", "tp")
 
     def __init__(self, tp: TopicPartition) -> None:
+        # After a follower could not place the position (out of range there), fetch from the
+        # leader for a while: only the leader may decide that a position is out of range.
+        self.leader_only_until = 0.0
+        self.pending_from_leader = True
         self.tp = tp
         self.position: int | None = None
         self.fetch_offset: int | None = None
@@ -188,8 +199,8 @@ class Consumer(GroupMixin):
 
     def _topic(self, topic: str, refresh: bool = False) -> TopicMetadata:
         meta = self._topics.get(topic)
-        if meta is None or refresh:
-            meta = self._topics[topic] = self._cluster.topic(topic, refresh=refresh)
+        if meta is None or refresh or time.monotonic() - meta.fetched_at >= METADATA_MAX_AGE_S:
+            meta = self._topics[topic] = self._cluster.topic(topic, refresh=meta is not None)
         return meta
 
     def _refresh(self, topic: str) -> None:
@@ -322,10 +333,10 @@ class Consumer(GroupMixin):
         meta = self._topic(tp.topic, refresh)
         return meta.partitions[tp.partition].leader_client()
 
-    def _reader(self, tp: TopicPartition):
+    def _reader(self, tp: TopicPartition, leader_only: bool = False):
         """The replica to fetch ``tp`` from: an in-sync one on this node, else the leader."""
         partition = self._topic(tp.topic).partitions[tp.partition]
-        if not self.config.fetch_from_nearest:
+        if leader_only or not self.config.fetch_from_nearest:
             return partition.leader_client()
         if self._node_id is None and ray.is_initialized():
             self._node_id = ray.get_runtime_context().get_node_id()
@@ -341,9 +352,14 @@ class Consumer(GroupMixin):
             if state.position is None:
                 self._reset_position(state)
             try:
-                state.pending = self._reader(state.tp).fetch(
+                reader = self._reader(state.tp,
+                                      leader_only=time.monotonic() < state.leader_only_until)
+                state.pending = reader.fetch(
                     state.fetch_offset, config.max_partition_fetch_bytes,
                     config.fetch_max_wait_ms, config.fetch_min_bytes)
+                state.pending_from_leader = \
+                    reader.broker_id == self._topic(state.tp.topic).partitions[
+                        state.tp.partition].leader
             except RaylogError as e:
                 if not e.retriable:
                     raise
@@ -355,6 +371,11 @@ class Consumer(GroupMixin):
         try:
             result = resolve(ref)
         except OffsetOutOfRangeError:
+            if not state.pending_from_leader:
+                # A follower cannot tell whether the position exists (it may lag, or have
+                # run retention before the leader): ask the leader (KIP-392).
+                state.leader_only_until = time.monotonic() + LEADER_ONLY_S
+                return
             if self.config.auto_offset_reset == "none":
                 raise
             logger.info("%s: offset %d out of range, resetting to %s", state.tp,

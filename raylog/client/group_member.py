@@ -203,7 +203,13 @@ class GroupMixin:
                     membership.lose_all()
                     raise
                 refreshed = True
-                membership.refresh()
+                try:
+                    membership.refresh()
+                except RaylogError as e:  # say, the controller is restarting
+                    if not e.retriable or time.monotonic() + backoff > deadline:
+                        raise
+                    time.sleep(backoff)
+                    backoff = min(2 * backoff, 1.0)
             except UnknownMemberError:
                 if membership is not None:
                     membership.lose_all()  # poll gives everything up before rejoining

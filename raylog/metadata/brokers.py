@@ -138,6 +138,3 @@ class BrokerRegistry:
             del self.refused[node_id]
             self.final.discard(node_id)
         return offline
-
-    def live(self) -> dict[int, BrokerInfo]:
-        return {i: b for i, b in self.brokers.items() if b.alive}

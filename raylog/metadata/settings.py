@@ -7,6 +7,9 @@ the controller:
   placed on other live brokers (each rebuilt from its partition's leader), so that its
   partitions get back to their replication factor. 0 turns it off: a broker's replicas wait
   for a node that presents its data directory.
+- ``RAYLOG_REBALANCE_LEADERS_S`` (default 300, Kafka's leader.imbalance.check.interval):
+  how often partitions are given back to their preferred (first) replica when it is alive
+  and in sync, after failovers moved their leadership. 0 turns it off.
 
 Plain Python.
 """
@@ -21,25 +24,33 @@ from raylog.errors import InvalidConfigError
 
 REPLACE_AFTER_ENV = "RAYLOG_REPLACE_BROKER_AFTER_S"
 DEFAULT_REPLACE_AFTER_S = 600.0
+REBALANCE_ENV = "RAYLOG_REBALANCE_LEADERS_S"
+DEFAULT_REBALANCE_S = 300.0
 
 
 @dataclasses.dataclass(frozen=True)
 class ReplicationSettings:
     replace_broker_after_s: float = DEFAULT_REPLACE_AFTER_S  # 0: never
+    rebalance_leaders_s: float = DEFAULT_REBALANCE_S         # 0: never
 
     def __post_init__(self) -> None:
-        value = self.replace_broker_after_s
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise InvalidConfigError(f"{REPLACE_AFTER_ENV} must be a number of seconds >= 0, "
-                                     f"got {value!r}")
+        for name, env in (("replace_broker_after_s", REPLACE_AFTER_ENV),
+                          ("rebalance_leaders_s", REBALANCE_ENV)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise InvalidConfigError(f"{env} must be a number of seconds >= 0, "
+                                         f"got {value!r}")
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> ReplicationSettings:
-        text = environ.get(REPLACE_AFTER_ENV, "").strip()
-        if not text:
-            return cls()
-        try:
-            return cls(float(text))
-        except ValueError:
-            raise InvalidConfigError(f"{REPLACE_AFTER_ENV} must be a number of seconds, got "
-                                     f"{text!r}") from None
+        values = {}
+        for name, env in (("replace_broker_after_s", REPLACE_AFTER_ENV),
+                          ("rebalance_leaders_s", REBALANCE_ENV)):
+            text = environ.get(env, "").strip()
+            if text:
+                try:
+                    values[name] = float(text)
+                except ValueError:
+                    raise InvalidConfigError(f"{env} must be a number of seconds, got "
+                                             f"{text!r}") from None
+        return cls(**values)

@@ -162,23 +162,12 @@ class LeaderEpochCache:
         """The newest epoch in the log, UNDEFINED_EPOCH if none."""
         return self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
 
-    @property
-    def earliest_entry(self) -> EpochEntry | None:
-        return EpochEntry(self._epochs[0], self._starts[0]) if self._epochs else None
-
     def epoch_at(self, offset: int) -> int:
         """The epoch of the batch holding ``offset``: the entry with the largest start at or
         below it; UNDEFINED_EPOCH below the first entry. Offsets past the log end are not
         detected: they get the latest epoch."""
         i = bisect.bisect_right(self._starts, offset)
         return self._epochs[i - 1] if i else UNDEFINED_EPOCH
-
-    def start_offset_of(self, epoch: int) -> int | None:
-        """The start offset of ``epoch``, None if the cache has no entry for it."""
-        i = bisect.bisect_left(self._epochs, epoch)
-        if i < len(self._epochs) and self._epochs[i] == epoch:
-            return self._starts[i]
-        return None
 
     def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> EpochEndOffset:
         """Where ``requested_epoch`` ended in this log (Kafka's OffsetsForLeaderEpoch answer,

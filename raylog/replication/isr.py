@@ -42,7 +42,7 @@ from raylog.errors import (
     OffsetOutOfRangeError,
 )
 
-DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000  # Kafka's replica.lag.time.max.ms
+DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000  # Kafka's replica.lag.time.max.ms (topics.py's default)
 
 
 @dataclasses.dataclass

@@ -134,9 +134,17 @@ def two_down(root: Path) -> dict[str, Any]:
         with Producer(acks=1) as producer:
             assert producer.send(TOPIC, b"acks-1").result(30).offset == end_before
         # acks=all sends made now wait (retrying) until a follower is back in sync.
-        waiting = Producer(acks="all", delivery_timeout_ms=120_000)
+        waiting = Producer(acks="all", delivery_timeout_ms=120_000, linger_ms=0)
         futures = [waiting.send(TOPIC, b"during-%d" % i) for i in range(20)]
+
+        def refused_a_few_times() -> bool:
+            sender = waiting._senders.get((TOPIC, 0))  # made when its first batch is sealed
+            return sender is not None and any(b.attempts >= 3 for b in
+                                              [*sender.in_flight, *sender.queue])
+
+        wait_for(refused_a_few_times, what="the waiting batches refused a few times")
         assert not any(f.done() for f in futures)
+        assert admin.describe_replicas(TOPIC)[0]["log_end_offset"] == end_before + 1
         nodes.add_broker(names[0])  # one follower's machine back, with its disk
         wait_for(lambda: len(states(admin)[0]["isr"]) == 2, timeout=90,
                  what="a follower back in the ISR")
@@ -199,6 +207,8 @@ def divergent(root: Path) -> dict[str, Any]:
             assert [v for _, v in records] == expected, broker
         described = {r["broker_id"]: r for r in admin.describe_replicas(TOPIC)}
         assert described[old_leader]["log_end_offset"] == 130
+        # It cut exactly its own 50 records (offsets 100-149), nothing it shared.
+        assert described[old_leader]["last_truncation"] == 100, described[old_leader]
         return {"old_leader": old_leader, "new_leader": new_leader,
                 "epochs": described[old_leader]["leader_epochs"]}
     finally:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import time
+from pathlib import Path
 
 import pytest
 import ray
@@ -113,13 +114,14 @@ def kill_and_wait_for_failover(admin: Admin, topic: str, partition: int,
 
 @pytest.mark.cluster
 def test_killing_the_leaders_of_every_partition_repeatedly_loses_no_acknowledged_record(
-        admin, topic_name):
+        ray_cluster, admin, topic_name):
     """(a) Each round kills, one after the other, the broker leading each partition (half the
     time for good: the controller creates it again); a new leader is elected from the ISR
     each time, the killed broker comes back as a follower, truncates what its leader lacks,
     catches up and rejoins the ISR."""
     create_replicated(admin, topic_name)
-    with Workload(topic_name, PARTITIONS) as load:
+    nodes = [b["node_id"] for b in ray_cluster.brokers().values() if b["alive"]]
+    with Workload(topic_name, PARTITIONS, reader_nodes=nodes) as load:
         kills = 0
         for _ in range(2):
             for partition in range(PARTITIONS):
@@ -132,6 +134,8 @@ def test_killing_the_leaders_of_every_partition_repeatedly_loses_no_acknowledged
     anomalies = load.finish()
     assert not anomalies, summary(anomalies)
     assert load.summary["acknowledged"] > 0
+    # Consumers on the brokers' nodes read from followers too, checked with the rest.
+    assert load.followers_read_from, load.summary
     assert_replicas_identical(admin, topic_name, PARTITIONS)
     epochs = [p["leader_epoch"] for p in partition_states(admin, topic_name)]
     assert all(e >= 2 for e in epochs), epochs  # every partition failed over at least twice
@@ -145,11 +149,17 @@ def test_controller_kills_while_brokers_die_lose_no_acknowledged_record(admin, t
     with Workload(topic_name, PARTITIONS) as load:
         for round_ in range(2):
             load.wait_acknowledged(200)
-            actor = leader_broker(admin, topic_name, round_ % PARTITIONS)
-            ray.kill(actor, no_restart=False)
+            partition = round_ % PARTITIONS
+            before = partition_states(admin, topic_name)
+            killed = before[partition]["leader"]
+            ray.kill(leader_broker(admin, topic_name, partition), no_restart=False)
             restart_controller()
             wait_for(lambda: fully_in_sync(admin, topic_name), timeout=120,
                      what="every partition led and in sync after the controller restart")
+            after = partition_states(admin, topic_name)
+            for b, a in zip(before, after, strict=True):  # the broker's death was seen
+                if b["leader"] == killed:
+                    assert a["leader_epoch"] > b["leader_epoch"], (b, a)
         load.healthy()
     anomalies = load.finish()
     assert not anomalies, summary(anomalies)
@@ -162,7 +172,6 @@ def test_a_stale_or_missing_epoch_is_refused_by_every_request(admin, topic_name)
     with Producer(acks="all") as producer:
         producer.send(topic_name, b"one", partition=0).result(30)
     meta = admin._cluster.topic(topic_name, refresh=True).partitions[0]
-    leader = meta.leader_client()
     kill_and_wait_for_failover(admin, topic_name, 0, for_good=False)
     wait_for(lambda: fully_in_sync(admin, topic_name), timeout=90, what="back in sync")
     fresh = admin._cluster.topic(topic_name, refresh=True).partitions[0]
@@ -173,9 +182,13 @@ def test_a_stale_or_missing_epoch_is_refused_by_every_request(admin, topic_name)
                         lambda c: c.read_kafka_table(0, 1)):
             with pytest.raises((FencedEpochError, UnknownLeaderEpochError)):
                 resolve(request(stale), timeout=30)
-    handle = leader.handle
-    with pytest.raises(ValueError, match="must carry the leader epoch"):
-        resolve(handle.fetch.remote(topic_name, 0, None, 0, 1 << 20, 0, 1), timeout=30)
+    handle = fresh.leader_client().handle
+    for request in (lambda: handle.fetch.remote(topic_name, 0, None, 0, 1 << 20, 0, 1),
+                    lambda: handle.produce.remote(topic_name, 0, None, b"x", 1),
+                    lambda: handle.list_offset.remote(topic_name, 0, None, "latest"),
+                    lambda: handle.read_kafka_table.remote(topic_name, 0, None, 0, 1)):
+        with pytest.raises(ValueError, match="must carry the leader epoch"):
+            resolve(request(), timeout=30)
     with Producer(acks="all") as producer:  # the client refreshes and goes on
         assert producer.send(topic_name, b"two", partition=0).result(30).offset == 1
 
@@ -200,8 +213,13 @@ def test_preferred_leader_election_gives_leadership_back(admin, topic_name):
     with Producer(acks="all") as producer:
         for i in range(50):
             producer.send(topic_name, b"v%d" % i, partition=0)
+    # Placement balances leaders over every topic, so the killed broker may have led other
+    # partitions of this topic too: all of those move back.
+    away = [p["partition"] for p in partition_states(admin, topic_name)
+            if p["leader"] != p["replicas"][0]]
+    assert 0 in away
     assert cli("topics", "elect-leaders", topic_name) == \
-        f"{topic_name}: preferred leader elected for partitions 0\n"
+        f"{topic_name}: preferred leader elected for partitions {','.join(map(str, away))}\n"
     wait_for(lambda: [p["leader"] for p in partition_states(admin, topic_name)] == preferred,
              what="every partition led by its preferred replica")
     assert admin.elect_leaders(topic_name) == {}
@@ -210,7 +228,7 @@ def test_preferred_leader_election_gives_leadership_back(admin, topic_name):
 
 
 @pytest.mark.cluster
-def test_a_reassignment_moves_replicas_while_producers_write(admin, topic_name):
+def test_a_reassignment_moves_replicas_while_producers_write(ray_cluster, admin, topic_name):
     """Partition 0 moves from three replicas to two others' order and one fewer broker:
     the new replica set copies the leader while producers keep writing, leadership moves to
     the new preferred replica, and the dropped replica's files go."""
@@ -235,8 +253,11 @@ def test_a_reassignment_moves_replicas_while_producers_write(admin, topic_name):
     dropped = replicas[0]
     wait_for(lambda: all(r["broker_id"] != dropped for r in admin.describe_replicas(topic_name)),
              what="the dropped replica removed from its broker")
-    held = replica_records(admin, topic_name, 0)
-    assert set(held) == set(target)
+    directory = Path(ray_cluster.brokers()[dropped]["data_dir"]) / f"{topic_name}-0"
+    wait_for(lambda: not directory.exists(), what="the dropped replica's files removed")
+    held = wait_for(lambda: (h := replica_records(admin, topic_name, 0)) and
+                    h[target[0]] == h[target[1]] and h, what="both new replicas identical")
+    assert len(held[target[0]]) == load.summary["acknowledged"]
 
 
 @pytest.mark.cluster

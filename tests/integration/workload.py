@@ -19,6 +19,9 @@ import threading
 import time
 from typing import Any
 
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
 from raylog import Consumer, Producer, TopicPartition
 from raylog.client.futures import RecordFuture
 from raylog.errors import ProduceFailedError, RaylogError
@@ -50,12 +53,59 @@ class Sent:
                             meta.offset, must_succeed=self.after_recovery)
 
 
+@ray.remote(num_cpus=0)
+class NodeReader:
+    """A consumer in a thread of an actor pinned to a node: it reads every partition from
+    the start (from an in-sync replica on its node when there is one) until stopped."""
+
+    def __init__(self, topic: str, partitions: int) -> None:
+        import raylog
+
+        self.reads: list[tuple[int, int, bytes]] = []
+        self.error: str | None = None
+        self.followers: set[int] = set()  # partitions it fetched from a follower
+        self._stop = threading.Event()
+        self._cluster = raylog.init(start_local=False, create=False)
+        self._thread = threading.Thread(target=self._read, args=(topic, partitions),
+                                        daemon=True)
+        self._thread.start()
+
+    def _read(self, topic: str, partitions: int) -> None:
+        try:
+            with Consumer(cluster=self._cluster, auto_offset_reset="earliest",
+                          fetch_max_wait_ms=200) as consumer:
+                tps = [TopicPartition(topic, p) for p in range(partitions)]
+                consumer.assign(tps)
+                while not self._stop.is_set():
+                    try:
+                        records = consumer.poll(timeout_ms=200)
+                    except RaylogError:
+                        continue
+                    self.reads.extend((r.partition, r.offset, r.value) for r in records)
+                    for tp in tps:
+                        with contextlib.suppress(RaylogError):
+                            meta = consumer._topic(topic).partitions[tp.partition]
+                            if consumer._reader(tp).broker_id != meta.leader:
+                                self.followers.add(tp.partition)
+        except Exception as e:  # reported to the test
+            self.error = repr(e)
+
+    def stop(self) -> tuple[list[tuple[int, int, bytes]], str | None]:
+        self._stop.set()
+        self._thread.join(timeout=60)
+        return self.reads, self.error
+
+    def followers_read_from(self) -> list[int]:
+        return sorted(self.followers)
+
+
 class Workload:
     """Producers and a live consumer on ``topic`` until :meth:`finish`."""
 
     def __init__(self, topic: str, partitions: int, producers: int = 3,
                  sends_per_second: float = 1000, keyed: bool = True,
-                 producer_settings: dict[str, Any] | None = None) -> None:
+                 producer_settings: dict[str, Any] | None = None,
+                 reader_nodes: list[str] = ()) -> None:
         self.topic = topic
         self.partitions = partitions
         self.keyed = keyed
@@ -65,6 +115,7 @@ class Workload:
         self.sent: list[list[Sent]] = [[] for _ in range(producers)]
         self.reads: list[history.Read] = []
         self.errors: list[BaseException] = []
+        self.followers_read_from: list[int] = []  # partitions a node's reader read from a follower
         self._stop = threading.Event()
         self._recovered = threading.Event()
         self._threads = [threading.Thread(target=self._guard, args=(self._produce, i),
@@ -72,6 +123,9 @@ class Workload:
                          for i in range(producers)]
         self._threads.append(threading.Thread(target=self._guard, args=(self._consume, 0),
                                               daemon=True, name="workload-consumer"))
+        # Consumers on broker nodes too: there they read from in-sync followers (KIP-392).
+        self._node_readers = [NodeReader.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+            node, soft=False)).remote(topic, partitions) for node in reader_nodes]
 
     def __enter__(self) -> Workload:
         for thread in self._threads:
@@ -82,6 +136,15 @@ class Workload:
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=DELIVERY_TIMEOUT_MS / 1000 + 30)
+        for i, reader in enumerate(self._node_readers):
+            self.followers_read_from = sorted({*self.followers_read_from, *ray.get(
+                reader.followers_read_from.remote(), timeout=60)})
+            reads, error = ray.get(reader.stop.remote(), timeout=60)
+            if error:
+                self.errors.append(AssertionError(f"a node's reader failed: {error}"))
+            self.reads.extend(history.Read(2 + i, *r) for r in reads)
+            ray.kill(reader)
+        self._node_readers = []
 
     # -- what the threads do ---------------------------------------------------------------------
 
@@ -99,8 +162,9 @@ class Workload:
             while not self._stop.is_set():
                 value = b"p%d-%07d" % (i, index)
                 key = b"key-%d" % (index % 17) if self.keyed else None
+                after = self._recovered.is_set()  # before the send: it must succeed then
                 future = producer.send(self.topic, value, key=key)
-                self.sent[i].append(Sent(i, index, value, future, self._recovered.is_set()))
+                self.sent[i].append(Sent(i, index, value, future, after))
                 index += 1
                 if index % 10 == 0:
                     time.sleep(self.pause_s)  # pacing: failures come from the faults
@@ -161,5 +225,6 @@ class Workload:
                  *(history.Read(1, r.partition, r.offset, r.value) for r in final)]
         self.summary = {"sends": len(sends), "acknowledged": acked,
                         "failed": sum(s.error is not None for s in sends),
-                        "live_reads": len(self.reads), "final_reads": len(final)}
+                        "live_reads": len(self.reads), "final_reads": len(final),
+                        "followers_read_from": self.followers_read_from}
         return history.check(sends, reads)

@@ -39,12 +39,12 @@ def cache() -> LeaderEpochCache:
 
 def test_assign_records_the_first_batch_of_each_epoch():
     cache = LeaderEpochCache()
-    assert cache.latest_epoch == -1 and cache.earliest_entry is None
+    assert cache.latest_epoch == -1 and cache.entries == ()
     assert cache.assign(0, 0)
     assert not cache.assign(0, 5)  # later batches of the latest epoch change nothing
     assert cache.assign(2, 9)
     assert cache.entries == (EpochEntry(0, 0), EpochEntry(2, 9))
-    assert cache.latest_epoch == 2 and cache.earliest_entry == (0, 0)
+    assert cache.latest_epoch == 2 and cache.entries[0] == (0, 0)
 
 
 def test_assign_the_latest_epoch_earlier_moves_its_start_down(cache):
@@ -100,9 +100,6 @@ def test_epoch_at_below_the_first_entry_is_undefined():
     assert LeaderEpochCache().epoch_at(0) == -1
 
 
-def test_start_offset_of(cache):
-    assert [cache.start_offset_of(e) for e in range(8)] == [None, 0, None, 10, None, None, 20,
-                                                            None]
 
 
 @pytest.mark.parametrize("requested, answer", [

@@ -24,7 +24,7 @@ from raylog.records import TABLE_SCHEMA, Codec, iter_headers, read_records
 from raylog.replication.truncation import Ask
 from raylog.storage import LogConfig, PartitionLog
 from raylog.storage.segment import LogSegment
-from tests.unit.logutil import FakeClock, batch_of
+from tests.unit.logutil import FakeClock, all_records, batch_of
 
 NOW = 1_700_000_000_000
 
@@ -99,7 +99,8 @@ def sync(follower: Partition, leader: Partition) -> None:
 
 
 def values_of(p: Partition) -> list[bytes]:
-    return [r.value for r in read_records(p.log.read(p.log.log_start_offset, 1 << 30))]
+    """Every value in the log, across segments."""
+    return [r.value for r in all_records(p.log)]
 
 
 # -- roles and what the controller says -------------------------------------------------------
@@ -245,12 +246,28 @@ def test_a_follower_serves_consumers_below_its_own_high_watermark(tmp_path):
     sync(follower, leader)
     assert fetched_offsets(follower.fetch(0, 1 << 20, leader_epoch=1).data) == list(range(6))
     append_batches(leader, 1)
-    assert follower.fetch(6, 1 << 20, leader_epoch=1).data == b""  # not caught up: nothing
-    assert follower.fetch(50, 1 << 20, leader_epoch=1).data == b""
+    leader.follower_fetched(2, leader.leader_epoch, 6)
+    follower.append_replicated(leader.read_for_follower(6, 1 << 20).data, 6, 0)
+    assert (follower.log_end_offset, follower.high_watermark) == (9, 6)
+    assert follower.fetch(6, 1 << 20, leader_epoch=1).data == b""  # not committed here yet
+    with pytest.raises(OffsetOutOfRangeError):  # beyond its log end: it cannot tell
+        follower.fetch(50, 1 << 20, leader_epoch=1)
     assert follower.read_table(0, 6, leader_epoch=1).num_rows == 6
     with pytest.raises(OffsetOutOfRangeError):
         follower.read_table(0, 9, leader_epoch=1)
     leader.log.close()
+    follower.log.close()
+
+
+def test_a_follower_out_of_the_isr_sends_consumers_to_the_leader(tmp_path):
+    follower = new_partition(tmp_path, replica=2)
+    follow(follower, 1, 3, isr=(1, 2), replicas=(1, 2))
+    assert follower.fetch(0, 1 << 20, leader_epoch=3).data == b""
+    follow(follower, 1, 3, isr=(1,), replicas=(1, 2))  # the controller took it out
+    with pytest.raises(NotLeaderError, match="not in sync"):
+        follower.fetch(0, 1 << 20, leader_epoch=3)
+    with pytest.raises(NotLeaderError, match="not in sync"):
+        follower.read_table(0, 0, leader_epoch=3)
     follower.log.close()
 
 
@@ -476,6 +493,7 @@ def test_kip_101_diverged_replicas_end_up_identical(tmp_path):
     b.append(batch_of([b"b-2"]), leader_epoch=2)
     follow(a, 2, 2, isr=(2,))
     sync(a, b)
+    assert a.last_truncation == 1  # exactly its own records went, nothing it shared
     assert values_of(a) == values_of(b) == [b"shared", b"b-1", b"b-2"]
     assert a.log.read(0, 1 << 30) == b.log.read(0, 1 << 30)
     a.log.close()
@@ -527,6 +545,31 @@ def test_producer_state_comes_back_from_a_snapshot_without_reading_old_segments(
         assert walked == []  # the snapshot covers the whole log: no header is read
         retry = batch_of([b"again"], producer_id=9, producer_epoch=0, base_sequence=5)
         assert reopened.append(retry, leader_epoch=1).base_offset == 5  # a duplicate
+    finally:
+        reopened.log.close()
+
+
+def test_a_snapshot_past_the_log_end_after_a_crash_is_never_trusted(tmp_path):
+    """A roll wrote a snapshot, then a crash lost the records it covers (recovery cut the
+    log below it). Trusted, it would make the producer's retry of a lost batch look like a
+    duplicate: the retry would be answered and never written."""
+    config = LogConfig(segment_bytes=1024, retention_ms=None)
+    p = lead(new_partition(tmp_path, config=config))
+    for seq in range(3):
+        p.append(batch_of([os.urandom(500)], producer_id=9, producer_epoch=0,
+                          base_sequence=seq), leader_epoch=0)
+    snapshot_at = p.snapshots.offsets()[-1]
+    p.log.truncate_to(snapshot_at - 1)  # what recovery does to a torn tail after a crash
+    p.log.close()
+    assert max(p.snapshots.offsets()) == snapshot_at  # the stale snapshot is still there
+    reopened = lead(new_partition(tmp_path, config=config), 1)
+    try:
+        assert all(o <= reopened.log_end_offset for o in reopened.snapshots.offsets())
+        lost = batch_of([b"retried"], producer_id=9, producer_epoch=0,
+                        base_sequence=reopened.log_end_offset)
+        info = reopened.append(lost, leader_epoch=1)
+        assert info.base_offset == reopened.log_end_offset - 1  # written, not a duplicate
+        assert values_of(reopened)[-1] == b"retried"
     finally:
         reopened.log.close()
 
