@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.abc
+import json
 import logging
 import sys
 import time
@@ -49,7 +50,7 @@ from raylog.cluster_names import (
     configured_data_dir,
     default_broker_root,
 )
-from raylog.errors import NotLeaderError, RaylogError, StorageError
+from raylog.errors import InvalidArgumentError, NotLeaderError, RaylogError, StorageError
 from raylog.identity import (
     BrokerIdentity,
     IdentityError,
@@ -57,8 +58,9 @@ from raylog.identity import (
     read_identity,
     write_identity,
 )
-from raylog.partition import FetchResult, LeaderAndIsr, Role, Transition
-from raylog.records.kafka_columns import kafka_table
+from raylog.interop import error_json, java_call
+from raylog.partition import EARLIEST, LATEST, FetchResult, LeaderAndIsr, Role, Transition
+from raylog.records.kafka_columns import ipc_bytes, kafka_table, spark_table
 from raylog.storage import AppendInfo
 
 logger = logging.getLogger(__name__)
@@ -389,6 +391,17 @@ class BrokerActor:
         """Records [start, end) with the columns of Spark's Kafka source (KAFKA_SCHEMA). A
         follower whose high watermark is still short of ``end`` (the range was planned from
         the leader's) waits for it, up to ``max_wait_ms``."""
+        p = await self._reading(topic, partition, leader_epoch, end, max_wait_ms)
+        if isinstance(p, ray.actor.ActorHandle):
+            return await p.read_kafka_table.remote(topic, partition, leader_epoch, start, end, 0)
+        return kafka_table(p.read_table(start, end, leader_epoch), topic, partition)
+
+    async def _reading(self, topic: str, partition: int, leader_epoch: int, end: int,
+                       max_wait_ms: int) -> Any:
+        """The partition to read a range ending at ``end`` from, or the leader's broker to
+        ask instead: a follower still short of ``end`` after ``max_wait_ms`` (a follower may
+        lag up to replica.lag.time.max.ms), or out of sync, hands the range to its leader,
+        from whose high watermark it was planned. A caller never sees the detour."""
         hosted = self._hosted(topic, partition)
         deadline = time.monotonic() + max_wait_ms / 1000
         while hosted.partition.role is Role.FOLLOWER and hosted.partition.high_watermark < end:
@@ -398,13 +411,47 @@ class BrokerActor:
         p = hosted.partition
         if p.role is Role.FOLLOWER and (p.high_watermark < end or p.replica_id not in p.isr) \
                 and p.leader_epoch == leader_epoch and p.leader_id in self.brokers:
-            # Still behind (a follower may lag up to replica.lag.time.max.ms), or out of
-            # sync: the range was planned from the leader's high watermark, so the leader
-            # answers it. A Dataset or Spark task holding this call never sees the detour.
-            return await self.brokers[p.leader_id].read_kafka_table.remote(
-                topic, partition, leader_epoch, start, end, 0)
-        table = p.read_table(start, end, leader_epoch)
-        return kafka_table(table, topic, partition)
+            return self.brokers[p.leader_id]
+        return p
+
+    # -- the Java connector (raylog/interop.py: JSON and Arrow IPC in and out) ----------------
+
+    @java_call
+    async def java_offsets(self, requests: str) -> str:
+        """Offsets of partitions this broker leads, for Spark's planning: ``requests`` is a
+        JSON list of ``[topic, partition, leader epoch (-1: any), timestamp or null]``; the
+        answer a JSON list of ``{"log_start", "high_watermark", "timestamp_offset"}`` (the
+        first offset at or after the timestamp, null if none) or ``{"error": ...}`` each."""
+        answers = []
+        for topic, partition, epoch, timestamp in json.loads(requests):
+            try:
+                p = self._hosted(topic, partition).partition
+                epoch = None if epoch < 0 else epoch
+                start, _ = p.list_offset(EARLIEST, epoch)
+                high, _ = p.list_offset(LATEST, epoch)
+                found = None if timestamp is None else p.list_offset(int(timestamp), epoch)
+                answers.append({"log_start": start, "high_watermark": high,
+                                "timestamp_offset": None if found is None else found[0]})
+            except RaylogError as e:
+                answers.append({"error": error_json(e)})
+        return json.dumps(answers)
+
+    @java_call
+    async def java_read(self, topic: str, partition: int, span: list[int], columns: str) -> bytes:
+        """Records [start, end) as an Arrow IPC stream in Spark's layout, holding only
+        ``columns`` (comma-separated names of Spark's Kafka source columns), where ``span``
+        is ``[leader epoch, start, end]`` (a Java call takes at most five arguments): a Spark
+        task's columnar reader builds its ColumnarBatches straight from it."""
+        leader_epoch, start, end = (int(v) for v in span)
+        names = [c for c in columns.split(",") if c]
+        p = await self._reading(topic, partition, leader_epoch, end, 10_000)
+        if isinstance(p, ray.actor.ActorHandle):
+            return await p.java_read.remote(topic, partition, span, columns)
+        try:
+            table = spark_table(p.read_table(start, end, leader_epoch), topic, partition, names)
+        except ValueError as e:
+            raise InvalidArgumentError(str(e)) from e
+        return ipc_bytes(table)
 
     # -- other brokers' fetchers -----------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import os
 import time
@@ -27,22 +28,25 @@ import uuid
 from typing import Any
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors import log_what_matters
 from actors.broker_manager import BrokerManager
 from actors.groups import GroupService
 from actors.hosting import background
 from raylog.arguments import INT32_MAX, check_int
-from raylog.cluster_names import controller_data_dir
+from raylog.cluster_names import NAMESPACE, broker_actor_name, controller_data_dir
 from raylog.errors import (
     InvalidArgumentError,
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     LeaderNotAvailableError,
+    RaylogError,
     TopicExistsError,
 )
 from raylog.identity import DirectoryLock, IdentityError
+from raylog.interop import error_json, java_call
 from raylog.metadata import MetadataState, MetadataStore, TopicState, assign_replicas, election
 from raylog.metadata import state as events
 from raylog.metadata.limits import PartitionLimits
@@ -102,6 +106,7 @@ class ControllerActor:
         self._last_rebalance = time.monotonic()
         self._loop: asyncio.Task | None = None
         self._first_round: asyncio.Task | None = None
+        self._writers: dict[str, ray.actor.ActorHandle] = {}  # java_writer's actors
         logger.info("controller of cluster %s on %s replayed %d events from %s: %d topics, "
                     "%d brokers", self.state.cluster_id, self.node_id, self.state.applied,
                     directory, len(self.state.topics), len(self.state.broker_ids))
@@ -606,3 +611,53 @@ class ControllerActor:
     async def group_history(self, group_id: str) -> list:
         return await self.groups.group_history(group_id)
 
+
+    # -- the Java connector (raylog/interop.py: JSON in and out) ---------------------------------
+
+    @java_call
+    async def java_topics(self) -> str:
+        """The user topics' names, as a JSON list (Spark's ``subscribePattern`` matches them)."""
+        return json.dumps(await self.list_topics())
+
+    @java_call
+    async def java_metadata(self, names: str) -> str:
+        """:meth:`metadata` of the topics named in the JSON list ``names``, as JSON a Java
+        caller can use: per topic its partitions (leader, leader epoch, replicas, ISR),
+        whether it is compacted (its offsets then have gaps), and per live broker among
+        its replicas the name of the broker's actor, its node and host; per unknown topic
+        ``{"error": ...}``."""
+        await self.started()
+        answer: dict[str, Any] = {}
+        for name in json.loads(names):
+            try:
+                raw = (await self.metadata([name]))[name]
+            except RaylogError as e:
+                answer[name] = {"error": error_json(e)}
+                continue
+            brokers = {}
+            for broker, where in raw["brokers"].items():
+                info = self.brokers.registry.brokers.get(broker)
+                brokers[str(broker)] = {"actor": broker_actor_name(where["node_id"]),
+                                        "node_id": where["node_id"],
+                                        "host": info.host if info is not None else None}
+            policy = str(raw["configs"].get("cleanup_policy", "delete"))
+            answer[name] = {"partitions": raw["partitions"], "brokers": brokers,
+                            "compacted": "compact" in policy}
+        return json.dumps(answer)
+
+    @java_call
+    async def java_writer(self, node_id: str) -> str:
+        """The name (in namespace ``raylog``) of the actor through which Spark tasks on
+        ``node_id`` write (actors/spark_writer.py), started if there is none yet. It is
+        this actor's child: a controller restart takes it down, and the next writer that
+        asks starts it again."""
+        from actors.spark_writer import SparkWriter
+
+        if not isinstance(node_id, str) or not node_id:
+            raise InvalidArgumentError(f"node_id must be a Ray node id, got {node_id!r}")
+        name = f"spark-writer:{node_id}"
+        handle = SparkWriter.options(
+            name=name, namespace=NAMESPACE, get_if_exists=True,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=True)).remote()
+        self._writers[name] = handle  # an actor lives as long as a handle to it does
+        return name

@@ -79,9 +79,21 @@ def session(app_name: str = "raylog", *, executors: int = 1, cores: int = 1,
         "spark.ui.enabled": "false",
         **(configs or {}),
     }
+    _add_connector(settings)
     _session = raydp.init_spark(app_name, num_executors=executors, executor_cores=cores,
                                 executor_memory=memory, configs=settings)
     return _session
+
+
+def _add_connector(settings: dict[str, str]) -> None:
+    """Put the connector's jar (``format("raylog")``) on the driver's and executors'
+    classpaths, after whatever the caller's settings already hold."""
+    from raylog.spark_build import connector_jar
+
+    jar = str(connector_jar())
+    for key, separator in (("spark.jars", ","), ("spark.driver.extraClassPath", os.pathsep),
+                           ("spark.executor.extraClassPath", os.pathsep)):
+        settings[key] = separator.join(v for v in (settings.get(key), jar) if v)
 
 
 def stop() -> None:

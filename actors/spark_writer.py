@@ -1,0 +1,123 @@
+"""The producer that Spark's raylog sink writes through: one actor per node, asked for by
+the connector's writers on that node (ControllerActor.java_writer creates it).
+
+A Spark task's DataWriter (Java) turns its rows into Arrow record batches of the sink's
+columns (``topic``, ``key``, ``value``, ``partition``, ``headers``, as Spark's Kafka sink
+takes them) and hands each, as Arrow IPC bytes, to :meth:`SparkWriter.java_write`: it
+produces them with raylog's Producer (``send_batch``: murmur2 of the key, else sticky, or the
+row's ``partition``), so records land where Kafka's clients would put them, and answers once
+every record is acknowledged. Several writers share the actor; its threads share producers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import ray
+
+from actors import log_what_matters
+from raylog.client.connection import init
+from raylog.client.producer import Producer, producer_config
+from raylog.errors import InvalidRecordError, RaylogError
+from raylog.interop import java_error
+from raylog.records.payload import HEADERS_TYPE
+
+logger = logging.getLogger(__name__)
+
+WRITER_CONCURRENCY = 16  # Spark tasks writing at once through one node's gateway
+WRITE_TIMEOUT_S = 300.0  # beyond every producer's delivery timeout
+
+
+@ray.remote(num_cpus=0, max_concurrency=WRITER_CONCURRENCY)
+class SparkWriter:
+    """Producers for Spark writers, one per distinct producer settings."""
+
+    def __init__(self) -> None:
+        log_what_matters()
+        self._cluster = init(start_local=False, create=False)
+        self._producers: dict[str, Producer] = {}
+        self._lock = threading.Lock()
+
+    def _producer(self, settings: str) -> Producer:
+        with self._lock:
+            producer = self._producers.get(settings)
+            if producer is None:
+                parsed = json.loads(settings) if settings else {}
+                producer_config(parsed)  # InvalidConfigError for a bad setting
+                producer = Producer(cluster=self._cluster, **parsed)
+                self._producers[settings] = producer
+            return producer
+
+    def java_write(self, topic: str, settings: str, batch: bytes) -> str:
+        """Produce the rows of ``batch`` (an Arrow IPC stream) to the topic of each row's
+        ``topic`` column, ``topic`` where it has none (the sink's ``topic`` option, which
+        the connector puts in every row's place when set); returns JSON
+        ``{"records": n}`` once all are acknowledged."""
+        try:
+            producer = self._producer(settings)
+            table = pa.ipc.open_stream(batch).read_all()
+            written = 0
+            for name, rows in by_topic(table, topic):
+                for part in by_partition_column(rows):
+                    future = producer.send_batch(name, part)
+                    written += sum(count for _, _, count in future.result(WRITE_TIMEOUT_S))
+            return json.dumps({"records": written})
+        except RaylogError as e:
+            raise java_error(e) from e
+        except (ValueError, pa.ArrowException) as e:
+            raise java_error(InvalidRecordError(f"rows the sink cannot write: {e}")) from e
+
+    def close(self) -> None:
+        with self._lock:
+            for producer in self._producers.values():
+                producer.close()
+            self._producers.clear()
+
+
+def by_topic(table: pa.Table, default: str) -> list[tuple[str, pa.Table]]:
+    """The rows of ``table`` per destination topic: the ``topic`` column where set, else
+    ``default`` ("" meaning none: a row without a topic is refused)."""
+    if "topic" not in table.column_names:
+        groups = [(default, table)]
+    else:
+        topics = table.column("topic")
+        if topics.null_count:
+            topics = pc.fill_null(topics, default)
+        rest = table.drop_columns(["topic"])
+        names = pc.unique(topics).to_pylist()
+        groups = [(name, rest) if len(names) == 1 else
+                  (name, rest.filter(pc.equal(topics, name))) for name in names]
+    for name, _ in groups:
+        if not name:
+            raise InvalidRecordError("a row has no topic: set the 'topic' option or give "
+                                     "every row a 'topic'")
+    return [(name, _sink_columns(rows)) for name, rows in groups]
+
+
+def by_partition_column(table: pa.Table) -> list[pa.Table]:
+    """Rows with a ``partition`` go there; rows whose ``partition`` is null are partitioned
+    by key (as Spark's Kafka sink leaves them to the producer's partitioner)."""
+    if "partition" not in table.column_names:
+        return [table]
+    column = table.column("partition")
+    if column.null_count == 0:
+        return [table]
+    unset = pc.is_null(column)
+    parts = [table.filter(pc.invert(unset)), table.filter(unset).drop_columns(["partition"])]
+    return [p for p in parts if p.num_rows]
+
+
+def _sink_columns(table: pa.Table) -> pa.Table:
+    """Headers as the producer takes them (Java writes header keys as nullable)."""
+    if "headers" in table.column_names and table.column("headers").type != HEADERS_TYPE:
+        index = table.column_names.index("headers")
+        try:
+            table = table.set_column(index, "headers", table.column("headers").cast(HEADERS_TYPE))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise InvalidRecordError(f"headers must be array<struct<key: string, value: "
+                                     f"binary>> with no null keys: {e}") from e
+    return table

@@ -1,0 +1,219 @@
+package io.raylog.spark;
+
+import io.ray.api.ObjectRef;
+import java.io.ByteArrayInputStream;
+import java.io.IOException;
+import java.util.Collections;
+import java.util.List;
+import org.apache.arrow.memory.BufferAllocator;
+import org.apache.arrow.memory.RootAllocator;
+import org.apache.arrow.vector.FieldVector;
+import org.apache.arrow.vector.VectorSchemaRoot;
+import org.apache.arrow.vector.ipc.ArrowStreamReader;
+import org.apache.spark.sql.connector.read.PartitionReader;
+import org.apache.spark.sql.vectorized.ArrowColumnVector;
+import org.apache.spark.sql.vectorized.ColumnVector;
+import org.apache.spark.sql.vectorized.ColumnarBatch;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * Reads one offset range as ColumnarBatches over Arrow vectors, chunk by chunk: each chunk is
+ * an Arrow IPC stream that the broker holding a replica builds (only the columns the query
+ * needs, in Spark's layout), and the next chunk is asked for as soon as the current one
+ * arrives, so the broker decodes it while Spark consumes this one. Chunks are sized by bytes
+ * (about {@link #CHUNK_BYTES}) from the record size seen so far.
+ *
+ * <p>The replica is an in-sync one on this executor's Ray node if there is one, else the
+ * leader. Retriable failures (a broker restarting, a leader moving) are tried again with fresh
+ * metadata for up to {@code fetchTimeoutMs}; offsets that are gone follow
+ * {@code failOnDataLoss}.
+ */
+final class RangeReader implements PartitionReader<ColumnarBatch> {
+  private static final Logger LOG = LoggerFactory.getLogger(RangeReader.class);
+  static final BufferAllocator ROOT = new RootAllocator(Long.MAX_VALUE);
+  static final long CHUNK_BYTES = 8L << 20;
+  static final long MIN_CHUNK_RECORDS = 1024;
+  static final long MAX_CHUNK_RECORDS = 1L << 20;
+  static final long FIRST_CHUNK_RECORDS = 8192;
+
+  private final Cluster cluster;
+  private final TopicPartition tp;
+  private final String columns;
+  private final boolean noColumns;
+  private final boolean failOnDataLoss;
+  private final long fetchTimeoutMs;
+  private final String nodeId;
+  private final BufferAllocator allocator;
+  private long cursor; // the first offset not yet asked for
+  private long end;
+  private long chunkRecords = FIRST_CHUNK_RECORDS;
+  private Chunk pending;
+  private ArrowStreamReader reader;
+  private ColumnarBatch batch;
+
+  /** An outstanding request for records [start, end) from one broker. */
+  private static final class Chunk {
+    final long start;
+    final long end;
+    final Cluster.BrokerInfo broker;
+    final ObjectRef<byte[]> ref;
+
+    Chunk(long start, long end, Cluster.BrokerInfo broker, ObjectRef<byte[]> ref) {
+      this.start = start;
+      this.end = end;
+      this.broker = broker;
+      this.ref = ref;
+    }
+  }
+
+  RangeReader(OffsetRange range, String[] columns, boolean failOnDataLoss, long fetchTimeoutMs) {
+    this.cluster = Cluster.get();
+    this.tp = range.tp;
+    this.cursor = range.start;
+    this.end = range.end;
+    this.columns = String.join(",", columns);
+    this.noColumns = columns.length == 0;
+    this.failOnDataLoss = failOnDataLoss;
+    this.fetchTimeoutMs = fetchTimeoutMs;
+    this.nodeId = Cluster.nodeId();
+    this.allocator = ROOT.newChildAllocator("raylog " + range, 0, Long.MAX_VALUE);
+  }
+
+  @Override
+  public boolean next() throws IOException {
+    while (true) {
+      if (reader != null && reader.loadNextBatch()) {
+        int rows = reader.getVectorSchemaRoot().getRowCount();
+        if (rows > 0) {
+          batch.setNumRows(rows);
+          return true;
+        }
+        continue;
+      }
+      closeReader();
+      if (pending == null) {
+        if (cursor >= end) {
+          return false;
+        }
+        pending = ask(cursor);
+      }
+      byte[] data = receive();
+      if (data == null) {
+        continue; // the range moved (data loss skipped): ask again, or end
+      }
+      if (cursor < end) {
+        pending = ask(cursor); // the broker decodes it while Spark consumes this one
+      }
+      open(data);
+    }
+  }
+
+  private Chunk ask(long start) {
+    long until = Math.min(end, start + chunkRecords);
+    Cluster.TopicInfo info = cluster.topic(tp.topic, false);
+    if (tp.partition >= info.partitions.size()) {
+      throw new RaylogException("UnknownPartitionError", tp + " does not exist any more", false,
+          null);
+    }
+    Cluster.BrokerInfo broker = info.replicaFor(tp.partition, nodeId);
+    int epoch = info.partitions.get(tp.partition).leaderEpoch;
+    cursor = until;
+    return new Chunk(start, until, broker, cluster.read(broker, tp, epoch, start, until, columns));
+  }
+
+  /** The pending chunk's bytes, or null if it had to be given up (the cursor moved). */
+  private byte[] receive() {
+    long deadline = System.currentTimeMillis() + fetchTimeoutMs;
+    while (true) {
+      Chunk chunk = pending;
+      try {
+        byte[] data = Cluster.await(chunk.ref, fetchTimeoutMs);
+        pending = null;
+        long span = chunk.end - chunk.start;
+        if (span > 0 && data.length > 0) {
+          long perRecord = Math.max(1, data.length / span);
+          chunkRecords = Math.max(MIN_CHUNK_RECORDS,
+              Math.min(MAX_CHUNK_RECORDS, CHUNK_BYTES / perRecord));
+        }
+        return data;
+      } catch (RaylogException e) {
+        pending = null;
+        boolean outOfRange = e.type.equals("OffsetOutOfRangeError");
+        if (outOfRange && skipLostOffsets(chunk, e)) {
+          return null;
+        }
+        if (!(e.retriable || outOfRange) || System.currentTimeMillis() >= deadline) {
+          throw e;
+        }
+        LOG.info("reading {} [{}, {}) again after {}", tp, chunk.start, chunk.end, e.toString());
+        cluster.forget(chunk.broker.actor, tp.topic);
+        Cluster.sleep(Cluster.RETRY_BACKOFF_MS);
+        cluster.topic(tp.topic, true);
+        cursor = chunk.start;
+        pending = ask(cursor);
+      }
+    }
+  }
+
+  /**
+   * The chunk asked for offsets the partition does not hold (any more): retention deleted
+   * them, or the log was truncated. Fails as failOnDataLoss says, else moves on to what is
+   * there. Returns true when the cursor moved (the caller asks anew), false to ask again for
+   * the same chunk (the replica was merely behind).
+   */
+  private boolean skipLostOffsets(Chunk chunk, RaylogException e) {
+    PartitionOffsets now = cluster.offsets(Collections.singletonList(tp), p -> null,
+        fetchTimeoutMs).get(tp);
+    boolean lostStart = chunk.start < now.logStart;
+    boolean lostEnd = chunk.end > now.latest;
+    if (!lostStart && !lostEnd) {
+      return false;
+    }
+    String what = "Cannot read " + tp + " [" + chunk.start + ", " + chunk.end + "): it holds "
+        + now + " now (" + e.getMessage() + ").";
+    if (failOnDataLoss) {
+      throw new RangePlanner.DataLossException(what);
+    }
+    LOG.warn("{} Going on with what is there (failOnDataLoss is false).", what);
+    if (lostEnd) {
+      end = Math.min(end, now.latest);
+    }
+    cursor = Math.max(chunk.start, now.logStart);
+    if (cursor > end) {
+      cursor = end;
+    }
+    return true;
+  }
+
+  private void open(byte[] data) throws IOException {
+    reader = new ArrowStreamReader(new ByteArrayInputStream(data), allocator);
+    VectorSchemaRoot root = reader.getVectorSchemaRoot();
+    List<FieldVector> vectors = root.getFieldVectors();
+    ColumnVector[] columns = new ColumnVector[noColumns ? 0 : vectors.size()];
+    for (int i = 0; i < columns.length; i++) {
+      columns[i] = new ArrowColumnVector(vectors.get(i));
+    }
+    batch = new ColumnarBatch(columns, 0);
+  }
+
+  private void closeReader() throws IOException {
+    if (reader != null) {
+      reader.close(); // frees the vectors the batch wraps: Spark is done with it
+      reader = null;
+      batch = null;
+    }
+  }
+
+  @Override
+  public ColumnarBatch get() {
+    return batch;
+  }
+
+  @Override
+  public void close() throws IOException {
+    closeReader();
+    pending = null;
+    allocator.close();
+  }
+}

@@ -1,0 +1,115 @@
+package io.raylog.spark;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.SortedMap;
+import java.util.TreeMap;
+import java.util.function.Function;
+import org.apache.spark.sql.connector.read.Batch;
+import org.apache.spark.sql.connector.read.InputPartition;
+import org.apache.spark.sql.connector.read.PartitionReaderFactory;
+import org.apache.spark.sql.connector.read.Scan;
+import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+
+/**
+ * A read: a batch (its options checked by the batch rules), or a micro-batch stream (by the
+ * streaming rules; the same options mean a stream or a batch only here). Every batch plan resolves the bounds against what the
+ * partitions hold now, so a DataFrame reads the topic as it is at each action, like Spark's
+ * Kafka source. Ranges become tasks that prefer hosts of in-sync replicas; a pushed-down
+ * count becomes one task that reads no record.
+ */
+final class RaylogScan implements Scan, Batch {
+  private final CaseInsensitiveStringMap raw;
+  private final StructType schema;
+  private final RaylogScanBuilder.CountPlan count;
+  private RaylogOptions options;
+
+  RaylogScan(CaseInsensitiveStringMap raw, StructType schema, RaylogScanBuilder.CountPlan count) {
+    this.raw = raw;
+    this.schema = schema;
+    this.count = count;
+  }
+
+  @Override
+  public StructType readSchema() {
+    return schema;
+  }
+
+  @Override
+  public String description() {
+    return "raylog " + raw.asCaseSensitiveMap() + (count == null ? " " + schema.simpleString()
+        : " count by " + count.groups);
+  }
+
+  @Override
+  public ColumnarSupportMode columnarSupportMode() {
+    return count == null ? ColumnarSupportMode.SUPPORTED : ColumnarSupportMode.UNSUPPORTED;
+  }
+
+  @Override
+  public Batch toBatch() {
+    options = RaylogOptions.forBatch(raw);
+    return this;
+  }
+
+  @Override
+  public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
+    return new RaylogMicroBatchStream(RaylogOptions.forStreaming(raw), KafkaSchema.names(schema),
+        checkpointLocation);
+  }
+
+  @Override
+  public InputPartition[] planInputPartitions() {
+    Cluster cluster = Cluster.get();
+    List<TopicPartition> partitions = cluster.partitions(options);
+    Map<TopicPartition, PartitionOffsets> offsets = new TreeMap<>();
+    SortedMap<TopicPartition, Long> starts = starts(cluster, options, partitions, offsets);
+    if (options.ending.kind == Bound.Kind.TIMESTAMP
+        || options.ending.kind == Bound.Kind.TIMESTAMPS) {
+      offsets = cluster.offsets(partitions, options.ending::timestampFor,
+          options.fetchTimeoutMs);
+    }
+    SortedMap<TopicPartition, Long> ends = RangePlanner.resolve(options.ending, false,
+        partitions, offsets, false);
+    List<OffsetRange> ranges = RangePlanner.ranges(starts, ends, offsets,
+        options.failOnDataLoss, hostsOf(cluster));
+    if (count != null) {
+      return new InputPartition[] {count.partition(ranges, options)};
+    }
+    List<OffsetRange> split = RangePlanner.split(ranges, options.minPartitions,
+        options.maxRecordsPerPartition);
+    return tasks(split);
+  }
+
+  /** Where a read of {@code partitions} starts, as {@code options.starting} says, with the
+   * partitions' offsets now put in {@code offsets}. */
+  static SortedMap<TopicPartition, Long> starts(Cluster cluster, RaylogOptions options,
+      List<TopicPartition> partitions, Map<TopicPartition, PartitionOffsets> offsets) {
+    offsets.putAll(cluster.offsets(partitions, options.starting::timestampFor,
+        options.fetchTimeoutMs));
+    return RangePlanner.resolve(options.starting, true, partitions, offsets,
+        options.startingLatestIfNoTimestampMatch);
+  }
+
+  static InputPartition[] tasks(List<OffsetRange> ranges) {
+    List<InputPartition> out = new ArrayList<>();
+    for (OffsetRange range : ranges) {
+      out.add(new RangePartition(range));
+    }
+    return out.toArray(new InputPartition[0]);
+  }
+
+  static Function<TopicPartition, String[]> hostsOf(Cluster cluster) {
+    return tp -> cluster.topic(tp.topic, false).hosts(tp.partition);
+  }
+
+  @Override
+  public PartitionReaderFactory createReaderFactory() {
+    String[] columns = count == null ? KafkaSchema.names(schema) : new String[0];
+    return new ReaderFactory(columns, options.failOnDataLoss,
+        options.fetchTimeoutMs);
+  }
+}

@@ -1,0 +1,392 @@
+package io.raylog.spark;
+
+import io.ray.api.ObjectRef;
+import java.io.ByteArrayOutputStream;
+import java.io.IOException;
+import java.io.Serializable;
+import java.nio.channels.Channels;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Deque;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import org.apache.arrow.memory.BufferAllocator;
+import org.apache.arrow.vector.FieldVector;
+import org.apache.arrow.vector.IntVector;
+import org.apache.arrow.vector.VarBinaryVector;
+import org.apache.arrow.vector.VarCharVector;
+import org.apache.arrow.vector.VectorSchemaRoot;
+import org.apache.arrow.vector.complex.ListVector;
+import org.apache.arrow.vector.complex.StructVector;
+import org.apache.arrow.vector.ipc.ArrowStreamWriter;
+import org.apache.arrow.vector.types.pojo.ArrowType;
+import org.apache.arrow.vector.types.pojo.Field;
+import org.apache.arrow.vector.types.pojo.FieldType;
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.util.ArrayData;
+import org.apache.spark.sql.connector.write.DataWriter;
+import org.apache.spark.sql.connector.write.WriterCommitMessage;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * Writes a Spark task's rows to raylog, as Spark's Kafka sink takes them: {@code value}
+ * (string or binary), and optionally {@code key} (string or binary), {@code topic} (unless
+ * the {@code topic} option is set, which wins), {@code partition} (int; null leaves it to
+ * the partitioner) and {@code headers} (array of struct key string, value binary). Rows go
+ * into Arrow record batches of about {@link #BATCH_BYTES}, each handed as Arrow IPC to the
+ * writer gateway on this node (a Python actor that produces them with raylog's Producer:
+ * murmur2 partitioning of keys, batching, idempotence, acks), at most
+ * {@link #IN_FLIGHT} at a time. commit() returns once every record is acknowledged.
+ */
+final class SinkWriter implements DataWriter<InternalRow> {
+  private static final Logger LOG = LoggerFactory.getLogger(SinkWriter.class);
+  static final long BATCH_BYTES = 4L << 20;
+  static final int BATCH_ROWS = 65536;
+  static final int IN_FLIGHT = 2;
+
+  /** What a write needs, checked against the rows' schema on the driver. */
+  static final class Settings implements Serializable {
+    private static final long serialVersionUID = 1L;
+
+    final String topic; // the topic option, or null: each row's topic
+    final String producer; // producer settings as JSON ("" for the defaults)
+    final int topicColumn;
+    final int keyColumn;
+    final boolean keyIsString;
+    final int valueColumn;
+    final boolean valueIsString;
+    final int partitionColumn;
+    final int headersColumn;
+    final long timeoutMs;
+
+    private Settings(StructType schema, Map<String, String> options) {
+      this.topic = RaylogOptions.sinkTopic(options);
+      this.producer = RaylogOptions.producerSettings(options);
+      this.topicColumn = column(schema, "topic", topic == null, DataTypes.StringType);
+      if (topic == null && topicColumn < 0) {
+        throw new IllegalArgumentException("topic option required when no 'topic' attribute "
+            + "is present. Use the topic option for setting a topic.");
+      }
+      this.keyColumn = column(schema, "key", false, DataTypes.StringType, DataTypes.BinaryType);
+      this.keyIsString = keyColumn >= 0
+          && schema.fields()[keyColumn].dataType().equals(DataTypes.StringType);
+      this.valueColumn = column(schema, "value", true, DataTypes.StringType,
+          DataTypes.BinaryType);
+      if (valueColumn < 0) {
+        throw new IllegalArgumentException("Required attribute 'value' not found");
+      }
+      this.valueIsString = schema.fields()[valueColumn].dataType().equals(DataTypes.StringType);
+      this.partitionColumn = column(schema, "partition", false, DataTypes.IntegerType);
+      this.headersColumn = column(schema, "headers", false, KafkaSchema.HEADERS);
+      String timeout = RaylogOptions.lowerKeys(options).get(RaylogOptions.FETCH_TIMEOUT_MS);
+      this.timeoutMs = timeout == null ? 300_000L : Long.parseLong(timeout.trim());
+    }
+
+    /** The settings for writing rows of {@code schema}; IllegalArgumentException, before
+     * anything is written, for a schema or option the sink cannot take. */
+    static Settings of(StructType schema, Map<String, String> options) {
+      return new Settings(schema, options);
+    }
+
+    /** The index of column {@code name} (matched as Spark matches names, ignoring case),
+     * -1 if absent; a column of another type than {@code types} is refused. */
+    private static int column(StructType schema, String name, boolean used, DataType... types) {
+      StructField[] fields = schema.fields();
+      for (int i = 0; i < fields.length; i++) {
+        if (!fields[i].name().toLowerCase(Locale.ROOT).equals(name)) {
+          continue;
+        }
+        if (!used) {
+          break;
+        }
+        DataType type = fields[i].dataType();
+        for (DataType allowed : types) {
+          if (sameType(type, allowed)) {
+            return i;
+          }
+        }
+        StringBuilder names = new StringBuilder();
+        for (DataType allowed : types) {
+          names.append(names.length() == 0 ? "" : " or ").append(allowed.simpleString());
+        }
+        throw new IllegalArgumentException(Character.toUpperCase(name.charAt(0))
+            + name.substring(1) + " attribute type must be " + names + ", not "
+            + type.simpleString());
+      }
+      return -1;
+    }
+
+    private static boolean sameType(DataType type, DataType allowed) {
+      return type.equals(allowed) || DataType.equalsIgnoreNullability(type, allowed);
+    }
+
+    /** Writes every row of {@code data} (a batch {@code df.write}), task by task. */
+    void writeAll(Dataset<Row> data) {
+      Settings settings = this;
+      data.queryExecution().toRdd().toJavaRDD().foreachPartition(rows -> {
+        SinkWriter writer = new SinkWriter(settings);
+        try {
+          while (rows.hasNext()) {
+            writer.write(rows.next());
+          }
+          writer.commit();
+        } catch (Throwable t) {
+          writer.abort();
+          throw t;
+        } finally {
+          writer.close();
+        }
+      });
+    }
+  }
+
+  /** How many records a task wrote. */
+  static final class Written implements WriterCommitMessage {
+    private static final long serialVersionUID = 1L;
+    final long records;
+
+    Written(long records) {
+      this.records = records;
+    }
+  }
+
+  /** A batch handed to the gateway, kept until acknowledged to send it again if the
+   * gateway itself was lost. */
+  private static final class Sent {
+    final byte[] rows;
+    ObjectRef<String> ref;
+
+    Sent(byte[] rows, ObjectRef<String> ref) {
+      this.rows = rows;
+      this.ref = ref;
+    }
+  }
+
+  private final Settings settings;
+  private final Cluster cluster;
+  private final BufferAllocator allocator;
+  private final Deque<Sent> inFlight = new ArrayDeque<>();
+  private String gateway;
+  private VectorSchemaRoot root;
+  private VarCharVector topics;
+  private VarBinaryVector keys;
+  private VarBinaryVector values;
+  private IntVector partitions;
+  private ListVector headers;
+  private int rows;
+  private long bytes;
+  private long written;
+
+  SinkWriter(Settings settings) {
+    this.settings = settings;
+    this.cluster = Cluster.get();
+    this.allocator = RangeReader.ROOT.newChildAllocator("raylog sink", 0, Long.MAX_VALUE);
+  }
+
+  @Override
+  public void write(InternalRow row) throws IOException {
+    if (root == null) {
+      newBatch();
+    }
+    if (topics != null) {
+      if (row.isNullAt(settings.topicColumn)) {
+        throw new IllegalArgumentException("a row's topic is null and no 'topic' option is set");
+      }
+      byte[] topic = row.getUTF8String(settings.topicColumn).getBytes();
+      topics.setSafe(rows, topic);
+      bytes += topic.length;
+    }
+    if (keys != null) {
+      bytes += setBytes(keys, row, settings.keyColumn, settings.keyIsString);
+    }
+    bytes += setBytes(values, row, settings.valueColumn, settings.valueIsString);
+    if (partitions != null) {
+      if (row.isNullAt(settings.partitionColumn)) {
+        partitions.setNull(rows);
+      } else {
+        partitions.setSafe(rows, row.getInt(settings.partitionColumn));
+      }
+    }
+    if (headers != null) {
+      bytes += setHeaders(row);
+    }
+    rows++;
+    if (rows >= BATCH_ROWS || bytes >= BATCH_BYTES) {
+      send();
+    }
+  }
+
+  private int setBytes(VarBinaryVector vector, InternalRow row, int column, boolean string) {
+    if (row.isNullAt(column)) {
+      vector.setNull(rows);
+      return 0;
+    }
+    byte[] data = string ? row.getUTF8String(column).getBytes() : row.getBinary(column);
+    vector.setSafe(rows, data);
+    return data.length;
+  }
+
+  private long setHeaders(InternalRow row) {
+    if (row.isNullAt(settings.headersColumn)) {
+      headers.setNull(rows);
+      return 0;
+    }
+    ArrayData array = row.getArray(settings.headersColumn);
+    StructVector entries = (StructVector) headers.getDataVector();
+    VarCharVector keys = entries.getChild("key", VarCharVector.class);
+    VarBinaryVector values = entries.getChild("value", VarBinaryVector.class);
+    int at = headers.startNewValue(rows);
+    long size = 0;
+    for (int i = 0; i < array.numElements(); i++) {
+      if (array.isNullAt(i)) {
+        throw new IllegalArgumentException("a row's headers hold a null header");
+      }
+      InternalRow header = array.getStruct(i, 2);
+      if (header.isNullAt(0)) {
+        throw new IllegalArgumentException("a header's key must not be null");
+      }
+      byte[] key = header.getUTF8String(0).getBytes();
+      entries.setIndexDefined(at + i);
+      keys.setSafe(at + i, key);
+      size += key.length;
+      if (header.isNullAt(1)) {
+        values.setNull(at + i);
+      } else {
+        byte[] value = header.getBinary(1);
+        values.setSafe(at + i, value);
+        size += value.length;
+      }
+    }
+    headers.endValue(rows, array.numElements());
+    return size;
+  }
+
+  private void newBatch() {
+    List<FieldVector> vectors = new ArrayList<>();
+    topics = settings.topicColumn >= 0 && settings.topic == null
+        ? new VarCharVector("topic", allocator) : null;
+    keys = settings.keyColumn >= 0 ? new VarBinaryVector("key", allocator) : null;
+    values = new VarBinaryVector("value", allocator);
+    partitions = settings.partitionColumn >= 0 ? new IntVector("partition", allocator) : null;
+    headers = settings.headersColumn >= 0 ? headersVector() : null;
+    for (FieldVector v : Arrays.asList(topics, keys, values, partitions, headers)) {
+      if (v != null) {
+        v.allocateNew();
+        vectors.add(v);
+      }
+    }
+    root = new VectorSchemaRoot(vectors);
+    rows = 0;
+    bytes = 0;
+  }
+
+  private ListVector headersVector() {
+    Field key = new Field("key", FieldType.nullable(ArrowType.Utf8.INSTANCE), null);
+    Field value = new Field("value", FieldType.nullable(ArrowType.Binary.INSTANCE), null);
+    Field entry = new Field("element", FieldType.nullable(ArrowType.Struct.INSTANCE),
+        Arrays.asList(key, value));
+    Field list = new Field("headers", FieldType.nullable(ArrowType.List.INSTANCE),
+        Arrays.asList(entry));
+    return (ListVector) list.createVector(allocator);
+  }
+
+  /** Hands the current batch to the gateway (waiting for the oldest if too many are out). */
+  private void send() {
+    if (root == null || rows == 0) {
+      return;
+    }
+    byte[] data;
+    try {
+      root.setRowCount(rows);
+      if (headers != null) {
+        StructVector entries = (StructVector) headers.getDataVector();
+        int children = headers.getOffsetBuffer().getInt((long) rows * ListVector.OFFSET_WIDTH);
+        entries.setValueCount(children);
+        headers.setValueCount(rows);
+      }
+      ByteArrayOutputStream out = new ByteArrayOutputStream((int) Math.min(bytes * 2 + 4096,
+          Integer.MAX_VALUE - 16));
+      try (ArrowStreamWriter writer = new ArrowStreamWriter(root, null,
+          Channels.newChannel(out))) {
+        writer.start();
+        writer.writeBatch();
+        writer.end();
+      }
+      data = out.toByteArray();
+    } catch (IOException e) {
+      throw new IllegalStateException("cannot serialize rows for raylog: " + e, e);
+    } finally {
+      root.close();
+      root = null;
+    }
+    while (inFlight.size() >= IN_FLIGHT) {
+      acknowledged(inFlight.removeFirst());
+    }
+    inFlight.addLast(new Sent(data, submit(data)));
+  }
+
+  private ObjectRef<String> submit(byte[] data) {
+    if (gateway == null) {
+      gateway = cluster.writerFor(Cluster.nodeId());
+    }
+    return cluster.write(gateway, settings.topic == null ? "" : settings.topic,
+        settings.producer, data);
+  }
+
+  /** Waits for a batch's acknowledgement; a lost gateway is replaced and the batch sent again
+   * (at least once, as Spark's Kafka sink). */
+  private void acknowledged(Sent sent) {
+    long deadline = System.currentTimeMillis() + settings.timeoutMs;
+    while (true) {
+      try {
+        String answer = Cluster.await(sent.ref, settings.timeoutMs);
+        written += Cluster.json(answer).path("records").asLong();
+        return;
+      } catch (RaylogException e) {
+        boolean gatewayLost = e.type.equals(RaylogException.ACTOR_LOST);
+        if (!gatewayLost || System.currentTimeMillis() >= deadline) {
+          throw e;
+        }
+        LOG.info("the writer gateway {} was lost ({}): sending the batch again", gateway,
+            e.toString());
+        cluster.forget(gateway, null);
+        gateway = null;
+        Cluster.sleep(Cluster.RETRY_BACKOFF_MS);
+        sent.ref = submit(sent.rows);
+      }
+    }
+  }
+
+  @Override
+  public WriterCommitMessage commit() throws IOException {
+    send();
+    while (!inFlight.isEmpty()) {
+      acknowledged(inFlight.removeFirst());
+    }
+    return new Written(written);
+  }
+
+  @Override
+  public void abort() {
+    inFlight.clear(); // what was sent may be written: at least once, as Kafka's sink
+    if (root != null) {
+      root.close();
+      root = null;
+    }
+  }
+
+  @Override
+  public void close() {
+    abort();
+    allocator.close();
+  }
+}

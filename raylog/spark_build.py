@@ -1,0 +1,175 @@
+"""Build the Spark connector (``format("raylog")``) from its Java sources.
+
+The connector is Java because Spark's DataSource V2 interfaces are, and because its readers
+then hand Spark columnar batches over Arrow vectors with no Python on the way. It is
+compiled here, with ``javac`` (JDK 17), against the jars that the installed pip packages ship
+(pyspark, ray, raydp): nothing is downloaded. The jar is named by a hash of its sources and
+of the jars it was compiled against, so a changed source or upgraded package builds a new
+one; it lives in ``raylog/jars/`` (next to this module) or, where that is not writable,
+in ``~/.cache/raylog/jars``. ``python -m raylog.spark_build`` builds it (the README's
+commands do, at install time); :func:`connector_jar` builds it on first use otherwise.
+
+``python -m raylog.spark_build --test`` also compiles and runs the Java unit tests
+(``raylog/java/test``), which need no Spark session and no Ray.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from raylog.errors import RaylogError
+
+JAVA_ROOT = Path(__file__).parent / "java"
+SOURCES = JAVA_ROOT / "src"
+TESTS = JAVA_ROOT / "test"
+SERVICE = "META-INF/services/org.apache.spark.sql.sources.DataSourceRegister"
+PROVIDER = "io.raylog.spark.RaylogSourceProvider"
+TEST_RUNNER = "io.raylog.spark.TestRunner"
+
+
+class ConnectorBuildError(RaylogError):
+    """The Spark connector could not be built (no JDK 17, or the sources do not compile)."""
+
+
+def classpath() -> list[Path]:
+    """The jars the connector compiles and runs against, from the installed packages."""
+    import pyspark
+    import ray
+    import raydp
+
+    jars = sorted((Path(pyspark.__file__).parent / "jars").glob("*.jar"))
+    jars.append(Path(ray.__file__).parent / "jars" / "ray_dist.jar")
+    jars += sorted((Path(raydp.__file__).parent / "jars").glob("*.jar"))
+    missing = [str(j) for j in jars if not j.is_file()]
+    if missing or len(jars) < 3:
+        raise ConnectorBuildError(f"the jars of pyspark, ray and raydp are not all installed: "
+                                  f"missing {missing or 'pyspark/jars'}")
+    return jars
+
+
+def _sources(root: Path) -> list[Path]:
+    return sorted(root.rglob("*.java"))
+
+
+def _digest(paths: list[Path], jars: list[Path]) -> str:
+    h = hashlib.sha256()
+    for path in paths:
+        h.update(str(path.relative_to(JAVA_ROOT)).encode())
+        h.update(path.read_bytes())
+    for jar in jars:  # the packages' versions, not their bytes: cheap to check every time
+        h.update(jar.name.encode())
+    return h.hexdigest()[:16]
+
+
+def _jar_dirs() -> Iterator[Path]:
+    yield Path(__file__).parent / "jars"
+    yield Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "raylog" / "jars"
+
+
+def _javac() -> str:
+    home = os.environ.get("JAVA_HOME")
+    javac = str(Path(home) / "bin" / "javac") if home else shutil.which("javac")
+    if not javac or not Path(javac).exists():
+        raise ConnectorBuildError("javac (JDK 17) is needed to build raylog's Spark connector; "
+                                  "install a JDK 17 or set JAVA_HOME")
+    return javac
+
+
+def _compile(sources: list[Path], jars: list[Path], out: Path) -> None:
+    command = [_javac(), "--release", "17", "-nowarn", "-encoding", "UTF-8", "-d", str(out),
+               "-cp", os.pathsep.join(str(j) for j in jars), *map(str, sources)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise ConnectorBuildError(f"javac failed:\n{done.stdout}{done.stderr}")
+
+
+@contextlib.contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """One build at a time per directory (several processes may start Spark at once)."""
+    with open(directory / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def connector_jar() -> Path:
+    """The connector's jar, built now unless this version of it was built before."""
+    jars = classpath()
+    sources = _sources(SOURCES)
+    if not sources:
+        raise ConnectorBuildError(f"no Java sources under {SOURCES}: raylog is installed "
+                                  f"without its package data")
+    name = f"raylog-spark-{_digest(sources, jars)}.jar"
+    for directory in _jar_dirs():
+        if (directory / name).is_file():
+            return directory / name
+    for directory in _jar_dirs():
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            with _locked(directory):
+                if not (directory / name).is_file():
+                    _build(sources, jars, directory, name)
+            return directory / name
+        except PermissionError:
+            continue
+    raise ConnectorBuildError(f"no writable place for the connector's jar in {list(_jar_dirs())}")
+
+
+def _build(sources: list[Path], jars: list[Path], directory: Path, name: str) -> None:
+    with tempfile.TemporaryDirectory(prefix="raylog-javac-") as tmp:
+        classes = Path(tmp) / "classes"
+        classes.mkdir()
+        _compile(sources, jars, classes)
+        staged = Path(tmp) / name
+        with zipfile.ZipFile(staged, "w", zipfile.ZIP_DEFLATED) as jar:
+            jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n"
+                         "Created-By: raylog.spark_build\n")
+            jar.writestr(SERVICE, PROVIDER + "\n")
+            for path in sorted(classes.rglob("*.class")):
+                jar.write(path, str(path.relative_to(classes)))
+        os.replace(staged, directory / name)  # whole or not at all
+    for old in directory.glob("raylog-spark-*.jar"):
+        if old.name != name:
+            old.unlink(missing_ok=True)
+
+
+def run_java_tests() -> int:
+    """Compiles the Java unit tests against the connector and runs them; returns the exit
+    status (0: all passed), having printed each test's outcome."""
+    jar = connector_jar()
+    jars = [jar, *classpath()]
+    with tempfile.TemporaryDirectory(prefix="raylog-javatest-") as tmp:
+        _compile(_sources(TESTS), jars, Path(tmp))
+        java = str(Path(_javac()).with_name("java"))
+        command = [java, "-cp", os.pathsep.join([tmp, *map(str, jars)]), TEST_RUNNER]
+        return subprocess.run(command, check=False).returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m raylog.spark_build",
+                                     description="Build raylog's Spark connector jar.")
+    parser.add_argument("--test", action="store_true", help="also run the Java unit tests")
+    args = parser.parse_args(argv)
+    try:
+        print(connector_jar())
+        return run_java_tests() if args.test else 0
+    except ConnectorBuildError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
