@@ -12,7 +12,10 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
 
+# The Spark connector (format("raylog")) is compiled from its Java sources with javac
+# against the jars of the installed packages; a no-op when its sources did not change.
 install: $(BIN)/.installed
+	$(BIN)/python -m raylog.spark_build > /dev/null
 
 demo: install
 	$(BIN)/raylog demo

@@ -1,15 +1,23 @@
 """Topics as Spark DataFrames, with Spark itself running on the Ray cluster (RayDP).
 
-``read`` gives Spark tasks of offset ranges, each range read as an Arrow table that a
-broker builds from the partition's replica on its node (as Spark's Kafka source reads from
-brokers); ``write`` goes the other way through a Ray Dataset; ``micro_batches`` turns a
-group's progress through topics into a sequence of DataFrames, committing each batch's
-offsets only once the caller is done with it.
+The data source is ``format("raylog")``, a Java DataSource V2 connector (raylog/java,
+built by raylog.spark_build and put on the classpaths by :func:`session`) with the options
+and schema of Spark's Kafka source: ``spark.read.format("raylog").option("subscribe", t)``,
+``spark.readStream...``, ``df.write.format("raylog")`` and ``writeStream.format("raylog")``.
+Its readers take Arrow batches straight from the brokers into ColumnarBatches (see
+docs/spark.md).
+
+The functions here are thin Python conveniences over it: ``read`` resolves raylog bounds
+(offsets, timestamps, per partition) to exact offsets now; ``write`` returns how many
+records it wrote; ``micro_batches`` turns a consumer group's progress into DataFrames.
+``read(..., via="arrow")`` keeps the older path (Python workers handing Arrow tables to
+Spark with ``mapInArrow``) as a fallback where the connector cannot be built.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import sys
@@ -24,6 +32,7 @@ from raylog.client.connection import RaylogCluster, cluster_or_default, default_
 from raylog.client.remote import resolve
 from raylog.data import DEFAULT_BLOCK_RECORDS, check_write, offset_ranges, write_dataset
 from raylog.errors import InvalidArgumentError, InvalidRecordError, RaylogError
+from raylog.interop import ERROR_MARK
 from raylog.ranges import EARLIEST, LATEST, Bound, plan_tasks, spec_for
 from raylog.records.kafka_columns import KAFKA_SCHEMA
 from raylog.topics import topic_names
@@ -114,31 +123,62 @@ def _spark_schema(include_headers: bool = True) -> Any:
     return from_arrow_schema(KAFKA_SCHEMA if include_headers else _WITHOUT_HEADERS)
 
 
+VIA = ("connector", "arrow")
+
+
 def read(spark: Any, topics: str | Iterable[str], starting_offsets: Bound = EARLIEST,
          ending_offsets: Bound = LATEST, *, cluster: RaylogCluster | None = None,
-         max_records_per_task: int = DEFAULT_BLOCK_RECORDS,
-         include_headers: bool = True) -> Any:
+         max_records_per_task: int | None = None, include_headers: bool = True,
+         via: str = "connector") -> Any:
     """Records of ``topics`` in ``[starting_offsets, ending_offsets)`` as a Spark DataFrame
     with the columns of Spark's Kafka source (key, value, topic, partition, offset,
-    timestamp, timestampType, and headers unless ``include_headers`` is false, which saves
-    the JVM converting them row by row). Bounds as in :func:`raylog.data.read_topic`,
-    resolved now; the DataFrame reads them again at every action, like Spark's Kafka source.
+    timestamp, timestampType, and headers unless ``include_headers`` is false). Bounds as in
+    :func:`raylog.data.read_topic`, resolved and checked now (UnknownTopicError,
+    OffsetOutOfRangeError, InvalidOffsetRangeError); the DataFrame reads exactly those
+    offsets at every action.
 
-    Each Spark task reads a few offset ranges: its Python worker asks each partition's
-    leader replica for its range as one Arrow table and hands it to Spark with
-    ``mapInArrow``, so records cross into the JVM as Arrow, never one by one in Python.
-    Ranges are cut and packed as Spark packs file splits: at most ``max_records_per_task``
-    records per task, spread over the session's default parallelism, since every Spark
-    task has a fixed cost (about 0.1-0.3 s on RayDP here) that small ranges would not repay.
+    ``via="connector"`` (the default) is ``spark.read.format("raylog")`` with the resolved
+    offsets as ``assign``, ``startingOffsets`` and ``endingOffsets``: one task per
+    partition's range, cut into pieces of at most ``max_records_per_task`` records if set.
+    ``via="arrow"`` is the fallback without the connector: Spark's Python workers read the
+    ranges as Arrow tables and hand them to Spark with ``mapInArrow``.
 
     >>> df = read(session(), "pageviews")
     >>> df.groupBy("partition").count().show()
     """
     _check_session(spark)
-    check_int("max_records_per_task", max_records_per_task, 1)
+    if max_records_per_task is not None:
+        check_int("max_records_per_task", max_records_per_task, 1)
     check_bool("include_headers", include_headers)
+    if via not in VIA:
+        raise InvalidArgumentError(f"via must be one of {VIA}, got {short_repr(via)}")
     ranges = offset_ranges(topics, starting_offsets, ending_offsets, cluster=cluster)
-    return _frame(spark, ranges, max_records_per_task, include_headers)
+    if via == "arrow":
+        return _frame(spark, ranges, max_records_per_task or DEFAULT_BLOCK_RECORDS,
+                      include_headers)
+    return _connector_frame(spark, ranges, max_records_per_task, include_headers)
+
+
+def _connector_frame(spark: Any, ranges: dict[TopicPartition, tuple[int, int]],
+                     max_records_per_task: int | None, include_headers: bool) -> Any:
+    """``format("raylog")`` over exactly these ranges."""
+    if not ranges:
+        return spark.createDataFrame([], _spark_schema(include_headers))
+    assign: dict[str, list[int]] = {}
+    starts: dict[str, dict[str, int]] = {}
+    ends: dict[str, dict[str, int]] = {}
+    for tp, (first, last) in sorted(ranges.items()):
+        assign.setdefault(tp.topic, []).append(tp.partition)
+        starts.setdefault(tp.topic, {})[str(tp.partition)] = first
+        ends.setdefault(tp.topic, {})[str(tp.partition)] = last
+    reader = (spark.read.format("raylog")
+              .option("assign", json.dumps(assign))
+              .option("startingOffsets", json.dumps(starts))
+              .option("endingOffsets", json.dumps(ends))
+              .option("includeHeaders", str(include_headers).lower()))
+    if max_records_per_task is not None:
+        reader = reader.option("maxRecordsPerPartition", str(max_records_per_task))
+    return reader.load()
 
 
 def _check_session(spark: object) -> None:
@@ -212,25 +252,50 @@ def _read_tasks(address: str, tasks: list[list[tuple[str, int, int, int]]],
 def write(frame: Any, topic: str, *, cluster: RaylogCluster | None = None,
           producer_settings: dict[str, Any] | None = None) -> int:
     """Produce a Spark DataFrame (or a Ray Dataset) with a ``value`` column, and optional
-    ``key``, ``timestamp``, ``headers`` and ``partition`` columns, to ``topic``; rows are
-    partitioned as the producer would. Returns the number of records written.
+    ``key``, ``partition`` and ``headers`` columns (a Ray Dataset also ``timestamp``), to
+    ``topic``; keys are partitioned as Kafka's clients would. Returns the number of records
+    written. A DataFrame goes through the connector's sink (as
+    ``df.write.format("raylog").option("topic", topic)``, with ``producer_settings`` as
+    ``producer.*`` options).
 
     Raises InvalidRecordError, writing nothing, when there is no ``value`` column.
     """
     from pyspark.sql import DataFrame
 
-    check_write(topic, cluster, producer_settings)  # before converting anything
+    settings = check_write(topic, cluster, producer_settings)  # before converting anything
     if isinstance(frame, ray.data.Dataset):
-        dataset = frame
-    elif isinstance(frame, DataFrame):
-        if "value" not in frame.columns:
-            raise InvalidRecordError(
-                f"a DataFrame to write needs a 'value' column; it has {frame.columns}")
-        dataset = ray.data.from_spark(frame)
-    else:
+        return write_dataset(frame, topic, cluster=cluster, producer_settings=producer_settings)
+    if not isinstance(frame, DataFrame):
         raise InvalidArgumentError(f"expected a Spark DataFrame or a ray.data.Dataset, got "
                                    f"{short_repr(frame)}")
-    return write_dataset(dataset, topic, cluster=cluster, producer_settings=producer_settings)
+    if "value" not in frame.columns:
+        raise InvalidRecordError(
+            f"a DataFrame to write needs a 'value' column; it has {frame.columns}")
+    jvm = frame.sparkSession._jvm
+    options = jvm.java.util.HashMap()
+    options.put("topic", topic)
+    for key, value in settings.items():
+        options.put(f"producer.{key}", json.dumps(value) if not isinstance(value, str) else value)
+    try:
+        return int(jvm.io.raylog.spark.RaylogSourceProvider.save(frame._jdf, options))
+    except Exception as e:
+        raise _spark_error(e) from e
+
+
+def _spark_error(error: Exception) -> Exception:
+    """A raylog error a Java call failed with, as its Python type; else ``error``."""
+    from raylog import errors
+
+    text = str(error)
+    marker = text.find(ERROR_MARK)
+    end = text.find(ERROR_MARK, marker + len(ERROR_MARK)) if marker >= 0 else -1
+    if end < 0:
+        return error
+    detail = json.loads(text[marker + len(ERROR_MARK):end])
+    kind = getattr(errors, detail.get("type", ""), None)
+    if isinstance(kind, type) and issubclass(kind, RaylogError):
+        return kind(detail.get("message", ""))
+    return RaylogError(detail.get("message", ""))
 
 
 def micro_batches(spark: Any, topics: str | Iterable[str], group_id: str, *,
@@ -293,7 +358,7 @@ def _micro_batches(spark: Any, names: list[str], group_id: str, starting_offsets
                 return
             time.sleep(poll_interval_s)
             continue
-        yield _frame(spark, batch, DEFAULT_BLOCK_RECORDS, include_headers=True)
+        yield _connector_frame(spark, batch, None, include_headers=True)
         # The caller's processing of ``frame`` returned: the batch is done.
         controller.commit_offsets(group_id, None, -1,
                                   [(tp.topic, tp.partition, last, "micro-batch")

@@ -50,6 +50,9 @@ public final class KafkaSchema {
 
   /** Whether a source column is never null in the data (a count of it counts every row). */
   public static boolean neverNull(String column) {
+    if (column == null) {
+      return false; // an expression, not a column
+    }
     switch (column) {
       case "topic":
       case "partition":

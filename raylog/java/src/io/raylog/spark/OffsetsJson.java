@@ -122,6 +122,7 @@ public final class OffsetsJson {
   private static IllegalArgumentException badJson(
       String option, String json, String example, String why) {
     return new IllegalArgumentException(
-        "Expected e.g. " + example + " for option '" + option + "', got " + json + " (" + why + ")");
+        "Expected e.g. " + example + " for option '" + option + "', got " + json + " (" + why
+            + ")");
   }
 }

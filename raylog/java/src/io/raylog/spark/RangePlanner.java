@@ -164,8 +164,9 @@ public final class RangePlanner {
       if (range.size() == 0) {
         continue;
       }
-      long parts = maxRecordsPerPartition == null ? 1
-          : (range.size() + maxRecordsPerPartition - 1) / maxRecordsPerPartition;
+      long parts = maxRecordsPerPartition == null ? 1 // (no overflow near Long.MAX_VALUE)
+          : range.size() / maxRecordsPerPartition
+              + (range.size() % maxRecordsPerPartition == 0 ? 0 : 1);
       out.addAll(pieces(range, parts));
     }
     if (minPartitions == null || out.size() >= minPartitions) {

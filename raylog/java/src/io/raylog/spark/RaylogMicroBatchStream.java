@@ -134,14 +134,11 @@ final class RaylogMicroBatchStream implements MicroBatchStream, SupportsTriggerA
   @Override
   public Offset latestOffset(Offset start, ReadLimit limit) {
     SortedMap<TopicPartition, Long> from = new TreeMap<>(((RaylogSourceOffset) start).offsets);
-    SortedMap<TopicPartition, Long> until;
-    if (availableNow != null) {
-      until = availableNow;
-    } else {
-      Map.Entry<Map<TopicPartition, PartitionOffsets>, SortedMap<TopicPartition, Long>> now =
-          latest();
-      until = now.getValue();
-      for (Map.Entry<TopicPartition, PartitionOffsets> e : now.getKey().entrySet()) {
+    Map.Entry<Map<TopicPartition, PartitionOffsets>, SortedMap<TopicPartition, Long>> now =
+        latest();
+    SortedMap<TopicPartition, Long> until = availableNow != null ? availableNow : now.getValue();
+    for (Map.Entry<TopicPartition, PartitionOffsets> e : now.getKey().entrySet()) {
+      if (until.containsKey(e.getKey())) {
         from.putIfAbsent(e.getKey(), e.getValue().logStart); // a new partition: from earliest
       }
     }

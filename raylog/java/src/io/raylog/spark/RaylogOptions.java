@@ -112,7 +112,7 @@ public final class RaylogOptions implements Serializable {
         .toLowerCase(Locale.ROOT);
     if (!strategy.equals("error") && !strategy.equals("latest")) {
       throw new IllegalArgumentException("Option 'startingOffsetsByTimestampStrategy' must be "
-          + "'error' or 'latest', got '" + strategy + "'");
+          + "'error' or 'latest', got '" + o.get(STARTING_TIMESTAMP_STRATEGY) + "'");
     }
     this.startingLatestIfNoTimestampMatch = strategy.equals("latest");
     this.includeHeaders = bool(o, INCLUDE_HEADERS, false);
@@ -159,7 +159,7 @@ public final class RaylogOptions implements Serializable {
   }
 
   /** The sink's producer settings ({@code producer.*} options) as a JSON object, numbers and
-   * booleans as such. */
+   * booleans as such; {@code producer.linger.ms} is the setting {@code linger_ms}. */
   public static String producerSettings(Map<String, String> options) {
     Map<String, Object> settings = new TreeMap<>();
     for (Map.Entry<String, String> e : lowerKeys(options).entrySet()) {
@@ -170,6 +170,8 @@ public final class RaylogOptions implements Serializable {
           typed = Boolean.parseBoolean(value);
         } else if (value.matches("-?\\d{1,18}")) {
           typed = Long.parseLong(value);
+        } else if (value.matches("-?\\d+\\.\\d+([eE]-?\\d+)?")) {
+          typed = Double.parseDouble(value);
         }
         settings.put(e.getKey().substring(PRODUCER_PREFIX.length()).replace('.', '_'), typed);
       }
@@ -179,6 +181,22 @@ public final class RaylogOptions implements Serializable {
     } catch (com.fasterxml.jackson.core.JsonProcessingException e) {
       throw new IllegalStateException(e);
     }
+  }
+
+  private static final String[] NAMES = {"subscribe", "subscribePattern", "assign",
+      "startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp",
+      "startingOffsetsByTimestamp", "endingOffsetsByTimestamp",
+      "startingOffsetsByTimestampStrategy", "includeHeaders", "failOnDataLoss", "minPartitions",
+      "maxRecordsPerPartition", "maxOffsetsPerTrigger", "fetchTimeoutMs", "topic"};
+
+  /** An option's name as the documentation spells it (keys are matched ignoring case). */
+  static String display(String key) {
+    for (String name : NAMES) {
+      if (name.toLowerCase(Locale.ROOT).equals(key)) {
+        return name;
+      }
+    }
+    return key;
   }
 
   static Map<String, String> lowerKeys(Map<String, String> options) {
@@ -199,8 +217,8 @@ public final class RaylogOptions implements Serializable {
     if (!start && streaming) {
       for (String key : Arrays.asList(globalKey, byTimestampKey, offsetsKey)) {
         if (o.containsKey(key)) {
-          throw new IllegalArgumentException("Option '" + key + "' is not valid in streaming "
-              + "queries: a stream has no end");
+          throw new IllegalArgumentException("Option '" + display(key)
+              + "' is not valid in streaming queries: a stream has no end");
         }
       }
       return Bound.LATEST;
@@ -215,16 +233,18 @@ public final class RaylogOptions implements Serializable {
         }
         return Bound.timestamp(timestamp);
       } catch (NumberFormatException e) {
-        throw new IllegalArgumentException("Option '" + globalKey + "' must be a timestamp in "
+        throw new IllegalArgumentException("Option '" + display(globalKey)
+            + "' must be a timestamp in "
             + "milliseconds since the epoch (>= 0), got '" + value + "'");
       }
     }
     if (o.containsKey(byTimestampKey)) {
       SortedMap<TopicPartition, Long> timestamps =
-          OffsetsJson.parsePartitionValues(o.get(byTimestampKey), byTimestampKey);
+          OffsetsJson.parsePartitionValues(o.get(byTimestampKey), display(byTimestampKey));
       for (Map.Entry<TopicPartition, Long> e : timestamps.entrySet()) {
         if (e.getValue() < 0) {
-          throw new IllegalArgumentException("Option '" + byTimestampKey + "': the timestamp of "
+          throw new IllegalArgumentException("Option '" + display(byTimestampKey)
+              + "': the timestamp of "
               + e.getKey() + " is negative (" + e.getValue() + ")");
         }
       }
@@ -249,7 +269,8 @@ public final class RaylogOptions implements Serializable {
       }
       return Bound.LATEST;
     }
-    SortedMap<TopicPartition, Long> offsets = OffsetsJson.parsePartitionValues(value, offsetsKey);
+    SortedMap<TopicPartition, Long> offsets = OffsetsJson.parsePartitionValues(value,
+        display(offsetsKey));
     for (Map.Entry<TopicPartition, Long> e : offsets.entrySet()) {
       long offset = e.getValue();
       if (offset < OffsetsJson.EARLIEST) {
@@ -277,8 +298,8 @@ public final class RaylogOptions implements Serializable {
     if (v.equals("true") || v.equals("false")) {
       return Boolean.parseBoolean(v);
     }
-    throw new IllegalArgumentException("Option '" + key + "' must be true or false, got '"
-        + value + "'");
+    throw new IllegalArgumentException("Option '" + display(key)
+        + "' must be true or false, got '" + value + "'");
   }
 
   private static Long positive(Map<String, String> o, String key, long max) {
@@ -294,7 +315,7 @@ public final class RaylogOptions implements Serializable {
     } catch (NumberFormatException ignored) {
       // below
     }
-    throw new IllegalArgumentException("Option '" + key + "' must be a positive integer (at most "
-        + max + "), got '" + value + "'");
+    throw new IllegalArgumentException("Option '" + display(key)
+        + "' must be a positive integer (at most " + max + "), got '" + value + "'");
   }
 }

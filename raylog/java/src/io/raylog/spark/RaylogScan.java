@@ -16,10 +16,10 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
  * A read: a batch (its options checked by the batch rules), or a micro-batch stream (by the
- * streaming rules; the same options mean a stream or a batch only here). Every batch plan resolves the bounds against what the
- * partitions hold now, so a DataFrame reads the topic as it is at each action, like Spark's
- * Kafka source. Ranges become tasks that prefer hosts of in-sync replicas; a pushed-down
- * count becomes one task that reads no record.
+ * streaming rules: only here is it known which it is). Every batch plan resolves the bounds
+ * against what the partitions hold now, so a DataFrame reads the topic as it is at each
+ * action, like Spark's Kafka source. Ranges become tasks that prefer hosts of in-sync
+ * replicas; a pushed-down count becomes one task that reads no record.
  */
 final class RaylogScan implements Scan, Batch {
   private final CaseInsensitiveStringMap raw;

@@ -40,6 +40,12 @@ public final class RaylogSourceProvider
     return new RaylogTable(RaylogOptions.includeHeaders(options));
   }
 
+  /** Writes {@code data} with the sink's {@code options}; returns how many records were
+   * written (raylog.spark.write calls this). */
+  public static long save(Dataset<Row> data, Map<String, String> options) {
+    return SinkWriter.Settings.of(data.schema(), options).writeAll(data);
+  }
+
   @Override
   public BaseRelation createRelation(SQLContext sqlContext, SaveMode mode,
       scala.collection.immutable.Map<String, String> parameters, Dataset<Row> data) {
@@ -47,9 +53,7 @@ public final class RaylogSourceProvider
       throw new IllegalArgumentException("Save mode " + mode + " not allowed for raylog. "
           + "Allowed save modes are Append and ErrorIfExists (default).");
     }
-    Map<String, String> options = JavaConverters.mapAsJavaMap(parameters);
-    SinkWriter.Settings settings = SinkWriter.Settings.of(data.schema(), options);
-    settings.writeAll(data);
+    save(data, JavaConverters.mapAsJavaMap(parameters));
     return new BaseRelation() {
       @Override
       public SQLContext sqlContext() {

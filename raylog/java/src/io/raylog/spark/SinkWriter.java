@@ -34,6 +34,7 @@ import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
+import org.apache.spark.util.LongAccumulator;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -76,7 +77,7 @@ final class SinkWriter implements DataWriter<InternalRow> {
         throw new IllegalArgumentException("topic option required when no 'topic' attribute "
             + "is present. Use the topic option for setting a topic.");
       }
-      this.keyColumn = column(schema, "key", false, DataTypes.StringType, DataTypes.BinaryType);
+      this.keyColumn = column(schema, "key", true, DataTypes.StringType, DataTypes.BinaryType);
       this.keyIsString = keyColumn >= 0
           && schema.fields()[keyColumn].dataType().equals(DataTypes.StringType);
       this.valueColumn = column(schema, "value", true, DataTypes.StringType,
@@ -85,8 +86,8 @@ final class SinkWriter implements DataWriter<InternalRow> {
         throw new IllegalArgumentException("Required attribute 'value' not found");
       }
       this.valueIsString = schema.fields()[valueColumn].dataType().equals(DataTypes.StringType);
-      this.partitionColumn = column(schema, "partition", false, DataTypes.IntegerType);
-      this.headersColumn = column(schema, "headers", false, KafkaSchema.HEADERS);
+      this.partitionColumn = column(schema, "partition", true, DataTypes.IntegerType);
+      this.headersColumn = column(schema, "headers", true, KafkaSchema.HEADERS);
       String timeout = RaylogOptions.lowerKeys(options).get(RaylogOptions.FETCH_TIMEOUT_MS);
       this.timeoutMs = timeout == null ? 300_000L : Long.parseLong(timeout.trim());
     }
@@ -98,7 +99,8 @@ final class SinkWriter implements DataWriter<InternalRow> {
     }
 
     /** The index of column {@code name} (matched as Spark matches names, ignoring case),
-     * -1 if absent; a column of another type than {@code types} is refused. */
+     * -1 if absent or not {@code used} (a topic column when the topic option is set); a
+     * column of another type than {@code types} is refused. */
     private static int column(StructType schema, String name, boolean used, DataType... types) {
       StructField[] fields = schema.fields();
       for (int i = 0; i < fields.length; i++) {
@@ -129,16 +131,19 @@ final class SinkWriter implements DataWriter<InternalRow> {
       return type.equals(allowed) || DataType.equalsIgnoreNullability(type, allowed);
     }
 
-    /** Writes every row of {@code data} (a batch {@code df.write}), task by task. */
-    void writeAll(Dataset<Row> data) {
+    /** Writes every row of {@code data} (a batch {@code df.write}), task by task; returns
+     * how many records were written. */
+    long writeAll(Dataset<Row> data) {
       Settings settings = this;
+      LongAccumulator written = data.sparkSession().sparkContext()
+          .longAccumulator("raylog records written");
       data.queryExecution().toRdd().toJavaRDD().foreachPartition(rows -> {
         SinkWriter writer = new SinkWriter(settings);
         try {
           while (rows.hasNext()) {
             writer.write(rows.next());
           }
-          writer.commit();
+          written.add(((Written) writer.commit()).records);
         } catch (Throwable t) {
           writer.abort();
           throw t;
@@ -146,6 +151,7 @@ final class SinkWriter implements DataWriter<InternalRow> {
           writer.close();
         }
       });
+      return written.value();
     }
   }
 
