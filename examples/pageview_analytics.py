@@ -26,10 +26,10 @@ def top_pages(spark: Any, input_topic: str, top_n: int = 3, *, cluster: Any = No
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    import raylog.spark
-
-    # Only the timestamp and the value are used: leave the headers out of the JVM.
-    views = raylog.spark.read(spark, input_topic, cluster=cluster, include_headers=False)
+    # The connector (Spark's Kafka source options); only the timestamp and value columns
+    # are used, so only they leave the brokers.
+    views = (spark.read.format("raylog").option("subscribe", input_topic)
+             .option("startingOffsets", "earliest").load())
     parsed = views.select(
         F.date_trunc("minute", F.col("timestamp")).alias("minute"),
         F.from_json(F.col("value").cast("string"), PAGE_VIEW_SCHEMA).alias("view"),
@@ -42,7 +42,8 @@ def top_pages(spark: Any, input_topic: str, top_n: int = 3, *, cluster: Any = No
 
 def run(spark: Any, input_topic: str = "pageviews", output_topic: str = "pageview-stats",
         top_n: int = 3, *, cluster: Any = None) -> int:
-    """Compute the top pages and write them to ``output_topic``; returns records written."""
+    """Compute the top pages and write them to ``output_topic`` (through the connector's
+    sink, as ``top.write.format("raylog")`` would); returns records written."""
     from pyspark.sql import functions as F
 
     import raylog.spark
