@@ -421,7 +421,8 @@ class BrokerActor:
         """Offsets of partitions this broker leads, for Spark's planning: ``requests`` is a
         JSON list of ``[topic, partition, leader epoch (-1: any), timestamp or null]``; the
         answer a JSON list of ``{"log_start", "high_watermark", "timestamp_offset"}`` (the
-        first offset at or after the timestamp, null if none) or ``{"error": ...}`` each."""
+        first offset at or after the timestamp, null if none, and the log's size in bytes,
+        which sizes Spark's tasks) or ``{"error": ...}`` each."""
         answers = []
         for topic, partition, epoch, timestamp in json.loads(requests):
             try:
@@ -431,7 +432,8 @@ class BrokerActor:
                 high, _ = p.list_offset(LATEST, epoch)
                 found = None if timestamp is None else p.list_offset(int(timestamp), epoch)
                 answers.append({"log_start": start, "high_watermark": high,
-                                "timestamp_offset": None if found is None else found[0]})
+                                "timestamp_offset": None if found is None else found[0],
+                                "size_bytes": p.log.size_bytes})
             except RaylogError as e:
                 answers.append({"error": error_json(e)})
         return json.dumps(answers)

@@ -385,7 +385,8 @@ public final class Cluster {
           } else {
             out.put(asked.get(i), new PartitionOffsets(a.get("log_start").asLong(),
                 a.get("high_watermark").asLong(),
-                a.get("timestamp_offset").isNull() ? null : a.get("timestamp_offset").asLong()));
+                a.get("timestamp_offset").isNull() ? null : a.get("timestamp_offset").asLong(),
+                a.path("size_bytes").asLong(-1)));
           }
         }
       }

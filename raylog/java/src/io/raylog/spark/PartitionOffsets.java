@@ -7,11 +7,22 @@ public final class PartitionOffsets {
   public final long logStart;
   public final long latest;
   public final Long timestampOffset;
+  public final long sizeBytes; // of the log on disk, -1 if unknown: sizes a read's tasks
 
   public PartitionOffsets(long logStart, long latest, Long timestampOffset) {
+    this(logStart, latest, timestampOffset, -1);
+  }
+
+  public PartitionOffsets(long logStart, long latest, Long timestampOffset, long sizeBytes) {
     this.logStart = logStart;
     this.latest = latest;
     this.timestampOffset = timestampOffset;
+    this.sizeBytes = sizeBytes;
+  }
+
+  /** The stored bytes per record, from the log's size (1 if unknown or empty). */
+  public double bytesPerRecord() {
+    return sizeBytes <= 0 || latest <= logStart ? 1 : (double) sizeBytes / (latest - logStart);
   }
 
   @Override

@@ -1,7 +1,9 @@
 package io.raylog.spark;
 
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Collection;
+import java.util.Comparator;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -224,5 +226,45 @@ public final class RangePlanner {
       out.put(e.getKey(), Math.min(e.getValue(), begin + records));
     }
     return out;
+  }
+
+  /**
+   * Ranges packed into Spark tasks as Spark packs file splits: the largest first, each task
+   * filled up to {@code maxTaskBytes} of stored bytes where {@code bytesPerRecord} tells, and
+   * ranges only with ranges preferring the same hosts (a range larger than that is a task of
+   * its own). Every Spark task has a fixed cost, which small ranges would not repay;
+   * {@code maxTaskBytes} at most the total over the parallelism keeps every core busy.
+   */
+  public static List<List<OffsetRange>> pack(List<OffsetRange> ranges,
+      Function<TopicPartition, Double> bytesPerRecord, long maxTaskBytes) {
+    List<OffsetRange> bySize = new ArrayList<>(ranges);
+    bySize.sort((a, b) -> Double.compare(bytes(b, bytesPerRecord), bytes(a, bytesPerRecord)));
+    List<List<OffsetRange>> tasks = new ArrayList<>();
+    Map<String, List<OffsetRange>> open = new TreeMap<>(); // the task being filled, by hosts
+    Map<String, Double> openBytes = new TreeMap<>();
+    for (OffsetRange range : bySize) {
+      String hosts = String.join(",", new TreeSet<>(Arrays.asList(range.hosts)));
+      double size = bytes(range, bytesPerRecord);
+      List<OffsetRange> task = open.get(hosts);
+      if (task == null || openBytes.get(hosts) + size > maxTaskBytes) {
+        task = new ArrayList<>();
+        tasks.add(task);
+        open.put(hosts, task);
+        openBytes.put(hosts, 0.0);
+      }
+      task.add(range);
+      openBytes.put(hosts, openBytes.get(hosts) + size);
+    }
+    Comparator<OffsetRange> order = (a, b) -> a.tp.equals(b.tp)
+        ? Long.compare(a.start, b.start) : a.tp.compareTo(b.tp);
+    for (List<OffsetRange> task : tasks) { // read in partition and offset order
+      task.sort(order);
+    }
+    tasks.sort((a, b) -> order.compare(a.get(0), b.get(0)));
+    return tasks;
+  }
+
+  private static double bytes(OffsetRange range, Function<TopicPartition, Double> perRecord) {
+    return range.size() * perRecord.apply(range.tp);
   }
 }

@@ -3,7 +3,9 @@ package io.raylog.spark;
 import io.ray.api.ObjectRef;
 import java.io.ByteArrayInputStream;
 import java.io.IOException;
+import java.util.ArrayDeque;
 import java.util.Collections;
+import java.util.Deque;
 import java.util.List;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.memory.RootAllocator;
@@ -18,11 +20,11 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
- * Reads one offset range as ColumnarBatches over Arrow vectors, chunk by chunk: each chunk is
- * an Arrow IPC stream that the broker holding a replica builds (only the columns the query
- * needs, in Spark's layout), and the next chunk is asked for as soon as the current one
- * arrives, so the broker decodes it while Spark consumes this one. Chunks are sized by bytes
- * (about {@link #CHUNK_BYTES}) from the record size seen so far.
+ * Reads a task's offset ranges, one after the other, as ColumnarBatches over Arrow vectors,
+ * chunk by chunk: each chunk is an Arrow IPC stream that the broker holding a replica builds
+ * (only the columns the query needs, in Spark's layout). Up to {@link #PREFETCH} chunks are
+ * asked for ahead, across the ends of ranges too, so brokers decode them while Spark consumes
+ * this one. Chunks are sized by bytes (about {@link #CHUNK_BYTES}) from the record size seen.
  *
  * <p>The replica is an in-sync one on this executor's Ray node if there is one, else the
  * leader. Retriable failures (a broker restarting, a leader moving) are tried again with fresh
@@ -36,30 +38,36 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
   static final long MIN_CHUNK_RECORDS = 1024;
   static final long MAX_CHUNK_RECORDS = 1L << 20;
   static final long FIRST_CHUNK_RECORDS = 8192;
+  static final int PREFETCH = 2;
+  /** Bytes per record last seen in this JVM, so a task's first chunk is sized right too. */
+  private static volatile long bytesPerRecord = 0;
 
   private final Cluster cluster;
-  private final TopicPartition tp;
+  private final List<OffsetRange> ranges;
+  private final long[] ends; // each range's end (failOnDataLoss=false may shorten one)
   private final String columns;
   private final boolean noColumns;
   private final boolean failOnDataLoss;
   private final long fetchTimeoutMs;
   private final String nodeId;
   private final BufferAllocator allocator;
-  private long cursor; // the first offset not yet asked for
-  private long end;
-  private long chunkRecords = FIRST_CHUNK_RECORDS;
-  private Chunk pending;
+  private int asking; // the range the next chunk is asked from
+  private long cursor; // the first offset of that range not yet asked for
+  private long chunkRecords;
+  private final Deque<Chunk> pending = new ArrayDeque<>();
   private ArrowStreamReader reader;
   private ColumnarBatch batch;
 
-  /** An outstanding request for records [start, end) from one broker. */
+  /** An outstanding request for records [start, end) of one range from one broker. */
   private static final class Chunk {
+    final int range;
     final long start;
     final long end;
     final Cluster.BrokerInfo broker;
     final ObjectRef<byte[]> ref;
 
-    Chunk(long start, long end, Cluster.BrokerInfo broker, ObjectRef<byte[]> ref) {
+    Chunk(int range, long start, long end, Cluster.BrokerInfo broker, ObjectRef<byte[]> ref) {
+      this.range = range;
       this.start = start;
       this.end = end;
       this.broker = broker;
@@ -67,17 +75,28 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
     }
   }
 
-  RangeReader(OffsetRange range, String[] columns, boolean failOnDataLoss, long fetchTimeoutMs) {
+  RangeReader(List<OffsetRange> ranges, String[] columns, boolean failOnDataLoss,
+      long fetchTimeoutMs) {
     this.cluster = Cluster.get();
-    this.tp = range.tp;
-    this.cursor = range.start;
-    this.end = range.end;
+    this.ranges = ranges;
+    this.ends = new long[ranges.size()];
+    for (int i = 0; i < ends.length; i++) {
+      ends[i] = ranges.get(i).end;
+    }
+    this.cursor = ranges.isEmpty() ? 0 : ranges.get(0).start;
     this.columns = String.join(",", columns);
     this.noColumns = columns.length == 0;
     this.failOnDataLoss = failOnDataLoss;
     this.fetchTimeoutMs = fetchTimeoutMs;
     this.nodeId = Cluster.nodeId();
-    this.allocator = ROOT.newChildAllocator("raylog " + range, 0, Long.MAX_VALUE);
+    this.allocator = ROOT.newChildAllocator("raylog " + ranges, 0, Long.MAX_VALUE);
+    long seen = bytesPerRecord;
+    this.chunkRecords = seen == 0 ? FIRST_CHUNK_RECORDS : recordsFor(seen);
+  }
+
+  private static long recordsFor(long bytesPerRecord) {
+    return Math.max(MIN_CHUNK_RECORDS, Math.min(MAX_CHUNK_RECORDS,
+        CHUNK_BYTES / Math.max(1, bytesPerRecord)));
   }
 
   @Override
@@ -92,25 +111,35 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
         continue;
       }
       closeReader();
-      if (pending == null) {
-        if (cursor >= end) {
-          return false;
-        }
-        pending = ask(cursor);
+      askAhead();
+      if (pending.isEmpty()) {
+        return false;
       }
       byte[] data = receive();
       if (data == null) {
         continue; // the range moved (data loss skipped): ask again, or end
       }
-      if (cursor < end) {
-        pending = ask(cursor); // the broker decodes it while Spark consumes this one
-      }
+      askAhead(); // the brokers decode those while Spark consumes this one
       open(data);
     }
   }
 
-  private Chunk ask(long start) {
-    long until = Math.min(end, start + chunkRecords);
+  /** Keeps up to PREFETCH chunks asked for, moving on to the next range at each end. */
+  private void askAhead() {
+    while (pending.size() < PREFETCH && asking < ranges.size()) {
+      if (cursor >= ends[asking]) {
+        if (++asking < ranges.size()) {
+          cursor = ranges.get(asking).start;
+        }
+        continue;
+      }
+      pending.addLast(ask(asking, cursor));
+    }
+  }
+
+  private Chunk ask(int range, long start) {
+    TopicPartition tp = ranges.get(range).tp;
+    long until = Math.min(ends[range], start + chunkRecords);
     Cluster.TopicInfo info = cluster.topic(tp.topic, false);
     if (tp.partition >= info.partitions.size()) {
       throw new RaylogException("UnknownPartitionError", tp + " does not exist any more", false,
@@ -119,26 +148,29 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
     Cluster.BrokerInfo broker = info.replicaFor(tp.partition, nodeId);
     int epoch = info.partitions.get(tp.partition).leaderEpoch;
     cursor = until;
-    return new Chunk(start, until, broker, cluster.read(broker, tp, epoch, start, until, columns));
+    return new Chunk(range, start, until, broker,
+        cluster.read(broker, tp, epoch, start, until, columns));
   }
 
-  /** The pending chunk's bytes, or null if it had to be given up (the cursor moved). */
+  /** The first pending chunk's bytes, or null if it had to be given up (the cursor moved). */
   private byte[] receive() {
     long deadline = System.currentTimeMillis() + fetchTimeoutMs;
     while (true) {
-      Chunk chunk = pending;
+      Chunk chunk = pending.removeFirst();
       try {
         byte[] data = Cluster.await(chunk.ref, fetchTimeoutMs);
-        pending = null;
         long span = chunk.end - chunk.start;
         if (span > 0 && data.length > 0) {
           long perRecord = Math.max(1, data.length / span);
-          chunkRecords = Math.max(MIN_CHUNK_RECORDS,
-              Math.min(MAX_CHUNK_RECORDS, CHUNK_BYTES / perRecord));
+          bytesPerRecord = perRecord;
+          chunkRecords = recordsFor(perRecord);
         }
         return data;
       } catch (RaylogException e) {
-        pending = null;
+        pending.clear(); // asked after this one: asked again from here on
+        asking = chunk.range;
+        cursor = chunk.start;
+        TopicPartition tp = ranges.get(chunk.range).tp;
         boolean outOfRange = e.type.equals("OffsetOutOfRangeError");
         if (outOfRange && skipLostOffsets(chunk, e)) {
           return null;
@@ -150,8 +182,7 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
         cluster.forget(chunk.broker.actor, tp.topic);
         Cluster.sleep(Cluster.RETRY_BACKOFF_MS);
         cluster.topic(tp.topic, true);
-        cursor = chunk.start;
-        pending = ask(cursor);
+        pending.addLast(ask(asking, cursor));
       }
     }
   }
@@ -163,6 +194,7 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
    * the same chunk (the replica was merely behind).
    */
   private boolean skipLostOffsets(Chunk chunk, RaylogException e) {
+    TopicPartition tp = ranges.get(chunk.range).tp;
     PartitionOffsets now = cluster.offsets(Collections.singletonList(tp), p -> null,
         fetchTimeoutMs).get(tp);
     boolean lostStart = chunk.start < now.logStart;
@@ -177,12 +209,9 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
     }
     LOG.warn("{} Going on with what is there (failOnDataLoss is false).", what);
     if (lostEnd) {
-      end = Math.min(end, now.latest);
+      ends[chunk.range] = Math.min(ends[chunk.range], now.latest);
     }
-    cursor = Math.max(chunk.start, now.logStart);
-    if (cursor > end) {
-      cursor = end;
-    }
+    cursor = Math.min(Math.max(chunk.start, now.logStart), ends[chunk.range]);
     return true;
   }
 
@@ -213,7 +242,7 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
   @Override
   public void close() throws IOException {
     closeReader();
-    pending = null;
+    pending.clear();
     allocator.close();
   }
 }

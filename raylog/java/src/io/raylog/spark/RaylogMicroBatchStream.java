@@ -195,8 +195,7 @@ final class RaylogMicroBatchStream implements MicroBatchStream, SupportsTriggerA
         options.fetchTimeoutMs);
     List<OffsetRange> ranges = RangePlanner.ranges(from, until, offsets, options.failOnDataLoss,
         RaylogScan.hostsOf(cluster));
-    return RaylogScan.tasks(RangePlanner.split(ranges, options.minPartitions,
-        options.maxRecordsPerPartition));
+    return RaylogScan.tasks(ranges, offsets, options);
   }
 
   @Override

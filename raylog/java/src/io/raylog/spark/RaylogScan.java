@@ -1,11 +1,13 @@
 package io.raylog.spark;
 
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.List;
 import java.util.Map;
 import java.util.SortedMap;
 import java.util.TreeMap;
 import java.util.function.Function;
+import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.connector.read.Batch;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
@@ -79,9 +81,7 @@ final class RaylogScan implements Scan, Batch {
     if (count != null) {
       return new InputPartition[] {count.partition(ranges, options)};
     }
-    List<OffsetRange> split = RangePlanner.split(ranges, options.minPartitions,
-        options.maxRecordsPerPartition);
-    return tasks(split);
+    return tasks(ranges, offsets, options);
   }
 
   /** Where a read of {@code partitions} starts, as {@code options.starting} says, with the
@@ -94,10 +94,35 @@ final class RaylogScan implements Scan, Batch {
         options.startingLatestIfNoTimestampMatch);
   }
 
-  static InputPartition[] tasks(List<OffsetRange> ranges) {
+  /**
+   * The Spark tasks of a read: with {@code minPartitions} or {@code maxRecordsPerPartition}
+   * set, one per (split) range, as the user laid them out; otherwise ranges packed as Spark
+   * packs file splits, at most {@code spark.sql.files.maxPartitionBytes} of stored bytes per
+   * task and no more than the total over the session's parallelism.
+   */
+  static InputPartition[] tasks(List<OffsetRange> ranges,
+      Map<TopicPartition, PartitionOffsets> offsets, RaylogOptions options) {
+    List<OffsetRange> split = RangePlanner.split(ranges, options.minPartitions,
+        options.maxRecordsPerPartition);
     List<InputPartition> out = new ArrayList<>();
-    for (OffsetRange range : ranges) {
-      out.add(new RangePartition(range));
+    if (options.minPartitions != null || options.maxRecordsPerPartition != null) {
+      for (OffsetRange range : split) {
+        out.add(new RangePartition(Collections.singletonList(range)));
+      }
+      return out.toArray(new InputPartition[0]);
+    }
+    Function<TopicPartition, Double> perRecord = tp -> offsets.containsKey(tp)
+        ? offsets.get(tp).bytesPerRecord() : 1.0;
+    double total = 0;
+    for (OffsetRange range : split) {
+      total += range.size() * perRecord.apply(range.tp);
+    }
+    SparkSession spark = SparkSession.active();
+    long maxTaskBytes = Math.min(spark.sessionState().conf().filesMaxPartitionBytes(),
+        Math.max(spark.sessionState().conf().filesOpenCostInBytes(),
+            (long) (total / Math.max(1, spark.sparkContext().defaultParallelism()))));
+    for (List<OffsetRange> task : RangePlanner.pack(split, perRecord, maxTaskBytes)) {
+      out.add(new RangePartition(task));
     }
     return out.toArray(new InputPartition[0]);
   }

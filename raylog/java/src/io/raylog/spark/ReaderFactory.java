@@ -27,7 +27,7 @@ final class ReaderFactory implements PartitionReaderFactory {
 
   @Override
   public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition partition) {
-    return new RangeReader(((RangePartition) partition).range, columns, failOnDataLoss,
+    return new RangeReader(((RangePartition) partition).ranges, columns, failOnDataLoss,
         fetchTimeoutMs);
   }
 

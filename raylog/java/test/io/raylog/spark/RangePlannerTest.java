@@ -451,4 +451,49 @@ public final class RangePlannerTest {
       }
     }
   }
+
+  // -- pack ---------------------------------------------------------------------------------
+
+  public static void testPackFillsTasksUpToTheBudgetAndKeepsHostsApart() {
+    Random random = new Random(13);
+    for (int round = 0; round < 500; round++) {
+      List<OffsetRange> ranges = new ArrayList<>();
+      int count = 1 + random.nextInt(12);
+      for (int p = 0; p < count; p++) {
+        long start = random.nextInt(1000);
+        String[] hosts = random.nextBoolean() ? new String[] {"a"} : new String[] {"b", "c"};
+        ranges.add(new OffsetRange(new TopicPartition("t", p), start,
+            start + 1 + random.nextInt(5000), hosts));
+      }
+      Map<TopicPartition, Double> perRecord = new HashMap<>();
+      for (OffsetRange r : ranges) {
+        perRecord.put(r.tp, 1.0 + random.nextInt(100));
+      }
+      long budget = 1 + random.nextInt(400_000);
+      List<List<OffsetRange>> tasks = RangePlanner.pack(ranges, perRecord::get, budget);
+      List<OffsetRange> seen = new ArrayList<>();
+      for (List<OffsetRange> task : tasks) {
+        assertTrue(!task.isEmpty(), "no empty task");
+        double bytes = 0;
+        for (OffsetRange r : task) {
+          bytes += r.size() * perRecord.get(r.tp);
+          assertEquals(Arrays.asList(task.get(0).hosts), Arrays.asList(r.hosts));
+        }
+        assertTrue(task.size() == 1 || bytes <= budget, "a task of several ranges within budget");
+        seen.addAll(task);
+      }
+      assertEquals(ranges.size(), seen.size());
+      assertTrue(seen.containsAll(ranges), "every range in exactly one task");
+    }
+  }
+
+  public static void testPackPutsSmallRangesTogether() {
+    List<OffsetRange> ranges = new ArrayList<>();
+    for (int p = 5; p >= 0; p--) {
+      ranges.add(new OffsetRange(new TopicPartition("t", p), 0, 100, new String[] {"h"}));
+    }
+    List<List<OffsetRange>> tasks = RangePlanner.pack(ranges, tp -> 10.0, 2_000);
+    assertEquals(3, tasks.size()); // 1,000 bytes each, two to a task
+    assertEquals(new TopicPartition("t", 0), tasks.get(0).get(0).tp); // offset order inside
+  }
 }
