@@ -20,6 +20,7 @@ from ray.cluster_utils import Cluster
 import raylog
 from raylog import Admin, Consumer, TopicPartition
 from raylog.client.connection import reset_default
+from raylog.client.remote import resolve
 from raylog.cluster_names import BROKER_RESOURCE, DATA_DIR_ENV
 from raylog.metadata.limits import MAX_REPLICAS_ENV
 
@@ -156,3 +157,19 @@ def replica_info(admin: Admin, topic: str, partition: int, broker: int | None = 
 def restarts(actor) -> int:
     """How often Ray restarted ``actor``, from the GCS actor table."""
     return ray._private.state.actors(actor._actor_id.hex())["NumRestarts"]
+
+
+def replica_records(admin: Admin, topic: str, partition: int) -> dict[int, list]:
+    """Broker -> [(offset, value)] of its replica, read from the replica itself below its
+    high watermark."""
+    meta = admin._cluster.topic(topic, refresh=True).partitions[partition]
+    described = {r["broker_id"]: r for r in admin.describe_replicas(topic)
+                 if r["partition"] == partition}
+    out = {}
+    for broker, client in meta.clients.items():
+        info = described[broker]
+        table = resolve(client.read_kafka_table(info["log_start_offset"],
+                                                info["high_watermark"]), timeout=60)
+        out[broker] = list(zip(table.column("offset").to_pylist(),
+                               table.column("value").to_pylist(), strict=True))
+    return out

@@ -30,6 +30,7 @@ from raylog.errors import NotEnoughReplicasError
 from raylog.metadata.settings import REPLACE_AFTER_ENV
 from raylog.records import BatchBuilder
 from tests.history import summary
+from tests.integration.conftest import replica_records
 from tests.integration.restart_scenario import Nodes, wait_for
 from tests.integration.workload import Workload
 
@@ -47,17 +48,7 @@ def in_sync(admin: Admin, topic: str = TOPIC) -> bool:
 
 def replica_values(admin: Admin, partition: int = 0) -> dict[int, list]:
     """Broker -> [(offset, value)] below each replica's own high watermark."""
-    meta = admin._cluster.topic(TOPIC, refresh=True).partitions[partition]
-    described = {r["broker_id"]: r for r in admin.describe_replicas(TOPIC)
-                 if r["partition"] == partition}
-    out = {}
-    for broker, client in meta.clients.items():
-        info = described[broker]
-        table = resolve(client.read_kafka_table(info["log_start_offset"],
-                                                info["high_watermark"]), timeout=60)
-        out[broker] = list(zip(table.column("offset").to_pylist(),
-                               table.column("value").to_pylist(), strict=True))
-    return out
+    return replica_records(admin, TOPIC, partition)
 
 
 def cli(*argv: str) -> str:

@@ -25,6 +25,7 @@ from raylog.errors import FencedEpochError, UnknownLeaderEpochError
 from tests.history import summary
 from tests.integration.conftest import (
     leader_broker,
+    replica_records,
     restart_controller,
     restarts,
     wait_for,
@@ -61,22 +62,6 @@ def fully_in_sync(admin: Admin, topic: str) -> bool:
     """Every partition has a leader and all its replicas in the ISR."""
     return all(p["leader"] is not None and sorted(p["isr"]) == sorted(p["replicas"])
                for p in partition_states(admin, topic))
-
-
-def replica_records(admin: Admin, topic: str, partition: int) -> dict[int, list]:
-    """Broker -> [(offset, value)] of its replica, read from the replica itself below its
-    high watermark."""
-    meta = admin._cluster.topic(topic, refresh=True).partitions[partition]
-    described = {r["broker_id"]: r for r in admin.describe_replicas(topic)
-                 if r["partition"] == partition}
-    out = {}
-    for broker, client in meta.clients.items():
-        info = described[broker]
-        table = resolve(client.read_kafka_table(info["log_start_offset"],
-                                                info["high_watermark"]), timeout=60)
-        out[broker] = list(zip(table.column("offset").to_pylist(),
-                               table.column("value").to_pylist(), strict=True))
-    return out
 
 
 def assert_replicas_identical(admin: Admin, topic: str, partitions: int) -> None:
