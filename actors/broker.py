@@ -455,6 +455,18 @@ class BrokerActor:
             raise InvalidArgumentError(str(e)) from e
         return ipc_bytes(table)
 
+    @java_call
+    async def java_read_batches(self, topic: str, partition: int, span: list[int]) -> bytes:
+        """The stored batches holding records [start, end) of a partition, as they are on
+        disk, where ``span`` is ``[leader epoch, start, end]``: a Spark task's reader checks
+        their CRCs and decodes them itself (io.raylog.spark.BatchDecoder), so the broker only
+        reads the file and the bytes cross compressed."""
+        leader_epoch, start, end = (int(v) for v in span)
+        p = await self._reading(topic, partition, leader_epoch, end, 10_000)
+        if isinstance(p, ray.actor.ActorHandle):
+            return await p.java_read_batches.remote(topic, partition, span)
+        return p.read_batches(start, end, leader_epoch)
+
     # -- other brokers' fetchers -----------------------------------------------------------------
 
     async def replica_fetch(self, follower: int, requests: list[tuple[str, int, int, int, int]],

@@ -417,16 +417,29 @@ class Partition:
         Raises OffsetOutOfRangeError if ``start`` is below the log start or ``end`` above the
         high watermark (of this replica: a follower may be behind its leader).
         """
+        tables = [read_table(chunk, start, end) for chunk in self._readable(start, end,
+                                                                             leader_epoch)]
+        if not tables:
+            return TABLE_SCHEMA.empty_table()
+        return pa.concat_tables(tables)
+
+    def read_batches(self, start: int, end: int, leader_epoch: int | None = None) -> bytes:
+        """The stored batches holding offsets [start, end), whole and as they are on disk
+        (the first and last may hold offsets outside the range: the reader trims them), for
+        readers that check and decode batches themselves (the Spark connector).
+
+        Raises OffsetOutOfRangeError as :meth:`read_table` does.
+        """
+        return b"".join(self._readable(start, end, leader_epoch))
+
+    def _readable(self, start: int, end: int, leader_epoch: int | None) -> list[bytes]:
         self._check_serving(leader_epoch)
         log = self.log
         if not log.log_start_offset <= start <= end <= log.high_watermark:
             raise OffsetOutOfRangeError(
                 f"{self.name}: range [{start}, {end}) is outside the readable "
                 f"[{log.log_start_offset}, {log.high_watermark}) of replica {self.replica_id}")
-        tables = [read_table(chunk, start, end) for chunk in log.read_range(start, end)]
-        if not tables:
-            return TABLE_SCHEMA.empty_table()
-        return pa.concat_tables(tables)
+        return log.read_range(start, end)
 
     # -- upkeep --------------------------------------------------------------------------------
 

@@ -36,6 +36,9 @@ TESTS = JAVA_ROOT / "test"
 SERVICE = "META-INF/services/org.apache.spark.sql.sources.DataSourceRegister"
 PROVIDER = "io.raylog.spark.RaylogSourceProvider"
 TEST_RUNNER = "io.raylog.spark.TestRunner"
+# Arrow's memory needs these on Java 17, as in Spark's JVMs (raylog.spark.JAVA17_OPTIONS).
+JAVA_TEST_OPTIONS = ["--add-opens=java.base/java.nio=ALL-UNNAMED",
+                     "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED"]
 
 
 class ConnectorBuildError(RaylogError):
@@ -152,10 +155,72 @@ def run_java_tests() -> int:
     jar = connector_jar()
     jars = [jar, *classpath()]
     with tempfile.TemporaryDirectory(prefix="raylog-javatest-") as tmp:
-        _compile(_sources(TESTS), jars, Path(tmp))
+        classes, fixtures = Path(tmp) / "classes", Path(tmp) / "fixtures"
+        classes.mkdir()
+        write_batch_fixtures(fixtures)
+        _compile(_sources(TESTS), jars, classes)
         java = str(Path(_javac()).with_name("java"))
-        command = [java, "-cp", os.pathsep.join([tmp, *map(str, jars)]), TEST_RUNNER]
+        command = [java, *JAVA_TEST_OPTIONS, f"-Draylog.test.fixtures={fixtures}", "-cp",
+                   os.pathsep.join([str(classes), *map(str, jars)]), TEST_RUNNER]
         return subprocess.run(command, check=False).returncode
+
+
+def write_batch_fixtures(directory: Path) -> None:
+    """Stored batches written by raylog's own encoder, for the Java decoder's tests, with
+    what the Python read path (``read_table`` then ``spark_table``, which the connector's
+    other path ships) makes of them: the Java decoder must give the same rows.
+
+    ``chunk.bin`` holds an LZ4 batch of offsets 100-104 and an uncompressed compacted batch
+    (explicit offsets 105, 107, 110, last offset 111); ``corrupt.bin`` the first with a
+    payload byte flipped; ``expected.json`` the rows of every [start, end) asked for.
+    """
+    import json
+
+    import numpy as np
+    import pyarrow as pa
+
+    from raylog.records.header import Codec, stamp
+    from raylog.records.kafka_columns import SPARK_COLUMNS, spark_table
+    from raylog.records.payload import EXPLICIT_SCHEMA, HEADERS_TYPE, PAYLOAD_SCHEMA, encode
+    from raylog.records.reader import read_table
+
+    directory.mkdir(parents=True)
+    headers = pa.array([[("a", b"1")], [], None, [("b", None), ("c", b"")], []], HEADERS_TYPE)
+    dense = pa.table({"timestamp": pa.array(np.arange(5, dtype=np.int64) + 1_700_000_000_000),
+                      "key": pa.array([b"k0", None, b"k2", b"", b"k4"]),
+                      "value": pa.array([b"v0", b"v1", None, b"v3" * 100, b"v4"]),
+                      "headers": headers}, schema=PAYLOAD_SCHEMA)
+    compacted = pa.table({"timestamp": pa.array([7, 8, 9], pa.int64()),
+                          "key": pa.array([b"x", b"y", b"z"]),
+                          "value": pa.array([b"1", None, b"3"]),
+                          "headers": pa.array([[], [("h", b"v")], []], HEADERS_TYPE),
+                          "offset_delta": pa.array([0, 2, 5], pa.int32())},
+                         schema=EXPLICIT_SCHEMA)
+    first = bytearray(encode(dense, codec=Codec.LZ4))
+    stamp(first, 100, 3)
+    second = bytearray(encode(compacted, codec=Codec.NONE, last_offset_delta=6))
+    stamp(second, 105, 3)
+    chunk = bytes(first + second)
+    (directory / "chunk.bin").write_bytes(chunk)
+    corrupt = bytearray(first)
+    corrupt[-3] ^= 0xFF
+    (directory / "corrupt.bin").write_bytes(bytes(corrupt))
+
+    def cell(value: object) -> object:
+        if isinstance(value, bytes):
+            return value.hex()
+        if isinstance(value, list):
+            return [[h["key"], cell(h["value"])] for h in value]
+        if hasattr(value, "timestamp"):  # a datetime: microseconds, as Spark holds it
+            return round(value.timestamp() * 1_000_000)
+        return value
+
+    expected = {}
+    for start, end in [(100, 112), (101, 104), (103, 108), (106, 111), (110, 112)]:
+        table = spark_table(read_table(chunk, start, end), "t", 4, SPARK_COLUMNS)
+        expected[f"{start}-{end}"] = [{k: cell(v) for k, v in row.items()}
+                                      for row in table.to_pylist()]
+    (directory / "expected.json").write_text(json.dumps(expected, indent=1))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -412,6 +412,14 @@ public final class Cluster {
         tp.partition, new Object[] {leaderEpoch, start, end}, columns).remote();
   }
 
+  /** Asks a broker for the stored batches holding records [start, end) of a partition, as
+   * they are on disk (BatchDecoder reads them); the answer comes later, through the ref. */
+  public ObjectRef<byte[]> readBatches(BrokerInfo broker, TopicPartition tp, int leaderEpoch,
+      long start, long end) {
+    return actor(broker.actor).task(PyActorMethod.of("java_read_batches", byte[].class),
+        tp.topic, tp.partition, new Object[] {leaderEpoch, start, end}).remote();
+  }
+
   /** The name of the writer gateway actor for Spark tasks on {@code nodeId}. */
   public String writerFor(String nodeId) {
     return callController("java_writer", nodeId);

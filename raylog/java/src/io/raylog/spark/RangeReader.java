@@ -4,6 +4,7 @@ import io.ray.api.ObjectRef;
 import java.io.ByteArrayInputStream;
 import java.io.IOException;
 import java.util.ArrayDeque;
+import java.util.Arrays;
 import java.util.Collections;
 import java.util.Deque;
 import java.util.List;
@@ -21,8 +22,11 @@ import org.slf4j.LoggerFactory;
 
 /**
  * Reads a task's offset ranges, one after the other, as ColumnarBatches over Arrow vectors,
- * chunk by chunk: each chunk is an Arrow IPC stream that the broker holding a replica builds
- * (only the columns the query needs, in Spark's layout). Up to {@link #PREFETCH} chunks are
+ * chunk by chunk. A query that needs {@code value} gets each chunk as the stored batches
+ * themselves, which the broker reads from its file and this reader checks and decodes
+ * ({@link BatchDecoder}): the bytes cross compressed and the broker decodes nothing. Any
+ * other query gets an Arrow IPC stream that the broker builds with only the columns it needs,
+ * in Spark's layout, so the values never leave the broker. Up to {@link #PREFETCH} chunks are
  * asked for ahead, across the ends of ranges too, so brokers decode them while Spark consumes
  * this one. Chunks are sized by bytes (about {@link #CHUNK_BYTES}) from the record size seen.
  *
@@ -46,7 +50,9 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
   private final List<OffsetRange> ranges;
   private final long[] ends; // each range's end (failOnDataLoss=false may shorten one)
   private final String columns;
+  private final String[] columnNames;
   private final boolean noColumns;
+  private final boolean stored; // read stored batches (the query needs values) or IPC
   private final boolean failOnDataLoss;
   private final long fetchTimeoutMs;
   private final String nodeId;
@@ -56,6 +62,8 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
   private long chunkRecords;
   private final Deque<Chunk> pending = new ArrayDeque<>();
   private ArrowStreamReader reader;
+  private BatchDecoder decoder;
+  private Chunk received; // the chunk whose data was received last
   private ColumnarBatch batch;
 
   /** An outstanding request for records [start, end) of one range from one broker. */
@@ -85,7 +93,9 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
     }
     this.cursor = ranges.isEmpty() ? 0 : ranges.get(0).start;
     this.columns = String.join(",", columns);
+    this.columnNames = columns.clone();
     this.noColumns = columns.length == 0;
+    this.stored = Arrays.asList(columns).contains("value");
     this.failOnDataLoss = failOnDataLoss;
     this.fetchTimeoutMs = fetchTimeoutMs;
     this.nodeId = Cluster.nodeId();
@@ -102,6 +112,14 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
   @Override
   public boolean next() throws IOException {
     while (true) {
+      if (decoder != null) {
+        batch = decoder.next();
+        if (batch != null) {
+          return true;
+        }
+        decoder.close();
+        decoder = null;
+      }
       if (reader != null && reader.loadNextBatch()) {
         int rows = reader.getVectorSchemaRoot().getRowCount();
         if (rows > 0) {
@@ -119,8 +137,13 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
       if (data == null) {
         continue; // the range moved (data loss skipped): ask again, or end
       }
-      askAhead(); // the brokers decode those while Spark consumes this one
-      open(data);
+      askAhead(); // the brokers read those while Spark consumes this one
+      if (stored) {
+        decoder = new BatchDecoder(data, ranges.get(received.range).tp, received.start,
+            received.end, columnNames, allocator);
+      } else {
+        open(data);
+      }
     }
   }
 
@@ -148,8 +171,9 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
     Cluster.BrokerInfo broker = info.replicaFor(tp.partition, nodeId);
     int epoch = info.partitions.get(tp.partition).leaderEpoch;
     cursor = until;
-    return new Chunk(range, start, until, broker,
-        cluster.read(broker, tp, epoch, start, until, columns));
+    return new Chunk(range, start, until, broker, stored
+        ? cluster.readBatches(broker, tp, epoch, start, until)
+        : cluster.read(broker, tp, epoch, start, until, columns));
   }
 
   /** The first pending chunk's bytes, or null if it had to be given up (the cursor moved). */
@@ -159,6 +183,7 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
       Chunk chunk = pending.removeFirst();
       try {
         byte[] data = Cluster.await(chunk.ref, fetchTimeoutMs);
+        received = chunk;
         long span = chunk.end - chunk.start;
         if (span > 0 && data.length > 0) {
           long perRecord = Math.max(1, data.length / span);
@@ -242,6 +267,10 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
   @Override
   public void close() throws IOException {
     closeReader();
+    if (decoder != null) {
+      decoder.close();
+      decoder = null;
+    }
     pending.clear();
     allocator.close();
   }

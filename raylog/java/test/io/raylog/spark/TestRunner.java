@@ -20,6 +20,7 @@ public final class TestRunner {
     KafkaSchemaTest.class,
     CountPartitionTest.class,
     SourceOffsetTest.class,
+    BatchDecoderTest.class,
   };
 
   private TestRunner() {}
