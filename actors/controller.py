@@ -73,6 +73,16 @@ def _check_partitions(what: str, value: object) -> int:
     return check_int(what, value, 1, INT32_MAX, InvalidPartitionsError)
 
 
+def _named_actor_exists(name: str) -> bool:
+    """Whether an actor of that name is alive (or starting, or restarting) in raylog's
+    namespace: a dead actor's name is free again."""
+    try:
+        ray.get_actor(name, namespace=NAMESPACE)
+    except ValueError:
+        return False
+    return True
+
+
 @ray.remote(num_cpus=0)
 class ControllerActor:
     """Holds a MetadataState rebuilt from its MetadataStore, the brokers (BrokerManager) and
@@ -656,8 +666,11 @@ class ControllerActor:
         if not isinstance(node_id, str) or not node_id:
             raise InvalidArgumentError(f"node_id must be a Ray node id, got {node_id!r}")
         name = f"spark-writer:{node_id}"
-        handle = SparkWriter.options(
+        if name in self._writers and _named_actor_exists(name):
+            # Keep the handle that created it: a handle from get_if_exists or get_actor is
+            # weak, and the actor would be destroyed, mid-write, once the first one went.
+            return name
+        self._writers[name] = SparkWriter.options(  # it lives as long as this handle does
             name=name, namespace=NAMESPACE, get_if_exists=True,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=True)).remote()
-        self._writers[name] = handle  # an actor lives as long as a handle to it does
         return name

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -70,6 +71,9 @@ class LogSegment:
         self.index = OffsetIndex(self.directory / (stem + INDEX_SUFFIX + suffix))
         self.time_index = TimeIndex(self.directory / (stem + TIME_INDEX_SUFFIX + suffix))
         self._fd = files.create(self.path, os.O_RDWR | (os.O_TRUNC if create else 0))
+        # A segment dropped without close() (its log abandoned, as after a crash in a test
+        # or a failed open) gives its descriptor back, as Python's file objects do.
+        self._release = weakref.finalize(self, os.close, self._fd)
         self.size = os.fstat(self._fd).st_size
         self.next_offset = base_offset
         self.max_timestamp = -1
@@ -449,6 +453,7 @@ class LogSegment:
 
     def close(self) -> None:
         if self._fd >= 0:
+            self._release.detach()
             os.close(self._fd)
             self._fd = -1
 

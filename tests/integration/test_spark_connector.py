@@ -8,10 +8,12 @@ import json
 import threading
 import time
 
+import pyarrow as pa
 import pytest
 import ray
 
 from raylog import Admin, Producer
+from raylog.cluster_names import CONTROLLER_NAME, NAMESPACE
 from raylog.partitioner import key_partition
 from tests.integration.conftest import consume_all, leader_broker, wait_for
 
@@ -248,6 +250,32 @@ def test_batch_and_streaming_writes_land_where_kafka_would(spark, admin, source,
     query.awaitTermination(300)
     assert query.exception() is None
     assert len(consume_all(target, 4, 200 + RECORDS)) == 200 + RECORDS
+
+
+def test_asking_again_for_a_nodes_writer_leaves_the_one_writing(admin, ray_cluster):
+    """Each Spark task asks the controller for its node's writer gateway. An ask while
+    another task writes through it must leave that gateway alive: were it destroyed
+    mid-write, the task would send its rows again to a new one and write them twice."""
+    topic = "connector-gateway"
+    admin.create_topic(topic, partitions=1)
+    controller = ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
+    node = ray_cluster.cluster.list_all_nodes()[0].node_id
+    name = ray.get(controller.java_writer.remote(node))
+    gateway = ray.get_actor(name, namespace=NAMESPACE)
+    rows = pa.table({"value": [b"v%d" % i for i in range(10)]})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, rows.schema) as stream:
+        stream.write_table(rows)
+    batch = sink.getvalue().to_pybytes()
+    writes = [gateway.java_write.remote(topic, "", batch)]
+    assert all(ray.get(controller.java_writer.remote(node)) == name for _ in range(3))
+    deadline = time.monotonic() + 3  # long past the moment a dropped handle takes it down
+    while time.monotonic() < deadline or len(writes) < 5:
+        writes.append(gateway.java_write.remote(topic, "", batch))
+        ray.get(writes[-1], timeout=60)
+    assert [json.loads(w)["records"] for w in ray.get(writes)] == [10] * len(writes)
+    assert ray.get_actor(name, namespace=NAMESPACE)._actor_id == gateway._actor_id
+    assert len(consume_all(topic, 1, 10 * len(writes))) == 10 * len(writes)
 
 
 def read_stream(spark, topic: str):

@@ -308,3 +308,17 @@ def test_time_work_pending_tells_an_idle_replica_it_may_sleep(tmp_path):
     assert timed.maybe_flush()
     assert not timed.time_work_pending()
     timed.close()
+
+
+def test_a_log_dropped_without_closing_gives_its_descriptors_back(tmp_path, clock):
+    """As after a crash: nothing closed it, yet its segment files are not held open."""
+    def open_files() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    before = open_files()
+    for i in range(20):
+        log = PartitionLog(tmp_path / f"p-{i}", small_config(), clock=clock)
+        fill(log, 30)  # several segments
+        assert len(log.segments) > 1
+        del log
+    assert open_files() <= before + 2
