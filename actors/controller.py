@@ -614,8 +614,9 @@ class ControllerActor:
 
     @checked
     async def reset_offsets(self, group_id: str, topic: str, spec: str | int | list[Any],
-                            partitions: list[int] | None = None) -> dict[int, int]:
-        return await self.groups.reset_offsets(group_id, topic, spec, partitions)
+                            partitions: list[int] | None = None, dry_run: bool = False
+                            ) -> dict[int, int]:
+        return await self.groups.reset_offsets(group_id, topic, spec, partitions, dry_run)
 
     @checked
     async def group_history(self, group_id: str) -> list:

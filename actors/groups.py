@@ -301,9 +301,11 @@ class GroupService:
         self.coordinator.forget(group_id)
 
     async def reset_offsets(self, group_id: str, topic: str, spec: str | int | list[Any],
-                            partitions: list[int] | None = None) -> dict[int, int]:
+                            partitions: list[int] | None = None, dry_run: bool = False
+                            ) -> dict[int, int]:
         """Set a group's committed offsets of ``topic`` to ``"earliest"``, ``"latest"``, a
-        timestamp (ms) or, with spec ``("offset", n)``, an offset; the group must be empty."""
+        timestamp (ms) or, with spec ``("offset", n)``, an offset; the group must be empty.
+        With ``dry_run``, only say what they would be set to."""
         check_id("group_id", group_id, InvalidArgumentError)
         check_reset_spec(spec)
         if partitions is not None:
@@ -330,6 +332,8 @@ class GroupService:
             else:
                 found = await self._list_offset(topic, partition, spec)
                 targets[partition] = found[0] if found else latest
+        if dry_run:
+            return targets
         entries = {TopicPartition(topic, p): OffsetAndMetadata(o, "reset", wall_clock_ms())
                    for p, o in targets.items()}
         await self._persist(group_id, [self.coordinator.offset_record(group_id, tp, om)

@@ -9,13 +9,13 @@ traceback.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TextIO
 
+from raylog import __version__
 from raylog.arguments import INT32_MAX
 from raylog.errors import RaylogError
 
@@ -116,6 +116,17 @@ def _print_json(data: Any, out: TextIO) -> None:
     out.write("\n")
 
 
+def _kafka_configs(configs: dict[str, Any]) -> dict[str, Any]:
+    """Config names as Kafka's tools write them (``retention.ms``)."""
+    from raylog.topics import kafka_config_name
+
+    return {kafka_config_name(name): value for name, value in configs.items()}
+
+
+def _topic_json(topic: dict[str, Any]) -> dict[str, Any]:
+    return {**topic, "configs": _kafka_configs(topic["configs"])}
+
+
 # -- topics --------------------------------------------------------------------------------------
 
 def cmd_topics(args: argparse.Namespace, out: TextIO) -> int:
@@ -131,11 +142,20 @@ def cmd_topics(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"created topic {described['name']} with {len(described['partitions'])} "
                   f"partitions, replication factor {described['replication_factor']}\n")
     elif args.action == "list":
-        for name in admin.list_topics(include_internal=args.internal):
+        names = admin.list_topics(include_internal=args.internal)
+        if args.json:
+            _print_json(names, out)
+        for name in [] if args.json else names:
             out.write(name + "\n")
     elif args.action == "describe":
-        for topic in admin.describe_topics(args.names or None):
-            _describe_topic(topic, out, _partition_filter(args))
+        wanted = _partition_filter(args)
+        topics = admin.describe_topics(args.names or None)
+        if args.json:
+            _print_json([{**_topic_json(t), "partitions": [p for p in t["partitions"]
+                                                           if wanted(p)]}
+                         for t in topics], out)
+        for topic in [] if args.json else topics:
+            _describe_topic(topic, out, wanted)
     elif args.action == "elect-leaders":
         moved = admin.elect_leaders(args.names or None)
         for name, partitions in sorted(moved.items()):
@@ -187,7 +207,7 @@ def _describe_topic(topic: dict[str, Any], out: TextIO,
     partitions = [p for p in topic["partitions"] if wanted(p)]
     if not partitions and len(topic["partitions"]):
         return  # a filter left nothing of this topic to show
-    configs = ",".join(f"{k}={v}" for k, v in sorted(topic["configs"].items()))
+    configs = ",".join(f"{k}={v}" for k, v in sorted(_kafka_configs(topic["configs"]).items()))
     out.write(f"Topic: {topic['name']}\tTopicId: {topic['topic_id']}\t"
               f"PartitionCount: {len(topic['partitions'])}\t"
               f"ReplicationFactor: {topic['replication_factor']}\tConfigs: {configs}\n")
@@ -214,6 +234,9 @@ def cmd_groups(args: argparse.Namespace, out: TextIO) -> int:
     admin = Admin(cluster=connect(args))
     if args.action == "list":
         groups = admin.list_groups()
+        if args.json:
+            _print_json(groups, out)
+            return 0
         out.write(f"{'group':<30}{'state':<13}{'members':>8}{'generation':>12}\n")
         for g in groups:
             out.write(f"{g['group_id']:<30}{g['state']:<13}{g['members']:>8}"
@@ -236,9 +259,36 @@ def cmd_groups(args: argparse.Namespace, out: TextIO) -> int:
         admin.delete_group(args.group)
         out.write(f"deleted group {args.group}\n")
     elif args.action == "reset-offsets":
-        moved = admin.reset_offsets(args.group, args.topic, args.to, args.partitions)
-        for partition, offset in sorted(moved.items()):
-            out.write(f"{args.topic}\t{partition}\t{offset}\n")
+        return _reset_offsets(admin, args, out)
+    return 0
+
+
+def _reset_offsets(admin: Any, args: argparse.Namespace, out: TextIO) -> int:
+    """As Kafka's tool: the plan (current and new offset per partition), applied only with
+    ``--execute``."""
+    from raylog.errors import UnknownGroupError
+
+    new = admin.reset_offsets(args.group, args.topic, args.to, args.partitions, dry_run=True)
+    try:
+        current = {p["partition"]: p["committed"] for p in admin.describe_group(args.group)
+                   ["partitions"] if p["topic"] == args.topic}
+    except UnknownGroupError:  # no offsets yet: Kafka's tool sets them all the same
+        current = {}
+    if args.execute:
+        new = admin.reset_offsets(args.group, args.topic, args.to, args.partitions)
+    plan = [{"group": args.group, "topic": args.topic, "partition": partition,
+             "current_offset": current.get(partition), "new_offset": offset}
+            for partition, offset in sorted(new.items())]
+    if args.json:
+        _print_json({"executed": args.execute, "offsets": plan}, out)
+        return 0
+    out.write(f"{'GROUP':<24}{'TOPIC':<24}{'PARTITION':>10}{'CURRENT-OFFSET':>16}"
+              f"{'NEW-OFFSET':>12}\n")
+    for row in plan:
+        out.write(f"{row['group']:<24}{row['topic']:<24}{row['partition']:>10}"
+                  f"{_dash(row['current_offset']):>16}{row['new_offset']:>12}\n")
+    if not args.execute:
+        out.write("dry run: nothing changed (add --execute to set these offsets)\n")
     return 0
 
 
@@ -291,19 +341,25 @@ def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="raylog", description="Operate a raylog cluster.", epilog=EPILOG)
+    parser.add_argument("--version", action="version", version=f"raylog {__version__}")
     parser.add_argument("--address", default=None, help=ADDRESS_HELP)
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    topics = commands.add_parser("topics", help="create, list, describe, alter, delete topics; "
-                                                "elect leaders, reassign partitions")
-    actions = topics.add_subparsers(dest="action", required=True)
-    create = actions.add_parser("create")
+    topics = commands.add_parser("topics", aliases=["topic"],
+                                 help="create, list, describe, alter, delete topics; elect "
+                                      "leaders, reassign partitions")
+    topics.set_defaults(run="topics")
+    actions = topics.add_subparsers(dest="action", required=True, metavar="ACTION")
+    create = actions.add_parser("create", help="create a topic")
     create.add_argument("name")
     create.add_argument("--partitions", type=_int_in(1), default=1)
     create.add_argument("--replication-factor", type=_int_in(1), default=1)
-    create.add_argument("--config", action="append", type=_config_pair, metavar="NAME=VALUE")
-    listing = actions.add_parser("list")
+    create.add_argument("--config", action="append", type=_config_pair, metavar="NAME=VALUE",
+                        help="a topic config, as Kafka names it (retention.ms=...); "
+                             "repeatable")
+    listing = actions.add_parser("list", help="topic names")
     listing.add_argument("--internal", action="store_true", help="include internal topics")
+    _json_flag(listing)
     describe = actions.add_parser("describe", help="partitions: leader, epoch, replicas, ISR")
     describe.add_argument("names", nargs="*")
     only = describe.add_mutually_exclusive_group()
@@ -311,6 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="only partitions whose ISR lacks some of their replicas")
     only.add_argument("--unavailable-partitions", action="store_true",
                       help="only partitions without a live leader")
+    _json_flag(describe)
     elect = actions.add_parser("elect-leaders",
                                help="give each partition back to its preferred replica")
     elect.add_argument("names", nargs="*", help="topics (default: all)")
@@ -320,9 +377,10 @@ def build_parser() -> argparse.ArgumentParser:
     reassign.add_argument("--move", action="append", type=_move, required=True,
                           metavar="PARTITION:BROKER,BROKER,...",
                           help="the first broker is the preferred leader; repeatable")
-    delete = actions.add_parser("delete")
+    delete = actions.add_parser("delete", help="delete a topic and its data")
     delete.add_argument("name")
-    alter = actions.add_parser("alter", help="checks every change before making any")
+    alter = actions.add_parser("alter", help="add partitions, set or delete configs (checks "
+                                             "every change before making any)")
     alter.add_argument("name")
     alter.add_argument("--partitions", type=_int_in(1),
                        help="grow to this many partitions (never fewer)")
@@ -331,79 +389,132 @@ def build_parser() -> argparse.ArgumentParser:
                        help="delete a config that is set (back to its default)")
 
     produce = commands.add_parser(
-        "produce", help="send stdin lines as records",
-        description="Send each line of stdin as a record and wait for every acknowledgement. "
-                    "Prints how many records were produced; records the cluster refused are "
-                    "counted on stderr, and then the exit status is 1.")
+        "produce", help="send lines (stdin or a file) as records",
+        description="Send each line of stdin (or of --file) as a record and wait for every "
+                    "acknowledgement. Prints how many records were produced; records the "
+                    "cluster refused are counted on stderr, and then the exit status is 1.")
+    produce.set_defaults(run="produce")
     produce.add_argument("topic")
+    produce.add_argument("--file", "-f", metavar="PATH",
+                         help="read lines from this file instead of stdin (with a progress "
+                              "bar on a terminal)")
     produce.add_argument("--key-separator", type=_non_empty,
                          help="split each line into key SEP value")
     produce.add_argument("--partition", type=_int_in(0))
     produce.add_argument("--acks", default="1", choices=["0", "1", "all"])
     produce.add_argument("--linger-ms", type=_int_in(0), default=5)
 
-    consume = commands.add_parser("consume", help="print records")
+    consume = commands.add_parser(
+        "consume", help="print records, following the topic",
+        description="Print records as they arrive, as kafka-console-consumer does: it follows "
+                    "the topic until --max-messages, --timeout-ms or --until-end ends it, or "
+                    "Ctrl-C. With --group it commits what it printed periodically, before "
+                    "giving up a partition and on exit.")
+    consume.set_defaults(run="consume")
     consume.add_argument("topic")
     consume.add_argument("--from-beginning", action="store_true")
     consume.add_argument("--max-messages", type=_int_in(0),
                          help="stop after printing this many records (0: print none)")
+    consume.add_argument("--timeout-ms", type=_timeout_ms, default=None,
+                         help="stop after this long without records (-1, the default: "
+                              "follow until interrupted)")
+    consume.add_argument("--until-end", action="store_true",
+                         help="stop at the end offsets the partitions had when it started")
     consume.add_argument("--partition", type=_int_in(0))
     consume.add_argument("--group", help="consume as a member of this consumer group")
-    consume.add_argument("--format", choices=["value", "kv", "full", "json"], default="value")
-    consume.add_argument("--timeout-ms", type=_int_in(0), default=5000,
-                         help="stop after this long without records")
+    consume.add_argument("--print", type=_print_fields, default=None, metavar="FIELDS",
+                         dest="fields",
+                         help=f"what to print of each record, in order, tab-separated: any "
+                              f"of {','.join(PRINTABLE)} (default: value)")
+    consume.add_argument("--format", choices=["value", "kv", "full", "json"], default=None,
+                         help="json: one JSON object per record; value, kv, full: shorthands "
+                              "for --print value, key,value and "
+                              "partition,offset,timestamp,key,value")
 
-    groups = commands.add_parser("groups", help="consumer groups: list, describe, delete, "
-                                                "reset offsets")
-    group_actions = groups.add_subparsers(dest="action", required=True)
-    group_actions.add_parser("list")
-    describe_group = group_actions.add_parser("describe")
+    groups = commands.add_parser("groups", aliases=["group"],
+                                 help="consumer groups: list, describe, delete, reset offsets")
+    groups.set_defaults(run="groups")
+    group_actions = groups.add_subparsers(dest="action", required=True, metavar="ACTION")
+    _json_flag(group_actions.add_parser("list", help="groups, their states and members"))
+    describe_group = group_actions.add_parser(
+        "describe", help="members, owners, committed offsets and lag per partition")
     describe_group.add_argument("group")
-    describe_group.add_argument("--json", action="store_true")
-    delete_group = group_actions.add_parser("delete")
+    _json_flag(describe_group)
+    delete_group = group_actions.add_parser("delete", help="delete an empty group")
     delete_group.add_argument("group")
-    reset = group_actions.add_parser("reset-offsets")
+    reset = group_actions.add_parser(
+        "reset-offsets", help="move a stopped group's committed offsets (a dry run unless "
+                              "--execute)")
     reset.add_argument("group")
     reset.add_argument("topic")
     reset.add_argument("--to", required=True, type=_reset_target,
                        help="earliest, latest, an offset, or timestamp:MS")
     reset.add_argument("--partitions", type=_int_in(0), nargs="+")
+    run_mode = reset.add_mutually_exclusive_group()
+    run_mode.add_argument("--execute", action="store_true", help="set the offsets")
+    run_mode.add_argument("--dry-run", action="store_true",
+                          help="only show the plan (what happens without --execute)")
+    _json_flag(reset)
 
     cluster = commands.add_parser("cluster", help="cluster status")
+    cluster.set_defaults(run="cluster")
     cluster.add_argument("action", choices=["status"])
-    cluster.add_argument("--json", action="store_true")
+    _json_flag(cluster)
 
-    commands.add_parser("start", help="start the raylog controller on a running Ray cluster")
+    start = commands.add_parser("start",
+                                help="start the raylog controller on a running Ray cluster")
+    start.set_defaults(run="start")
 
     demo = commands.add_parser("demo", help="page views from simulated services, end to end")
+    demo.set_defaults(run="demo")
     demo.add_argument("--services", type=_int_in(1, 8), default=4)
     demo.add_argument("--records", type=_int_in(1), default=25_000, help="records per service")
     demo.add_argument("--partitions", type=_int_in(1), default=6)
     demo.add_argument("--embedded", action="store_true",
                       help="start an embedded local cluster even if RAY_ADDRESS names one")
-    _address_after_command(commands)
+    _address_anywhere(commands)
     return parser
+
+
+def _json_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _timeout_ms(text: str) -> int | None:
+    """``--timeout-ms``: milliseconds, or -1 for none (follow until interrupted)."""
+    if text.strip() == "-1":
+        return None
+    return _int_in(0)(text)
+
+
+PRINTABLE = ("timestamp", "partition", "offset", "headers", "key", "value")
+
+
+def _print_fields(text: str) -> tuple[str, ...]:
+    fields = tuple(f.strip() for f in text.split(",") if f.strip())
+    unknown = [f for f in fields if f not in PRINTABLE]
+    if unknown or not fields:
+        raise argparse.ArgumentTypeError(
+            f"--print takes a comma-separated list of {', '.join(PRINTABLE)}; got {text!r}")
+    return fields
 
 
 ADDRESS_HELP = ("the Ray cluster to join, HOST:PORT (default: $RAY_ADDRESS; raylog joins no "
                 "other cluster)")
 
 
-def _address_after_command(commands: argparse._SubParsersAction) -> None:
-    """``--address`` also after the (sub)command, as in ``raylog topics list --address X``;
-    given there it wins over the one before the command."""
+def _address_anywhere(commands: argparse._SubParsersAction) -> None:
+    """``--address`` after any (sub)command too, as in ``raylog topics list --address X``
+    or ``raylog topics --address X list``; the last one given wins."""
+    seen: set[int] = set()
     for sub in commands.choices.values():
+        if id(sub) in seen:  # an alias: the same parser under another name
+            continue
+        seen.add(id(sub))
+        sub.add_argument("--address", default=argparse.SUPPRESS, help=ADDRESS_HELP)
         nested = [a for a in sub._actions if isinstance(a, argparse._SubParsersAction)]
         if nested:
-            _address_after_command(nested[0])
-        else:
-            sub.add_argument("--address", default=argparse.SUPPRESS, help=ADDRESS_HELP)
-
-
-def _stdin() -> TextIO:
-    """stdin as text whose undecodable bytes survive (``surrogateescape``): produce sends
-    each line's bytes as they were."""
-    return io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="surrogateescape")
+            _address_anywhere(nested[0])
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
@@ -411,23 +522,15 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
     out = out or sys.stdout
     args = build_parser().parse_args(argv)  # a usage error exits with status 2
     try:
-        if args.command == "topics":
-            return cmd_topics(args, out)
-        if args.command == "produce":
+        if args.run == "produce":
             from raylog.cli_records import cmd_produce
 
-            return cmd_produce(args, out, stdin or _stdin())
-        if args.command == "consume":
+            return cmd_produce(args, out, stdin)
+        if args.run == "consume":
             from raylog.cli_records import cmd_consume
 
             return cmd_consume(args, out)
-        if args.command == "cluster":
-            return cmd_cluster(args, out)
-        if args.command == "groups":
-            return cmd_groups(args, out)
-        if args.command == "start":
-            return cmd_start(args, out)
-        return cmd_demo(args, out)
+        return globals()[f"cmd_{args.run}"](args, out)
     except (UsageError, argparse.ArgumentTypeError) as e:
         return report(e, 2)
     except RaylogError as e:

@@ -3,12 +3,21 @@
 ``produce`` waits for the acknowledgement of every record it sends and reports each record
 the cluster refused (by line number and cause): a run in which any record was not produced
 ends with exit status 1, after printing how many were.
+
+``consume`` follows the topic as ``kafka-console-consumer`` does, until ``--max-messages``,
+``--timeout-ms``, ``--until-end`` or Ctrl-C; then it prints ``Processed a total of N
+messages`` on stderr. As a group member it commits what it printed (never more) every
+:data:`COMMIT_INTERVAL_S`, before a rebalance takes a partition away, and on exit.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import os
+import sys
+import time
 from collections import defaultdict
 from typing import Any, TextIO
 
@@ -48,18 +57,37 @@ def _refusals(refused: list[tuple[int, BaseException]]) -> str:
     return "; ".join(parts)
 
 
-def cmd_produce(args: argparse.Namespace, out: TextIO, stdin: TextIO) -> int:
+def _lines(args: argparse.Namespace, stdin: TextIO | None) -> tuple[TextIO, int | None]:
+    """The input as text whose undecodable bytes survive (``surrogateescape``: each line's
+    bytes are sent as they were), and its size in bytes when known (a file)."""
+    if args.file is not None:
+        try:
+            handle = open(args.file, encoding="utf-8", errors="surrogateescape")  # noqa: SIM115
+        except OSError as e:
+            raise InvalidRecordError(f"cannot read {args.file}: {e.strerror}") from None
+        return handle, os.fstat(handle.fileno()).st_size
+    if stdin is not None:
+        return stdin, None
+    return io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="surrogateescape"), None
+
+
+def cmd_produce(args: argparse.Namespace, out: TextIO, stdin: TextIO | None = None) -> int:
     from raylog import Producer
+    from raylog.progress import progress
 
     cluster = connect(args)
     _check_target(cluster, args)
+    lines, size = _lines(args, stdin)
     producer = Producer(cluster=cluster, acks=args.acks, linger_ms=args.linger_ms)
     sent: list[tuple[int, Any]] = []  # (line number, future)
     refused: list[tuple[int, BaseException]] = []
     stopped: tuple[int, RaylogError] | None = None  # an error about the target, not a record
     closing: RaylogError | None = None
+    shown = progress(size, f"producing to {args.topic}", "bytes") if args.file else None
     try:
-        for number, line in enumerate(stdin, 1):
+        for number, line in enumerate(lines, 1):
+            if shown is not None:
+                shown.update(len(line))
             try:
                 key, value = _record(line, args.key_separator)
                 sent.append((number, producer.send(args.topic, value, key=key,
@@ -70,6 +98,10 @@ def cmd_produce(args: argparse.Namespace, out: TextIO, stdin: TextIO) -> int:
                 stopped = number, e
                 break
     finally:
+        if shown is not None:
+            shown.close()
+        if args.file is not None:
+            lines.close()
         try:
             producer.close()  # sends what is queued and waits for the acknowledgements
         except RaylogError as e:  # it may sum up failures that the futures below detail
@@ -117,52 +149,149 @@ def _summary(args: argparse.Namespace, out: TextIO, produced: int,
     return 0
 
 
-def _format_record(record: Any, fmt: str) -> str:
-    def text(data: bytes | None) -> str | None:
-        return None if data is None else data.decode("utf-8", "backslashreplace")
+COMMIT_INTERVAL_S = 5.0  # a group member commits what it printed this often
+SHORTHANDS = {"value": ("value",), "kv": ("key", "value"),
+              "full": ("partition", "offset", "timestamp", "key", "value")}
 
-    if fmt == "json":
+
+def _text(data: bytes | None) -> str:
+    return "null" if data is None else data.decode("utf-8", "backslashreplace")
+
+
+def _field(record: Any, name: str) -> str:
+    """One field as Kafka's console consumer prints it (``CreateTime:...``,
+    ``Partition:...``, headers ``k:v,k2:v2`` or ``NO_HEADERS``, ``null`` for none)."""
+    if name == "timestamp":
+        return f"CreateTime:{record.timestamp}"
+    if name == "partition":
+        return f"Partition:{record.partition}"
+    if name == "offset":
+        return f"Offset:{record.offset}"
+    if name == "headers":
+        return ",".join(f"{k}:{_text(v)}" for k, v in record.headers) or "NO_HEADERS"
+    return _text(getattr(record, name))
+
+
+def format_record(record: Any, fields: tuple[str, ...] | None) -> str:
+    """A record as one line: JSON (``fields`` None) or the fields, tab-separated."""
+    if fields is None:
         return json.dumps({
             "topic": record.topic, "partition": record.partition, "offset": record.offset,
-            "timestamp": record.timestamp, "key": text(record.key), "value": text(record.value),
-            "headers": [[k, text(v)] for k, v in record.headers],
+            "timestamp": record.timestamp,
+            "key": None if record.key is None else _text(record.key),
+            "value": None if record.value is None else _text(record.value),
+            "headers": [[k, None if v is None else _text(v)] for k, v in record.headers],
         })
-    if fmt == "kv":
-        return f"{text(record.key)}\t{text(record.value)}"
-    if fmt == "full":
-        return (f"{record.partition}\t{record.offset}\t{record.timestamp}\t"
-                f"{text(record.key)}\t{text(record.value)}")
-    return text(record.value) or ""
+    if fields == ("value",) and record.value is None:
+        return ""
+    return "\t".join(_field(record, name) for name in fields)
+
+
+def _fields(args: argparse.Namespace) -> tuple[str, ...] | None:
+    if args.fields is not None:
+        if args.format is not None:
+            raise InvalidRecordError("give --print or --format, not both")
+        return args.fields
+    if args.format == "json":
+        return None
+    return SHORTHANDS[args.format or "value"]
+
+
+class _Printed:
+    """The next offset after the last record printed, per partition; a group member
+    commits exactly these (never what was fetched and not printed)."""
+
+    def __init__(self, consumer: Any, group: bool) -> None:
+        self.consumer = consumer
+        self.group = group
+        self.next: dict[Any, int] = {}
+        self.committed: dict[Any, int] = {}
+        self.last_commit = time.monotonic()
+
+    def commit(self, partitions: Any = None) -> None:
+        """Commit what was printed of ``partitions`` (default all) and not committed yet."""
+        if not self.group:
+            return
+        wanted = self.next.keys() if partitions is None else set(partitions) & self.next.keys()
+        offsets = {tp: self.next[tp] for tp in wanted if self.committed.get(tp) != self.next[tp]}
+        if offsets:
+            self.consumer.commit(offsets)
+            self.committed.update(offsets)
+        self.last_commit = time.monotonic()
+
+    def on_partitions_revoked(self, partitions: list) -> None:
+        self.commit(partitions)  # before another member starts after what we printed
+
+    def on_partitions_lost(self, partitions: list) -> None:
+        for tp in partitions:  # not ours any more: committing would be refused
+            self.next.pop(tp, None)
 
 
 def cmd_consume(args: argparse.Namespace, out: TextIO) -> int:
     """Print records until ``--max-messages`` are printed (a limit, as Kafka's console
-    consumer has: 0 prints none) or none came for ``--timeout-ms``."""
+    consumer has: 0 prints none), none came for ``--timeout-ms``, every partition reached
+    the end it had at the start (``--until-end``), or Ctrl-C."""
     from raylog import Consumer, TopicPartition
 
+    fields = _fields(args)
     cluster = connect(args)
     count = _check_target(cluster, args)
     if args.max_messages == 0:
         return 0
+    group = args.group is not None and args.partition is None
     consumer = Consumer(cluster=cluster,
                         auto_offset_reset="earliest" if args.from_beginning else "latest",
-                        consumer_timeout_ms=args.timeout_ms, group_id=args.group,
-                        enable_auto_commit=False)
-    printed: dict[TopicPartition, int] = {}  # next offset after the last record printed
+                        group_id=args.group, enable_auto_commit=False)
+    printed = _Printed(consumer, args.group is not None)
+    seen = 0
     try:
-        if args.group is not None and args.partition is None:
-            consumer.subscribe(args.topic)
+        if group:
+            consumer.subscribe([args.topic], listener=printed)
+            ends = consumer.end_offsets(TopicPartition(args.topic, p) for p in range(count)) \
+                if args.until_end else None
         else:
             partitions = [args.partition] if args.partition is not None else range(count)
-            consumer.assign([TopicPartition(args.topic, p) for p in partitions])
-        for seen, record in enumerate(consumer, 1):
-            out.write(_format_record(record, args.format) + "\n")
-            printed[TopicPartition(record.topic, record.partition)] = record.offset + 1
+            tps = [TopicPartition(args.topic, p) for p in partitions]
+            consumer.assign(tps)
+            ends = consumer.end_offsets(tps) if args.until_end else None
+        idle_since = time.monotonic()
+        while True:
+            if ends is not None and _at_end(consumer, ends):
+                break
+            if args.timeout_ms is not None and \
+                    (time.monotonic() - idle_since) * 1000 >= args.timeout_ms:
+                break
+            records = consumer.poll(timeout_ms=100)
+            if records:
+                idle_since = time.monotonic()
+            for record in records:
+                if ends is not None and record.offset >= ends.get(
+                        TopicPartition(record.topic, record.partition), record.offset + 1):
+                    continue  # past the end it had at the start
+                out.write(format_record(record, fields) + "\n")
+                printed.next[TopicPartition(record.topic, record.partition)] = record.offset + 1
+                seen += 1
+                if args.max_messages is not None and seen >= args.max_messages:
+                    break
+            out.flush()
             if args.max_messages is not None and seen >= args.max_messages:
                 break
-        out.flush()
-        if args.group is not None and printed:
-            consumer.commit(printed)  # exactly what was printed, not what was fetched
+            if time.monotonic() - printed.last_commit >= COMMIT_INTERVAL_S:
+                printed.commit()
+    except KeyboardInterrupt:
+        pass  # Ctrl-C ends a follow: commit what was printed and close, as on any end
     finally:
-        consumer.close()
+        try:
+            out.flush()
+            printed.commit()
+        finally:
+            consumer.close()
+            print(f"Processed a total of {seen} messages", file=sys.stderr)
     return 0
+
+
+def _at_end(consumer: Any, ends: dict) -> bool:
+    """Whether every partition this consumer reads has reached its end offset of the start
+    (a group member: the partitions it owns now, once it owns any)."""
+    assigned = consumer.assignment()
+    return bool(assigned) and all(consumer.position(tp) >= ends.get(tp, 0) for tp in assigned)

@@ -68,21 +68,22 @@ def check_user_topic(name: object) -> str:
     return name
 
 
-def _coerce(name: str, value: Any) -> Any:
-    """Accept the string form a command line gives (``"1000"``, ``"true"``)."""
+def _coerce(name: str, value: Any, spelled: str) -> Any:
+    """Accept the string form a command line gives (``"1000"``, ``"true"``); a refusal
+    names the config as the caller ``spelled`` it (``retention.ms`` or ``retention_ms``)."""
     if not isinstance(value, str):
         return value
     default = REPLICATION_DEFAULTS.get(name)
     if isinstance(default, bool):
         if value.lower() in ("true", "false"):
             return value.lower() == "true"
-        raise InvalidConfigError(f"{name} must be true or false, got {value!r}")
+        raise InvalidConfigError(f"{spelled} must be true or false, got {value!r}")
     field = _LOG_FIELDS.get(name)
     if name in REPLICATION_DEFAULTS or (field is not None and "int" in str(field.type)):
         try:
             return int(value)
         except ValueError:
-            raise InvalidConfigError(f"{name} must be an integer, got {value!r}") from None
+            raise InvalidConfigError(f"{spelled} must be an integer, got {value!r}") from None
     return value
 
 
@@ -104,6 +105,11 @@ def canonical_config_name(raw_name: object) -> str:
     return name
 
 
+def kafka_config_name(name: str) -> str:
+    """The spelling Kafka's tools show (``retention.ms``) of a canonical config name."""
+    return name.replace("_", ".")
+
+
 def normalize_configs(configs: Mapping[str, Any] | None) -> dict[str, Any]:
     """Validate topic config overrides; return them keyed by canonical (underscore) names.
 
@@ -116,7 +122,7 @@ def normalize_configs(configs: Mapping[str, Any] | None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for raw_name, raw_value in (configs or {}).items():
         name = canonical_config_name(raw_name)
-        value = out[name] = _coerce(name, raw_value)
+        value = out[name] = _coerce(name, raw_value, raw_name)
         if type(value) is int and value > INT64_MAX:
             raise InvalidConfigError(f"{name} must be at most {INT64_MAX}, got {value}")
     log_config(out)  # validates the log part

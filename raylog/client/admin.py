@@ -165,15 +165,20 @@ class Admin:
                      done=lambda e: isinstance(e, UnknownGroupError))
 
     def reset_offsets(self, group_id: str, topic: str, to: str | int,
-                      partitions: list[int] | None = None) -> dict[int, int]:
+                      partitions: list[int] | None = None, *, dry_run: bool = False
+                      ) -> dict[int, int]:
         """Set a stopped group's committed offsets of ``topic`` to ``"earliest"``,
         ``"latest"``, the first offset at or after a timestamp (``{"timestamp": ms}``) or an
-        offset (an int). Returns partition -> new offset."""
+        offset (an int). Returns partition -> new offset. With ``dry_run``, nothing changes:
+        the answer says what would be set (Kafka's ``--dry-run``)."""
         check_id("group_id", group_id, InvalidArgumentError)
         validate_topic_name(topic)
+        check_bool("dry_run", dry_run)
         spec = reset_spec(to)
         if partitions is not None:
             partitions = reset_partitions(partitions)
+        if dry_run:
+            return self._controller().reset_offsets(group_id, topic, spec, partitions, True)
         return self._change(lambda: self._controller().reset_offsets(group_id, topic, spec,
                                                                     partitions))
 

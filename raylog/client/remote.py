@@ -202,9 +202,9 @@ class ControllerClient:
         return self._call(self.handle.delete_group, group_id, retry=False)
 
     def reset_offsets(self, group_id: str, topic: str, spec: str | int | list[Any],
-                      partitions: list[int] | None) -> dict[int, int]:
+                      partitions: list[int] | None, dry_run: bool = False) -> dict[int, int]:
         return self._call(self.handle.reset_offsets, group_id, topic, spec, partitions,
-                          retry=False)
+                          dry_run, retry=dry_run)
 
     def group_history(self, group_id: str) -> list:
         return self._call(self.handle.group_history, group_id)

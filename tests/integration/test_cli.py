@@ -30,12 +30,12 @@ def test_topic_lifecycle(ray_cluster, topic_name):
     assert code == 0 and f"created topic {topic_name} with 3 partitions" in out
     assert topic_name in run("topics", "list")[1].split()
     code, out = run("topics", "describe", topic_name)
-    assert code == 0 and "PartitionCount: 3" in out and "retention_ms=60000" in out
+    assert code == 0 and "PartitionCount: 3" in out and "retention.ms=60000" in out
     assert out.count("\tPartition: ") == 3
     code, out = run("topics", "alter", topic_name, "--partitions", "4",
                     "--set", "segment.bytes=1048576", "--delete", "retention.ms")
-    assert code == 0 and "PartitionCount: 4" in out and "segment_bytes=1048576" in out
-    assert "retention_ms" not in out
+    assert code == 0 and "PartitionCount: 4" in out and "segment.bytes=1048576" in out
+    assert "retention.ms" not in out
     assert run("topics", "delete", topic_name) == (0, f"deleted topic {topic_name}\n")
     assert topic_name not in run("topics", "list")[1].split()
 
@@ -104,7 +104,7 @@ def test_errors_are_reported_not_raised(ray_cluster, topic_name, capsys):
     assert run("topics", "create", "bad/name")[0] == 1
     assert "outside [a-zA-Z0-9._-]" in capsys.readouterr().err
     assert run("topics", "create", topic_name, "--config", "retention.ms=soon")[0] == 1
-    assert "retention_ms must be an integer" in capsys.readouterr().err
+    assert "retention.ms must be an integer" in capsys.readouterr().err
     assert run("produce", topic_name, stdin="x\n")[0] == 1
     assert f"unknown topic {topic_name!r}" in capsys.readouterr().err
     assert run("topics", "create", topic_name)[0] == 0
@@ -212,7 +212,7 @@ def test_alter_refuses_deleting_a_config_that_is_not_set(ray_cluster, topic_name
     assert "already has 2 partitions" in error_line(capsys)
     assert Admin().describe_topic(topic_name) == before
     code, out = run("topics", "alter", topic_name, "--delete", "retention.ms")
-    assert code == 0 and "retention_ms" not in out
+    assert code == 0 and "retention.ms" not in out
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -251,6 +251,7 @@ def test_max_messages_is_a_limit_and_zero_prints_nothing(ray_cluster, topic_name
     code, out = run("consume", topic_name, "--from-beginning", "--max-messages", "2",
                     "--timeout-ms", "3000")
     assert code == 0 and len(out.splitlines()) == 2
+    assert capsys.readouterr().err == "Processed a total of 2 messages\n"  # as Kafka's
     assert run("consume", topic_name, "--partition", "2")[0] == 1
     assert "has partitions 0..1, not 2" in error_line(capsys)
     assert capsys.readouterr().err == ""
@@ -268,3 +269,166 @@ def test_the_console_script_refuses_in_one_line_without_a_traceback(ray_cluster,
     assert result.stdout == f"produced 0 records to {topic_name}\n"
     assert result.stderr == ("raylog: error: 1 of 1 records refused: a compacted log refuses "
                              "records without a key (line 1)\n")
+
+
+# -- Kafka's habits: following, printing, JSON, dry runs -------------------------------------------
+
+class ConsoleConsumer:
+    """``raylog consume ...`` as a user runs it: the console script in its own process, its
+    output lines collected as they come."""
+
+    def __init__(self, address: str, *argv: str) -> None:
+        import threading
+
+        env = {**os.environ, "RAY_ADDRESS": address}
+        self.process = subprocess.Popen(
+            [os.path.join(os.path.dirname(sys.executable), "raylog"), "consume", *argv],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def interrupt(self, timeout: float = 60) -> tuple[int, str]:
+        """Ctrl-C; its exit status and stderr."""
+        import signal
+
+        self.process.send_signal(signal.SIGINT)
+        err = self.process.stderr.read()
+        code = self.process.wait(timeout)
+        self.reader.join(timeout)
+        return code, err
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(30)
+
+
+def produce_until_seen(topic: str, consumers: list[ConsoleConsumer], timeout: float = 90
+                       ) -> int:
+    """Produce ``tick-i`` records until one shows in a consumer's output (it started
+    reading: a consumer from the latest offsets sees only what comes after that); returns
+    how many were produced."""
+    from raylog import Producer
+    from tests.integration.conftest import wait_for
+
+    produced = 0
+
+    def seen() -> bool:
+        nonlocal produced
+        with Producer() as producer:
+            producer.send(topic, b"tick-%d" % produced).result(timeout=30)
+        produced += 1
+        return any("tick-" in line for c in consumers for line in c.lines)
+
+    wait_for(seen, timeout=timeout, interval=0.5, what="a consumer printing a new record")
+    return produced
+
+
+def test_consume_follows_until_interrupted(ray_cluster, topic_name):
+    run("topics", "create", topic_name, "--partitions", "2")
+    run("produce", topic_name, stdin="old\n")
+    consumer = ConsoleConsumer(ray_cluster.cluster.address, topic_name)  # from the latest
+    try:
+        produced = produce_until_seen(topic_name, [consumer])
+        code, err = consumer.interrupt()
+    finally:
+        consumer.kill()
+    assert code == 0, err
+    assert "old" not in consumer.lines and consumer.lines[-1] == f"tick-{produced - 1}"
+    assert err.strip().splitlines()[-1] == f"Processed a total of {len(consumer.lines)} messages"
+    assert "Traceback" not in err
+
+
+def test_a_group_member_prints_nothing_twice_across_a_rebalance(ray_cluster, topic_name):
+    """The first member printed everything; a second joins and takes partitions over: what
+    the first printed was committed before it gave them up, so no record shows twice."""
+    from tests.integration.conftest import wait_for
+
+    run("topics", "create", topic_name, "--partitions", "4")
+    group = f"follow-{topic_name}"
+    address = ray_cluster.cluster.address
+    first = ConsoleConsumer(address, topic_name, "--group", group, "--print", "partition,value")
+    second = None
+    try:
+        produce_until_seen(topic_name, [first])
+        run("produce", topic_name, stdin="".join(f"a-{i}\n" for i in range(40)))
+        wait_for(lambda: sum("a-" in line for line in first.lines) == 40, timeout=60,
+                 what="the first member printing 40 records")
+        second = ConsoleConsumer(address, topic_name, "--group", group, "--print",
+                                 "partition,value")
+        wait_for(lambda: len(Admin().describe_group(group)["members"]) == 2 and
+                 Admin().describe_group(group)["state"] == "stable", timeout=60,
+                 what="both members in the group")
+        run("produce", topic_name, stdin="".join(f"b-{i}\n" for i in range(40)))
+        wait_for(lambda: sum("b-" in line for c in (first, second) for line in c.lines) >= 40,
+                 timeout=60, what="the members printing 40 more records")
+        assert first.interrupt()[0] == 0 and second.interrupt()[0] == 0
+    finally:
+        first.kill()
+        if second is not None:
+            second.kill()
+    printed = [line.split("\t")[1] for c in (first, second) for line in c.lines]
+    ours = [v for v in printed if v[:2] in ("a-", "b-")]
+    assert sorted(ours) == sorted([f"a-{i}" for i in range(40)] + [f"b-{i}" for i in range(40)])
+    assert {line.split("\t")[0] for line in second.lines}  # the second took partitions over
+    committed = Admin().describe_group(group)
+    assert committed["lag"] == 0  # both committed what they printed on exit
+
+
+def test_until_end_print_and_produce_from_a_file(ray_cluster, topic_name, tmp_path):
+    run("topics", "create", topic_name, "--partitions", "2")
+    lines = tmp_path / "records.txt"
+    lines.write_text("".join(f"k{i % 3}:v{i}\n" for i in range(30)))
+    code, out = run("produce", topic_name, "--file", str(lines), "--key-separator", ":")
+    assert (code, out) == (0, f"produced 30 records to {topic_name}\n")
+    code, out = run("consume", topic_name, "--from-beginning", "--until-end",
+                    "--print", "partition,offset,key,value")
+    rows = [line.split("\t") for line in out.splitlines()]
+    assert code == 0 and len(rows) == 30
+    assert all(p.startswith("Partition:") and o.startswith("Offset:") for p, o, _, _ in rows)
+    assert sorted(v for _, _, _, v in rows) == sorted(f"v{i}" for i in range(30))
+    assert run("consume", topic_name, "--until-end") == (0, "")  # from the latest: at its end
+    assert run("produce", topic_name, "--file", str(tmp_path / "missing"))[0] == 1
+
+
+def test_every_list_and_describe_speaks_json(ray_cluster, topic_name):
+    run("topics", "create", topic_name, "--partitions", "2", "--config", "retention.ms=60000")
+    group = f"json-{topic_name}"
+    run("produce", topic_name, stdin="x\ny\n")
+    run("consume", topic_name, "--group", group, "--from-beginning", "--until-end")
+    assert topic_name in json.loads(run("topic", "list", "--json")[1])
+    [described] = json.loads(run("topics", "describe", topic_name, "--json")[1])
+    assert described["configs"] == {"retention.ms": 60000} and len(described["partitions"]) == 2
+    groups = json.loads(run("group", "list", "--json")[1])
+    assert any(g["group_id"] == group for g in groups)
+    assert json.loads(run("groups", "describe", group, "--json")[1])["lag"] == 0
+    assert json.loads(run("cluster", "status", "--json")[1])["topics"] >= 1
+
+
+def test_reset_offsets_changes_nothing_without_execute(ray_cluster, topic_name):
+    run("topics", "create", topic_name)
+    group = f"reset-{topic_name}"
+    run("produce", topic_name, stdin="".join(f"{i}\n" for i in range(10)))
+    run("consume", topic_name, "--group", group, "--from-beginning", "--until-end")
+
+    def committed() -> int:
+        return Admin().describe_group(group)["partitions"][0]["committed"]
+
+    assert committed() == 10
+    code, out = run("groups", "reset-offsets", group, topic_name, "--to", "earliest")
+    assert code == 0 and out.splitlines()[0].split() == [
+        "GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"]
+    assert out.splitlines()[1].split() == [group, topic_name, "0", "10", "0"]
+    assert "nothing changed" in out and committed() == 10
+    plan = json.loads(run("groups", "reset-offsets", group, topic_name, "--to", "3",
+                          "--dry-run", "--json")[1])
+    assert plan["executed"] is False and plan["offsets"][0]["new_offset"] == 3
+    assert committed() == 10
+    code, out = run("groups", "reset-offsets", group, topic_name, "--to", "earliest",
+                    "--execute")
+    assert code == 0 and "nothing changed" not in out and committed() == 0

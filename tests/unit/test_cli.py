@@ -10,9 +10,11 @@ import io
 import pytest
 
 import raylog.cli as cli
+from raylog import __version__
 from raylog.cli import main, report
-from raylog.cli_records import _record, _refusals
+from raylog.cli_records import _record, _refusals, format_record
 from raylog.errors import InvalidRecordError, RecordTooLargeError, UnknownTopicError
+from raylog.types import ConsumerRecord
 
 
 def one_error_line(capsys) -> str:
@@ -46,6 +48,10 @@ def one_error_line(capsys) -> str:
     ["consume", "t", "--timeout-ms", "-5"],
     ["consume", "t", "--partition", "-2"],
     ["consume", "t", "--format", "xml"],
+    ["consume", "t", "--print", "key,colour"],
+    ["consume", "t", "--print", ","],
+    ["consume", "t", "--timeout-ms", "-2"],
+    ["groups", "reset-offsets", "g", "t", "--to", "earliest", "--execute", "--dry-run"],
     ["groups", "reset-offsets", "g", "t", "--to", "yesterday"],
     ["groups", "reset-offsets", "g", "t", "--to", "earliest", "--partitions"],
     ["groups", "reset-offsets", "g", "t", "--to", "earliest", "--partitions", "-1"],
@@ -157,3 +163,53 @@ def test_without_an_address_no_running_cluster_is_joined(monkeypatch):
     assert connection._find_cluster(None) is None
     with pytest.raises(NoClusterError, match="give --address HOST:PORT or set RAY_ADDRESS"):
         connection._connect_ray(None, start_local=False)
+
+
+def test_version_is_printed_without_a_cluster(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == f"raylog {__version__}\n"
+
+
+@pytest.mark.parametrize(("argv", "run"), [
+    (["topic", "list"], "topics"), (["topics", "list"], "topics"),
+    (["group", "list"], "groups"), (["groups", "describe", "g"], "groups"),
+    (["consume", "t"], "consume"), (["cluster", "status"], "cluster"),
+])
+def test_singular_aliases_as_rpk_has_them(argv, run):
+    assert cli.build_parser().parse_args(argv).run == run
+
+
+def test_address_is_taken_between_command_and_action():
+    args = cli.build_parser().parse_args(["topics", "--address", "h:1", "describe", "x"])
+    assert args.address == "h:1" and args.names == ["x"]
+
+
+def test_consume_follows_unless_told_when_to_stop():
+    parse = cli.build_parser().parse_args
+    assert parse(["consume", "t"]).timeout_ms is None
+    assert parse(["consume", "t", "--timeout-ms", "-1"]).timeout_ms is None
+    assert parse(["consume", "t", "--timeout-ms", "2500"]).timeout_ms == 2500
+
+
+def test_reset_offsets_is_a_dry_run_unless_executed():
+    parse = cli.build_parser().parse_args
+    assert parse(["groups", "reset-offsets", "g", "t", "--to", "earliest"]).execute is False
+    assert parse(["groups", "reset-offsets", "g", "t", "--to", "0", "--execute"]).execute
+
+
+def test_records_print_as_kafkas_console_consumer_prints_them():
+    record = ConsumerRecord("t", 2, 17, 1700000000000, b"user-1", b"click",
+                            (("trace", b"abc"), ("empty", None)))
+    fields = ("timestamp", "partition", "offset", "headers", "key", "value")
+    assert format_record(record, fields) == ("CreateTime:1700000000000\tPartition:2\t"
+                                             "Offset:17\ttrace:abc,empty:null\tuser-1\tclick")
+    bare = record._replace(key=None, headers=())
+    assert format_record(bare, ("headers", "key", "value")) == "NO_HEADERS\tnull\tclick"
+    assert format_record(bare, ("value",)) == "click"
+    assert format_record(bare._replace(value=None), ("value",)) == ""
+    assert format_record(record, ("offset", "key")) == "Offset:17\tuser-1"
+    as_json = format_record(record, None)
+    assert '"headers": [["trace", "abc"], ["empty", null]]' in as_json
+    assert '"key": "user-1"' in as_json
