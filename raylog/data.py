@@ -11,6 +11,8 @@ references, so the driver never touches the data.
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -40,12 +42,13 @@ WRITER_CPUS = 0.5  # per write_dataset worker
 
 
 def offset_ranges(topics: str | Iterable[str], start: Bound = EARLIEST, end: Bound = LATEST,
-                  *, cluster: RaylogCluster | None = None
+                  *, cluster: RaylogCluster | None = None, timeout_s: float | None = None
                   ) -> dict[TopicPartition, tuple[int, int]]:
     """Resolve read bounds to ``[start, end)`` per partition, checked against each partition.
 
     Raises UnknownTopicError, OffsetOutOfRangeError (a bound before the log start or past
-    the end) or InvalidOffsetRangeError (end before start, malformed bound).
+    the end), InvalidOffsetRangeError (end before start, malformed bound) or
+    RequestTimeoutError (the leaders did not answer within ``timeout_s``).
     """
     names = topic_names(topics)
     cluster = cluster_or_default(cluster)
@@ -60,13 +63,19 @@ def offset_ranges(topics: str | Iterable[str], start: Bound = EARLIEST, end: Bou
               for tp in tps}
     times = {tp: {spec.ms: leaders[tp].list_offset(spec.ms) for spec in specs[tp]
                   if isinstance(spec, Timestamp)} for tp in tps}
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+
+    def answer(ref: ray.ObjectRef) -> Any:
+        left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        return resolve_ref(ref, left)
+
     out = {}
     for tp in tps:
-        earliest = resolve_ref(bounds[tp][0])[0]
-        latest = resolve_ref(bounds[tp][1])[0]
+        earliest = answer(bounds[tp][0])[0]
+        latest = answer(bounds[tp][1])[0]
 
         def by_time(ms: int, refs=times[tp]) -> int | None:
-            found = resolve_ref(refs[ms])
+            found = answer(refs[ms])
             return None if found is None else found[0]
 
         first, last = (resolve(spec, earliest, latest, by_time) for spec in specs[tp])
@@ -75,23 +84,38 @@ def offset_ranges(topics: str | Iterable[str], start: Bound = EARLIEST, end: Bou
     return out
 
 
-def read_topic(topics: str | Iterable[str], start: Bound = EARLIEST, end: Bound = LATEST, *,
-               cluster: RaylogCluster | None = None,
+def read_topic(topics: str | Iterable[str], start_offset: Bound = EARLIEST,
+               end_offset: Bound = LATEST, *, cluster: RaylogCluster | None = None,
+               timeout_ms: int | None = None, override_num_blocks: int | None = None,
                max_records_per_block: int = DEFAULT_BLOCK_RECORDS) -> ray.data.Dataset:
-    """Records of ``topics`` in ``[start, end)`` per partition as a Ray Dataset.
+    """Records of ``topics`` in ``[start_offset, end_offset)`` per partition as a Ray
+    Dataset; parameters as ``ray.data.read_kafka`` names them.
 
-    Bounds: ``"earliest"``, ``"latest"``, an offset, ``raylog.ranges.Timestamp(ms)``, or a
-    map per partition (``{TopicPartition: ...}``, ``{(topic, p): ...}`` or
-    ``{topic: {p: ...}}``, with -2/-1 for earliest/latest as in Spark). Columns as Spark's
-    Kafka source names them (KAFKA_SCHEMA). Consumers' rules apply: only records below the
-    high watermark are visible.
+    Bounds: ``"earliest"``, ``"latest"``, an offset, a ``datetime`` (the first record at or
+    after it; without a timezone, UTC), ``raylog.ranges.Timestamp(ms)``, or a map per
+    partition (``{topic: {partition: ...}}``, ``{TopicPartition: ...}`` or
+    ``{(topic, p): ...}``, with -2/-1 for earliest/latest as in Spark; a partition it omits
+    reads from the earliest or to the latest). ``timeout_ms`` bounds the offset lookups
+    (RequestTimeoutError past it). ``override_num_blocks`` cuts the ranges into about that
+    many blocks of equal size (at least one per partition with records); otherwise a block
+    holds at most ``max_records_per_block`` records. Columns as Spark's Kafka source names them
+    (KAFKA_SCHEMA). Consumers' rules apply: only records below the high watermark are
+    visible.
 
-    >>> ds = read_topic("pageviews", start="earliest", end="latest")
+    >>> ds = read_topic("pageviews", start_offset="earliest", end_offset="latest")
     >>> ds.count()
     """
     check_int("max_records_per_block", max_records_per_block, 1)
+    if timeout_ms is not None:
+        check_int("timeout_ms", timeout_ms, 0)
+    if override_num_blocks is not None:
+        check_int("override_num_blocks", override_num_blocks, 1)
     cluster = cluster_or_default(cluster)
-    ranges = offset_ranges(topics, start, end, cluster=cluster)
+    ranges = offset_ranges(topics, start_offset, end_offset, cluster=cluster,
+                           timeout_s=None if timeout_ms is None else timeout_ms / 1000)
+    if override_num_blocks is not None:
+        total = sum(last - first for first, last in ranges.values())
+        max_records_per_block = max(math.ceil(total / override_num_blocks), 1)
     refs = []
     node_id = ray.get_runtime_context().get_node_id()
     for tp, (first, last) in ranges.items():

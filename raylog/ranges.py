@@ -7,6 +7,7 @@ for timestamps, a lookup the caller supplies.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, Union
 
@@ -30,7 +31,17 @@ Spec = Union[str, int, Timestamp]  # noqa: UP007 - a runtime alias
 Bound = Union[Spec, Mapping[Any, Any]]  # noqa: UP007
 
 
+def datetime_ms(moment: datetime.datetime) -> int:
+    """Milliseconds since the epoch of a datetime; one without a timezone is UTC (as
+    ``ray.data.read_kafka`` takes it)."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return int(moment.timestamp() * 1000)
+
+
 def _single(spec: Any, what: str) -> Spec:
+    if isinstance(spec, datetime.datetime):
+        return _single(Timestamp(datetime_ms(spec)), what)
     if isinstance(spec, Timestamp):
         if type(spec.ms) is not int or not 0 <= spec.ms <= INT64_MAX:
             raise InvalidOffsetRangeError(f"{what}: a timestamp must be ms >= 0, got {spec.ms!r}")
@@ -47,8 +58,8 @@ def _single(spec: Any, what: str) -> Spec:
         if 0 <= spec <= INT64_MAX:
             return spec
     raise InvalidOffsetRangeError(
-        f"{what} must be 'earliest', 'latest', an offset >= 0, -2, -1, Timestamp(ms) or a "
-        f"map of those per partition, got {spec!r}")
+        f"{what} must be 'earliest', 'latest', an offset >= 0, -2, -1, a datetime, "
+        f"Timestamp(ms) or a map of those per partition, got {spec!r}")
 
 
 def spec_for(bound: Bound, tp: TopicPartition, default: str, what: str) -> Spec:

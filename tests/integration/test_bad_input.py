@@ -206,9 +206,9 @@ def _spark_session() -> Any:
 
 @pytest.mark.parametrize(("call", "error"), [
     (lambda k: read_topic(_new()), UnknownTopicError),
-    (lambda k: read_topic(k.topic, end=10**9), OffsetOutOfRangeError),
-    (lambda k: read_topic(k.topic, start=5, end=2), InvalidOffsetRangeError),
-    (lambda k: read_topic(k.topic, end="first"), InvalidOffsetRangeError),
+    (lambda k: read_topic(k.topic, end_offset=10**9), OffsetOutOfRangeError),
+    (lambda k: read_topic(k.topic, start_offset=5, end_offset=2), InvalidOffsetRangeError),
+    (lambda k: read_topic(k.topic, end_offset="first"), InvalidOffsetRangeError),
     (lambda k: write_dataset(ray.data.from_items([{"value": b"v"}]), _new()),
      UnknownTopicError),
     (lambda k: write_dataset(ray.data.from_items([{"value": b"v"}]), k.topic,

@@ -105,6 +105,21 @@ def test_bounded_reads_by_offset_and_time(filled):
     rows = read_topic(topic, middle, {"timestamp": BASE_TS + 6000}).take_all()
     assert sorted(r["value"] for r in rows) == sorted(
         b"view-%d" % i for i in range(450, 600))
+    # As ray.data.read_kafka takes them: datetimes, and {topic: {partition: ...}} maps.
+    at = datetime.fromtimestamp((BASE_TS + 4500) / 1000, UTC)
+    until = datetime.fromtimestamp((BASE_TS + 6000) / 1000, UTC)
+    by_name = read_topic(topics=topic, start_offset=at, end_offset=until, timeout_ms=60_000)
+    assert sorted(r["value"] for r in by_name.take_all()) == sorted(r["value"] for r in rows)
+    mapped = read_topic(topic, start_offset={topic: {0: 3, 1: "earliest"}}, end_offset="latest")
+    assert rows_of(mapped.take_all()) == expected_rows(expected, {TopicPartition(topic, 0): 3})
+
+
+def test_override_num_blocks_sets_the_blocks(filled):
+    topic, expected = filled
+    dataset = read_topic(topic, override_num_blocks=6)
+    blocks = dataset.materialize().num_blocks()
+    assert len(expected) <= blocks <= 6 + len(expected) - 1
+    assert dataset.count() == 900
 
 
 def test_bad_bounds_and_topics_are_refused(filled):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -29,6 +31,19 @@ def test_specs_follow_sparks_kafka_source_conventions():
     assert spec_for({"t": {"1": 5}}, TP0, EARLIEST, "start") == EARLIEST  # omitted: default
     assert spec_for({TP0: 7}, TP0, EARLIEST, "start") == 7
     assert spec_for({"timestamp": 1000}, TP0, EARLIEST, "start") == Timestamp(1000)
+
+
+def test_bounds_take_the_forms_ray_data_read_kafka_takes():
+    """An int, a datetime (naive: UTC), or {topic: {partition: offset or 'earliest'}}."""
+    utc = datetime.UTC
+    assert spec_for(datetime.datetime(2025, 1, 1), TP0, EARLIEST, "start") == \
+        Timestamp(1735689600000)
+    moment = datetime.datetime(2025, 1, 1, 1, tzinfo=datetime.timezone(datetime.timedelta(hours=1)))
+    assert spec_for(moment, TP0, EARLIEST, "start") == Timestamp(1735689600000)
+    assert spec_for({"t": {0: 1500, 1: "earliest"}}, TP0, EARLIEST, "start") == 1500
+    assert spec_for({"t": {0: 1500, 1: "earliest"}}, TP1, LATEST, "start") == EARLIEST
+    assert spec_for({"t": {0: datetime.datetime(2025, 1, 1, tzinfo=utc)}}, TP0, LATEST,
+                    "end") == Timestamp(1735689600000)
 
 
 @pytest.mark.parametrize("bad", [-3, "soon", 1.5, Timestamp(-1), {"t": {"0": "x"}}])
