@@ -110,6 +110,14 @@ def kafka_config_name(name: str) -> str:
     return name.replace("_", ".")
 
 
+def described_configs(overrides: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every topic config as Kafka's describe-configs shows it, keyed by Kafka's name:
+    ``{"value": ..., "is_default": bool}``; "no limit" is -1, as Kafka writes it."""
+    return {kafka_config_name(name): {"value": -1 if value is None else value,
+                                      "is_default": name not in overrides}
+            for name, value in sorted(effective_configs(overrides).items())}
+
+
 def normalize_configs(configs: Mapping[str, Any] | None) -> dict[str, Any]:
     """Validate topic config overrides; return them keyed by canonical (underscore) names.
 

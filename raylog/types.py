@@ -10,6 +10,15 @@ class TopicPartition(NamedTuple):
     partition: int
 
 
+class NewTopic(NamedTuple):
+    """A topic for ``Admin.create_topics``, as kafka-python's ``NewTopic``."""
+
+    name: str
+    num_partitions: int = 1
+    replication_factor: int = 1
+    topic_configs: dict | None = None
+
+
 class RecordMetadata(NamedTuple):
     """Where a produced record landed. ``offset`` is -1 with ``acks=0``."""
 

@@ -4,13 +4,20 @@ from raylog.client.admin import Admin
 from raylog.client.connection import RaylogCluster, init
 from raylog.client.consumer import Consumer, ConsumerConfig
 from raylog.client.producer import Producer, ProducerConfig
-from raylog.types import ConsumerRecord, OffsetAndTimestamp, RecordMetadata, TopicPartition
+from raylog.types import (
+    ConsumerRecord,
+    NewTopic,
+    OffsetAndTimestamp,
+    RecordMetadata,
+    TopicPartition,
+)
 
 __all__ = [
     "Admin",
     "Consumer",
     "ConsumerConfig",
     "ConsumerRecord",
+    "NewTopic",
     "OffsetAndTimestamp",
     "Producer",
     "ProducerConfig",

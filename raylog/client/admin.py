@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from raylog.arguments import INT32_MAX, check_bool, check_id, check_int, check_options, short_repr
@@ -24,12 +24,15 @@ from raylog.errors import (
 from raylog.topics import (
     canonical_config_name,
     check_user_topic,
+    described_configs,
     normalize_configs,
     reset_partitions,
     reset_spec,
     topic_names,
+    topic_partitions,
     validate_topic_name,
 )
+from raylog.types import NewTopic, TopicPartition
 
 CHANGE_RETRY_S = 60.0  # how long a change rides out a controller restart
 
@@ -91,6 +94,42 @@ class Admin:
         topic_id = uuid.uuid4().hex
         return self._change(lambda: self._controller().create_topic(
             name, partitions, replication_factor, configs, topic_id))
+
+    def create_topics(self, topics: Iterable[NewTopic | Mapping[str, Any]]
+                      ) -> dict[str, dict[str, Any]]:
+        """Create several topics (``NewTopic``s, or dicts of its fields); returns each one's
+        description. Every topic is checked before any is created; a topic the cluster then
+        refuses (one that exists) raises its error, leaving those created before it."""
+        if isinstance(topics, str | bytes | Mapping) or not isinstance(topics, Iterable):
+            raise InvalidArgumentError(f"create_topics() takes a list of NewTopic, got "
+                                       f"{short_repr(topics)}")
+        wanted = []
+        for topic in list(topics):
+            if isinstance(topic, Mapping):
+                try:
+                    topic = NewTopic(**topic)
+                except TypeError as e:
+                    raise InvalidArgumentError(f"create_topics(): {e}") from None
+            if not isinstance(topic, NewTopic):
+                raise InvalidArgumentError(f"create_topics() takes NewTopic or dict items, got "
+                                           f"{short_repr(topic)}")
+            check_user_topic(topic.name)
+            self._check_partitions(topic.name, topic.num_partitions)
+            check_int("replication factor", topic.replication_factor, 1, INT32_MAX,
+                      InvalidReplicationFactorError)
+            wanted.append(topic._replace(topic_configs=normalize_configs(topic.topic_configs)))
+        names = [t.name for t in wanted]
+        if len(set(names)) != len(names):
+            raise InvalidArgumentError(f"create_topics() names a topic twice: {names}")
+        return {t.name: self.create_topic(t.name, t.num_partitions, t.replication_factor,
+                                          t.topic_configs) for t in wanted}
+
+    def describe_configs(self, names: str | list[str] | None = None
+                         ) -> dict[str, dict[str, dict[str, Any]]]:
+        """Every config of each named topic (or of all), as Kafka's names them, with its
+        value and whether it is the default: ``{topic: {"retention.ms": {"value": ...,
+        "is_default": ...}}}``."""
+        return {t["name"]: described_configs(t["configs"]) for t in self.describe_topics(names)}
 
     def _check_partitions(self, name: str, total: object) -> None:
         check_int("partitions", total, 1, INT32_MAX, InvalidPartitionsError)
@@ -163,6 +202,20 @@ class Admin:
         check_id("group_id", group_id, InvalidArgumentError)
         self._change(lambda: self._controller().delete_group(group_id),
                      done=lambda e: isinstance(e, UnknownGroupError))
+
+    def list_consumer_group_offsets(self, group_id: str,
+                                    partitions: Iterable[TopicPartition] | None = None
+                                    ) -> dict[TopicPartition, int]:
+        """The group's committed offsets (the next offset to read), of ``partitions`` or of
+        every partition it committed; a partition without one is left out."""
+        check_id("group_id", group_id, InvalidArgumentError)
+        if partitions is None:
+            described = self.describe_group(group_id)["partitions"]
+            return {TopicPartition(p["topic"], p["partition"]): p["committed"]
+                    for p in described if p["committed"] is not None}
+        wanted = [tuple(tp) for tp in topic_partitions(partitions, "list_consumer_group_offsets()")]
+        found = self._controller().committed_offsets(group_id, wanted)
+        return {TopicPartition(*tp): om[0] for tp, om in found.items() if om}
 
     def reset_offsets(self, group_id: str, topic: str, to: str | int,
                       partitions: list[int] | None = None, *, dry_run: bool = False

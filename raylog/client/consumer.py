@@ -7,7 +7,7 @@ import concurrent.futures
 import dataclasses
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import repeat
 from typing import Any
 
@@ -21,6 +21,7 @@ from raylog.arguments import (
     check_int,
     check_int_fields,
     refuses_unknown_options,
+    short_repr,
 )
 from raylog.client.connection import (
     METADATA_MAX_AGE_S,
@@ -36,6 +37,7 @@ from raylog.errors import (
     IllegalStateError,
     InvalidArgumentError,
     InvalidConfigError,
+    InvalidRecordError,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
     RaylogError,
@@ -162,6 +164,26 @@ class _Fetching:
             self.position = out[-1].offset + 1
 
 
+def poll_timeout_ms(timeout_ms: object, timeout: object) -> int:
+    """``poll``'s wait in milliseconds, from ``timeout_ms`` or ``timeout`` (seconds). A float
+    ``timeout_ms`` is refused: ``poll(1.0)`` means a second to a confluent-kafka user and a
+    millisecond to a kafka-python one."""
+    if timeout is not None:
+        if timeout_ms:
+            raise InvalidArgumentError("poll() takes timeout_ms or timeout, not both")
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or \
+                not 0 <= timeout <= INT32_MAX / 1000:
+            raise InvalidArgumentError(f"poll() timeout is in seconds, a number >= 0; got "
+                                       f"{short_repr(timeout)}")
+        return int(timeout * 1000)
+    if isinstance(timeout_ms, float):
+        raise InvalidArgumentError(
+            f"poll() takes timeout_ms in milliseconds (an int, as kafka-python's poll); got "
+            f"{timeout_ms!r}: for seconds, as confluent-kafka's poll({timeout_ms!r}), pass "
+            f"timeout={timeout_ms!r}")
+    return check_int("timeout_ms", timeout_ms, 0, INT32_MAX)
+
+
 class Consumer(GroupMixin):
     """Reads records from assigned partitions, in offset order per partition.
 
@@ -177,8 +199,17 @@ class Consumer(GroupMixin):
     >>> consumer.close()
     """
 
-    def __init__(self, *, cluster: RaylogCluster | None = None, **settings: Any) -> None:
+    def __init__(self, *, cluster: RaylogCluster | None = None,
+                 key_deserializer: Callable[[bytes], Any] | None = None,
+                 value_deserializer: Callable[[bytes], Any] | None = None,
+                 **settings: Any) -> None:
         self.config = build_config(ConsumerConfig, "Consumer", settings, ("cluster",))
+        for name, function in (("key_deserializer", key_deserializer),
+                               ("value_deserializer", value_deserializer)):
+            if function is not None and not callable(function):
+                raise InvalidConfigError(f"{name} must be a callable (bytes) -> object, got "
+                                         f"{short_repr(function)}")
+        self._deserializers = (key_deserializer, value_deserializer)
         self._cluster = cluster_or_default(cluster)
         self._topics: dict[str, TopicMetadata] = {}
         self._assigned: dict[TopicPartition, _Fetching] = {}
@@ -411,14 +442,19 @@ class Consumer(GroupMixin):
         self._next = (self._next + 1) % max(len(states), 1)
         return out
 
-    def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> list[ConsumerRecord]:
+    def poll(self, timeout_ms: int = 0, max_records: int | None = None, *,
+             timeout: float | None = None) -> list[ConsumerRecord]:
         """Records fetched for the assigned partitions, in offset order per partition.
 
-        Waits up to ``timeout_ms`` for at least one; returns at most ``max_records``
-        (default ``max_poll_records``). Positions move past what is returned.
+        Waits up to ``timeout_ms`` milliseconds (as kafka-python's ``poll``), or ``timeout``
+        seconds (as confluent-kafka's), for at least one; returns at most ``max_records``
+        (default ``max_poll_records``). Positions move past what is returned. With a
+        deserializer, a record it fails on raises InvalidRecordError naming its partition
+        and offset, after the records before it were returned; the partition's position
+        stays on it (``seek`` past it to skip it).
         """
         self._check_open()
-        check_int("timeout_ms", timeout_ms, 0, INT32_MAX)
+        timeout_ms = poll_timeout_ms(timeout_ms, timeout)
         limit = self.config.max_poll_records if max_records is None else \
             check_int("max_records", max_records, 1, INT32_MAX)
         deadline = time.monotonic() + timeout_ms / 1000
@@ -429,7 +465,8 @@ class Consumer(GroupMixin):
             self._send_fetches()
             records = self._drain(limit)
             if records:
-                return records
+                return self._deserialized(records) if self._deserializers != (None, None) \
+                    else records
             pending = {s.pending: s for s in self._assigned.values() if s.pending is not None}
             remaining = deadline - time.monotonic()
             if not pending:
@@ -444,7 +481,35 @@ class Consumer(GroupMixin):
             if remaining <= 0:
                 # Time is up, whatever came: fetches that keep answering at once (errors
                 # while a leader moves) must not keep poll from returning.
-                return self._drain(limit)
+                records = self._drain(limit)
+                return self._deserialized(records) if records and \
+                    self._deserializers != (None, None) else records
+
+    def _deserialized(self, records: list[ConsumerRecord]) -> list[ConsumerRecord]:
+        """The records with key and value deserialized. At the first that fails: the ones
+        before it, every partition's position back at its first record not returned, and
+        InvalidRecordError at once if there are none before it."""
+        key_of, value_of = self._deserializers
+        out = []
+        for i, record in enumerate(records):
+            try:
+                key = record.key if key_of is None or record.key is None else key_of(record.key)
+                value = record.value if value_of is None or record.value is None \
+                    else value_of(record.value)
+            except Exception as e:  # a user's function: report where, keep the position
+                rewound: set[TopicPartition] = set()
+                for rest in records[i:]:
+                    tp = TopicPartition(rest.topic, rest.partition)
+                    if tp not in rewound and tp in self._assigned:
+                        rewound.add(tp)
+                        self._assigned[tp].reset(rest.offset)
+                if out:
+                    return out
+                raise InvalidRecordError(
+                    f"cannot deserialize the record at {record.topic}-{record.partition} offset "
+                    f"{record.offset}: {e!r} (seek past it to skip it)") from e
+            out.append(record._replace(key=key, value=value))
+        return out
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         """Records one by one; ends after ``consumer_timeout_ms`` without any (if set)."""

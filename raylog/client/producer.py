@@ -9,7 +9,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -135,8 +135,17 @@ class Producer:
     """
 
     def __init__(self, *, cluster: RaylogCluster | None = None,
-                 partitioner: Partitioner | None = None, **settings: Any) -> None:
+                 partitioner: Partitioner | None = None,
+                 key_serializer: Callable[[Any], bytes] | None = None,
+                 value_serializer: Callable[[Any], bytes] | None = None,
+                 **settings: Any) -> None:
         self.config = producer_config({**settings, "partitioner": partitioner})
+        for name, function in (("key_serializer", key_serializer),
+                               ("value_serializer", value_serializer)):
+            if function is not None and not callable(function):
+                raise InvalidConfigError(f"{name} must be a callable (object) -> bytes, got "
+                                         f"{short_repr(function)}")
+        self._serializers = (key_serializer, value_serializer)
         self._cluster = cluster_or_default(cluster)
         self._partitioner = partitioner
         self._codec = _CODECS[self.config.compression_type]
@@ -172,17 +181,26 @@ class Producer:
         self._topics[topic] = meta
         return meta
 
-    def send(self, topic: str, value: bytes | None = None, key: bytes | None = None,
-             headers: Sequence[tuple[str, bytes]] | None = None, partition: int | None = None,
-             timestamp: int | None = None) -> RecordFuture:
+    def send(self, topic: str, value: Any = None, key: Any = None,
+             headers: Sequence[tuple[str, bytes | None]] | Mapping[str, bytes | None] | None
+             = None, partition: int | None = None, timestamp: int | None = None
+             ) -> RecordFuture:
         """Queue one record; return a future of its RecordMetadata.
 
+        ``key`` and ``value`` are bytes, or what the ``key_serializer`` and
+        ``value_serializer`` given to the producer turn into bytes (None stays None: a
+        tombstone). ``headers`` is a list of (str, bytes or None) pairs or a dict.
+
         Raises ClientClosedError after close, UnknownTopicError, UnknownPartitionError,
-        RecordTooLargeError and InvalidRecordError (bad key, value, headers or timestamp) at
-        once; errors of delivery come through the future.
+        RecordTooLargeError and InvalidRecordError (bad key, value, headers or timestamp, or
+        a serializer that failed) at once; errors of delivery come through the future.
         """
         if self._closed:
             raise ClientClosedError("send() on a closed producer")
+        if self._serializers != (None, None):
+            key, value = self._serialize(key, value)
+        if isinstance(headers, Mapping):
+            headers = list(headers.items())
         if type(topic) is not str:
             validate_topic_name(topic)
         if timestamp is None:
@@ -242,6 +260,23 @@ class Producer:
             self._submit_ready()
             self._collect(0)
         return RecordFuture(batch.result, count - 1, timestamp)
+
+    def _serialize(self, key: Any, value: Any) -> tuple[bytes | None, bytes | None]:
+        out = []
+        for what, function, data in (("key", self._serializers[0], key),
+                                     ("value", self._serializers[1], value)):
+            if function is not None and data is not None:
+                try:
+                    data = function(data)
+                except Exception as e:  # a user's function: any failure refuses the record
+                    raise InvalidRecordError(f"{what}_serializer failed: {e!r}") from e
+                if isinstance(data, bytearray | memoryview):
+                    data = bytes(data)
+                elif not isinstance(data, bytes):
+                    raise InvalidRecordError(f"{what}_serializer must return bytes, returned "
+                                             f"{short_repr(data)}")
+            out.append(data)
+        return out[0], out[1]
 
     def send_batch(self, topic: str, table: pa.Table | pa.RecordBatch, *,
                    partition: int | None = None) -> TableFuture:

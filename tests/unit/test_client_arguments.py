@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pyarrow as pa
 import pytest
 
-from raylog import Admin, Consumer, Producer
+from raylog import Admin, Consumer, NewTopic, Producer
 from raylog.client.connection import PartitionMetadata, RaylogCluster, TopicMetadata
 from raylog.data import read_topic, write_dataset
 from raylog.errors import (
@@ -124,6 +124,18 @@ ADMIN = [
     (lambda a: a.reset_offsets("g", "t", "earliest", []), InvalidArgumentError),
     (lambda a: a.reset_offsets("g", "t", "earliest", [-1]), UnknownPartitionError),
     (lambda a: a.reset_offsets("g", "t", "earliest", 0), InvalidArgumentError),
+    (lambda a: a.reset_offsets("g", "t", "earliest", dry_run="yes"), InvalidArgumentError),
+    (lambda a: a.create_topics("n"), InvalidArgumentError),
+    (lambda a: a.create_topics(NewTopic("n")), InvalidArgumentError),
+    (lambda a: a.create_topics([NewTopic("n", 0)]), InvalidPartitionsError),
+    (lambda a: a.create_topics([{"name": "n", "partitions": 2}]), InvalidArgumentError),
+    (lambda a: a.create_topics([NewTopic("n"), NewTopic("n")]), InvalidArgumentError),
+    (lambda a: a.create_topics([NewTopic("ok"), NewTopic("bad/name")]), InvalidTopicError),
+    (lambda a: a.create_topics([NewTopic("ok", 1, 1, {"retention.ms": "x"})]),
+     InvalidConfigError),
+    (lambda a: a.create_topics(["n"]), InvalidArgumentError),
+    (lambda a: a.list_consumer_group_offsets(""), InvalidArgumentError),
+    (lambda a: a.list_consumer_group_offsets("g", "t"), InvalidArgumentError),
 ]
 
 
@@ -141,6 +153,9 @@ def test_admin_refuses_bad_arguments_before_asking(cluster, call, error):
     (lambda c: Producer(cluster=c, linger_ms=10**30), InvalidConfigError),
     (lambda c: Producer(cluster=c, batch_size=None), InvalidConfigError),
     (lambda c: Producer(cluster=c, partitioner="murmur2"), InvalidConfigError),
+    (lambda c: Producer(cluster=c, value_serializer="json"), InvalidConfigError),
+    (lambda c: Producer(cluster=c, key_serializer=5), InvalidConfigError),
+    (lambda c: Consumer(cluster=c, value_deserializer="json"), InvalidConfigError),
     (lambda c: Producer(cluster=5), InvalidArgumentError),
     (lambda c: Consumer(cluster=c, group="g"), InvalidConfigError),
     (lambda c: Consumer(cluster=c, group_id=""), InvalidConfigError),
@@ -178,7 +193,8 @@ PRODUCER = [
     (lambda p: p.send("t", b"v", timestamp="now"), InvalidRecordError),
     (lambda p: p.send("t", b"v", timestamp=2**63), InvalidRecordError),
     (lambda p: p.send("t", b"v", timestamp=1.5), InvalidRecordError),
-    (lambda p: p.send("t", b"v", headers={"a": b"b"}), InvalidRecordError),
+    (lambda p: p.send("t", b"v", headers={"a": "text"}), InvalidRecordError),
+    (lambda p: p.send("t", b"v", headers={1: b"x"}), InvalidRecordError),
     (lambda p: p.send("t", b"v", headers=[("a", "text")]), InvalidRecordError),
     (lambda p: p.send("t", b"v", headers=[(1, b"x")]), InvalidRecordError),
     (lambda p: p.send_batch("t", "not a table"), InvalidRecordError),
@@ -249,6 +265,11 @@ CONSUMER = [
     (lambda c: c.poll(10**12), InvalidArgumentError),
     (lambda c: c.poll(100, 0), InvalidArgumentError),
     (lambda c: c.poll(100, "5"), InvalidArgumentError),
+    (lambda c: c.poll(1.0), InvalidArgumentError),
+    (lambda c: c.poll(timeout=-1), InvalidArgumentError),
+    (lambda c: c.poll(timeout="1"), InvalidArgumentError),
+    (lambda c: c.poll(timeout=True), InvalidArgumentError),
+    (lambda c: c.poll(500, timeout=1.0), InvalidArgumentError),
     (lambda c: c.offsets_for_times([("t", 0)]), InvalidArgumentError),
     (lambda c: c.offsets_for_times({("t", 0): -1}), InvalidArgumentError),
     (lambda c: c.offsets_for_times({("t", 0): "yesterday"}), InvalidArgumentError),
@@ -315,3 +336,23 @@ def test_group_consumer_refuses_bad_arguments_before_asking(cluster, call, error
 ])
 def test_ray_data_entry_points_refuse_bad_arguments(cluster, call, error):
     refused(lambda: call(cluster), error)
+
+
+def test_poll_with_a_float_says_which_unit_it_takes(cluster):
+    with Consumer(cluster=cluster) as consumer:
+        consumer.assign([("t", 0)])
+        message = str(refused(lambda: consumer.poll(1.0), InvalidArgumentError))
+        assert "milliseconds" in message and "timeout=1.0" in message
+
+
+@pytest.mark.parametrize(("serializer", "match"), [
+    (lambda v: 1 / 0, "value_serializer failed: ZeroDivisionError"),
+    (lambda v: v, "value_serializer must return bytes, returned 'text'"),
+])
+def test_a_failing_serializer_refuses_the_record_at_once(cluster, serializer, match):
+    producer = Producer(cluster=cluster, value_serializer=serializer)
+    try:
+        with pytest.raises(InvalidRecordError, match=match):
+            producer.send("t", "text")
+    finally:
+        producer.close(timeout=5)

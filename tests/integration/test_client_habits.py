@@ -1,0 +1,70 @@
+"""The Python API as kafka-python and confluent-kafka users expect it: serializers,
+headers as a dict, poll's units, several topics at once, configs and committed offsets."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from raylog import Admin, Consumer, NewTopic, Producer, TopicPartition
+from raylog.errors import InvalidRecordError, TopicExistsError
+
+
+def test_serializers_and_dict_headers_round_trip(ray_cluster, topic_name):
+    Admin().create_topic(topic_name)
+    with Producer(key_serializer=str.encode,
+                  value_serializer=lambda v: json.dumps(v).encode()) as producer:
+        producer.send(topic_name, {"page": "/home"}, key="user-1",
+                      headers={"trace": b"abc", "empty": None}).result(timeout=60)
+        producer.send(topic_name, None, key="user-1").result(timeout=60)  # a tombstone
+    with Consumer(auto_offset_reset="earliest", key_deserializer=bytes.decode,
+                  value_deserializer=json.loads) as consumer:
+        consumer.assign([TopicPartition(topic_name, 0)])
+        records = []
+        while len(records) < 2:
+            records += consumer.poll(timeout=5.0)  # seconds, as confluent-kafka's poll
+    assert [(r.key, r.value) for r in records] == [("user-1", {"page": "/home"}),
+                                                  ("user-1", None)]
+    assert list(records[0].headers) == [("trace", b"abc"), ("empty", None)]
+
+
+def test_a_record_that_fails_to_deserialize_is_named_and_can_be_skipped(ray_cluster,
+                                                                        topic_name):
+    Admin().create_topic(topic_name)
+    with Producer() as producer:
+        for value in (b"1", b"2", b"not json", b"4"):
+            producer.send(topic_name, value).result(timeout=60)
+    tp = TopicPartition(topic_name, 0)
+    with Consumer(auto_offset_reset="earliest", value_deserializer=json.loads) as consumer:
+        consumer.assign([tp])
+        good = []
+        while len(good) < 2:
+            good += consumer.poll(timeout_ms=5000)
+        assert [r.value for r in good] == [1, 2]
+        with pytest.raises(InvalidRecordError, match=f"{topic_name}-0 offset 2"):
+            consumer.poll(timeout_ms=5000)
+        assert consumer.position(tp) == 2  # still on it: it is never skipped silently
+        consumer.seek(tp, 3)
+        assert [r.value for r in consumer.poll(timeout_ms=5000)] == [4]
+
+
+def test_create_topics_describe_configs_and_committed_offsets(ray_cluster, topic_name):
+    admin = Admin()
+    first, second = f"{topic_name}-a", f"{topic_name}-b"
+    created = admin.create_topics([NewTopic(first, 2, 1, {"retention.ms": 60_000}),
+                                   {"name": second, "num_partitions": 3}])
+    assert {name: len(t["partitions"]) for name, t in created.items()} == {first: 2, second: 3}
+    with pytest.raises(TopicExistsError):
+        admin.create_topics([NewTopic(first)])
+    configs = admin.describe_configs([first, second])
+    assert configs[first]["retention.ms"] == {"value": 60_000, "is_default": False}
+    assert configs[second]["retention.ms"]["is_default"] is True
+    assert configs[second]["retention.bytes"]["value"] == -1  # no limit, as Kafka writes it
+    assert configs[first]["cleanup.policy"] == {"value": "delete", "is_default": True}
+    group = f"habits-{topic_name}"
+    with Consumer(group_id=group) as consumer:
+        consumer.assign([TopicPartition(first, 0)])
+        consumer.commit({TopicPartition(first, 0): 0})
+    assert admin.list_consumer_group_offsets(group) == {TopicPartition(first, 0): 0}
+    assert admin.list_consumer_group_offsets(group, [TopicPartition(first, 1)]) == {}
