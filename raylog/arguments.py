@@ -119,6 +119,15 @@ def check_bool(what: str, value: object) -> bool:
     return value
 
 
+def check_functions(shape: str, **functions: object) -> None:
+    """Each of ``functions`` (an optional setting) is None or a callable ``shape`` (say
+    "(bytes) -> object"); InvalidConfigError naming the first that is not."""
+    for name, function in functions.items():
+        if function is not None and not callable(function):
+            raise InvalidConfigError(f"{name} must be a callable {shape}, got "
+                                     f"{short_repr(function)}")
+
+
 # -- ids ------------------------------------------------------------------------------------
 
 def check_id(what: str, value: object, error: type[RaylogError] = InvalidConfigError) -> str:

@@ -17,6 +17,7 @@ from raylog._gc import gc_paused
 from raylog.arguments import (
     INT32_MAX,
     build_config,
+    check_functions,
     check_id,
     check_int,
     check_int_fields,
@@ -204,11 +205,8 @@ class Consumer(GroupMixin):
                  value_deserializer: Callable[[bytes], Any] | None = None,
                  **settings: Any) -> None:
         self.config = build_config(ConsumerConfig, "Consumer", settings, ("cluster",))
-        for name, function in (("key_deserializer", key_deserializer),
-                               ("value_deserializer", value_deserializer)):
-            if function is not None and not callable(function):
-                raise InvalidConfigError(f"{name} must be a callable (bytes) -> object, got "
-                                         f"{short_repr(function)}")
+        check_functions("(bytes) -> object", key_deserializer=key_deserializer,
+                        value_deserializer=value_deserializer)
         self._deserializers = (key_deserializer, value_deserializer)
         self._cluster = cluster_or_default(cluster)
         self._topics: dict[str, TopicMetadata] = {}

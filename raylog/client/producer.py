@@ -18,6 +18,7 @@ import ray
 from raylog.arguments import (
     INT64_MAX,
     build_config,
+    check_functions,
     check_int_fields,
     check_timeout,
     refuses_unknown_options,
@@ -140,11 +141,8 @@ class Producer:
                  value_serializer: Callable[[Any], bytes] | None = None,
                  **settings: Any) -> None:
         self.config = producer_config({**settings, "partitioner": partitioner})
-        for name, function in (("key_serializer", key_serializer),
-                               ("value_serializer", value_serializer)):
-            if function is not None and not callable(function):
-                raise InvalidConfigError(f"{name} must be a callable (object) -> bytes, got "
-                                         f"{short_repr(function)}")
+        check_functions("(object) -> bytes", key_serializer=key_serializer,
+                        value_serializer=value_serializer)
         self._serializers = (key_serializer, value_serializer)
         self._cluster = cluster_or_default(cluster)
         self._partitioner = partitioner
