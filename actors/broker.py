@@ -59,7 +59,9 @@ from raylog.identity import (
     write_identity,
 )
 from raylog.interop import error_json, java_call
+from raylog.metrics import recorder
 from raylog.partition import EARLIEST, LATEST, FetchResult, LeaderAndIsr, Role, Transition
+from raylog.records.header import iter_headers
 from raylog.records.kafka_columns import ipc_bytes, kafka_table, spark_table
 from raylog.storage import AppendInfo
 
@@ -364,22 +366,33 @@ class BrokerActor:
                       acks: int | str = 1, timeout_ms: int = 30_000) -> AppendInfo:
         """Append a producer's batch to a partition this broker leads (see
         HostedReplica.produce)."""
-        return await self._hosted(topic, partition).produce(batch, acks, leader_epoch,
+        started = time.monotonic()
+        info = await self._hosted(topic, partition).produce(batch, acks, leader_epoch,
                                                             timeout_ms / 1000)
+        metrics = recorder()
+        metrics.observe("raylog_produce_latency_ms", (time.monotonic() - started) * 1000,
+                        topic=topic)
+        metrics.inc("raylog_bytes_in", len(batch), topic=topic)
+        metrics.inc("raylog_records_in", info.record_count, topic=topic)
+        return info
 
     async def fetch(self, topic: str, partition: int, leader_epoch: int, offset: int,
                     max_bytes: int = 8 << 20, max_wait_ms: int = 0, min_bytes: int = 1
                     ) -> FetchResult:
         """Batches from ``offset`` below the high watermark; waits up to ``max_wait_ms`` for
         at least ``min_bytes`` to be there."""
+        started = time.monotonic()
         hosted = self._hosted(topic, partition)
         result = hosted.partition.fetch(offset, max_bytes, leader_epoch)
-        deadline = time.monotonic() + max_wait_ms / 1000
+        deadline = started + max_wait_ms / 1000
         while len(result.data) < min_bytes:
             if not await hosted.wait(deadline - time.monotonic()):
                 break
             hosted = self._hosted(topic, partition)
             result = hosted.partition.fetch(offset, max_bytes, leader_epoch)
+        recorder().observe("raylog_fetch_latency_ms", (time.monotonic() - started) * 1000,
+                           topic=topic)
+        _count_out(topic, result.data)
         return result
 
     async def list_offset(self, topic: str, partition: int, leader_epoch: int,
@@ -394,7 +407,11 @@ class BrokerActor:
         p = await self._reading(topic, partition, leader_epoch, end, max_wait_ms)
         if isinstance(p, ray.actor.ActorHandle):
             return await p.read_kafka_table.remote(topic, partition, leader_epoch, start, end, 0)
-        return kafka_table(p.read_table(start, end, leader_epoch), topic, partition)
+        table = kafka_table(p.read_table(start, end, leader_epoch), topic, partition)
+        metrics = recorder()
+        metrics.inc("raylog_bytes_out", table.nbytes, topic=topic)
+        metrics.inc("raylog_records_out", table.num_rows, topic=topic)
+        return table
 
     async def _reading(self, topic: str, partition: int, leader_epoch: int, end: int,
                        max_wait_ms: int) -> Any:
@@ -453,7 +470,11 @@ class BrokerActor:
             table = spark_table(p.read_table(start, end, leader_epoch), topic, partition, names)
         except ValueError as e:
             raise InvalidArgumentError(str(e)) from e
-        return ipc_bytes(table)
+        data = ipc_bytes(table)
+        metrics = recorder()
+        metrics.inc("raylog_bytes_out", len(data), topic=topic)
+        metrics.inc("raylog_records_out", table.num_rows, topic=topic)
+        return data
 
     @java_call
     async def java_read_batches(self, topic: str, partition: int, span: list[int]) -> bytes:
@@ -465,7 +486,9 @@ class BrokerActor:
         p = await self._reading(topic, partition, leader_epoch, end, 10_000)
         if isinstance(p, ray.actor.ActorHandle):
             return await p.java_read_batches.remote(topic, partition, span)
-        return p.read_batches(start, end, leader_epoch)
+        data = p.read_batches(start, end, leader_epoch)
+        _count_out(topic, data)
+        return data
 
     # -- other brokers' fetchers -----------------------------------------------------------------
 
@@ -590,6 +613,19 @@ class BrokerActor:
             log.checkpoint_high_watermark()
             hosted.last_hw_checkpoint = time.monotonic()
         hosted.maybe_propose_isr(self._propose_isr)
+
+
+def _count_out(topic: str, data: bytes) -> None:
+    """Bytes and records of the stored batches a reader is sent (whole batches: a read from
+    the middle of one still carries all of it)."""
+    metrics = recorder()
+    metrics.inc("raylog_bytes_out", len(data), topic=topic)
+    if data:
+        try:
+            records = sum(h.record_count for _, h in iter_headers(data, verify=False))
+        except RaylogError:  # the reader is told of a damaged batch; nothing to count
+            return
+        metrics.inc("raylog_records_out", records, topic=topic)
 
 
 def _error_answer(error: RaylogError, hosted: HostedReplica | None) -> dict[str, Any]:

@@ -53,6 +53,7 @@ from raylog.metadata.limits import PartitionLimits
 from raylog.metadata.placement import replacement
 from raylog.metadata.settings import ReplicationSettings
 from raylog.metadata.state import PartitionState
+from raylog.metrics import partition_change_counts, partition_health, rebalances, recorder
 from raylog.topics import (
     check_partition_growth,
     check_user_topic,
@@ -65,6 +66,7 @@ from raylog.typecheck import checked
 logger = logging.getLogger(__name__)
 
 RECONCILE_INTERVAL_S = 1.0
+GROUP_METRICS_INTERVAL_S = 5.0  # consumer-group lag and rebalances are reported this often
 INTERNAL_REPLICATION = 3  # internal topics: min(this, brokers) replicas ...
 INTERNAL_MIN_INSYNC = 2   # ... and this min.insync.replicas when there are at least 3
 
@@ -117,6 +119,8 @@ class ControllerActor:
         self._loop: asyncio.Task | None = None
         self._first_round: asyncio.Task | None = None
         self._writers: dict[str, ray.actor.ActorHandle] = {}  # java_writer's actors
+        self._last_group_metrics = 0.0
+        self._generations: dict[str, int] | None = None  # groups' generations, last reported
         logger.info("controller of cluster %s on %s replayed %d events from %s: %d topics, "
                     "%d brokers", self.state.cluster_id, self.node_id, self.state.applied,
                     directory, len(self.state.topics), len(self.state.broker_ids))
@@ -163,9 +167,12 @@ class ControllerActor:
             logger.warning("%s-%d: unclean election of broker %s (ISR was %s): records only "
                            "the old ISR had are lost", topic.name, p.partition, change.leader,
                            p.isr)
+        counts = partition_change_counts(p.leader, p.isr, change.leader, change.isr)
         self.commit(events.partition_changed(
             topic.name, p.partition, leader=change.leader, leader_epoch=change.leader_epoch,
             isr=change.isr, replicas=change.replicas))
+        for name, count in counts.items():
+            recorder().inc(name, count, topic=topic.name)
 
     async def _reconcile_forever(self) -> None:
         with contextlib.suppress(Exception):  # logged by started(); the loop goes on anyway
@@ -185,6 +192,35 @@ class ControllerActor:
             await self._move_reassigned()
             await self._replace_gone_brokers()
             await self._rebalance_leaders()
+        await self._report_metrics()
+
+    async def _report_metrics(self) -> None:
+        """The cluster's health every round; groups' lag and rebalances every
+        GROUP_METRICS_INTERVAL_S (the lag asks each partition's leader for its end)."""
+        metrics = recorder()
+        under, offline = partition_health(
+            (p for t in self.state.topics.values() for p in t.partitions), self.brokers.live())
+        metrics.set("raylog_under_replicated_partitions", under)
+        metrics.set("raylog_offline_partitions", offline)
+        now = time.monotonic()
+        if now - self._last_group_metrics < GROUP_METRICS_INTERVAL_S:
+            return
+        self._last_group_metrics = now
+        try:
+            lags, generations = await self.groups.lag_and_generations()
+        except Exception:  # metrics never stop the reconcile loop
+            logger.exception("consumer group metrics failed")
+            return
+        for (group, tp), lag in lags.items():
+            metrics.set("raylog_consumer_group_lag", lag, group=group, topic=tp.topic,
+                        partition=tp.partition)
+        if generations is None:
+            return
+        if self._generations is None:  # the groups just loaded: count from what they had
+            self._generations = dict(self.groups.generations_at_load)
+        counts, self._generations = rebalances(self._generations, generations)
+        for group, count in counts.items():
+            metrics.inc("raylog_consumer_group_rebalances", count, group=group)
 
     async def _rebalance_leaders(self) -> None:
         """Every ``rebalance_leaders_s``, give partitions back to their preferred replicas

@@ -62,6 +62,7 @@ class GroupService:
         self.controller = controller
         self.coordinator = GroupCoordinator(wall_clock_ms)
         self._loaded: asyncio.Task | None = None
+        self.generations_at_load: dict[str, int] = {}  # for metrics: what was there before
         self._watched_actors: set[str] = set()
 
     @property
@@ -126,6 +127,7 @@ class GroupService:
                         f"{topic.name}-{p.partition}: its high watermark stays below the "
                         f"log end {end}; loading the groups again later")
         self.coordinator.finish_load()
+        self.generations_at_load = self._generations()
         logger.info("loaded %d records of %s: %d groups", loaded, CONSUMER_OFFSETS_TOPIC,
                     len(self.coordinator.group_ids()))
 
@@ -261,6 +263,28 @@ class GroupService:
             out.append({"group_id": group_id, "state": group.state.value,
                         "members": len(group.members), "generation": group.generation})
         return out
+
+    async def lag_and_generations(self) -> tuple[dict[tuple[str, TopicPartition], int],
+                                                 dict[str, int] | None]:
+        """For metrics: each group's lag per partition it committed, and each group's
+        generation. Nothing (None) before the groups were loaded by a first use: metrics
+        never create __consumer_offsets."""
+        loading = self._loaded
+        if loading is None or not loading.done() or loading.cancelled() or \
+                loading.exception() is not None:
+            return {}, None
+        committed = [(group, tp, om.offset) for group, offsets in self.coordinator.offsets.items()
+                     for tp, om in offsets.items()]
+        partitions = sorted({tp for _, tp, _ in committed})
+        ends = dict(zip(partitions, await asyncio.gather(
+            *(self._end_offset(tp) for tp in partitions)), strict=True))
+        lags = {(group, tp): max(ends[tp] - offset, 0) for group, tp, offset in committed
+                if ends[tp] is not None}
+        return lags, self._generations()
+
+    def _generations(self) -> dict[str, int]:
+        return {group: self.coordinator.group(group).generation
+                for group in self.coordinator.group_ids()}
 
     async def describe_group(self, group_id: str) -> dict[str, Any]:
         """Members, assignment and, per partition, committed offset, end offset and lag."""

@@ -68,8 +68,10 @@ def ray_cluster(tmp_path_factory) -> Iterator[TestCluster]:
     root = tmp_path_factory.mktemp("raylog-cluster")
     # The controller's limit of replicas per broker, below what 10,000 partitions put on each
     # of the three (test_bad_input provokes it); the machine's memory would allow more.
+    # Metrics reach the nodes' Prometheus endpoints every 2 s (Ray's default: 10 s).
     cluster = Cluster(initialize_head=True, head_node_args={
         **NODE_ARGS, "include_dashboard": False,
+        "_system_config": {"metrics_report_interval_ms": 2000},
         "env_vars": {DATA_DIR_ENV: str(root / "head"), MAX_REPLICAS_ENV: "3000"}})
     try:  # from here on the nodes are shut down however the setup ends
         data_dirs = {}

@@ -406,7 +406,10 @@ def test_groups_read_independently_and_lag_is_reported(admin, topic_name, capsys
     fast.close()
     slow.close()
     assert cli(["groups", "reset-offsets", f"slow-{topic_name}", topic_name,
-                "--to", "earliest"]) == 0
+                "--to", "earliest"]) == 0  # a dry run: the plan only
+    assert admin.describe_group(f"slow-{topic_name}")["lag"] == 400 - len(slow_got)
+    assert cli(["groups", "reset-offsets", f"slow-{topic_name}", topic_name,
+                "--to", "earliest", "--execute"]) == 0
     assert admin.describe_group(f"slow-{topic_name}")["lag"] == 400
     assert cli(["groups", "delete", f"fast-{topic_name}"]) == 0
     assert f"fast-{topic_name}" not in {g["group_id"] for g in admin.list_groups()}
