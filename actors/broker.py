@@ -35,7 +35,7 @@ from typing import Any
 import pyarrow as pa
 import ray
 
-from actors import log_what_matters
+from actors import at, log_what_matters
 from actors.fetcher import ReplicaFetcher
 from actors.hosting import (
     METADATA_FILE,
@@ -208,7 +208,7 @@ class BrokerActor:
             try:
                 answers[f"{tp[0]}-{tp[1]}"] = self._apply_one(tp, state, version)
             except (RaylogError, OSError) as e:
-                logger.exception("replica %s-%d could not be served", *tp)
+                logger.exception("the replica could not be served", **at(*tp))
                 self.failed[tp] = repr(e)
                 self._status.set()
                 answers[f"{tp[0]}-{tp[1]}"] = {"error": repr(e)}
@@ -267,7 +267,7 @@ class BrokerActor:
             return
         handle = self.brokers.get(wanted)
         if handle is None:
-            logger.info("%s-%d: leader broker %s is not reachable yet", *tp, wanted)
+            logger.info("leader broker %s is not reachable yet", wanted, **at(*tp))
             return
         fetcher = self.fetchers.get(wanted)
         if fetcher is None:
@@ -288,7 +288,7 @@ class BrokerActor:
             try:
                 self._stop((topic, partition), delete)
             except OSError:  # one replica's files must not keep the others
-                logger.exception("stopping %s-%d failed", topic, partition)
+                logger.exception("stopping the replica failed", **at(topic, partition))
 
     def _stop(self, tp: TopicPartition, delete: bool) -> None:
         for fetcher in self.fetchers.values():
@@ -314,7 +314,7 @@ class BrokerActor:
             try:
                 self._stop(tp, delete=True)
             except OSError:
-                logger.exception("removing %s-%d failed", *tp)
+                logger.exception("removing the replica failed", **at(*tp))
         for marker in self.directory.glob(f"*/{METADATA_FILE}"):
             directory = marker.parent
             name, _, number = directory.name.rpartition("-")

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from actors import at
 from actors.broker import BrokerActor
 from actors.supervision import BrokerWatch, Health
 from raylog.cluster_names import (
@@ -262,8 +263,8 @@ class BrokerManager:
                 p = topic.partitions[number]
                 change = election.broker_down(p, broker, live, unclean_allowed(topic))
                 if change is not None:
-                    logger.error("%s-%d cannot be served by broker %d (%s): moving on without "
-                                 "it", name, number, broker, reason)
+                    logger.error("broker %d cannot serve it (%s): moving on without it",
+                                 broker, reason, **at(name, number))
                     controller.commit_change(topic, p, change)
                     changed.append((topic, p))
         await self.push(changed)

@@ -30,7 +30,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors import log_what_matters
+from actors import at, log_what_matters
 from actors.broker_manager import BrokerManager
 from actors.groups import GroupService
 from actors.hosting import background
@@ -164,9 +164,8 @@ class ControllerActor:
                       change: election.Change) -> None:
         """Persist and apply a change of a partition's leader, ISR or replicas (lock held)."""
         if change.unclean:
-            logger.warning("%s-%d: unclean election of broker %s (ISR was %s): records only "
-                           "the old ISR had are lost", topic.name, p.partition, change.leader,
-                           p.isr)
+            logger.warning("unclean election of broker %s (ISR was %s): records only the old "
+                           "ISR had are lost", change.leader, p.isr, **at(topic.name, p.partition))
         counts = partition_change_counts(p.leader, p.isr, change.leader, change.isr)
         self.commit(events.partition_changed(
             topic.name, p.partition, leader=change.leader, leader_epoch=change.leader_epoch,
@@ -492,8 +491,8 @@ class ControllerActor:
                                         self.brokers.live())
             changed = change.isr != p.isr
             if changed:
-                logger.info("%s-%d: ISR %s -> %s (leader %d)", topic, partition, p.isr,
-                            change.isr, leader)
+                logger.info("ISR %s -> %s (leader %d)", p.isr, change.isr, leader,
+                            **at(topic, partition))
                 self.commit_change(t, p, change)
         if changed:  # the followers hear of it too (the leader gets the answer)
             background(self.brokers.push([(t, p)], skip=leader))
@@ -573,8 +572,8 @@ class ControllerActor:
                             dropped.append((topic.name, p.partition, gone))
                     if p.replicas == p.target:
                         self.commit(events.reassignment(topic.name, p.partition, None))
-                        logger.info("%s-%d now on brokers %s", topic.name, p.partition,
-                                    p.replicas)
+                        logger.info("now on brokers %s", p.replicas,
+                                    **at(topic.name, p.partition))
         await self.brokers.push(changed)
         for name, partition, gone in dropped:
             await self._stop_replicas(name, gone, [partition])
@@ -600,9 +599,9 @@ class ControllerActor:
                     if spare is None:
                         continue
                     target = [spare if b == broker else b for b in p.replicas]
-                    logger.warning("broker %d gone for %.0f s: moving its replica of %s-%d to "
-                                   "broker %d", broker, now - self.brokers.down_since[broker],
-                                   topic.name, p.partition, spare)
+                    logger.warning("broker %d gone for %.0f s: moving its replica to broker %d",
+                                   broker, now - self.brokers.down_since[broker], spare,
+                                   **at(topic.name, p.partition))
                     self.commit(events.reassignment(topic.name, p.partition, target))
                     existing.append(target)
 

@@ -40,6 +40,8 @@ import lz4
 import numpy as np
 import pyarrow as pa
 
+from raylog.progress import progress
+
 RECORD_BYTES = 100
 FIRST_TIMESTAMP_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 SEED = 20260101
@@ -81,11 +83,14 @@ def measure(fn: Callable[[], T], amount: float, repetitions: int) -> tuple[Timin
     Returns the timings and what the last run returned. Each run's result is freed before
     the next run starts, outside the clock, so every run starts with the same memory in use.
     """
-    seconds, result = [], fn()
-    for _ in range(repetitions):
-        del result
-        elapsed, result = timed(fn)
-        seconds.append(elapsed)
+    with progress(repetitions + 1, "measuring", "runs") as shown:
+        seconds, result = [], fn()
+        shown.update()
+        for _ in range(repetitions):
+            del result
+            elapsed, result = timed(fn)
+            seconds.append(elapsed)
+            shown.update()
     return Timing(amount, seconds), result
 
 
@@ -98,11 +103,14 @@ def alternate(rounds: int, steps: dict[str, Callable[[], float]], *,
     round runs first and is not counted; without, the caller has warmed the steps up.
     """
     seconds: dict[str, list[float]] = {name: [] for name in steps}
-    for i in range(rounds + warm_up):
-        for name, step in steps.items():
-            elapsed = step()
-            if i or not warm_up:  # round 0 is the warm-up
-                seconds[name].append(elapsed)
+    with progress((rounds + warm_up) * len(steps), "measuring " + ", ".join(steps),
+                  "runs") as shown:
+        for i in range(rounds + warm_up):
+            for name, step in steps.items():
+                elapsed = step()
+                shown.update()
+                if i or not warm_up:  # round 0 is the warm-up
+                    seconds[name].append(elapsed)
     return seconds
 
 

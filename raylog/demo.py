@@ -22,6 +22,7 @@ from typing import Any, TextIO
 import ray
 
 from raylog.cluster_names import DATA_DIR_ENV
+from raylog.progress import Progress
 
 DEMO_TOPIC = "pageviews"
 SERVICES = ["web", "mobile", "checkout", "search", "recommend", "ads", "account", "cart"]
@@ -53,12 +54,12 @@ def run_service(topic: str, run: str, service: str, count: int, seed: int) -> di
 
 
 def read_run(cluster: Any, topic: str, run: str, start: dict, expected: int,
-             timeout_s: float = 120.0) -> list:
+             timeout_s: float = 120.0, shown: Progress | None = None) -> list:
     """Every record of this run, from the offsets the topic had before it, with its parsed
     page view: (record, document) pairs."""
     from raylog import Consumer
 
-    records = []
+    records: list = []
     with Consumer(cluster=cluster) as consumer:
         consumer.assign(list(start))
         for tp, offset in start.items():
@@ -72,7 +73,24 @@ def read_run(cluster: Any, topic: str, run: str, start: dict, expected: int,
                     continue  # not a page view: someone else's record in the topic
                 if isinstance(doc, dict) and doc.get("run") == run:
                     records.append((record, doc))
+            if shown is not None:
+                shown.update(len(records) - shown.done)
     return records
+
+
+def _produce(tasks: list, consumer: Any, start: dict, total: int) -> list[dict]:
+    """Wait for the services, showing how many of their records the partitions hold."""
+    from raylog.client.remote import resolve
+    from raylog.progress import progress
+
+    pending = list(tasks)
+    with progress(total, "producing", "records") as shown:
+        while pending:
+            _, pending = ray.wait(pending, num_returns=len(pending), timeout=0.5)
+            ends = consumer.end_offsets(list(start))
+            held = min(sum(ends[tp] - start[tp] for tp in start), total)
+            shown.update(max(held - shown.done, 0))
+    return resolve(tasks)
 
 
 def check(records: list, sent: dict[str, int]) -> tuple[list[dict], list[dict], bool]:
@@ -124,7 +142,7 @@ def run_demo(services: int = 4, records_per_service: int = 25_000, partitions: i
 
     import raylog
     from raylog import Admin, TopicPartition
-    from raylog.client.remote import resolve
+    from raylog.progress import progress
 
     out = out or sys.stdout
     services = max(1, min(services, len(SERVICES)))
@@ -148,13 +166,17 @@ def run_demo(services: int = 4, records_per_service: int = 25_000, partitions: i
         out.write(f"raylog demo: {services} services x {records_per_service} page views -> "
                   f"topic {DEMO_TOPIC!r} ({count} partitions)"
                   f"{' on an embedded local cluster' if embedded else ''}\n")
-        began = time.perf_counter()
-        reports = resolve([run_service.remote(DEMO_TOPIC, run, name, records_per_service, i)
-                           for i, name in enumerate(names)])
-        produced_s = time.perf_counter() - began
         total = services * records_per_service
         began = time.perf_counter()
-        records = read_run(cluster, DEMO_TOPIC, run, start, total)
+        with Consumer(cluster=cluster) as probe:
+            probe.assign(tps)
+            reports = _produce([run_service.remote(DEMO_TOPIC, run, name, records_per_service,
+                                                   i) for i, name in enumerate(names)],
+                               probe, start, total)
+        produced_s = time.perf_counter() - began
+        began = time.perf_counter()
+        with progress(total, "reading back", "records") as shown:
+            records = read_run(cluster, DEMO_TOPIC, run, start, total, shown=shown)
         consumed_s = time.perf_counter() - began
         by_service, by_partition, ok = check(records, {r["service"]: r["sent"]
                                                        for r in reports})

@@ -94,3 +94,4 @@ def test_the_grafana_dashboard_shows_only_metrics_raylog_exports():
     used = {re.sub(r"_(total|bucket)$", "", name.removeprefix("ray_"))
             for e in exprs for name in re.findall(r"ray_raylog_\w+", e)}
     assert used == set(METRICS)  # every metric on a panel, and no panel on a missing one
+

@@ -26,3 +26,16 @@ def test_an_unknown_total_is_counted_without_one():
     shown.close()
     shown.close()  # once
     assert out.getvalue().startswith("copying: 7 batches in ") and out.getvalue().count("\n") == 1
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_on_a_terminal_it_is_a_bar():
+    out = _Terminal()
+    with progress(100, "producing", "records", stream=out) as shown:
+        shown.update(100)
+    assert "producing" in out.getvalue() and "100/100" in out.getvalue()
+    assert "\r" in out.getvalue()  # redrawn in place
