@@ -219,6 +219,10 @@ class _Printed:
             self.committed.update(offsets)
         self.last_commit = time.monotonic()
 
+    def on_partitions_assigned(self, partitions: list) -> None:
+        for tp in partitions:  # a partition without a commit starts here, now, not later
+            self.consumer.position(tp)
+
     def on_partitions_revoked(self, partitions: list) -> None:
         self.commit(partitions)  # before another member starts after what we printed
 

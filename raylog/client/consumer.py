@@ -32,7 +32,7 @@ from raylog.client.connection import (
 )
 from raylog.client.group_member import GroupMixin
 from raylog.client.membership import Membership
-from raylog.client.remote import resolve, wait_done
+from raylog.client.remote import discard, resolve, wait_done
 from raylog.errors import (
     ClientClosedError,
     IllegalStateError,
@@ -142,6 +142,7 @@ class _Fetching:
         self.position = self.fetch_offset = offset
         self.chunks.clear()
         self.buffered = 0
+        discard(self.pending)
         self.pending = None
 
     def take(self, limit: int, out: list) -> None:
@@ -548,6 +549,8 @@ class Consumer(GroupMixin):
                 self._committer.shutdown(wait=True)
         finally:
             self._closed = True
+            for state in self._assigned.values():
+                discard(state.pending)
             self._assigned = {}
 
     def __enter__(self) -> Consumer:

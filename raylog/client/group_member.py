@@ -17,6 +17,7 @@ from typing import Any
 
 from raylog.arguments import check_int
 from raylog.client.membership import Membership
+from raylog.client.remote import discard
 from raylog.errors import (
     IllegalGenerationError,
     IllegalStateError,
@@ -95,7 +96,9 @@ class GroupMixin:
 
     def _drop(self, partitions: set[TopicPartition]) -> None:
         for tp in partitions:
-            self._assigned.pop(tp, None)
+            state = self._assigned.pop(tp, None)
+            if state is not None:
+                discard(state.pending)  # its answer, if any, goes unread
             self._paused.discard(tp)
 
     def _revoke(self, partitions: set[TopicPartition]) -> None:

@@ -26,7 +26,7 @@ from raylog.arguments import (
 )
 from raylog.client.connection import RaylogCluster, TopicMetadata, cluster_or_default
 from raylog.client.futures import BatchResult, RecordFuture, TableFuture
-from raylog.client.remote import resolve, wait_done
+from raylog.client.remote import discard, resolve, wait_done
 from raylog.client.sender_state import OutgoingBatch, PartitionSender
 from raylog.client.tables import assign_sticky, partition_rows
 from raylog.errors import (
@@ -157,7 +157,6 @@ class Producer:
         self._senders: dict[tuple[str, int], PartitionSender] = {}
         self._sendable: dict[tuple[str, int], None] = {}  # partitions with queued batches
         self._in_flight: dict[ray.ObjectRef, OutgoingBatch] = {}
-        self._orphans: set[ray.ObjectRef] = set()  # requests of batches that expired
         self._buffered_bytes = 0
         self._failures = _Failures()
         self._last_expiry_check = 0.0
@@ -555,7 +554,7 @@ class Producer:
         batch.buffered = 0
         if batch.ref is not None:
             if self._in_flight.pop(batch.ref, None) is not None:
-                self._orphans.add(batch.ref)  # its late answer is read and dropped
+                discard(batch.ref)  # its late answer is read and dropped
             batch.ref = None
 
     def _take_sendable(self, now: float) -> tuple[list[OutgoingBatch], list[OutgoingBatch]]:
@@ -614,8 +613,6 @@ class Producer:
     def _collect(self, timeout: float) -> None:
         """Complete the batches whose appends finished (waiting up to ``timeout`` s)."""
         refs = list(self._in_flight)
-        if self._orphans:
-            self._drop_orphans()
         if not refs:
             with self._lock:  # nothing to wait for but time (a backoff, a linger)
                 self._wake.wait(timeout)
@@ -631,19 +628,6 @@ class Producer:
                 self._failed(batch, e)
                 continue
             self._finish(batch, info.base_offset, None)
-
-    def _drop_orphans(self) -> None:
-        """Read the answers that came for expired batches, so that Ray does not report
-        their errors as unhandled; the batches' futures failed already."""
-        with self._lock:
-            orphans = list(self._orphans)
-        for ref in wait_done(orphans, 0):
-            with self._lock:
-                self._orphans.discard(ref)
-            try:
-                resolve(ref)
-            except Exception as e:  # expected: the batch was given up on
-                logger.debug("a late answer for an expired batch: %r", e)
 
     def _failed(self, batch: OutgoingBatch, error: Exception, sent: bool = True) -> None:
         """An attempt failed; ``sent`` says whether the request left (then an error that is

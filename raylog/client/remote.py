@@ -8,7 +8,9 @@ inside an actor (a bug) becomes InternalError. Unit tests replace them with fake
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import threading
 import time
 from typing import Any
 
@@ -36,6 +38,55 @@ def resolve(ref: ray.ObjectRef | list[ray.ObjectRef], timeout: float | None = No
         raise unwrap(e) from e
     except GetTimeoutError as e:
         raise RequestTimeoutError(f"no answer within {timeout} s") from e
+
+
+class _Reaper:
+    """Reads, on a daemon thread, the answers of requests nobody will read any more (a
+    fetch in flight when its consumer closed or moved its position): Ray prints an answer
+    that is an error and was never read as an "Unhandled error", though the client meant to
+    drop it."""
+
+    def __init__(self) -> None:
+        self._refs: set[ray.ObjectRef] = set()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def add(self, ref: ray.ObjectRef) -> None:
+        with self._lock:
+            self._refs.add(ref)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="raylog-reaper",
+                                                daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                refs = list(self._refs)
+                if not refs:
+                    self._thread = None
+                    return
+            try:
+                done, _ = ray.wait(refs, num_returns=len(refs), timeout=REAP_WAIT_S)
+            except Exception:  # Ray shut down: nothing is left to report them
+                with self._lock:
+                    self._refs.clear()
+                continue
+            for ref in done:
+                with contextlib.suppress(Exception):  # dropped on purpose: any answer goes
+                    ray.get(ref, timeout=0)
+            with self._lock:
+                self._refs.difference_update(done)
+
+
+REAP_WAIT_S = 1.0
+_reaper = _Reaper()
+
+
+def discard(ref: ray.ObjectRef | None) -> None:
+    """Drop a request's answer without Ray reporting an error in it as unhandled."""
+    if ref is not None:
+        _reaper.add(ref)
 
 
 def wait_done(refs: list[ray.ObjectRef], timeout: float) -> list[ray.ObjectRef]:

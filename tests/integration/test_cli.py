@@ -16,6 +16,7 @@ import ray
 
 from raylog import Admin
 from raylog.cli import main
+from tests.integration.conftest import wait_for
 
 
 def run(*argv: str, stdin: str = "") -> tuple[int, str]:
@@ -314,8 +315,6 @@ def produce_until_seen(topic: str, consumers: list[ConsoleConsumer], timeout: fl
     reading: a consumer from the latest offsets sees only what comes after that); returns
     how many were produced."""
     from raylog import Producer
-    from tests.integration.conftest import wait_for
-
     produced = 0
 
     def seen() -> bool:
@@ -335,6 +334,8 @@ def test_consume_follows_until_interrupted(ray_cluster, topic_name):
     consumer = ConsoleConsumer(ray_cluster.cluster.address, topic_name)  # from the latest
     try:
         produced = produce_until_seen(topic_name, [consumer])
+        wait_for(lambda: f"tick-{produced - 1}" in consumer.lines, timeout=60,
+                 what="the last record printed")
         code, err = consumer.interrupt()
     finally:
         consumer.kill()
@@ -347,20 +348,22 @@ def test_consume_follows_until_interrupted(ray_cluster, topic_name):
 def test_a_group_member_prints_nothing_twice_across_a_rebalance(ray_cluster, topic_name):
     """The first member printed everything; a second joins and takes partitions over: what
     the first printed was committed before it gave them up, so no record shows twice."""
-    from tests.integration.conftest import wait_for
-
     run("topics", "create", topic_name, "--partitions", "4")
     group = f"follow-{topic_name}"
     address = ray_cluster.cluster.address
-    first = ConsoleConsumer(address, topic_name, "--group", group, "--print", "partition,value")
+    # From the beginning: a partition the second member takes over without a commit holds
+    # nothing the first printed (it printed every record), and nothing produced meanwhile
+    # is skipped by a start at the latest offset.
+    first = ConsoleConsumer(address, topic_name, "--group", group, "--from-beginning",
+                            "--print", "partition,value")
     second = None
     try:
         produce_until_seen(topic_name, [first])
         run("produce", topic_name, stdin="".join(f"a-{i}\n" for i in range(40)))
         wait_for(lambda: sum("a-" in line for line in first.lines) == 40, timeout=60,
                  what="the first member printing 40 records")
-        second = ConsoleConsumer(address, topic_name, "--group", group, "--print",
-                                 "partition,value")
+        second = ConsoleConsumer(address, topic_name, "--group", group, "--from-beginning",
+                                 "--print", "partition,value")
         wait_for(lambda: len(Admin().describe_group(group)["members"]) == 2 and
                  Admin().describe_group(group)["state"] == "stable", timeout=60,
                  what="both members in the group")

@@ -3,12 +3,17 @@ headers as a dict, poll's units, several topics at once, configs and committed o
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import json
+import logging
 
 import pytest
+import ray
 
 from raylog import Admin, Consumer, NewTopic, Producer, TopicPartition
 from raylog.errors import InvalidRecordError, TopicExistsError
+from tests.integration.conftest import wait_for
 
 
 def test_serializers_and_dict_headers_round_trip(ray_cluster, topic_name):
@@ -68,3 +73,34 @@ def test_create_topics_describe_configs_and_committed_offsets(ray_cluster, topic
         consumer.commit({TopicPartition(first, 0): 0})
     assert admin.list_consumer_group_offsets(group) == {TopicPartition(first, 0): 0}
     assert admin.list_consumer_group_offsets(group, [TopicPartition(first, 1)]) == {}
+
+
+@ray.remote(num_cpus=0)
+class _Failing:
+    async def fail(self, text: str) -> None:
+        await asyncio.sleep(0.3)
+        raise ValueError(text)
+
+
+def test_answers_a_client_drops_are_not_reported_as_unhandled_errors(ray_cluster):
+    """A fetch in flight when its consumer closes (or seeks) may end in an error nobody
+    reads; Ray would print it as an "Unhandled error" unless raylog reads it."""
+    from raylog.client import remote
+
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    ray_logger = logging.getLogger("ray")
+    ray_logger.addHandler(handler)
+    try:
+        actor = _Failing.remote()
+        remote.discard(actor.fail.remote("dropped by raylog"))
+        actor.fail.remote("dropped by nobody")  # the control: reported
+        gc.collect()
+        wait_for(lambda: any("dropped by nobody" in m for m in seen), timeout=30,
+                 what="Ray reporting the control's unhandled error")
+        wait_for(lambda: not remote._reaper._refs, timeout=30, what="the reaper reading it")
+        gc.collect()
+        assert not any("dropped by raylog" in m for m in seen)
+    finally:
+        ray_logger.removeHandler(handler)
