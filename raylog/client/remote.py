@@ -67,6 +67,8 @@ class _Reaper:
                     self._thread = None
                     return
             try:
+                if not ray.is_initialized():  # shut down: nothing is left to report them
+                    raise RuntimeError("Ray is not running")
                 done, _ = ray.wait(refs, num_returns=len(refs), timeout=REAP_WAIT_S)
             except Exception:  # Ray shut down: nothing is left to report them
                 with self._lock:
@@ -84,8 +86,9 @@ _reaper = _Reaper()
 
 
 def discard(ref: ray.ObjectRef | None) -> None:
-    """Drop a request's answer without Ray reporting an error in it as unhandled."""
-    if ref is not None:
+    """Drop a request's answer without Ray reporting an error in it as unhandled. (Only a
+    real request of a connected process: ``ray.wait`` would start a Ray instance.)"""
+    if isinstance(ref, ray.ObjectRef) and ray.is_initialized():
         _reaper.add(ref)
 
 

@@ -213,3 +213,29 @@ def test_records_print_as_kafkas_console_consumer_prints_them():
     as_json = format_record(record, None)
     assert '"headers": [["trace", "abc"], ["empty", null]]' in as_json
     assert '"key": "user-1"' in as_json
+
+
+def test_help_and_the_clients_import_no_heavy_modules():
+    """`raylog --help` imports not even Ray; the clients import Ray but not Ray Data,
+    Spark, RayDP or pandas (each costs a command's start, every time)."""
+    import json
+    import subprocess
+    import sys
+
+    script = (
+        "import json, sys\n"
+        "from raylog.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "helped = sorted(sys.modules)\n"
+        "import raylog\nraylog.Producer, raylog.Consumer, raylog.Admin\n"
+        "print(json.dumps([helped, sorted(sys.modules)]))\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True, timeout=120).stdout
+    helped, clients = json.loads(out.splitlines()[-1])
+
+    def loaded(modules: list[str], name: str) -> bool:
+        return any(m == name or m.startswith(name + ".") for m in modules)
+
+    assert not any(loaded(helped, m) for m in ("ray", "pyarrow", "pandas", "pyspark"))
+    assert loaded(clients, "ray")
+    assert not any(loaded(clients, m) for m in ("ray.data", "pandas", "pyspark", "raydp"))
