@@ -395,6 +395,10 @@ class BrokerActor:
         _count_out(topic, result.data)
         return result
 
+    async def delete_records(self, topic: str, partition: int, leader_epoch: int,
+                             offset: int) -> int:
+        return self._hosted(topic, partition).partition.delete_records(offset, leader_epoch)
+
     async def list_offset(self, topic: str, partition: int, leader_epoch: int,
                           spec: str | int) -> tuple[int, int] | None:
         return self._hosted(topic, partition).partition.list_offset(spec, leader_epoch)

@@ -325,6 +325,19 @@ class Partition:
         self.check_leader(leader_epoch)
         return self.epochs.end_offset_for(epoch, self.log_end_offset)
 
+    def delete_records(self, offset: int, leader_epoch: int | None = None) -> int:
+        """Kafka's DeleteRecords, on the leader: records below ``offset`` (-1: the high
+        watermark) become unreadable, here at once and on followers as they fetch (they
+        follow the leader's log start). Returns the new log start (Kafka's low watermark).
+        OffsetOutOfRangeError outside [log start, high watermark], changing nothing."""
+        self.check_leader(leader_epoch)
+        if type(offset) is not int or offset < -1:
+            raise InvalidArgumentError(f"delete_records takes an offset >= 0 or -1 (the high "
+                                       f"watermark), got {offset!r}")
+        start = self.log.delete_records(self.log.high_watermark if offset == -1 else offset)
+        self.epochs.truncate_from_start(start)
+        return start
+
     def list_offset(self, spec: str | int, leader_epoch: int | None = None
                     ) -> tuple[int, int] | None:
         """(offset, timestamp) for ``"earliest"`` (the log start), ``"latest"`` (the high

@@ -9,7 +9,7 @@ from typing import Any
 
 from raylog.arguments import INT32_MAX, check_bool, check_id, check_int, check_options, short_repr
 from raylog.client.connection import RaylogCluster, cluster_or_default
-from raylog.client.remote import ControllerClient
+from raylog.client.remote import ControllerClient, resolve
 from raylog.errors import (
     ClientClosedError,
     ControllerUnavailableError,
@@ -23,6 +23,7 @@ from raylog.errors import (
 )
 from raylog.topics import (
     canonical_config_name,
+    check_partition,
     check_user_topic,
     described_configs,
     normalize_configs,
@@ -123,6 +124,38 @@ class Admin:
             raise InvalidArgumentError(f"create_topics() names a topic twice: {names}")
         return {t.name: self.create_topic(t.name, t.num_partitions, t.replication_factor,
                                           t.topic_configs) for t in wanted}
+
+    def delete_records(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Kafka's DeleteRecords: for each partition, make the records below the offset
+        (-1: the high watermark) unreadable; segments wholly below it are deleted. Returns
+        each partition's new log start. Every partition and offset is checked before any is
+        asked; an offset outside [log start, high watermark] raises OffsetOutOfRangeError."""
+        if not isinstance(offsets, Mapping):
+            raise InvalidArgumentError(f"delete_records() takes a dict of TopicPartition to "
+                                       f"offset, got {short_repr(offsets)}")
+        wanted = {}
+        for tp, offset in offsets.items():
+            [tp] = topic_partitions([tp], "delete_records()")
+            check_partition(tp.topic, tp.partition, self._cluster.topic(tp.topic).num_partitions)
+            wanted[tp] = check_int(f"the offset of {tp}", offset, -1)
+        out = {}
+        for tp, offset in wanted.items():
+            out[tp] = self._on_leader(tp, lambda replica, o=offset: replica.delete_records(o))
+        return out
+
+    def _on_leader(self, tp: TopicPartition, call: Callable[[Any], Any]) -> Any:
+        """``call(leader's client)``, again with fresh metadata while the leadership moves."""
+        deadline = time.monotonic() + CHANGE_RETRY_S
+        refresh = False
+        while True:
+            try:
+                meta = self._cluster.topic(tp.topic, refresh=refresh)
+                return resolve(call(meta.partitions[tp.partition].leader_client()))
+            except RaylogError as e:
+                if not e.retriable or time.monotonic() >= deadline:
+                    raise
+                refresh = True
+                time.sleep(0.2)
 
     def describe_configs(self, names: str | list[str] | None = None
                          ) -> dict[str, dict[str, dict[str, Any]]]:

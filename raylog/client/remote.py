@@ -146,6 +146,10 @@ class ReplicaClient:
         return self.handle.fetch.remote(self.topic, self.partition, self.leader_epoch, offset,
                                         max_bytes, max_wait_ms, min_bytes)
 
+    def delete_records(self, offset: int) -> ray.ObjectRef:
+        return self.handle.delete_records.remote(self.topic, self.partition, self.leader_epoch,
+                                                 offset)
+
     def list_offset(self, spec: str | int) -> ray.ObjectRef:
         return self.handle.list_offset.remote(self.topic, self.partition, self.leader_epoch,
                                               spec)

@@ -46,6 +46,7 @@ from raylog.storage.segment import LOG_SUFFIX, LogSegment
 CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
 RECOVERY_POINT_FILE = "recovery-point-checkpoint"
 HIGH_WATERMARK_FILE = "high-watermark-checkpoint"
+LOG_START_FILE = "log-start-offset-checkpoint"  # only once records were deleted mid-segment
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 
@@ -91,6 +92,7 @@ class PartitionLog:
         files.make_dirs(self.directory)
         self._recovery_checkpoint = Checkpoint(self.directory / RECOVERY_POINT_FILE)
         self._hw_checkpoint = Checkpoint(self.directory / HIGH_WATERMARK_FILE)
+        self._start_checkpoint = Checkpoint(self.directory / LOG_START_FILE)
         self._segments: list[LogSegment] = []
         self._closed = False
         self._unflushed_records = 0
@@ -98,6 +100,8 @@ class PartitionLog:
         self._cleaned_to = -1  # compaction has seen the segments ending at or below this
         self._last_clean_ms = clock()
         self.recovery = self._open()
+        # Records below this were deleted (delete_records) though their segment stays.
+        self._start_floor = self._start_checkpoint.read_offset() or 0
         self.recovery_point = self.log_end_offset
         hw = self._hw_checkpointed = self._hw_checkpoint.read_offset()
         self.high_watermark = min(max(hw or 0, self.log_start_offset), self.log_end_offset)
@@ -181,7 +185,16 @@ class PartitionLog:
 
     @property
     def log_start_offset(self) -> int:
-        return self._segments[0].base_offset
+        """The first offset readable: the first segment's base, or above it where records
+        were deleted (never beyond the log end)."""
+        return max(self._segments[0].base_offset, min(self._start_floor, self.log_end_offset))
+
+    def _set_start_floor(self, offset: int) -> None:
+        """Make ``offset`` the lowest readable offset, durably, before anything relies on
+        it."""
+        if offset != self._start_floor:
+            self._start_checkpoint.write_offset(offset)
+            self._start_floor = offset
 
     @property
     def log_end_offset(self) -> int:
@@ -384,18 +397,23 @@ class PartitionLog:
         """(offset, timestamp) of the first record with a timestamp >= ``timestamp``."""
         self._check_open()
         end = self.log_end_offset if max_offset is None else max_offset
+        start = self.log_start_offset  # records below it were deleted: never an answer
         for segment in self._segments:
             if segment.max_timestamp < timestamp:
                 continue
             for header, buf, pos in segment.batches(segment.time_start(timestamp)):
                 if header.base_offset >= end:
                     return None
-                if header.max_timestamp < timestamp:
+                if header.max_timestamp < timestamp or header.next_offset <= start:
                     continue
                 payload = decode(header, buf, pos)
                 timestamps = payload.column(0).to_numpy()
-                i = int(np.argmax(timestamps >= timestamp))
-                offset = int(offsets_of(header, payload)[i])
+                offsets = offsets_of(header, payload)
+                hits = np.flatnonzero((timestamps >= timestamp) & (offsets >= start))
+                if not hits.size:
+                    continue
+                i = int(hits[0])
+                offset = int(offsets[i])
                 return (offset, int(timestamps[i])) if offset < end else None
         return None
 
@@ -415,6 +433,8 @@ class PartitionLog:
             segment = self._segments.pop()
             removed += segment.size
             segment.delete()
+        if offset < self._start_floor:  # what is appended from here on is readable again
+            self._set_start_floor(offset)
         active = self._segments[-1]
         if offset < active.base_offset:  # below the log start: start over there
             removed += active.size
@@ -436,15 +456,35 @@ class PartitionLog:
             segment.delete()
         self._segments = [LogSegment(self.directory, offset, self.config.index_interval_bytes,
                                      create=True)]
+        self._set_start_floor(min(self._start_floor, offset))
         self.recovery_point = offset
         self._recovery_checkpoint.write_offset(offset)
         self.high_watermark = offset
 
     def advance_log_start(self, offset: int) -> int:
-        """Delete the segments that lie wholly below ``offset`` (a follower following its
-        leader's log start); never the active one. Returns how many went."""
+        """Move the log start up to ``offset`` (at most to the log end): records below it
+        are no longer readable, and the segments that lie wholly below it are deleted,
+        never the active one. A follower follows its leader's log start with it. Returns
+        how many segments went."""
         self._check_open()
+        offset = min(offset, self.log_end_offset)
+        if offset > self.log_start_offset:
+            self._set_start_floor(offset)
+            self.recovery_point = max(self.recovery_point, offset)
+            self.high_watermark = max(self.high_watermark, offset)
         return self._delete_oldest([s for s in self._segments[:-1] if s.next_offset <= offset])
+
+    def delete_records(self, offset: int) -> int:
+        """Kafka's DeleteRecords: make every record below ``offset`` unreadable (segments
+        wholly below it are deleted). ``offset`` must lie in [log start, high watermark];
+        OffsetOutOfRangeError otherwise, with nothing changed. Returns the log start."""
+        self._check_open()
+        if not self.log_start_offset <= offset <= self.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"cannot delete records below {offset}: it is outside [{self.log_start_offset}, "
+                f"{self.high_watermark}] (log start, high watermark) of {self.directory.name}")
+        self.advance_log_start(offset)
+        return self.log_start_offset
 
     def _delete_oldest(self, doomed: list[LogSegment]) -> int:
         """Delete the first ``len(doomed)`` segments (rolling first if the active one is

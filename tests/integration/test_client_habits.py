@@ -12,7 +12,7 @@ import pytest
 import ray
 
 from raylog import Admin, Consumer, NewTopic, Producer, TopicPartition
-from raylog.errors import InvalidRecordError, TopicExistsError
+from raylog.errors import InvalidRecordError, OffsetOutOfRangeError, TopicExistsError
 from tests.integration.conftest import wait_for
 
 
@@ -104,3 +104,24 @@ def test_answers_a_client_drops_are_not_reported_as_unhandled_errors(ray_cluster
         assert not any("dropped by raylog" in m for m in seen)
     finally:
         ray_logger.removeHandler(handler)
+
+
+def test_delete_records_moves_where_readers_start(ray_cluster, topic_name):
+    admin = Admin()
+    admin.create_topic(topic_name, partitions=2, replication_factor=2)
+    tp = TopicPartition(topic_name, 0)
+    with Producer(linger_ms=0) as producer:
+        for i in range(20):
+            producer.send(topic_name, b"%d" % i, partition=0).result(timeout=60)
+    with pytest.raises(OffsetOutOfRangeError):
+        admin.delete_records({tp: 21})
+    assert admin.delete_records({tp: 12}) == {tp: 12}
+    with Consumer(auto_offset_reset="earliest") as consumer:
+        assert consumer.beginning_offsets([tp]) == {tp: 12}
+        consumer.assign([tp])
+        read = []
+        while len(read) < 8:
+            read += consumer.poll(timeout_ms=5000)
+    assert [r.offset for r in read] == list(range(12, 20))
+    assert admin.delete_records({tp: -1, TopicPartition(topic_name, 1): -1}) == {
+        tp: 20, TopicPartition(topic_name, 1): 0}

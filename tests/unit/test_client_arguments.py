@@ -134,6 +134,11 @@ ADMIN = [
     (lambda a: a.create_topics([NewTopic("ok", 1, 1, {"retention.ms": "x"})]),
      InvalidConfigError),
     (lambda a: a.create_topics(["n"]), InvalidArgumentError),
+    (lambda a: a.delete_records("t"), InvalidArgumentError),
+    (lambda a: a.delete_records({("t", 5): 1}), UnknownPartitionError),
+    (lambda a: a.delete_records({("t", 0): -2}), InvalidArgumentError),
+    (lambda a: a.delete_records({("t", 0): "1"}), InvalidArgumentError),
+    (lambda a: a.delete_records({("t", 0): 1, ("t", 9): 1}), UnknownPartitionError),
     (lambda a: a.list_consumer_group_offsets(""), InvalidArgumentError),
     (lambda a: a.list_consumer_group_offsets("g", "t"), InvalidArgumentError),
 ]

@@ -322,3 +322,36 @@ def test_a_log_dropped_without_closing_gives_its_descriptors_back(tmp_path, cloc
         assert len(log.segments) > 1
         del log
     assert open_files() <= before + 2
+
+
+def test_delete_records_moves_the_log_start_into_a_segment_durably(tmp_path, clock):
+    log = PartitionLog(tmp_path / "p", small_config(), clock=clock)
+    fill(log, 40)  # 200 records over several segments
+    log.update_high_watermark(150)
+    segments = len(log.segments)
+    before = files_snapshot(tmp_path / "p")
+    for bad in (-1, 151, log.log_end_offset):
+        with pytest.raises(OffsetOutOfRangeError, match="outside"):
+            log.delete_records(bad)
+    assert files_snapshot(tmp_path / "p") == before  # refused: nothing changed
+    start = log.delete_records(123)
+    assert start == log.log_start_offset == 123 and len(log.segments) < segments
+    assert log.segments[0].base_offset < 123  # the start lies inside a kept segment
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(122)
+    # Reads return whole batches, as Kafka's: the one holding the start comes from its base
+    # (120); readers skip what lies below the offset they asked for.
+    assert [r.offset for r in all_records(log)][:4] == [120, 121, 122, 123]
+    assert log.offsets_for_time(NOW)[0] == 123  # deleted records are never an answer
+    with pytest.raises(OffsetOutOfRangeError):
+        log.delete_records(100)  # below the start: it never moves back
+    del log  # a crash: the start holds without a clean shutdown
+    reopened = PartitionLog(tmp_path / "p", small_config(), clock=clock)
+    assert reopened.log_start_offset == 123
+    reopened.close()
+    reopened = PartitionLog(tmp_path / "p", small_config(), clock=clock)
+    assert reopened.log_start_offset == 123
+    reopened.truncate_to(110)  # a follower cut below its start: new records are readable
+    assert reopened.log_start_offset == reopened.log_end_offset
+    fill(reopened, 2)
+    assert next(r.offset for r in all_records(reopened)) == reopened.log_start_offset < 123

@@ -686,3 +686,27 @@ def test_the_epoch_cache_follows_appends_elections_and_retention(tmp_path):
     start = rebuilt.log.log_start_offset
     assert start > 0 and rebuilt.epochs.entries[0].start_offset >= start
     rebuilt.log.close()
+
+
+def test_deleted_records_are_gone_for_readers_and_followers(tmp_path):
+    leader = lead(new_partition(tmp_path), 0, isr=(1, 2), replicas=(1, 2))
+    follower = new_partition(tmp_path, replica=2)
+    follow(follower, 1, 0)
+    append_batches(leader, 10)  # 30 records, batches of 3
+    sync(follower, leader)
+    with pytest.raises(NotLeaderError):
+        follower.delete_records(10, 0)
+    for bad in (31, -2, "10"):
+        with pytest.raises((OffsetOutOfRangeError, InvalidArgumentError)):
+            leader.delete_records(bad, 0)
+    assert leader.delete_records(10, 0) == 10  # inside the batch 9..11
+    assert leader.list_offset(EARLIEST, 0) == (10, -1)
+    assert leader.read_table(10, 12, 0).num_rows == 2
+    with pytest.raises(OffsetOutOfRangeError):
+        leader.fetch(9, 1 << 20, 0)
+    append_batches(leader, 1)
+    sync(follower, leader)  # the follower learns the start from its leader's fetch answers
+    assert follower.log.log_start_offset == 10
+    assert leader.delete_records(-1, 0) == leader.high_watermark == 33
+    leader.log.close()
+    follower.log.close()
