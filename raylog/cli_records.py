@@ -21,7 +21,7 @@ import time
 from collections import defaultdict
 from typing import Any, TextIO
 
-from raylog.cli import connect, report
+from raylog.cli import UsageError, connect, report
 from raylog.errors import InvalidRecordError, RaylogError, RecordTooLargeError
 
 SHOWN_LINES = 5  # line numbers listed per cause of refusal
@@ -190,7 +190,7 @@ def format_record(record: Any, fields: tuple[str, ...] | None) -> str:
 def _fields(args: argparse.Namespace) -> tuple[str, ...] | None:
     if args.fields is not None:
         if args.format is not None:
-            raise InvalidRecordError("give --print or --format, not both")
+            raise UsageError("give --print or --format, not both")
         return args.fields
     if args.format == "json":
         return None

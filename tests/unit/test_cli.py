@@ -70,6 +70,8 @@ def test_usage_errors_are_one_line_and_exit_2(argv, capsys):
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["topics", "alter", "t"], "topics alter needs --partitions, --set or --delete"),
+    (["consume", "t", "--print", "key", "--format", "json"],
+     "give --print or --format, not both"),
     (["topics", "create", "t", "--config", "a=1", "--config", "a=2"],
      "config 'a' is given twice"),
 ])
