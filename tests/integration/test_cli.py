@@ -367,7 +367,9 @@ def test_a_group_member_prints_nothing_twice_across_a_rebalance(ray_cluster, top
         wait_for(lambda: len(Admin().describe_group(group)["members"]) == 2 and
                  Admin().describe_group(group)["state"] == "stable", timeout=60,
                  what="both members in the group")
-        run("produce", topic_name, stdin="".join(f"b-{i}\n" for i in range(40)))
+        # Keyed, so they spread over the four partitions: both members get some.
+        run("produce", topic_name, "--key-separator", ":",
+            stdin="".join(f"k{i}:b-{i}\n" for i in range(40)))
         wait_for(lambda: sum("b-" in line for c in (first, second) for line in c.lines) >= 40,
                  timeout=60, what="the members printing 40 more records")
         assert first.interrupt()[0] == 0 and second.interrupt()[0] == 0
