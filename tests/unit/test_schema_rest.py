@@ -1,0 +1,135 @@
+"""The REST API as Confluent's own client sees it (confluent-kafka's SchemaRegistryClient,
+AvroSerializer, AvroDeserializer), served over an in-memory registry: no Ray."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.request
+
+import pytest
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from raylog.schemas.registry import MemoryLog, Registry
+from raylog.schemas.rest import RegistryHTTPServer, handle
+
+V1 = json.dumps({"type": "record", "name": "User", "fields": [{"name": "id", "type": "long"}]})
+V2 = json.dumps({"type": "record", "name": "User", "fields": [
+    {"name": "id", "type": "long"}, {"name": "email", "type": "string", "default": ""}]})
+NO_DEFAULT = json.dumps({"type": "record", "name": "User", "fields": [
+    {"name": "id", "type": "long"}, {"name": "phone", "type": "string"}]})
+
+
+@pytest.fixture
+def server():
+    server = RegistryHTTPServer(Registry(MemoryLog()), port=0, serialize=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+@pytest.fixture
+def client(server):
+    return SchemaRegistryClient({"url": server.url})
+
+
+def code(call) -> int:
+    with pytest.raises(SchemaRegistryError) as refused:
+        call()
+    return refused.value.error_code
+
+
+def test_register_get_lookup_through_confluents_client(client):
+    first = client.register_schema("users-value", Schema(V1, "AVRO"))
+    second = client.register_schema("users-value", Schema(V2, "AVRO"))
+    assert (first, second) == (1, 2)
+    assert client.get_subjects() == ["users-value"]
+    assert client.get_versions("users-value") == [1, 2]
+    latest = client.get_latest_version("users-value")
+    assert (latest.version, latest.schema_id) == (2, 2)
+    assert json.loads(latest.schema.schema_str) == json.loads(V2)
+    assert json.loads(client.get_version("users-value", 1).schema.schema_str) == json.loads(V1)
+    assert json.loads(client.get_schema(1).schema_str) == json.loads(V1)
+    found = client.lookup_schema("users-value", Schema(V1, "AVRO"))
+    assert (found.version, found.schema_id) == (1, 1)
+    assert client.get_subjects_by_schema_id(2) == ["users-value"]
+    assert client.get_schema_types() == ["AVRO"]
+
+
+def test_confluents_error_codes(client):
+    client.register_schema("s", Schema(V1, "AVRO"))
+    assert code(lambda: client.get_versions("nope")) == 40401
+    assert code(lambda: client.get_version("s", 7)) == 40402
+    assert code(lambda: client.get_schema(99)) == 40403
+    assert code(lambda: client.lookup_schema("s", Schema(V2, "AVRO"))) == 40403
+    assert code(lambda: client.register_schema("s", Schema(NO_DEFAULT, "AVRO"))) == 409
+    assert code(lambda: client.register_schema("s", Schema("{nope", "AVRO"))) == 42201
+    assert code(lambda: client.register_schema("s", Schema("{}", "PROTOBUF"))) == 42201
+    assert code(lambda: client.set_compatibility("s", "SIDEWAYS")) == 42203
+    assert code(lambda: client.get_compatibility("s")) == 40408
+    assert code(lambda: client.delete_version("s", 1, permanent=True)) == 40407
+    assert code(lambda: client.delete_subject("s", permanent=True)) == 40405
+
+
+def test_compatibility_and_config(client):
+    client.register_schema("s", Schema(V1, "AVRO"))
+    assert client.test_compatibility("s", Schema(V2, "AVRO")) is True
+    assert client.test_compatibility("s", Schema(NO_DEFAULT, "AVRO")) is False
+    assert client.get_compatibility() == "BACKWARD"
+    assert client.set_compatibility("s", "FORWARD") == {"compatibility": "FORWARD"}
+    assert client.get_compatibility("s") == "FORWARD"
+    assert client.test_compatibility("s", Schema(NO_DEFAULT, "AVRO")) is True
+    assert client.register_schema("s", Schema(NO_DEFAULT, "AVRO")) == 2
+    assert client.set_compatibility(level="NONE") == {"compatibility": "NONE"}
+    assert client.get_compatibility() == "NONE"
+
+
+def test_verbose_compatibility_says_what_breaks(server):
+    registry = server.registry
+    registry.register("s", V1)
+    status, answer = handle(registry, "POST", "/compatibility/subjects/s/versions/latest"
+                            "?verbose=true", json.dumps({"schema": NO_DEFAULT}).encode())
+    assert status == 200 and answer["is_compatible"] is False
+    assert "/phone" in answer["messages"][0]
+    assert handle(registry, "GET", "/nowhere")[0] == 404
+    assert handle(registry, "PUT", "/subjects")[0] == 405
+    assert handle(registry, "POST", "/subjects/s/versions", b"[")[0] == 400
+    encoded = handle(registry, "POST", "/subjects/a%2Fb/versions",
+                     json.dumps({"schema": V1}).encode())
+    assert encoded == (200, {"id": 1})
+    assert "a/b" in registry.subjects()
+
+
+def test_deletes(client):
+    client.register_schema("s", Schema(V1, "AVRO"))
+    client.register_schema("s", Schema(V2, "AVRO"))
+    assert client.delete_version("s", 1) == 1
+    assert client.get_versions("s") == [2]
+    assert client.delete_subject("s") == [2]
+    assert client.get_subjects() == []
+    assert client.delete_subject("s", permanent=True) == [1, 2]
+    assert code(lambda: client.get_schema(1)) == 40403
+
+
+def test_avro_serializer_and_deserializer_round_trip(client, server):
+    context = SerializationContext("users", MessageField.VALUE)
+    serializer = AvroSerializer(client, V2)
+    data = serializer({"id": 7, "email": "a@b"}, context)
+    assert data[0] == 0 and int.from_bytes(data[1:5], "big") == 1
+    assert server.registry.subjects() == ["users-value"]
+    assert AvroDeserializer(SchemaRegistryClient({"url": server.url}))(data, context) == {
+        "id": 7, "email": "a@b"}
+
+
+def test_the_http_answers_carry_the_registry_content_type(server):
+    with urllib.request.urlopen(f"{server.url}/config") as response:
+        assert response.headers["Content-Type"] == "application/vnd.schemaregistry.v1+json"
+        assert json.load(response) == {"compatibilityLevel": "BACKWARD"}
