@@ -220,3 +220,17 @@ class InvalidProducerEpochError(RaylogError):
 
 class ProduceFailedError(RaylogError):
     """Records sent since the last ``flush`` failed; each record's future holds its error."""
+
+
+class SourceUnavailableError(RaylogError):
+    """A mirror's source cluster (its Flight endpoint) cannot be reached right now."""
+
+    retriable = True
+
+
+class SourceAuthenticationError(RaylogError):
+    """A mirror's source endpoint refused the token it was given (or was given none)."""
+
+
+class MirrorPositionError(RaylogError):
+    """A mirror cannot tell from the target where a partition's copy stopped."""
