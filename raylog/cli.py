@@ -472,6 +472,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--partitions", type=_int_in(1), default=6)
     demo.add_argument("--embedded", action="store_true",
                       help="start an embedded local cluster even if RAY_ADDRESS names one")
+    from raylog.cli_schemas import add_parsers as add_schema_parsers
+
+    add_schema_parsers(commands, _json_flag, _int_in)
     _address_anywhere(commands)
     return parser
 
@@ -530,6 +533,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
             from raylog.cli_records import cmd_consume
 
             return cmd_consume(args, out)
+        if args.run in ("schemas", "registry"):
+            from raylog import cli_schemas
+
+            return getattr(cli_schemas, f"cmd_{args.run}")(args, out, connect)
         return globals()[f"cmd_{args.run}"](args, out)
     except (UsageError, argparse.ArgumentTypeError) as e:
         return report(e, 2)

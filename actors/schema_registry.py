@@ -1,0 +1,180 @@
+"""The schema registry actor: the one writer of ``_schemas``.
+
+One detached actor named ``raylog-schema-registry`` in namespace ``raylog``, on the head
+node, restarted by Ray after a crash, created by the first client that asks
+(``raylog/registry.py``). It holds a :class:`raylog.schemas.registry.Registry` over
+:class:`TopicLog`, raylog's own Producer and Consumer on the single partition of the
+compacted topic ``_schemas``: it replays the topic when it (re)starts, and every change is
+written with ``acks="all"`` and read back before it is answered. Its methods run one at a
+time (a synchronous actor), so the registry's ids are handed out by a single writer; every
+REST server and command line of the cluster goes through it (see docs/schemas.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import ray
+
+from actors import log_what_matters
+from raylog.errors import RaylogError, TopicExistsError
+from raylog.schemas.errors import RegistryStoreError
+from raylog.schemas.registry import Registry
+from raylog.schemas.state import SCHEMAS_TOPIC, Record
+from raylog.types import TopicPartition
+
+logger = logging.getLogger(__name__)
+
+READ_TIMEOUT_S = 30.0  # a replay that cannot reach the records it needs fails then
+INTERNAL_REPLICATION = 3  # as __consumer_offsets: min(3, brokers) replicas, and
+INTERNAL_MIN_INSYNC = 2   # min.insync.replicas 2 when there are 3
+SCHEMAS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": 64 << 20}
+
+
+def ensure_schemas_topic() -> None:
+    """Create ``_schemas`` if missing: one partition, compacted, replicated as raylog
+    replicates ``__consumer_offsets``."""
+    from raylog.client.admin import Admin
+
+    admin = Admin()
+    if SCHEMAS_TOPIC in admin.list_topics():
+        return
+    live = sum(1 for b in admin.cluster_status()["brokers"] if b["alive"])
+    factor = max(1, min(INTERNAL_REPLICATION, live))
+    configs = {**SCHEMAS_TOPIC_CONFIGS, "min.insync.replicas":
+               INTERNAL_MIN_INSYNC if factor >= INTERNAL_REPLICATION else 1}
+    with contextlib.suppress(TopicExistsError):  # another caller made it meanwhile
+        admin.create_topic(SCHEMAS_TOPIC, 1, factor, configs)
+        logger.info("created %s with %d replicas", SCHEMAS_TOPIC, factor)
+
+
+class TopicLog:
+    """The registry's log on ``_schemas`` partition 0 (a RegistryLog)."""
+
+    def __init__(self) -> None:
+        from raylog.client.consumer import Consumer
+        from raylog.client.producer import Producer
+
+        ensure_schemas_topic()
+        self.partition = TopicPartition(SCHEMAS_TOPIC, 0)
+        self.producer = Producer(acks="all", linger_ms=0)  # idempotent, as acks="all" is
+        # The leader: it knows the high watermark first, so a write reads back soonest.
+        self.consumer = Consumer(auto_offset_reset="earliest", enable_auto_commit=False,
+                                 fetch_from_nearest=False)
+        self.consumer.assign([self.partition])
+        self.consumer.seek_to_beginning(self.partition)
+
+    def append(self, records: list[Record]) -> int:
+        futures = [self.producer.send(SCHEMAS_TOPIC, value, key=key, partition=0)
+                   for key, value in records]
+        self.producer.flush()
+        return futures[-1].result().offset
+
+    def read(self, start: int, until: int | None) -> Iterator[tuple[int, bytes, bytes | None]]:
+        consumer, tp = self.consumer, self.partition
+        if consumer.position(tp) != start:
+            consumer.seek(tp, start)
+        end = consumer.end_offsets([tp])[tp] if until is None else until + 1
+        deadline = time.monotonic() + READ_TIMEOUT_S
+        while consumer.position(tp) < end:
+            if time.monotonic() > deadline:
+                raise RegistryStoreError(f"{SCHEMAS_TOPIC} gave no records up to offset {end} "
+                                         f"within {READ_TIMEOUT_S} s")
+            for record in consumer.poll(timeout_ms=200):
+                yield record.offset, record.key, record.value
+
+    def close(self) -> None:
+        self.producer.close()
+        self.consumer.close()
+
+
+@ray.remote(num_cpus=0)
+class SchemaRegistryActor:
+    """Holds the Registry, built (by replaying ``_schemas``) on the first call; a call that
+    finds the log unusable drops it, so the next call replays again."""
+
+    def __init__(self) -> None:
+        log_what_matters()
+        self._registry: Registry | None = None
+        self._log: TopicLog | None = None
+
+    def _loaded(self) -> Registry:
+        if self._registry is None:
+            started = time.monotonic()
+            try:
+                self._log = self._log or TopicLog()
+                self._registry = Registry(self._log)
+            except RaylogError as e:
+                self._drop()
+                raise RegistryStoreError(f"the schema registry cannot load {SCHEMAS_TOPIC} "
+                                         f"yet: {e}") from e
+            state = self._registry.state
+            logger.info("schema registry loaded %d records of %s in %.2f s: %d subjects, "
+                        "max id %d", state.next_offset, SCHEMAS_TOPIC,
+                        time.monotonic() - started, len(state.subjects), state.max_id)
+        return self._registry
+
+    def _drop(self) -> None:
+        if self._log is not None:
+            with contextlib.suppress(Exception):  # the log is being given up anyway
+                self._log.close()
+        self._log = self._registry = None
+
+    def _do(self, method: str, *args: Any) -> Any:
+        registry = self._loaded()
+        try:
+            return getattr(registry, method)(*args)
+        except RegistryStoreError:
+            self._drop()  # what the log holds is unknown now: replay on the next call
+            raise
+
+    def ready(self) -> dict[str, Any]:
+        state = self._loaded().state
+        return {"subjects": len(state.subjects), "max_id": state.max_id,
+                "records": state.next_offset}
+
+    def register(self, subject: str, schema: str, schema_type: str | None = None,
+                 references: list | None = None) -> dict[str, Any]:
+        return self._do("register", subject, schema, schema_type, references)
+
+    def lookup(self, subject: str, schema: str, schema_type: str | None = None,
+               references: list | None = None, deleted: bool = False) -> dict[str, Any]:
+        return self._do("lookup", subject, schema, schema_type, references, deleted)
+
+    def schema(self, schema_id: int) -> dict[str, Any]:
+        return self._do("schema", schema_id)
+
+    def versions_of_id(self, schema_id: int, deleted: bool = False) -> list[dict[str, Any]]:
+        return self._do("versions_of_id", schema_id, deleted)
+
+    def subjects(self, deleted: bool = False, prefix: str = "") -> list[str]:
+        return self._do("subjects", deleted, prefix)
+
+    def versions(self, subject: str, deleted: bool = False) -> list[int]:
+        return self._do("versions", subject, deleted)
+
+    def version(self, subject: str, spec: object, deleted: bool = False) -> dict[str, Any]:
+        return self._do("version", subject, spec, deleted)
+
+    def delete_subject(self, subject: str, permanent: bool = False) -> list[int]:
+        return self._do("delete_subject", subject, permanent)
+
+    def delete_version(self, subject: str, spec: object, permanent: bool = False) -> int:
+        return self._do("delete_version", subject, spec, permanent)
+
+    def check(self, subject: str, schema: str, spec: object | None = None,
+              schema_type: str | None = None, references: list | None = None) -> list[str]:
+        return self._do("check", subject, schema, spec, schema_type, references)
+
+    def config(self, subject: str | None = None, default_to_global: bool = False) -> str:
+        return self._do("config", subject, default_to_global)
+
+    def set_config(self, subject: str | None, level: object) -> str:
+        return self._do("set_config", subject, level)
+
+    def delete_config(self, subject: str | None = None) -> str:
+        return self._do("delete_config", subject)
