@@ -4,7 +4,6 @@ AvroSerializer, AvroDeserializer), served over an in-memory registry: no Ray."""
 from __future__ import annotations
 
 import json
-import threading
 import urllib.request
 
 import pytest
@@ -13,8 +12,8 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerialize
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from raylog.schemas.registry import MemoryLog, Registry
-from raylog.schemas.rest import RegistryHTTPServer, handle
+from raylog.schemas.rest import handle
+from tests.unit.registry_server import registry_server
 
 V1 = json.dumps({"type": "record", "name": "User", "fields": [{"name": "id", "type": "long"}]})
 V2 = json.dumps({"type": "record", "name": "User", "fields": [
@@ -25,15 +24,8 @@ NO_DEFAULT = json.dumps({"type": "record", "name": "User", "fields": [
 
 @pytest.fixture
 def server():
-    server = RegistryHTTPServer(Registry(MemoryLog()), port=0, serialize=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with registry_server() as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
 
 
 @pytest.fixture
