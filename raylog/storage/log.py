@@ -39,7 +39,7 @@ from raylog.records.header import NO_LEADER_EPOCH, BatchHeader, iter_headers, va
 from raylog.records.payload import check_payload, decode, offsets_of
 from raylog.storage import files
 from raylog.storage.checkpoint import Checkpoint
-from raylog.storage.cleaner import CleanerStats, clean_batch, newest_offsets
+from raylog.storage.cleaner import CleanerStats, Compactor, finish_interrupted_cleaning
 from raylog.storage.config import LogConfig
 from raylog.storage.segment import LOG_SUFFIX, LogSegment
 
@@ -47,8 +47,6 @@ CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
 RECOVERY_POINT_FILE = "recovery-point-checkpoint"
 HIGH_WATERMARK_FILE = "high-watermark-checkpoint"
 LOG_START_FILE = "log-start-offset-checkpoint"  # only once records were deleted mid-segment
-CLEANED_SUFFIX = ".cleaned"
-SWAP_SUFFIX = ".swap"
 
 
 def wall_clock_ms() -> int:
@@ -97,8 +95,7 @@ class PartitionLog:
         self._closed = False
         self._unflushed_records = 0
         self._last_flush_ms = clock()
-        self._cleaned_to = -1  # compaction has seen the segments ending at or below this
-        self._last_clean_ms = clock()
+        self._compactor = Compactor(self.directory, self.config, clock)
         self.recovery = self._open()
         # Records below this were deleted (delete_records) though their segment stays.
         self._start_floor = self._start_checkpoint.read_offset() or 0
@@ -116,7 +113,7 @@ class PartitionLog:
             # or after appends, must not find a marker vouching for unchecked segments.
             files.remove(marker)
             files.fsync_dir(self.directory)
-        self._finish_interrupted_cleaning()
+        finish_interrupted_cleaning(self.directory, self.config.index_interval_bytes)
         bases = sorted(int(p.name[: -len(LOG_SUFFIX)]) for p in self.directory.glob("*.log")
                        if p.name[: -len(LOG_SUFFIX)].isdigit())
         recovery_point = (self._recovery_checkpoint.read_offset() or 0) if not clean else None
@@ -160,26 +157,6 @@ class PartitionLog:
                 LogSegment(self.directory, 0, self.config.index_interval_bytes, create=True))
         self._recovery_checkpoint.write_offset(self.log_end_offset)
         return RecoveryInfo(clean, recovered, truncated, dropped)
-
-    def _finish_interrupted_cleaning(self) -> None:
-        """Discard compaction output never swapped in; complete a swap a crash interrupted."""
-        for path in self.directory.glob(f"*{CLEANED_SUFFIX}"):
-            files.remove(path)
-        files.fsync_dir(self.directory)
-        for path in sorted(self.directory.glob(f"*{LOG_SUFFIX}{SWAP_SUFFIX}")):
-            base = int(path.name.split(".")[0])
-            swapped = LogSegment(self.directory, base, self.config.index_interval_bytes,
-                                 suffix=SWAP_SUFFIX)
-            swapped.recover()
-            for old in self.directory.glob(f"*{LOG_SUFFIX}"):
-                old_base = int(old.name[: -len(LOG_SUFFIX)])
-                if base <= old_base < max(swapped.next_offset, base + 1):
-                    LogSegment(self.directory, old_base, 1).delete()
-            swapped.rename_suffix("")
-            swapped.close()
-            for leftover in self.directory.glob(f"*{SWAP_SUFFIX}"):
-                files.remove(leftover)
-            files.fsync_dir(self.directory)
 
     # -- state -------------------------------------------------------------------------------
 
@@ -566,74 +543,13 @@ class PartitionLog:
         return self._delete_oldest(doomed)
 
     def compact(self, max_offset: int | None = None) -> CleanerStats:
-        """Keep only the newest record per key in the segments before the active one.
-
-        Only segments entirely below ``max_offset`` (default: the log end offset) are
-        cleaned. Kept records keep their offsets. Crash-safe: output is written beside the
-        segments and swapped in (see :meth:`_finish_interrupted_cleaning`). Does nothing
-        (empty stats) unless a segment rolled since the last pass or ``delete_retention_ms``
-        passed, since nothing else can change what compaction keeps.
-        """
+        """Keep only the newest record per key in the segments before the active one, below
+        ``max_offset`` (default: the log end offset); see :class:`Compactor`."""
         self._check_open()
-        stats = CleanerStats()
         if not self.config.compact:
-            return stats
+            return CleanerStats()
         limit = self.log_end_offset if max_offset is None else max_offset
-        cleanable = [s for s in self._segments[:-1] if s.next_offset <= limit]
-        now = self.clock()
-        # Clean when segments rolled since the last pass, or when tombstones may have expired.
-        if not cleanable or (cleanable[-1].next_offset <= self._cleaned_to
-                             and now - self._last_clean_ms < self.config.delete_retention_ms):
-            return stats
-        self._cleaned_to = cleanable[-1].next_offset
-        self._last_clean_ms = now
-        newest = newest_offsets(batch for s in cleanable for batch in s.batches())
-        horizon = now - self.config.delete_retention_ms
-        for group in self._groups(cleanable):
-            cleaned = LogSegment(self.directory, group[0].base_offset,
-                                 self.config.index_interval_bytes, create=True,
-                                 suffix=CLEANED_SUFFIX)
-            for segment in group:
-                drop_tombstones = segment.max_timestamp < horizon
-                for header, buf, pos in segment.batches():
-                    stats.records_read += header.record_count
-                    out = clean_batch(header, buf, pos, newest, drop_tombstones)
-                    if out is None:
-                        stats.records_removed += header.record_count
-                        continue
-                    out_header = validate_batch(out)
-                    cleaned.append_stored(out_header, out)
-                    stats.records_removed += header.record_count - out_header.record_count
-                stats.bytes_before += segment.size
-            stats.bytes_after += cleaned.size
-            stats.segments_cleaned += len(group)
-            self._swap_in(group, cleaned)
-        return stats
-
-    def _groups(self, segments: list[LogSegment]) -> list[list[LogSegment]]:
-        """Consecutive segments whose total size fits one segment, merged when cleaned."""
-        groups: list[list[LogSegment]] = []
-        for segment in segments:
-            if groups and (
-                sum(s.size for s in groups[-1]) + segment.size <= self.config.segment_bytes
-                and segment.next_offset - groups[-1][0].base_offset <= 2**32 - 1
-            ):
-                groups[-1].append(segment)
-            else:
-                groups.append([segment])
-        return groups
-
-    def _swap_in(self, group: list[LogSegment], cleaned: LogSegment) -> None:
-        # Each step is durable before the next (renames and deletions sync the directory):
-        # a crash leaves either the old segments, or a .swap that the next open finishes
-        # swapping in, never a merged segment beside an old one it overlaps.
-        cleaned.flush()
-        cleaned.rename_suffix(SWAP_SUFFIX)
-        for segment in group:
-            segment.delete()
-        cleaned.rename_suffix("")
-        i = self._segments.index(group[0])
-        self._segments[i:i + len(group)] = [cleaned]
+        return self._compactor.compact(self._segments, limit)
 
     # -- closing -------------------------------------------------------------------------------
 
