@@ -1,0 +1,502 @@
+"""The benchmark suite: raylog's throughput and latency next to Redis Streams and Ray's queue.
+
+Run from the repository root (or as ``raylog bench``)::
+
+    .venv/bin/python benchmarks/suite.py [--quick] [--out DIR] [--publish]
+
+``--quick`` takes about three minutes on this shared 2-core machine (it must stay under six),
+the full run about ten. It writes ``results.json``, ``results.md`` (Markdown tables) and
+``throughput.png``, ``latency.png``, ``curve.png`` into DIR (default
+``benchmarks/results/suite``); ``--publish`` also regenerates ``benchmarks/RESULTS.md``, its
+plots in ``benchmarks/plots/`` and the README's benchmark section from this run.
+
+Two clusters, one after the other, each started and stopped by the suite:
+
+one node   ``raylog.init(address="local")``: an embedded single-node Ray cluster whose node
+           is a broker (what a user gets on one machine). Topics of 6 partitions,
+           replication factor 1, ``retention.ms=-1``. Measured here, rounds alternated so
+           that raylog and its peers share the machine's load alike:
+           - produce: one producer process (a Ray actor) ``send``s each 100-byte value, then
+             ``flush``es (acks=1, the defaults otherwise); ``send_batch`` of an Arrow table
+             from the driver; Redis XADD pipelined; the queue's ``put_nowait_batch``.
+           - consume: one consumer process reading a pre-filled topic from the start, a
+             group of three reading it together (``groups.py``'s members); Redis XRANGE;
+             the queue's ``get_nowait_batch``.
+           - end-to-end latency at a fixed offered load, ``linger_ms=0`` and the default;
+           - the curve: each ``linger_ms`` and ``batch_size`` point's unthrottled throughput
+             and its latency at a fixed offered load.
+3 brokers  a ``ray.cluster_utils.Cluster`` (a head and 3 broker nodes on this machine): 100-byte
+           and 1 KB values, 1 and 3 producer processes, replication factor 1 with acks=1 and
+           3 with acks=all (``min.insync.replicas=2``), all cells alternated round by round.
+
+Every figure is the best of its timed rounds after one warm-up round; the JSON keeps every
+round's seconds. Checks outside the timed regions: each produce round grew its topic by
+exactly the records sent; each consume round read exactly the topic's records of 100 bytes;
+the queue gave back what was put; Redis read back the records it was given; each latency run
+received every record sent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from suite_report import add_ratios, latency_summary, targets_report, write_results
+
+from common import RESULTS_DIR, alternate, machine_info
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = RESULTS_DIR / "suite"
+PARTITIONS = 6
+KEEP = {"retention.ms": -1}
+
+
+@dataclasses.dataclass(frozen=True)
+class Mode:
+    name: str
+    records: int            # per produce round, one producer, 100 B
+    arrow_records: int      # per send_batch round
+    peer_records: int       # per Redis / queue round (a multiple of 1,000)
+    consume_records: int    # in the pre-filled consume topic
+    rounds: int             # timed rounds, after one warm-up round
+    latency_rate: int       # records/s offered in the latency runs
+    latency_seconds: float
+    curve_linger_ms: tuple[int, ...]
+    curve_batch_sizes: tuple[int, ...]
+    curve_records: int      # per unthrottled curve run
+    curve_rate: int         # records/s offered for the curve's latency
+    curve_seconds: float
+    matrix_records: int     # per producer per round, 100 B (a tenth of that for 1 KB)
+    matrix_rounds: int
+
+
+KIB = 1024
+QUICK = Mode("quick", records=1_000_000, arrow_records=2_000_000, peer_records=400_000,
+             consume_records=1_000_000, rounds=2, latency_rate=10_000, latency_seconds=4,
+             curve_linger_ms=(0, 5, 50), curve_batch_sizes=(16 * KIB, 256 * KIB, 4096 * KIB),
+             curve_records=300_000, curve_rate=50_000, curve_seconds=1.5,
+             matrix_records=250_000, matrix_rounds=1)
+FULL = Mode("full", records=3_000_000, arrow_records=6_000_000, peer_records=1_000_000,
+            consume_records=3_000_000, rounds=3, latency_rate=10_000, latency_seconds=15,
+            curve_linger_ms=(0, 1, 5, 20, 50, 100),
+            curve_batch_sizes=(16 * KIB, 64 * KIB, 256 * KIB, 1024 * KIB, 4096 * KIB,
+                               16384 * KIB),
+            curve_records=1_000_000, curve_rate=50_000, curve_seconds=4,
+            matrix_records=600_000, matrix_rounds=3)
+DEFAULT_LINGER_MS = 5            # ProducerConfig's defaults, which the curve varies around
+DEFAULT_BATCH_SIZE = 4096 * KIB
+
+
+class Steps:
+    """The suite's progress bar: one step per workload."""
+
+    def __init__(self, total: int) -> None:
+        from raylog.progress import progress
+
+        self.bar = progress(total, "benchmark suite", "steps")
+
+    @contextlib.contextmanager
+    def step(self, what: str) -> Iterator[None]:
+        print(f"-- {what}", file=sys.stderr, flush=True)
+        yield
+        self.bar.update()
+
+
+def best(seconds: list[float], amount: float) -> float:
+    return amount / min(seconds)
+
+
+# -- the single node: raylog and its peers -----------------------------------------------------
+
+def single_node(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
+    import pyarrow as pa
+    import ray
+    from groups import ConsumeGroups
+    from produce_consume import QUEUE_BATCH, Topic, produce_table, queue_get, queue_put
+    from ray.util.queue import Queue
+    from suite_peers import redis_consume, redis_info, redis_or_none, redis_produce
+    from suite_raylog import make_values, produce_round, start_workers, stop_workers
+
+    import raylog
+    from raylog import Producer
+    from raylog.client.connection import reset_default
+    from raylog.cluster_names import DATA_DIR_ENV
+
+    from common import binary_array, generate_values, input_frozen
+
+    out: dict[str, Any] = {}
+    try:
+        cluster = raylog.init(address="local", data_dir=root / "single")
+        node = ray.get_runtime_context().get_node_id()
+        queue = Queue(maxsize=0, actor_options={"num_cpus": 0})
+        workers = start_workers(1, node)
+        with redis_or_none() as (redis, missing), input_frozen():
+            out["redis"] = redis_info(redis, missing)
+            with steps.step("producing: raylog send and send_batch, Redis XADD, Ray queue"):
+                peer_values = make_values(mode.peer_records, 100, seed=1)
+                chunks = [peer_values[i:i + QUEUE_BATCH]
+                          for i in range(0, len(peer_values), QUEUE_BATCH)]
+                table = pa.table({"value": binary_array(generate_values(mode.arrow_records))})
+                ray.get(workers[0].prepare.remote(mode.records, 100, 0))
+                produced, arrowed = Topic(cluster, "produce"), Topic(cluster, "arrow")
+                cpu: list[float] = []
+                with Producer() as arrow_producer:
+                    def raylog_send() -> float:
+                        before = produced.end_offsets()
+                        run = produce_round(workers, "produce", 100, {})
+                        produced.check_grew(before, mode.records)
+                        cpu.append(run["cpu_seconds"])
+                        return run["seconds"]
+
+                    def raylog_arrow() -> float:
+                        before = arrowed.end_offsets()
+                        start = time.perf_counter()
+                        produce_table(arrow_producer, "arrow", table)
+                        seconds = time.perf_counter() - start
+                        arrowed.check_grew(before, mode.arrow_records)
+                        return seconds
+
+                    def queue_step() -> float:
+                        start = time.perf_counter()
+                        queue_put(queue, chunks)
+                        return time.perf_counter() - start
+
+                    produce_steps: dict[str, Callable[[], float]] = {
+                        "raylog": raylog_send, "raylog_arrow": raylog_arrow, "queue": queue_step}
+                    if redis is not None:
+                        produce_steps["redis"] = lambda: redis_produce(redis, peer_values)
+                    seconds = alternate(mode.rounds, produce_steps)
+                out["produce_seconds"] = seconds
+                out["produce_records_per_s"] = best(seconds["raylog"], mode.records)
+                out["produce_records_per_cpu_s"] = mode.records / min(cpu[1:])
+                out["produce_arrow_records_per_s"] = best(seconds["raylog_arrow"],
+                                                          mode.arrow_records)
+                out["queue_produce_records_per_s"] = best(seconds["queue"], mode.peer_records)
+                out["redis_produce_records_per_s"] = best(seconds["redis"], mode.peer_records) \
+                    if redis is not None else None
+
+            with steps.step("consuming: one raylog consumer and a group of 3, Redis XRANGE, "
+                            "Ray queue"):
+                groups = ConsumeGroups(cluster, generate_values(mode.consume_records, seed=2))
+                try:
+                    def queue_get_step() -> float:
+                        start = time.perf_counter()
+                        got = queue_get(queue, mode.peer_records)
+                        seconds = time.perf_counter() - start
+                        if got != peer_values:
+                            raise RuntimeError("the Ray queue gave back other values")
+                        return seconds
+
+                    def redis_read() -> float:
+                        seconds, seen, size = redis_consume(redis, mode.peer_records)
+                        if (seen, size) != (mode.peer_records, 100 * mode.peer_records):
+                            raise RuntimeError(f"Redis read {seen:,} records, {size:,} bytes")
+                        return seconds
+
+                    consume_steps: dict[str, Callable[[], float]] = {
+                        "raylog": lambda: groups.run(groups.single).seconds,
+                        "raylog_group": lambda: groups.run(groups.group).seconds,
+                        "queue": queue_get_step}
+                    if redis is not None:
+                        consume_steps["redis"] = redis_read
+                    seconds = alternate(mode.rounds, consume_steps)
+                finally:
+                    groups.close()
+                out["consume_seconds"] = seconds
+                out["consume_records_per_s"] = best(seconds["raylog"], mode.consume_records)
+                out["consume_group_records_per_s"] = best(seconds["raylog_group"],
+                                                          mode.consume_records)
+                out["queue_consume_records_per_s"] = best(seconds["queue"], mode.peer_records)
+                out["redis_consume_records_per_s"] = best(seconds["redis"], mode.peer_records) \
+                    if redis is not None else None
+            stop_workers(workers)
+            queue.shutdown()
+            out.update(latency_and_curve(mode, cluster, steps))
+    finally:
+        reset_default()
+        ray.shutdown()
+        os.environ.pop(DATA_DIR_ENV, None)
+    return out
+
+
+def latency_and_curve(mode: Mode, cluster: Any, steps: Steps) -> dict[str, Any]:
+    import ray
+    from produce_consume import Topic
+    from suite_raylog import LatencyProbe, make_values, measure_latency, unthrottled
+
+    from raylog import Producer
+
+    Topic(cluster, "latency")
+    curve_topic = Topic(cluster, "curve")
+    probe = LatencyProbe.remote("latency", PARTITIONS)
+    out: dict[str, Any] = {}
+    try:
+        with steps.step(f"end-to-end latency at {mode.latency_rate:,} records/s"):
+            runs = []
+            for linger_ms in (0, DEFAULT_LINGER_MS):
+                latencies = measure_latency(probe, "latency", mode.latency_rate,
+                                            mode.latency_seconds, {"linger_ms": linger_ms})
+                runs.append({"linger_ms": linger_ms,
+                             "offered_records_per_s": mode.latency_rate,
+                             **latency_summary(latencies.tolist())})
+            out["latency"] = {"runs": runs}
+            out["e2e_p50_ms"], out["e2e_p99_ms"], out["e2e_p999_ms"] = (
+                runs[0]["p50_ms"], runs[0]["p99_ms"], runs[0]["p999_ms"])
+            out["e2e_default_p50_ms"], out["e2e_default_p99_ms"], out["e2e_default_p999_ms"] = (
+                runs[1]["p50_ms"], runs[1]["p99_ms"], runs[1]["p999_ms"])
+
+        with steps.step("the latency/throughput curve"):
+            values = make_values(mode.curve_records, 100, seed=3)
+            settings = sorted({(linger, DEFAULT_BATCH_SIZE) for linger in mode.curve_linger_ms}
+                              | {(DEFAULT_LINGER_MS, size) for size in mode.curve_batch_sizes})
+            points = []
+            for linger_ms, batch_size in settings:
+                config = {"linger_ms": linger_ms, "batch_size": batch_size}
+                with Producer(**config) as producer:
+                    unthrottled(producer, "curve", values[:1000])  # warm-up
+                    before = curve_topic.end_offsets()
+                    seconds = min(unthrottled(producer, "curve", values) for _ in range(2))
+                    curve_topic.check_grew(before, 2 * len(values))
+                latencies = measure_latency(probe, "latency", mode.curve_rate,
+                                            mode.curve_seconds, config)
+                summary = latency_summary(latencies.tolist())
+                points.append({**config, "records_per_s": len(values) / seconds,
+                               "p50_ms": summary["p50_ms"], "p99_ms": summary["p99_ms"],
+                               "p999_ms": summary["p999_ms"]})
+            out["curve"] = {"points": points, "offered_records_per_s": mode.curve_rate,
+                            "defaults": {"linger_ms": DEFAULT_LINGER_MS,
+                                         "batch_size": DEFAULT_BATCH_SIZE}}
+    finally:
+        with contextlib.suppress(ray.exceptions.RayError):
+            ray.get(probe.close.remote(), timeout=30)
+        ray.kill(probe, no_restart=True)
+    return out
+
+
+# -- three brokers: the replication matrix -----------------------------------------------------
+
+def replicated(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
+    import ray
+    from ray.cluster_utils import Cluster
+    from replication import NODE_ARGS, in_sync, wait_until
+    from suite_raylog import produce_round, start_workers, stop_workers
+
+    import raylog
+    from raylog import Admin
+    from raylog.client.connection import reset_default
+    from raylog.cluster_names import BROKER_RESOURCE, DATA_DIR_ENV
+
+    sizes = {100: mode.matrix_records, 1000: mode.matrix_records // 10}
+    cluster = None
+    try:
+        with steps.step("starting 3 brokers (ray.cluster_utils.Cluster)"):
+            cluster = Cluster(initialize_head=True, head_node_args={
+                **NODE_ARGS, "include_dashboard": False,
+                "env_vars": {DATA_DIR_ENV: str(root / "head")}})
+            for i in range(3):
+                cluster.add_node(**NODE_ARGS, resources={BROKER_RESOURCE: 1},
+                                 env_vars={DATA_DIR_ENV: str(root / f"broker-{i}")})
+            cluster.wait_for_nodes()
+            raylog.init(address=cluster.address)
+            admin = Admin()
+            admin.create_topic("rf1", PARTITIONS, 1, KEEP)
+            admin.create_topic("rf3", PARTITIONS, 3, {**KEEP, "min.insync.replicas": 2})
+            wait_until(lambda: in_sync(admin, "rf3"), 120, "rf3 in sync")
+            workers = start_workers(3, ray.get_runtime_context().get_node_id())
+            ray.get([w.prepare.remote(count, size, seed)
+                     for seed, w in enumerate(workers) for size, count in sizes.items()])
+        with steps.step("the replication matrix: 100 B and 1 KB, 1 and 3 producers, "
+                        "rf 1 acks=1 and rf 3 acks=all"):
+            cells = {}
+            for size in sizes:
+                for producers in (1, 3):
+                    for topic, acks in (("rf1", 1), ("rf3", "all")):
+                        cells[f"{size}B-{producers}p-{topic}"] = (size, producers, topic, acks)
+            runs: dict[str, list[dict[str, float]]] = {name: [] for name in cells}
+
+            def cell_step(name: str) -> Callable[[], float]:
+                size, producers, topic, acks = cells[name]
+
+                def step() -> float:
+                    run = produce_round(workers[:producers], topic, size, {"acks": acks})
+                    runs[name].append(run)
+                    return run["seconds"]
+                return step
+
+            seconds = alternate(mode.matrix_rounds, {name: cell_step(name) for name in cells})
+            stop_workers(workers)
+            check_matrix(admin, cells, runs)
+    finally:
+        reset_default()
+        ray.shutdown()
+        if cluster is not None:
+            cluster.shutdown()
+    out_cells = []
+    for name, (size, producers, topic, acks) in cells.items():
+        records = runs[name][0]["records"]
+        out_cells.append({"value_bytes": size, "producers": producers,
+                          "replication_factor": int(topic[2]), "acks": acks,
+                          "records_per_s": records / min(seconds[name]),
+                          "records_per_cpu_s": records / min(
+                              r["cpu_seconds"] for r in runs[name][1:])})
+    rf1 = next(c for c in out_cells if c["value_bytes"] == 100 and c["producers"] == 1
+               and c["replication_factor"] == 1)["records_per_s"]
+    rf3 = next(c for c in out_cells if c["value_bytes"] == 100 and c["producers"] == 1
+               and c["replication_factor"] == 3)["records_per_s"]
+    return {"cells": out_cells, "seconds": seconds, "rf1_acks1_records_per_s": rf1,
+            "rf3_acksall_records_per_s": rf3}
+
+
+def check_matrix(admin: Any, cells: dict[str, tuple[Any, ...]],
+                 runs: dict[str, list[dict[str, float]]]) -> None:
+    """Each topic holds exactly the records its cells sent: nothing lost, nothing twice."""
+    from raylog import Consumer, TopicPartition
+
+    sent = {"rf1": 0, "rf3": 0}
+    for name, (_, _, topic, _) in cells.items():
+        sent[topic] += sum(r["records"] for r in runs[name])
+    with Consumer() as consumer:
+        for topic, count in sent.items():
+            tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+            if (held := sum(consumer.end_offsets(tps).values())) != count:
+                raise RuntimeError(f"{topic} holds {held:,} records, {count:,} were sent")
+
+
+# -- the run -----------------------------------------------------------------------------------
+
+METHOD = [
+    "Values: common.py's 100-byte JSON page views (seeded, varied, so LZ4 does real work); "
+    "1 KB values are ten of them back to back. No keys, no headers.",
+    "Producers: `Producer` with its defaults (acks=1, linger_ms=5, batch_size=4 MiB, LZ4) "
+    "unless stated; each producer is its own process (a Ray actor on the driver's node) "
+    "calling `send(topic, value)` per record, then `flush()`; timed from the first send to the "
+    "last flush's return. Records per CPU-second: the producing process's CPU time (all its "
+    "threads, Ray's included) over the same span.",
+    "send_batch: the driver sends one Arrow table (`value` column only) and waits for it.",
+    "Consumers: groups.py's members, each its own process, reading the pre-filled topic from "
+    "the beginning to its end offsets with `poll` (max_poll_records=500), touching every "
+    "value; timed from the driver's call until the last member finished.",
+    "Ray queue: `ray.util.queue.Queue(maxsize=0)`, `put_nowait_batch` / "
+    "`get_nowait_batch` of 1,000 values from the driver.",
+    "Latency: a probe consumer in its own process on every partition; the driver sends "
+    "100-byte values at the offered rate, each starting with `time.monotonic_ns()` at its "
+    "`send` call; latency is the probe's clock when `poll` returned the record minus that.",
+    "Curve: for each (linger_ms, batch_size) a producer in the driver sends the curve's "
+    "values unthrottled (best of 2) for the throughput, then the latency probe measures it "
+    "at the curve's offered rate.",
+    "Every figure is the best of the timed rounds after one warm-up round; raylog and its "
+    "peers alternate round by round, so ratios compare the same moments of a shared machine.",
+]
+
+
+def run(mode: Mode) -> dict[str, Any]:
+    import ray
+
+    started, load_at_start = time.perf_counter(), os.getloadavg()
+    root = Path(tempfile.mkdtemp(prefix="raylog-bench-suite-"))
+    steps = Steps(6)
+    try:
+        single = single_node(mode, root, steps)
+        matrix = replicated(mode, root, steps)
+    finally:
+        steps.bar.close()
+        shutil.rmtree(root, ignore_errors=True)
+    figures = {name: single.get(name) for name in (
+        "produce_records_per_s", "produce_arrow_records_per_s", "consume_records_per_s",
+        "consume_group_records_per_s", "e2e_p50_ms", "e2e_p99_ms", "e2e_p999_ms",
+        "e2e_default_p50_ms", "e2e_default_p99_ms", "e2e_default_p999_ms",
+        "redis_produce_records_per_s", "redis_consume_records_per_s",
+        "queue_produce_records_per_s", "queue_consume_records_per_s")}
+    figures["produce_mb_per_s"] = figures["produce_records_per_s"] * 100 / 1e6
+    figures["produce_rf3_acksall_records_per_s"] = matrix["rf3_acksall_records_per_s"]
+    figures["produce_rf1_acks1_3brokers_records_per_s"] = matrix["rf1_acks1_records_per_s"]
+    figures["rf3_over_rf1"] = matrix["rf3_acksall_records_per_s"] / \
+        matrix["rf1_acks1_records_per_s"]
+    add_ratios(figures)
+    return {
+        **figures,
+        "targets": targets_report(figures),
+        "mode": mode.name,
+        "finished_at": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": _commit(),
+        "config": dataclasses.asdict(mode),
+        "single_node": {k: v for k, v in single.items()
+                        if k not in figures and k not in ("redis", "latency", "curve")},
+        "replicated": matrix,
+        "latency": single["latency"],
+        "curve": single["curve"],
+        "redis": single["redis"],
+        "queue": {"workload": "`put_nowait_batch` / `get_nowait_batch` of 1,000 values, "
+                              "`maxsize=0`, from the driver"},
+        "method": METHOD,
+        "machine": {**machine_info(ray=ray.__version__),
+                    "load_average_1m": {"start": load_at_start[0],
+                                        "end": os.getloadavg()[0]}},
+        "wall_seconds": time.perf_counter() - started,
+    }
+
+
+def _commit() -> str | None:
+    try:
+        done = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, timeout=10)
+    except OSError:
+        return None
+    return done.stdout.strip() or None
+
+
+def publish(results: dict[str, Any], out: Path, argv: list[str]) -> None:
+    """Regenerate benchmarks/RESULTS.md, benchmarks/plots/ and the README's section."""
+    from suite_others import other_sections
+    from suite_report import PLOTS, readme_section, replace_section, results_document
+
+    plots = REPO / "benchmarks" / "plots"
+    plots.mkdir(exist_ok=True)
+    for name in PLOTS:
+        shutil.copyfile(out / name, plots / name)
+    command = " ".join(["python benchmarks/suite.py", *(a for a in argv if a != "--publish")])
+    commands = ["make bench  # installs redis-server if it can, then runs the suite",
+                f".venv/bin/{command}"]
+    (REPO / "benchmarks" / "RESULTS.md").write_text(
+        results_document(results, "plots", commands, other_sections()))
+    readme = REPO / "README.md"
+    readme.write_text(replace_section(readme.read_text(),
+                                      readme_section(results, "benchmarks/plots", commands)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="fewer records and points (about three minutes here)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR",
+                        help=f"where to write results.json, results.md and the plots "
+                             f"(default: {DEFAULT_OUT})")
+    parser.add_argument("--publish", action="store_true",
+                        help="also regenerate benchmarks/RESULTS.md, benchmarks/plots/ and "
+                             "the README's benchmark section from this run")
+    args = parser.parse_args(argv)
+    results = run(QUICK if args.quick else FULL)
+    written = write_results(args.out, results)
+    if args.publish:
+        publish(results, args.out, sys.argv[1:] if argv is None else argv)
+    print((args.out / "results.md").read_text())
+    if not results["redis"]["available"]:
+        print(f"NOTE: Redis Streams not measured: {results['redis']['reason']}",
+              file=sys.stderr)
+    print(f"wrote {', '.join(str(p) for p in written)} ({results['wall_seconds']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
