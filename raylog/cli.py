@@ -329,6 +329,20 @@ def cmd_start(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace, out: TextIO) -> int:
+    """Run the benchmark suite of this source tree with the arguments given; its exit
+    status is the command's."""
+    import subprocess
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "suite.py"
+    if not script.exists():
+        return report(f"no benchmark suite at {script}: it is part of raylog's source tree, "
+                      f"not of an installed package", 1)
+    out.flush()
+    return subprocess.call([sys.executable, str(script), *args.suite_args])
+
+
 def cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
     from raylog.demo import run_demo
 
@@ -476,6 +490,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_schema_parsers(commands, _json_flag, _int_in)
     _address_anywhere(commands)
+    # Added after --address went everywhere: every argument after `bench` is the suite's.
+    bench = commands.add_parser("bench", add_help=False, prefix_chars="\0",
+                                help="run the benchmark suite (benchmarks/suite.py of the "
+                                     "source tree; 'raylog bench --help' for its options)")
+    bench.set_defaults(run="bench")
+    bench.add_argument("suite_args", nargs=argparse.REMAINDER)
     return parser
 
 
