@@ -87,7 +87,9 @@ def offset_ranges(topics: str | Iterable[str], start: Bound = EARLIEST, end: Bou
 def read_topic(topics: str | Iterable[str], start_offset: Bound = EARLIEST,
                end_offset: Bound = LATEST, *, cluster: RaylogCluster | None = None,
                timeout_ms: int | None = None, override_num_blocks: int | None = None,
-               max_records_per_block: int = DEFAULT_BLOCK_RECORDS) -> ray.data.Dataset:
+               max_records_per_block: int = DEFAULT_BLOCK_RECORDS,
+               value_format: str | None = None,
+               value_schema: str | dict | None = None) -> ray.data.Dataset:
     """Records of ``topics`` in ``[start_offset, end_offset)`` per partition as a Ray
     Dataset; parameters as ``ray.data.read_kafka`` names them.
 
@@ -102,10 +104,18 @@ def read_topic(topics: str | Iterable[str], start_offset: Bound = EARLIEST,
     (KAFKA_SCHEMA). Consumers' rules apply: only records below the high watermark are
     visible.
 
+    ``value_format="avro"``: values in Confluent's wire format become typed columns of the
+    reader schema (``value_schema``, else the latest of ``<topic>-value`` in the cluster's
+    schema registry), each value's writer schema resolved against it; the Kafka columns
+    follow, but for those a field of the value shadows (raylog/data_avro.py).
+
     >>> ds = read_topic("pageviews", start_offset="earliest", end_offset="latest")
     >>> ds.count()
     """
     check_int("max_records_per_block", max_records_per_block, 1)
+    if value_format not in (None, "avro"):
+        raise InvalidArgumentError(f"value_format must be None or 'avro', got "
+                                   f"{short_repr(value_format)}")
     if timeout_ms is not None:
         check_int("timeout_ms", timeout_ms, 0)
     if override_num_blocks is not None:
@@ -123,9 +133,13 @@ def read_topic(topics: str | Iterable[str], start_offset: Bound = EARLIEST,
         replica = cluster.topic(tp.topic).partitions[tp.partition].nearest_client(node_id)
         refs.extend(replica.read_kafka_table(s, e)
                     for s, e in split(first, last, max_records_per_block))
-    if not refs:
-        return ray.data.from_arrow(KAFKA_SCHEMA.empty_table())
-    return ray.data.from_arrow_refs(refs)
+    dataset = ray.data.from_arrow_refs(refs) if refs else \
+        ray.data.from_arrow(KAFKA_SCHEMA.empty_table())
+    if value_format == "avro":
+        from raylog.data_avro import avro_dataset
+
+        return avro_dataset(dataset, topic_names(topics), value_schema)
+    return dataset
 
 
 class _ProduceBlocks:

@@ -5,15 +5,19 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 from raylog.schemas.registry import MemoryLog, Registry
 from raylog.schemas.rest import RegistryHTTPServer
 
 
 @contextlib.contextmanager
-def registry_server() -> Iterator[RegistryHTTPServer]:
-    """A server on a free port, stopped on exit; ``.registry`` is its Registry."""
-    server = RegistryHTTPServer(Registry(MemoryLog()), port=0, serialize=True)
+def registry_server(registry: Any = None) -> Iterator[RegistryHTTPServer]:
+    """A server on a free port over ``registry`` (default: a new in-memory Registry),
+    stopped on exit; ``.registry`` is what it serves."""
+    if registry is None:
+        registry = Registry(MemoryLog())
+    server = RegistryHTTPServer(registry, port=0, serialize=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

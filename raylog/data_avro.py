@@ -1,0 +1,63 @@
+"""Ray Data: a topic's Avro values (Confluent's wire format) as typed columns.
+
+``read_topic(..., value_format="avro")`` reads the Kafka columns as usual, then decodes
+each block's ``value`` column in a Ray Data task (fastavro, one value at a time) into the
+reader schema's columns, resolving every value's writer schema (by the id in its first
+bytes, fetched from the cluster's schema registry once per task process) against the
+reader schema: the one given, else the latest version of ``<topic>-value``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pyarrow as pa
+import ray
+
+from raylog.errors import InvalidArgumentError
+
+_columns: dict[str, Any] = {}  # per process: reader schema text -> its AvroColumns
+
+
+def reader_schema(topics: list[str], value_schema: str | dict | None) -> str:
+    """The reader schema's text: ``value_schema`` if given, else the latest version of
+    the topic's ``-value`` subject (one topic: several may hold different records)."""
+    from raylog.registry import SchemaRegistry
+    from raylog.schemas.avro import parse
+
+    if value_schema is not None:
+        return parse(value_schema if isinstance(value_schema, str)
+                     else json.dumps(value_schema)).text
+    if len(topics) != 1:
+        raise InvalidArgumentError("reading several topics as Avro needs value_schema: "
+                                   "their subjects may hold different records")
+    return SchemaRegistry().version(f"{topics[0]}-value", "latest")["schema"]
+
+
+def _decode(block: pa.Table, reader: str) -> pa.Table:
+    from raylog.registry import SchemaRegistry
+    from raylog.schemas.arrow import AvroColumns
+
+    columns = _columns.get(reader)
+    if columns is None:
+        columns = _columns[reader] = AvroColumns(SchemaRegistry(), reader)
+    typed = columns.decode(block.column("value").to_pylist())
+    # The value's fields, then the Kafka columns they do not shadow.
+    for name in block.column_names:
+        if name != "value" and name not in typed.column_names:
+            typed = typed.append_column(block.schema.field(name), block.column(name))
+    return typed
+
+
+def avro_dataset(dataset: ray.data.Dataset, topics: list[str],
+                 value_schema: str | dict | None) -> ray.data.Dataset:
+    """``dataset`` (Kafka columns) with its values decoded into typed columns."""
+    from raylog.schemas.arrow import arrow_schema
+    from raylog.schemas.avro import parse
+
+    reader = reader_schema(topics, value_schema)
+    if dataset.count() == 0:  # no block to decode: the columns still have their types
+        return ray.data.from_arrow(arrow_schema(parse(reader)).empty_table())
+    return dataset.map_batches(_decode, fn_kwargs={"reader": reader},
+                               batch_format="pyarrow", batch_size=None)

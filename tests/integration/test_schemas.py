@@ -1,0 +1,195 @@
+"""The schema registry on a cluster: Confluent's client over the REST API, a registry actor
+restarted (ids unchanged), Avro through Producer and Consumer, typed Ray Data columns, the
+``raylog schemas`` commands, and ``raylog registry --embedded`` restarted on its data."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+import ray
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+from raylog import Admin, Consumer, Producer, TopicPartition
+from raylog.cli import main
+from raylog.cluster_names import NAMESPACE
+from raylog.data import read_topic
+from raylog.registry import REGISTRY_NAME, SchemaRegistry
+from raylog.schemas.serde import AvroDeserializer, AvroSerializer
+from tests.integration.conftest import wait_for
+from tests.unit.registry_server import registry_server
+
+USER = {"type": "record", "name": "User", "fields": [
+    {"name": "id", "type": "long"}, {"name": "name", "type": "string"}]}
+USER_V2 = {**USER, "fields": [*USER["fields"],
+                              {"name": "country", "type": "string", "default": "NL"}]}
+NO_DEFAULT = {**USER, "fields": [*USER["fields"], {"name": "phone", "type": "string"}]}
+
+
+def test_confluents_client_and_a_restarted_registry_actor(ray_cluster, topic_name):
+    subject = f"{topic_name}-value"
+    with registry_server(SchemaRegistry()) as server:
+        client = SchemaRegistryClient({"url": server.url})
+        first = client.register_schema(subject, Schema(json.dumps(USER), "AVRO"))
+        second = client.register_schema(subject, Schema(json.dumps(USER_V2), "AVRO"))
+        with pytest.raises(SchemaRegistryError) as refused:
+            client.register_schema(subject, Schema(json.dumps(NO_DEFAULT), "AVRO"))
+        assert refused.value.error_code == 409 and "/phone" in refused.value.error_message
+        assert client.get_versions(subject) == [1, 2]
+        # The actor is killed; Ray restarts it, and it replays _schemas.
+        ray.kill(ray.get_actor(REGISTRY_NAME, namespace=NAMESPACE), no_restart=False)
+        fresh = SchemaRegistryClient({"url": server.url})  # no cache
+        latest = wait_for(lambda: fresh.get_latest_version(subject), timeout=60,
+                          what="the restarted registry")
+        assert (latest.version, latest.schema_id) == (2, second)
+        assert json.loads(fresh.get_schema(first).schema_str) == USER
+        third = fresh.register_schema(f"{subject}-other", Schema(json.dumps(NO_DEFAULT), "AVRO"))
+        assert third > second  # ids are never handed out twice
+    described = Admin().describe_topic("_schemas")
+    assert described["configs"]["cleanup_policy"] == "compact"
+    assert described["replication_factor"] == 3
+
+
+def test_avro_records_and_typed_ray_data_columns(ray_cluster, topic_name):
+    Admin().create_topic(topic_name, partitions=2)
+    registry = SchemaRegistry()
+    old = AvroSerializer(registry, USER, topic=topic_name)
+    new = AvroSerializer(registry, USER_V2, topic=topic_name)
+    with Producer(value_serializer=old) as producer:
+        for i in range(20):
+            producer.send(topic_name, {"id": i, "name": f"u{i}"}, key=b"k%d" % i)
+    with Producer(value_serializer=new) as producer:
+        for i in range(20, 30):
+            producer.send(topic_name, {"id": i, "name": f"u{i}", "country": "FR"},
+                          key=b"k%d" % i)
+    tps = [TopicPartition(topic_name, p) for p in range(2)]
+    with Consumer(auto_offset_reset="earliest",
+                  value_deserializer=AvroDeserializer(registry, USER_V2)) as consumer:
+        consumer.assign(tps)
+        seen = []
+        wait_for(lambda: seen.extend(consumer.poll(timeout_ms=200)) or len(seen) >= 30,
+                 what="30 Avro records")
+    by_id = {r.value["id"]: r.value for r in seen}
+    assert by_id[3] == {"id": 3, "name": "u3", "country": "NL"}  # v1 read as v2
+    assert by_id[25]["country"] == "FR"
+
+    ds = read_topic(topic_name, value_format="avro")
+    table = ds.to_pandas()
+    assert sorted(table["id"]) == list(range(30))
+    assert list(ds.schema().names[:3]) == ["id", "name", "country"]
+    assert {"key", "partition", "offset"} <= set(ds.schema().names)
+    assert (table["country"] == "NL").sum() == 20
+    as_v1 = read_topic(topic_name, value_format="avro", value_schema=USER).take_all()
+    assert {"id", "name"} <= set(as_v1[0]) and "country" not in as_v1[0]
+
+
+def run(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    return main(list(argv), out=out), out.getvalue()
+
+
+def test_the_schemas_commands(ray_cluster, topic_name, tmp_path):
+    subject = f"{topic_name}-value"
+    for name, schema in (("v1", USER), ("v2", USER_V2), ("bad", NO_DEFAULT)):
+        (tmp_path / f"{name}.avsc").write_text(json.dumps(schema, indent=2))
+    code, out = run("schemas", "register", subject, str(tmp_path / "v1.avsc"))
+    assert code == 0 and f"registered {subject} version 1 id " in out
+    assert run("schemas", "check", subject, str(tmp_path / "v2.avsc")) == (0, "compatible\n")
+    code, out = run("schemas", "check", subject, str(tmp_path / "bad.avsc"))
+    assert code == 1 and "incompatible" in out and "/phone" in out
+    assert run("schemas", "register", subject, str(tmp_path / "v2.avsc"))[0] == 0
+    code, out = run("schemas", "list", "--json")
+    assert {"subject": subject, "version": 2} in [
+        {k: row[k] for k in ("subject", "version")} for row in json.loads(out)]
+    code, out = run("schemas", "get", subject, "--version", "1")
+    assert code == 0 and '"name": "User"' in out and "version 1" in out
+    assert run("schemas", "config", subject, "--set", "forward") == (0, f"{subject}: FORWARD\n")
+    assert run("schemas", "register", subject, str(tmp_path / "bad.avsc"))[0] == 0
+    assert run("schemas", "delete", subject, "--version", "3")[1] == \
+        f"soft-deleted {subject} versions 3\n"
+    assert run("schemas", "delete", subject) == (0, f"soft-deleted {subject} versions 1, 2\n")
+    assert run("schemas", "get", subject)[0] == 1
+    assert run("schemas", "register", subject, str(tmp_path / "nope.avsc"))[0] == 1
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Registry:
+    """``raylog registry --embedded`` in a subprocess, its output read by a thread."""
+
+    def __init__(self, data_dir, port: int) -> None:
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        env["RAYLOG_DATA_DIR"] = str(data_dir)
+        raylog = os.path.join(os.path.dirname(sys.executable), "raylog")
+        self.process = subprocess.Popen(
+            [raylog, "registry", "--embedded", "--port", str(port)], env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.output: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.put(line)
+
+    def wait_for_line(self, text: str, timeout: float = 120) -> None:
+        def seen() -> bool:
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    self.output.append(self.lines.get_nowait())
+            return any(text in line for line in self.output)
+        wait_for(seen, timeout=timeout, what=f"{text!r} from raylog registry")
+
+    def stop(self, sig: int) -> int:
+        self.process.send_signal(sig)
+        code = self.process.wait(timeout=60)
+        self.wait_for_line("schema registry stopped", timeout=10)
+        return code
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=30)
+
+
+def test_an_embedded_registry_keeps_its_ids_across_a_restart(tmp_path):
+    port, data_dir = _free_port(), tmp_path / "data"
+    url = f"http://127.0.0.1:{port}"
+    first = _Registry(data_dir, port)
+    try:
+        first.wait_for_line("schema registry listening on")
+        client = SchemaRegistryClient({"url": url})
+        ids = [client.register_schema("a-value", Schema(json.dumps(USER), "AVRO")),
+               client.register_schema("a-value", Schema(json.dumps(USER_V2), "AVRO")),
+               client.register_schema("b-value", Schema(json.dumps(NO_DEFAULT), "AVRO"))]
+        assert client.delete_subject("b-value") == [1]
+        assert first.stop(signal.SIGTERM) == 0
+    finally:
+        first.kill()
+    second = _Registry(data_dir, port)
+    try:
+        second.wait_for_line("schema registry listening on")
+        assert any("2 subjects, highest id 3" in line for line in second.output)
+        client = SchemaRegistryClient({"url": url})
+        assert [client.get_version("a-value", v).schema_id for v in (1, 2)] == ids[:2]
+        assert client.get_subjects() == ["a-value"]
+        assert json.loads(client.get_schema(ids[2]).schema_str) == NO_DEFAULT
+        fresh = {"type": "record", "name": "C", "fields": []}
+        assert client.register_schema("c-value", Schema(json.dumps(fresh), "AVRO")) == 4
+        assert second.stop(signal.SIGINT) == 0
+    finally:
+        second.kill()
