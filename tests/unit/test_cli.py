@@ -238,6 +238,8 @@ def test_help_and_the_clients_import_no_heavy_modules():
     def loaded(modules: list[str], name: str) -> bool:
         return any(m == name or m.startswith(name + ".") for m in modules)
 
-    assert not any(loaded(helped, m) for m in ("ray", "pyarrow", "pandas", "pyspark"))
+    assert not any(loaded(helped, m) for m in ("ray", "pyarrow", "pandas", "pyspark",
+                                                 "fastavro"))
     assert loaded(clients, "ray")
-    assert not any(loaded(clients, m) for m in ("ray.data", "pandas", "pyspark", "raydp"))
+    assert not any(loaded(clients, m) for m in ("ray.data", "pandas", "pyspark", "raydp",
+                                                  "fastavro"))
