@@ -489,6 +489,9 @@ def build_parser() -> argparse.ArgumentParser:
     from raylog.cli_schemas import add_parsers as add_schema_parsers
 
     add_schema_parsers(commands, _json_flag, _int_in)
+    from raylog.cli_mirror import add_commands as add_mirror_commands
+
+    add_mirror_commands(commands, group_actions)
     _address_anywhere(commands)
     # Added after --address went everywhere: every argument after `bench` is the suite's.
     bench = commands.add_parser("bench", add_help=False, prefix_chars="\0",
@@ -557,6 +560,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
             from raylog import cli_schemas
 
             return getattr(cli_schemas, f"cmd_{args.run}")(args, out, connect)
+        if args.run in ("mirror", "flight-serve", "groups-translate"):
+            from raylog import cli_mirror
+
+            return cli_mirror.run(args, out)
         return globals()[f"cmd_{args.run}"](args, out)
     except (UsageError, argparse.ArgumentTypeError) as e:
         return report(e, 2)

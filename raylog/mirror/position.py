@@ -98,6 +98,13 @@ class PartitionPosition:
         run_start = header.producer_id - MIRROR_ID_BIT
         return cls(next_source, run_start, next_source - run_start)
 
+    def skip(self, source_end: int) -> None:
+        """Source offsets below ``source_end`` hold nothing more to copy (compaction left a
+        batch whose remaining records were all copied): move past them. The next batch
+        starts a new run, since its sequence would no longer say its offset."""
+        if source_end > self.next_source:
+            self.next_source, self.run_start, self.next_sequence = source_end, None, 0
+
     def stamp(self, source_start: int, source_end: int, records: int) -> Stamp:
         """Number the next forwarded batch: ``records`` records taken from source offsets
         [source_start, source_end) (fewer records than offsets: a compacted range), at or

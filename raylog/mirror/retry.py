@@ -49,17 +49,20 @@ class Backoff:
 
 class Retrying:
     """Runs a call until it works, waiting per a :class:`Backoff` after each retriable
-    failure (a RaylogError with ``retriable``), telling ``report`` what failed and when it
-    tries again. Gives up with the last error once ``give_up_after_s`` (None: never) have
-    passed, or at once when ``stopped()`` says so; other errors go straight through."""
+    failure (by default a RaylogError with ``retriable``), telling ``report`` what failed
+    and when it tries again. Gives up with the last error once ``give_up_after_s`` (None:
+    never) have passed, or at once when ``stopped()`` says so; other errors go straight
+    through."""
 
     def __init__(self, backoff: Backoff, report: Callable[[str], None],
                  give_up_after_s: float | None = None,
                  stopped: Callable[[], bool] = lambda: False,
                  clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], object] = time.sleep) -> None:
+                 sleep: Callable[[float], object] = time.sleep,
+                 retriable: Callable[[RaylogError], bool] = lambda e: e.retriable) -> None:
         self.backoff, self.report, self.give_up_after_s = backoff, report, give_up_after_s
         self.stopped, self.clock, self.sleep = stopped, clock, sleep
+        self.retriable = retriable
 
     def call(self, what: str, fn: Callable[[], T]) -> T:
         started = self.clock()
@@ -67,7 +70,7 @@ class Retrying:
             try:
                 result = fn()
             except RaylogError as e:
-                if not e.retriable or self.stopped():
+                if not self.retriable(e) or self.stopped():
                     raise
                 wait = self.backoff.next()
                 waited = self.clock() - started

@@ -84,6 +84,14 @@ class OffsetSyncs:
         source, target, span = self.points[i]
         return target + min(source_offset - source, span)
 
+    def source_at(self, target_offset: int) -> int | None:
+        """The source offset a point says lands at ``target_offset``, None if none does
+        (where a copy stopped, when the target's batches are gone)."""
+        for source, target, span in reversed(self.points):
+            if target <= target_offset <= target + span:
+                return source + target_offset - target
+        return None
+
     def newest(self, count: int = CHECKPOINT_POINTS) -> list[list[int]]:
         return [list(p) for p in self.points[-count:]]
 
@@ -102,11 +110,11 @@ def sync_value(syncs: OffsetSyncs) -> bytes:
     return json.dumps({"points": syncs.newest()}).encode()
 
 
-def group_value(group_id: str, offsets: Mapping[tuple[str, int], tuple[int, int]],
-                at_ms: int) -> bytes:
+def group_value(group_id: str, offsets: Mapping[tuple[str, int], tuple[int, int]]) -> bytes:
     """A group's committed source offsets and their target offsets: ``offsets`` maps
-    (source topic, partition) to (source offset, target offset)."""
-    return json.dumps({"group": group_id, "at_ms": at_ms,
+    (source topic, partition) to (source offset, target offset). (When it was written is
+    the record's timestamp.)"""
+    return json.dumps({"group": group_id,
                        "offsets": [[t, p, s, d] for (t, p), (s, d) in sorted(offsets.items())]
                        }).encode()
 
@@ -119,9 +127,9 @@ class Checkpoints:
         self.syncs: dict[tuple[str, int], list[list[int]]] = {}
         self.groups: dict[str, dict[str, Any]] = {}
 
-    def add(self, key: bytes | None, value: bytes | None) -> None:
-        """One record of the topic; unknown or malformed ones are skipped (a newer mirror
-        may write kinds this one does not know)."""
+    def add(self, key: bytes | None, value: bytes | None, timestamp: int = 0) -> None:
+        """One record of the topic (its timestamp in ms); unknown or malformed ones are
+        skipped (a newer mirror may write kinds this one does not know)."""
         if key is None:
             return
         kind, _, rest = key.decode(errors="replace").partition(":")
@@ -138,7 +146,7 @@ class Checkpoints:
                 if body is None:
                     self.groups.pop(rest, None)
                 else:
-                    self.groups[rest] = body
+                    self.groups[rest] = {**body, "at_ms": timestamp}
         except (ValueError, KeyError, TypeError):
             return
 

@@ -227,13 +227,14 @@ def test_checkpoint_records_fold_to_the_newest_per_key():
     checkpoints = Checkpoints()
     syncs = OffsetSyncs([(0, 0, 10)])
     checkpoints.add(sync_key("orders", 0), sync_value(syncs))
-    checkpoints.add(group_key("g"), group_value("g", {("orders", 0): (5, 5)}, 1))
+    checkpoints.add(group_key("g"), group_value("g", {("orders", 0): (5, 5)}))
     checkpoints.add(group_key("g"), group_value("g", {("orders", 0): (8, 8),
-                                                      ("orders", 1): (3, 2)}, 2))
+                                                      ("orders", 1): (3, 2)}), 77)
     checkpoints.add(b"future:kind", b"whatever")
     checkpoints.add(b"group:broken", b"{not json")
     assert checkpoints.syncs == {("orders", 0): [[0, 0, 10]]}
     assert checkpoints.group_offsets("g") == {("orders", 0): (8, 8), ("orders", 1): (3, 2)}
+    assert checkpoints.groups["g"]["at_ms"] == 77
     assert checkpoints.group_offsets("other") is None
     checkpoints.add(group_key("g"), None)   # a tombstone
     assert checkpoints.group_offsets("g") is None

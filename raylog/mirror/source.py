@@ -1,0 +1,101 @@
+"""The Flight endpoint's backend on a real cluster: what ``raylog flight-serve`` reads.
+
+Runs in a driver process of the source cluster and reads through raylog's clients and
+wrappers: the controller (via Admin) for topics and groups, a Consumer for offsets, and the
+partition leaders' brokers (``ReplicaClient.fetch``, a long poll) for stored batches, which
+cross Ray and Flight as they are on disk. A leader that moves is followed, as consumers do:
+metadata refreshed, the read asked again, for up to ``READ_RETRY_S``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from raylog.client.admin import Admin
+from raylog.client.connection import RaylogCluster
+from raylog.client.consumer import Consumer
+from raylog.client.remote import resolve
+from raylog.errors import RaylogError
+from raylog.mirror.flight_server import Fetched
+from raylog.topics import check_partition, validate_topic_name
+from raylog.types import TopicPartition
+
+READ_RETRY_S = 30.0
+
+
+class ClusterSource:
+    """Answers the endpoint's questions about the cluster this process is connected to.
+    Safe to call from several threads (every call makes its own requests)."""
+
+    def __init__(self, cluster: RaylogCluster) -> None:
+        self.cluster = cluster
+        self.admin = Admin(cluster=cluster)
+
+    def topics(self) -> list[dict[str, Any]]:
+        return [{"name": t["name"], "topic_id": t["topic_id"],
+                 "partitions": len(t["partitions"]),
+                 "replication_factor": t["replication_factor"], "configs": t["configs"]}
+                for t in self.admin.describe_topics()]
+
+    def offsets(self, topic: object) -> list[tuple[int, int]]:
+        name = validate_topic_name(topic)
+        tps = [TopicPartition(name, p) for p in range(self.cluster.topic(name).num_partitions)]
+        with Consumer(cluster=self.cluster) as consumer:
+            starts = consumer.beginning_offsets(tps)
+            ends = consumer.end_offsets(tps)
+        return [(starts[tp], ends[tp]) for tp in tps]
+
+    def group_offsets(self, topics: list[str]) -> dict[str, list[list[Any]]]:
+        wanted = set(topics)
+        out = {}
+        for group in self.admin.list_groups():
+            committed = self.admin.list_consumer_group_offsets(group["group_id"])
+            mine = [[tp.topic, tp.partition, offset] for tp, offset in sorted(committed.items())
+                    if tp.topic in wanted]
+            if mine:
+                out[group["group_id"]] = mine
+        return out
+
+    def start_fetch(self, topic: str, partition: int, offset: int, max_bytes: int,
+                    max_wait_ms: int) -> Callable[[], Fetched]:
+        """Ask the partition's leader for stored batches from ``offset`` now; the returned
+        function waits for them (following a moving leader)."""
+        validate_topic_name(topic)
+
+        def ask(refresh: bool) -> Any:
+            meta = self.cluster.topic(topic, refresh=refresh)
+            check_partition(topic, partition, meta.num_partitions)
+            return meta.partitions[partition].leader_client().fetch(offset, max_bytes,
+                                                                     max_wait_ms, 1)
+
+        try:
+            first: Any = ask(False)
+        except RaylogError as e:
+            if not e.retriable:
+                raise
+            first = e
+
+        def result() -> Fetched:
+            deadline = time.monotonic() + READ_RETRY_S
+            pending, backoff = first, 0.05
+            while True:
+                try:
+                    if isinstance(pending, RaylogError):
+                        raise pending
+                    answer = resolve(pending)
+                    return Fetched(answer.data, answer.high_watermark, answer.log_start_offset)
+                except RaylogError as e:
+                    if not e.retriable or time.monotonic() + backoff > deadline:
+                        raise
+                time.sleep(backoff)
+                backoff = min(2 * backoff, 1.0)
+                try:
+                    pending = ask(True)
+                except RaylogError as e:
+                    if not e.retriable:
+                        raise
+                    pending = e
+
+        return result
