@@ -35,7 +35,7 @@ def reader_schema(topics: list[str], value_schema: str | dict | None) -> str:
     return SchemaRegistry().version(f"{topics[0]}-value", "latest")["schema"]
 
 
-def _decode(block: pa.Table, reader: str) -> pa.Table:
+def decode_block(block: pa.Table, reader: str) -> pa.Table:
     from raylog.registry import SchemaRegistry
     from raylog.schemas.arrow import AvroColumns
 
@@ -59,5 +59,5 @@ def avro_dataset(dataset: ray.data.Dataset, topics: list[str],
     reader = reader_schema(topics, value_schema)
     if dataset.count() == 0:  # no block to decode: the columns still have their types
         return ray.data.from_arrow(arrow_schema(parse(reader)).empty_table())
-    return dataset.map_batches(_decode, fn_kwargs={"reader": reader},
+    return dataset.map_batches(decode_block, fn_kwargs={"reader": reader},
                                batch_format="pyarrow", batch_size=None)

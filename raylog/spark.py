@@ -129,7 +129,8 @@ VIA = ("connector", "arrow")
 def read(spark: Any, topics: str | Iterable[str], starting_offsets: Bound = EARLIEST,
          ending_offsets: Bound = LATEST, *, cluster: RaylogCluster | None = None,
          max_records_per_task: int | None = None, include_headers: bool = True,
-         via: str = "connector") -> Any:
+         via: str = "connector", value_format: str | None = None,
+         value_schema: str | dict | None = None) -> Any:
     """Records of ``topics`` in ``[starting_offsets, ending_offsets)`` as a Spark DataFrame
     with the columns of Spark's Kafka source (key, value, topic, partition, offset,
     timestamp, timestampType, and headers unless ``include_headers`` is false). Bounds as in
@@ -143,6 +144,11 @@ def read(spark: Any, topics: str | Iterable[str], starting_offsets: Bound = EARL
     ``via="arrow"`` is the fallback without the connector: Spark's Python workers read the
     ranges as Arrow tables and hand them to Spark with ``mapInArrow``.
 
+    ``value_format="avro"``: values in Confluent's wire format become typed columns of the
+    reader schema (``value_schema``, else the latest of ``<topic>-value``), as in
+    :func:`raylog.data.read_topic`; decoded in Spark's Python workers on either ``via``
+    (raylog/spark_avro.py says why).
+
     >>> df = read(session(), "pageviews")
     >>> df.groupBy("partition").count().show()
     """
@@ -152,7 +158,16 @@ def read(spark: Any, topics: str | Iterable[str], starting_offsets: Bound = EARL
     check_bool("include_headers", include_headers)
     if via not in VIA:
         raise InvalidArgumentError(f"via must be one of {VIA}, got {short_repr(via)}")
+    if value_format not in (None, "avro"):
+        raise InvalidArgumentError(f"value_format must be None or 'avro', got "
+                                   f"{short_repr(value_format)}")
     ranges = offset_ranges(topics, starting_offsets, ending_offsets, cluster=cluster)
+    if value_format == "avro":
+        from raylog.data_avro import reader_schema
+        from raylog.spark_avro import avro_frame
+
+        return avro_frame(spark, ranges, max_records_per_task or DEFAULT_BLOCK_RECORDS,
+                          include_headers, reader_schema(topic_names(topics), value_schema))
     if via == "arrow":
         return _frame(spark, ranges, max_records_per_task or DEFAULT_BLOCK_RECORDS,
                       include_headers)
@@ -192,7 +207,15 @@ def _check_session(spark: object) -> None:
 def _frame(spark: Any, ranges: dict[TopicPartition, tuple[int, int]],
            max_records_per_task: int, include_headers: bool) -> Any:
     """The DataFrame of resolved, checked offset ranges (see :func:`read`)."""
-    schema = _spark_schema(include_headers)
+    return python_frame(spark, ranges, max_records_per_task, _spark_schema(include_headers),
+                        _read_tasks, include_headers)
+
+
+def python_frame(spark: Any, ranges: dict[TopicPartition, tuple[int, int]],
+                 max_records_per_task: int, schema: Any, read: Any, *args: Any) -> Any:
+    """A DataFrame of ``schema`` made by Spark's Python workers: the ranges are planned
+    into tasks, and each worker runs ``read(address, tasks, *args, ids)`` for the task ids
+    it is given (see :func:`_read_tasks`)."""
     tasks = [[(tp.topic, tp.partition, start, end) for tp, start, end in task]
              for task in plan_tasks(ranges, max_records_per_task,
                                     spark.sparkContext.defaultParallelism)]
@@ -201,8 +224,7 @@ def _frame(spark: Any, ranges: dict[TopicPartition, tuple[int, int]],
     # One row per task id, made in the JVM: the task list itself travels in the function.
     ids = spark.range(0, len(tasks), 1, len(tasks))
     address = ray.get_runtime_context().gcs_address
-    return ids.mapInArrow(functools.partial(_read_tasks, address, tasks, include_headers),
-                          schema)
+    return ids.mapInArrow(functools.partial(read, address, tasks, *args), schema)
 
 
 @functools.cache

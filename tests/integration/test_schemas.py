@@ -93,6 +93,28 @@ def test_avro_records_and_typed_ray_data_columns(ray_cluster, topic_name):
     assert {"id", "name"} <= set(as_v1[0]) and "country" not in as_v1[0]
 
 
+def test_typed_spark_columns(ray_cluster, spark, topic_name):
+    import raylog.spark
+
+    Admin().create_topic(topic_name, partitions=2)
+    registry = SchemaRegistry()
+    with Producer(value_serializer=AvroSerializer(registry, USER, topic=topic_name)) as old:
+        for i in range(5):
+            old.send(topic_name, {"id": i, "name": f"u{i}"})
+    with Producer(value_serializer=AvroSerializer(registry, USER_V2, topic=topic_name)) as new:
+        for i in range(5, 8):
+            new.send(topic_name, {"id": i, "name": f"u{i}", "country": "FR"})
+    frame = raylog.spark.read(spark, topic_name, value_format="avro")
+    types = dict(frame.dtypes)
+    assert (types["id"], types["name"], types["country"]) == ("bigint", "string", "string")
+    assert types["timestamp"] == "timestamp" and "headers" in types
+    rows = [(r["id"], r["country"]) for r in frame.orderBy("id").collect()]
+    assert rows == [(i, "NL") for i in range(5)] + [(i, "FR") for i in range(5, 8)]
+    with pytest.raises(Exception, match="value_format"):
+        spark.read.format("raylog").option("subscribe", topic_name) \
+            .option("valueFormat", "avro").load().collect()
+
+
 def run(*argv: str) -> tuple[int, str]:
     out = io.StringIO()
     return main(list(argv), out=out), out.getvalue()

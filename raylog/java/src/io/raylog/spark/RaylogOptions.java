@@ -59,6 +59,12 @@ public final class RaylogOptions implements Serializable {
   public final long fetchTimeoutMs;
 
   private RaylogOptions(Map<String, String> o, boolean streaming) {
+    if (o.containsKey("valueformat")) {
+      // Spark's from_avro is in the spark-avro module, whose jar is not installed here.
+      throw new IllegalArgumentException("Option 'valueFormat' is not supported by the raylog "
+          + "source (Spark's Avro support, spark-avro, is not installed): read Avro values as "
+          + "typed columns with raylog.spark.read(spark, topic, value_format=\"avro\")");
+    }
     String subscribe = o.get(SUBSCRIBE);
     String pattern = o.get(SUBSCRIBE_PATTERN);
     String assign = o.get(ASSIGN);

@@ -150,6 +150,11 @@ public final class RaylogOptionsTest {
     assertEquals(Bound.EARLIEST, o.starting);
   }
 
+  public static void testValueFormatRefusedNamingThePythonReader() {
+    batchRefused("value_format=\"avro\"", "subscribe", "t", "valueFormat", "avro");
+    streamRefused("spark-avro", "subscribe", "t", "VALUEFORMAT", "avro");
+  }
+
   public static void testNullValuesAreUnset() {
     Map<String, String> o = opts("subscribe", "t");
     o.put("assign", null);
