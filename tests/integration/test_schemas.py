@@ -26,7 +26,7 @@ from raylog.cluster_names import NAMESPACE
 from raylog.data import read_topic
 from raylog.registry import REGISTRY_NAME, SchemaRegistry
 from raylog.schemas.serde import AvroDeserializer, AvroSerializer
-from tests.integration.conftest import wait_for
+from tests.integration.conftest import restart_controller, wait_for
 from tests.unit.registry_server import registry_server
 
 USER = {"type": "record", "name": "User", "fields": [
@@ -55,6 +55,11 @@ def test_confluents_client_and_a_restarted_registry_actor(ray_cluster, topic_nam
         assert json.loads(fresh.get_schema(first).schema_str) == USER
         third = fresh.register_schema(f"{subject}-other", Schema(json.dumps(NO_DEFAULT), "AVRO"))
         assert third > second  # ids are never handed out twice
+        restart_controller()  # the registry needs it only to find _schemas' leader
+        fourth = fresh.register_schema(f"{subject}-more", Schema(json.dumps(
+            {"type": "record", "name": "More", "fields": []}), "AVRO"))
+        assert fourth == third + 1
+        assert fresh.get_latest_version(subject).schema_id == second
     described = Admin().describe_topic("_schemas")
     assert described["configs"]["cleanup_policy"] == "compact"
     assert described["replication_factor"] == 3
