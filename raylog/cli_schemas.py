@@ -89,8 +89,14 @@ def _read_schema(path: str) -> str:
 def cmd_schemas(args: argparse.Namespace, out: TextIO, connect: Any) -> int:
     from raylog.registry import SchemaRegistry
 
-    registry = SchemaRegistry(connect(args))
     action = args.action
+    # Bad input is refused before anything connects.
+    schema = _read_schema(args.file) if action in ("register", "check") else None
+    if schema is not None:
+        from raylog.schemas.avro import parse
+
+        parse(schema)  # InvalidSchemaError says what is wrong, with no cluster asked
+    registry = SchemaRegistry(connect(args))
     if action == "list":
         rows = []
         for subject in registry.subjects(args.deleted):
@@ -107,10 +113,10 @@ def cmd_schemas(args: argparse.Namespace, out: TextIO, connect: Any) -> int:
         out.write(f"subject {found['subject']} version {found['version']} id {found['id']}\n")
         out.write(json.dumps(json.loads(found["schema"]), indent=2) + "\n")
     elif action == "register":
-        done = registry.register(args.subject, _read_schema(args.file))
+        done = registry.register(args.subject, schema)
         out.write(f"registered {args.subject} version {done['version']} id {done['id']}\n")
     elif action == "check":
-        problems = registry.check(args.subject, _read_schema(args.file), args.version)
+        problems = registry.check(args.subject, schema, args.version)
         if problems:
             out.write("incompatible:\n" + "".join(f"  {p}\n" for p in problems))
             return 1
