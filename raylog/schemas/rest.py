@@ -42,6 +42,43 @@ def _flag(query: dict[str, list[str]], name: str) -> bool:
     return bool(values) and values[-1].lower() == "true"
 
 
+def _int(query: dict[str, list[str]], name: str, default: int) -> int:
+    values = query.get(name)
+    try:
+        return int(values[-1]) if values else default
+    except ValueError:
+        raise _HttpError(400, f"query parameter {name} must be an integer") from None
+
+
+def _page(items: list, query: dict[str, list[str]]) -> list:
+    """``offset`` and ``limit`` (-1: all) of a list answer, as Confluent's pages."""
+    offset, limit = max(_int(query, "offset", 0), 0), _int(query, "limit", -1)
+    return items[offset:] if limit < 0 else items[offset:offset + limit]
+
+
+def _deleted_only(query: dict[str, list[str]]) -> bool:
+    return _flag(query, "deletedOnly") or _flag(query, "deleted_only")
+
+
+def _subjects(registry: Any, query: dict[str, list[str]]) -> list[str]:
+    prefix = (query.get("subjectPrefix") or [""])[-1]
+    if _deleted_only(query):
+        live = set(registry.subjects(False, prefix))
+        found = [s for s in registry.subjects(True, prefix) if s not in live]
+    else:
+        found = registry.subjects(_flag(query, "deleted"), prefix)
+    return _page(found, query)
+
+
+def _versions(registry: Any, subject: str, query: dict[str, list[str]]) -> list[int]:
+    if not _deleted_only(query):
+        return _page(registry.versions(subject, _flag(query, "deleted")), query)
+    every = registry.versions(subject, True)
+    live = set(registry.versions(subject)) if subject in registry.subjects(False, subject) \
+        else set()
+    return _page([v for v in every if v not in live], query)
+
+
 def _body(body: bytes) -> dict[str, Any]:
     try:
         decoded = json.loads(body or b"{}")
@@ -103,9 +140,8 @@ _route("GET", "/schemas/ids/{}/versions")(
 _route("GET", "/schemas/ids/{}/subjects")(
     lambda r, a, q, b: sorted({v["subject"] for v in r.versions_of_id(
         _schema_id(a[0]), _flag(q, "deleted"))}))
-_route("GET", "/subjects")(lambda r, a, q, b: r.subjects(
-    _flag(q, "deleted"), (q.get("subjectPrefix") or [""])[-1]))
-_route("GET", "/subjects/{}/versions")(lambda r, a, q, b: r.versions(a[0], _flag(q, "deleted")))
+_route("GET", "/subjects")(lambda r, a, q, b: _subjects(r, q))
+_route("GET", "/subjects/{}/versions")(lambda r, a, q, b: _versions(r, a[0], q))
 _route("POST", "/subjects/{}/versions")(
     lambda r, a, q, b: {"id": r.register(a[0], **_schema_args(b))["id"]})
 _route("POST", "/subjects/{}")(

@@ -125,3 +125,20 @@ def test_the_http_answers_carry_the_registry_content_type(server):
     with urllib.request.urlopen(f"{server.url}/config") as response:
         assert response.headers["Content-Type"] == "application/vnd.schemaregistry.v1+json"
         assert json.load(response) == {"compatibilityLevel": "BACKWARD"}
+
+
+def test_lists_page_and_filter_deleted_as_confluents(client):
+    for subject in ("a", "b", "c"):
+        client.register_schema(subject, Schema(V1, "AVRO"))
+    client.register_schema("a", Schema(V2, "AVRO"))
+    client.delete_subject("b")
+    client.delete_version("a", 1)
+    assert client.get_subjects() == ["a", "c"]
+    assert client.get_subjects(deleted=True) == ["a", "b", "c"]
+    assert client.get_subjects(deleted_only=True) == ["b"]
+    assert client.get_subjects(offset=1, limit=1) == ["c"]
+    assert client.get_subjects(subject_prefix="b", deleted=True) == ["b"]
+    assert client.get_versions("a", deleted_only=True) == [1]
+    assert client.get_versions("b", deleted_only=True) == [1]
+    assert client.get_versions("a", deleted=True, offset=1) == [2]
+
