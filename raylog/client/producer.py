@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import dataclasses
 import logging
@@ -67,6 +68,11 @@ class ProducerConfig:
     retry_backoff_ms: int = 100          # wait before the first retry of a batch, then ...
     retry_backoff_max_ms: int = 1000     # ... twice as long each time, up to this (KIP-580)
     max_in_flight_requests_per_partition: int = 5
+    # Requests one broker has in flight from this producer, all its partitions together (as
+    # Kafka's max.in.flight.requests.per.connection): a broker serves its calls one at a
+    # time, so more only wait in its queue, and while they wait new records gather into
+    # fewer, larger batches instead.
+    max_in_flight_requests_per_broker: int = 2
 
     def __post_init__(self) -> None:
         if type(self.acks) not in (int, str) or self.acks not in (0, 1, -1, "all", "0", "1",
@@ -146,6 +152,8 @@ class Producer:
         self._serializers = (key_serializer, value_serializer)
         self._cluster = cluster_or_default(cluster)
         self._partitioner = partitioner
+        # send()'s fast path is for producers that only append bytes as they come.
+        self._plain = partitioner is None and self._serializers == (None, None)
         self._codec = _CODECS[self.config.compression_type]
         self._max_record = self.config.max_request_size - BATCH_OVERHEAD
         self._delivery_timeout_s = self.config.delivery_timeout_ms / 1000
@@ -192,11 +200,24 @@ class Producer:
         RecordTooLargeError and InvalidRecordError (bad key, value, headers or timestamp, or
         a serializer that failed) at once; errors of delivery come through the future.
         """
+        if key is None and partition is None and headers is None and timestamp is None \
+                and self._plain:
+            # The commonest record (no key, no headers, stamped now) joins its topic's open
+            # sticky batch: a clock read, a lock, a dict lookup and a few list appends.
+            # Anything else (a first record, a full batch, a closed producer whose open
+            # batches are gone, a topic that is not a str) takes the general path below.
+            timestamp = time.time_ns() // 1_000_000
+            with self._lock:
+                batch = self._sticky_open.get(topic) if type(topic) is str else None
+                if batch is not None:
+                    count = batch.builder.append_value(timestamp, value)
+                    if count:
+                        return RecordFuture(batch.result, count - 1, timestamp)
         if self._closed:
             raise ClientClosedError("send() on a closed producer")
         if self._serializers != (None, None):
             key, value = self._serialize(key, value)
-        if isinstance(headers, Mapping):
+        if headers is not None and isinstance(headers, Mapping):  # an ABC check: slow
             headers = list(headers.items())
         if type(topic) is not str:
             validate_topic_name(topic)
@@ -345,6 +366,7 @@ class Producer:
                               BatchResult(topic, partition), time.monotonic(),
                               self._delivery_timeout_s)
         self._open[(topic, partition)] = batch
+        self._wake.notify()  # a sender waiting with nothing open starts its linger now
         return batch
 
     def _seal(self, batch: OutgoingBatch, block: bool = True) -> None:
@@ -473,8 +495,9 @@ class Producer:
             with self._lock:
                 if self._stopping and not self._buffered_bytes and not self._open:
                     return
+                loads = self._broker_loads()
                 for batch in [b for b in self._open.values()
-                              if now - b.created >= linger_s and self._room_for(b.key)]:
+                              if now - b.created >= linger_s and self._room_for(b.key, loads)]:
                     self._seal(batch, block=False)
                 if not self._sendable and not self._in_flight:
                     self._wake.wait(linger_s if self._open else EXPIRY_CHECK_INTERVAL_S)
@@ -486,19 +509,37 @@ class Producer:
                     self._wake.wait(max(linger_s, 0.005))
                     continue
             self._submit_ready()
-            self._collect(min(linger_s, 0.005) if self._open or self._sendable
+            # Batches waiting: look again within a linger period (at least a millisecond:
+            # with linger_ms=0 a zero wait would spin, and a batch opened meanwhile waits
+            # no longer than that); else wait for answers.
+            self._collect(max(min(linger_s, 0.005), 0.001) if self._open or self._sendable
                           else EXPIRY_CHECK_INTERVAL_S)
 
-    def _room_for(self, key: tuple[str, int]) -> bool:
-        """Whether a batch sealed now for this partition could go out at once (lock held).
-        While it could not, a lingering batch stays open and keeps filling up to batch_size,
-        as Kafka's accumulator does: a busy partition gets fewer, larger batches instead of a
-        growing queue of small ones."""
+    def _room_for(self, key: tuple[str, int], loads: collections.Counter[int | None]) -> bool:
+        """Whether a batch sealed now for this partition could go out at once (lock held),
+        its leader's broker having ``loads`` requests in flight. While it could not, a
+        lingering batch stays open and keeps filling up to batch_size, as Kafka's accumulator
+        does: a busy partition gets fewer, larger batches instead of a growing queue of small
+        ones."""
+        if loads[self._leader_of(key)] >= self.config.max_in_flight_requests_per_broker:
+            return False
         sender = self._senders.get(key)
         if sender is None or not sender.in_flight:
             return sender is None or not sender.queue
         return not sender.queue and not sender.reset_pending and \
             len(sender.in_flight) < self.config.max_in_flight_requests_per_partition
+
+    def _leader_of(self, key: tuple[str, int]) -> int | None:
+        meta = self._topics.get(key[0])
+        return None if meta is None else meta.partitions[key[1]].leader
+
+    def _broker_loads(self) -> collections.Counter[int | None]:
+        """Requests in flight (or being encoded to go) per leader broker (lock held)."""
+        loads: collections.Counter[int | None] = collections.Counter()
+        for key, sender in self._senders.items():
+            if sender.in_flight:
+                loads[self._leader_of(key)] += len(sender.in_flight)
+        return loads
 
     def _abandon(self, error: BaseException) -> None:
         """Fail every batch the producer holds and refuse further sends."""
@@ -562,10 +603,17 @@ class Producer:
         and after any backoff of the batch at the head of the queue; and the batches an
         epoch bump cannot renumber safely, which fail (lock held)."""
         limit = self.config.max_in_flight_requests_per_partition
+        per_broker = self.config.max_in_flight_requests_per_broker
+        loads = self._broker_loads()
         out, unsafe = [], []
         for key in list(self._sendable):
             sender = self._senders[key]
-            sendable, dropped = sender.take(now, limit)
+            leader = self._leader_of(key)
+            free = per_broker - loads[leader]
+            if free <= 0:
+                continue  # stays sendable until its broker answers one
+            sendable, dropped = sender.take(now, min(limit, len(sender.in_flight) + free))
+            loads[leader] += len(sendable)
             out.extend(sendable)
             unsafe.extend(dropped)
             if not sender.queue:

@@ -67,10 +67,11 @@ class BatchBuilder:
     """Collects records for one partition and encodes them once into a batch.
 
     Owns Python lists of the columns; ``build()`` turns them into Arrow arrays in bulk, so the
-    per-record cost is a few list appends. The byte limit is a conservative bound on the
-    encoded batch: a builder never produces a batch larger than ``max_bytes`` unless a single
-    record alone exceeds it (the log then refuses it with RecordTooLargeError). Not safe for
-    concurrent use; a builder builds one batch.
+    per-record cost is a few list appends. The key and headers lists exist only once a record
+    has a key or headers: a keyless record without headers costs two appends. The byte limit
+    is a conservative bound on the encoded batch: a builder never produces a batch larger
+    than ``max_bytes`` unless a single record alone exceeds it (the log then refuses it with
+    RecordTooLargeError). Not safe for concurrent use; a builder builds one batch.
 
     >>> b = BatchBuilder(max_bytes=1 << 20)
     >>> b.append(1700000000000, b"user-1", b"clicked")
@@ -79,7 +80,7 @@ class BatchBuilder:
     """
 
     __slots__ = (
-        "_any_headers", "_capacity", "_codec", "_headers", "_keys", "_producer", "_size",
+        "_capacity", "_codec", "_headers", "_keys", "_producer", "_size",
         "_timestamp_type", "_timestamps", "_values", "max_bytes",
     )
 
@@ -99,10 +100,10 @@ class BatchBuilder:
         self._timestamp_type = timestamp_type
         self._producer = (producer_id, producer_epoch, base_sequence)
         self._timestamps: list[int] = []
-        self._keys: list[bytes | None] = []
         self._values: list[bytes | None] = []
-        self._headers: list[list[tuple[str, bytes | None]] | None] = []
-        self._any_headers = False
+        # None until a record has a key (headers): then one entry per record.
+        self._keys: list[bytes | None] | None = None
+        self._headers: list[list[tuple[str, bytes | None]] | None] | None = None
         self._size = 0
 
     def __len__(self) -> int:
@@ -138,15 +139,21 @@ class BatchBuilder:
         if headers:
             headers = check_headers(headers)
             size = self._size + record_size(key, value, headers)
-            self._any_headers = True
-        if size > self._capacity and self._values:
+        values = self._values
+        if size > self._capacity and values:
             return 0
         self._size = size
         self._timestamps.append(timestamp)
-        self._keys.append(key)
-        self._values.append(value)
-        self._headers.append(headers or None)
-        return len(self._values)
+        if key is not None or self._keys is not None:
+            if self._keys is None:
+                self._keys = [None] * len(values)
+            self._keys.append(key)
+        if headers or self._headers is not None:
+            if self._headers is None:
+                self._headers = [None] * len(values)
+            self._headers.append(headers or None)
+        values.append(value)
+        return len(values)
 
     def set_producer(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
         """Stamp the producer id, epoch and first sequence the batch will carry."""
@@ -157,28 +164,29 @@ class BatchBuilder:
         caller made itself (so it is not checked). The producer's hot path."""
         if type(value) is not bytes:
             return self.append(timestamp, None, value)
+        values = self._values
         size = self._size + RECORD_OVERHEAD + len(value)
-        if size > self._capacity and self._values:
-            return 0
+        if (size > self._capacity and values) or self._keys is not None or \
+                self._headers is not None:
+            return self.append(timestamp, None, value)
         self._size = size
         self._timestamps.append(timestamp)
-        self._keys.append(None)
-        self._values.append(value)
-        self._headers.append(None)
-        return len(self._values)
+        values.append(value)
+        return len(values)
 
     def columns(self) -> pa.RecordBatch:
         """The accumulated records as payload columns (PAYLOAD_SCHEMA)."""
         n = len(self._values)
         headers = (
             pa.array([h or [] for h in self._headers], HEADERS_TYPE)
-            if self._any_headers else empty_headers(n)
+            if self._headers is not None else empty_headers(n)
         )
         keys = self._keys
         return pa.RecordBatch.from_arrays(
             [
                 pa.array(self._timestamps, pa.int64()),
-                pa.array(keys, pa.binary()) if keys.count(None) < n else pa.nulls(n, pa.binary()),
+                pa.array(keys, pa.binary()) if keys is not None and keys.count(None) < n
+                else pa.nulls(n, pa.binary()),
                 pa.array(self._values, pa.binary()),
                 headers,
             ],
