@@ -68,10 +68,13 @@ class BatchBuilder:
 
     Owns Python lists of the columns; ``build()`` turns them into Arrow arrays in bulk, so the
     per-record cost is a few list appends. The key and headers lists exist only once a record
-    has a key or headers: a keyless record without headers costs two appends. The byte limit
-    is a conservative bound on the encoded batch: a builder never produces a batch larger
-    than ``max_bytes`` unless a single record alone exceeds it (the log then refuses it with
-    RecordTooLargeError). Not safe for concurrent use; a builder builds one batch.
+    has a key or headers: a keyless record without headers costs two appends, which the
+    producer's hot path makes itself (while ``plain``: take ``room``, append to
+    ``timestamps`` and ``values``; see Producer.send); every other record goes through
+    :meth:`append`. The byte limit is a conservative bound on the encoded batch: a builder
+    never produces a batch larger than ``max_bytes`` unless a single record alone exceeds it
+    (the log then refuses it with RecordTooLargeError). Not safe for concurrent use; a
+    builder builds one batch.
 
     >>> b = BatchBuilder(max_bytes=1 << 20)
     >>> b.append(1700000000000, b"user-1", b"clicked")
@@ -80,8 +83,8 @@ class BatchBuilder:
     """
 
     __slots__ = (
-        "_capacity", "_codec", "_headers", "_keys", "_producer", "_size",
-        "_timestamp_type", "_timestamps", "_values", "max_bytes",
+        "_capacity", "_codec", "_headers", "_keys", "_producer", "_timestamp_type", "max_bytes",
+        "plain", "room", "timestamps", "values",
     )
 
     def __init__(
@@ -99,24 +102,27 @@ class BatchBuilder:
         self._codec = codec
         self._timestamp_type = timestamp_type
         self._producer = (producer_id, producer_epoch, base_sequence)
-        self._timestamps: list[int] = []
-        self._values: list[bytes | None] = []
+        self.timestamps: list[int] = []
+        self.values: list[bytes | None] = []
         # None until a record has a key (headers): then one entry per record.
         self._keys: list[bytes | None] | None = None
         self._headers: list[list[tuple[str, bytes | None]] | None] | None = None
-        self._size = 0
+        self.plain = True  # no record so far had a key or headers
+        # Record bytes (as record_size counts them) the batch can still take; below zero
+        # only when a single record alone exceeds the capacity.
+        self.room = self._capacity
 
     def __len__(self) -> int:
-        return len(self._values)
+        return len(self.values)
 
     @property
     def estimated_size(self) -> int:
         """Upper bound of the size of the batch ``build()`` would return now."""
-        return BATCH_OVERHEAD + int(self._size * _LZ4_EXPANSION)
+        return BATCH_OVERHEAD + int((self._capacity - self.room) * _LZ4_EXPANSION)
 
     def has_room_for(self, key: bytes | None, value: bytes | None,
                      headers: Sequence[tuple[str, bytes]] | None = None) -> bool:
-        return not self._values or self._size + record_size(key, value, headers) <= self._capacity
+        return not self.values or record_size(key, value, headers) <= self.room
 
     def append(self, timestamp: int, key: bytes | None, value: bytes | None,
                headers: Sequence[tuple[str, bytes]] | None = None) -> int:
@@ -125,7 +131,7 @@ class BatchBuilder:
 
         An empty builder always accepts a record, however large.
         """
-        size = self._size + RECORD_OVERHEAD
+        size = RECORD_OVERHEAD
         if type(value) is bytes:
             size += len(value)
         elif value is not None:
@@ -138,19 +144,21 @@ class BatchBuilder:
             raise InvalidRecordError(f"record timestamp must be an int >= 0 ms, got {timestamp!r}")
         if headers:
             headers = check_headers(headers)
-            size = self._size + record_size(key, value, headers)
-        values = self._values
-        if size > self._capacity and values:
+            size = record_size(key, value, headers)
+        values = self.values
+        if size > self.room and values:
             return 0
-        self._size = size
-        self._timestamps.append(timestamp)
+        self.room -= size
+        self.timestamps.append(timestamp)
         if key is not None or self._keys is not None:
             if self._keys is None:
                 self._keys = [None] * len(values)
+                self.plain = False
             self._keys.append(key)
         if headers or self._headers is not None:
             if self._headers is None:
                 self._headers = [None] * len(values)
+                self.plain = False
             self._headers.append(headers or None)
         values.append(value)
         return len(values)
@@ -164,19 +172,18 @@ class BatchBuilder:
         caller made itself (so it is not checked). The producer's hot path."""
         if type(value) is not bytes:
             return self.append(timestamp, None, value)
-        values = self._values
-        size = self._size + RECORD_OVERHEAD + len(value)
-        if (size > self._capacity and values) or self._keys is not None or \
-                self._headers is not None:
+        room = self.room - RECORD_OVERHEAD - len(value)
+        if room < 0 or not self.plain:
             return self.append(timestamp, None, value)
-        self._size = size
-        self._timestamps.append(timestamp)
+        self.room = room
+        self.timestamps.append(timestamp)
+        values = self.values
         values.append(value)
         return len(values)
 
     def columns(self) -> pa.RecordBatch:
         """The accumulated records as payload columns (PAYLOAD_SCHEMA)."""
-        n = len(self._values)
+        n = len(self.values)
         headers = (
             pa.array([h or [] for h in self._headers], HEADERS_TYPE)
             if self._headers is not None else empty_headers(n)
@@ -184,10 +191,10 @@ class BatchBuilder:
         keys = self._keys
         return pa.RecordBatch.from_arrays(
             [
-                pa.array(self._timestamps, pa.int64()),
+                pa.array(self.timestamps, pa.int64()),
                 pa.array(keys, pa.binary()) if keys is not None and keys.count(None) < n
                 else pa.nulls(n, pa.binary()),
-                pa.array(self._values, pa.binary()),
+                pa.array(self.values, pa.binary()),
                 headers,
             ],
             schema=PAYLOAD_SCHEMA,
@@ -195,7 +202,7 @@ class BatchBuilder:
 
     def build(self) -> bytes:
         """Encode the accumulated records into one batch (base offset 0, no leader epoch)."""
-        if not self._values:
+        if not self.values:
             raise ValueError("cannot build an empty batch")
         producer_id, producer_epoch, base_sequence = self._producer
         return encode(
@@ -205,5 +212,5 @@ class BatchBuilder:
             producer_id=producer_id,
             producer_epoch=producer_epoch,
             base_sequence=base_sequence,
-            first_timestamp=self._timestamps[0],
+            first_timestamp=self.timestamps[0],
         )
