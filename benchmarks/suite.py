@@ -123,13 +123,21 @@ def single_node(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
     import pyarrow as pa
     import ray
     from groups import ConsumeGroups
-    from produce_consume import QUEUE_BATCH, Topic, produce_table, queue_get, queue_put
+    from produce_consume import (
+        CONSUMER_SETTINGS,
+        QUEUE_BATCH,
+        Topic,
+        consume_all,
+        produce_table,
+        queue_get,
+        queue_put,
+    )
     from ray.util.queue import Queue
     from suite_peers import redis_consume, redis_info, redis_or_none, redis_produce
     from suite_raylog import make_values, produce_round, start_workers, stop_workers
 
     import raylog
-    from raylog import Producer
+    from raylog import Consumer, Producer
     from raylog.client.connection import reset_default
     from raylog.cluster_names import DATA_DIR_ENV
 
@@ -204,8 +212,21 @@ def single_node(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
                             raise RuntimeError(f"Redis read {seen:,} records, {size:,} bytes")
                         return seconds
 
+                    def raylog_read() -> float:
+                        consumer = Consumer(**CONSUMER_SETTINGS)
+                        try:
+                            start = time.perf_counter()
+                            seen, size = consume_all(consumer, groups.partitions,
+                                                     mode.consume_records)
+                            seconds = time.perf_counter() - start
+                        finally:
+                            consumer.close()
+                        if (seen, size) != (mode.consume_records, 100 * mode.consume_records):
+                            raise RuntimeError(f"read {seen:,} records, {size:,} bytes")
+                        return seconds
+
                     consume_steps: dict[str, Callable[[], float]] = {
-                        "raylog": lambda: groups.run(groups.single).seconds,
+                        "raylog": raylog_read,
                         "raylog_group": lambda: groups.run(groups.group).seconds,
                         "queue": queue_get_step}
                     if redis is not None:
@@ -384,9 +405,11 @@ METHOD = [
     "last flush's return. Records per CPU-second: the producing process's CPU time (all its "
     "threads, Ray's included) over the same span.",
     "send_batch: the driver sends one Arrow table (`value` column only) and waits for it.",
-    "Consumers: groups.py's members, each its own process, reading the pre-filled topic from "
-    "the beginning to its end offsets with `poll` (max_poll_records=500), touching every "
-    "value; timed from the driver's call until the last member finished.",
+    "One consumer: a `Consumer(auto_offset_reset=\"earliest\", max_poll_records=500)` in the "
+    "driver (as the peers' readers), assigned the pre-filled topic's 6 partitions, polling "
+    "until it has every record, touching every value (`len`). A group of 3: groups.py's "
+    "members, each its own process, reading their partitions from the beginning to the end "
+    "offsets; timed from the driver's call until the last member finished.",
     "Ray queue: `ray.util.queue.Queue(maxsize=0)`, `put_nowait_batch` / "
     "`get_nowait_batch` of 1,000 values from the driver.",
     "Latency: a probe consumer in its own process on every partition; the driver sends "
