@@ -58,7 +58,8 @@ def percentile(samples: Sequence[float], q: float) -> float:
     if not 0 < q <= 100:
         raise ValueError(f"a percentile is in (0, 100], got {q}")
     ordered = sorted(samples)
-    return ordered[max(math.ceil(q / 100 * len(ordered)), 1) - 1]
+    # Rounded first: 99.9 / 100 * 1000 is 999.0000000000001 in floating point, not 999.
+    return ordered[max(math.ceil(round(q / 100 * len(ordered), 9)), 1) - 1]
 
 
 def latency_summary(samples_ms: Sequence[float]) -> dict[str, float]:
