@@ -153,6 +153,9 @@ def cmd_mirror(args: argparse.Namespace, out: TextIO) -> int:
         refresh_interval_ms=args.refresh_interval_ms,
         copy=CopyOptions(acks=args.acks if args.acks == "all" else 1,
                          give_up_after_s=args.give_up_after_s))
+    import faulthandler
+
+    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 PID`: every thread's stack on stderr
     mirror = Mirror(source, cluster, config, _say)
     display = StatusDisplay(mirror.status, sys.stderr)
     previous = {s: signal.signal(s, lambda *_: mirror.stop()) for s in (signal.SIGINT,

@@ -94,6 +94,10 @@ class PartitionCopier:
                 if self.stop.wait(wait):
                     self.outcome = "stopped"
                     return
+            except Exception as e:  # a bug: this partition stops, said, the others go on
+                self.outcome = f"failed: {type(e).__name__}: {e}"
+                self.report(f"{self.name}: copying stopped by an unexpected error: {e!r}")
+                return
 
     # -- one attempt ---------------------------------------------------------------------------
 

@@ -57,6 +57,25 @@ def source_next_offset(header: BatchHeader) -> int:
     return header.producer_id - MIRROR_ID_BIT + header.base_sequence + header.record_count
 
 
+def source_range(header: BatchHeader) -> tuple[int, int, bool]:
+    """(first, end, exact) of a mirrored target batch: its records came from source offsets
+    [first, end). ``exact``: one record per offset (a batch that continues a run); else
+    (the first batch of a run) its records may be spread below ``first`` too."""
+    end = source_next_offset(header)
+    return end - header.record_count, end, header.base_sequence > 0
+
+
+def resume_offset(header: BatchHeader, source_offset: int) -> int:
+    """The target offset a consumer resumes at whose next source record is
+    ``source_offset``, given ``header``: the last target batch whose source records start
+    at or below it. Exact inside a batch that continues a run; otherwise that batch's
+    start (its records are read again), never past a record not read."""
+    first, end, exact = source_range(header)
+    if source_offset >= end:
+        return header.next_offset
+    return header.base_offset + (source_offset - first if exact else 0)
+
+
 @dataclasses.dataclass(frozen=True)
 class Stamp:
     """The producer fields of one forwarded batch; ``new_run``: the first of a new producer

@@ -27,6 +27,7 @@ from raylog.mirror.flight_client import SourceClient
 from raylog.mirror.naming import TopicFilter, config_changes, copied_configs, remote_topic
 from raylog.mirror.retry import Backoff, Retrying
 from raylog.mirror.status import MirrorStatus
+from raylog.mirror.target import resume_at
 from raylog.mirror.translation import group_key, group_value, sync_key, sync_value
 
 
@@ -120,7 +121,12 @@ class Mirror:
             self._gone.add(name)
             self.report(f"source topic {name} was deleted; its copy "
                         f"{remote_topic(self.config.alias, name)} keeps what was copied")
-        ends = {}
+        ends: dict[str, list[int]] = {}
+        try:
+            existing = self._remote_topics()
+        except RaylogError as e:
+            self.report(f"describing the target's topics: {e}; trying again later")
+            return
         for topic in topics:
             name = topic["name"]
             if name in self._gone or not self.filter.wants(name):
@@ -134,7 +140,7 @@ class Mirror:
                 continue
             try:
                 self._retrying.call(f"preparing the copy of {name}",
-                                    lambda t=topic: self._prepare(t))
+                                    lambda t=topic: self._prepare(t, existing))
                 if self.config.once:
                     ends[name] = [end for _, end in self._retrying.call(
                         f"asking the source for {name}'s end",
@@ -144,25 +150,33 @@ class Mirror:
                 continue
             for partition in range(topic["partitions"]):
                 if (name, partition) not in self.copiers:
+                    if self.config.once and partition >= len(ends[name]):
+                        continue  # added since the list: not part of this copy
                     end = ends[name][partition] if self.config.once else None
                     self._start(name, partition, end)
 
-    def _prepare(self, topic: dict[str, Any]) -> None:
+    def _remote_topics(self) -> dict[str, dict[str, Any]]:
+        """The target's topics of this alias, described (two requests for all of them)."""
+        prefix = remote_topic(self.config.alias, "x")[:-1]
+        names = [n for n in self.admin.list_topics() if n.startswith(prefix)]
+        return {t["name"]: t for t in self.admin.describe_topics(names)} if names else {}
+
+    def _prepare(self, topic: dict[str, Any], existing: dict[str, dict[str, Any]]) -> None:
         """The remote topic exists with at least the source's partitions and its configs."""
         name = remote_topic(self.config.alias, topic["name"])
         configs = copied_configs(topic["configs"])
-        if name not in self.admin.list_topics():
+        described = existing.get(name)
+        if described is None:
             try:
                 self.admin.create_topic(name, topic["partitions"],
                                         self._replication_factor(topic), configs)
-                self.report(f"created {name} ({topic['partitions']} partitions)")
+                self.report(f"created {name} with {topic['partitions']} partition(s)")
                 return
             except TopicExistsError:
-                pass
-        described = self.admin.describe_topic(name)
+                described = self.admin.describe_topic(name)
         if len(described["partitions"]) < topic["partitions"]:
             self.admin.add_partitions(name, topic["partitions"])
-            self.report(f"{name} now has {topic['partitions']} partitions, as its source")
+            self.report(f"{name} now has {topic['partitions']} partitions, as its source has")
         elif len(described["partitions"]) > topic["partitions"]:
             self.report(f"{name} has more partitions than its source "
                         f"({len(described['partitions'])} > {topic['partitions']})")
@@ -195,6 +209,25 @@ class Mirror:
 
     # -- checkpoints -----------------------------------------------------------------------------
 
+    def _translate(self, link: PartitionLink, source_offset: int) -> int | None:
+        """Where a group at ``source_offset`` resumes on the target: from the syncs this
+        mirror knows, else read from the target's batches (and kept)."""
+        with link.lock:
+            found = link.syncs.translate(source_offset)
+        if found is not None:
+            return found
+        try:
+            found = resume_at(self.cluster, link.target_topic, link.partition, source_offset,
+                              self._retrying)
+        except RaylogError as e:
+            self.report(f"translating offset {source_offset} of {link.source_topic}-"
+                        f"{link.partition}: {e}")
+            return None
+        if found is not None:
+            with link.lock:
+                link.syncs.learn(source_offset, found)
+        return found
+
     def _checkpoint(self) -> None:
         """Write the syncs and group offsets that changed since the last checkpoint."""
         records = {}
@@ -213,10 +246,7 @@ class Mirror:
             translated = {}
             for topic, partition, committed in entries:
                 link = self.links.get((topic, partition))
-                if link is None:
-                    continue
-                with link.lock:
-                    target = link.syncs.translate(committed)
+                target = None if link is None else self._translate(link, committed)
                 if target is not None:
                     translated[(topic, partition)] = (committed, target)
             if translated:

@@ -41,7 +41,8 @@ class ClusterSource:
 
     def offsets(self, topic: object) -> list[tuple[int, int]]:
         name = validate_topic_name(topic)
-        tps = [TopicPartition(name, p) for p in range(self.cluster.topic(name).num_partitions)]
+        partitions = self.cluster.topic(name, refresh=True).num_partitions
+        tps = [TopicPartition(name, p) for p in range(partitions)]
         with Consumer(cluster=self.cluster) as consumer:
             starts = consumer.beginning_offsets(tps)
             ends = consumer.end_offsets(tps)
@@ -66,6 +67,8 @@ class ClusterSource:
 
         def ask(refresh: bool) -> Any:
             meta = self.cluster.topic(topic, refresh=refresh)
+            if partition >= meta.num_partitions and not refresh:  # added since cached
+                meta = self.cluster.topic(topic, refresh=True)
             check_partition(topic, partition, meta.num_partitions)
             return meta.partitions[partition].leader_client().fetch(offset, max_bytes,
                                                                      max_wait_ms, 1)

@@ -19,6 +19,7 @@ from typing import Any
 from raylog.client.connection import RaylogCluster
 from raylog.client.remote import discard, resolve
 from raylog.errors import OutOfOrderSequenceError, RaylogError
+from raylog.mirror.position import resume_offset, source_range
 from raylog.mirror.retry import Backoff, Retrying
 from raylog.records.header import BatchHeader, iter_headers
 from raylog.storage import AppendInfo
@@ -47,6 +48,36 @@ def last_batch(cluster: RaylogCluster, topic: str, partition: int, retrying: Ret
         return found, start, end
 
     return retrying.call(f"reading the end of {topic}-{partition} on the target", read)
+
+
+def resume_at(cluster: RaylogCluster, topic: str, partition: int, source_offset: int,
+              retrying: Retrying) -> int | None:
+    """The target offset a consumer resumes at whose next source record is
+    ``source_offset``, found in the target's own batches (each says which source offsets it
+    holds): a binary search of a few fetches. None when the partition is empty; its log
+    start when everything it holds came from above ``source_offset``."""
+    def search() -> int | None:
+        leader = cluster.topic(topic, refresh=True).partitions[partition].leader_client()
+        start = resolve(leader.list_offset("earliest"))[0]
+        end = resolve(leader.list_offset("latest"))[0]
+        lo, hi, best = start, end, None
+        while lo < hi:
+            mid = (lo + hi) // 2
+            data = resolve(leader.fetch(mid, 1, 0, 1)).data
+            header = next((h for _, h in iter_headers(data, verify=False)
+                           if h.base_offset < end), None)
+            if header is None:
+                hi = mid
+            elif source_range(header)[0] <= source_offset:
+                best, lo = header, header.next_offset
+            else:
+                hi = min(header.base_offset, mid)
+        if best is None:
+            return None if end <= start else start
+        return resume_offset(best, source_offset)
+
+    return retrying.call(f"looking up source offset {source_offset} in {topic}-{partition}",
+                         search)
 
 
 def _scan(leader: Any, start: int, end: int) -> BatchHeader | None:

@@ -84,6 +84,15 @@ class OffsetSyncs:
         source, target, span = self.points[i]
         return target + min(source_offset - source, span)
 
+    def learn(self, source_offset: int, target_offset: int) -> None:
+        """Keep a translation found elsewhere (read from the target's batches) as a point of
+        span 0 among the others."""
+        point = [source_offset, target_offset, 0]
+        i = bisect.bisect_left(self.points, point)
+        if i == len(self.points) or self.points[i][0] != source_offset:
+            self.points.insert(i, point)
+            del self.points[:-MAX_POINTS]
+
     def source_at(self, target_offset: int) -> int | None:
         """The source offset a point says lands at ``target_offset``, None if none does
         (where a copy stopped, when the target's batches are gone)."""

@@ -28,7 +28,9 @@ from raylog.mirror.position import (
     MIRROR_EPOCH,
     MIRROR_ID_BIT,
     PartitionPosition,
+    resume_offset,
     source_next_offset,
+    source_range,
 )
 from raylog.mirror.protocol import Ticket
 from raylog.mirror.retry import Backoff, Retrying
@@ -174,6 +176,19 @@ def test_the_leader_appends_each_mirrored_batch_once_through_resends():
     assert source_next_offset(log[-1]) == source
 
 
+def test_a_target_batch_says_where_a_group_resumes():
+    position = PartitionPosition.fresh(100)
+    first = _header(position.stamp(100, 110, 10), 10, base_offset=0)    # a new run
+    more = _header(position.stamp(110, 120, 10), 10, base_offset=10)    # continues it
+    sparse = _header(position.stamp(130, 150, 4), 4, base_offset=20)   # compacted
+    assert source_range(more) == (110, 120, True)
+    assert source_range(first) == (100, 110, False)
+    assert resume_offset(more, 115) == 15          # exact inside a continuing batch
+    assert resume_offset(first, 105) == 0          # a run's first batch is read again
+    assert resume_offset(more, 125) == 20          # in a gap: the next batch
+    assert resume_offset(sparse, 149) == 20 and resume_offset(sparse, 150) == 24
+
+
 def test_a_batch_from_anyone_else_is_no_position():
     header = BatchHeader(7, 0, 0, 1, 0, 0, 0, 0, 0, 0, 12345, 0, 0, 1)
     with pytest.raises(MirrorPositionError, match="not written by a mirror"):
@@ -221,6 +236,16 @@ def test_a_restart_that_learns_an_older_range_keeps_the_points_monotone():
     older = OffsetSyncs([(100, 90, 10)])
     older.merge([[0, 0, 50], [200, 1, 1]])
     assert older.points == [[0, 0, 50], [100, 90, 10]]
+
+
+def test_translations_read_from_the_target_are_kept_in_order():
+    syncs = OffsetSyncs([(300, 300, 50)])
+    assert syncs.translate(200) is None
+    syncs.learn(200, 198)
+    syncs.learn(200, 198)
+    assert syncs.points == [[200, 198, 0], [300, 300, 50]]
+    assert syncs.translate(200) == 198 and syncs.translate(250) == 198
+    assert syncs.translate(320) == 320
 
 
 def test_checkpoint_records_fold_to_the_newest_per_key():
