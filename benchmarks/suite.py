@@ -264,6 +264,9 @@ def latency_and_curve(mode: Mode, cluster: Any, steps: Steps) -> dict[str, Any]:
     out: dict[str, Any] = {}
     try:
         with steps.step(f"end-to-end latency at {mode.latency_rate:,} records/s"):
+            # A warm-up run first, as every other figure has: the first records through a
+            # new probe and a new topic's fetch path are slower than the rest.
+            measure_latency(probe, "latency", mode.latency_rate, 1.0, {"linger_ms": 0})
             runs = []
             for linger_ms in (0, DEFAULT_LINGER_MS):
                 latencies = measure_latency(probe, "latency", mode.latency_rate,
@@ -414,7 +417,9 @@ METHOD = [
     "`get_nowait_batch` of 1,000 values from the driver.",
     "Latency: a probe consumer in its own process on every partition; the driver sends "
     "100-byte values at the offered rate, each starting with `time.monotonic_ns()` at its "
-    "`send` call; latency is the probe's clock when `poll` returned the record minus that.",
+    "`send` call; latency is the probe's clock when `poll` returned the record minus that. "
+    "A one-second warm-up run comes first and is not counted; each run then uses a new "
+    "producer with the `linger_ms` shown (the defaults otherwise).",
     "Curve: for each (linger_ms, batch_size) a producer in the driver sends the curve's "
     "values unthrottled (best of 2) for the throughput, then the latency probe measures it "
     "at the curve's offered rate.",
