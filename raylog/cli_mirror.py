@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import re
 import signal
 import sys
 from typing import Any, TextIO
@@ -17,6 +18,26 @@ from raylog.cli import UsageError, _int_in, _json_flag, _print_json, connect
 TOKEN_ENV = "RAYLOG_FLIGHT_TOKEN"
 COMMANDS = ("mirror", "flight-serve", "groups-translate")
 TOKEN_HELP = f"a file whose first line is the endpoint's token (default: ${TOKEN_ENV})"
+
+
+def _alias(text: str) -> str:
+    """An argparse type: a cluster alias."""
+    from raylog.errors import InvalidArgumentError
+    from raylog.mirror.naming import check_alias
+
+    try:
+        return check_alias(text)
+    except InvalidArgumentError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _regex(text: str) -> str:
+    """An argparse type: a regular expression."""
+    try:
+        re.compile(text)
+    except re.error as e:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a regular expression: {e}") from None
+    return text
 
 
 def add_commands(commands: argparse._SubParsersAction,
@@ -34,16 +55,16 @@ def add_commands(commands: argparse._SubParsersAction,
                         help="the source's Flight endpoint (grpc+tls://... for TLS)")
     mirror.add_argument("--target", metavar="HOST:PORT",
                         help="the target Ray cluster (default: --address or $RAY_ADDRESS)")
-    mirror.add_argument("--alias", required=True,
+    mirror.add_argument("--alias", required=True, type=_alias,
                         help="the source cluster's name here: topics become ALIAS.TOPIC")
-    mirror.add_argument("--target-alias",
+    mirror.add_argument("--target-alias", type=_alias,
                         help="the target's name on the source side (two-way mirrors: topics "
                              "that came from it are not sent back)")
-    mirror.add_argument("--topics", action="append", metavar="REGEX",
+    mirror.add_argument("--topics", action="append", metavar="REGEX", type=_regex,
                         help="copy only topics matching; repeatable (default: all)")
-    mirror.add_argument("--exclude", action="append", metavar="REGEX",
+    mirror.add_argument("--exclude", action="append", metavar="REGEX", type=_regex,
                         help="do not copy topics matching; repeatable")
-    mirror.add_argument("--groups", action="append", metavar="REGEX",
+    mirror.add_argument("--groups", action="append", metavar="REGEX", type=_regex,
                         help="checkpoint only these consumer groups; repeatable (default: all)")
     mirror.add_argument("--token-file", metavar="PATH", help=TOKEN_HELP)
     mirror.add_argument("--tls-root-certs", metavar="PATH",
@@ -83,7 +104,7 @@ def add_commands(commands: argparse._SubParsersAction,
                     "have no running members here.")
     translate.set_defaults(run="groups-translate")
     translate.add_argument("group")
-    translate.add_argument("--cluster-alias", required=True, metavar="ALIAS",
+    translate.add_argument("--cluster-alias", required=True, metavar="ALIAS", type=_alias,
                            help="the alias the mirror gave the source cluster")
     translate.add_argument("--dry-run", action="store_true", help="only show the offsets")
     _json_flag(translate)
@@ -126,11 +147,10 @@ def _say(message: str) -> None:
 # -- mirror ----------------------------------------------------------------------------------------
 
 def cmd_mirror(args: argparse.Namespace, out: TextIO) -> int:
-    from raylog.mirror.naming import TopicFilter
-
     token = _token(args)
     roots = _read(args.tls_root_certs, "--tls-root-certs")
-    TopicFilter(args.topics, args.exclude, args.alias, args.target_alias)  # checked first
+    if args.alias == args.target_alias:
+        raise UsageError(f"--alias and --target-alias cannot both be {args.alias!r}")
     from raylog.errors import ClusterAuthenticationError, NoClusterError
     from raylog.mirror.copier import CopyOptions
     from raylog.mirror.flight_client import SourceClient
