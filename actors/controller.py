@@ -692,6 +692,15 @@ class ControllerActor:
         return json.dumps(answer)
 
     @java_call
+    async def java_schema_registry(self) -> str:
+        """The name (in namespace ``raylog``) of the cluster's schema registry actor, started
+        if there is none yet (it is detached: it outlives this call and this actor)."""
+        from raylog.registry import REGISTRY_NAME, registry_handle
+
+        registry_handle()
+        return REGISTRY_NAME
+
+    @java_call
     async def java_writer(self, node_id: str) -> str:
         """The name (in namespace ``raylog``) of the actor through which Spark tasks on
         ``node_id`` write (actors/spark_writer.py), started if there is none yet. It is

@@ -13,15 +13,17 @@ REST server and command line of the cluster goes through it (see docs/schemas.md
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import ray
 
 from actors import log_what_matters
 from raylog.errors import RaylogError, TopicExistsError
+from raylog.interop import java_error
 from raylog.schemas.errors import RegistryStoreError
 from raylog.schemas.registry import Registry
 from raylog.schemas.state import SCHEMAS_TOPIC, Record
@@ -178,3 +180,22 @@ class SchemaRegistryActor:
 
     def delete_config(self, subject: str | None = None) -> str:
         return self._do("delete_config", subject)
+
+    # -- the Java connector (raylog/interop.py: JSON out, raylog errors as Java reads them) --
+
+    def java_schema(self, schema_id: int) -> str:
+        """``{"id", "schema"}`` of a global id as JSON: the writer schema of the values that
+        carry it (the connector's ``valueFormat`` ``avro``)."""
+        return self._java(lambda: {"id": schema_id, **self._do("schema", schema_id)})
+
+    def java_version(self, subject: str, version: str) -> str:
+        """:meth:`version` as JSON (``version`` is ``latest`` or a number): the reader
+        schema of a read."""
+        return self._java(lambda: self._do("version", subject, version))
+
+    @staticmethod
+    def _java(answer: Callable[[], Any]) -> str:
+        try:
+            return json.dumps(answer())
+        except RaylogError as e:
+            raise java_error(e) from e

@@ -20,10 +20,9 @@ from raylog.errors import InvalidArgumentError
 _columns: dict[str, Any] = {}  # per process: reader schema text -> its AvroColumns
 
 
-def reader_schema(topics: list[str], value_schema: str | dict | None) -> str:
-    """The reader schema's text: ``value_schema`` if given, else the latest version of
-    the topic's ``-value`` subject (one topic: several may hold different records)."""
-    from raylog.registry import SchemaRegistry
+def given_schema(topics: list[str], value_schema: str | dict | None) -> str | None:
+    """``value_schema``'s text, checked; None when not given, for the latest version of the
+    topic's ``-value`` subject (one topic: several may hold different records)."""
     from raylog.schemas.avro import parse
 
     if value_schema is not None:
@@ -32,7 +31,17 @@ def reader_schema(topics: list[str], value_schema: str | dict | None) -> str:
     if len(topics) != 1:
         raise InvalidArgumentError("reading several topics as Avro needs value_schema: "
                                    "their subjects may hold different records")
-    return SchemaRegistry().version(f"{topics[0]}-value", "latest")["schema"]
+    return None
+
+
+def reader_schema(topics: list[str], value_schema: str | dict | None) -> str:
+    """The reader schema's text: ``value_schema`` if given, else the latest version of
+    the topic's ``-value`` subject."""
+    from raylog.registry import SchemaRegistry
+
+    text = given_schema(topics, value_schema)
+    return text if text is not None else \
+        SchemaRegistry().version(f"{topics[0]}-value", "latest")["schema"]
 
 
 def decode_block(block: pa.Table, reader: str) -> pa.Table:

@@ -145,9 +145,11 @@ def read(spark: Any, topics: str | Iterable[str], starting_offsets: Bound = EARL
     ranges as Arrow tables and hand them to Spark with ``mapInArrow``.
 
     ``value_format="avro"``: values in Confluent's wire format become typed columns of the
-    reader schema (``value_schema``, else the latest of ``<topic>-value``), as in
-    :func:`raylog.data.read_topic`; decoded in Spark's Python workers on either ``via``
-    (raylog/spark_avro.py says why).
+    reader schema (``value_schema``, else the latest of ``<topic>-value``): the record's
+    fields, then the Kafka columns they do not shadow. With ``via="connector"`` that is the
+    connector's ``valueFormat`` ``avro`` (decoded in the JVM, typed as Spark's
+    ``from_avro`` types them); with ``via="arrow"``, Spark's Python workers decode with
+    fastavro (raylog/spark_avro.py).
 
     >>> df = read(session(), "pageviews")
     >>> df.groupBy("partition").count().show()
@@ -163,11 +165,17 @@ def read(spark: Any, topics: str | Iterable[str], starting_offsets: Bound = EARL
                                    f"{short_repr(value_format)}")
     ranges = offset_ranges(topics, starting_offsets, ending_offsets, cluster=cluster)
     if value_format == "avro":
-        from raylog.data_avro import reader_schema
-        from raylog.spark_avro import avro_frame
+        from raylog.data_avro import given_schema, reader_schema
+        from raylog.spark_avro import avro_frame, value_fields_first
 
-        return avro_frame(spark, ranges, max_records_per_task or DEFAULT_BLOCK_RECORDS,
-                          include_headers, reader_schema(topic_names(topics), value_schema))
+        names = topic_names(topics)
+        if via == "arrow" or not ranges:
+            return avro_frame(spark, ranges, max_records_per_task or DEFAULT_BLOCK_RECORDS,
+                              include_headers, reader_schema(names, value_schema))
+        inline = given_schema(names, value_schema)
+        options = {"valueFormat": "avro", **({"valueSchema": inline} if inline else {})}
+        return value_fields_first(_connector_frame(spark, ranges, max_records_per_task,
+                                                   include_headers, options))
     if via == "arrow":
         return _frame(spark, ranges, max_records_per_task or DEFAULT_BLOCK_RECORDS,
                       include_headers)
@@ -175,8 +183,9 @@ def read(spark: Any, topics: str | Iterable[str], starting_offsets: Bound = EARL
 
 
 def _connector_frame(spark: Any, ranges: dict[TopicPartition, tuple[int, int]],
-                     max_records_per_task: int | None, include_headers: bool) -> Any:
-    """``format("raylog")`` over exactly these ranges."""
+                     max_records_per_task: int | None, include_headers: bool,
+                     options: dict[str, str] | None = None) -> Any:
+    """``format("raylog")`` over exactly these ranges, with these further options."""
     if not ranges:
         return spark.createDataFrame([], _spark_schema(include_headers))
     assign: dict[str, list[int]] = {}
@@ -193,7 +202,7 @@ def _connector_frame(spark: Any, ranges: dict[TopicPartition, tuple[int, int]],
               .option("includeHeaders", str(include_headers).lower()))
     if max_records_per_task is not None:
         reader = reader.option("maxRecordsPerPartition", str(max_records_per_task))
-    return reader.load()
+    return reader.options(**(options or {})).load()
 
 
 def _check_session(spark: object) -> None:

@@ -1,15 +1,15 @@
 """Spark: a topic's Avro values (Confluent's wire format) as typed columns.
 
-``raylog.spark.read(spark, topic, value_format="avro")`` reads through Spark's Python
-workers (``mapInArrow``, as ``via="arrow"`` does): each worker gets its ranges from the
-nearest in-sync replica as Arrow tables and decodes the values with fastavro into the
-reader schema's columns (raylog/data_avro.py), resolving each value's writer schema (by
-its id) against the reader schema, the latest of ``<topic>-value`` unless given.
+``raylog.spark.read(spark, topic, value_format="avro")`` is the connector's option
+``valueFormat`` ``avro``, which decodes in the JVM with Apache Avro's Java library (in
+pyspark's jars; Spark's own ``from_avro`` is in ``spark-avro``, which pyspark does not ship
+and nothing may download): :func:`value_fields_first` only lays its columns out.
 
-Why not Spark's own ``from_avro``: it lives in the ``spark-avro`` module, whose jar pyspark
-does not ship (Spark's jars here hold Apache Avro's Java library, not ``spark-avro``), and
-nothing may be downloaded. So the decoding is Python, one value at a time, in Spark's
-Python workers; the connector's ``format("raylog")`` refuses ``valueFormat`` and says so.
+``via="arrow"`` is the fallback without the connector, through Spark's Python workers
+(``mapInArrow``): each worker gets its ranges from the nearest in-sync replica as Arrow
+tables and decodes the values with fastavro into the reader schema's columns
+(raylog/data_avro.py), resolving each value's writer schema (by its id) against the reader
+schema, the latest of ``<topic>-value`` unless given: Python, one value at a time.
 """
 
 from __future__ import annotations
@@ -39,6 +39,22 @@ def _spark_ready(table: pa.Table, include_headers: bool) -> pa.Table:
         if target is not None:
             table = table.set_column(i, field.name, table.column(i).cast(target))
     return table
+
+
+def value_fields_first(frame: Any) -> Any:
+    """The connector's frame with a typed ``value`` as the Python path lays it out: a
+    record's fields, then the Kafka columns they do not shadow (any other value type stays
+    the column ``value``, first)."""
+    from pyspark.sql.types import StructType
+
+    value_type = frame.schema["value"].dataType
+    if isinstance(value_type, StructType):
+        first = [frame["value"].getField(f).alias(f) for f in value_type.fieldNames()]
+        shadowed = set(value_type.fieldNames())
+    else:
+        first, shadowed = [frame["value"]], set()
+    return frame.select(*first, *[frame[c] for c in frame.columns
+                                  if c != "value" and c not in shadowed])
 
 
 def avro_frame(spark: Any, ranges: dict[TopicPartition, tuple[int, int]],

@@ -158,6 +158,7 @@ def run_java_tests() -> int:
         classes, fixtures = Path(tmp) / "classes", Path(tmp) / "fixtures"
         classes.mkdir()
         write_batch_fixtures(fixtures)
+        write_avro_fixtures(fixtures)
         _compile(_sources(TESTS), jars, classes)
         java = str(Path(_javac()).with_name("java"))
         command = [java, *JAVA_TEST_OPTIONS, f"-Draylog.test.fixtures={fixtures}", "-cp",
@@ -221,6 +222,96 @@ def write_batch_fixtures(directory: Path) -> None:
         expected[f"{start}-{end}"] = [{k: cell(v) for k, v in row.items()}
                                       for row in table.to_pylist()]
     (directory / "expected.json").write_text(json.dumps(expected, indent=1))
+
+
+_AVRO_WRITER = {"type": "record", "name": "Reading", "namespace": "fixture", "fields": [
+    {"name": "id", "type": "int"},
+    {"name": "dropped", "type": "string"},
+    {"name": "name", "type": "string"},
+    {"name": "note", "type": ["null", "string"], "default": None},
+    {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A", "B", "C"]}},
+    {"name": "tags", "type": {"type": "array", "items": "int"}},
+    {"name": "scores", "type": {"type": "map", "values": "double"}},
+    {"name": "place", "type": {"type": "record", "name": "Place", "fields": [
+        {"name": "x", "type": "float"}, {"name": "y", "type": "float"}]}},
+    {"name": "raw", "type": "bytes"},
+    {"name": "hash", "type": {"type": "fixed", "name": "Hash", "size": 4}},
+    {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 9,
+                               "scale": 2}}]}
+# The reader: id promoted to long, 'dropped' gone, 'country' added with a default, an enum
+# symbol gone with a default for it, fields in another order.
+_AVRO_READER = {**_AVRO_WRITER, "fields": [
+    {"name": "country", "type": "string", "default": "NL"},
+    *[f for f in _AVRO_WRITER["fields"][2:] if f["name"] != "kind"],
+    {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A", "B"],
+                              "default": "A"}},
+    {"name": "id", "type": "long"}]}
+
+
+def write_avro_fixtures(directory: Path) -> None:
+    """``avro.json``: values in Confluent's wire format written by raylog's serializers'
+    fastavro, their writer and reader schemas, and the rows fastavro's own resolution reads
+    (bytes as hex, dates as days, timestamps as microseconds, decimals as text): the Java
+    decoder of ``valueFormat`` ``avro`` must read the same."""
+    import datetime
+    import decimal
+    import io
+    import json
+
+    import fastavro
+
+    from raylog.schemas.serde import frame
+
+    rows = [
+        {"id": 1, "dropped": "x", "name": "ann", "note": None, "kind": "C", "tags": [],
+         "scores": {}, "place": {"x": 1.5, "y": -2.0}, "raw": b"", "hash": b"\x00\x01\x02\x03",
+         "day": datetime.date(2024, 2, 29), "price": decimal.Decimal("-0.05"),
+         "at": datetime.datetime(2024, 1, 1, 12, 0, 0, 123000, tzinfo=datetime.UTC)},
+        {"id": -7, "dropped": "", "name": "bö", "note": "n", "kind": "B", "tags": [3, 1, 2],
+         "scores": {"a": 0.25, "b": 1e-3}, "place": {"x": 0.0, "y": 3.25}, "raw": b"\xff\x00",
+         "hash": b"abcd", "day": datetime.date(1969, 12, 31),
+         "price": decimal.Decimal("1234567.89"),
+         "at": datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)},
+    ]
+    writer = fastavro.parse_schema(_AVRO_WRITER)
+    reader = fastavro.parse_schema(_AVRO_READER)
+    values, expected = [], []
+    for row in [*rows, None]:
+        if row is None:  # a tombstone
+            values.append(None)
+            expected.append(None)
+            continue
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, writer, row)
+        values.append(frame(7, out.getvalue()).hex())
+        read = fastavro.schemaless_reader(io.BytesIO(out.getvalue()), writer, reader)
+        # fastavro gives the writer's order; Spark's struct has the reader's.
+        expected.append({f["name"]: _as_json(read[f["name"]]) for f in _AVRO_READER["fields"]})
+    (directory / "avro.json").write_text(json.dumps(
+        {"id": 7, "writer": _AVRO_WRITER, "reader": _AVRO_READER, "values": values,
+         "expected": expected}, indent=1))
+
+
+def _as_json(value: object) -> object:
+    import datetime
+    import decimal
+
+    if isinstance(value, dict):
+        return {k: _as_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_as_json(v) for v in value]
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, datetime.datetime):
+        return (value - datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)) \
+            // datetime.timedelta(microseconds=1)
+    if isinstance(value, datetime.date):
+        return (value - datetime.date(1970, 1, 1)).days
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -99,25 +99,67 @@ def test_avro_records_and_typed_ray_data_columns(ray_cluster, topic_name):
 
 
 def test_typed_spark_columns(ray_cluster, spark, topic_name):
+    """valueFormat avro in the connector: v1 and v2 records read with the latest (v2) as
+    reader, v1's showing v2's default; a tombstone a null value; a value not in the wire
+    format failing the task (or null); streaming; raylog.spark.read over it."""
     import raylog.spark
 
     Admin().create_topic(topic_name, partitions=2)
     registry = SchemaRegistry()
     with Producer(value_serializer=AvroSerializer(registry, USER, topic=topic_name)) as old:
         for i in range(5):
-            old.send(topic_name, {"id": i, "name": f"u{i}"})
+            old.send(topic_name, {"id": i, "name": f"u{i}"}, partition=i % 2)
     with Producer(value_serializer=AvroSerializer(registry, USER_V2, topic=topic_name)) as new:
         for i in range(5, 8):
-            new.send(topic_name, {"id": i, "name": f"u{i}", "country": "FR"})
-    frame = raylog.spark.read(spark, topic_name, value_format="avro")
-    types = dict(frame.dtypes)
+            new.send(topic_name, {"id": i, "name": f"u{i}", "country": "FR"}, partition=i % 2)
+        new.send(topic_name, None, key=b"gone", partition=0)
+    def reader():  # a DataFrameReader keeps the options set on it: a fresh one each time
+        return spark.read.format("raylog").option("subscribe", topic_name) \
+            .option("valueFormat", "avro")
+
+    frame = reader().load()
+    assert frame.schema["value"].dataType.simpleString() == \
+        "struct<id:bigint,name:string,country:string>"
+    rows = frame.select("value.id", "value.country", "key").orderBy("offset", "partition") \
+        .collect()
+    assert sorted((r.id, r.country) for r in rows if r.id is not None) == \
+        [(i, "NL") for i in range(5)] + [(i, "FR") for i in range(5, 8)]
+    assert [r.key for r in rows if r.id is None] == [b"gone"]
+    as_v1 = reader().option("valueSchemaVersion", "1").load()
+    assert as_v1.schema["value"].dataType.simpleString() == "struct<id:bigint,name:string>"
+    assert as_v1.where("value.name = 'u6'").count() == 1
+    # A query that does not touch value decodes none: value is pruned from the scan.
+    plan = frame.select("partition", "offset")._jdf.queryExecution().executedPlan().toString()
+    assert "struct<partition:int,offset:bigint>" in plan
+
+    stream = spark.readStream.format("raylog").option("subscribe", topic_name) \
+        .option("startingOffsets", "earliest").option("valueFormat", "avro").load() \
+        .select("value.*").writeStream.format("memory").queryName(f"avro_{topic_name[2:]}") \
+        .trigger(availableNow=True).start()
+    stream.awaitTermination(60)
+    streamed = spark.sql(f"select id, country from avro_{topic_name[2:]} where id is not null")
+    assert sorted(tuple(r) for r in streamed.collect()) == \
+        [(i, "NL") for i in range(5)] + [(i, "FR") for i in range(5, 8)]
+
+    with Producer() as raw:
+        raw.send(topic_name, b"not avro", partition=1).result(30)
+    with pytest.raises(Exception, match=f"{topic_name}-1 at offset 4: the value is not in"):
+        reader().load().select("value.id").collect()
+    tolerant = reader().option("valueFormatErrors", "null").load()
+    assert tolerant.where("value is null").count() == 2  # the tombstone and b"not avro"
+
+    typed = raylog.spark.read(spark, topic_name, value_format="avro", ending_offsets={
+        TopicPartition(topic_name, 0): 5, TopicPartition(topic_name, 1): 4})
+    types = dict(typed.dtypes)
     assert (types["id"], types["name"], types["country"]) == ("bigint", "string", "string")
-    assert types["timestamp"] == "timestamp" and "headers" in types
-    rows = [(r["id"], r["country"]) for r in frame.orderBy("id").collect()]
-    assert rows == [(i, "NL") for i in range(5)] + [(i, "FR") for i in range(5, 8)]
-    with pytest.raises(Exception, match="value_format"):
-        spark.read.format("raylog").option("subscribe", topic_name) \
-            .option("valueFormat", "avro").load().collect()
+    assert typed.columns[:3] == ["id", "name", "country"] and "headers" in types
+    assert [(r["id"], r["country"]) for r in typed.orderBy("id").collect()] == \
+        [(None, None)] + [(i, "NL") for i in range(5)] + [(i, "FR") for i in range(5, 8)]
+    fallback = raylog.spark.read(spark, topic_name, value_format="avro", via="arrow",
+                                 value_schema=USER, ending_offsets={
+                                     TopicPartition(topic_name, 0): 5,
+                                     TopicPartition(topic_name, 1): 4})
+    assert sorted(r["id"] for r in fallback.collect() if r["id"] is not None) == list(range(8))
 
 
 def run(*argv: str) -> tuple[int, str]:

@@ -11,6 +11,7 @@ import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.vector.BigIntVector;
 import org.apache.arrow.vector.FieldVector;
 import org.apache.arrow.vector.IntVector;
+import org.apache.arrow.vector.VarBinaryVector;
 import org.apache.arrow.vector.VectorSchemaRoot;
 import org.apache.arrow.vector.ipc.ArrowStreamReader;
 import org.apache.spark.sql.execution.vectorized.ConstantColumnVector;
@@ -29,7 +30,9 @@ import org.apache.spark.unsafe.types.UTF8String;
  * {@code key}, {@code value} and {@code headers} over the Arrow vectors as they are,
  * {@code offset} and {@code timestamp} (microseconds) computed, {@code topic},
  * {@code partition} and {@code timestampType} constant. The broker only reads the file; the
- * bytes cross compressed, and no record is converted one by one.
+ * bytes cross compressed, and no record is converted one by one, except values read with
+ * {@code valueFormat} {@code avro}: those are decoded by an {@link AvroDecoder} into column
+ * vectors of the reader schema's type.
  */
 final class BatchDecoder implements AutoCloseable {
   static final int HEADER_SIZE = 65;
@@ -45,17 +48,19 @@ final class BatchDecoder implements AutoCloseable {
   private final long end;
   private final String[] columns;
   private final BufferAllocator allocator;
+  private final AvroDecoder avro; // values decoded from Avro; null: values as bytes
   private int pos;
   private ArrowStreamReader reader; // the batch Spark holds now
 
   BatchDecoder(byte[] data, TopicPartition tp, long start, long end, String[] columns,
-      BufferAllocator allocator) {
+      BufferAllocator allocator, AvroDecoder avro) {
     this.data = data;
     this.tp = tp;
     this.start = start;
     this.end = end;
     this.columns = columns;
     this.allocator = allocator;
+    this.avro = avro;
   }
 
   /** The next batch's rows within [start, end), or null after the last. */
@@ -130,6 +135,9 @@ final class BatchDecoder implements AutoCloseable {
     if (fields.size() != (explicit ? 5 : 4)) {
       throw corrupt(at, "a payload of " + fields.size() + " columns");
     }
+    if (avro != null && !(fields.get(2) instanceof VarBinaryVector)) {
+      throw corrupt(at, "a value column of Arrow type " + fields.get(2).getField().getType());
+    }
     IntVector deltas = explicit ? (IntVector) fields.get(4) : null;
     int rows = root.getRowCount();
     int lo = rowOf(h, deltas, rows, start);
@@ -164,6 +172,10 @@ final class BatchDecoder implements AutoCloseable {
       case "key":
         return arrow(fields.get(1), lo, false);
       case "value":
+        if (avro != null) {
+          return avro.decode((VarBinaryVector) fields.get(2), lo, n, tp,
+              row -> offset(h, deltas, row));
+        }
         return arrow(fields.get(2), lo, false);
       case "headers":
         return arrow(fields.get(3), lo, true);

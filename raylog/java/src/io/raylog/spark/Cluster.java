@@ -34,6 +34,7 @@ public final class Cluster {
 
   public static final String NAMESPACE = "raylog";
   public static final String CONTROLLER = "raylog-controller";
+  public static final String SCHEMA_REGISTRY = "raylog-schema-registry";
   static final long CALL_TIMEOUT_MS = 60_000;
   static final long RETRY_BACKOFF_MS = 200;
   static final long METADATA_MAX_AGE_MS = 30_000;
@@ -429,6 +430,42 @@ public final class Cluster {
   public ObjectRef<String> write(String writer, String topic, String settings, byte[] rows) {
     return actor(writer).task(PyActorMethod.of("java_write", String.class), topic, settings, rows)
         .remote();
+  }
+
+  /** The text of the schema with global id {@code id} (the writer schema of the values that
+   * carry it); a RaylogException of type SchemaNotFoundError if the registry has none. */
+  public String schemaById(int id) {
+    return json(callRegistry("java_schema", id, null)).path("schema").asText();
+  }
+
+  /** The text of version {@code version} ("latest" or a number) of {@code subject}. */
+  public String schemaVersion(String subject, String version) {
+    return json(callRegistry("java_version", subject, version)).path("schema").asText();
+  }
+
+  /** Calls the schema registry actor (started by the controller if the cluster has none yet),
+   * trying again while it is restarting (it replays its log first), for CALL_TIMEOUT_MS. */
+  private String callRegistry(String method, Object first, Object second) {
+    PyActorMethod<String> m = PyActorMethod.of(method, String.class);
+    long deadline = System.currentTimeMillis() + CALL_TIMEOUT_MS;
+    while (true) {
+      try {
+        if (!actors.containsKey(SCHEMA_REGISTRY)
+            && !Ray.getActor(SCHEMA_REGISTRY, NAMESPACE).isPresent()) {
+          callController("java_schema_registry", null);
+        }
+        PyActorHandle registry = actor(SCHEMA_REGISTRY);
+        return await(second == null ? registry.task(m, first).remote()
+            : registry.task(m, first, second).remote(), CALL_TIMEOUT_MS);
+      } catch (RaylogException e) {
+        if (!e.retriable || System.currentTimeMillis() >= deadline) {
+          throw e;
+        }
+        LOG.info("asking the schema registry again after {}", e.toString());
+        forget(SCHEMA_REGISTRY, null);
+        sleep(RETRY_BACKOFF_MS);
+      }
+    }
   }
 
   /** Forget a cached actor handle (after it failed) and a topic's metadata. */

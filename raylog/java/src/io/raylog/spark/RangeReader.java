@@ -57,6 +57,7 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
   private final long fetchTimeoutMs;
   private final String nodeId;
   private final BufferAllocator allocator;
+  private final AvroDecoder avro; // decodes the values of stored batches; null: bytes
   private int asking; // the range the next chunk is asked from
   private long cursor; // the first offset of that range not yet asked for
   private long chunkRecords;
@@ -84,7 +85,7 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
   }
 
   RangeReader(List<OffsetRange> ranges, String[] columns, boolean failOnDataLoss,
-      long fetchTimeoutMs) {
+      long fetchTimeoutMs, AvroValues avroValues) {
     this.cluster = Cluster.get();
     this.ranges = ranges;
     this.ends = new long[ranges.size()];
@@ -96,6 +97,7 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
     this.columnNames = columns.clone();
     this.noColumns = columns.length == 0;
     this.stored = Arrays.asList(columns).contains("value");
+    this.avro = stored && avroValues != null ? avroValues.decoder() : null;
     this.failOnDataLoss = failOnDataLoss;
     this.fetchTimeoutMs = fetchTimeoutMs;
     this.nodeId = Cluster.nodeId();
@@ -140,7 +142,7 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
       askAhead(); // the brokers read those while Spark consumes this one
       if (stored) {
         decoder = new BatchDecoder(data, ranges.get(received.range).tp, received.start,
-            received.end, columnNames, allocator);
+            received.end, columnNames, allocator, avro);
       } else {
         open(data);
       }
@@ -273,5 +275,8 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
     }
     pending.clear();
     allocator.close();
+    if (avro != null) {
+      avro.close();
+    }
   }
 }

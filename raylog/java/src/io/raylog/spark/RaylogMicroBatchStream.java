@@ -40,18 +40,21 @@ final class RaylogMicroBatchStream implements MicroBatchStream, SupportsTriggerA
 
   private final RaylogOptions options;
   private final String[] columns;
+  private final AvroValues avro;
   private final Path initialOffsetsFile;
   private final Configuration hadoopConf;
   private SortedMap<TopicPartition, Long> availableNow;
   private SortedMap<TopicPartition, Long> latestSeen;
 
-  RaylogMicroBatchStream(RaylogOptions options, String[] columns, String checkpointLocation) {
+  RaylogMicroBatchStream(RaylogOptions options, String[] columns, AvroValues avro,
+      String checkpointLocation) {
     if (options.ending.kind != Bound.Kind.LATEST) {
       throw new IllegalArgumentException("Ending offsets are not valid in streaming queries on "
           + "raylog: the stream reads on as records arrive");
     }
     this.options = options;
     this.columns = columns;
+    this.avro = avro;
     this.initialOffsetsFile = new Path(checkpointLocation, INITIAL_OFFSETS_FILE);
     this.hadoopConf = SparkSession.active().sessionState().newHadoopConf();
   }
@@ -200,7 +203,7 @@ final class RaylogMicroBatchStream implements MicroBatchStream, SupportsTriggerA
 
   @Override
   public PartitionReaderFactory createReaderFactory() {
-    return new ReaderFactory(columns, options.failOnDataLoss, options.fetchTimeoutMs);
+    return new ReaderFactory(columns, options.failOnDataLoss, options.fetchTimeoutMs, avro);
   }
 
   @Override

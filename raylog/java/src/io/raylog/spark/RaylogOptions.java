@@ -39,6 +39,11 @@ public final class RaylogOptions implements Serializable {
   public static final String MAX_OFFSETS_PER_TRIGGER = "maxoffsetspertrigger";
   public static final String FETCH_TIMEOUT_MS = "fetchtimeoutms";
   public static final String TOPIC = "topic";
+  public static final String VALUE_FORMAT = "valueformat";
+  public static final String VALUE_SCHEMA = "valueschema";
+  public static final String VALUE_SCHEMA_SUBJECT = "valueschemasubject";
+  public static final String VALUE_SCHEMA_VERSION = "valueschemaversion";
+  public static final String VALUE_FORMAT_ERRORS = "valueformaterrors";
   public static final String PRODUCER_PREFIX = "producer.";
 
   /** Which partitions a query reads. */
@@ -57,36 +62,44 @@ public final class RaylogOptions implements Serializable {
   public final Long maxRecordsPerPartition;
   public final Long maxOffsetsPerTrigger;
   public final long fetchTimeoutMs;
+  public final ValueFormat valueFormat;
+
+  /**
+   * How a read's {@code value} column comes: the stored bytes ({@code valueFormat} binary, the
+   * default), or ({@code avro}) values in Confluent's wire format decoded into the type of one
+   * reader schema, given inline ({@code valueSchema}) or the registry's {@code version}
+   * (latest by default) of {@code subject} ({@code <topic>-value} when one topic is read).
+   */
+  public static final class ValueFormat implements Serializable {
+    private static final long serialVersionUID = 1L;
+
+    public final boolean avro;
+    public final String schema; // the reader schema given inline, or null
+    public final String subject; // else the registry's subject and version
+    public final String version; // "latest" or a number
+    public final boolean errorsAsNull; // values not in the wire format or of unknown ids
+
+    ValueFormat(boolean avro, String schema, String subject, String version,
+        boolean errorsAsNull) {
+      this.avro = avro;
+      this.schema = schema;
+      this.subject = subject;
+      this.version = version;
+      this.errorsAsNull = errorsAsNull;
+    }
+  }
 
   private RaylogOptions(Map<String, String> o, boolean streaming) {
-    if (o.containsKey("valueformat")) {
-      // Spark's from_avro is in the spark-avro module, whose jar is not installed here.
-      throw new IllegalArgumentException("Option 'valueFormat' is not supported by the raylog "
-          + "source (Spark's Avro support, spark-avro, is not installed): read Avro values as "
-          + "typed columns with raylog.spark.read(spark, topic, value_format=\"avro\")");
-    }
+    checkOneSubscription(o);
     String subscribe = o.get(SUBSCRIBE);
     String pattern = o.get(SUBSCRIBE_PATTERN);
     String assign = o.get(ASSIGN);
-    int given = (subscribe != null ? 1 : 0) + (pattern != null ? 1 : 0) + (assign != null ? 1 : 0);
-    if (given == 0) {
-      throw new IllegalArgumentException("One of the following options must be specified for "
-          + "the raylog source: subscribe, subscribePattern, assign.");
-    }
-    if (given > 1) {
-      throw new IllegalArgumentException("Only one of the following options can be specified "
-          + "for the raylog source: subscribe, subscribePattern, assign. Given: " + o.keySet());
-    }
     List<String> names = new ArrayList<>();
     List<TopicPartition> partitions = Collections.emptyList();
     SubscriptionKind kind;
     if (subscribe != null) {
       kind = SubscriptionKind.SUBSCRIBE;
-      for (String name : subscribe.split(",")) {
-        if (!name.trim().isEmpty() && !names.contains(name.trim())) {
-          names.add(name.trim());
-        }
-      }
+      names = topicList(subscribe);
       if (names.isEmpty()) {
         throw new IllegalArgumentException("No topics to subscribe to as specified value for "
             + "option 'subscribe' is '" + subscribe + "'");
@@ -111,6 +124,7 @@ public final class RaylogOptions implements Serializable {
     this.topics = Collections.unmodifiableList(names);
     this.pattern = pattern;
     this.assigned = Collections.unmodifiableList(partitions);
+    this.valueFormat = valueFormat(o);
 
     this.starting = bound(o, true, streaming);
     this.ending = bound(o, false, streaming);
@@ -155,6 +169,99 @@ public final class RaylogOptions implements Serializable {
     return bool(lowerKeys(options), INCLUDE_HEADERS, false);
   }
 
+  /** The value format of a read, checked; the source's schema depends on it, so it is known
+   * before the rest of the options are checked. */
+  public static ValueFormat valueFormat(Map<String, String> options) {
+    Map<String, String> o = lowerKeys(options);
+    String format = o.getOrDefault(VALUE_FORMAT, "binary").trim().toLowerCase(Locale.ROOT);
+    if (!format.equals("binary") && !format.equals("avro")) {
+      throw new IllegalArgumentException("Option 'valueFormat' must be 'binary' (the default) "
+          + "or 'avro', got '" + o.get(VALUE_FORMAT) + "'");
+    }
+    boolean avro = format.equals("avro");
+    for (String key : Arrays.asList(VALUE_SCHEMA, VALUE_SCHEMA_SUBJECT, VALUE_SCHEMA_VERSION,
+        VALUE_FORMAT_ERRORS)) {
+      if (!avro && o.containsKey(key)) {
+        throw new IllegalArgumentException("Option '" + display(key) + "' applies to "
+            + "valueFormat 'avro' only");
+      }
+    }
+    String schema = o.get(VALUE_SCHEMA);
+    if (schema != null && (o.containsKey(VALUE_SCHEMA_SUBJECT)
+        || o.containsKey(VALUE_SCHEMA_VERSION))) {
+      throw new IllegalArgumentException("Option 'valueSchema' gives the reader schema itself: "
+          + "it cannot go with 'valueSchemaSubject' or 'valueSchemaVersion', which name one in "
+          + "the schema registry");
+    }
+    if (schema != null && schema.trim().isEmpty()) {
+      throw new IllegalArgumentException("Option 'valueSchema' is empty");
+    }
+    String subject = o.get(VALUE_SCHEMA_SUBJECT);
+    if (subject != null && subject.trim().isEmpty()) {
+      throw new IllegalArgumentException("Option 'valueSchemaSubject' is empty");
+    }
+    if (avro && schema == null && subject == null) {
+      checkOneSubscription(o);
+      List<String> topics = o.containsKey(SUBSCRIBE_PATTERN) ? null
+          : o.containsKey(SUBSCRIBE) ? topicList(o.get(SUBSCRIBE))
+          : o.containsKey(ASSIGN) ? topicsOf(OffsetsJson.parseAssign(o.get(ASSIGN))) : null;
+      if (topics == null || topics.size() != 1) {
+        throw new IllegalArgumentException("valueFormat 'avro' reads every topic of a query "
+            + "with one reader schema: reading several topics, or a subscribePattern, needs "
+            + "option 'valueSchemaSubject' or 'valueSchema' (the default subject is "
+            + "<topic>-value when one topic is read)");
+      }
+      subject = topics.get(0) + "-value";
+    }
+    String version = o.getOrDefault(VALUE_SCHEMA_VERSION, "latest").trim()
+        .toLowerCase(Locale.ROOT);
+    if (!version.equals("latest") && !version.matches("[1-9]\\d{0,9}")
+        || version.length() == 10 && Long.parseLong(version) > Integer.MAX_VALUE) {
+      throw new IllegalArgumentException("Option 'valueSchemaVersion' must be 'latest' or a "
+          + "version number from 1, got '" + o.get(VALUE_SCHEMA_VERSION) + "'");
+    }
+    String errors = o.getOrDefault(VALUE_FORMAT_ERRORS, "fail").trim().toLowerCase(Locale.ROOT);
+    if (!errors.equals("fail") && !errors.equals("null")) {
+      throw new IllegalArgumentException("Option 'valueFormatErrors' must be 'fail' (the "
+          + "default) or 'null', got '" + o.get(VALUE_FORMAT_ERRORS) + "'");
+    }
+    return new ValueFormat(avro, schema, subject == null ? null : subject.trim(), version,
+        errors.equals("null"));
+  }
+
+  private static void checkOneSubscription(Map<String, String> o) {
+    int given = (o.containsKey(SUBSCRIBE) ? 1 : 0) + (o.containsKey(SUBSCRIBE_PATTERN) ? 1 : 0)
+        + (o.containsKey(ASSIGN) ? 1 : 0);
+    if (given == 0) {
+      throw new IllegalArgumentException("One of the following options must be specified for "
+          + "the raylog source: subscribe, subscribePattern, assign.");
+    }
+    if (given > 1) {
+      throw new IllegalArgumentException("Only one of the following options can be specified "
+          + "for the raylog source: subscribe, subscribePattern, assign. Given: " + o.keySet());
+    }
+  }
+
+  private static List<String> topicList(String subscribe) {
+    List<String> names = new ArrayList<>();
+    for (String name : subscribe.split(",")) {
+      if (!name.trim().isEmpty() && !names.contains(name.trim())) {
+        names.add(name.trim());
+      }
+    }
+    return names;
+  }
+
+  private static List<String> topicsOf(List<TopicPartition> partitions) {
+    List<String> names = new ArrayList<>();
+    for (TopicPartition tp : partitions) {
+      if (!names.contains(tp.topic)) {
+        names.add(tp.topic);
+      }
+    }
+    return names;
+  }
+
   /** The sink's default topic: the {@code topic} option, null when not set. */
   public static String sinkTopic(Map<String, String> options) {
     String topic = lowerKeys(options).get(TOPIC);
@@ -193,7 +300,8 @@ public final class RaylogOptions implements Serializable {
       "startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp",
       "startingOffsetsByTimestamp", "endingOffsetsByTimestamp",
       "startingOffsetsByTimestampStrategy", "includeHeaders", "failOnDataLoss", "minPartitions",
-      "maxRecordsPerPartition", "maxOffsetsPerTrigger", "fetchTimeoutMs", "topic"};
+      "maxRecordsPerPartition", "maxOffsetsPerTrigger", "fetchTimeoutMs", "topic", "valueFormat",
+      "valueSchema", "valueSchemaSubject", "valueSchemaVersion", "valueFormatErrors"};
 
   /** An option's name as the documentation spells it (keys are matched ignoring case). */
   static String display(String key) {

@@ -59,8 +59,9 @@ final class RaylogScan implements Scan, Batch {
 
   @Override
   public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
-    return new RaylogMicroBatchStream(RaylogOptions.forStreaming(raw), KafkaSchema.names(schema),
-        checkpointLocation);
+    RaylogOptions streaming = RaylogOptions.forStreaming(raw);
+    return new RaylogMicroBatchStream(streaming, KafkaSchema.names(schema),
+        AvroValues.of(schema, streaming), checkpointLocation);
   }
 
   @Override
@@ -134,7 +135,7 @@ final class RaylogScan implements Scan, Batch {
   @Override
   public PartitionReaderFactory createReaderFactory() {
     String[] columns = count == null ? KafkaSchema.names(schema) : new String[0];
-    return new ReaderFactory(columns, options.failOnDataLoss,
-        options.fetchTimeoutMs);
+    return new ReaderFactory(columns, options.failOnDataLoss, options.fetchTimeoutMs,
+        count == null ? AvroValues.of(schema, options) : null);
   }
 }

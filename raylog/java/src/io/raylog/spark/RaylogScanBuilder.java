@@ -28,9 +28,9 @@ final class RaylogScanBuilder
   private StructType schema;
   private CountPlan count;
 
-  RaylogScanBuilder(CaseInsensitiveStringMap options) {
+  RaylogScanBuilder(CaseInsensitiveStringMap options, StructType schema) {
     this.options = options;
-    this.schema = KafkaSchema.schema(RaylogOptions.includeHeaders(options));
+    this.schema = schema;
   }
 
   @Override

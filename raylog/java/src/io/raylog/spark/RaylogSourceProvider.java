@@ -30,14 +30,16 @@ public final class RaylogSourceProvider
     return "raylog";
   }
 
+  /** Kafka's schema; with {@code valueFormat} {@code avro}, {@code value} is of the reader
+   * schema's type (fetched from the registry now, see {@link AvroValues}). */
   @Override
   public StructType inferSchema(CaseInsensitiveStringMap options) {
-    return KafkaSchema.schema(RaylogOptions.includeHeaders(options));
+    return AvroValues.sourceSchema(options);
   }
 
   @Override
   public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> options) {
-    return new RaylogTable(RaylogOptions.includeHeaders(options));
+    return new RaylogTable(schema);
   }
 
   /** Writes {@code data} with the sink's {@code options}; returns how many records were

@@ -18,10 +18,11 @@ final class RaylogTable implements SupportsRead, SupportsWrite {
       TableCapability.BATCH_READ, TableCapability.MICRO_BATCH_READ,
       TableCapability.STREAMING_WRITE, TableCapability.ACCEPT_ANY_SCHEMA);
 
-  private final boolean includeHeaders;
+  private final StructType schema;
 
-  RaylogTable(boolean includeHeaders) {
-    this.includeHeaders = includeHeaders;
+  /** {@code schema}: the provider's, Kafka's with or without headers and a typed value. */
+  RaylogTable(StructType schema) {
+    this.schema = schema;
   }
 
   @Override
@@ -32,7 +33,7 @@ final class RaylogTable implements SupportsRead, SupportsWrite {
   @Override
   @SuppressWarnings("deprecation") // columns() is derived from it
   public StructType schema() {
-    return KafkaSchema.schema(includeHeaders);
+    return schema;
   }
 
   @Override
@@ -42,7 +43,7 @@ final class RaylogTable implements SupportsRead, SupportsWrite {
 
   @Override
   public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
-    return new RaylogScanBuilder(options);
+    return new RaylogScanBuilder(options, schema);
   }
 
   @Override

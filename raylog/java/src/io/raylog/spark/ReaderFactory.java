@@ -13,11 +13,14 @@ final class ReaderFactory implements PartitionReaderFactory {
   private final String[] columns;
   private final boolean failOnDataLoss;
   private final long fetchTimeoutMs;
+  private final AvroValues avro; // null: values (if read) stay bytes
 
-  ReaderFactory(String[] columns, boolean failOnDataLoss, long fetchTimeoutMs) {
+  ReaderFactory(String[] columns, boolean failOnDataLoss, long fetchTimeoutMs,
+      AvroValues avro) {
     this.columns = columns;
     this.failOnDataLoss = failOnDataLoss;
     this.fetchTimeoutMs = fetchTimeoutMs;
+    this.avro = avro;
   }
 
   @Override
@@ -28,7 +31,7 @@ final class ReaderFactory implements PartitionReaderFactory {
   @Override
   public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition partition) {
     return new RangeReader(((RangePartition) partition).ranges, columns, failOnDataLoss,
-        fetchTimeoutMs);
+        fetchTimeoutMs, avro);
   }
 
   @Override

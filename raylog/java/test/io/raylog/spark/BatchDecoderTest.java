@@ -64,7 +64,7 @@ public final class BatchDecoderTest {
     ArrayNode rows = JSON.arrayNode();
     try (BufferAllocator allocator = RangeReader.ROOT.newChildAllocator("test", 0, 1L << 30);
         BatchDecoder decoder = new BatchDecoder(chunk, new TopicPartition("t", 4), start, end,
-            COLUMNS, allocator)) {
+            COLUMNS, allocator, null)) {
       for (ColumnarBatch batch = decoder.next(); batch != null; batch = decoder.next()) {
         for (int r = 0; r < batch.numRows(); r++) {
           rows.add(row(batch.getRow(r)));

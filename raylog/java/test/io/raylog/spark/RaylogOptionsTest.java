@@ -150,9 +150,53 @@ public final class RaylogOptionsTest {
     assertEquals(Bound.EARLIEST, o.starting);
   }
 
-  public static void testValueFormatRefusedNamingThePythonReader() {
-    batchRefused("value_format=\"avro\"", "subscribe", "t", "valueFormat", "avro");
-    streamRefused("spark-avro", "subscribe", "t", "VALUEFORMAT", "avro");
+  public static void testValueFormat() {
+    RaylogOptions.ValueFormat bytes = batch("subscribe", "t").valueFormat;
+    assertFalse(bytes.avro, "bytes by default");
+    assertFalse(batch("subscribe", "t", "valueFormat", "Binary").valueFormat.avro, "binary");
+    RaylogOptions.ValueFormat avro = batch("subscribe", "t", "valueFormat", "AVRO").valueFormat;
+    assertTrue(avro.avro, "avro");
+    assertEquals("t-value", avro.subject);
+    assertEquals("latest", avro.version);
+    assertEquals(null, avro.schema);
+    assertFalse(avro.errorsAsNull, "errors fail the task by default");
+    avro = stream("assign", "{\"u\": [0, 1]}", "valueFormat", "avro", "valueSchemaVersion", "3",
+        "valueFormatErrors", "null").valueFormat;
+    assertEquals(Arrays.asList("u-value", "3", true),
+        Arrays.asList(avro.subject, avro.version, avro.errorsAsNull));
+    avro = batch("subscribePattern", "t.*", "valueFormat", "avro", "valueSchema", "\"long\"")
+        .valueFormat;
+    assertEquals(Arrays.asList(null, "\"long\""), Arrays.asList(avro.subject, avro.schema));
+    avro = batch("subscribe", "a,b", "valueFormat", "avro", "valueSchemaSubject", "s").valueFormat;
+    assertEquals("s", avro.subject);
+    // The source's schema is made from these before the rest is checked.
+    assertEquals("t-value", RaylogOptions.valueFormat(opts("subscribe", "t", "valueFormat",
+        "avro")).subject);
+  }
+
+  public static void testBadValueFormatsRefused() {
+    batchRefused("'valueFormat' must be 'binary' (the default) or 'avro', got 'json'",
+        "subscribe", "t", "valueFormat", "json");
+    batchRefused("'valueSchemaSubject' applies to valueFormat 'avro' only", "subscribe", "t",
+        "valueSchemaSubject", "s");
+    streamRefused("needs option 'valueSchemaSubject' or 'valueSchema'", "subscribe", "a, b",
+        "valueFormat", "avro");
+    batchRefused("needs option 'valueSchemaSubject' or 'valueSchema'", "subscribePattern", "t.*",
+        "valueFormat", "avro");
+    batchRefused("one of the following options must be specified", "valueFormat", "avro");
+    batchRefused("cannot go with 'valueSchemaSubject'", "subscribe", "t", "valueFormat", "avro",
+        "valueSchema", "\"long\"", "valueSchemaSubject", "s");
+    batchRefused("'valueSchema' is empty", "subscribe", "t", "valueFormat", "avro",
+        "valueSchema", " ");
+    for (String version : new String[] {"0", "-1", "x", "2147483648", "1.5"}) {
+      batchRefused("'valueSchemaVersion' must be 'latest' or a version number from 1, got '"
+          + version + "'", "subscribe", "t", "valueFormat", "avro", "valueSchemaVersion",
+          version);
+    }
+    assertEquals("2147483647", batch("subscribe", "t", "valueFormat", "avro",
+        "valueSchemaVersion", "2147483647").valueFormat.version);
+    batchRefused("'valueFormatErrors' must be 'fail' (the default) or 'null', got 'skip'",
+        "subscribe", "t", "valueFormat", "avro", "valueFormatErrors", "skip");
   }
 
   public static void testNullValuesAreUnset() {

@@ -21,6 +21,8 @@ public final class TestRunner {
     CountPartitionTest.class,
     SourceOffsetTest.class,
     BatchDecoderTest.class,
+    AvroTypesTest.class,
+    AvroDecoderTest.class,
   };
 
   private TestRunner() {}
