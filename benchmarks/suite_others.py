@@ -15,7 +15,8 @@ from pathlib import Path
 
 from common import RESULTS_DIR
 
-SCRIPTS = ("storage", "produce_consume", "groups", "replication", "density", "analytics")
+SCRIPTS = ("storage", "produce_consume", "groups", "replication", "density", "schemas",
+           "analytics")
 
 
 def other_sections(results_dir: Path = RESULTS_DIR) -> list[str]:

@@ -323,6 +323,9 @@ def results_document(results: Mapping[str, Any], plots_dir: str, commands: Seque
         "",
         *(f"![{name}]({plots_dir}/{name})" for name in PLOTS),
         "",
+        "Where the time goes, the profiles before and after, and what bounds each target "
+        "missed: [`docs/performance.md`](../docs/performance.md).",
+        "",
         "## The other benchmark scripts",
         "",
         *others,
