@@ -44,6 +44,7 @@ import dataclasses
 import datetime
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -514,6 +515,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="also regenerate benchmarks/RESULTS.md, benchmarks/plots/ and "
                              "the README's benchmark section from this run")
     args = parser.parse_args(argv)
+    # A terminated suite unwinds like an interrupted one: its finally blocks stop the
+    # redis-server and the Ray clusters it started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     results = run(QUICK if args.quick else FULL)
     written = write_results(args.out, results)
     if args.publish:

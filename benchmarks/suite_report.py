@@ -167,7 +167,8 @@ def raylog_table(results: Mapping[str, Any]) -> str:
                      _mb(cell["records_per_s"], cell["value_bytes"]), "-"])
     rows.append(["rf 3 acks=all / rf 1 acks=1 (1 producer, 100 B, 3 brokers)",
                  _x(results["rf3_over_rf1"]), "-", _target_cell(t, "rf3_over_rf1")])
-    return markdown_table(["measurement", "records/s", "MB/s", "target"], rows, "lrrl")
+    return markdown_table(["measurement", "records/s", "MB/s of values", "target"], rows,
+                          "lrrl")
 
 
 def latency_table(results: Mapping[str, Any]) -> str:
