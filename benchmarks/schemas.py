@@ -5,7 +5,7 @@ Run from the repository root::
 
     .venv/bin/python benchmarks/schemas.py [--quick] [--json PATH]
 
-``--quick`` takes about a minute on this shared 2-core machine. The script prints a
+``--quick`` takes about a minute and a half on this shared 2-core machine. The script prints a
 Markdown table and writes JSON (default ``benchmarks/results/schemas.json``).
 
 Setup: ``raylog.init(address="local", data_dir=<temporary directory>)`` starts an embedded
@@ -30,6 +30,13 @@ throughput  The same records (a 6-field record; Avro about 40 bytes each) produc
             ``AvroDeserializer`` (``consume_avro_records_per_s``) and without
             (``consume_raw_records_per_s``). Alternated, best of the rounds. The ratios say
             what the Avro work in Python costs on each side.
+spark       ``spark_records`` of the same records in another topic, read as typed columns in
+            one RayDP session (1 executor, 1 core, 1 GB) by the same aggregate over every
+            field (``SPARK_QUERY``): ``spark_connector_records_per_s`` through
+            ``format("raylog").option("valueFormat", "avro")`` (decoded in the JVM, Avro's Java
+            library) and ``spark_python_records_per_s`` through ``raylog.spark.read(...,
+            value_format="avro", via="arrow")`` (Spark's Python workers, fastavro); alternated
+            after a warm-up round, best of the rounds; both must give the same answer.
 """
 
 from __future__ import annotations
@@ -82,10 +89,15 @@ class Mode:
     lookups: int
     records: int
     rounds: int
+    spark_records: int
 
 
-QUICK = Mode("quick", registrations=200, lookups=1000, records=50_000, rounds=2)
-FULL = Mode("full", registrations=1000, lookups=5000, records=200_000, rounds=3)
+QUICK = Mode("quick", registrations=200, lookups=1000, records=50_000, rounds=2,
+             spark_records=200_000)
+FULL = Mode("full", registrations=1000, lookups=5000, records=200_000, rounds=3,
+            spark_records=1_000_000)
+SPARK_QUERY = ("count(user)", "sum(ms)", "sum(length(page))", "max(service)",
+               "max(status)", "max(at)")
 
 
 class Rest:
@@ -190,6 +202,49 @@ def throughput(mode: Mode, registry: SchemaRegistry) -> tuple[dict[str, float], 
     return figures, seconds
 
 
+def spark_typed(mode: Mode, registry: SchemaRegistry) -> tuple[dict[str, float], dict]:
+    """Typed columns in Spark: the JVM's decoding against the Python workers' (see the
+    module docstring), over the same records, in one session."""
+    import raylog.spark
+
+    topic = f"bench-spark-{os.getpid()}"
+    Admin().create_topic(topic, PARTITIONS)
+    serializer = AvroSerializer(registry, PAGE_VIEW, topic=topic)
+    with Producer() as producer:
+        for value in page_views(mode.spark_records):
+            producer.send(topic, serializer(value))
+    spark = raylog.spark.session("raylog-bench-schemas", executors=1, cores=1, memory="1GB",
+                                 configs={"spark.ui.showConsoleProgress": "false"})
+    spark.sparkContext.setLogLevel("ERROR")
+    frames = {
+        "spark_connector": lambda: spark.read.format("raylog").option("subscribe", topic)
+        .option("valueFormat", "avro").load().select("value.*"),
+        "spark_python": lambda: raylog.spark.read(spark, topic, value_format="avro",
+                                                  via="arrow"),
+    }
+    answers: dict[str, tuple] = {}
+
+    def step(name: str) -> Any:
+        def query() -> float:
+            elapsed, row = timed(lambda: frames[name]().selectExpr(*SPARK_QUERY).first())
+            answers.setdefault(name, tuple(row))
+            return elapsed
+        return query
+
+    try:
+        seconds = alternate(mode.rounds, {name: step(name) for name in frames})
+    finally:
+        raylog.spark.stop()
+    if answers["spark_connector"] != answers["spark_python"] or \
+            answers["spark_connector"][0] != mode.spark_records:
+        raise RuntimeError(f"the two paths disagree: {answers}")
+    figures = {f"{name}_records_per_s": mode.spark_records / min(s)
+               for name, s in seconds.items()}
+    figures["spark_connector_vs_python"] = (figures["spark_connector_records_per_s"]
+                                            / figures["spark_python_records_per_s"])
+    return figures, seconds
+
+
 def _stalled(seen: int, expected: int) -> list:
     raise RuntimeError(f"no record for 30 s after {seen:,} of {expected:,}")
 
@@ -209,21 +264,25 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
             server.shutdown()
             server.server_close()
         rates, rate_seconds = throughput(mode, registry)
+        spark_rates, spark_seconds = spark_typed(mode, registry)
     finally:
         ray.shutdown()
         reset_default()
         os.environ.pop(DATA_DIR_ENV, None)
     return result_document(
-        {**latency, **rates}, {}, mode=mode.name, started=started,
+        {**latency, **rates, **spark_rates}, {}, mode=mode.name, started=started,
         load_at_start=load_at_start, machine=machine_info(ray=ray.__version__),
         data={"description": "page views: user (long), page, service (strings), ms, status "
                              "(ints), at (long); random with a fixed seed",
-              "records": mode.records, "registrations": mode.registrations,
+              "records": mode.records, "spark_records": mode.spark_records,
+              "registrations": mode.registrations,
               "lookups": mode.lookups},
         sections={"config": {"cluster": 'raylog.init(address="local"): one node, embedded',
                              "partitions": PARTITIONS, "rounds": mode.rounds,
-                             "rest": "one keep-alive http.client connection, sequential"},
-                  "seconds": {**rate_seconds,
+                             "rest": "one keep-alive http.client connection, sequential",
+                             "spark": "RayDP, 1 executor, 1 core, 1 GB",
+                             "spark_query": list(SPARK_QUERY)},
+                  "seconds": {**rate_seconds, **spark_seconds,
                               **{f"{k}_median": statistics.median(v)
                                  for k, v in latency_seconds.items()}}})
 
@@ -245,6 +304,11 @@ def table(result: dict[str, Any]) -> str:
          f"{result['consume_avro_records_per_s']:,.0f}"),
         ("Avro / raw, consume", f"{result['consume_avro_vs_raw']:.2f}"),
         ("Avro value size, with its 5-byte header (bytes)", f"{result['avro_value_bytes']:.1f}"),
+        ("Spark typed columns, connector valueFormat avro (records/s)",
+         f"{result['spark_connector_records_per_s']:,.0f}"),
+        ('Spark typed columns, Python workers via="arrow" (records/s)',
+         f"{result['spark_python_records_per_s']:,.0f}"),
+        ("connector / Python workers, Spark", f"{result['spark_connector_vs_python']:.2f}"),
     ]
     return markdown_table(["measurement", "value"], rows, "lr")
 
@@ -253,7 +317,8 @@ def headline(mode: Mode, result: dict[str, Any]) -> str:
     machine = result["machine"]
     return (f"schema registry, {mode.name} mode: {mode.registrations} registrations, "
             f"{mode.lookups} lookups of each kind, {mode.records:,} records per throughput "
-            f"run, best of {mode.rounds}; {machine['cpu_count']} CPUs, Ray {machine['ray']}, "
+            f"run, {mode.spark_records:,} per Spark query, best of {mode.rounds}; "
+            f"{machine['cpu_count']} CPUs, Ray {machine['ray']}, "
             f"load {machine['load_average_1m']['start']:.1f} at start")
 
 
