@@ -174,8 +174,12 @@ def read(spark: Any, topics: str | Iterable[str], starting_offsets: Bound = EARL
                               include_headers, reader_schema(names, value_schema))
         inline = given_schema(names, value_schema)
         options = {"valueFormat": "avro", **({"valueSchema": inline} if inline else {})}
-        return value_fields_first(_connector_frame(spark, ranges, max_records_per_task,
-                                                   include_headers, options))
+        try:  # loading asks the registry for the reader schema
+            frame = _connector_frame(spark, ranges, max_records_per_task, include_headers,
+                                     options)
+        except Exception as e:
+            raise _spark_error(e) from e
+        return value_fields_first(frame)
     if via == "arrow":
         return _frame(spark, ranges, max_records_per_task or DEFAULT_BLOCK_RECORDS,
                       include_headers)
@@ -316,6 +320,7 @@ def write(frame: Any, topic: str, *, cluster: RaylogCluster | None = None,
 def _spark_error(error: Exception) -> Exception:
     """A raylog error a Java call failed with, as its Python type; else ``error``."""
     from raylog import errors
+    from raylog.schemas import errors as schema_errors
 
     text = str(error)
     marker = text.find(ERROR_MARK)
@@ -323,7 +328,8 @@ def _spark_error(error: Exception) -> Exception:
     if end < 0:
         return error
     detail = json.loads(text[marker + len(ERROR_MARK):end])
-    kind = getattr(errors, detail.get("type", ""), None)
+    kind = getattr(errors, detail.get("type", ""), None) or \
+        getattr(schema_errors, detail.get("type", ""), None)
     if isinstance(kind, type) and issubclass(kind, RaylogError):
         return kind(detail.get("message", ""))
     return RaylogError(detail.get("message", ""))

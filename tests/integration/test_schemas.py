@@ -25,6 +25,7 @@ from raylog.cli import main
 from raylog.cluster_names import NAMESPACE
 from raylog.data import read_topic
 from raylog.registry import REGISTRY_NAME, SchemaRegistry
+from raylog.schemas.errors import SubjectNotFoundError
 from raylog.schemas.serde import AvroDeserializer, AvroSerializer
 from tests.integration.conftest import restart_controller, wait_for
 from tests.unit.registry_server import registry_server
@@ -155,6 +156,9 @@ def test_typed_spark_columns(ray_cluster, spark, topic_name):
     assert typed.columns[:3] == ["id", "name", "country"] and "headers" in types
     assert [(r["id"], r["country"]) for r in typed.orderBy("id").collect()] == \
         [(None, None)] + [(i, "NL") for i in range(5)] + [(i, "FR") for i in range(5, 8)]
+    Admin().create_topic(f"{topic_name}-bare", partitions=1)
+    with pytest.raises(SubjectNotFoundError, match=f"{topic_name}-bare-value"):
+        raylog.spark.read(spark, f"{topic_name}-bare", value_format="avro")
     fallback = raylog.spark.read(spark, topic_name, value_format="avro", via="arrow",
                                  value_schema=USER, ending_offsets={
                                      TopicPartition(topic_name, 0): 5,
