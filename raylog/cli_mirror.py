@@ -190,7 +190,8 @@ def cmd_mirror(args: argparse.Namespace, out: TextIO) -> int:
     for copier, _ in mirror.copiers.values():
         if copier.outcome not in ("done", "stopped"):
             out.write(f"{copier.name}: {copier.outcome}\n")
-    out.write(f"copied {mirror.status.total():,} records from {args.alias}\n")
+    out.write(f"copied {mirror.status.total():,} records from {args.alias} in "
+              f"{mirror.copy_seconds:.2f} s\n")
     return status
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections.abc import Callable
 
 from raylog.client.connection import RaylogCluster
@@ -68,10 +69,18 @@ class PartitionCopier:
         self.status, self.report, self.stop, self.end = status, report, stop, end
         self.name = f"{link.source_topic}-{link.partition}"
         self.outcome = "running"
+        self.started_at = self.finished_at = 0.0  # monotonic s, when run() began and ended
         self._backoff = Backoff()
         self._retrying = Retrying(Backoff(), report, options.give_up_after_s, stop.is_set)
 
     def run(self) -> None:
+        self.started_at = time.monotonic()
+        try:
+            self._run()
+        finally:
+            self.finished_at = time.monotonic()
+
+    def _run(self) -> None:
         while True:
             try:
                 self.outcome = "done" if self._copy() else "stopped"

@@ -105,6 +105,15 @@ class Mirror:
         failed = [c for c, _ in self.copiers.values() if c.outcome.startswith("failed")]
         return 1 if failed else 0
 
+    @property
+    def copy_seconds(self) -> float:
+        """From the first copier's start to the last one's end: the copy itself, without
+        joining the clusters or reading checkpoints."""
+        copiers = [c for c, _ in self.copiers.values() if c.finished_at]
+        if not copiers:
+            return 0.0
+        return max(c.finished_at for c in copiers) - min(c.started_at for c in copiers)
+
     # -- topics ----------------------------------------------------------------------------------
 
     def _refresh(self) -> None:
@@ -148,6 +157,10 @@ class Mirror:
             except RaylogError as e:
                 self.report(f"cannot copy {name}: {e}")
                 continue
+            new = [p for p in range(topic["partitions"]) if (name, p) not in self.copiers]
+            if new:
+                self.report(f"copying {name} into {remote_topic(self.config.alias, name)}: "
+                            f"partitions {', '.join(map(str, new))}")
             for partition in range(topic["partitions"]):
                 if (name, partition) not in self.copiers:
                     if self.config.once and partition >= len(ends[name]):
