@@ -5,7 +5,10 @@ is a Flight endpoint over a fake cluster, and an unreachable target is refused b
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -109,3 +112,11 @@ def test_tls_needs_a_certificate_and_its_key(token, tmp_path, capsys):
 def test_translate_takes_an_alias(capsys):
     status, err = _run(capsys, "groups", "translate", "g", "--cluster-alias", "no.dots")
     assert status == 2 and "alias must be" in err[0]
+
+
+def test_the_benchmark_explains_its_options():
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "mirror.py"
+    done = subprocess.run([sys.executable, str(script), "--help"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "--quick" in done.stdout and "--json" in done.stdout
