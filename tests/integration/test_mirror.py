@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 
 from raylog import Admin, Consumer, TopicPartition
+from raylog.errors import GroupNotEmptyError
+from raylog.mirror import translate_group
 from raylog.mirror.local import BIN, FlightEndpoint, LocalCluster, clean_env
 from tests.integration.conftest import consume_all, wait_for
 
@@ -160,6 +162,15 @@ def test_a_mirror_killed_twice_copies_every_record_once_and_a_group_fails_over(
             assert [r[0] for r in mine] == list(range(len(mine)))
     assert admin.describe_topic("src.orders")["configs"]["retention_ms"] == 7_200_000
     assert _end(admin, "src.doomed") > 0  # the copy of a deleted topic stays
+
+    # Translating a group that runs on the target is refused, and changes nothing.
+    with Consumer(group_id="reports", enable_auto_commit=False) as running:
+        running.subscribe(["src.orders"])
+        wait_for(lambda: (running.poll(timeout_ms=100), running.assignment())[1],
+                 timeout=30, what="a running member")
+        with pytest.raises(GroupNotEmptyError, match="active members"):
+            translate_group("reports", ALIAS)
+    assert admin.list_consumer_group_offsets("reports") == {}
 
     # The group fails over: the translation of each offset it committed on the source is
     # that offset or a little before it (never past a record it did not read), and it

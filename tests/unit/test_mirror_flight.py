@@ -159,3 +159,47 @@ def test_any_flight_client_reads_records_from_the_flights_listed(endpoint):
     assert tables[0].column("value").to_pylist()[:2] == [b"v0", b"v1"]
     assert tables[0].schema.names == ["offset", "timestamp", "key", "value", "headers"]
     assert isinstance(tables[1], pa.Table)
+
+
+def _self_signed() -> tuple[bytes, bytes]:
+    """A certificate for 127.0.0.1 and its key, PEM."""
+    pytest.importorskip("cryptography")
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=1))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    return (cert.public_bytes(serialization.Encoding.PEM),
+            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                              serialization.NoEncryption()))
+
+
+def test_over_tls_a_client_must_trust_the_certificate():
+    cert, key = _self_signed()
+    server = SourceFlightServer(FakeSource(), TOKEN, tls=(cert, key))
+    thread = threading.Thread(target=server.serve, daemon=True)
+    thread.start()
+    try:
+        assert server.location.startswith("grpc+tls://127.0.0.1:")
+        trusting = SourceClient(server.location, TOKEN, tls_root_certs=cert)
+        assert trusting.offsets("orders") == [(0, 15), (0, 2)]
+        stranger = SourceClient(server.location, TOKEN, timeout_s=5)
+        with pytest.raises(SourceUnavailableError):
+            stranger.topics()
+    finally:
+        server.shutdown()
+        thread.join(10)
