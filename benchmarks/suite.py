@@ -84,7 +84,7 @@ class Mode:
 
 KIB = 1024
 QUICK = Mode("quick", records=1_000_000, arrow_records=2_000_000, peer_records=400_000,
-             consume_records=1_000_000, rounds=2, latency_rate=10_000, latency_seconds=4,
+             consume_records=1_000_000, rounds=3, latency_rate=10_000, latency_seconds=4,
              curve_linger_ms=(0, 5, 50), curve_batch_sizes=(16 * KIB, 256 * KIB, 4096 * KIB),
              curve_records=300_000, curve_rate=50_000, curve_seconds=1.5,
              matrix_records=250_000, matrix_rounds=1)
