@@ -335,6 +335,7 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
                    "200 MB object store", "mirror": "acks=all, 5 batches in flight per "
                    "partition, source read over Flight on 127.0.0.1"},
         "checks": {"after_kills": after_kills, "uninterrupted": uninterrupted,
+                   "live_records_produced": produced,
                    "copied_by_the_run_after_the_kills": finished_by_once},
         "seconds": {"consume": consume_s, "mirror_copy": copy_s, "mirror_process": wall_s,
                     "mirror_process_nothing_to_copy": again_s},

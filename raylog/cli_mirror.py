@@ -178,8 +178,13 @@ def cmd_mirror(args: argparse.Namespace, out: TextIO) -> int:
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 PID`: every thread's stack on stderr
     mirror = Mirror(source, cluster, config, _say)
     display = StatusDisplay(mirror.status, sys.stderr)
-    previous = {s: signal.signal(s, lambda *_: mirror.stop()) for s in (signal.SIGINT,
-                                                                          signal.SIGTERM)}
+    def stop(*_: object) -> None:
+        if mirror.stopping:
+            os._exit(130)  # a second Ctrl-C: at once (nothing is lost, see docs/mirror.md)
+        _say("stopping: finishing what is in flight and writing a last checkpoint")
+        mirror.stop()
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         status = mirror.run()
     finally:

@@ -71,7 +71,8 @@ class PartitionCopier:
         self.outcome = "running"
         self.started_at = self.finished_at = 0.0  # monotonic s, when run() began and ended
         self._backoff = Backoff()
-        self._retrying = Retrying(Backoff(), report, options.give_up_after_s, stop.is_set)
+        self._retrying = Retrying(Backoff(), report, options.give_up_after_s, stop.is_set,
+                                  sleep=stop.wait)
 
     def run(self) -> None:
         self.started_at = time.monotonic()
@@ -142,7 +143,7 @@ class PartitionCopier:
             self.cluster, link.target_topic, link.partition, acks=self.options.acks,
             max_in_flight=self.options.max_in_flight,
             request_timeout_ms=self.options.request_timeout_ms, backoff=Backoff(),
-            report=self.report, stopped=self.stop.is_set)
+            report=self.report, stop=self.stop)
         try:
             position = self._recover()
             read_from = position.next_source

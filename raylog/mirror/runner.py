@@ -62,7 +62,7 @@ class Mirror:
         self.admin = Admin(cluster=cluster)
         self._stop = threading.Event()
         self._retrying = Retrying(Backoff(), report, config.copy.give_up_after_s,
-                                  self._stop.is_set)
+                                  self._stop.is_set, sleep=self._stop.wait)
         self.links: dict[tuple[str, int], PartitionLink] = {}
         self.copiers: dict[tuple[str, int], tuple[PartitionCopier, threading.Thread]] = {}
         self._topic_ids: dict[str, str] = {}
@@ -72,6 +72,10 @@ class Mirror:
 
     def stop(self) -> None:
         self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
 
     def run(self) -> int:
         config = self.config

@@ -12,7 +12,7 @@ answers a batch it holds already (same producer id and sequence) with its first 
 from __future__ import annotations
 
 import collections
-import time
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -111,12 +111,12 @@ class PartitionAppender:
 
     def __init__(self, cluster: RaylogCluster, topic: str, partition: int, *, acks: int | str,
                  max_in_flight: int, request_timeout_ms: int, backoff: Backoff,
-                 report: Callable[[str], None],
-                 stopped: Callable[[], bool] = lambda: False) -> None:
+                 report: Callable[[str], None], stop: threading.Event | None = None) -> None:
         self.cluster, self.topic, self.partition = cluster, topic, partition
         self.acks, self.max_in_flight = acks, max_in_flight
         self.request_timeout_ms = request_timeout_ms
-        self.backoff, self.report, self.stopped = backoff, report, stopped
+        self.backoff, self.report = backoff, report
+        self.stop = stop or threading.Event()
         self._in_flight: collections.deque[_Pending] = collections.deque()
         self._refresh = False
         self._out_of_order = 0
@@ -163,7 +163,7 @@ class PartitionAppender:
                 raise pending.ref
             info = resolve(pending.ref, timeout=self.request_timeout_ms / 1000 + 30)
         except RaylogError as e:
-            if not e.retriable or self.stopped():
+            if not e.retriable or self.stop.is_set():
                 raise
             if isinstance(e, OutOfOrderSequenceError):
                 self._out_of_order += 1
@@ -182,7 +182,7 @@ class PartitionAppender:
                     f"sending again in {wait:.1f} s")
         for pending in self._in_flight:
             discard(pending.ref)
-        time.sleep(wait)
+        self.stop.wait(wait)
         self._refresh = True
         for pending in self._in_flight:
             self._submit(pending)
