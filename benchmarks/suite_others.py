@@ -26,8 +26,9 @@ def other_sections(results_dir: Path = RESULTS_DIR) -> list[str]:
         path = results_dir / f"{name}.json"
         command = f"python benchmarks/{name}.py --quick"
         if not path.exists():
-            sections.append(f"### `{command}`\n\nNot run since the last publish: run it (it "
-                            f"writes `benchmarks/results/{name}.json`) and publish again.\n")
+            sections.append(f"### `{command}`\n\nNo `benchmarks/results/{name}.json` when this "
+                            f"was published: run the script and publish again. Its earlier "
+                            f"figures are in [`docs/performance.md`](../docs/performance.md).\n")
             continue
         result = json.loads(path.read_text())
         module = importlib.import_module(name)
