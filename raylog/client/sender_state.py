@@ -52,7 +52,7 @@ class OutgoingBatch:
     ``result`` is completed exactly once, by whoever ends the batch.
     """
 
-    __slots__ = ("attempts", "base_sequence", "broker", "buffered", "builder", "created", "data",
+    __slots__ = ("attempts", "base_sequence", "buffered", "builder", "created", "data",
                  "deadline", "last_error", "not_before", "partition", "producer_epoch",
                  "producer_id", "ref", "result", "sent_at", "stamped", "topic")
 
@@ -71,7 +71,6 @@ class OutgoingBatch:
         self.stamped: tuple[int, int, int] | None = None  # producer fields inside ``data``
         self.sent_at = 0.0
         self.ref: Any = None        # the outstanding request, while in flight
-        self.broker: int | None = None  # ... and the broker it went to
         # The error of an attempt that ended without an answer: it may have been appended.
         self.last_error: BaseException | None = None
         self.producer_id = NO_PRODUCER_ID
