@@ -31,6 +31,9 @@ from raylog.cluster_names import BROKER_RESOURCE, DATA_DIR_ENV
 
 BIN = Path(sys.executable).parent
 START_TIMEOUT_S = 120.0
+# `ray start --block` stops its processes gracefully on SIGTERM, which takes some 30 s here;
+# after this long the rest is killed (raylog's logs recover from that as from any crash).
+GRACE_S = 5.0
 
 
 def free_port() -> int:
@@ -103,7 +106,10 @@ class LocalCluster:
 
     def stop(self) -> None:
         if self._head is not None:
-            _stop(self._head)
+            # Ray's workers run in process groups of their own, as children of the raylet.
+            workers = _children_of_group(self._head.pid)
+            _stop(self._head, timeout_s=GRACE_S)
+            _reap(workers)
             self._head = None
         shutil.rmtree(self._ray_dir, ignore_errors=True)
 
@@ -148,6 +154,40 @@ class FlightEndpoint:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _stat(pid: int | str) -> tuple[int, int, int] | None:
+    """(parent, process group, start time) of a process, None if it is gone."""
+    try:
+        # pid (comm) state ppid pgrp ... starttime (22nd): comm may hold spaces
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[1]), int(fields[2]), int(fields[19])
+
+
+def _children_of_group(pgid: int) -> dict[int, int]:
+    """Processes outside process group ``pgid`` whose parent is in it: pid -> start time."""
+    stats = {int(e.name): _stat(e.name) for e in Path("/proc").iterdir() if e.name.isdigit()}
+    stats = {pid: stat for pid, stat in stats.items() if stat is not None}
+    group = {pid for pid, (_, pg, _) in stats.items() if pg == pgid}
+    return {pid: start for pid, (ppid, pg, start) in stats.items()
+            if ppid in group and pg != pgid}
+
+
+def _reap(processes: dict[int, int], timeout_s: float = 10.0) -> None:
+    """Wait for processes (workers whose raylet is gone exit by themselves), then kill
+    those left, each only if it is still the process it was (same start time)."""
+    def left() -> list[int]:
+        return [pid for pid, start in processes.items()
+                if (_stat(pid) or (0, 0, None))[2] == start]
+
+    deadline = time.monotonic() + timeout_s
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in left():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _listening(port: int) -> bool:
