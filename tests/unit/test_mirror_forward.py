@@ -92,3 +92,20 @@ def test_status_lines_show_rate_and_lag_per_topic():
     display = StatusDisplay(status, out, every_s=3600)
     display.close()
     assert out.getvalue() == "mirror: east.orders: 400 records copied (200/s), lag 45\n"
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_on_a_terminal_each_topic_is_a_bar_with_its_lag():
+    status = MirrorStatus()
+    status.position("east.orders", 0, 10, 35)
+    status.copied("east.orders", 10)
+    status.copied("east.clicks", 3)
+    out = _Terminal()
+    display = StatusDisplay(status, out)
+    display.close()
+    shown = out.getvalue()
+    assert "east.orders" in shown and "east.clicks" in shown and "lag 25" in shown
