@@ -92,11 +92,12 @@ class PartitionCopier:
                 self.outcome = "deleted"
                 return
             except RaylogError as e:
-                if self.stop.is_set() or not e.retriable or \
-                        isinstance(e, SourceAuthenticationError):
+                if self.stop.is_set() or not e.retriable:
                     self.outcome = "stopped" if self.stop.is_set() else f"failed: {e}"
                     if not self.stop.is_set():
                         self.report(f"{self.name}: copying stopped: {e}")
+                    if isinstance(e, SourceAuthenticationError):
+                        self.stop.set()  # the source refuses every partition: all stop
                     return
                 wait = self._backoff.next()
                 self.report(f"{self.name}: {e}; starting again from the target's end in "
@@ -174,6 +175,7 @@ class PartitionCopier:
         rows = 0
         for chunk, meta in self.source.read(ticket):
             rows += chunk.num_rows
+            self._backoff.reset()  # the source answers: the next outage starts short
             for view in batch_views(chunk):
                 self._forward(view, position, appender)
             self.status.position(link.target_topic, link.partition, position.next_source,

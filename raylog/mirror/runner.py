@@ -20,7 +20,7 @@ from typing import Any
 
 from raylog.client.admin import Admin
 from raylog.client.connection import RaylogCluster
-from raylog.errors import RaylogError, TopicExistsError
+from raylog.errors import RaylogError, SourceAuthenticationError, TopicExistsError
 from raylog.mirror.checkpoints import CheckpointStore
 from raylog.mirror.copier import CopyOptions, PartitionCopier, PartitionLink
 from raylog.mirror.flight_client import SourceClient
@@ -68,6 +68,8 @@ class Mirror:
         self._topic_ids: dict[str, str] = {}
         self._gone: set[str] = set()
         self._written: dict[bytes, bytes] = {}
+        self._failed = False  # stopped by a failure that is not a partition's
+        self._said: set[str] = set()  # remote topics reported with more partitions
         self._store = CheckpointStore(cluster, config.alias)
 
     def stop(self) -> None:
@@ -107,7 +109,7 @@ class Mirror:
             self._checkpoint()
             self._store.close()
         failed = [c for c, _ in self.copiers.values() if c.outcome.startswith("failed")]
-        return 1 if failed else 0
+        return 1 if failed or self._failed else 0
 
     @property
     def copy_seconds(self) -> float:
@@ -123,6 +125,10 @@ class Mirror:
     def _refresh(self) -> None:
         try:
             self._sync(self.source.topics())
+        except SourceAuthenticationError as e:
+            self.report(f"listing the source's topics: {e}; stopping")
+            self._failed = True
+            self.stop()
         except RaylogError as e:
             self.report(f"listing the source's topics: {e}; trying again later")
 
@@ -194,7 +200,8 @@ class Mirror:
         if len(described["partitions"]) < topic["partitions"]:
             self.admin.add_partitions(name, topic["partitions"])
             self.report(f"{name} now has {topic['partitions']} partitions, as its source has")
-        elif len(described["partitions"]) > topic["partitions"]:
+        elif len(described["partitions"]) > topic["partitions"] and name not in self._said:
+            self._said.add(name)  # once: it stays so
             self.report(f"{name} has more partitions than its source "
                         f"({len(described['partitions'])} > {topic['partitions']})")
         updates, deletes = config_changes(topic["configs"], described["configs"])
