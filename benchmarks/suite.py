@@ -5,11 +5,11 @@ Run from the repository root (or as ``raylog bench``)::
     .venv/bin/python benchmarks/suite.py [--quick] [--out DIR] [--publish]
 
 ``--quick`` takes about two minutes on this shared 2-core machine (it must stay under six);
-the full run, more records, rounds and curve points, about five. It writes ``results.json``,
+the full run (more records, rounds and curve points) about five. It writes ``results.json``,
 ``results.md`` (Markdown tables) and ``throughput.png``, ``latency.png``, ``curve.png`` into
-DIR (default
-``benchmarks/results/suite``); ``--publish`` also regenerates ``benchmarks/RESULTS.md``, its
-plots in ``benchmarks/plots/`` and the README's benchmark section from this run.
+DIR (default ``benchmarks/results/suite``); ``--publish`` also regenerates
+``benchmarks/RESULTS.md``, its plots in ``benchmarks/plots/`` and the README's benchmark
+section from this run.
 
 Two clusters, one after the other, each started and stopped by the suite:
 
