@@ -238,12 +238,12 @@ class Producer:
             raise InvalidRecordError(f"record timestamp must be an int >= 0 ms, got "
                                      f"{short_repr(timestamp)}")
         if partition is None and key is None and self._partitioner is None:
-            # Fast path: a keyless record joins its topic's open sticky batch, if it fits.
+            # A keyless record the path above did not take (headers, its own timestamp, a
+            # serializer) joins its topic's open sticky batch too, if it fits.
             with self._lock:
                 batch = self._sticky_open.get(topic)
                 if batch is not None:
-                    count = batch.builder.append_value(timestamp, value) if headers is None \
-                        else batch.builder.append(timestamp, None, value, headers)
+                    count = batch.builder.append(timestamp, None, value, headers)
                     if count:
                         return RecordFuture(batch.result, count - 1, timestamp)
         meta = self._topics.get(topic) or self._topic(topic)

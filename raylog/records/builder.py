@@ -167,20 +167,6 @@ class BatchBuilder:
         """Stamp the producer id, epoch and first sequence the batch will carry."""
         self._producer = (producer_id, producer_epoch, base_sequence)
 
-    def append_value(self, timestamp: int, value: bytes) -> int:
-        """:meth:`append` for the commonest record: no key, no headers, and a timestamp the
-        caller made itself (so it is not checked). The producer's hot path."""
-        if type(value) is not bytes:
-            return self.append(timestamp, None, value)
-        room = self.room - RECORD_OVERHEAD - len(value)
-        if room < 0 or not self.plain:
-            return self.append(timestamp, None, value)
-        self.room = room
-        self.timestamps.append(timestamp)
-        values = self.values
-        values.append(value)
-        return len(values)
-
     def columns(self) -> pa.RecordBatch:
         """The accumulated records as payload columns (PAYLOAD_SCHEMA)."""
         n = len(self.values)
