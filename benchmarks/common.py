@@ -202,9 +202,10 @@ def generate_values(n: int, seed: int = SEED) -> np.ndarray:
     return rows
 
 
-def split_values(flat: bytes) -> list[bytes]:
-    """Concatenated records (``generate_values(n).tobytes()``) as one bytes object each."""
-    return [flat[i:i + RECORD_BYTES] for i in range(0, len(flat), RECORD_BYTES)]
+def split_values(flat: bytes, size: int = RECORD_BYTES) -> list[bytes]:
+    """Concatenated records (``generate_values(n).tobytes()``) as one bytes object of
+    ``size`` bytes each."""
+    return [flat[i:i + size] for i in range(0, len(flat), size)]
 
 
 def binary_array(rows: np.ndarray) -> pa.BinaryArray:

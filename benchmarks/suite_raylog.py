@@ -41,12 +41,7 @@ def make_values(count: int, size: int, seed: int) -> list[bytes]:
     common.py's 100-byte JSON page views back to back."""
     if size % RECORD_BYTES:
         raise ValueError(f"value size must be a multiple of {RECORD_BYTES}, got {size}")
-    per = size // RECORD_BYTES
-    rows = generate_values(count * per, seed)
-    if per == 1:
-        return split_values(rows.tobytes())
-    flat = rows.tobytes()
-    return [flat[i:i + size] for i in range(0, len(flat), size)]
+    return split_values(generate_values(count * (size // RECORD_BYTES), seed).tobytes(), size)
 
 
 @ray.remote(num_cpus=0, max_restarts=0)
