@@ -7,16 +7,13 @@ table, the JSON and the percentile arithmetic on made-up results in milliseconds
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from common import markdown_table
-
-MB = 1_000_000
+from common import MB, markdown_table, write_json
 
 # figure -> (comparison, bound): "min" figures must reach the bound, "max" ones stay under it.
 TARGETS: dict[str, tuple[str, float]] = {
@@ -229,8 +226,7 @@ def results_markdown(results: Mapping[str, Any]) -> str:
 
 def write_results(out: Path, results: Mapping[str, Any]) -> list[Path]:
     """Write results.json, results.md and the plots into ``out``; the paths written."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    write_json(out / "results.json", results)
     (out / "results.md").write_text(results_markdown(results))
     return [out / "results.json", out / "results.md", *draw_plots(out, results)]
 
