@@ -436,9 +436,10 @@ class ConsumeRun:
 
 
 class ConsumeGroups:
-    """A pre-filled topic, a group of three members and a group of one, each settled."""
+    """A pre-filled topic, a group of three members and (with ``single``) a group of one,
+    each settled. Without ``single`` no idle member heartbeats beside what is measured."""
 
-    def __init__(self, cluster: RaylogCluster, rows: np.ndarray) -> None:
+    def __init__(self, cluster: RaylogCluster, rows: np.ndarray, *, single: bool = True) -> None:
         self.cluster = cluster
         self.partitions = create_topic(cluster, "consume")
         table = pa.table({"value": binary_array(rows),
@@ -450,9 +451,10 @@ class ConsumeGroups:
         if sum(self.ends.values()) != len(rows):
             raise RuntimeError(f"pre-filled {len(rows):,} records, the topic holds {self.ends}")
         self.group = [ConsumingMember.remote("consume-group", "consume") for _ in range(MEMBERS)]
-        self.single = [ConsumingMember.remote("consume-single", "consume")]
+        self.single = [ConsumingMember.remote("consume-single", "consume")] if single else []
         self._settle(self.group, "consume-group")
-        self._settle(self.single, "consume-single")
+        if single:
+            self._settle(self.single, "consume-single")
 
     def _settle(self, members: list[Any], group_id: str) -> None:
         share = PARTITIONS // len(members)
@@ -484,7 +486,7 @@ class ConsumeGroups:
                     f"{r['positions']}, {r['value_bytes']:,} value bytes; the ends are {wanted}")
 
     def close(self) -> None:
-        """Leave both groups and end the member actors."""
+        """Leave the groups and end the member actors."""
         members = self.group + self.single
         # After a failed run a member may be dead already: that error is the one to report.
         with contextlib.suppress(ray.exceptions.RayError):

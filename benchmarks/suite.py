@@ -198,7 +198,8 @@ def single_node(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
 
             with steps.step("consuming: one raylog consumer and a group of 3, Redis XRANGE, "
                             "Ray queue"):
-                groups = ConsumeGroups(cluster, generate_values(mode.consume_records, seed=2))
+                groups = ConsumeGroups(cluster, generate_values(mode.consume_records, seed=2),
+                                       single=False)  # one consumer reads in the driver
                 try:
                     def queue_get_step() -> float:
                         start = time.perf_counter()
