@@ -9,7 +9,6 @@ reader schema: the one given, else the latest version of ``<topic>-value``.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pyarrow as pa
@@ -26,8 +25,7 @@ def given_schema(topics: list[str], value_schema: str | dict | None) -> str | No
     from raylog.schemas.avro import parse
 
     if value_schema is not None:
-        return parse(value_schema if isinstance(value_schema, str)
-                     else json.dumps(value_schema)).text
+        return parse(value_schema).text
     if len(topics) != 1:
         raise InvalidArgumentError("reading several topics as Avro needs value_schema: "
                                    "their subjects may hold different records")

@@ -97,7 +97,7 @@ class AvroSerializer:
                  subject: str | None = None, is_key: bool = False, strategy: str = "topic",
                  auto_register: bool = True) -> None:
         self.registry = registry
-        self.schema = parse(schema if isinstance(schema, str) else json.dumps(schema))
+        self.schema = parse(schema)
         self.subject = subject or subject_name(strategy, topic, self.schema, is_key)
         self.auto_register = auto_register
         self._parsed = fastavro_schema(self.schema)
@@ -152,8 +152,7 @@ class AvroDeserializer:
 
     def __init__(self, registry: Any, reader_schema: str | dict | None = None) -> None:
         self.writers = WriterSchemas(registry)
-        self.reader = None if reader_schema is None else fastavro_schema(
-            parse(reader_schema if isinstance(reader_schema, str) else json.dumps(reader_schema)))
+        self.reader = None if reader_schema is None else fastavro_schema(parse(reader_schema))
 
     def __call__(self, data: bytes | None) -> Any:
         if data is None:
