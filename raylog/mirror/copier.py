@@ -92,10 +92,12 @@ class PartitionCopier:
                 self.outcome = "deleted"
                 return
             except RaylogError as e:
-                if self.stop.is_set() or not e.retriable:
-                    self.outcome = "stopped" if self.stop.is_set() else f"failed: {e}"
-                    if not self.stop.is_set():
-                        self.report(f"{self.name}: copying stopped: {e}")
+                if self.stop.is_set():
+                    self.outcome = "stopped"
+                    return
+                if not e.retriable:
+                    self.outcome = f"failed: {e}"
+                    self.report(f"{self.name}: copying stopped: {e}")
                     if isinstance(e, SourceAuthenticationError):
                         self.stop.set()  # the source refuses every partition: all stop
                     return
