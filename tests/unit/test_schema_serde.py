@@ -15,7 +15,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from raylog.schemas.arrow import AvroColumns, arrow_schema, avro_schema_of, avro_values
 from raylog.schemas.avro import parse
-from raylog.schemas.errors import SerializationError
+from raylog.schemas.errors import SerializationError, SubjectNotFoundError
 from raylog.schemas.registry import MemoryLog, Registry
 from raylog.schemas.serde import AvroDeserializer, AvroSerializer, frame, subject_name, unframe
 from tests.unit.registry_server import registry_server
@@ -81,7 +81,7 @@ def test_reading_with_a_newer_schema_resolves_the_writers():
     assert reader(new)["country"] == "FR"
     assert AvroDeserializer(registry)(old) == ALICE  # as written
     lookup_only = AvroSerializer(registry, USER_V2, topic="other", auto_register=False)
-    with pytest.raises(Exception, match="not found"):
+    with pytest.raises(SubjectNotFoundError, match="other-value"):
         lookup_only(ALICE)
 
 
