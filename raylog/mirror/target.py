@@ -14,10 +14,9 @@ from __future__ import annotations
 import collections
 import threading
 from collections.abc import Callable
-from typing import Any
 
 from raylog.client.connection import RaylogCluster
-from raylog.client.remote import discard, resolve
+from raylog.client.remote import ReplicaClient, discard, resolve
 from raylog.errors import OutOfOrderSequenceError, RaylogError
 from raylog.mirror.position import resume_offset, source_range
 from raylog.mirror.retry import Backoff, Retrying
@@ -35,15 +34,12 @@ def last_batch(cluster: RaylogCluster, topic: str, partition: int, retrying: Ret
     """(the header of the last batch below the high watermark or None, the log start, the
     high watermark) of a target partition."""
     def read() -> tuple[BatchHeader | None, int, int]:
-        leader = cluster.topic(topic, refresh=True).partitions[partition].leader_client()
-        start = resolve(leader.list_offset("earliest"))[0]
-        end = resolve(leader.list_offset("latest"))[0]
+        leader, start, end = _leader_and_bounds(cluster, topic, partition)
         if end <= start:
             return None, start, end
         # A fetch returns at least the whole batch holding ``end - 1``. Should compaction
         # have removed that batch, the last one left is found reading forward.
-        data = resolve(leader.fetch(end - 1, 1, 0, 1)).data
-        headers = [h for _, h in iter_headers(data, verify=False) if h.base_offset < end]
+        headers = _headers_below(leader, end - 1, 1, end)
         found = headers[-1] if headers else _scan(leader, start, end)
         return found, start, end
 
@@ -57,15 +53,11 @@ def resume_at(cluster: RaylogCluster, topic: str, partition: int, source_offset:
     holds): a binary search of a few fetches. None when the partition is empty; its log
     start when everything it holds came from above ``source_offset``."""
     def search() -> int | None:
-        leader = cluster.topic(topic, refresh=True).partitions[partition].leader_client()
-        start = resolve(leader.list_offset("earliest"))[0]
-        end = resolve(leader.list_offset("latest"))[0]
+        leader, start, end = _leader_and_bounds(cluster, topic, partition)
         lo, hi, best = start, end, None
         while lo < hi:
             mid = (lo + hi) // 2
-            data = resolve(leader.fetch(mid, 1, 0, 1)).data
-            header = next((h for _, h in iter_headers(data, verify=False)
-                           if h.base_offset < end), None)
+            header = next(iter(_headers_below(leader, mid, 1, end)), None)
             if header is None:
                 hi = mid
             elif source_range(header)[0] <= source_offset:
@@ -80,12 +72,27 @@ def resume_at(cluster: RaylogCluster, topic: str, partition: int, source_offset:
                          search)
 
 
-def _scan(leader: Any, start: int, end: int) -> BatchHeader | None:
+def _leader_and_bounds(cluster: RaylogCluster, topic: str, partition: int
+                       ) -> tuple[ReplicaClient, int, int]:
+    """The partition's leader (metadata refreshed), its log start and its high watermark."""
+    leader = cluster.topic(topic, refresh=True).partitions[partition].leader_client()
+    earliest, latest = resolve([leader.list_offset("earliest"), leader.list_offset("latest")])
+    return leader, earliest[0], latest[0]
+
+
+def _headers_below(leader: ReplicaClient, offset: int, max_bytes: int, end: int
+                   ) -> list[BatchHeader]:
+    """The headers of the batches a fetch from ``offset`` returns, those starting below
+    ``end``."""
+    data = resolve(leader.fetch(offset, max_bytes, 0, 1)).data
+    return [h for _, h in iter_headers(data, verify=False) if h.base_offset < end]
+
+
+def _scan(leader: ReplicaClient, start: int, end: int) -> BatchHeader | None:
     """The last batch header in [start, end), reading forward."""
     found, at = None, start
     while at < end:
-        data = resolve(leader.fetch(at, SCAN_BYTES, 0, 1)).data
-        headers = [h for _, h in iter_headers(data, verify=False) if h.base_offset < end]
+        headers = _headers_below(leader, at, SCAN_BYTES, end)
         if not headers:
             return found
         found, at = headers[-1], headers[-1].next_offset
