@@ -9,7 +9,7 @@ metadata refreshed, the read asked again, for up to ``READ_RETRY_S``.
 
 from __future__ import annotations
 
-import time
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -19,8 +19,11 @@ from raylog.client.consumer import Consumer
 from raylog.client.remote import resolve
 from raylog.errors import RaylogError
 from raylog.mirror.flight_server import Fetched
+from raylog.mirror.retry import Backoff, Retrying
 from raylog.topics import check_partition, validate_topic_name
 from raylog.types import TopicPartition
+
+logger = logging.getLogger(__name__)
 
 READ_RETRY_S = 30.0
 
@@ -80,25 +83,18 @@ class ClusterSource:
                 raise
             first = e
 
+        def attempt() -> Fetched:
+            nonlocal first
+            pending, first = first, None
+            if pending is None:
+                pending = ask(True)
+            elif isinstance(pending, RaylogError):
+                raise pending
+            answer = resolve(pending)
+            return Fetched(answer.data, answer.high_watermark, answer.log_start_offset)
+
         def result() -> Fetched:
-            deadline = time.monotonic() + READ_RETRY_S
-            pending, backoff = first, 0.05
-            while True:
-                try:
-                    if isinstance(pending, RaylogError):
-                        raise pending
-                    answer = resolve(pending)
-                    return Fetched(answer.data, answer.high_watermark, answer.log_start_offset)
-                except RaylogError as e:
-                    if not e.retriable or time.monotonic() + backoff > deadline:
-                        raise
-                time.sleep(backoff)
-                backoff = min(2 * backoff, 1.0)
-                try:
-                    pending = ask(True)
-                except RaylogError as e:
-                    if not e.retriable:
-                        raise
-                    pending = e
+            retrying = Retrying(Backoff(0.05, 1.0, jitter=0), logger.info, READ_RETRY_S)
+            return retrying.call(f"reading {topic}-{partition}", attempt)
 
         return result
