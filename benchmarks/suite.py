@@ -56,7 +56,7 @@ from typing import Any
 
 from suite_report import add_ratios, latency_summary, targets_report, write_results
 
-from common import RESULTS_DIR, alternate, machine_info
+from common import RESULTS_DIR, Timing, alternate, machine_info
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = RESULTS_DIR / "suite"
@@ -115,8 +115,9 @@ class Steps:
         self.bar.update()
 
 
-def best(seconds: list[float], amount: float) -> float:
-    return amount / min(seconds)
+def best_rates(seconds: dict[str, list[float]], amounts: dict[str, int]) -> dict[str, float]:
+    """The best rate of each step that ran (``alternate``'s seconds), over its amount."""
+    return {name: Timing(amounts[name], runs).best_rate for name, runs in seconds.items()}
 
 
 # -- the single node: raylog and its peers -----------------------------------------------------
@@ -143,7 +144,7 @@ def single_node(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
     from raylog.client.connection import reset_default
     from raylog.cluster_names import DATA_DIR_ENV
 
-    from common import binary_array, generate_values, input_frozen
+    from common import binary_array, generate_values, input_frozen, timed
 
     out: dict[str, Any] = {}
     try:
@@ -171,30 +172,27 @@ def single_node(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
 
                     def raylog_arrow() -> float:
                         before = arrowed.end_offsets()
-                        start = time.perf_counter()
-                        produce_table(arrow_producer, "arrow", table)
-                        seconds = time.perf_counter() - start
+                        seconds, _ = timed(lambda: produce_table(arrow_producer, "arrow", table))
                         arrowed.check_grew(before, mode.arrow_records)
                         return seconds
 
-                    def queue_step() -> float:
-                        start = time.perf_counter()
-                        queue_put(queue, chunks)
-                        return time.perf_counter() - start
-
                     produce_steps: dict[str, Callable[[], float]] = {
-                        "raylog": raylog_send, "raylog_arrow": raylog_arrow, "queue": queue_step}
+                        "raylog": raylog_send, "raylog_arrow": raylog_arrow,
+                        "queue": lambda: timed(lambda: queue_put(queue, chunks))[0]}
                     if redis is not None:
-                        produce_steps["redis"] = lambda: redis_produce(redis, peer_values)
+                        produce_steps["redis"] = \
+                            lambda: timed(lambda: redis_produce(redis, peer_values))[0]
                     seconds = alternate(mode.rounds, produce_steps)
+                rates = best_rates(seconds, {"raylog": mode.records,
+                                             "raylog_arrow": mode.arrow_records,
+                                             "queue": mode.peer_records,
+                                             "redis": mode.peer_records})
                 out["produce_seconds"] = seconds
-                out["produce_records_per_s"] = best(seconds["raylog"], mode.records)
+                out["produce_records_per_s"] = rates["raylog"]
                 out["produce_records_per_cpu_s"] = mode.records / min(cpu[1:])
-                out["produce_arrow_records_per_s"] = best(seconds["raylog_arrow"],
-                                                          mode.arrow_records)
-                out["queue_produce_records_per_s"] = best(seconds["queue"], mode.peer_records)
-                out["redis_produce_records_per_s"] = best(seconds["redis"], mode.peer_records) \
-                    if redis is not None else None
+                out["produce_arrow_records_per_s"] = rates["raylog_arrow"]
+                out["queue_produce_records_per_s"] = rates["queue"]
+                out["redis_produce_records_per_s"] = rates.get("redis")
 
             with steps.step("consuming: one raylog consumer and a group of 3, Redis XRANGE, "
                             "Ray queue"):
@@ -202,15 +200,14 @@ def single_node(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
                                        single=False)  # one consumer reads in the driver
                 try:
                     def queue_get_step() -> float:
-                        start = time.perf_counter()
-                        got = queue_get(queue, mode.peer_records)
-                        seconds = time.perf_counter() - start
+                        seconds, got = timed(lambda: queue_get(queue, mode.peer_records))
                         if got != peer_values:
                             raise RuntimeError("the Ray queue gave back other values")
                         return seconds
 
                     def redis_read() -> float:
-                        seconds, seen, size = redis_consume(redis, mode.peer_records)
+                        seconds, (seen, size) = timed(
+                            lambda: redis_consume(redis, mode.peer_records))
                         if (seen, size) != (mode.peer_records, 100 * mode.peer_records):
                             raise RuntimeError(f"Redis read {seen:,} records, {size:,} bytes")
                         return seconds
@@ -218,10 +215,8 @@ def single_node(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
                     def raylog_read() -> float:
                         consumer = Consumer(**CONSUMER_SETTINGS)
                         try:
-                            start = time.perf_counter()
-                            seen, size = consume_all(consumer, groups.partitions,
-                                                     mode.consume_records)
-                            seconds = time.perf_counter() - start
+                            seconds, (seen, size) = timed(lambda: consume_all(
+                                consumer, groups.partitions, mode.consume_records))
                         finally:
                             consumer.close()
                         if (seen, size) != (mode.consume_records, 100 * mode.consume_records):
@@ -237,13 +232,15 @@ def single_node(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
                     seconds = alternate(mode.rounds, consume_steps)
                 finally:
                     groups.close()
+                rates = best_rates(seconds, {"raylog": mode.consume_records,
+                                             "raylog_group": mode.consume_records,
+                                             "queue": mode.peer_records,
+                                             "redis": mode.peer_records})
                 out["consume_seconds"] = seconds
-                out["consume_records_per_s"] = best(seconds["raylog"], mode.consume_records)
-                out["consume_group_records_per_s"] = best(seconds["raylog_group"],
-                                                          mode.consume_records)
-                out["queue_consume_records_per_s"] = best(seconds["queue"], mode.peer_records)
-                out["redis_consume_records_per_s"] = best(seconds["redis"], mode.peer_records) \
-                    if redis is not None else None
+                out["consume_records_per_s"] = rates["raylog"]
+                out["consume_group_records_per_s"] = rates["raylog_group"]
+                out["queue_consume_records_per_s"] = rates["queue"]
+                out["redis_consume_records_per_s"] = rates.get("redis")  # None: not measured
             stop_workers(workers)
             queue.shutdown()
             out.update(latency_and_curve(mode, cluster, steps))
@@ -256,10 +253,12 @@ def single_node(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
 
 def latency_and_curve(mode: Mode, cluster: Any, steps: Steps) -> dict[str, Any]:
     import ray
-    from produce_consume import Topic
-    from suite_raylog import LatencyProbe, make_values, measure_latency, unthrottled
+    from produce_consume import Topic, produce_records
+    from suite_raylog import LatencyProbe, make_values, measure_latency
 
     from raylog import Producer
+
+    from common import timed
 
     Topic(cluster, "latency")
     curve_topic = Topic(cluster, "curve")
@@ -291,9 +290,10 @@ def latency_and_curve(mode: Mode, cluster: Any, steps: Steps) -> dict[str, Any]:
             for linger_ms, batch_size in settings:
                 config = {"linger_ms": linger_ms, "batch_size": batch_size}
                 with Producer(**config) as producer:
-                    unthrottled(producer, "curve", values[:1000])  # warm-up
+                    produce_records(producer, "curve", values[:1000])  # warm-up
                     before = curve_topic.end_offsets()
-                    seconds = min(unthrottled(producer, "curve", values) for _ in range(2))
+                    seconds = min(timed(lambda: produce_records(producer, "curve", values))[0]
+                                  for _ in range(2))
                     curve_topic.check_grew(before, 2 * len(values))
                 latencies = measure_latency(probe, "latency", mode.curve_rate,
                                             mode.curve_seconds, config)

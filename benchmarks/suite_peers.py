@@ -136,22 +136,19 @@ def redis_or_none() -> Iterator[tuple[RedisServer | None, str | None]]:
         yield server, None
 
 
-def redis_produce(server: RedisServer, values: list[bytes]) -> float:
-    """Seconds to XADD every value to the stream, PIPELINE commands per round trip."""
+def redis_produce(server: RedisServer, values: list[bytes]) -> None:
+    """XADD every value to the stream, PIPELINE commands per round trip."""
     pipe = server.client.pipeline(transaction=False)
-    start = time.perf_counter()
     for i in range(0, len(values), PIPELINE):
         for value in values[i:i + PIPELINE]:
             pipe.xadd(STREAM, {FIELD: value})
         pipe.execute()
-    return time.perf_counter() - start
 
 
-def redis_consume(server: RedisServer, count: int) -> tuple[float, int, int]:
-    """Seconds to read the stream's first ``count`` records with XRANGE ... COUNT, and the
-    records and value bytes read."""
+def redis_consume(server: RedisServer, count: int) -> tuple[int, int]:
+    """Read the stream's first ``count`` records with XRANGE ... COUNT; the records and
+    value bytes read."""
     client, seen, size, low = server.client, 0, 0, "-"
-    start = time.perf_counter()
     while seen < count:
         entries = client.xrange(STREAM, min=low, count=min(READ_COUNT, count - seen))
         if not entries:
@@ -160,7 +157,7 @@ def redis_consume(server: RedisServer, count: int) -> tuple[float, int, int]:
             size += len(fields[FIELD])
         seen += len(entries)
         low = "(" + entries[-1][0].decode()
-    return time.perf_counter() - start, seen, size
+    return seen, size
 
 
 def redis_info(server: RedisServer | None, reason: str | None) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import ray
+from produce_consume import produce_records
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 import raylog
@@ -67,12 +68,9 @@ class ProducerWorker:
         if producer is None:
             producer = self.producers[key] = Producer(**settings)
         values = self.values[size]
-        send = producer.send
         gc.collect()
         cpu, start = time.process_time(), time.time()
-        for value in values:
-            send(topic, value)
-        producer.flush()
+        produce_records(producer, topic, values)
         return {"start": start, "end": time.time(), "cpu_seconds": time.process_time() - cpu,
                 "records": len(values)}
 
@@ -183,14 +181,3 @@ def measure_latency(probe: Any, topic: str, rate: int, seconds: float,
     if len(latencies) != count:
         raise RuntimeError(f"the probe received {len(latencies):,} of {count:,} records")
     return latencies
-
-
-def unthrottled(producer: Producer, topic: str, values: list[bytes]) -> float:
-    """Seconds to send every value and flush (the curve's throughput)."""
-    send = producer.send
-    gc.collect()
-    start = time.perf_counter()
-    for value in values:
-        send(topic, value)
-    producer.flush()
-    return time.perf_counter() - start
