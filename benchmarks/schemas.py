@@ -48,7 +48,6 @@ import os
 import random
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -255,14 +254,8 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
         raylog.init(address="local", data_dir=root)
         registry = SchemaRegistry()
         registry.ready()
-        server = RegistryHTTPServer(registry, port=0)
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        try:
+        with RegistryHTTPServer(registry, port=0).running() as server:
             latency, latency_seconds = latencies(mode, Rest(server.server_address[1]))
-        finally:
-            server.shutdown()
-            server.server_close()
         rates, rate_seconds = throughput(mode, registry)
         spark_rates, spark_seconds = spark_typed(mode, registry)
     finally:

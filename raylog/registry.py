@@ -120,18 +120,13 @@ def serve(registry: Any, host: str, port: int, out: TextIO,
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set())
                 for sig in (signal.SIGINT, signal.SIGTERM)}
-    thread = threading.Thread(target=server.serve_forever, name="raylog-registry-http",
-                              daemon=True)
-    thread.start()
     try:
-        out.write(f"schema registry listening on {server.url}\n")
-        out.flush()
-        while not stop.wait(0.5):
-            pass
+        with server.running():
+            out.write(f"schema registry listening on {server.url}\n")
+            out.flush()
+            while not stop.wait(0.5):
+                pass
     finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         if on_stop is not None:

@@ -10,12 +10,13 @@ code. No Ray here: the HTTP shell and its rules are tested without a cluster.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -245,6 +246,19 @@ class RegistryHTTPServer(ThreadingHTTPServer):
     def url(self) -> str:
         host, port = self.server_address[:2]
         return f"http://{host}:{port}"
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[RegistryHTTPServer]:
+        """Serve on a daemon thread while the block runs; then stop and close the server."""
+        thread = threading.Thread(target=self.serve_forever, name="raylog-registry-http",
+                                  daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            self.shutdown()
+            self.server_close()
+            thread.join(timeout=10)
 
     def answer(self, method: str, target: str, body: bytes) -> Answer:
         if self._lock is None:

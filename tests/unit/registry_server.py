@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,12 +16,5 @@ def registry_server(registry: Any = None) -> Iterator[RegistryHTTPServer]:
     stopped on exit; ``.registry`` is what it serves."""
     if registry is None:
         registry = Registry(MemoryLog())
-    server = RegistryHTTPServer(registry, port=0, serialize=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with RegistryHTTPServer(registry, port=0, serialize=True).running() as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
