@@ -488,7 +488,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="start an embedded local cluster even if RAY_ADDRESS names one")
     from raylog.cli_schemas import add_parsers as add_schema_parsers
 
-    add_schema_parsers(commands, _json_flag, _int_in)
+    add_schema_parsers(commands)
     from raylog.cli_mirror import add_commands as add_mirror_commands
 
     add_mirror_commands(commands, group_actions)
@@ -559,7 +559,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
         if args.run in ("schemas", "registry"):
             from raylog import cli_schemas
 
-            return getattr(cli_schemas, f"cmd_{args.run}")(args, out, connect)
+            return getattr(cli_schemas, f"cmd_{args.run}")(args, out)
         if args.run in ("mirror", "flight-serve", "groups-translate"):
             from raylog import cli_mirror
 

@@ -13,12 +13,14 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, TextIO
+from typing import TextIO
+
+from raylog.cli import _int_in, _json_flag, _print_json, connect
 
 DEFAULT_PORT = 8081  # Confluent Schema Registry's
 
 
-def add_parsers(commands: argparse._SubParsersAction, json_flag: Any, int_in: Any) -> None:
+def add_parsers(commands: argparse._SubParsersAction) -> None:
     """Add ``schemas`` and ``registry`` to the ``raylog`` parser."""
     schemas = commands.add_parser("schemas", aliases=["schema"],
                                   help="the schema registry: subjects, versions, compatibility")
@@ -26,11 +28,11 @@ def add_parsers(commands: argparse._SubParsersAction, json_flag: Any, int_in: An
     actions = schemas.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = actions.add_parser("list", help="subjects with their latest version and id")
     listing.add_argument("--deleted", action="store_true", help="include soft-deleted subjects")
-    json_flag(listing)
+    _json_flag(listing)
     get = actions.add_parser("get", help="a version of a subject (default: the latest)")
     get.add_argument("subject")
     get.add_argument("--version", default="latest", help="a version number or 'latest'")
-    json_flag(get)
+    _json_flag(get)
     register = actions.add_parser("register", help="register an Avro schema (.avsc) under a "
                                                    "subject; '-' reads standard input")
     register.add_argument("subject")
@@ -55,7 +57,7 @@ def add_parsers(commands: argparse._SubParsersAction, json_flag: Any, int_in: An
     registry = commands.add_parser("registry", help="serve the schema registry's REST API "
                                                     "(Confluent's) until SIGINT or SIGTERM")
     registry.set_defaults(run="registry")
-    registry.add_argument("--port", type=int_in(0, 65535), default=DEFAULT_PORT)
+    registry.add_argument("--port", type=_int_in(0, 65535), default=DEFAULT_PORT)
     registry.add_argument("--host", default="127.0.0.1",
                           help="the address to listen on (0.0.0.0: every interface)")
     registry.add_argument("--embedded", action="store_true",
@@ -86,7 +88,7 @@ def _read_schema(path: str) -> str:
         raise InvalidArgumentError(f"cannot read {path}: {e.strerror}") from None
 
 
-def cmd_schemas(args: argparse.Namespace, out: TextIO, connect: Any) -> int:
+def cmd_schemas(args: argparse.Namespace, out: TextIO) -> int:
     from raylog.registry import SchemaRegistry
 
     action = args.action
@@ -103,15 +105,18 @@ def cmd_schemas(args: argparse.Namespace, out: TextIO, connect: Any) -> int:
             latest = registry.version(subject, "latest", deleted=args.deleted)
             rows.append({"subject": subject, "version": latest["version"], "id": latest["id"]})
         if args.json:
-            return _json(rows, out)
-        for row in rows:
-            out.write(f"{row['subject']}\tversion {row['version']}\tid {row['id']}\n")
+            _print_json(rows, out)
+        else:
+            for row in rows:
+                out.write(f"{row['subject']}\tversion {row['version']}\tid {row['id']}\n")
     elif action == "get":
         found = registry.version(args.subject, args.version)
         if args.json:
-            return _json(found, out)
-        out.write(f"subject {found['subject']} version {found['version']} id {found['id']}\n")
-        out.write(json.dumps(json.loads(found["schema"]), indent=2) + "\n")
+            _print_json(found, out)
+        else:
+            out.write(f"subject {found['subject']} version {found['version']} "
+                      f"id {found['id']}\n")
+            out.write(json.dumps(json.loads(found["schema"]), indent=2) + "\n")
     elif action == "register":
         done = registry.register(args.subject, schema)
         out.write(f"registered {args.subject} version {done['version']} id {done['id']}\n")
@@ -135,13 +140,7 @@ def cmd_schemas(args: argparse.Namespace, out: TextIO, connect: Any) -> int:
     return 0
 
 
-def _json(data: Any, out: TextIO) -> int:
-    json.dump(data, out, indent=2, sort_keys=True)
-    out.write("\n")
-    return 0
-
-
-def cmd_registry(args: argparse.Namespace, out: TextIO, connect: Any) -> int:
+def cmd_registry(args: argparse.Namespace, out: TextIO) -> int:
     import raylog
     from raylog.cluster_names import DATA_DIR_ENV, raylog_home
     from raylog.registry import SchemaRegistry, serve
