@@ -77,27 +77,26 @@ class TokenAuth(flight.ServerMiddlewareFactory):
         return None
 
 
-def batches_column(data: bytes) -> tuple[pa.RecordBatch, int | None]:
-    """Stored batches as one row each of a binary column, sharing ``data``'s memory; and
-    the offset after the last (None for no data)."""
-    starts, next_offset = [], None
+def _below(data: bytes, end: int | None) -> tuple[bytes, list[int], int | None]:
+    """The batches of ``data`` that start below ``end`` (all for None): their bytes, where
+    each starts, and the offset after the last (None for none)."""
+    starts: list[int] = []
+    next_offset = None
     for pos, header in iter_headers(data, verify=False):
+        if end is not None and header.base_offset >= end:
+            return data[:pos], starts, next_offset
         starts.append(pos)
         next_offset = header.next_offset
-    starts.append(len(data))
-    array = pa.Array.from_buffers(pa.binary(), len(starts) - 1, [
-        None, pa.py_buffer(np.asarray(starts, np.int32)), pa.py_buffer(data)])
-    return pa.record_batch([array], schema=BATCHES_SCHEMA), next_offset
+    return data, starts, next_offset
 
 
-def _cut(data: bytes, end: int | None) -> bytes:
-    """The batches of ``data`` that start below ``end``."""
-    if end is None:
-        return data
-    for pos, header in iter_headers(data, verify=False):
-        if header.base_offset >= end:
-            return data[:pos]
-    return data
+def batches_column(data: bytes, starts: list[int]) -> pa.RecordBatch:
+    """Stored batches, starting at ``starts`` in ``data``, as one row each of a binary
+    column sharing ``data``'s memory."""
+    bounds = np.asarray([*starts, len(data)], np.int32)
+    array = pa.Array.from_buffers(pa.binary(), len(starts), [
+        None, pa.py_buffer(bounds), pa.py_buffer(data)])
+    return pa.record_batch([array], schema=BATCHES_SCHEMA)
 
 
 def _flight_error(error: RaylogError) -> flight.FlightServerError:
@@ -144,8 +143,7 @@ class SourceFlightServer(flight.FlightServerBase):
             pending = fetch(offset)
             while True:
                 fetched = pending()
-                data = _cut(fetched.data, ticket.end)
-                batch, next_offset = batches_column(data)
+                data, starts, next_offset = _below(fetched.data, ticket.end)
                 if next_offset is not None:
                     offset = max(offset, next_offset)
                 sent += len(data)
@@ -157,7 +155,7 @@ class SourceFlightServer(flight.FlightServerBase):
                     "next_offset": offset, "high_watermark": fetched.high_watermark,
                     "log_start_offset": fetched.log_start_offset}).encode())
                 if ticket.format == "batches":
-                    yield batch, meta
+                    yield batches_column(data, starts), meta
                 else:
                     parts = read_table(data, ticket.offset, ticket.end).to_batches()
                     yield (parts[0] if parts else _EMPTY_RECORDS), meta

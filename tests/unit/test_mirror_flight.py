@@ -94,6 +94,16 @@ def test_a_stream_follows_fetch_after_fetch_to_its_end(endpoint):
     assert records[0].headers == (("h", b"x"),) and records[0].timestamp == 1004
 
 
+def test_a_stream_sends_no_batch_that_starts_at_its_end(endpoint):
+    server, _ = endpoint
+    client = SourceClient(server.location, TOKEN)
+    chunks = list(client.read(Ticket("orders", 0, 4, end=12)))
+    views = [v for chunk, _ in chunks for v in batch_views(chunk)]
+    # The second fetch returns [9,12) and [12,15); the stream keeps the first.
+    assert [parse_header(v).base_offset for v in views] == [3, 6, 9]
+    assert chunks[-1][1]["next_offset"] == 12
+
+
 def test_a_followed_partition_ends_the_stream_when_nothing_comes(endpoint):
     server, _ = endpoint
     client = SourceClient(server.location, TOKEN)
