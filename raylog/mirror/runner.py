@@ -24,7 +24,13 @@ from raylog.errors import RaylogError, SourceAuthenticationError, TopicExistsErr
 from raylog.mirror.checkpoints import CheckpointStore
 from raylog.mirror.copier import CopyOptions, PartitionCopier, PartitionLink
 from raylog.mirror.flight_client import SourceClient
-from raylog.mirror.naming import TopicFilter, config_changes, copied_configs, remote_topic
+from raylog.mirror.naming import (
+    TopicFilter,
+    config_changes,
+    copied_configs,
+    remote_topic,
+    source_topic,
+)
 from raylog.mirror.retry import Backoff, Retrying
 from raylog.mirror.status import MirrorStatus
 from raylog.mirror.target import resume_at
@@ -87,9 +93,9 @@ class Mirror:
             self._link(topic, partition).syncs.merge(points)
         topics = self._retrying.call("listing the source's topics", self.source.topics)
         self._sync(topics)
-        next_refresh = next_checkpoint = time.monotonic()
-        next_checkpoint += config.checkpoint_interval_ms / 1000
-        next_refresh += config.refresh_interval_ms / 1000
+        now = time.monotonic()
+        next_checkpoint = now + config.checkpoint_interval_ms / 1000
+        next_refresh = now + config.refresh_interval_ms / 1000
         try:
             while not self._stop.is_set():
                 if config.once and all(not t.is_alive() for _, t in self.copiers.values()):
@@ -140,7 +146,6 @@ class Mirror:
             self._gone.add(name)
             self.report(f"source topic {name} was deleted; its copy "
                         f"{remote_topic(self.config.alias, name)} keeps what was copied")
-        ends: dict[str, list[int]] = {}
         try:
             existing = self._remote_topics()
         except RaylogError as e:
@@ -157,11 +162,12 @@ class Mirror:
                             f"{remote_topic(self.config.alias, name)} keeps what was copied "
                             f"from the old one and the new one is not copied")
                 continue
+            ends: list[int] | None = None  # with ``once``: where each partition's copy ends
             try:
                 self._retrying.call(f"preparing the copy of {name}",
                                     lambda t=topic: self._prepare(t, existing))
                 if self.config.once:
-                    ends[name] = [end for _, end in self._retrying.call(
+                    ends = [end for _, end in self._retrying.call(
                         f"asking the source for {name}'s end",
                         lambda n=name: self.source.offsets(n))]
             except RaylogError as e:
@@ -171,17 +177,16 @@ class Mirror:
             if new:
                 self.report(f"copying {name} into {remote_topic(self.config.alias, name)}: "
                             f"partitions {', '.join(map(str, new))}")
-            for partition in range(topic["partitions"]):
-                if (name, partition) not in self.copiers:
-                    if self.config.once and partition >= len(ends[name]):
-                        continue  # added since the list: not part of this copy
-                    end = ends[name][partition] if self.config.once else None
-                    self._start(name, partition, end)
+            for partition in new:
+                if ends is None:
+                    self._start(name, partition, None)
+                elif partition < len(ends):  # else added since the list: not in this copy
+                    self._start(name, partition, ends[partition])
 
     def _remote_topics(self) -> dict[str, dict[str, Any]]:
         """The target's topics of this alias, described (two requests for all of them)."""
-        prefix = remote_topic(self.config.alias, "x")[:-1]
-        names = [n for n in self.admin.list_topics() if n.startswith(prefix)]
+        names = [n for n in self.admin.list_topics()
+                 if source_topic(self.config.alias, n) is not None]
         return {t["name"]: t for t in self.admin.describe_topics(names)} if names else {}
 
     def _prepare(self, topic: dict[str, Any], existing: dict[str, dict[str, Any]]) -> None:
