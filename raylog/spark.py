@@ -22,7 +22,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import ray
@@ -221,14 +221,14 @@ def _frame(spark: Any, ranges: dict[TopicPartition, tuple[int, int]],
            max_records_per_task: int, include_headers: bool) -> Any:
     """The DataFrame of resolved, checked offset ranges (see :func:`read`)."""
     return python_frame(spark, ranges, max_records_per_task, _spark_schema(include_headers),
-                        _read_tasks, include_headers)
+                        functools.partial(_kafka_for_spark, include_headers))
 
 
 def python_frame(spark: Any, ranges: dict[TopicPartition, tuple[int, int]],
-                 max_records_per_task: int, schema: Any, read: Any, *args: Any) -> Any:
+                 max_records_per_task: int, schema: Any, convert: Callable[[Any], Any]) -> Any:
     """A DataFrame of ``schema`` made by Spark's Python workers: the ranges are planned
-    into tasks, and each worker runs ``read(address, tasks, *args, ids)`` for the task ids
-    it is given (see :func:`_read_tasks`)."""
+    into tasks, and each worker hands Spark ``convert(table)`` of every range's Kafka table
+    (see :func:`_read_tasks`)."""
     tasks = [[(tp.topic, tp.partition, start, end) for tp, start, end in task]
              for task in plan_tasks(ranges, max_records_per_task,
                                     spark.sparkContext.defaultParallelism)]
@@ -237,7 +237,7 @@ def python_frame(spark: Any, ranges: dict[TopicPartition, tuple[int, int]],
     # One row per task id, made in the JVM: the task list itself travels in the function.
     ids = spark.range(0, len(tasks), 1, len(tasks))
     address = ray.get_runtime_context().gcs_address
-    return ids.mapInArrow(functools.partial(read, address, tasks, *args), schema)
+    return ids.mapInArrow(functools.partial(_read_tasks, address, tasks, convert), schema)
 
 
 @functools.cache
@@ -266,22 +266,25 @@ def _nearest_table(cluster: RaylogCluster, topic: str, partition: int, start: in
 
 
 def _read_tasks(address: str, tasks: list[list[tuple[str, int, int, int]]],
-                include_headers: bool, ids: Iterator[Any]) -> Iterator[Any]:
+                convert: Callable[[Any], Any], ids: Iterator[Any]) -> Iterator[Any]:
     """In a Spark Python worker: the Arrow record batches of the tasks whose ids arrive,
-    each a list of (topic, partition, start, end) ranges."""
-    import pyarrow as pa
-
+    each a list of (topic, partition, start, end) ranges, every range's table converted."""
     cluster = _worker_cluster(address)
     for batch in ids:
         for task_id in batch.column(0).to_pylist():
             for topic, partition, start, end in tasks[task_id]:
                 table = _nearest_table(cluster, topic, partition, start, end)
-                # Spark's Arrow bridge takes timestamps in microseconds, UTC.
-                table = table.set_column(_TIMESTAMP, "timestamp", table.column(_TIMESTAMP).cast(
-                    pa.timestamp("us", tz="UTC")))
-                if not include_headers:
-                    table = table.drop_columns(["headers"])
-                yield from table.to_batches()
+                yield from convert(table).to_batches()
+
+
+def _kafka_for_spark(include_headers: bool, table: Any) -> Any:
+    """A Kafka table as Spark's Arrow bridge takes it: timestamps in microseconds, UTC;
+    headers only if asked for."""
+    import pyarrow as pa
+
+    table = table.set_column(_TIMESTAMP, "timestamp", table.column(_TIMESTAMP).cast(
+        pa.timestamp("us", tz="UTC")))
+    return table if include_headers else table.drop_columns(["headers"])
 
 
 def write(frame: Any, topic: str, *, cluster: RaylogCluster | None = None,

@@ -14,7 +14,7 @@ schema, the latest of ``<topic>-value`` unless given: Python, one value at a tim
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
 from typing import Any
 
 import pyarrow as pa
@@ -62,23 +62,17 @@ def avro_frame(spark: Any, ranges: dict[TopicPartition, tuple[int, int]],
     """The DataFrame of these offset ranges, values decoded with ``reader`` (a schema)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from raylog.data_avro import decode_block
     from raylog.spark import python_frame
 
-    empty = _spark_ready(decode_block(KAFKA_SCHEMA.empty_table(), reader), include_headers)
+    convert = functools.partial(_avro_for_spark, include_headers, reader)
+    empty = convert(KAFKA_SCHEMA.empty_table())
     return python_frame(spark, ranges, max_records_per_task, from_arrow_schema(empty.schema),
-                        _read_avro_tasks, include_headers, reader)
+                        convert)
 
 
-def _read_avro_tasks(address: str, tasks: list[list[tuple[str, int, int, int]]],
-                     include_headers: bool, reader: str, ids: Iterator[Any]) -> Iterator[Any]:
-    """In a Spark Python worker: the typed record batches of the tasks whose ids arrive."""
+def _avro_for_spark(include_headers: bool, reader: str, table: pa.Table) -> pa.Table:
+    """In a Spark Python worker: a range's Kafka table, values decoded into typed columns,
+    as Spark's Arrow bridge takes it."""
     from raylog.data_avro import decode_block
-    from raylog.spark import _nearest_table, _worker_cluster
 
-    cluster = _worker_cluster(address)
-    for batch in ids:
-        for task_id in batch.column(0).to_pylist():
-            for topic, partition, start, end in tasks[task_id]:
-                table = _nearest_table(cluster, topic, partition, start, end)
-                yield from _spark_ready(decode_block(table, reader), include_headers).to_batches()
+    return _spark_ready(decode_block(table, reader), include_headers)
