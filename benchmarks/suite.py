@@ -54,7 +54,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from suite_report import add_ratios, latency_summary, targets_report, write_results
+from suite_report import headline_figures, latency_summary, targets_report, write_results
 
 from common import RESULTS_DIR, Timing, alternate, machine_info
 
@@ -439,18 +439,7 @@ def run(mode: Mode) -> dict[str, Any]:
     finally:
         steps.bar.close()
         shutil.rmtree(root, ignore_errors=True)
-    figures = {name: single.get(name) for name in (
-        "produce_records_per_s", "produce_arrow_records_per_s", "consume_records_per_s",
-        "consume_group_records_per_s", "e2e_p50_ms", "e2e_p99_ms", "e2e_p999_ms",
-        "e2e_default_p50_ms", "e2e_default_p99_ms", "e2e_default_p999_ms",
-        "redis_produce_records_per_s", "redis_consume_records_per_s",
-        "queue_produce_records_per_s", "queue_consume_records_per_s")}
-    figures["produce_mb_per_s"] = figures["produce_records_per_s"] * 100 / 1e6
-    figures["produce_rf3_acksall_records_per_s"] = matrix["rf3_acksall_records_per_s"]
-    figures["produce_rf1_acks1_3brokers_records_per_s"] = matrix["rf1_acks1_records_per_s"]
-    figures["rf3_over_rf1"] = matrix["rf3_acksall_records_per_s"] / \
-        matrix["rf1_acks1_records_per_s"]
-    add_ratios(figures)
+    figures = headline_figures(single, matrix)
     return {
         **figures,
         "targets": targets_report(figures),

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from common import MB, markdown_table, write_json
+from common import MB, RECORD_BYTES, markdown_table, write_json
 
 # figure -> (comparison, bound): "min" figures must reach the bound, "max" ones stay under it.
 TARGETS: dict[str, tuple[str, float]] = {
@@ -31,6 +31,14 @@ REQUIRED_KEYS = (
     "produce_records_per_s", "produce_arrow_records_per_s", "produce_rf3_acksall_records_per_s",
     "consume_records_per_s", "e2e_p50_ms", "e2e_p99_ms", "redis_produce_records_per_s",
     "redis_consume_records_per_s", "queue_produce_records_per_s", "queue_consume_records_per_s",
+)
+# The single node's figures that results.json leads with (the 3 brokers' come from their matrix).
+SINGLE_NODE_FIGURES = (
+    "produce_records_per_s", "produce_arrow_records_per_s", "consume_records_per_s",
+    "consume_group_records_per_s", "e2e_p50_ms", "e2e_p99_ms", "e2e_p999_ms",
+    "e2e_default_p50_ms", "e2e_default_p99_ms", "e2e_default_p999_ms",
+    "redis_produce_records_per_s", "redis_consume_records_per_s",
+    "queue_produce_records_per_s", "queue_consume_records_per_s",
 )
 # ratio -> (raylog figure, peer figure)
 RATIOS = {
@@ -64,6 +72,20 @@ def latency_summary(samples_ms: Sequence[float]) -> dict[str, float]:
     return {"p50_ms": percentile(samples_ms, 50), "p99_ms": percentile(samples_ms, 99),
             "p999_ms": percentile(samples_ms, 99.9), "mean_ms": sum(samples_ms) / len(samples_ms),
             "max_ms": max(samples_ms), "samples": len(samples_ms)}
+
+
+def headline_figures(single: Mapping[str, Any], matrix: Mapping[str, Any]) -> dict[str, Any]:
+    """The figures results.json leads with, from what the single node's and the 3 brokers'
+    runs returned: SINGLE_NODE_FIGURES, the matrix's 100-byte, one-producer rf 1 and rf 3
+    rates, and the ratios (None where a peer did not run)."""
+    figures = {name: single[name] for name in SINGLE_NODE_FIGURES}
+    figures["produce_mb_per_s"] = figures["produce_records_per_s"] * RECORD_BYTES / MB
+    rf1, rf3 = matrix["rf1_acks1_records_per_s"], matrix["rf3_acksall_records_per_s"]
+    figures["produce_rf3_acksall_records_per_s"] = rf3
+    figures["produce_rf1_acks1_3brokers_records_per_s"] = rf1
+    figures["rf3_over_rf1"] = rf3 / rf1
+    add_ratios(figures)
+    return figures
 
 
 def ratio(ours: float | None, theirs: float | None) -> float | None:

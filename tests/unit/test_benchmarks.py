@@ -47,26 +47,35 @@ def suite_modules(monkeypatch):
     return suite_report, suite_peers
 
 
+def made_up_runs(redis: bool = True) -> tuple[dict, dict]:
+    """What the suite's single node and its 3 brokers return, figures invented."""
+    single = {"produce_records_per_s": 1_200_000.0, "produce_arrow_records_per_s": 4e6,
+              "consume_records_per_s": 2.5e6, "consume_group_records_per_s": 3e6,
+              "e2e_p50_ms": 3.0, "e2e_p99_ms": 25.0, "e2e_p999_ms": 40.0,
+              "e2e_default_p50_ms": 4.0, "e2e_default_p99_ms": 9.0, "e2e_default_p999_ms": 12.0,
+              "redis_produce_records_per_s": 200_000.0 if redis else None,
+              "redis_consume_records_per_s": 400_000.0 if redis else None,
+              "queue_produce_records_per_s": 500_000.0, "queue_consume_records_per_s": 5e5,
+              "produce_records_per_cpu_s": 1.3e6}
+    matrix = {"cells": [{"value_bytes": 1000, "producers": 3, "replication_factor": 3,
+                         "acks": "all", "records_per_s": 80_000.0}],
+              "rf1_acks1_records_per_s": 1_000_000.0, "rf3_acksall_records_per_s": 600_000.0}
+    return single, matrix
+
+
 def made_up_results(redis: bool = True) -> dict:
     """A results document of the suite's shape, figures invented."""
     import suite_report
 
-    figures = {"produce_records_per_s": 1_200_000.0, "produce_arrow_records_per_s": 4e6,
-               "consume_records_per_s": 2.5e6, "consume_group_records_per_s": 3e6,
-               "e2e_p50_ms": 3.0, "e2e_p99_ms": 25.0, "e2e_p999_ms": 40.0,
-               "redis_produce_records_per_s": 200_000.0 if redis else None,
-               "redis_consume_records_per_s": 400_000.0 if redis else None,
-               "queue_produce_records_per_s": 500_000.0, "queue_consume_records_per_s": 5e5,
-               "produce_rf3_acksall_records_per_s": 600_000.0, "rf3_over_rf1": 0.6}
-    suite_report.add_ratios(figures)
+    single, matrix = made_up_runs(redis)
+    figures = suite_report.headline_figures(single, matrix)
     run = {"offered_records_per_s": 10_000, "p50_ms": 3.0, "p99_ms": 25.0, "p999_ms": 40.0,
            "max_ms": 41.0, "samples": 1000}
     return {
         **figures, "targets": suite_report.targets_report(figures), "mode": "quick",
         "finished_at": "2026-11-25 12:00 UTC", "wall_seconds": 200.0,
-        "single_node": {"produce_records_per_cpu_s": 1.3e6},
-        "replicated": {"cells": [{"value_bytes": 1000, "producers": 3, "replication_factor": 3,
-                                  "acks": "all", "records_per_s": 80_000.0}]},
+        "single_node": {"produce_records_per_cpu_s": single["produce_records_per_cpu_s"]},
+        "replicated": matrix,
         "latency": {"runs": [{"linger_ms": 0, **run}, {"linger_ms": 5, **run}]},
         "curve": {"offered_records_per_s": 50_000, "defaults": {"linger_ms": 5,
                                                                 "batch_size": 4096},
@@ -97,6 +106,19 @@ def test_percentiles_are_nearest_rank(suite_modules):
         report.percentile([], 50)
     with pytest.raises(ValueError):
         report.percentile(samples, 0)
+
+
+def test_results_lead_with_every_required_figure(suite_modules):
+    report, _ = suite_modules
+    single, matrix = made_up_runs(redis=False)
+    figures = report.headline_figures(single, matrix)
+    assert set(report.REQUIRED_KEYS) <= figures.keys()
+    assert figures["produce_mb_per_s"] == 120.0 and figures["rf3_over_rf1"] == 0.6
+    assert figures["produce_vs_queue"] == 2.4
+    assert figures["redis_produce_records_per_s"] is None and figures["produce_vs_redis"] is None
+    del single["consume_records_per_s"]
+    with pytest.raises(KeyError):  # a figure the run did not return fails, not a silent None
+        report.headline_figures(single, matrix)
 
 
 def test_targets_say_met_missed_or_not_measured(suite_modules):
