@@ -560,9 +560,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
             from raylog import cli_schemas
 
             return getattr(cli_schemas, f"cmd_{args.run}")(args, out)
-        if args.run in ("mirror", "flight-serve", "groups-translate"):
-            from raylog import cli_mirror
+        from raylog import cli_mirror  # imported already: build_parser added its commands
 
+        if args.run in cli_mirror.COMMANDS:
             return cli_mirror.run(args, out)
         return globals()[f"cmd_{args.run}"](args, out)
     except (UsageError, argparse.ArgumentTypeError) as e:

@@ -16,7 +16,6 @@ from typing import Any, TextIO
 from raylog.cli import UsageError, _int_in, _json_flag, _print_json, connect
 
 TOKEN_ENV = "RAYLOG_FLIGHT_TOKEN"
-COMMANDS = ("mirror", "flight-serve", "groups-translate")
 TOKEN_HELP = f"a file whose first line is the endpoint's token (default: ${TOKEN_ENV})"
 
 
@@ -108,11 +107,6 @@ def add_commands(commands: argparse._SubParsersAction,
                            help="the alias the mirror gave the source cluster")
     translate.add_argument("--dry-run", action="store_true", help="only show the offsets")
     _json_flag(translate)
-
-
-def run(args: argparse.Namespace, out: TextIO) -> int:
-    return {"mirror": cmd_mirror, "flight-serve": cmd_flight_serve,
-            "groups-translate": cmd_translate}[args.run](args, out)
 
 
 def _token(args: argparse.Namespace) -> str:
@@ -259,3 +253,12 @@ def cmd_translate(args: argparse.Namespace, out: TextIO) -> int:
     if args.dry_run:
         out.write("dry run: nothing changed\n")
     return 0
+
+
+# What ``raylog`` runs for each ``run`` these parsers set.
+COMMANDS = {"mirror": cmd_mirror, "flight-serve": cmd_flight_serve,
+            "groups-translate": cmd_translate}
+
+
+def run(args: argparse.Namespace, out: TextIO) -> int:
+    return COMMANDS[args.run](args, out)
