@@ -184,3 +184,12 @@ def test_the_suite_explains_its_options():
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "--quick" in done.stdout and "--out" in done.stdout and "--publish" in done.stdout
+
+
+def test_raylog_bench_hands_every_argument_to_the_suite(capfd):
+    from raylog.cli import main
+
+    assert main(["bench", "--quick", "--help"]) == 0  # --quick not taken by raylog's parser
+    assert "usage: suite.py" in capfd.readouterr().out
+    assert main(["bench", "--bogus"]) == 2  # the suite's exit status is the command's
+    assert "suite.py: error: unrecognized arguments: --bogus" in capfd.readouterr().err
