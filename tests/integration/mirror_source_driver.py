@@ -18,7 +18,8 @@ import time
 from typing import Any
 
 import raylog
-from raylog import Admin, Consumer, Producer, TopicPartition
+from raylog import Admin, Consumer, Producer
+from tests.integration.conftest import consume_all, wait_for
 
 # Explicit, distinct, and recent: retention by time must not remove them while tests run.
 FIRST_TIMESTAMP_MS = int(time.time() * 1000)
@@ -81,15 +82,9 @@ class Driver:
     def records(self, topic: str, path: str) -> int:
         """Every record of ``topic`` per partition, pickled to ``path``."""
         partitions = self.cluster.topic(topic, refresh=True).num_partitions
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
         out: dict[int, list] = {p: [] for p in range(partitions)}
-        with Consumer(cluster=self.cluster, auto_offset_reset="earliest",
-                      max_poll_records=10_000) as consumer:
-            consumer.assign(tps)
-            ends = consumer.end_offsets(tps)
-            while any(consumer.position(tp) < ends[tp] for tp in tps):
-                for r in consumer.poll(timeout_ms=200):
-                    out[r.partition].append((r.offset, r.timestamp, r.key, r.value, r.headers))
+        for r in consume_all(topic, partitions, 0):
+            out[r.partition].append((r.offset, r.timestamp, r.key, r.value, r.headers))
         with open(path, "wb") as f:
             pickle.dump(out, f)
         return sum(len(v) for v in out.values())
@@ -101,9 +96,14 @@ class Driver:
                       enable_auto_commit=False, max_poll_records=100) as consumer:
             consumer.subscribe([topic])
             seen = 0
-            deadline = time.monotonic() + 60
-            while seen < at_least and time.monotonic() < deadline:
+
+            def enough() -> bool:
+                nonlocal seen
                 seen += len(consumer.poll(timeout_ms=200))
+                return seen >= at_least
+
+            wait_for(enough, timeout=60, interval=0,
+                     what=f"{at_least} records of {topic} in {group}")
             consumer.commit()
             committed = self.admin.list_consumer_group_offsets(group)
         return {str(tp.partition): offset for tp, offset in committed.items()}
