@@ -121,6 +121,11 @@ def read_topic(topics: str | Iterable[str], start_offset: Bound = EARLIEST,
     if override_num_blocks is not None:
         check_int("override_num_blocks", override_num_blocks, 1)
     cluster = cluster_or_default(cluster)
+    reader = None
+    if value_format == "avro":  # before anything is read: the subject may have no version
+        from raylog.data_avro import reader_schema
+
+        reader = reader_schema(topic_names(topics), value_schema)
     ranges = offset_ranges(topics, start_offset, end_offset, cluster=cluster,
                            timeout_s=None if timeout_ms is None else timeout_ms / 1000)
     if override_num_blocks is not None:
@@ -133,13 +138,13 @@ def read_topic(topics: str | Iterable[str], start_offset: Bound = EARLIEST,
         replica = cluster.topic(tp.topic).partitions[tp.partition].nearest_client(node_id)
         refs.extend(replica.read_kafka_table(s, e)
                     for s, e in split(first, last, max_records_per_block))
-    dataset = ray.data.from_arrow_refs(refs) if refs else \
-        ray.data.from_arrow(KAFKA_SCHEMA.empty_table())
-    if value_format == "avro":
+    if reader is not None:
         from raylog.data_avro import avro_dataset
 
-        return avro_dataset(dataset, topic_names(topics), value_schema)
-    return dataset
+        return avro_dataset(refs, reader)
+    if not refs:
+        return ray.data.from_arrow(KAFKA_SCHEMA.empty_table())
+    return ray.data.from_arrow_refs(refs)
 
 
 class _ProduceBlocks:

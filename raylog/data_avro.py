@@ -15,6 +15,7 @@ import pyarrow as pa
 import ray
 
 from raylog.errors import InvalidArgumentError
+from raylog.records.kafka_columns import KAFKA_SCHEMA
 
 _columns: dict[str, Any] = {}  # per process: reader schema text -> its AvroColumns
 
@@ -57,14 +58,10 @@ def decode_block(block: pa.Table, reader: str) -> pa.Table:
     return typed
 
 
-def avro_dataset(dataset: ray.data.Dataset, topics: list[str],
-                 value_schema: str | dict | None) -> ray.data.Dataset:
-    """``dataset`` (Kafka columns) with its values decoded into typed columns."""
-    from raylog.schemas.arrow import arrow_schema
-    from raylog.schemas.avro import parse
-
-    reader = reader_schema(topics, value_schema)
-    if dataset.count() == 0:  # no block to decode: the columns still have their types
-        return ray.data.from_arrow(arrow_schema(parse(reader)).empty_table())
-    return dataset.map_batches(decode_block, fn_kwargs={"reader": reader},
-                               batch_format="pyarrow", batch_size=None)
+def avro_dataset(refs: list[ray.ObjectRef], reader: str) -> ray.data.Dataset:
+    """The Kafka tables of ``refs`` as a Dataset, their values decoded with ``reader`` (a
+    schema's text) into typed columns."""
+    if not refs:  # no block to decode: the columns still have their types
+        return ray.data.from_arrow(decode_block(KAFKA_SCHEMA.empty_table(), reader))
+    return ray.data.from_arrow_refs(refs).map_batches(
+        decode_block, fn_kwargs={"reader": reader}, batch_format="pyarrow", batch_size=None)

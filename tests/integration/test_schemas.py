@@ -95,6 +95,10 @@ def test_avro_records_and_typed_ray_data_columns(ray_cluster, topic_name):
     assert list(ds.schema().names[:3]) == ["id", "name", "country"]
     assert {"key", "partition", "offset"} <= set(ds.schema().names)
     assert (table["country"] == "NL").sum() == 20
+    nothing = read_topic(topic_name, value_format="avro", end_offset="earliest")
+    assert nothing.count() == 0  # and typed all the same:
+    assert (nothing.schema().names, nothing.schema().types) == (ds.schema().names,
+                                                                 ds.schema().types)
     as_v1 = read_topic(topic_name, value_format="avro", value_schema=USER).take_all()
     assert {"id", "name"} <= set(as_v1[0]) and "country" not in as_v1[0]
 
