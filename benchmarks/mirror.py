@@ -58,11 +58,14 @@ import pyarrow as pa
 
 from common import (
     RESULTS_DIR,
+    Timing,
     binary_array,
     describe_data,
     generate_values,
     machine_info,
     markdown_table,
+    rate_figures,
+    result_document,
     run_benchmark,
     timed,
 )
@@ -308,41 +311,35 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
                 os.environ.pop(name, None)
 
     n = mode.records
-    timed_copies = copy_s[1:]
     figures = {
-        "mirror_records_per_s": n / min(timed_copies),
-        "mirror_records_per_s_median": n / sorted(timed_copies)[len(timed_copies) // 2],
-        "consume_records_per_s": n / min(consume_s[1:]),
-        "consume_records_per_s_median": n / sorted(consume_s[1:])[len(consume_s[1:]) // 2],
+        **rate_figures("mirror_records_per_s", Timing(n, copy_s[1:])),
+        **rate_figures("consume_records_per_s", Timing(n, consume_s[1:])),
         "missing": after_kills["missing"],
         "duplicates": after_kills["duplicates"],
     }
     figures["mirror_over_consume"] = figures["mirror_records_per_s"] / \
         figures["consume_records_per_s"]
-    targets = {name: {"target": limit, "value": figures[name], "met": figures[name] >= limit,
-                      "at_most": False} for name, limit in TARGETS.items()}
-    targets.update({name: {"target": 0, "value": figures[name], "met": figures[name] == 0,
-                           "at_most": True} for name in ZERO})
-    return {
-        **figures,
-        "targets": targets,
-        "mode": mode.name,
-        "data": {"description": describe_data("timestamps from the producer's clock") +
-                 "; key: the record's index, 8 bytes big-endian", "records": n,
-                 "partitions": PARTITIONS},
-        "config": {"repetitions": mode.repetitions, "kills": mode.kills,
-                   "kill_after_s": kill_after, "cluster": "one head node per cluster, 1 CPU, "
-                   "200 MB object store", "mirror": "acks=all, 5 batches in flight per "
-                   "partition, source read over Flight on 127.0.0.1"},
-        "checks": {"after_kills": after_kills, "uninterrupted": uninterrupted,
-                   "live_records_produced": produced,
-                   "copied_by_the_run_after_the_kills": finished_by_once},
-        "seconds": {"consume": consume_s, "mirror_copy": copy_s, "mirror_process": wall_s,
-                    "mirror_process_nothing_to_copy": again_s},
-        "machine": {**machine_info(ray=ray.__version__),
-                    "load_average_1m": {"start": load_at_start[0], "end": os.getloadavg()[0]}},
-        "wall_seconds": time.perf_counter() - started,
-    }
+    document = result_document(
+        figures, TARGETS, mode=mode.name,
+        data={"description": describe_data("timestamps from the producer's clock") +
+              "; key: the record's index, 8 bytes big-endian", "records": n,
+              "partitions": PARTITIONS},
+        sections={
+            "config": {"repetitions": mode.repetitions, "kills": mode.kills,
+                       "kill_after_s": kill_after, "cluster": "one head node per cluster, 1 "
+                       "CPU, 200 MB object store", "mirror": "acks=all, 5 batches in flight "
+                       "per partition, source read over Flight on 127.0.0.1"},
+            "checks": {"after_kills": after_kills, "uninterrupted": uninterrupted,
+                       "live_records_produced": produced,
+                       "copied_by_the_run_after_the_kills": finished_by_once},
+            "seconds": {"consume": consume_s, "mirror_copy": copy_s, "mirror_process": wall_s,
+                        "mirror_process_nothing_to_copy": again_s}},
+        machine=machine_info(ray=ray.__version__), started=started,
+        load_at_start=load_at_start)
+    document["targets"].update({name: {"target": 0, "value": figures[name],
+                                       "met": figures[name] == 0, "at_most": True}
+                                for name in ZERO})
+    return document
 
 
 def headline(mode: Mode, result: dict[str, Any]) -> str:
@@ -358,7 +355,7 @@ def table(result: dict[str, Any]) -> str:
 
     def met(name: str) -> tuple[str, str]:
         entry = t[name]
-        op = "=" if entry["at_most"] else ">="
+        op = "=" if entry.get("at_most") else ">="
         return f"{op} {entry['target']:g}", "met" if entry["met"] else "NOT MET"
 
     rate = "{:,.0f}".format
