@@ -52,11 +52,14 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from suite_report import headline_figures, latency_summary, targets_report, write_results
 
 from common import RESULTS_DIR, Timing, alternate, machine_info
+
+if TYPE_CHECKING:
+    from raylog.client.producer import ProducerConfig
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = RESULTS_DIR / "suite"
@@ -96,8 +99,6 @@ FULL = Mode("full", records=3_000_000, arrow_records=6_000_000, peer_records=1_0
                                8192 * KIB),  # 8 MiB: a topic's max.message.bytes
             curve_records=1_000_000, curve_rate=50_000, curve_seconds=4,
             matrix_records=600_000, matrix_rounds=3)
-DEFAULT_LINGER_MS = 5            # ProducerConfig's defaults, which the curve varies around
-DEFAULT_BATCH_SIZE = 4096 * KIB
 
 
 class Steps:
@@ -257,9 +258,11 @@ def latency_and_curve(mode: Mode, cluster: Any, steps: Steps) -> dict[str, Any]:
     from suite_raylog import LatencyProbe, make_values, measure_latency
 
     from raylog import Producer
+    from raylog.client.producer import ProducerConfig
 
     from common import timed
 
+    defaults = ProducerConfig()  # what the latency runs compare with and the curve varies around
     Topic(cluster, "latency")
     curve_topic = Topic(cluster, "curve")
     probe = LatencyProbe.remote("latency", PARTITIONS)
@@ -270,7 +273,7 @@ def latency_and_curve(mode: Mode, cluster: Any, steps: Steps) -> dict[str, Any]:
             # new probe and a new topic's fetch path are slower than the rest.
             measure_latency(probe, "latency", mode.latency_rate, 1.0, {"linger_ms": 0})
             runs = []
-            for linger_ms in (0, DEFAULT_LINGER_MS):
+            for linger_ms in (0, defaults.linger_ms):
                 latencies = measure_latency(probe, "latency", mode.latency_rate,
                                             mode.latency_seconds, {"linger_ms": linger_ms})
                 runs.append({"linger_ms": linger_ms,
@@ -284,8 +287,9 @@ def latency_and_curve(mode: Mode, cluster: Any, steps: Steps) -> dict[str, Any]:
 
         with steps.step("the latency/throughput curve"):
             values = make_values(mode.curve_records, 100, seed=3)
-            settings = sorted({(linger, DEFAULT_BATCH_SIZE) for linger in mode.curve_linger_ms}
-                              | {(DEFAULT_LINGER_MS, size) for size in mode.curve_batch_sizes})
+            settings = sorted(
+                {(linger, defaults.batch_size) for linger in mode.curve_linger_ms}
+                | {(defaults.linger_ms, size) for size in mode.curve_batch_sizes})
             points = []
             for linger_ms, batch_size in settings:
                 config = {"linger_ms": linger_ms, "batch_size": batch_size}
@@ -302,8 +306,8 @@ def latency_and_curve(mode: Mode, cluster: Any, steps: Steps) -> dict[str, Any]:
                                "p50_ms": summary["p50_ms"], "p99_ms": summary["p99_ms"],
                                "p999_ms": summary["p999_ms"]})
             out["curve"] = {"points": points, "offered_records_per_s": mode.curve_rate,
-                            "defaults": {"linger_ms": DEFAULT_LINGER_MS,
-                                         "batch_size": DEFAULT_BATCH_SIZE}}
+                            "defaults": {"linger_ms": defaults.linger_ms,
+                                         "batch_size": defaults.batch_size}}
     finally:
         with contextlib.suppress(ray.exceptions.RayError):
             ray.get(probe.close.remote(), timeout=30)
@@ -398,37 +402,43 @@ def check_matrix(admin: Any, cells: dict[str, tuple[Any, ...]],
 
 # -- the run -----------------------------------------------------------------------------------
 
-METHOD = [
-    "Values: common.py's 100-byte JSON page views (seeded, varied, so LZ4 does real work); "
-    "1 KB values are ten of them back to back. No keys, no headers.",
-    "Producers: `Producer` with its defaults (acks=1, linger_ms=5, batch_size=4 MiB, LZ4) "
-    "unless stated; each producer is its own process (a Ray actor on the driver's node) "
-    "calling `send(topic, value)` per record, then `flush()`; timed from the first send to the "
-    "last flush's return. Records per CPU-second: the producing process's CPU time (all its "
-    "threads, Ray's included) over the same span.",
-    "send_batch: the driver sends one Arrow table (`value` column only) and waits for it.",
-    "One consumer: a `Consumer(auto_offset_reset=\"earliest\", max_poll_records=500)` in the "
-    "driver (as the peers' readers), assigned the pre-filled topic's 6 partitions, polling "
-    "until it has every record, touching every value (`len`). A group of 3: groups.py's "
-    "members, each its own process, reading their partitions from the beginning to the end "
-    "offsets; timed from the driver's call until the last member finished.",
-    "Ray queue: `ray.util.queue.Queue(maxsize=0)`, `put_nowait_batch` / "
-    "`get_nowait_batch` of 1,000 values from the driver.",
-    "Latency: a probe consumer in its own process on every partition; the driver sends "
-    "100-byte values at the offered rate, each starting with `time.monotonic_ns()` at its "
-    "`send` call; latency is the probe's clock when `poll` returned the record minus that. "
-    "A one-second warm-up run comes first and is not counted; each run then uses a new "
-    "producer with the `linger_ms` shown (the defaults otherwise).",
-    "Curve: for each (linger_ms, batch_size) a producer in the driver sends the curve's "
-    "values unthrottled (best of 2) for the throughput, then the latency probe measures it "
-    "at the curve's offered rate.",
-    "Every figure is the best of the timed rounds after one warm-up round; raylog and its "
-    "peers alternate round by round, so ratios compare the same moments of a shared machine.",
-]
+def method(defaults: ProducerConfig) -> list[str]:
+    """How each figure was measured; ``defaults``: the ProducerConfig the producers start from."""
+    return [
+        "Values: common.py's 100-byte JSON page views (seeded, varied, so LZ4 does real work); "
+        "1 KB values are ten of them back to back. No keys, no headers.",
+        f"Producers: `Producer` with its defaults (acks={defaults.acks}, linger_ms="
+        f"{defaults.linger_ms}, batch_size={defaults.batch_size / KIB / KIB:g} MiB, "
+        f"{defaults.compression_type.upper()}) unless stated; each producer is its own process "
+        "(a Ray actor on the driver's node) calling `send(topic, value)` per record, then "
+        "`flush()`; timed from the first send to the last flush's return. Records per "
+        "CPU-second: the producing process's CPU time (all its threads, Ray's included) over "
+        "the same span.",
+        "send_batch: the driver sends one Arrow table (`value` column only) and waits for it.",
+        "One consumer: a `Consumer(auto_offset_reset=\"earliest\", max_poll_records=500)` in the "
+        "driver (as the peers' readers), assigned the pre-filled topic's 6 partitions, polling "
+        "until it has every record, touching every value (`len`). A group of 3: groups.py's "
+        "members, each its own process, reading their partitions from the beginning to the end "
+        "offsets; timed from the driver's call until the last member finished.",
+        "Ray queue: `ray.util.queue.Queue(maxsize=0)`, `put_nowait_batch` / "
+        "`get_nowait_batch` of 1,000 values from the driver.",
+        "Latency: a probe consumer in its own process on every partition; the driver sends "
+        "100-byte values at the offered rate, each starting with `time.monotonic_ns()` at its "
+        "`send` call; latency is the probe's clock when `poll` returned the record minus that. "
+        "A one-second warm-up run comes first and is not counted; each run then uses a new "
+        "producer with the `linger_ms` shown (the defaults otherwise).",
+        "Curve: for each (linger_ms, batch_size) a producer in the driver sends the curve's "
+        "values unthrottled (best of 2) for the throughput, then the latency probe measures it "
+        "at the curve's offered rate.",
+        "Every figure is the best of the timed rounds after one warm-up round; raylog and its "
+        "peers alternate round by round, so ratios compare the same moments of a shared machine.",
+    ]
 
 
 def run(mode: Mode) -> dict[str, Any]:
     import ray
+
+    from raylog.client.producer import ProducerConfig
 
     started, load_at_start = time.perf_counter(), os.getloadavg()
     root = Path(tempfile.mkdtemp(prefix="raylog-bench-suite-"))
@@ -455,7 +465,7 @@ def run(mode: Mode) -> dict[str, Any]:
         "redis": single["redis"],
         "queue": {"workload": "`put_nowait_batch` / `get_nowait_batch` of 1,000 values, "
                               "`maxsize=0`, from the driver"},
-        "method": METHOD,
+        "method": method(ProducerConfig()),
         "machine": {**machine_info(ray=ray.__version__),
                     "load_average_1m": {"start": load_at_start[0],
                                         "end": os.getloadavg()[0]}},
