@@ -4,7 +4,6 @@ is a Flight endpoint over a fake cluster, and an unreachable target is refused b
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import threading
@@ -14,13 +13,8 @@ import pytest
 
 from raylog.cli import main
 from raylog.mirror.flight_server import SourceFlightServer
+from raylog.mirror.local import free_port
 from tests.unit.test_mirror_flight import FakeSource
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +50,7 @@ def _run(capsys, *argv: str) -> tuple[int, list[str]]:
 
 def _mirror(source: str, token_file: str, *extra: str) -> list[str]:
     return ["mirror", "--source", source, "--alias", "east", "--token-file", token_file,
-            "--target", f"127.0.0.1:{_closed_port()}", "--once", *extra]
+            "--target", f"127.0.0.1:{free_port()}", "--once", *extra]
 
 
 def test_a_wrong_token_is_refused_at_once(endpoint, token, capsys):
@@ -67,7 +61,7 @@ def test_a_wrong_token_is_refused_at_once(endpoint, token, capsys):
 
 
 def test_an_unreachable_source_is_retried_with_backoff_then_given_up(token, capsys):
-    source = f"grpc://127.0.0.1:{_closed_port()}"
+    source = f"grpc://127.0.0.1:{free_port()}"
     status, err = _run(capsys, *_mirror(source, token("t"), "--give-up-after-s", "2"))
     assert status == 1
     retries = [line for line in err if "trying again in" in line]

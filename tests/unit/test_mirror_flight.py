@@ -3,7 +3,6 @@ No Ray: the server reads through a backend, here a dict of encoded batches."""
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections.abc import Iterator
 
@@ -19,6 +18,7 @@ from raylog.errors import (
 )
 from raylog.mirror.flight_client import SourceClient, batch_views
 from raylog.mirror.flight_server import Fetched, SourceFlightServer
+from raylog.mirror.local import free_port
 from raylog.mirror.protocol import Ticket
 from raylog.records import BatchBuilder, parse_header, read_records, stamp
 
@@ -149,10 +149,7 @@ def test_a_wrong_token_is_refused(endpoint, token):
 
 
 def test_an_endpoint_nobody_serves_is_unavailable():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    client = SourceClient(f"grpc://127.0.0.1:{port}", TOKEN, timeout_s=5)
+    client = SourceClient(f"grpc://127.0.0.1:{free_port()}", TOKEN, timeout_s=5)
     with pytest.raises(SourceUnavailableError, match="is unreachable"):
         client.topics()
 
