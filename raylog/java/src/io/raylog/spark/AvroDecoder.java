@@ -56,6 +56,7 @@ final class AvroDecoder implements AutoCloseable {
   private final Reader root;
   private final WritableColumnVector column;
   private final Map<Integer, ResolvingDecoder> resolvers = new HashMap<>();
+  private final Map<Integer, String> unknown = new HashMap<>(); // ids the registry refused: why
   private BinaryDecoder binary;
   private byte[] value = new byte[1024];
   private Utf8 utf8 = new Utf8();
@@ -101,26 +102,11 @@ final class AvroDecoder implements AutoCloseable {
       return;
     }
     int id = ByteBuffer.wrap(value, 1, 4).getInt();
-    ResolvingDecoder resolver = resolvers.get(id);
+    ResolvingDecoder resolver = resolver(id, tp, offsetOf, row);
     if (resolver == null) {
-      Schema writer;
-      try {
-        writer = writers.apply(id);
-      } catch (RaylogException e) {
-        if (!"SchemaNotFoundError".equals(e.type)) {
-          throw e;
-        }
-        unreadable(tp, offsetOf, row, "carries schema id " + id + ", which the schema registry "
-            + "does not know (" + e.getMessage() + ")");
-        return;
-      }
-      try {
-        resolver = DecoderFactory.get().resolvingDecoder(Schema.applyAliases(writer, reader),
-            reader, null);
-      } catch (IOException | RuntimeException e) {
-        throw failed(tp, offsetOf, row, id, e);
-      }
-      resolvers.put(id, resolver);
+      unreadable(tp, offsetOf, row, "carries schema id " + id + ", which the schema registry "
+          + "does not know (" + unknown.get(id) + ")");
+      return;
     }
     binary = DecoderFactory.get().binaryDecoder(value, HEADER, length - HEADER, binary);
     try {
@@ -130,6 +116,34 @@ final class AvroDecoder implements AutoCloseable {
     } catch (IOException | RuntimeException e) {
       throw failed(tp, offsetOf, row, id, e);
     }
+  }
+
+  /** The resolver of the writer schema {@code id} against the reader's, made once; null for
+   * an id the registry does not know, which is asked for once too (not once per value). */
+  private ResolvingDecoder resolver(int id, TopicPartition tp, IntToLongFunction offsetOf,
+      int row) {
+    ResolvingDecoder resolver = resolvers.get(id);
+    if (resolver != null || unknown.containsKey(id)) {
+      return resolver;
+    }
+    Schema writer;
+    try {
+      writer = writers.apply(id);
+    } catch (RaylogException e) {
+      if (!"SchemaNotFoundError".equals(e.type)) {
+        throw e;
+      }
+      unknown.put(id, e.getMessage());
+      return null;
+    }
+    try {
+      resolver = DecoderFactory.get().resolvingDecoder(Schema.applyAliases(writer, reader),
+          reader, null);
+    } catch (IOException | RuntimeException e) {
+      throw failed(tp, offsetOf, row, id, e);
+    }
+    resolvers.put(id, resolver);
+    return resolver;
   }
 
   private void unreadable(TopicPartition tp, IntToLongFunction offsetOf, int row, String why) {

@@ -18,6 +18,7 @@ import java.util.Arrays;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.function.IntFunction;
 import org.apache.avro.Conversions;
 import org.apache.avro.LogicalTypes;
 import org.apache.avro.Schema;
@@ -96,16 +97,20 @@ public final class AvroDecoderTest {
     return r;
   }
 
-  /** Writer schemas by id, as the registry would give them. */
   static AvroDecoder decoder(String reader, Map<Integer, Schema> writers, boolean errorsAsNull) {
-    return new AvroDecoder(avro(reader), id -> {
+    return new AvroDecoder(avro(reader), registry(writers), errorsAsNull);
+  }
+
+  /** Writer schemas by id, as the registry would give them. */
+  static IntFunction<Schema> registry(Map<Integer, Schema> writers) {
+    return id -> {
       Schema s = writers.get(id);
       if (s == null) {
         throw new RaylogException("SchemaNotFoundError", "Schema " + id + " not found", false,
             null);
       }
       return s;
-    }, errorsAsNull);
+    };
   }
 
   /** The rows the decoder makes of {@code values}, as JSON (see {@link #cell}). */
@@ -299,9 +304,16 @@ public final class AvroDecoderTest {
       assertThrows(RaylogException.class, () -> decode(decoder, Arrays.asList(null, truncated)),
           "t-4 at offset 101: the value, written with schema id 1, cannot be read");
     }
-    try (AvroDecoder decoder = decoder(USER, writers, true)) {
-      assertEquals(quoted("[{'id':1,'name':'a','kind':'A','gone':''},null,null,null]"),
-          decode(decoder, Arrays.asList(null, good, notFramed, unknownId, null)).toString());
+    Map<Integer, Integer> asked = new HashMap<>();
+    IntFunction<Schema> registry = registry(writers);
+    try (AvroDecoder decoder = new AvroDecoder(avro(USER), id -> {
+      asked.merge(id, 1, Integer::sum);
+      return registry.apply(id);
+    }, true)) {
+      assertEquals(quoted("[{'id':1,'name':'a','kind':'A','gone':''},null,null,null,null]"),
+          decode(decoder, Arrays.asList(null, good, notFramed, unknownId, null, unknownId))
+              .toString());
+      assertEquals(1, asked.get(99), "the registry is asked for an unknown id once");
       assertThrows(RaylogException.class, () -> decode(decoder, Arrays.asList(null, truncated)),
           "cannot be read"); // a half-read value cannot become null
     }
