@@ -31,13 +31,14 @@ from raylog.mirror.retry import Backoff, Retrying
 from raylog.mirror.status import MirrorStatus
 from raylog.mirror.target import PartitionAppender, last_batch
 from raylog.mirror.translation import OffsetSyncs
+from raylog.producer_state import RECENT_BATCHES
 from raylog.records.header import parse_header, with_producer
 
 
 @dataclasses.dataclass(frozen=True)
 class CopyOptions:
     acks: int | str = "all"
-    max_in_flight: int = 5
+    max_in_flight: int = RECENT_BATCHES  # per partition; no more than a leader remembers
     request_timeout_ms: int = 30_000
     max_wait_ms: int = 500             # a source read ends after this long without records
     give_up_after_s: float | None = None  # per outage; None: retry for ever
