@@ -36,9 +36,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from raylog.records import BatchBuilder
-from raylog.records.header import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, with_producer
+from raylog.records.header import (
+    MAX_SEQUENCE,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    with_producer,
+)
 
-MAX_SEQUENCE = 2**31 - 1  # sequences are int32 in the batch header
 MAX_EPOCH = 2**15 - 1     # epochs are int16
 
 

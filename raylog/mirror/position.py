@@ -35,12 +35,11 @@ from __future__ import annotations
 import dataclasses
 
 from raylog.errors import MirrorPositionError
-from raylog.records.header import BatchHeader
+from raylog.records.header import MAX_SEQUENCE, BatchHeader
 
 MIRROR_ID_BIT = 1 << 62
 MIRROR_EPOCH = 0x6D72  # "mr": with the id bit, tells a mirror's batch from a producer's
 MAX_RUN_START = MIRROR_ID_BIT - 1
-MAX_SEQUENCE = 2**31 - 1  # int32 in the batch header
 
 
 def is_mirror_batch(header: BatchHeader) -> bool:
