@@ -22,7 +22,7 @@ from typing import Any
 import ray
 
 from actors import log_what_matters
-from raylog.errors import RaylogError, TopicExistsError
+from raylog.errors import RaylogError
 from raylog.interop import java_error
 from raylog.schemas.errors import RegistryStoreError
 from raylog.schemas.registry import Registry
@@ -32,36 +32,21 @@ from raylog.types import TopicPartition
 logger = logging.getLogger(__name__)
 
 READ_TIMEOUT_S = 30.0  # a replay that cannot reach the records it needs fails then
-INTERNAL_REPLICATION = 3  # as __consumer_offsets: min(3, brokers) replicas, and
-INTERNAL_MIN_INSYNC = 2   # min.insync.replicas 2 when there are 3
 SCHEMAS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": 64 << 20}
-
-
-def ensure_schemas_topic() -> None:
-    """Create ``_schemas`` if missing: one partition, compacted, replicated as raylog
-    replicates ``__consumer_offsets``."""
-    from raylog.client.admin import Admin
-
-    admin = Admin()
-    if SCHEMAS_TOPIC in admin.list_topics():
-        return
-    live = sum(1 for b in admin.cluster_status()["brokers"] if b["alive"])
-    factor = max(1, min(INTERNAL_REPLICATION, live))
-    configs = {**SCHEMAS_TOPIC_CONFIGS, "min.insync.replicas":
-               INTERNAL_MIN_INSYNC if factor >= INTERNAL_REPLICATION else 1}
-    with contextlib.suppress(TopicExistsError):  # another caller made it meanwhile
-        admin.create_topic(SCHEMAS_TOPIC, 1, factor, configs)
-        logger.info("created %s with %d replicas", SCHEMAS_TOPIC, factor)
 
 
 class TopicLog:
     """The registry's log on ``_schemas`` partition 0 (a RegistryLog)."""
 
     def __init__(self) -> None:
+        from raylog.client.connection import default_cluster
         from raylog.client.consumer import Consumer
         from raylog.client.producer import Producer
 
-        ensure_schemas_topic()
+        # Replicated as __consumer_offsets is: min(3, live brokers) replicas,
+        # min.insync.replicas 2 when there are 3.
+        default_cluster().controller.ensure_internal_topic(SCHEMAS_TOPIC, 1,
+                                                           SCHEMAS_TOPIC_CONFIGS)
         self.partition = TopicPartition(SCHEMAS_TOPIC, 0)
         self.producer = Producer(acks="all", linger_ms=0)  # idempotent, as acks="all" is
         # The leader: it knows the high watermark first, so a write reads back soonest.

@@ -208,6 +208,12 @@ class ControllerClient:
         return self._call(self.handle.create_topic, name, partitions, replication_factor,
                           configs, topic_id, retry=False)
 
+    def ensure_internal_topic(self, name: str, partitions: int,
+                              configs: dict[str, Any]) -> None:
+        """Create the topic if missing, replicated as ``__consumer_offsets`` is; repeating
+        it is safe."""
+        return self._call(self.handle.ensure_internal_topic, name, partitions, configs)
+
     def delete_topic(self, name: str) -> None:
         return self._call(self.handle.delete_topic, name, retry=False)
 
