@@ -7,6 +7,7 @@ the replica actors it starts) and the ``raylog_broker`` resource.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 import uuid
@@ -18,7 +19,7 @@ import ray
 from ray.cluster_utils import Cluster
 
 import raylog
-from raylog import Admin, Consumer, TopicPartition
+from raylog import Admin, Consumer, TopicPartition, faults
 from raylog.client.connection import reset_default
 from raylog.client.remote import resolve
 from raylog.cluster_names import BROKER_RESOURCE, DATA_DIR_ENV
@@ -43,6 +44,22 @@ class TestCluster:
     @property
     def broker_ids(self) -> list[int]:
         return sorted(b for b, info in self.brokers().items() if info["alive"])
+
+    @property
+    def failpoints_file(self) -> Path:
+        """The fail-point file every process of this cluster reads (raylog/faults.py)."""
+        return self.root / "failpoints"
+
+    @contextlib.contextmanager
+    def failpoints(self, actions: dict[str, str]) -> Iterator[None]:
+        """Arm fail points (``{"controller.isr_committed": "exit-once:/tmp/m"}``) for the
+        duration of the block; every point is off again after it, however it ends."""
+        lines = [f"{name} = {action}\n" for name, action in actions.items()]
+        self.failpoints_file.write_text("".join(lines))
+        try:
+            yield
+        finally:
+            self.failpoints_file.write_text("")
 
 
 def wait_for(condition: Callable[[], object], timeout: float = 30.0, interval: float = 0.1,
@@ -72,13 +89,15 @@ def ray_cluster(tmp_path_factory) -> Iterator[TestCluster]:
     cluster = Cluster(initialize_head=True, head_node_args={
         **NODE_ARGS, "include_dashboard": False,
         "_system_config": {"metrics_report_interval_ms": 2000},
-        "env_vars": {DATA_DIR_ENV: str(root / "head"), MAX_REPLICAS_ENV: "3000"}})
+        "env_vars": {DATA_DIR_ENV: str(root / "head"), MAX_REPLICAS_ENV: "3000",
+                     faults.FILE_ENV: str(root / "failpoints")}})
     try:  # from here on the nodes are shut down however the setup ends
         data_dirs = {}
         for i in range(BROKERS):
             data_dir = root / f"broker-{i}"
             node = cluster.add_node(**NODE_ARGS, resources={BROKER_RESOURCE: 1},
-                                    env_vars={DATA_DIR_ENV: str(data_dir)})
+                                    env_vars={DATA_DIR_ENV: str(data_dir),
+                                              faults.FILE_ENV: str(root / "failpoints")})
             data_dirs[node.node_id] = data_dir
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, log_to_driver=False)
