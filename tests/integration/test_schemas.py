@@ -54,6 +54,20 @@ def test_confluents_client_and_a_restarted_registry_actor(ray_cluster, topic_nam
                           what="the restarted registry")
         assert (latest.version, latest.schema_id) == (2, second)
         assert json.loads(fresh.get_schema(first).schema_str) == USER
+        # The replayed registry compares schemas parsed: other JSON text, the same version.
+        spelled = Schema(json.dumps({k: USER[k] for k in reversed(list(USER))}, indent=4),
+                         "AVRO")
+        same = fresh.register_schema_full_response(subject, spelled)
+        assert (same.schema_id, same.version) == (first, 1)
+        # normalize=true: an empty doc is what Confluent's normalizer removes.
+        blank_doc = Schema(json.dumps({**USER_V2, "doc": ""}), "AVRO")
+        found = SchemaRegistryClient({"url": server.url}).lookup_schema(
+            subject, blank_doc, normalize_schemas=True)
+        assert (found.schema_id, found.version) == (second, 2)
+        same = SchemaRegistryClient({"url": server.url}).register_schema_full_response(
+            subject, blank_doc, normalize_schemas=True)
+        assert (same.schema_id, same.version) == (second, 2)
+        assert fresh.get_versions(subject) == [1, 2]
         third = fresh.register_schema(f"{subject}-other", Schema(json.dumps(NO_DEFAULT), "AVRO"))
         assert third > second  # ids are never handed out twice
         restart_controller()  # the registry needs it only to find _schemas' leader
