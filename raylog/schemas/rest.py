@@ -242,6 +242,8 @@ class RegistryHTTPServer(ThreadingHTTPServer):
         super().__init__((host, port), _Handler)
         self.registry = registry
         self._lock = threading.Lock() if serialize else None
+        self._counted = threading.Lock()
+        self.answered = 0  # requests answered, the last line of `raylog registry`
 
     @property
     def url(self) -> str:
@@ -262,6 +264,8 @@ class RegistryHTTPServer(ThreadingHTTPServer):
             thread.join(timeout=10)
 
     def answer(self, method: str, target: str, body: bytes) -> Answer:
+        with self._counted:
+            self.answered += 1
         if self._lock is None:
             return handle(self.registry, method, target, body)
         with self._lock:
