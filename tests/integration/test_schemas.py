@@ -4,16 +4,12 @@ restarted (ids unchanged), Avro through Producer and Consumer, typed Ray Data co
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
-import queue
 import signal
 import socket
-import subprocess
 import sys
-import threading
 
 import pytest
 import ray
@@ -27,6 +23,7 @@ from raylog.data import read_topic
 from raylog.registry import REGISTRY_NAME, SchemaRegistry
 from raylog.schemas.errors import SubjectNotFoundError
 from raylog.schemas.serde import AvroDeserializer, AvroSerializer
+from tests.children import Child
 from tests.integration.conftest import restart_controller, wait_for
 from tests.unit.registry_server import registry_server
 
@@ -219,42 +216,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-class _Registry:
-    """``raylog registry --embedded`` in a subprocess, its output read by a thread."""
+class _Registry(Child):
+    """``raylog registry --embedded`` in a subprocess (tests/children.py)."""
 
     def __init__(self, data_dir, port: int) -> None:
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
         env["RAYLOG_DATA_DIR"] = str(data_dir)
         raylog = os.path.join(os.path.dirname(sys.executable), "raylog")
-        self.process = subprocess.Popen(
-            [raylog, "registry", "--embedded", "--port", str(port)], env=env,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.output: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.process.stdout:
-            self.lines.put(line)
-
-    def wait_for_line(self, text: str, timeout: float = 120) -> None:
-        def seen() -> bool:
-            with contextlib.suppress(queue.Empty):
-                while True:
-                    self.output.append(self.lines.get_nowait())
-            return any(text in line for line in self.output)
-        wait_for(seen, timeout=timeout, what=f"{text!r} from raylog registry")
+        super().__init__([raylog, "registry", "--embedded", "--port", str(port)], env=env,
+                         merge_stderr=True)
 
     def stop(self, sig: int) -> int:
-        self.process.send_signal(sig)
-        code = self.process.wait(timeout=60)
+        code = super().stop(sig)
         self.wait_for_line("schema registry stopped", timeout=10)
         return code
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(timeout=30)
 
 
 def test_an_embedded_registry_keeps_its_ids_across_a_restart(tmp_path):
@@ -262,7 +237,7 @@ def test_an_embedded_registry_keeps_its_ids_across_a_restart(tmp_path):
     url = f"http://127.0.0.1:{port}"
     first = _Registry(data_dir, port)
     try:
-        first.wait_for_line("schema registry listening on")
+        first.wait_for_line("schema registry listening on", timeout=120)
         client = SchemaRegistryClient({"url": url})
         ids = [client.register_schema("a-value", Schema(json.dumps(USER), "AVRO")),
                client.register_schema("a-value", Schema(json.dumps(USER_V2), "AVRO")),
@@ -273,8 +248,8 @@ def test_an_embedded_registry_keeps_its_ids_across_a_restart(tmp_path):
         first.kill()
     second = _Registry(data_dir, port)
     try:
-        second.wait_for_line("schema registry listening on")
-        assert any("2 subjects, highest id 3" in line for line in second.output)
+        second.wait_for_line("schema registry listening on", timeout=120)
+        assert any("2 subjects, highest id 3" in line for line in second.lines)
         client = SchemaRegistryClient({"url": url})
         assert [client.get_version("a-value", v).schema_id for v in (1, 2)] == ids[:2]
         assert client.get_subjects() == ["a-value"]
