@@ -125,12 +125,14 @@ class SchemaRegistryActor:
                 "records": state.next_offset}
 
     def register(self, subject: str, schema: str, schema_type: str | None = None,
-                 references: list | None = None) -> dict[str, Any]:
-        return self._do("register", subject, schema, schema_type, references)
+                 references: list | None = None, normalize: bool = False) -> dict[str, Any]:
+        return self._do("register", subject, schema, schema_type, references, normalize)
 
     def lookup(self, subject: str, schema: str, schema_type: str | None = None,
-               references: list | None = None, deleted: bool = False) -> dict[str, Any]:
-        return self._do("lookup", subject, schema, schema_type, references, deleted)
+               references: list | None = None, deleted: bool = False,
+               normalize: bool = False) -> dict[str, Any]:
+        return self._do("lookup", subject, schema, schema_type, references, deleted,
+                        normalize)
 
     def schema(self, schema_id: int) -> dict[str, Any]:
         return self._do("schema", schema_id)

@@ -14,6 +14,7 @@ import sys
 from typing import Any, TextIO
 
 from raylog.cli import UsageError, _int_in, _json_flag, _print_json, connect
+from raylog.cli_signals import StopSignals
 
 TOKEN_ENV = "RAYLOG_FLIGHT_TOKEN"
 TOKEN_HELP = f"a file whose first line is the endpoint's token (default: ${TOKEN_ENV})"
@@ -172,20 +173,19 @@ def cmd_mirror(args: argparse.Namespace, out: TextIO) -> int:
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 PID`: every thread's stack on stderr
     mirror = Mirror(source, cluster, config, _say)
     display = StatusDisplay(mirror.status, sys.stderr)
-    def stop(*_: object) -> None:
-        if mirror.stopping:
-            os._exit(130)  # a second Ctrl-C: at once (nothing is lost, see docs/mirror.md)
+
+    def stop() -> None:
         _say("stopping: finishing what is in flight and writing a last checkpoint")
         mirror.stop()
 
-    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        status = mirror.run()
-    finally:
-        display.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        source.close()
+    # A second signal exits at once: nothing is lost (see docs/mirror.md), and the copier
+    # threads would keep a KeyboardInterrupt's exit waiting.
+    with StopSignals(on_stop=stop, on_second=lambda: os._exit(130)):
+        try:
+            status = mirror.run()
+        finally:
+            display.close()
+            source.close()
     for copier, _ in mirror.copiers.values():
         if copier.outcome not in ("done", "stopped"):
             out.write(f"{copier.name}: {copier.outcome}\n")
@@ -220,7 +220,17 @@ def cmd_flight_serve(args: argparse.Namespace, out: TextIO) -> int:
               file=sys.stderr)
     out.write(f"serving raylog topics over Arrow Flight at {server.location}\n")
     out.flush()
-    server.serve()  # until SIGINT or SIGTERM
+    return serve_until_stopped(server, out)
+
+
+def serve_until_stopped(server: Any, out: TextIO) -> int:
+    """Serve (a Flight server serves once it is made) until SIGINT or SIGTERM; then shut
+    down, in-flight reads finished, and say what was served."""
+    with StopSignals() as stop:
+        stop.wait()
+        server.shutdown()
+    out.write(f"stopped serving: {server.reads:,} reads, {server.bytes_sent:,} bytes of "
+              f"records\n")
     return 0
 
 

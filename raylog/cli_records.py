@@ -5,9 +5,10 @@ the cluster refused (by line number and cause): a run in which any record was no
 ends with exit status 1, after printing how many were.
 
 ``consume`` follows the topic as ``kafka-console-consumer`` does, until ``--max-messages``,
-``--timeout-ms``, ``--until-end`` or Ctrl-C; then it prints ``Processed a total of N
-messages`` on stderr. As a group member it commits what it printed (never more) every
-:data:`COMMIT_INTERVAL_S`, before a rebalance takes a partition away, and on exit.
+``--timeout-ms``, ``--until-end``, Ctrl-C or SIGTERM (cli_signals.py); then it prints
+``Processed a total of N messages`` on stderr. As a group member it commits what it
+printed (never more) every :data:`COMMIT_INTERVAL_S`, before a rebalance takes a partition
+away, and on exit.
 """
 
 from __future__ import annotations
@@ -234,8 +235,9 @@ class _Printed:
 def cmd_consume(args: argparse.Namespace, out: TextIO) -> int:
     """Print records until ``--max-messages`` are printed (a limit, as Kafka's console
     consumer has: 0 prints none), none came for ``--timeout-ms``, every partition reached
-    the end it had at the start (``--until-end``), or Ctrl-C."""
+    the end it had at the start (``--until-end``), or Ctrl-C or SIGTERM."""
     from raylog import Consumer, TopicPartition
+    from raylog.cli_signals import StopSignals
 
     fields = _fields(args)
     cluster = connect(args)
@@ -248,49 +250,51 @@ def cmd_consume(args: argparse.Namespace, out: TextIO) -> int:
                         group_id=args.group, enable_auto_commit=False)
     printed = _Printed(consumer, args.group is not None)
     seen = 0
-    try:
-        if group:
-            consumer.subscribe([args.topic], listener=printed)
-            ends = consumer.end_offsets(TopicPartition(args.topic, p) for p in range(count)) \
-                if args.until_end else None
-        else:
-            partitions = [args.partition] if args.partition is not None else range(count)
-            tps = [TopicPartition(args.topic, p) for p in partitions]
-            consumer.assign(tps)
-            ends = consumer.end_offsets(tps) if args.until_end else None
-        idle_since = time.monotonic()
-        while True:
-            if ends is not None and _at_end(consumer, ends):
-                break
-            if args.timeout_ms is not None and \
-                    (time.monotonic() - idle_since) * 1000 >= args.timeout_ms:
-                break
-            records = consumer.poll(timeout_ms=100)
-            if records:
-                idle_since = time.monotonic()
-            for record in records:
-                if ends is not None and record.offset >= ends.get(
-                        TopicPartition(record.topic, record.partition), record.offset + 1):
-                    continue  # past the end it had at the start
-                out.write(format_record(record, fields) + "\n")
-                printed.next[TopicPartition(record.topic, record.partition)] = record.offset + 1
-                seen += 1
+    with StopSignals() as stop:
+        try:
+            if group:
+                consumer.subscribe([args.topic], listener=printed)
+                ends = consumer.end_offsets(
+                    TopicPartition(args.topic, p) for p in range(count)) if args.until_end \
+                    else None
+            else:
+                partitions = [args.partition] if args.partition is not None else range(count)
+                tps = [TopicPartition(args.topic, p) for p in partitions]
+                consumer.assign(tps)
+                ends = consumer.end_offsets(tps) if args.until_end else None
+            idle_since = time.monotonic()
+            while not stop.is_set():
+                if ends is not None and _at_end(consumer, ends):
+                    break
+                if args.timeout_ms is not None and \
+                        (time.monotonic() - idle_since) * 1000 >= args.timeout_ms:
+                    break
+                records = consumer.poll(timeout_ms=100)
+                if records:
+                    idle_since = time.monotonic()
+                for record in records:
+                    tp = TopicPartition(record.topic, record.partition)
+                    if ends is not None and record.offset >= ends.get(tp, record.offset + 1):
+                        continue  # past the end it had at the start
+                    out.write(format_record(record, fields) + "\n")
+                    printed.next[tp] = record.offset + 1
+                    seen += 1
+                    if args.max_messages is not None and seen >= args.max_messages:
+                        break
+                out.flush()
                 if args.max_messages is not None and seen >= args.max_messages:
                     break
-            out.flush()
-            if args.max_messages is not None and seen >= args.max_messages:
-                break
-            if time.monotonic() - printed.last_commit >= COMMIT_INTERVAL_S:
-                printed.commit()
-    except KeyboardInterrupt:
-        pass  # Ctrl-C ends a follow: commit what was printed and close, as on any end
-    finally:
-        try:
-            out.flush()
-            printed.commit()
+                if time.monotonic() - printed.last_commit >= COMMIT_INTERVAL_S:
+                    printed.commit()
+        except KeyboardInterrupt:
+            pass  # a second signal while a step hangs: commit what was printed, close
         finally:
-            consumer.close()
-            print(f"Processed a total of {seen} messages", file=sys.stderr)
+            try:
+                out.flush()
+                printed.commit()
+            finally:
+                consumer.close()
+                print(f"Processed a total of {seen} messages", file=sys.stderr)
     return 0
 
 

@@ -37,6 +37,9 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
                                                    "subject; '-' reads standard input")
     register.add_argument("subject")
     register.add_argument("file")
+    register.add_argument("--normalize", action="store_true",
+                          help="store and compare the schema normalized (Confluent's "
+                               "normalize=true)")
     check = actions.add_parser("check", help="is a schema compatible with the subject? (exit "
                                              "status 1 when not, saying what breaks)")
     check.add_argument("subject")
@@ -118,7 +121,7 @@ def cmd_schemas(args: argparse.Namespace, out: TextIO) -> int:
                       f"id {found['id']}\n")
             out.write(json.dumps(json.loads(found["schema"]), indent=2) + "\n")
     elif action == "register":
-        done = registry.register(args.subject, schema)
+        done = registry.register(args.subject, schema, normalize=args.normalize)
         out.write(f"registered {args.subject} version {done['version']} id {done['id']}\n")
     elif action == "check":
         problems = registry.check(args.subject, schema, args.version)

@@ -15,8 +15,6 @@ Safe to use from several threads (the actor serializes what it is asked).
 
 from __future__ import annotations
 
-import signal
-import threading
 from collections.abc import Callable
 from typing import Any, TextIO
 
@@ -65,12 +63,14 @@ class SchemaRegistry:
         return self._call("ready")
 
     def register(self, subject: str, schema: str, schema_type: str | None = None,
-                 references: list | None = None) -> dict[str, Any]:
-        return self._call("register", subject, schema, schema_type, references)
+                 references: list | None = None, normalize: bool = False) -> dict[str, Any]:
+        return self._call("register", subject, schema, schema_type, references, normalize)
 
     def lookup(self, subject: str, schema: str, schema_type: str | None = None,
-               references: list | None = None, deleted: bool = False) -> dict[str, Any]:
-        return self._call("lookup", subject, schema, schema_type, references, deleted)
+               references: list | None = None, deleted: bool = False,
+               normalize: bool = False) -> dict[str, Any]:
+        return self._call("lookup", subject, schema, schema_type, references, deleted,
+                          normalize)
 
     def schema(self, schema_id: int) -> dict[str, Any]:
         return self._call("schema", schema_id)
@@ -109,27 +109,24 @@ class SchemaRegistry:
 
 def serve(registry: Any, host: str, port: int, out: TextIO,
           on_stop: Callable[[], None] | None = None) -> int:
-    """Serve the REST API over ``registry`` until SIGINT or SIGTERM; then stop the server
-    (and call ``on_stop``). Prints the URL once it listens."""
+    """Serve the REST API over ``registry`` until SIGINT or SIGTERM (raylog/cli_signals.py);
+    then stop the server (and call ``on_stop``) and say how many requests it answered.
+    Prints the URL once it listens."""
+    from raylog.cli_signals import StopSignals
     from raylog.schemas.rest import RegistryHTTPServer
 
     try:
         server = RegistryHTTPServer(registry, host, port)
     except OSError as e:
         raise RegistryStoreError(f"cannot listen on {host}:{port}: {e.strerror}") from None
-    stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set())
-                for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        with server.running():
-            out.write(f"schema registry listening on {server.url}\n")
-            out.flush()
-            while not stop.wait(0.5):
-                pass
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        if on_stop is not None:
-            on_stop()
-    out.write("schema registry stopped\n")
+    with StopSignals() as stop:
+        try:
+            with server.running():
+                out.write(f"schema registry listening on {server.url}\n")
+                out.flush()
+                stop.wait()
+        finally:
+            if on_stop is not None:
+                on_stop()
+    out.write(f"schema registry stopped after {server.answered:,} requests\n")
     return 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple, Protocol
 
@@ -116,6 +117,9 @@ class SourceFlightServer(flight.FlightServerBase):
                          tls_certificates=[tls] if tls else None)
         self.backend = backend
         self.location = f"{scheme}://{host}:{self.port}"
+        self._counted = threading.Lock()
+        self.reads = 0       # do_get calls (`raylog flight-serve` says both when it stops)
+        self.bytes_sent = 0  # bytes of record batches they sent
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -125,6 +129,8 @@ class SourceFlightServer(flight.FlightServerBase):
             wanted = Ticket.decode(ticket.ticket)
         except RaylogError as e:
             raise _flight_error(e) from e
+        with self._counted:
+            self.reads += 1
         schema = BATCHES_SCHEMA if wanted.format == "batches" else TABLE_SCHEMA
         return flight.GeneratorStream(schema, self._stream(wanted, context))
 
@@ -147,6 +153,8 @@ class SourceFlightServer(flight.FlightServerBase):
                 if next_offset is not None:
                     offset = max(offset, next_offset)
                 sent += len(data)
+                with self._counted:
+                    self.bytes_sent += len(data)
                 more = bool(data) and sent < ticket.max_bytes and not context.is_cancelled() \
                     and (ticket.end is None or offset < ticket.end)
                 if more:

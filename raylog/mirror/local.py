@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import select
 import shutil
 import signal
 import socket
@@ -137,7 +138,7 @@ class FlightEndpoint:
                  "--port", "0", "--token-file", str(self.token_file)],
                 env=self.cluster.env(), stdout=subprocess.PIPE, stderr=log, text=True,
                 start_new_session=True)
-        line = self._process.stdout.readline()  # the address, once it serves
+        line = _first_line(self._process, START_TIMEOUT_S)  # the address, once it serves
         if " at " not in line:
             self.stop()
             raise RuntimeError(f"flight-serve did not start; see {self.log}")
@@ -154,6 +155,13 @@ class FlightEndpoint:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _first_line(process: subprocess.Popen, timeout_s: float) -> str:
+    """The first line of ``process``'s stdout, or "" if none came within ``timeout_s``
+    (a process that hangs before it says anything must not hang its caller)."""
+    ready, _, _ = select.select([process.stdout], [], [], timeout_s)
+    return process.stdout.readline() if ready else ""
 
 
 def _stat(pid: int | str) -> tuple[int, int, int] | None:

@@ -1,9 +1,9 @@
 """Avro schemas as the registry keeps them: parsed, checked, with every named type known.
 
 :func:`parse` reads a schema (JSON text or the decoded JSON) and returns an
-:class:`AvroSchema`: ``text``, the schema as stored and compared (the JSON minified, field
-and key order kept, so equal texts mean the same schema to a reader of the spec and to
-Confluent's clients); ``tree``, the schema with every name made a full name and every
+:class:`AvroSchema`: ``text``, the schema as stored (Avro's own rendering of it, as
+Confluent stores it), ``key`` and ``normalized``, what the registry compares (canonical.py
+says what each form keeps); ``tree``, the schema with every name made a full name and every
 reference to a named type written as that full name; ``names``, full name -> definition.
 The compatibility checker walks ``tree`` through ``names``.
 
@@ -24,6 +24,7 @@ import json
 import re
 from typing import Any
 
+from raylog.schemas.canonical import forms
 from raylog.schemas.errors import InvalidSchemaError
 
 PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
@@ -34,11 +35,23 @@ MAX_SCHEMA_CHARS = 1 << 20  # a bigger schema is refused before it is parsed
 
 @dataclasses.dataclass(frozen=True)
 class AvroSchema:
-    """One parsed schema. ``text`` is its stored form; ``tree`` and ``names`` as above."""
+    """One parsed schema. ``text`` is its stored form; ``key``: equal for the same schema;
+    ``normalized``: stored and compared with ``normalize=true``; ``tree`` and ``names`` as
+    above."""
 
     text: str
     tree: Any
     names: dict[str, dict[str, Any]]
+    key: str
+    normalized: str
+
+    def form(self, normalize: bool) -> str:
+        """What the registry compares: ``normalized`` or ``key``."""
+        return self.normalized if normalize else self.key
+
+    def stored(self, normalize: bool) -> str:
+        """What the registry stores for a new schema: ``normalized`` or ``text``."""
+        return self.normalized if normalize else self.text
 
     def resolve(self, node: Any) -> Any:
         """A node with a named-type reference replaced by the named type's definition."""
@@ -81,8 +94,8 @@ def parse(schema: str | dict | list) -> AvroSchema:
                                  f"{type(schema).__name__}")
     names: dict[str, dict[str, Any]] = {}
     tree = _Parser(names).node(decoded, None, "")
-    text = json.dumps(decoded, separators=(",", ":"), ensure_ascii=False)
-    return AvroSchema(text, tree, names)
+    rendered = forms(tree, names)
+    return AvroSchema(rendered.text, tree, names, rendered.key, rendered.normalized)
 
 
 class _Parser:

@@ -156,9 +156,11 @@ class Registry:
     # -- schemas ---------------------------------------------------------------------------------
 
     def register(self, subject: str, schema: str, schema_type: str | None = None,
-                 references: list | None = None) -> dict[str, Any]:
+                 references: list | None = None, normalize: bool = False) -> dict[str, Any]:
         """Register ``schema`` under ``subject``: ``{"id", "version"}``. A schema the subject
-        has (not soft-deleted) keeps its version; one known elsewhere keeps its id."""
+        has (not soft-deleted) keeps its version; one known elsewhere keeps its id. Schemas
+        are compared parsed, not as text (canonical.py); ``normalize``: Confluent's
+        ``normalize=true``, the schema stored and compared normalized."""
         check_subject(subject)
         schema_type = check_schema_type(schema_type, references)
         parsed = parse(schema)
@@ -167,7 +169,7 @@ class Registry:
             state = self.state
             live = state.live_versions(subject)
             for version in live:
-                if version.schema == parsed.text:
+                if state.is_same(version, schema_type, parsed, normalize):
                     return [], {"id": version.schema_id, "version": version.version}
             problems = check_level(parsed, [(v.version, parse(v.schema)) for v in live],
                                    state.level(subject))
@@ -175,24 +177,28 @@ class Registry:
                 raise IncompatibleSchemaError(
                     f"Schema being registered is incompatible with an earlier schema for "
                     f"subject {subject!r}: {'; '.join(problems)}", problems)
-            known = state.ids.get((schema_type, parsed.text))
-            schema_id = known if known is not None else state.max_id + 1
+            known = state.id_of(schema_type, parsed, normalize)
+            if known is None:  # a new schema, stored as Confluent stores it
+                schema_id, text = state.max_id + 1, parsed.stored(normalize)
+            else:  # an id names one text: the one it was given with
+                schema_id, text = known, state.schemas[known][1]
             number = max(state.subjects.get(subject, {0: None}), default=0) + 1
-            version = Version(subject, number, schema_id, parsed.text, schema_type)
+            version = Version(subject, number, schema_id, text, schema_type)
             return [schema_record(version, new=known is None)], {"id": schema_id,
                                                                   "version": number}
 
         return self._write_until_taken(plan)
 
     def lookup(self, subject: str, schema: str, schema_type: str | None = None,
-               references: list | None = None, deleted: bool = False) -> dict[str, Any]:
-        """The version of ``subject`` whose schema is ``schema``."""
+               references: list | None = None, deleted: bool = False,
+               normalize: bool = False) -> dict[str, Any]:
+        """The version of ``subject`` whose schema is ``schema`` (compared as
+        :meth:`register` compares; the oldest if several are)."""
         check_subject(subject)
         schema_type = check_schema_type(schema_type, references)
-        text = parse(schema).text
-        versions = self._versions(subject, deleted)
-        for version in versions:
-            if (version.schema_type, version.schema) == (schema_type, text):
+        parsed = parse(schema)
+        for version in self._versions(subject, deleted):
+            if self.state.is_same(version, schema_type, parsed, normalize):
                 return version.to_json()
         raise SchemaNotFoundError(f"Schema not found under subject {subject!r}")
 

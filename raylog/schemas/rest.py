@@ -144,9 +144,10 @@ _route("GET", "/schemas/ids/{}/subjects")(
 _route("GET", "/subjects")(lambda r, a, q, b: _subjects(r, q))
 _route("GET", "/subjects/{}/versions")(lambda r, a, q, b: _versions(r, a[0], q))
 _route("POST", "/subjects/{}/versions")(
-    lambda r, a, q, b: {"id": r.register(a[0], **_schema_args(b))["id"]})
+    lambda r, a, q, b: r.register(a[0], **_schema_args(b), normalize=_flag(q, "normalize")))
 _route("POST", "/subjects/{}")(
-    lambda r, a, q, b: r.lookup(a[0], **_schema_args(b), deleted=_flag(q, "deleted")))
+    lambda r, a, q, b: r.lookup(a[0], **_schema_args(b), deleted=_flag(q, "deleted"),
+                                normalize=_flag(q, "normalize")))
 _route("GET", "/subjects/{}/versions/{}")(
     lambda r, a, q, b: r.version(a[0], a[1], _flag(q, "deleted")))
 _route("GET", "/subjects/{}/versions/{}/schema")(
@@ -241,6 +242,8 @@ class RegistryHTTPServer(ThreadingHTTPServer):
         super().__init__((host, port), _Handler)
         self.registry = registry
         self._lock = threading.Lock() if serialize else None
+        self._counted = threading.Lock()
+        self.answered = 0  # requests answered, the last line of `raylog registry`
 
     @property
     def url(self) -> str:
@@ -261,6 +264,8 @@ class RegistryHTTPServer(ThreadingHTTPServer):
             thread.join(timeout=10)
 
     def answer(self, method: str, target: str, body: bytes) -> Answer:
+        with self._counted:
+            self.answered += 1
         if self._lock is None:
             return handle(self.registry, method, target, body)
         with self._lock:

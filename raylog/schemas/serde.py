@@ -87,7 +87,9 @@ class AvroSerializer:
     """``value -> bytes``: Avro in Confluent's wire format, with ``schema``'s id.
 
     The schema is registered under its subject on first use (``auto_register``; else it
-    must be registered already, and is looked up). ``None`` stays None (a tombstone).
+    must be registered already, and is looked up); ``normalize``: as Confluent's
+    ``normalize.schemas``, registered and looked up with ``normalize=true``. ``None`` stays
+    None (a tombstone).
 
     >>> serializer = AvroSerializer(SchemaRegistry(), USER_SCHEMA, topic="users")
     >>> producer = Producer(value_serializer=serializer)
@@ -95,11 +97,12 @@ class AvroSerializer:
 
     def __init__(self, registry: Any, schema: str | dict, *, topic: str | None = None,
                  subject: str | None = None, is_key: bool = False, strategy: str = "topic",
-                 auto_register: bool = True) -> None:
+                 auto_register: bool = True, normalize: bool = False) -> None:
         self.registry = registry
         self.schema = parse(schema)
         self.subject = subject or subject_name(strategy, topic, self.schema, is_key)
         self.auto_register = auto_register
+        self.normalize = normalize
         self._parsed = fastavro_schema(self.schema)
         self._header: bytes | None = None
         self._lock = threading.Lock()
@@ -109,9 +112,10 @@ class AvroSerializer:
         if self._header is None:
             with self._lock:
                 if self._header is None:
-                    found = self.registry.register(self.subject, self.schema.text) \
-                        if self.auto_register else \
-                        self.registry.lookup(self.subject, self.schema.text)
+                    found = self.registry.register(
+                        self.subject, self.schema.text, normalize=self.normalize) \
+                        if self.auto_register else self.registry.lookup(
+                            self.subject, self.schema.text, normalize=self.normalize)
                     self._header = HEADER.pack(MAGIC, found["id"])
         return HEADER.unpack(self._header)[1]
 

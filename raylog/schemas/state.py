@@ -15,6 +15,13 @@ its last record):
   permanent delete removes the last record naming an id, so that no replay, even after
   compaction, hands that id out again.
 
+Besides the stored texts, the state indexes each id by the forms of its schema that say
+when two texts are the same schema (``key``, and ``normalized`` for ``normalize=true``; see
+canonical.py), computed from the stored text as a record is applied: a replay computes them
+again from the same texts, so it answers "is this schema known, under which id" as before.
+A log written before raylog compared forms may hold one schema under two ids (two texts);
+both stay as they are, and the lower id is the one a new registration is given.
+
 A record that contradicts what is already known takes no effect and is listed in
 ``void`` (key -> offset): one that names an id already given to another schema, one that
 gives a schema known under one id another id, one that allocates an id at or below the
@@ -32,7 +39,9 @@ import dataclasses
 import json
 from typing import Any
 
+from raylog.schemas.avro import AvroSchema, parse
 from raylog.schemas.compatibility import DEFAULT_LEVEL, Level
+from raylog.schemas.errors import InvalidSchemaError
 
 SCHEMAS_TOPIC = "_schemas"
 AVRO = "AVRO"
@@ -104,6 +113,8 @@ class RegistryState:
         self.schemas: dict[int, tuple[str, str]] = {}  # id -> (schema type, text)
         self.ids: dict[tuple[str, str], int] = {}      # (schema type, text) -> id
         self.references: dict[int, int] = {}           # id -> versions naming it
+        self.forms: dict[int, tuple[str, str]] = {}    # id -> its schema's (key, normalized)
+        self.same: dict[tuple[str, bool, str], set[int]] = {}  # (type, normalize, form) -> ids
         self.max_id = 0
         self.levels: dict[str | None, Level] = {}
         self.next_offset = 0
@@ -162,6 +173,8 @@ class RegistryState:
             self.references[schema_id] = self.references.get(schema_id, 0) + 1
         self.subjects.setdefault(subject, {})[number] = Version(
             subject, number, schema_id, schema[1], schema[0], bool(value.get("deleted")))
+        if known is None:
+            self._index(schema_id, *schema)
         self.schemas[schema_id] = schema
         self.ids[schema] = schema_id
         self.max_id = max(self.max_id, schema_id)
@@ -173,7 +186,25 @@ class RegistryState:
             self.references[schema_id] = left
             return
         del self.references[schema_id]
+        schema_type = self.schemas[schema_id][0]
         self.ids.pop(self.schemas.pop(schema_id), None)
+        for normalize, form in enumerate(self.forms.pop(schema_id, ())):
+            ids = self.same[(schema_type, bool(normalize), form)]
+            ids.discard(schema_id)
+            if not ids:
+                del self.same[(schema_type, bool(normalize), form)]
+
+    def _index(self, schema_id: int, schema_type: str, text: str) -> None:
+        if schema_type != AVRO:
+            return  # a type a later raylog may keep: known by its text alone
+        try:
+            parsed = parse(text)
+        except InvalidSchemaError:
+            return  # accepted by an older parser: known by its text alone
+        self.forms[schema_id] = (parsed.key, parsed.normalized)
+        for normalize in (False, True):
+            self.same.setdefault((schema_type, normalize, parsed.form(normalize)),
+                                 set()).add(schema_id)
 
     def record_for(self, key: bytes) -> Record:
         """The record that states what this state holds for ``key`` (a repair of a void
@@ -187,6 +218,22 @@ class RegistryState:
         return ids_record(self.max_id)
 
     # -- questions -------------------------------------------------------------------------------
+
+    def is_same(self, version: Version, schema_type: str, parsed: AvroSchema,
+                normalize: bool) -> bool:
+        """Is ``version``'s schema ``parsed`` (compared as ``normalize`` says)?"""
+        forms = self.forms.get(version.schema_id)
+        return (version.schema_type == schema_type and forms is not None
+                and forms[normalize] == parsed.form(normalize))
+
+    def id_of(self, schema_type: str, parsed: AvroSchema, normalize: bool) -> int | None:
+        """The id ``parsed`` has if the registry knows it: the id of the very text it would
+        be stored as, else the lowest id of the same schema."""
+        exact = self.ids.get((schema_type, parsed.stored(normalize)))
+        if exact is not None:
+            return exact
+        same = self.same.get((schema_type, normalize, parsed.form(normalize)))
+        return min(same) if same else None
 
     def live_versions(self, subject: str) -> list[Version]:
         """The subject's versions that are not soft-deleted, oldest first."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import ray
 
 from raylog import Admin
 from raylog.cli import main
+from tests.children import Child, sigint_ignored
 from tests.integration.conftest import wait_for
 
 
@@ -274,39 +276,14 @@ def test_the_console_script_refuses_in_one_line_without_a_traceback(ray_cluster,
 
 # -- Kafka's habits: following, printing, JSON, dry runs -------------------------------------------
 
-class ConsoleConsumer:
+class ConsoleConsumer(Child):
     """``raylog consume ...`` as a user runs it: the console script in its own process, its
-    output lines collected as they come."""
+    output lines collected as they come (tests/children.py: read, stopped and killed with
+    deadlines)."""
 
     def __init__(self, address: str, *argv: str) -> None:
-        import threading
-
-        env = {**os.environ, "RAY_ADDRESS": address}
-        self.process = subprocess.Popen(
-            [os.path.join(os.path.dirname(sys.executable), "raylog"), "consume", *argv],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        self.lines: list[str] = []
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        for line in self.process.stdout:
-            self.lines.append(line.rstrip("\n"))
-
-    def interrupt(self, timeout: float = 60) -> tuple[int, str]:
-        """Ctrl-C; its exit status and stderr."""
-        import signal
-
-        self.process.send_signal(signal.SIGINT)
-        err = self.process.stderr.read()
-        code = self.process.wait(timeout)
-        self.reader.join(timeout)
-        return code, err
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(30)
+        super().__init__([os.path.join(os.path.dirname(sys.executable), "raylog"), "consume",
+                          *argv], env={**os.environ, "RAY_ADDRESS": address})
 
 
 def produce_until_seen(topic: str, consumers: list[ConsoleConsumer], timeout: float = 90
@@ -331,18 +308,19 @@ def produce_until_seen(topic: str, consumers: list[ConsoleConsumer], timeout: fl
 def test_consume_follows_until_interrupted(ray_cluster, topic_name):
     run("topics", "create", topic_name, "--partitions", "2")
     run("produce", topic_name, stdin="old\n")
-    consumer = ConsoleConsumer(ray_cluster.cluster.address, topic_name)  # from the latest
-    try:
+    # Started as under `make test &`, this process ignoring SIGINT: the console consumer
+    # must not inherit that (tests/children.py), or the Ctrl-C below would not stop it.
+    with sigint_ignored():
+        consumer = ConsoleConsumer(ray_cluster.cluster.address, topic_name)  # from the latest
+    with consumer:
         produced = produce_until_seen(topic_name, [consumer])
         wait_for(lambda: f"tick-{produced - 1}" in consumer.lines, timeout=60,
                  what="the last record printed")
-        code, err = consumer.interrupt()
-    finally:
-        consumer.kill()
-    assert code == 0, err
+        code = consumer.stop(signal.SIGINT)
+    assert code == 0, consumer.stderr
     assert "old" not in consumer.lines and consumer.lines[-1] == f"tick-{produced - 1}"
-    assert err.strip().splitlines()[-1] == f"Processed a total of {len(consumer.lines)} messages"
-    assert "Traceback" not in err
+    assert consumer.errors[-1] == f"Processed a total of {len(consumer.lines)} messages"
+    assert "Traceback" not in consumer.stderr
 
 
 def test_a_group_member_prints_nothing_twice_across_a_rebalance(ray_cluster, topic_name):
@@ -372,7 +350,8 @@ def test_a_group_member_prints_nothing_twice_across_a_rebalance(ray_cluster, top
             stdin="".join(f"k{i}:b-{i}\n" for i in range(40)))
         wait_for(lambda: sum("b-" in line for c in (first, second) for line in c.lines) >= 40,
                  timeout=60, what="the members printing 40 more records")
-        assert first.interrupt()[0] == 0 and second.interrupt()[0] == 0
+        # Ctrl-C for one, a supervisor's SIGTERM for the other: the same clean stop.
+        assert first.stop(signal.SIGINT) == 0 and second.stop(signal.SIGTERM) == 0
     finally:
         first.kill()
         if second is not None:
@@ -381,6 +360,8 @@ def test_a_group_member_prints_nothing_twice_across_a_rebalance(ray_cluster, top
     ours = [v for v in printed if v[:2] in ("a-", "b-")]
     assert sorted(ours) == sorted([f"a-{i}" for i in range(40)] + [f"b-{i}" for i in range(40)])
     assert {line.split("\t")[0] for line in second.lines}  # the second took partitions over
+    for member in (first, second):
+        assert member.errors[-1] == f"Processed a total of {len(member.lines)} messages"
     committed = Admin().describe_group(group)
     assert committed["lag"] == 0  # both committed what they printed on exit
 

@@ -6,7 +6,6 @@ import contextlib
 import math
 import os
 import signal
-import subprocess
 import sys
 import textwrap
 import threading
@@ -30,6 +29,7 @@ from raylog.errors import (
     NotPartitionOwnerError,
     UnknownMemberError,
 )
+from tests.children import Child
 from tests.integration.conftest import restart_controller, wait_for
 
 
@@ -358,24 +358,19 @@ def test_a_crashed_driver_member_leaves_after_its_session_timeout(ray_cluster, a
         while True:
             c.poll(timeout_ms=200)
     """)
-    driver = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                              text=True)
-    try:
-        assert driver.stdout.readline().strip() == "joined"
+    with Child([sys.executable, "-c", script]) as driver:
+        assert driver.next_line(timeout=120) == "joined"
         local = Consumer(group_id=group, session_timeout_ms=2000)
         local.subscribe([topic_name])
         wait_for(lambda: local.poll(timeout_ms=50) == [] and len(local.assignment()) == 2,
                  timeout=30, what="a 2/2 split")
-        os.kill(driver.pid, signal.SIGKILL)
+        os.kill(driver.process.pid, signal.SIGKILL)
         started = time.monotonic()
         wait_for(lambda: local.poll(timeout_ms=50) == [] and len(local.assignment()) == 4,
                  timeout=30, what="the crashed member's partitions")
         assert time.monotonic() - started >= 1.0  # it waited for the session timeout
         assert_never_two_owners(group)
         local.close()
-    finally:
-        driver.kill()
-        driver.wait()
 
 
 def test_groups_read_independently_and_lag_is_reported(admin, topic_name, capsys):

@@ -4,20 +4,24 @@ one-node cluster in Ray processes of its own (raylog.mirror.local), served over 
 
 The mirror runs as ``raylog mirror`` processes, killed (SIGKILL) twice while producers
 write to the source, then run with ``--once``: the target must hold every source record
-exactly once per partition, in order, with keys, values, headers and timestamps; a group
-translated to the target resumes where it stopped on the source.
+exactly once per partition, in order, with keys, values, headers and timestamps; a mirror
+stopped with SIGTERM exits cleanly with its totals; a group translated to the target
+resumes where it stopped on the source.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,36 +29,34 @@ from raylog import Admin, Consumer, TopicPartition
 from raylog.errors import GroupNotEmptyError
 from raylog.mirror import translate_group
 from raylog.mirror.local import BIN, FlightEndpoint, LocalCluster, clean_env
+from tests.children import Child
 from tests.integration.conftest import consume_all, wait_for
+
+COMMAND_TIMEOUT_S = 300  # one command of the source driver (a read of a whole topic at most)
 
 REPO = Path(__file__).resolve().parents[2]
 ALIAS = "src"
 
 
-class SourceDriver:
-    """The JSON-lines client of mirror_source_driver.py."""
+class SourceDriver(Child):
+    """The JSON-lines client of mirror_source_driver.py (tests/children.py)."""
 
     def __init__(self, cluster: LocalCluster) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.integration.mirror_source_driver", cluster.address],
-            cwd=REPO, env=cluster.env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, text=True, start_new_session=True)
-        assert json.loads(self.process.stdout.readline()) == {"ok": "ready"}
+        super().__init__([sys.executable, "-m", "tests.integration.mirror_source_driver",
+                          cluster.address], cwd=REPO, env=cluster.env(), stdin=True)
+        assert json.loads(self.next_line(timeout=120)) == {"ok": "ready"}
 
     def __call__(self, cmd: str, **args: object) -> object:
-        self.process.stdin.write(json.dumps({"cmd": cmd, **args}) + "\n")
-        self.process.stdin.flush()
-        answer = json.loads(self.process.stdout.readline())
+        self.send(json.dumps({"cmd": cmd, **args}))
+        answer = json.loads(self.next_line(timeout=COMMAND_TIMEOUT_S))
         assert "error" not in answer, answer["error"]
         return answer["ok"]
 
     def close(self) -> None:
-        self.process.stdin.close()
         try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
+            self.close_stdin(timeout=30)
+        finally:
+            self.kill()
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +74,8 @@ def source(tmp_path_factory) -> Iterator[tuple[LocalCluster, FlightEndpoint, Sou
 
 
 class MirrorProcess:
-    """``raylog mirror`` into the session's cluster, in a process group of its own."""
+    """``raylog mirror`` into the session's cluster, in a process group of its own, its
+    output in ``log``; killed by the ``start_mirror`` fixture at the end at the latest."""
 
     def __init__(self, endpoint: FlightEndpoint, target: str, log: Path, *extra: str) -> None:
         self.log = log
@@ -84,11 +87,27 @@ class MirrorProcess:
                 env=clean_env(), stdout=out, stderr=out, start_new_session=True)
 
     def kill(self) -> None:
-        os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
 
     def wait(self, timeout: float) -> int:
         return self.process.wait(timeout=timeout)
+
+
+@pytest.fixture
+def start_mirror() -> Iterator[Callable[..., MirrorProcess]]:
+    """``start_mirror(endpoint, target, log, *extra)``; every mirror started is killed at
+    the end of the test, whatever happened."""
+    started: list[MirrorProcess] = []
+
+    def start(*args: Any) -> MirrorProcess:
+        started.append(MirrorProcess(*args))
+        return started[-1]
+
+    yield start
+    for mirror in started:
+        mirror.kill()
 
 
 def _end(admin: Admin, topic: str) -> int:
@@ -107,7 +126,7 @@ def _fields(record: tuple) -> tuple:
 
 @pytest.mark.cluster
 def test_a_mirror_killed_twice_copies_every_record_once_and_a_group_fails_over(
-        ray_cluster, source, tmp_path):
+        ray_cluster, source, tmp_path, start_mirror):
     _, endpoint, driver = source
     target = ray_cluster.cluster.address
     admin = Admin()
@@ -118,11 +137,11 @@ def test_a_mirror_killed_twice_copies_every_record_once_and_a_group_fails_over(
     driver("produce-some", topic="doomed", count=100)
     driver("produce-start", topics=["orders", "clicks"], per_tick=40, tick_s=0.05)
 
-    first = MirrorProcess(endpoint, target, log)
+    first = start_mirror(endpoint, target, log)
     wait_for(lambda: _end(admin, "src.orders") > 300, timeout=60, what="the first copies")
     first.kill()  # at whatever point it is
 
-    second = MirrorProcess(endpoint, target, log)
+    second = start_mirror(endpoint, target, log)
     before = _end(admin, "src.orders")
     wait_for(lambda: _end(admin, "src.orders") > before + 300, timeout=60,
              what="the restarted mirror to go on")
@@ -144,8 +163,19 @@ def test_a_mirror_killed_twice_copies_every_record_once_and_a_group_fails_over(
 
     sent = driver("produce-stop")
     assert sent > 1000
-    third = MirrorProcess(endpoint, target, log, "--once")
+    third = start_mirror(endpoint, target, log, "--once")
     assert third.wait(timeout=120) == 0, log.read_text()[-3000:]
+    # A mirror that runs until told: SIGTERM stops it as Ctrl-C does, with its totals.
+    fourth_log = tmp_path / "fourth.log"
+    fourth = start_mirror(endpoint, target, fourth_log)
+    wait_for(lambda: "copying orders into src.orders" in fourth_log.read_text(), timeout=120,
+             what="the fourth mirror copying")
+    fourth.process.send_signal(signal.SIGTERM)
+    assert fourth.wait(timeout=120) == 0, fourth_log.read_text()[-3000:]
+    said = fourth_log.read_text()
+    assert "stopping: finishing what is in flight" in said and "Traceback" not in said
+    assert re.fullmatch(r"copied [\d,]+ records from src in [\d.]+ s",
+                        said.strip().splitlines()[-1]), said
 
     for topic, partitions in (("orders", 3), ("clicks", 2), ("late", 2)):
         dump = tmp_path / f"{topic}.pickle"

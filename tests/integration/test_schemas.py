@@ -4,16 +4,12 @@ restarted (ids unchanged), Avro through Producer and Consumer, typed Ray Data co
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
-import queue
 import signal
 import socket
-import subprocess
 import sys
-import threading
 
 import pytest
 import ray
@@ -27,6 +23,7 @@ from raylog.data import read_topic
 from raylog.registry import REGISTRY_NAME, SchemaRegistry
 from raylog.schemas.errors import SubjectNotFoundError
 from raylog.schemas.serde import AvroDeserializer, AvroSerializer
+from tests.children import Child
 from tests.integration.conftest import restart_controller, wait_for
 from tests.unit.registry_server import registry_server
 
@@ -54,6 +51,20 @@ def test_confluents_client_and_a_restarted_registry_actor(ray_cluster, topic_nam
                           what="the restarted registry")
         assert (latest.version, latest.schema_id) == (2, second)
         assert json.loads(fresh.get_schema(first).schema_str) == USER
+        # The replayed registry compares schemas parsed: other JSON text, the same version.
+        spelled = Schema(json.dumps({k: USER[k] for k in reversed(list(USER))}, indent=4),
+                         "AVRO")
+        same = fresh.register_schema_full_response(subject, spelled)
+        assert (same.schema_id, same.version) == (first, 1)
+        # normalize=true: an empty doc is what Confluent's normalizer removes.
+        blank_doc = Schema(json.dumps({**USER_V2, "doc": ""}), "AVRO")
+        found = SchemaRegistryClient({"url": server.url}).lookup_schema(
+            subject, blank_doc, normalize_schemas=True)
+        assert (found.schema_id, found.version) == (second, 2)
+        same = SchemaRegistryClient({"url": server.url}).register_schema_full_response(
+            subject, blank_doc, normalize_schemas=True)
+        assert (same.schema_id, same.version) == (second, 2)
+        assert fresh.get_versions(subject) == [1, 2]
         third = fresh.register_schema(f"{subject}-other", Schema(json.dumps(NO_DEFAULT), "AVRO"))
         assert third > second  # ids are never handed out twice
         restart_controller()  # the registry needs it only to find _schemas' leader
@@ -205,42 +216,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-class _Registry:
-    """``raylog registry --embedded`` in a subprocess, its output read by a thread."""
+class _Registry(Child):
+    """``raylog registry --embedded`` in a subprocess (tests/children.py)."""
 
     def __init__(self, data_dir, port: int) -> None:
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
         env["RAYLOG_DATA_DIR"] = str(data_dir)
         raylog = os.path.join(os.path.dirname(sys.executable), "raylog")
-        self.process = subprocess.Popen(
-            [raylog, "registry", "--embedded", "--port", str(port)], env=env,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.output: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.process.stdout:
-            self.lines.put(line)
-
-    def wait_for_line(self, text: str, timeout: float = 120) -> None:
-        def seen() -> bool:
-            with contextlib.suppress(queue.Empty):
-                while True:
-                    self.output.append(self.lines.get_nowait())
-            return any(text in line for line in self.output)
-        wait_for(seen, timeout=timeout, what=f"{text!r} from raylog registry")
+        super().__init__([raylog, "registry", "--embedded", "--port", str(port)], env=env,
+                         merge_stderr=True)
 
     def stop(self, sig: int) -> int:
-        self.process.send_signal(sig)
-        code = self.process.wait(timeout=60)
+        code = super().stop(sig)
         self.wait_for_line("schema registry stopped", timeout=10)
         return code
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(timeout=30)
 
 
 def test_an_embedded_registry_keeps_its_ids_across_a_restart(tmp_path):
@@ -248,7 +237,7 @@ def test_an_embedded_registry_keeps_its_ids_across_a_restart(tmp_path):
     url = f"http://127.0.0.1:{port}"
     first = _Registry(data_dir, port)
     try:
-        first.wait_for_line("schema registry listening on")
+        first.wait_for_line("schema registry listening on", timeout=120)
         client = SchemaRegistryClient({"url": url})
         ids = [client.register_schema("a-value", Schema(json.dumps(USER), "AVRO")),
                client.register_schema("a-value", Schema(json.dumps(USER_V2), "AVRO")),
@@ -259,8 +248,8 @@ def test_an_embedded_registry_keeps_its_ids_across_a_restart(tmp_path):
         first.kill()
     second = _Registry(data_dir, port)
     try:
-        second.wait_for_line("schema registry listening on")
-        assert any("2 subjects, highest id 3" in line for line in second.output)
+        second.wait_for_line("schema registry listening on", timeout=120)
+        assert any("2 subjects, highest id 3" in line for line in second.lines)
         client = SchemaRegistryClient({"url": url})
         assert [client.get_version("a-value", v).schema_id for v in (1, 2)] == ids[:2]
         assert client.get_subjects() == ["a-value"]

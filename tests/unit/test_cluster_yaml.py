@@ -129,7 +129,8 @@ def test_every_shell_command_parses(path):
     for key in ("initialization_commands", "setup_commands", "head_setup_commands",
                 "worker_setup_commands", "head_start_ray_commands", "worker_start_ray_commands"):
         for command in config.get(key, []):
-            result = subprocess.run([bash, "-n", "-c", command], capture_output=True, text=True)
+            result = subprocess.run([bash, "-n", "-c", command], capture_output=True, text=True,
+                                    timeout=60)
             assert result.returncode == 0, f"{key}: {command!r}: {result.stderr}"
 
 

@@ -66,8 +66,13 @@ def test_a_directory_is_held_by_one_process_at_a_time(tmp_path):
     queue = multiprocessing.get_context("fork").Queue()
     other = multiprocessing.get_context("fork").Process(target=_try_lock, args=(tmp_path, queue))
     other.start()
-    other.join(30)
-    assert queue.get(timeout=5) is False
+    try:
+        assert queue.get(timeout=30) is False
+    finally:
+        other.join(30)
+        if other.is_alive():
+            other.kill()
+            other.join(30)
     held.release()
     assert DirectoryLock(tmp_path).acquire()
 

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from raylog.schemas import errors
+from raylog.schemas.avro import parse
 from raylog.schemas.registry import MemoryLog, Registry
 
 
@@ -207,3 +208,96 @@ def test_a_void_record_left_behind_is_repaired_on_load():
     loaded = Registry(log)
     assert loaded.subjects() == ["s"] and not loaded.state.void
     assert log.records[-1][2] is None  # the key's true value (none) written after it
+
+
+def scrambled(text: str) -> str:
+    """The same schema as other JSON text: indented, Avro's keys in reverse order."""
+    def reverse(node):
+        if isinstance(node, dict):
+            return {k: reverse(node[k]) for k in reversed(list(node))}
+        return [reverse(item) for item in node] if isinstance(node, list) else node
+    return json.dumps(reverse(json.loads(text)), indent=4)
+
+
+# A double with an integer default and an empty doc: Confluent's normalizer writes the
+# default as 1.0 and drops the doc; without normalize=true they make another schema.
+SCORED = user({"name": "score", "type": "double", "default": 1.0})
+SCORED_SPELLED = json.dumps({**json.loads(user({"name": "score", "type": "double",
+                                                "default": 1})), "doc": ""})
+
+
+def test_the_same_schema_as_other_json_text_keeps_its_id_and_version():
+    log = MemoryLog()
+    registry = Registry(log)
+    assert registry.register("s", V1) == {"id": 1, "version": 1}
+    written = len(log.records)
+    assert registry.register("s", scrambled(V1)) == {"id": 1, "version": 1}
+    assert len(log.records) == written  # nothing new
+    assert registry.lookup("s", scrambled(V1))["version"] == 1
+    assert registry.register("s", V2) == {"id": 2, "version": 2}  # not version 3
+    assert registry.register("t", scrambled(V2)) == {"id": 2, "version": 1}
+    # Properties and aliases in another order: another text, the same schema.
+    tagged = json.dumps({**json.loads(V3), "x-a": 1, "x-b": 2, "aliases": ["P", "Q"]})
+    retagged = json.dumps({**json.loads(V3), "aliases": ["Q", "P"], "x-b": 2, "x-a": 1})
+    assert registry.register("s", tagged) == {"id": 3, "version": 3}
+    assert registry.register("u", retagged) == {"id": 3, "version": 1}
+    assert registry.schema(3)["schema"] == parse(tagged).text  # an id keeps its first text
+    # A doc is part of the schema.
+    documented = json.dumps({**json.loads(V3), "doc": "a user"})
+    assert registry.register("s", documented) == {"id": 4, "version": 4}
+
+
+def test_normalize_stores_and_compares_the_normalized_schema():
+    registry = Registry(MemoryLog())
+    assert registry.register("s", SCORED) == {"id": 1, "version": 1}
+    with pytest.raises(errors.SchemaNotFoundError):
+        registry.lookup("s", SCORED_SPELLED)
+    assert registry.lookup("s", SCORED_SPELLED, normalize=True)["version"] == 1
+    assert registry.register("s", SCORED_SPELLED, normalize=True) == {"id": 1, "version": 1}
+    # Without normalize=true the empty doc and the 1 for 1.0 make another schema.
+    assert registry.register("s", SCORED_SPELLED) == {"id": 2, "version": 2}
+    assert registry.schema(2)["schema"] == parse(SCORED_SPELLED).text
+    # A new schema registered with normalize=true is stored normalized.
+    other = json.dumps({**json.loads(SCORED_SPELLED), "name": "Other"})
+    assert registry.register("t", other, normalize=True) == {"id": 3, "version": 1}
+    assert registry.schema(3)["schema"] == parse(other).normalized
+    assert registry.lookup("t", other, normalize=True)["id"] == 3
+    with pytest.raises(errors.SchemaNotFoundError):
+        registry.lookup("t", other)  # stored normalized: the empty doc is gone
+
+
+@pytest.mark.parametrize("compact", [False, True], ids=["replayed", "compacted"])
+def test_a_replay_compares_schemas_as_before(compact):
+    log = MemoryLog()
+    registry = Registry(log)
+    registry.register("s", V1)
+    registry.register("s", SCORED_SPELLED, normalize=True)
+    registry.register("t", V2)
+    registry.delete_subject("t")  # soft-deleted: its id stays the schema's
+    again = reopened(log, compact)
+    written = len(again.log.records)
+    assert again.register("s", scrambled(V1)) == {"id": 1, "version": 1}
+    assert again.register("s", SCORED, normalize=True) == {"id": 2, "version": 2}
+    assert again.lookup("s", SCORED_SPELLED, normalize=True)["version"] == 2
+    assert len(again.log.records) == written
+    assert again.register("u", scrambled(V2)) == {"id": 3, "version": 1}
+
+
+def test_a_log_that_holds_one_schema_under_two_ids_replays_unchanged():
+    """Before schemas were compared parsed, the same schema sent as other text got another
+    version and id. Such a log replays as it is (no record is void, no id changes); a new
+    registration of the schema is given its lowest id and writes nothing."""
+    log = MemoryLog()
+    # What the registry stored then: the text minified, in the order it was sent.
+    for version, text in ((1, V1), (2, json.dumps(json.loads(scrambled(V1)),
+                                                  separators=(",", ":")))):
+        log.append([(f'["schema","s",{version}]'.encode(), json.dumps(
+            {"id": version, "schema": text, "schemaType": "AVRO", "deleted": False,
+             "new": True}).encode())])
+    registry = Registry(log)
+    assert not registry.state.void and len(log.records) == 2
+    assert [registry.version("s", v)["id"] for v in (1, 2)] == [1, 2]
+    assert registry.register("s", scrambled(V1)) == {"id": 1, "version": 1}
+    assert registry.lookup("s", V1)["version"] == 1
+    assert registry.register("t", scrambled(V1)) == {"id": 1, "version": 1}
+    assert registry.register("s", V2) == {"id": 3, "version": 3}

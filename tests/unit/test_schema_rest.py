@@ -96,7 +96,7 @@ def test_verbose_compatibility_says_what_breaks(server):
     assert handle(registry, "POST", "/subjects/s/versions", b"[")[0] == 400
     encoded = handle(registry, "POST", "/subjects/a%2Fb/versions",
                      json.dumps({"schema": V1}).encode())
-    assert encoded == (200, {"id": 1})
+    assert encoded == (200, {"id": 1, "version": 1})
     assert "a/b" in registry.subjects()
 
 
@@ -142,3 +142,52 @@ def test_lists_page_and_filter_deleted_as_confluents(client):
     assert client.get_versions("b", deleted_only=True) == [1]
     assert client.get_versions("a", deleted=True, offset=1) == [2]
 
+
+
+# V2 as other JSON text: indented, keys in another order.
+V2_SPELLED = json.dumps({"fields": [{"type": "long", "name": "id"},
+                                    {"default": "", "type": "string", "name": "email"}],
+                         "name": "User", "type": "record"}, indent=4)
+# V2 differing only in what Confluent's normalizer removes: an empty doc, 1 for 1.0.
+SCORED = json.dumps({"type": "record", "name": "Score", "fields": [
+    {"name": "value", "type": "double", "default": 1.0}]})
+SCORED_SPELLED = json.dumps({"type": "record", "name": "Score", "doc": "", "fields": [
+    {"name": "value", "type": "double", "default": 1}]})
+
+
+def test_the_same_schema_as_other_json_text_has_one_id_and_version(server):
+    # A fresh client per call where its cache would answer instead of the server.
+    first = SchemaRegistryClient({"url": server.url})
+    first.register_schema("users-value", Schema(V1, "AVRO"))
+    registered = first.register_schema_full_response("users-value", Schema(V2, "AVRO"))
+    again = SchemaRegistryClient({"url": server.url}).register_schema_full_response(
+        "users-value", Schema(V2_SPELLED, "AVRO"))
+    assert (again.schema_id, again.version) == (registered.schema_id, registered.version) \
+        == (2, 2)
+    found = SchemaRegistryClient({"url": server.url}).lookup_schema(
+        "users-value", Schema(V2_SPELLED, "AVRO"))
+    assert (found.schema_id, found.version) == (2, 2)
+    client = SchemaRegistryClient({"url": server.url})
+    assert client.get_versions("users-value") == [1, 2]
+    v3 = json.dumps({**json.loads(V2), "fields": [*json.loads(V2)["fields"], {
+        "name": "phone", "type": "string", "default": ""}]})
+    assert client.register_schema("users-value", Schema(v3, "AVRO")) == 3
+    assert client.get_versions("users-value") == [1, 2, 3]  # not [1, 2, 4]
+    assert client.register_schema("audit-value", Schema(V2_SPELLED, "AVRO")) == 2
+
+
+def test_normalize_through_confluents_client(server):
+    SchemaRegistryClient({"url": server.url}).register_schema("s", Schema(SCORED, "AVRO"))
+    plain = SchemaRegistryClient({"url": server.url})
+    assert code(lambda: plain.lookup_schema("s", Schema(SCORED_SPELLED, "AVRO"))) == 40403
+    normalizing = SchemaRegistryClient({"url": server.url})
+    found = normalizing.lookup_schema("s", Schema(SCORED_SPELLED, "AVRO"),
+                                      normalize_schemas=True)
+    assert (found.schema_id, found.version) == (1, 1)
+    registered = SchemaRegistryClient({"url": server.url}).register_schema_full_response(
+        "s", Schema(SCORED_SPELLED, "AVRO"), normalize_schemas=True)
+    assert (registered.schema_id, registered.version) == (1, 1)
+    assert plain.get_versions("s") == [1]
+    # Without normalize=true the same text is another schema, as in Confluent's registry.
+    other = plain.register_schema_full_response("s", Schema(SCORED_SPELLED, "AVRO"))
+    assert (other.schema_id, other.version) == (2, 2)
