@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -239,9 +238,7 @@ def test_refusals_are_one_line_with_status_1(ray_cluster, topic_name, capsys, ar
         return [t for t in Admin().describe_topics() if not t["name"].startswith("__")]
 
     before = user_topics()
-    started = time.monotonic()
     code, out = run(*(a.format(topic=topic_name) for a in argv))
-    assert time.monotonic() - started < 10  # refused before any work, never a long wait
     assert (code, out) == (1, "")
     assert message in error_line(capsys)
     assert user_topics() == before
