@@ -59,6 +59,7 @@ logger = logging.getLogger(__name__)
 OFFSETS_TOPIC_CONFIGS = {"cleanup_policy": "compact", "segment_bytes": 64 << 20,
                          "retention_ms": None}
 LEADER_RETRY_S = 30.0  # how long a request rides out a leader change of __consumer_offsets
+LEADER_ANSWER_S = 15.0  # one request to a leader waits this long for its answer
 LOAD_WAIT_MS = 500     # a loading fetch waits this long for the high watermark to move
 LOAD_WAIT_S = 60.0     # an RPC waits this long for the groups to load, then answers retriably
 WRITE_WAIT_S = 30.0    # an RPC waits this long for its record to be in __consumer_offsets
@@ -171,14 +172,20 @@ class GroupService:
     def _topics(self) -> dict[str, int]:
         return self.controller.user_topics()
 
-    async def _leader_call(self, topic: str, partition: int, call: Any) -> Any:
-        """``call(handle, leader_epoch)`` on the partition's leader, retried while the
-        leadership moves (a broker went, its leader is being elected)."""
-        deadline = time.monotonic() + LEADER_RETRY_S
+    async def _leader_call(self, topic: str, partition: int, call: Any,
+                           retry_s: float = LEADER_RETRY_S) -> Any:
+        """``call(handle, leader_epoch)`` on the partition's leader, retried for ``retry_s``
+        while the leadership moves (a broker went, its leader is being elected); each try
+        waits LEADER_ANSWER_S at most (a paused broker does not answer)."""
+        deadline = time.monotonic() + retry_s
         while True:
             try:
                 handle, epoch = self.controller.leader(topic, partition)
-                return await call(handle, epoch)
+                try:
+                    return await asyncio.wait_for(call(handle, epoch), LEADER_ANSWER_S)
+                except TimeoutError:
+                    raise RequestTimeoutError(f"{topic}-{partition}: its leader did not answer "
+                                              f"within {LEADER_ANSWER_S:.0f} s") from None
             except (RaylogError, RayActorError) as e:
                 retriable = getattr(e, "retriable", True)
                 if not retriable or time.monotonic() > deadline:
@@ -223,10 +230,11 @@ class GroupService:
         logger.info("loaded %d records of %s: %d groups", loaded, CONSUMER_OFFSETS_TOPIC,
                     len(self.coordinator.group_ids()))
 
-    async def _list_offset(self, topic: str, partition: int, spec: str | int
-                           ) -> tuple[int, int] | None:
+    async def _list_offset(self, topic: str, partition: int, spec: str | int,
+                           retry_s: float = LEADER_RETRY_S) -> tuple[int, int] | None:
         return await self._leader_call(
-            topic, partition, lambda h, e: h.list_offset.remote(topic, partition, e, spec))
+            topic, partition, lambda h, e: h.list_offset.remote(topic, partition, e, spec),
+            retry_s)
 
     async def _append(self, partition: int, batch: bytes) -> AppendInfo:
         """One send of a store's batch to the leader of its __consumer_offsets partition
@@ -405,7 +413,8 @@ class GroupService:
         if topic is None or tp.partition >= len(topic.partitions):
             return None
         try:
-            return (await self._list_offset(tp.topic, tp.partition, "latest"))[0]
+            # One try: the lag of a partition whose leader is away is unknown, not waited for.
+            return (await self._list_offset(tp.topic, tp.partition, "latest", retry_s=0))[0]
         except (RaylogError, RayActorError):
             return None  # no leader right now: the lag is unknown
 

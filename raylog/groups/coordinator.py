@@ -289,4 +289,6 @@ class GroupCoordinator:
         out = group.describe()
         out["offsets"] = {f"{tp.topic}:{tp.partition}": om.offset
                           for tp, om in sorted(self.offsets.get(group_id, {}).items())}
+        # Partitions whose offset is on its way to the log (granted to nobody new till then).
+        out["held"] = sorted(self.held.get(group_id, ()))
         return out

@@ -48,10 +48,8 @@ Append = Callable[[int, bytes], Awaitable[AppendInfo]]
 MAX_BATCH_BYTES = 1 << 20
 BACKOFF_S = (0.05, 1.0)  # first and longest pause between two sends of a batch
 # Answers that refuse a batch's numbering: the leader does not take that sequence of that
-# epoch (the producer-state rules' UnknownProducerIdError, where raylog.errors has it).
-NUMBERING_REFUSED = tuple(c for c in (
-    errors.OutOfOrderSequenceError, errors.InvalidProducerEpochError,
-    getattr(errors, "UnknownProducerIdError", None)) if c is not None)
+# epoch (the producer-state rules' UnknownProducerIdError is an OutOfOrderSequenceError).
+NUMBERING_REFUSED = (errors.OutOfOrderSequenceError, errors.InvalidProducerEpochError)
 # A leader answering a batch with the same retriable refusal this often in a row gets it
 # under a new epoch: should a refusal of its numbering come under another name, the writer
 # still goes on.
