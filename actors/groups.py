@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import ray
-from ray.exceptions import ActorDiedError, RayActorError
+from ray.exceptions import ActorDiedError, ActorUnschedulableError, RayActorError
 
 from actors.hosting import background
 from raylog.arguments import INT32_MAX, check_id, check_int, unknown_name
@@ -117,7 +117,7 @@ class MemberWatch:
                 logger.info("member actor %s died: %s", self.actor_id, e)
                 await self._on_died()
                 return
-            except RayActorError as e:  # unavailable for now: not dead
+            except (RayActorError, ActorUnschedulableError) as e:  # not a death notice
                 if not self.unreachable:
                     logger.warning("member actor %s is unreachable (%s); its members keep "
                                    "their partitions until Ray says it died or their "
