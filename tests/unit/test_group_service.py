@@ -7,7 +7,6 @@ No Ray cluster: the fakes stand where Ray calls would be.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 from ray.exceptions import ActorDiedError
@@ -18,17 +17,10 @@ from raylog.errors import RequestTimeoutError
 from raylog.partition import FetchResult
 from raylog.storage import AppendInfo
 from raylog.types import TopicPartition
+from tests.unit.test_fetcher import _Remote  # a fake actor method: .remote() is a coroutine
 
 TOPICS = {"t": 4}
 ALL = sorted(("t", p) for p in range(4))
-
-
-class _Remote:
-    def __init__(self, method: Any) -> None:
-        self._method = method
-
-    def remote(self, *args: Any) -> Any:
-        return self._method(*args)  # a coroutine: awaitable, as an ObjectRef is
 
 
 class FakeLeader:
