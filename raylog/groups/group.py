@@ -19,8 +19,9 @@ is never handed to another member.
 Two more things hold a grant back, both decided by the coordinator that hosts the group
 (coordinator.py) and passed in with the heartbeat: a member is granted nothing before the
 group record naming it is durable (``durable_generation``), so a restarted coordinator knows
-every member that may own something; and a partition the coordinator is still restoring the
-committed offset of (``held``) is granted to nobody.
+every member that may own something; and a partition whose committed offset is on its way
+to the log (``held``: a commit of its last owner, or the record restoring its offset after a
+commit the coordinator fenced) is granted to nobody.
 
 Every change of a partition's owner is stamped with a number from one counter that only
 grows (:func:`ownership_mark`), in ``changed_at``: a commit checked at mark ``m`` is still
