@@ -1,10 +1,14 @@
 """The controller's consumer-group service: the Ray side of the group coordinator.
 
 An object the controller holds (``controller.groups``); the controller's group RPCs call it.
-It persists commits and generations to ``__consumer_offsets`` through that topic's partition
-leaders before applying them, replays the topic when the controller starts, watches group
-members that live in Ray actors (a dead actor's partitions move at once) and expires members
-of plain drivers by session timeout.
+It replays ``__consumer_offsets`` when the controller starts, persists commits and group
+records there through the topic's partition leaders before they count (raylog/groups/store.py
+decides what and when; :meth:`GroupService._append` is its one Ray call), watches group
+members that live in Ray actors (:class:`MemberWatch`: an actor Ray says is dead loses its
+partitions at once) and expires members whose session ran out.
+
+Every group RPC answers within a deadline: at most LOAD_WAIT_S for the groups to load and
+WRITE_WAIT_S for its record to be written; membership changes never wait for a write.
 """
 
 from __future__ import annotations
@@ -12,24 +16,29 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import ray
-from ray.exceptions import RayActorError
+from ray.exceptions import ActorDiedError, ActorUnschedulableError, RayActorError
 
 from actors.hosting import background
 from raylog.arguments import INT32_MAX, check_id, check_int, unknown_name
+from raylog.client.sender_state import random_producer_id
 from raylog.errors import (
     InvalidArgumentError,
     InvalidConfigError,
     LeaderNotAvailableError,
     OffsetOutOfRangeError,
     RaylogError,
+    RequestTimeoutError,
     UnknownTopicError,
 )
 from raylog.groups.assignors import ASSIGNORS
 from raylog.groups.coordinator import OFFSETS_TOPIC_PARTITIONS, GroupCoordinator, OffsetAndMetadata
-from raylog.records import BatchBuilder, Codec, iter_batches, read_records
+from raylog.groups.store import GroupStore
+from raylog.records import iter_batches, read_records
+from raylog.storage import AppendInfo
 from raylog.storage.log import wall_clock_ms
 from raylog.topics import (
     CONSUMER_OFFSETS_TOPIC,
@@ -47,22 +56,95 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-ACTOR_WATCH_INTERVAL_S = 0.05
 OFFSETS_TOPIC_CONFIGS = {"cleanup_policy": "compact", "segment_bytes": 64 << 20,
                          "retention_ms": None}
 LEADER_RETRY_S = 30.0  # how long a request rides out a leader change of __consumer_offsets
+LEADER_ANSWER_S = 15.0  # one request to a leader waits this long for its answer
 LOAD_WAIT_MS = 500     # a loading fetch waits this long for the high watermark to move
+LOAD_WAIT_S = 60.0     # an RPC waits this long for the groups to load, then answers retriably
+WRITE_WAIT_S = 30.0    # an RPC waits this long for its record to be in __consumer_offsets
+APPEND_TIMEOUT_MS = 10_000  # one send of a batch: the leader's wait for its ISR ...
+APPEND_ANSWER_S = 15.0      # ... and ours for any answer (a paused broker gives none)
+ACTOR_WATCH_INTERVAL_S = 0.25  # between two checks of an idle member actor
+ACTOR_RETRY_S = 1.0            # after Ray could not reach a member actor
+
+
+class MemberActor:
+    """The Ray calls the coordinator makes to a group member's actor (the seam a unit test
+    replaces with a fake)."""
+
+    def __init__(self, handle: ray.actor.ActorHandle) -> None:
+        self.handle = handle
+
+    async def check(self) -> None:
+        """Return once the actor is there to answer; raise ActorDiedError when Ray says it
+        is dead, another RayActorError when Ray cannot reach it now. A call an actor
+        running a method cannot take yet waits in its queue, and fails as it dies."""
+        await self.handle.__ray_ready__.remote()
+
+
+class MemberWatch:
+    """Watches one member actor for as long as ``watched()``; calls ``on_died()`` when Ray
+    says the actor died, and only then.
+
+    Ray tells "dead" (ActorDiedError: the process exited or was killed, its node is gone, it
+    will not be restarted) apart from "unavailable" (ActorUnavailableError: Ray cannot reach
+    a live actor for now, or it is being restarted). An unreachable member is not removed:
+    it may be reading what it owns, and its partitions stay its own until its session runs
+    out (the coordinator's ``expire``, which the member itself notices earlier) or Ray says
+    it died. Ray offers no notice of a death to a process that has no call outstanding with
+    the actor, and a long call would block a member actor that serves one call at a time,
+    so an idle actor is asked again every ``interval_s``. One task; not thread-safe.
+    """
+
+    def __init__(self, actor: MemberActor, actor_id: str, watched: Callable[[], bool],
+                 on_died: Callable[[], Awaitable[None]],
+                 interval_s: float = ACTOR_WATCH_INTERVAL_S,
+                 retry_s: float = ACTOR_RETRY_S) -> None:
+        self.actor = actor
+        self.actor_id = actor_id
+        self._watched = watched
+        self._on_died = on_died
+        self._interval_s = interval_s
+        self._retry_s = retry_s
+        self.unreachable = False
+
+    async def run(self) -> None:
+        while self._watched():
+            try:
+                await self.actor.check()
+            except ActorDiedError as e:  # before its base class, RayActorError
+                logger.info("member actor %s died: %s", self.actor_id, e)
+                await self._on_died()
+                return
+            except (RayActorError, ActorUnschedulableError) as e:  # not a death notice
+                if not self.unreachable:
+                    logger.warning("member actor %s is unreachable (%s); its members keep "
+                                   "their partitions until Ray says it died or their "
+                                   "sessions run out", self.actor_id, e)
+                self.unreachable = True
+                await asyncio.sleep(self._retry_s)
+                continue
+            if self.unreachable:
+                logger.info("member actor %s is reachable again", self.actor_id)
+            self.unreachable = False
+            await asyncio.sleep(self._interval_s)
 
 
 class GroupService:
-    """Group RPCs of the controller, over a GroupCoordinator. Its event loop is the only
-    user."""
+    """Group RPCs of the controller, over a GroupCoordinator and its GroupStore. Its event
+    loop is the only user. ``member_actor`` wraps a member's actor handle (a seam for
+    tests)."""
 
-    def __init__(self, controller: ControllerActor) -> None:
+    def __init__(self, controller: ControllerActor,
+                 member_actor: Callable[[ray.actor.ActorHandle], MemberActor] = MemberActor
+                 ) -> None:
         self.controller = controller
         self.coordinator = GroupCoordinator(wall_clock_ms)
+        self.store: GroupStore | None = None
         self._loaded: asyncio.Task | None = None
         self.generations_at_load: dict[str, int] = {}  # for metrics: what was there before
+        self._member_actor = member_actor
         self._watched_actors: set[str] = set()
 
     @property
@@ -71,25 +153,39 @@ class GroupService:
         return loading is not None and loading.done() and not loading.cancelled() and \
             loading.exception() is None
 
-    async def _ready(self) -> None:
+    async def _ready(self) -> GroupStore:
+        """The store, once the groups are loaded; RequestTimeoutError (retriable) if that
+        takes longer than LOAD_WAIT_S."""
         await self.controller.started()  # the brokers serving __consumer_offsets are known
         loading = self._loaded
         if loading is None or (loading.done() and loading.exception() is not None):
             # First use, or the last load failed (say, its broker was offline): load again.
             loading = self._loaded = asyncio.get_running_loop().create_task(self._load())
-        await asyncio.shield(loading)
+        try:
+            await asyncio.wait_for(asyncio.shield(loading), LOAD_WAIT_S)
+        except TimeoutError:
+            raise RequestTimeoutError(
+                f"the group coordinator is still loading {CONSUMER_OFFSETS_TOPIC}; try "
+                f"again") from None
+        return self.store
 
     def _topics(self) -> dict[str, int]:
         return self.controller.user_topics()
 
-    async def _leader_call(self, topic: str, partition: int, call: Any) -> Any:
-        """``call(handle, leader_epoch)`` on the partition's leader, retried while the
-        leadership moves (a broker went, its leader is being elected)."""
-        deadline = time.monotonic() + LEADER_RETRY_S
+    async def _leader_call(self, topic: str, partition: int, call: Any,
+                           retry_s: float = LEADER_RETRY_S) -> Any:
+        """``call(handle, leader_epoch)`` on the partition's leader, retried for ``retry_s``
+        while the leadership moves (a broker went, its leader is being elected); each try
+        waits LEADER_ANSWER_S at most (a paused broker does not answer)."""
+        deadline = time.monotonic() + retry_s
         while True:
             try:
                 handle, epoch = self.controller.leader(topic, partition)
-                return await call(handle, epoch)
+                try:
+                    return await asyncio.wait_for(call(handle, epoch), LEADER_ANSWER_S)
+                except TimeoutError:
+                    raise RequestTimeoutError(f"{topic}-{partition}: its leader did not answer "
+                                              f"within {LEADER_ANSWER_S:.0f} s") from None
             except (RaylogError, RayActorError) as e:
                 retriable = getattr(e, "retriable", True)
                 if not retriable or time.monotonic() > deadline:
@@ -99,6 +195,7 @@ class GroupService:
     async def _load(self) -> None:
         """Create __consumer_offsets if missing, then replay it into a new coordinator."""
         self.coordinator = GroupCoordinator(wall_clock_ms)  # nothing of a failed attempt
+        self.store = None
         await self.controller.ensure_internal_topic(
             CONSUMER_OFFSETS_TOPIC, OFFSETS_TOPIC_PARTITIONS, OFFSETS_TOPIC_CONFIGS)
         topic = self.controller.state.topic(CONSUMER_OFFSETS_TOPIC)
@@ -127,37 +224,41 @@ class GroupService:
                         f"{topic.name}-{p.partition}: its high watermark stays below the "
                         f"log end {end}; loading the groups again later")
         self.coordinator.finish_load()
+        self.store = GroupStore(self.coordinator, len(topic.partitions), self._append,
+                                random_producer_id, background)
         self.generations_at_load = self._generations()
         logger.info("loaded %d records of %s: %d groups", loaded, CONSUMER_OFFSETS_TOPIC,
                     len(self.coordinator.group_ids()))
 
-    async def _list_offset(self, topic: str, partition: int, spec: str | int
-                           ) -> tuple[int, int] | None:
+    async def _list_offset(self, topic: str, partition: int, spec: str | int,
+                           retry_s: float = LEADER_RETRY_S) -> tuple[int, int] | None:
         return await self._leader_call(
-            topic, partition, lambda h, e: h.list_offset.remote(topic, partition, e, spec))
+            topic, partition, lambda h, e: h.list_offset.remote(topic, partition, e, spec),
+            retry_s)
 
-    async def _persist(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> None:
-        """Append records to the group's __consumer_offsets partition (acks=all)."""
-        topic = self.controller.state.topic(CONSUMER_OFFSETS_TOPIC)
-        partition = self.coordinator.partition_for(group_id, len(topic.partitions))
-        builder = BatchBuilder(codec=Codec.LZ4)
-        now = wall_clock_ms()
-        for key, value in records:
-            builder.append(now, key, value)
-        batch = builder.build()
-        await self._leader_call(topic.name, partition, lambda h, e: h.produce.remote(
-            topic.name, partition, e, batch, "all"))
+    async def _append(self, partition: int, batch: bytes) -> AppendInfo:
+        """One send of a store's batch to the leader of its __consumer_offsets partition
+        (acks=all); the store sends again after an error."""
+        handle, epoch = self.controller.leader(CONSUMER_OFFSETS_TOPIC, partition)
+        try:
+            return await asyncio.wait_for(
+                handle.produce.remote(CONSUMER_OFFSETS_TOPIC, partition, epoch, batch, "all",
+                                      APPEND_TIMEOUT_MS), APPEND_ANSWER_S)
+        except TimeoutError:
+            raise RequestTimeoutError(
+                f"{CONSUMER_OFFSETS_TOPIC}-{partition}: no answer from its leader within "
+                f"{APPEND_ANSWER_S:.0f} s") from None
 
-    async def _persist_generation(self, group_id: str) -> None:
-        """Persist the group's generation and membership, if they changed since last time:
-        every change of membership comes with a new generation."""
-        groups = self.coordinator
-        group = groups.groups.get(group_id)
-        if group is None or groups.generations.get(group_id) == group.generation:
-            return
-        generation = group.generation
-        await self._persist(group_id, [groups.group_record(group_id)])
-        groups.generations[group_id] = max(generation, groups.generations.get(group_id, 0))
+    async def _membership_changed(self, group_id: str, wait: bool) -> None:
+        """Have the group record written; with ``wait``, up to WRITE_WAIT_S for it. Nothing
+        is granted to a member before a record naming it is durable, so answering earlier
+        is safe (the member owns nothing yet)."""
+        write = self.store.persist_membership(group_id)
+        if wait:
+            try:
+                await self.store.wait(write, WRITE_WAIT_S)
+            except RequestTimeoutError as e:
+                logger.warning("group %s: %s; answering anyway", group_id, e)
 
     # -- membership ------------------------------------------------------------------------------
     # The controller checks the arguments' types (``@checked``) before calling these; each
@@ -183,10 +284,10 @@ class GroupService:
         member = self.coordinator.join(group_id, member_id, client_id, topics, pattern,
                                        session_timeout_ms, assignor, existing, actor_id,
                                        claimed)
-        await self._persist_generation(group_id)
         if actor is not None and actor_id not in self._watched_actors:
             self._watched_actors.add(actor_id)
-            background(self._watch_actor(actor, actor_id))
+            background(self._watch(self._member_actor(actor), actor_id))
+        await self._membership_changed(group_id, wait=True)
         return {"member_id": member.member_id,
                 "generation": self.coordinator.groups[group_id].generation,
                 "owned": sorted(member.owned)}
@@ -201,22 +302,23 @@ class GroupService:
     async def leave_group(self, group_id: str, member_id: str) -> None:
         await self._ready()
         if self.coordinator.leave(group_id, member_id, self._topics()):
-            await self._persist_generation(group_id)
+            await self._membership_changed(group_id, wait=True)
 
-    async def _watch_actor(self, actor: ray.actor.ActorHandle, actor_id: str) -> None:
-        """Remove the actor's group members the moment it dies (no session timeout)."""
+    async def _watch(self, actor: MemberActor, actor_id: str) -> None:
+        """Remove the actor's group members when Ray says it died (no session timeout)."""
+        coordinator = self.coordinator  # a reload makes a new one, with new watches
+
+        async def died() -> None:
+            dead = coordinator.members_of_actor(actor_id)
+            logger.info("actor %s died: removing group members %s", actor_id, dead)
+            for group_id, member_id in dead:
+                if coordinator.leave(group_id, member_id, self._topics()):
+                    await self._membership_changed(group_id, wait=False)
+
         try:
-            while self.coordinator.members_of_actor(actor_id):
-                try:
-                    await actor.__ray_ready__.remote()
-                except RayActorError:
-                    dead = self.coordinator.members_of_actor(actor_id)
-                    logger.info("actor %s died: removing group members %s", actor_id, dead)
-                    for group_id, member_id in dead:
-                        self.coordinator.leave(group_id, member_id, self._topics())
-                        await self._persist_generation(group_id)
-                    return
-                await asyncio.sleep(ACTOR_WATCH_INTERVAL_S)
+            await MemberWatch(actor, actor_id,
+                              lambda: coordinator is self.coordinator and
+                              bool(coordinator.members_of_actor(actor_id)), died).run()
         finally:
             self._watched_actors.discard(actor_id)
 
@@ -226,7 +328,7 @@ class GroupService:
             return
         for group_id, member_id in self.coordinator.expire(self._topics()):
             logger.info("member %s of group %s timed out", member_id, group_id)
-            await self._persist_generation(group_id)
+            await self._membership_changed(group_id, wait=False)
 
     # -- offsets ---------------------------------------------------------------------------------
 
@@ -235,17 +337,18 @@ class GroupService:
         """Commit (topic, partition, offset, metadata) entries for a member of a group.
 
         Refused (nothing stored) for a stale generation or partitions the member does not
-        own; durable in __consumer_offsets when this returns.
+        own, and not applied (UnknownMemberError, NotPartitionOwnerError) if the member left
+        or one of the partitions changed owner while the record was being written; durable
+        in __consumer_offsets and applied when this returns. RequestTimeoutError after
+        WRITE_WAIT_S: applied later or not, by the same rules.
         """
         check_id("group_id", group_id, InvalidArgumentError)
         check_offset_entries(offsets, self._topics())
-        await self._ready()
+        store = await self._ready()
         entries = {TopicPartition(t, p): OffsetAndMetadata(o, m, wall_clock_ms())
                    for t, p, o, m in offsets}
-        self.coordinator.check_commit(group_id, member_id, generation, entries)
-        await self._persist(group_id, [self.coordinator.offset_record(group_id, tp, om)
-                                       for tp, om in entries.items()])
-        self.coordinator.apply_commit(group_id, entries)
+        ticket = self.coordinator.check_commit(group_id, member_id, generation, entries)
+        await store.commit(ticket, WRITE_WAIT_S)
 
     async def committed_offsets(self, group_id: str, partitions: list[tuple[str, int]]
                                 ) -> dict[tuple[str, int], tuple | None]:
@@ -310,19 +413,16 @@ class GroupService:
         if topic is None or tp.partition >= len(topic.partitions):
             return None
         try:
-            return (await self._list_offset(tp.topic, tp.partition, "latest"))[0]
+            # One try: the lag of a partition whose leader is away is unknown, not waited for.
+            return (await self._list_offset(tp.topic, tp.partition, "latest", retry_s=0))[0]
         except (RaylogError, RayActorError):
             return None  # no leader right now: the lag is unknown
 
     async def delete_group(self, group_id: str) -> None:
         """Forget a group without members and its committed offsets."""
-        await self._ready()
+        store = await self._ready()
         self.coordinator.check_empty(group_id)
-        records = [self.coordinator.offset_record(group_id, tp, None)
-                   for tp in self.coordinator.offsets.get(group_id, {})]
-        records.append(self.coordinator.generation_record(group_id, None))
-        await self._persist(group_id, records)
-        self.coordinator.forget(group_id)
+        await store.delete(group_id, WRITE_WAIT_S)
 
     async def reset_offsets(self, group_id: str, topic: str, spec: str | int | list[Any],
                             partitions: list[int] | None = None, dry_run: bool = False
@@ -334,7 +434,7 @@ class GroupService:
         check_reset_spec(spec)
         if partitions is not None:
             reset_partitions(partitions)
-        await self._ready()
+        store = await self._ready()
         state = self.controller.state.topic(topic)
         group = self.coordinator.groups.get(group_id)
         if group is not None and group.members:
@@ -360,9 +460,12 @@ class GroupService:
             return targets
         entries = {TopicPartition(topic, p): OffsetAndMetadata(o, "reset", wall_clock_ms())
                    for p, o in targets.items()}
-        await self._persist(group_id, [self.coordinator.offset_record(group_id, tp, om)
-                                       for tp, om in entries.items()])
-        self.coordinator.apply_commit(group_id, entries)
+        # Checked again now: members may have joined while the offsets were looked up.
+        group = self.coordinator.groups.get(group_id)
+        if group is not None and (group.members or group.pending):
+            self.coordinator.check_empty(group_id)
+        await store.commit(self.coordinator.check_commit(group_id, None, -1, entries),
+                           WRITE_WAIT_S)
         return targets
 
     async def group_history(self, group_id: str) -> list:

@@ -8,17 +8,32 @@ as records of the compacted internal topic ``__consumer_offsets`` (:meth:`offset
 the members a restarted coordinator finds in a group record come back *pending* (see
 group.py), rejoin naming what they own, and nothing is granted until all of them have
 rejoined or their sessions have run out; so a restart never gives a partition two owners.
+
+A commit is decided in two steps around its persist (raylog/groups/store.py writes it):
+:meth:`check_commit` takes a :class:`CommitTicket` when it is accepted, and when its record
+is in the log, :meth:`fenced` says whether any of its partitions changed owner meanwhile (or
+its member left): only a commit that was not fenced is applied. While a commit's record is
+on its way, the store *holds* its partitions (:meth:`hold`): a partition whose owner gave it
+up meanwhile is granted to nobody until the store knows the log agrees with memory.
 """
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import json
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
-from raylog.errors import GroupNotEmptyError, UnknownGroupError
-from raylog.groups.group import Group, Heartbeat, Member, PendingMember
+from raylog.errors import (
+    CommitFailedError,
+    GroupNotEmptyError,
+    NotPartitionOwnerError,
+    UnknownGroupError,
+    UnknownMemberError,
+)
+from raylog.groups.group import Group, Heartbeat, Member, PendingMember, ownership_mark
 from raylog.partitioner import key_partition
 from raylog.types import TopicPartition
 
@@ -34,6 +49,20 @@ class OffsetAndMetadata(NamedTuple):
 Record = tuple[bytes, bytes | None]  # key, value (None: a tombstone)
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class CommitTicket:
+    """A commit the coordinator accepted, as it was when it was checked: the group and member
+    objects it was checked against (None for a commit outside any membership) and the
+    ownership mark then."""
+
+    group_id: str
+    member_id: str | None
+    offsets: Mapping[TopicPartition, OffsetAndMetadata]
+    group: Group | None
+    member: Member | None
+    mark: int
+
+
 class GroupCoordinator:
     """Groups by id, and committed offsets by group and partition. Not safe for concurrent
     use: the controller calls it from one event loop."""
@@ -44,6 +73,8 @@ class GroupCoordinator:
         self.offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
         self.generations: dict[str, int] = {}  # persisted generation per group
         self._persisted: dict[str, dict[str, Any]] = {}  # group record replayed per group
+        # Per group, the partitions whose committed offset is on its way to the log (count).
+        self.held: dict[str, collections.Counter[TopicPartition]] = {}
 
     # -- membership ------------------------------------------------------------------------------
 
@@ -59,7 +90,8 @@ class GroupCoordinator:
                                         group.generation if group else 0))
         member_id = member_id or f"{client_id}-{uuid.uuid4().hex[:12]}"
         return group.join(member_id, client_id, topics, pattern, session_timeout_ms,
-                          self.clock(), existing_topics, actor_id, claims)
+                          self.clock(), existing_topics, actor_id, claims,
+                          self.held.get(group_id, ()))
 
     def group(self, group_id: str) -> Group:
         try:
@@ -74,7 +106,15 @@ class GroupCoordinator:
 
     def heartbeat(self, group_id: str, member_id: str, owned: Iterable[TopicPartition]
                   ) -> Heartbeat:
-        return self.group(group_id).heartbeat(member_id, owned, self.clock())
+        """A member's heartbeat; grants only to members a durable group record names, and
+        never a held partition."""
+        return self.group(group_id).heartbeat(member_id, owned, self.clock(),
+                                              self.held.get(group_id, ()),
+                                              self.generations.get(group_id, 0))
+
+    def membership_durable(self, group_id: str, generation: int) -> None:
+        """The group record of ``generation`` is in the log."""
+        self.generations[group_id] = max(generation, self.generations.get(group_id, 0))
 
     def leave(self, group_id: str, member_id: str,
               existing_topics: Mapping[str, int]) -> bool:
@@ -98,11 +138,51 @@ class GroupCoordinator:
     # -- offsets ---------------------------------------------------------------------------------
 
     def check_commit(self, group_id: str, member_id: str | None, generation: int,
-                     partitions: Iterable[TopicPartition]) -> None:
+                     offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> CommitTicket:
+        """Accept a commit for persisting, or refuse it (CommitFailedError, RejoinRequired)."""
+        mark = ownership_mark()
         if member_id is None and group_id not in self.groups:
-            return  # a commit outside any membership (admin, micro-batches)
+            # A commit outside any membership (admin, micro-batches).
+            return CommitTicket(group_id, None, dict(offsets), None, None, mark)
         # As for heartbeats: a member of a group known only from disk is told to rejoin.
-        self.group(group_id).check_commit(member_id, generation, partitions)
+        group = self.group(group_id)
+        group.check_commit(member_id, generation, offsets)
+        member = group.members[member_id] if member_id is not None else None
+        return CommitTicket(group_id, member_id, dict(offsets), group, member, mark)
+
+    def fenced(self, ticket: CommitTicket) -> CommitFailedError | None:
+        """Why an accepted commit must not be applied now (None: it may be): its member
+        left the group (or the group was emptied and made anew), or one of its partitions
+        changed owner after it was checked."""
+        group = self.groups.get(ticket.group_id)
+        if ticket.member is not None and (
+                group is not ticket.group or
+                group.members.get(ticket.member_id) is not ticket.member):
+            return UnknownMemberError(
+                f"member {ticket.member_id!r} left group {ticket.group_id!r} while its commit "
+                f"was being written; the commit is not applied")
+        moved = sorted(tp for tp in ticket.offsets
+                       if group is not None and group.changed_at.get(tp, 0) > ticket.mark)
+        if moved:
+            return NotPartitionOwnerError(
+                f"{moved} of group {ticket.group_id!r} changed owner while a commit of "
+                f"member {ticket.member_id!r} was being written; the commit is not applied")
+        return None
+
+    def hold(self, group_id: str, partitions: Iterable[TopicPartition]) -> None:
+        """Grant none of ``partitions`` (a record of their offsets is on its way) until as
+        many :meth:`unhold` calls came."""
+        self.held.setdefault(group_id, collections.Counter()).update(partitions)
+
+    def unhold(self, group_id: str, partitions: Iterable[TopicPartition]) -> None:
+        held = self.held.get(group_id)
+        if held is None:
+            return
+        held.subtract(partitions)
+        for tp in [tp for tp, n in held.items() if n <= 0]:
+            del held[tp]
+        if not held:
+            del self.held[group_id]
 
     def apply_commit(self, group_id: str,
                      offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
@@ -209,4 +289,6 @@ class GroupCoordinator:
         out = group.describe()
         out["offsets"] = {f"{tp.topic}:{tp.partition}": om.offset
                           for tp, om in sorted(self.offsets.get(group_id, {}).items())}
+        # Partitions whose offset is on its way to the log (granted to nobody new till then).
+        out["held"] = sorted(self.held.get(group_id, ()))
         return out

@@ -16,6 +16,17 @@ has rejoined or its session has run out (counted from the restart, so later than
 itself notices), nothing is granted to anyone: a partition whose owner has not spoken yet
 is never handed to another member.
 
+Two more things hold a grant back, both decided by the coordinator that hosts the group
+(coordinator.py) and passed in with the heartbeat: a member is granted nothing before the
+group record naming it is durable (``durable_generation``), so a restarted coordinator knows
+every member that may own something; and a partition whose committed offset is on its way
+to the log (``held``: a commit of its last owner, or the record restoring its offset after a
+commit the coordinator fenced) is granted to nobody.
+
+Every change of a partition's owner is stamped with a number from one counter that only
+grows (:func:`ownership_mark`), in ``changed_at``: a commit checked at mark ``m`` is still
+good when it is applied if none of its partitions changed owner after ``m``.
+
 Plain Python with injected time (``now`` in ms); not safe for concurrent use.
 """
 
@@ -23,8 +34,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import itertools
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 
 from raylog.errors import (
     IllegalGenerationError,
@@ -34,6 +46,13 @@ from raylog.errors import (
 )
 from raylog.groups.assignors import ASSIGNORS
 from raylog.types import TopicPartition
+
+_marks = itertools.count(1)
+
+
+def ownership_mark() -> int:
+    """A number above every ownership change so far (of every group of this process)."""
+    return next(_marks)
 
 
 class GroupState(enum.Enum):
@@ -64,6 +83,7 @@ class Member:
     last_seen_ms: int
     actor_id: str | None = None      # set when the member lives in a Ray actor
     generation: int = 0              # the generation this member was last told
+    durable_from: int = 0            # the group record naming it from this generation on
     owned: set[TopicPartition] = dataclasses.field(default_factory=set)
     target: set[TopicPartition] = dataclasses.field(default_factory=set)
 
@@ -97,6 +117,7 @@ class Group:
         self.members: dict[str, Member] = {}
         self.pending: dict[str, PendingMember] = {p.member_id: p for p in pending}
         self.owner: dict[TopicPartition, str] = {}
+        self.changed_at: dict[TopicPartition, int] = {}  # ownership_mark() of the last change
         # (generation, member -> owned partitions) after every change of ownership
         self.history: list[tuple[int, dict[str, frozenset[TopicPartition]]]] = []
 
@@ -115,11 +136,13 @@ class Group:
     def join(self, member_id: str, client_id: str, topics: Iterable[str] | None,
              pattern: str | None, session_timeout_ms: int, now: int,
              existing_topics: Mapping[str, int], actor_id: str | None = None,
-             claims: Iterable[TopicPartition] = ()) -> Member:
+             claims: Iterable[TopicPartition] = (),
+             held: Container[TopicPartition] = frozenset()) -> Member:
         """Add (or re-subscribe) a member; the assignment is recomputed.
 
         A pending member (known before a restart) keeps the ``claims`` it names that nobody
-        else owns; any other joiner's claims are ignored: it owns nothing yet.
+        else owns and that are not ``held``; any other joiner's claims are ignored: it owns
+        nothing yet, and nothing until a group record naming it is durable.
         """
         if pattern is not None:
             try:
@@ -128,15 +151,16 @@ class Group:
                 raise ValueError(f"bad subscription pattern {pattern!r}: {e}") from e
         requested = frozenset(topics or ())
         member = self.members.get(member_id)
-        if member is None:
+        new = member is None
+        if new:
             member = Member(member_id, client_id, frozenset(), pattern, requested,
                             session_timeout_ms, now, actor_id)
             self.members[member_id] = member
             if self.pending.pop(member_id, None) is not None:
+                new = False  # named by the durable record it came back from
                 for tp in sorted(TopicPartition(*tp) for tp in claims):
-                    if tp not in self.owner:
-                        self.owner[tp] = member_id
-                        member.owned.add(tp)
+                    if tp not in self.owner and tp not in held:
+                        self._take(tp, member)
         else:
             member.pattern, member.requested = pattern, requested
             member.session_timeout_ms, member.last_seen_ms = session_timeout_ms, now
@@ -144,6 +168,8 @@ class Group:
                 member.actor_id = actor_id
         member.topics = _resolve(member, existing_topics)
         self._reassign(existing_topics)
+        if new:
+            member.durable_from = self.generation
         return member
 
     def remove(self, member_id: str, existing_topics: Mapping[str, int]) -> bool:
@@ -154,8 +180,8 @@ class Group:
                 return False
             self._reassign(existing_topics)
             return True
-        for tp in member.owned:
-            self.owner.pop(tp, None)
+        for tp in sorted(member.owned):
+            self._free(tp, member)
         self._reassign(existing_topics)
         return True
 
@@ -188,8 +214,19 @@ class Group:
             member.topics = _resolve(member, existing_topics)
         gone = [tp for tp in self.owner if tp.partition >= existing_topics.get(tp.topic, 0)]
         for tp in gone:
-            self.members[self.owner.pop(tp)].owned.discard(tp)
+            self._free(tp, self.members[self.owner[tp]])
         self._reassign(existing_topics)
+
+    def _take(self, tp: TopicPartition, member: Member) -> None:
+        self.owner[tp] = member.member_id
+        member.owned.add(tp)
+        self.changed_at[tp] = ownership_mark()
+
+    def _free(self, tp: TopicPartition, member: Member) -> None:
+        member.owned.discard(tp)
+        if self.owner.get(tp) == member.member_id:
+            del self.owner[tp]
+        self.changed_at[tp] = ownership_mark()
 
     def _reassign(self, existing_topics: Mapping[str, int]) -> None:
         self.generation += 1
@@ -221,23 +258,27 @@ class Group:
                 f"member {member_id!r} is not in group {self.group_id!r} (it left, timed out "
                 f"or died); join again") from None
 
-    def heartbeat(self, member_id: str, owned: Iterable[TopicPartition], now: int) -> Heartbeat:
-        """Record that the member is alive and what it still owns; grant what is free."""
+    def heartbeat(self, member_id: str, owned: Iterable[TopicPartition], now: int,
+                  held: Container[TopicPartition] = frozenset(),
+                  durable_generation: int | None = None) -> Heartbeat:
+        """Record that the member is alive and what it still owns; grant what is free.
+
+        Nothing is granted from ``held``, nor to a member whose joining is not durable yet
+        (``durable_from`` above ``durable_generation``; None: everything is durable).
+        """
         member = self.member(member_id)
         member.last_seen_ms = now
         reported = {TopicPartition(*tp) for tp in owned}
         changed = False
-        for tp in member.owned - reported:  # released after its listener ran
-            member.owned.discard(tp)
+        for tp in sorted(member.owned - reported):  # released after its listener ran
+            self._free(tp, member)
             changed = True
-            if self.owner.get(tp) == member_id:
-                del self.owner[tp]
         # While members known before a restart are silent, what they own is unknown: grant
         # nothing until each has rejoined with its claims or its session has run out.
-        for tp in sorted(member.target - member.owned) if not self.pending else ():
-            if tp not in self.owner:
-                self.owner[tp] = member_id
-                member.owned.add(tp)
+        durable = durable_generation is None or member.durable_from <= durable_generation
+        for tp in sorted(member.target - member.owned) if durable and not self.pending else ():
+            if tp not in self.owner and tp not in held:
+                self._take(tp, member)
                 changed = True
         member.generation = self.generation
         if changed:  # every other change of ownership or generation records itself

@@ -590,9 +590,18 @@ TOPICS = {"t": 4, "u": 2}
 
 
 def join(c: GroupCoordinator, group_id="g", member_id=None, topics=("t",), assignor="range",
-         actor_id=None):
-    return c.join(group_id, member_id, "client", list(topics), None, SESSION_MS, assignor,
-                  TOPICS, actor_id)
+         actor_id=None, durable=True):
+    """Join; with ``durable``, the group record naming the member is then written, as the
+    controller's store does."""
+    member = c.join(group_id, member_id, "client", list(topics), None, SESSION_MS, assignor,
+                    TOPICS, actor_id)
+    if durable:
+        c.membership_durable(group_id, c.group(group_id).generation)
+    return member
+
+
+def commit_of(*partitions: tuple[str, int]) -> dict[TopicPartition, OffsetAndMetadata]:
+    return {TopicPartition(*tp): OffsetAndMetadata(0) for tp in partitions}
 
 
 def replay(records) -> GroupCoordinator:
@@ -673,10 +682,10 @@ def test_a_commit_from_before_a_restart_stays_fenced():
     old = c.heartbeat("g", "a", []).generation
     restarted = replay([GroupCoordinator.generation_record("g", c.group("g").generation)])
     with pytest.raises(UnknownMemberError):
-        restarted.check_commit("g", "a", old, [("t", 0)])
+        restarted.check_commit("g", "a", old, commit_of(("t", 0)))
     join(restarted, member_id="a")
     with pytest.raises((IllegalGenerationError, NotPartitionOwnerError)):
-        restarted.check_commit("g", "a", old, [("t", 0)])
+        restarted.check_commit("g", "a", old, commit_of(("t", 0)))
     assert restarted.group("g").generation > old
 
 
@@ -777,20 +786,20 @@ def test_committed_returns_none_for_partitions_without_a_commit():
 
 def test_check_commit_through_the_coordinator():
     c = GroupCoordinator(Clock())
-    c.check_commit("unknown", None, -1, [("t", 0)])  # manual assignment, no group yet
+    c.check_commit("unknown", None, -1, commit_of(("t", 0)))  # manual assignment, no group
     with pytest.raises(UnknownGroupError):
-        c.check_commit("unknown", "a", 1, [("t", 0)])
+        c.check_commit("unknown", "a", 1, commit_of(("t", 0)))
     join(c, member_id="a")
     generation = c.heartbeat("g", "a", []).generation
-    c.check_commit("g", "a", generation, [("t", 0)])
+    c.check_commit("g", "a", generation, commit_of(("t", 0)))
     with pytest.raises(IllegalGenerationError):
-        c.check_commit("g", "a", generation - 1, [("t", 0)])
+        c.check_commit("g", "a", generation - 1, commit_of(("t", 0)))
     with pytest.raises(NotPartitionOwnerError):
-        c.check_commit("g", "a", generation, [("u", 0)])
+        c.check_commit("g", "a", generation, commit_of(("u", 0)))
     with pytest.raises(UnknownMemberError):
-        c.check_commit("g", "b", generation, [("t", 0)])
+        c.check_commit("g", "b", generation, commit_of(("t", 0)))
     with pytest.raises(UnknownMemberError):
-        c.check_commit("g", None, -1, [("t", 0)])
+        c.check_commit("g", None, -1, commit_of(("t", 0)))
 
 
 def test_check_empty():

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from raylog.errors import RejoinRequiredError, UnknownMemberError
-from raylog.groups.coordinator import GroupCoordinator
+from raylog.groups.coordinator import GroupCoordinator, OffsetAndMetadata
 from raylog.groups.group import GroupState
 from raylog.types import TopicPartition
 
@@ -93,7 +93,7 @@ def test_known_members_are_told_to_rejoin_and_unknown_ones_that_they_are_gone(ho
     with pytest.raises(RejoinRequiredError):
         host.beat("a")
     with pytest.raises(RejoinRequiredError):
-        host.coordinator.check_commit("g", "a", 5, [TopicPartition("t", 0)])
+        host.coordinator.check_commit("g", "a", 5, {TopicPartition("t", 0): OffsetAndMetadata(0)})
     with pytest.raises(UnknownMemberError):
         host.beat("stranger")
 

@@ -1,0 +1,222 @@
+"""The group coordinator's appends to one partition of ``__consumer_offsets``: in the order
+they were decided, each once.
+
+The coordinator decides on its event loop (a commit accepted, a membership changed) and what
+it decided holds once its record is in the log; memory follows the log. So that the log's
+order is the order of decision, a writer has one batch in flight at a time: it sends the
+next only when the last is known to be in the log (then every write in it is told
+:meth:`Write.durable`, in order, with nothing in between) or known not to be (refused by the
+leader: :meth:`Write.failed`). What was queued meanwhile goes out together in the next batch.
+
+Every batch carries the writer's producer id, epoch and sequence, as an idempotent
+Producer's do, so that the leader answers a batch sent again after a lost answer (a timeout,
+a broker that paused or died, a leader that moved) with its first answer instead of
+appending it twice. A batch is sent again unchanged for as long as it may be in the log.
+When the leader refuses its numbering (OutOfOrderSequenceError, InvalidProducerEpochError,
+UnknownProducerIdError, or an answer at offset -1, which is no acknowledgement), the writer
+starts a new epoch and sends the same records from sequence 0; were they in the log after
+all, the copy lands right behind them with nothing of this writer's in between, and a batch
+replayed twice in a row leaves memory as once. A late copy of an older epoch's batch is
+refused by a leader that has seen the newer epoch. A new controller process takes a new
+producer id: it replays the log before it writes.
+
+Plain asyncio: ``append`` is the seam (the controller's call to the partition's leader; a
+fake leader in tests). The controller's event loop is the only user; not thread-safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import Awaitable, Callable
+
+from raylog import errors
+from raylog.client.sender_state import MAX_EPOCH
+from raylog.records import BatchBuilder, Codec
+from raylog.records.builder import batch_capacity, record_size
+from raylog.records.header import MAX_SEQUENCE, with_producer
+from raylog.storage import AppendInfo
+from raylog.storage.log import wall_clock_ms
+
+logger = logging.getLogger(__name__)
+
+Record = tuple[bytes, bytes | None]
+# (partition, batch) -> the leader's answer; raises what the leader (or the way there) raised.
+Append = Callable[[int, bytes], Awaitable[AppendInfo]]
+
+MAX_BATCH_BYTES = 1 << 20
+BACKOFF_S = (0.05, 1.0)  # first and longest pause between two sends of a batch
+# Answers that refuse a batch's numbering: the leader does not take that sequence of that
+# epoch (the producer-state rules' UnknownProducerIdError is an OutOfOrderSequenceError).
+NUMBERING_REFUSED = (errors.OutOfOrderSequenceError, errors.InvalidProducerEpochError)
+# A leader answering a batch with the same retriable refusal this often in a row gets it
+# under a new epoch: should a refusal of its numbering come under another name, the writer
+# still goes on.
+RENUMBER_AFTER = 20
+
+
+class Write:
+    """Something to persist. The writer asks for its :meth:`records` when it builds the
+    batch that takes it, then tells it :meth:`durable` or :meth:`failed`. A write that has
+    nothing (left) to write returns no records, settles itself and hears nothing more."""
+
+    alone = False  # sent in a batch of its own, after every write queued before it is done
+
+    def records(self) -> list[Record]:
+        raise NotImplementedError
+
+    def sent(self) -> None:
+        """Its batch is about to go out (it may be in the log from now on)."""
+
+    def durable(self) -> None:
+        """Its batch is in the log."""
+
+    def failed(self, error: BaseException) -> None:
+        """The leader refused its batch for good: not in the log."""
+
+
+class OffsetsWriter:
+    """The queue and the producer state (id, epoch, next sequence) of one partition."""
+
+    def __init__(self, partition: int, append: Append, new_producer_id: Callable[[], int],
+                 *, max_batch_bytes: int = MAX_BATCH_BYTES,
+                 backoff_s: tuple[float, float] = BACKOFF_S) -> None:
+        self.partition = partition
+        self._append = append
+        self._new_producer_id = new_producer_id
+        self.producer_id = new_producer_id()
+        self.epoch = 0
+        self.next_sequence = 0
+        self._capacity = batch_capacity(max_batch_bytes)
+        self._backoff_s = backoff_s
+        self._queue: collections.deque[Write] = collections.deque()
+        self._wake = asyncio.Event()
+        self.in_flight: list[Write] = []
+        self.sends = 0  # batches sent, retries included (for tests and logs)
+
+    def submit(self, write: Write, first: bool = False) -> None:
+        """Queue a write behind the others (``first``: ahead of them)."""
+        if first:
+            self._queue.appendleft(write)
+        else:
+            self._queue.append(write)
+        self._wake.set()
+
+    def withdraw(self, write: Write) -> bool:
+        """Take a write back if no batch took it yet; whether it was."""
+        try:
+            self._queue.remove(write)
+        except ValueError:
+            return False
+        return True
+
+    def idle(self) -> bool:
+        return not self._queue and not self.in_flight
+
+    async def run(self) -> None:
+        """Write what is queued, batch after batch, forever."""
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._queue:
+                try:
+                    await self._write_next()
+                except Exception:  # a bug in a write's callbacks must not end the writer
+                    logger.exception("__consumer_offsets-%d: writing a batch failed",
+                                     self.partition)
+
+    def _take(self) -> tuple[list[Write], list[Record]]:
+        """The writes of the next batch and their records."""
+        writes: list[Write] = []
+        records: list[Record] = []
+        size = 0
+        while self._queue:
+            write = self._queue[0]
+            if write.alone and writes:
+                break
+            self._queue.popleft()
+            mine = write.records()
+            if not mine:
+                continue
+            grows = sum(record_size(k, v) for k, v in mine)
+            if writes and size + grows > self._capacity:
+                self._queue.appendleft(write)  # asked again for its records next time
+                break
+            writes.append(write)
+            records.extend(mine)
+            size += grows
+            if write.alone:
+                break
+        return writes, records
+
+    async def _write_next(self) -> None:
+        writes, records = self._take()
+        if not writes:
+            return
+        if self.next_sequence + len(records) > MAX_SEQUENCE:
+            self._renumber()
+        builder = BatchBuilder(codec=Codec.LZ4)
+        builder.set_producer(self.producer_id, self.epoch, self.next_sequence)
+        now_ms = wall_clock_ms()
+        for key, value in records:
+            builder.append(now_ms, key, value)
+        data = builder.build()
+        self.in_flight = writes
+        for write in writes:
+            write.sent()
+        try:
+            error = await self._send(data, len(records))
+        finally:
+            self.in_flight = []
+        if error is None:
+            for write in writes:
+                write.durable()
+        else:
+            for write in writes:
+                write.failed(error)
+
+    async def _send(self, data: bytes, count: int) -> BaseException | None:
+        """Send the batch until it is in the log (None) or refused for good (the error)."""
+        pause, longest = self._backoff_s
+        refusals = 0
+        while True:
+            self.sends += 1
+            try:
+                info = await self._append(self.partition, data)
+                if info.base_offset < 0:
+                    raise errors.OutOfOrderSequenceError(
+                        f"the leader answered at offset {info.base_offset}")
+            except NUMBERING_REFUSED as e:
+                logger.info("__consumer_offsets-%d: %r; a new epoch", self.partition, e)
+                self._renumber()
+                data = with_producer(data, self.producer_id, self.epoch, 0)
+                refusals = 0
+            except errors.RaylogError as e:
+                if not e.retriable:
+                    logger.error("__consumer_offsets-%d refused a batch: %r", self.partition, e)
+                    # Not appended; a late copy must not land after the next batch either.
+                    self._renumber()
+                    return e
+                refusals += 1
+                if refusals >= RENUMBER_AFTER:
+                    logger.warning("__consumer_offsets-%d: %r %d times; a new epoch",
+                                   self.partition, e, refusals)
+                    self._renumber()
+                    data = with_producer(data, self.producer_id, self.epoch, 0)
+                    refusals = 0
+            except Exception as e:  # no answer (timeout, broker gone): may be in the log
+                logger.info("__consumer_offsets-%d: no answer (%r); sending the batch again",
+                            self.partition, e)
+            else:
+                self.next_sequence += count
+                return None
+            await asyncio.sleep(pause)
+            pause = min(2 * pause, longest)
+
+    def _renumber(self) -> None:
+        """A new epoch: the next batch starts at sequence 0."""
+        self.epoch += 1
+        if self.epoch > MAX_EPOCH:
+            self.producer_id, self.epoch = self._new_producer_id(), 0
+        self.next_sequence = 0
