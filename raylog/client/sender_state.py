@@ -15,6 +15,14 @@ holds with its first answer. For that to work the producer must keep its side in
   queued batches from sequence 0 (Kafka's epoch bump). The leader refuses a batch of an
   older epoch once it has seen a newer one, so a late copy of an expired batch can no
   longer land after the batches that followed it.
+- A batch the leader refused as ahead of the sequence it expects (OutOfOrderSequenceError,
+  UnknownProducerIdError: not appended) waits behind an earlier batch of the same producer
+  id and epoch that is still unresolved, in flight or queued for a retry: that batch is the
+  gap, and the refused one is retried in place. With no such batch the gap can never fill:
+  the leader lost this producer's state (a failover that lost an acks=1 tail, retention,
+  eviction from its table of producers). The partition bumps its epoch at once, as after a
+  hole, and the batch goes out again under its new number without a backoff (KIP-360);
+  waiting for its delivery timeout would only fail everything queued behind it.
 - Renumbering is only safe for a batch that cannot have been appended: never sent, or
   refused by the leader each time it was. A queued retry whose earlier attempt ended
   without an answer (the replica died, the call was lost) may already be in the log; under
@@ -31,6 +39,7 @@ the producer calls it with its lock held.
 from __future__ import annotations
 
 import collections
+import itertools
 import random
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -169,6 +178,20 @@ class PartitionSender:
         place = next((i for i, queued in enumerate(self.queue)
                       if queued.base_sequence > batch.base_sequence), len(self.queue))
         self.queue.insert(place, batch)
+
+    def refused_ahead(self, batch: OutgoingBatch, now: float, retry_at: float) -> bool:
+        """The leader refused an in-flight ``batch`` as ahead of the sequence it expects:
+        not appended. Retry it in place at ``retry_at`` while an earlier batch of its producer
+        id and epoch is unresolved (in flight, or queued for a retry); else bump the epoch
+        and send it again at once (``now``), renumbered. Whether it bumped."""
+        producer = batch.producer_id, batch.producer_epoch
+        gap_behind = any(b is not batch and (b.producer_id, b.producer_epoch) == producer
+                         and b.base_sequence < batch.base_sequence
+                         for b in itertools.chain(self.in_flight, self.queue))
+        self.retry(batch, retry_at if gap_behind else now)
+        if not gap_behind:
+            self._hole()
+        return not gap_behind
 
     def acknowledged(self, batch: OutgoingBatch) -> None:
         self.in_flight.remove(batch)
