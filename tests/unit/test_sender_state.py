@@ -133,6 +133,21 @@ def test_refused_as_ahead_with_an_earlier_batch_unresolved_it_is_retried_in_plac
                                                      for s in range(3)]
 
 
+def test_refused_as_ahead_just_before_the_earlier_batch_landed_it_is_retried_in_place():
+    """Ray started batch 1's call first: refused, while batch 0 was still on its way; batch 0
+    is acknowledged before that refusal is read. The gap is filled: no bump. Refused again
+    with nothing landed since, it is a real gap."""
+    sender = PartitionSender(idempotent=True)
+    batches = [sealed(sender, [b"v"]) for _ in range(2)]
+    sender.take(0.0, limit=2)
+    sender.acknowledged(batches[0])
+    assert not sender.refused_ahead(batches[1], now=0.0, retry_at=1.0)
+    assert sender.take(1.0, limit=2)[0] == [batches[1]]
+    assert sender.refused_ahead(batches[1], now=1.5, retry_at=2.5)
+    assert sender.take(1.5, limit=2)[0] == [batches[1]]
+    assert batches[1].producer_fields[1:] == (1, 0)
+
+
 def test_refused_as_ahead_with_nothing_earlier_pending_bumps_the_epoch_at_once():
     """The leader lost this producer's state (a failover that lost an acks=1 tail): the gap
     can never fill, so the partition bumps its epoch and sends again now, not after a
@@ -212,8 +227,9 @@ def test_random_failures_never_duplicate_reorder_or_stall(seed):
     append, lost before it, refused for good, expiry) and failovers that lose the replica's
     last batches with its producer state (acks=1): the replica holds each batch at most
     once, whole, in sealing order; only a retry of a batch that may be in the log already can
-    fall before what the replica remembers; once answers come back again, every batch ends, and batches sent then are acknowledged
-    (a lost producer state costs an epoch bump, not a wait for the delivery timeout)."""
+    fall before what the replica remembers; once answers come back again, every batch ends,
+    and batches sent then are acknowledged (a lost producer state costs an epoch bump, not a
+    wait for the delivery timeout)."""
     rng = random.Random(seed)
     sender, replica = PartitionSender(idempotent=True), Replica()
     names = (b"%d" % i for i in itertools.count())
