@@ -23,7 +23,6 @@ from typing import Any
 from raylog.errors import (
     FencedEpochError,
     NotLeaderError,
-    OutOfOrderSequenceError,
     RequestTimeoutError,
     StorageError,
 )
@@ -35,7 +34,16 @@ from raylog.topics import log_config
 logger = logging.getLogger(__name__)
 
 METADATA_FILE = "partition.metadata"
-SEQUENCE_WAIT_S = 2.0  # how long a batch ahead of its producer's sequence waits for the gap
+# How long a batch ahead of its producer's sequence waits for the batches before it. Ray may
+# start an async actor's calls out of order when their arguments arrive out of order (an
+# argument fetched from the object store: milliseconds, a few hundred on a loaded node), so
+# a short wait lets such a gap fill. A gap that outlasts it fails the batch (never accepts
+# it), and the producer either retries it in place behind its earlier batch, or, when no
+# earlier batch of its is unresolved (the leader lost its state: a failover that lost an
+# acks=1 tail), bumps its epoch and sends again. A producer must go on within a second of a
+# failover (docs/producer.md): this wait, its first backoff (100 ms) and two round trips stay
+# under that. A gap that is only Ray's reordering and outlasts the wait costs one retry.
+SEQUENCE_WAIT_S = 0.5
 ISR_RETRY_S = 0.5      # after the controller refused an ISR change, before asking again
 
 
@@ -153,23 +161,22 @@ class HostedReplica:
         """Append a producer's batch; with acks=all, answer once the ISR has it.
 
         A batch ahead of its producer's sequence waits (up to SEQUENCE_WAIT_S) for the batches
-        before it, which Ray may have started later. An acks=all batch that is not committed
-        within ``timeout_s`` fails with RequestTimeoutError (it is written: the producer's
-        retry is recognised as a duplicate)."""
+        before it, which Ray may have started later; if they do not come it fails with
+        OutOfOrderSequenceError (UnknownProducerIdError for a producer id this replica has no
+        state for), never appended. An acks=all batch that is not committed within
+        ``timeout_s`` fails with RequestTimeoutError (it is written: the producer's retry is
+        recognised as a duplicate)."""
         partition = self.partition
         deadline = time.monotonic() + SEQUENCE_WAIT_S
         while True:
             try:
-                info = partition.append(batch, acks, leader_epoch,
-                                        accept_unknown=time.monotonic() >= deadline)
+                info = partition.append(batch, acks, leader_epoch)
                 break
             except SequenceGap as gap:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise OutOfOrderSequenceError(
-                        f"{self.name}: batch waited for sequence {gap.expected} for "
-                        f"{SEQUENCE_WAIT_S} s") from None
-                await self.wait(remaining)  # then one last try, accepting
+                    raise gap.error(self.name, SEQUENCE_WAIT_S) from None
+                await self.wait(remaining)  # then once more: the gap may have filled
         self.notify()
         if acks in ("all", -1):
             await self.committed(info.last_offset, timeout_s)

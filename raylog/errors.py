@@ -208,7 +208,11 @@ class InternalError(RaylogError):
 
 
 class OutOfOrderSequenceError(RaylogError):
-    """A producer's batch arrived ahead of its earlier batches, which did not come in time."""
+    """A producer's batch was not appended because its sequence is not the next one the
+    leader expects: earlier batches of its producer (or producer epoch) did not come in time,
+    or it is older than every batch the leader remembers of its producer. Retriable: the
+    producer retries it in place while an earlier batch of its own is unresolved (that batch
+    is the gap), and otherwise bumps its epoch and sends it again from sequence 0."""
 
     retriable = True
 
@@ -234,3 +238,11 @@ class SourceAuthenticationError(RaylogError):
 
 class MirrorPositionError(RaylogError):
     """A mirror cannot tell from the target where a partition's copy stopped."""
+
+
+class UnknownProducerIdError(OutOfOrderSequenceError):
+    """A batch that does not start at sequence 0 from a producer id the partition leader has
+    no state for: never seen, or its state was lost (a failover that lost an acks=1 tail,
+    retention, eviction from the leader's table of producers). Not appended. Retriable as its
+    parent: the producer retries in place while an earlier batch of its own is unresolved,
+    else bumps its epoch at once (Kafka's UNKNOWN_PRODUCER_ID, KIP-360)."""

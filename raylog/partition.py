@@ -37,13 +37,11 @@ from raylog.errors import (
     CorruptRecordError,
     FencedEpochError,
     InvalidArgumentError,
-    InvalidRecordError,
     NotLeaderError,
     OffsetOutOfRangeError,
-    RecordTooLargeError,
     UnknownLeaderEpochError,
 )
-from raylog.producer_state import ProducerSnapshots, ProducerStates
+from raylog.producer_state import REFUSED_FOR_GOOD, ProducerSnapshots, ProducerStates
 from raylog.records import TABLE_SCHEMA, parse_header, read_table
 from raylog.records.header import BatchHeader, check_crcs, iter_headers
 from raylog.replication.epochs import LEADER_EPOCH_FILE, EpochEndOffset, LeaderEpochCache
@@ -233,22 +231,24 @@ class Partition:
 
     # -- as leader -----------------------------------------------------------------------------
 
-    def append(self, batch: bytes, acks: int | str = 1, leader_epoch: int | None = None,
-               accept_unknown: bool = False) -> AppendInfo:
+    def append(self, batch: bytes, acks: int | str = 1, leader_epoch: int | None = None
+               ) -> AppendInfo:
         """Append a producer batch as leader, in its producer's sequence order.
 
-        Raises SequenceGap when the producer's earlier batches have not arrived yet (the
-        caller waits and tries again; ``accept_unknown`` accepts a producer this replica has
-        no state for at whatever sequence it is), NotLeaderError, FencedEpochError,
-        NotEnoughReplicasError (acks=all with too small an ISR) or the log's own errors. A
-        batch already appended (a retry) is not appended again: its first answer returns.
-        An acks=all append is answered by the caller once :meth:`acks_all_done`.
+        Raises SequenceGap when the producer's earlier batches are not here (the caller may
+        wait for them a moment and try again, then fails the batch with the gap's error:
+        a gap is never accepted), OutOfOrderSequenceError for a sequence older than what is
+        remembered of its producer, NotLeaderError, FencedEpochError, NotEnoughReplicasError
+        (acks=all with too small an ISR) or the log's own errors. A batch already appended (a
+        retry) is not appended again: its first answer returns; a batch already refused for
+        good is refused again. An acks=all append is answered by the caller once
+        :meth:`acks_all_done`.
         """
         self.check_leader(leader_epoch)
         if acks in ("all", -1):
             self.replica_set.check_enough_replicas(self.configs["min_insync_replicas"])
         header = parse_header(batch)
-        duplicate = self.producers.check(header, accept_unknown)
+        duplicate = self.producers.check(header)
         if duplicate is not None:
             return duplicate  # a retry of a batch already appended: answer it again
         try:
@@ -256,12 +256,12 @@ class Partition:
             # (harmless, cut back on open), never the other way round.
             self.epochs.assign(self.leader_epoch, self.log_end_offset)
             info = self.log.append(batch, self.leader_epoch)
-        except (RecordTooLargeError, InvalidRecordError, CorruptRecordError) as e:
+        except REFUSED_FOR_GOOD as e:
             # Refused for good: its sequence is spent, or the producer's next batches would
             # wait for it forever. Unless the bytes were damaged on the way (a CRC fails):
             # then its producer id and sequence are not to be trusted either.
             if not isinstance(e, CorruptRecordError) or _intact(header, batch):
-                self.producers.accept(header, AppendInfo(-1, -1, header.max_timestamp, 0))
+                self.producers.refuse(header, e)
             raise
         self.producers.accept(header, info)
         self._after_append()

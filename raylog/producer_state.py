@@ -4,13 +4,21 @@ Every batch a Producer sends carries its producer id and a per-partition sequenc
 (the sequence of its first record; each record takes one). Ray starts the calls an actor
 receives from one caller in order, but an async actor may begin them out of order when their
 arguments arrive out of order, and a retried batch may come back after later ones. The
-replica therefore appends a producer's batch only when its sequence is the next one expected;
-a batch from further ahead waits for the gap to fill, and a batch it has already appended (a
-retry whose first answer was lost) gets the first answer again instead of a second copy.
+replica therefore appends a producer's batch only when its sequence is the next one expected.
+A batch from further ahead is a :class:`SequenceGap`: the replica may wait a moment for the
+gap to fill, but a gap is never accepted by waiting; when the wait ends the batch fails with
+OutOfOrderSequenceError, or UnknownProducerIdError when the replica has no state at all for
+its producer id (both retriable: the producer retries in place while an earlier batch of its
+own is unresolved, else it bumps its epoch, KIP-360). A batch it has already appended (a
+retry whose first answer was lost) gets that first answer again, real offsets included,
+instead of a second copy; a batch it refused for good (too large, invalid) is refused again
+with the same error. An earlier sequence than the last RECENT_BATCHES it remembers is
+OutOfOrderSequenceError: whether it was appended, and where, is no longer known here, and
+no answer but a real one may look like an acknowledgement.
 
 A producer that gave up on a batch (its delivery timeout passed, or it failed for good)
 bumps its epoch and numbers its next batches from 0. A batch of a newer epoch starts the
-producer over; one of an older epoch than the newest seen is refused
+producer over (at sequence 0 only); one of an older epoch than the newest seen is refused
 (InvalidProducerEpochError): a late copy must not land after the batches that followed it.
 
 A replica rebuilds this state when it opens its log, and after a follower truncated it,
@@ -31,10 +39,19 @@ import logging
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import crc32c
 
-from raylog.errors import InvalidProducerEpochError
+from raylog.errors import (
+    CorruptRecordError,
+    InvalidProducerEpochError,
+    InvalidRecordError,
+    OutOfOrderSequenceError,
+    RaylogError,
+    RecordTooLargeError,
+    UnknownProducerIdError,
+)
 from raylog.records.header import BatchHeader
 from raylog.storage import AppendInfo, files
 
@@ -44,22 +61,69 @@ RECENT_BATCHES = 5  # remembered per producer for retries, as Kafka's brokers do
 
 
 class SequenceGap(Exception):
-    """The batch is ahead of the next sequence expected from its producer."""
+    """The batch is ahead of what its producer's state here allows: batches before it (of
+    its producer, or of its producer epoch) are missing. ``expected`` is the sequence the
+    replica waits for; ``known`` says whether it has any state for the producer id. The
+    caller may wait for the gap to fill; when it stops, the batch fails with :meth:`error`."""
 
-    def __init__(self, expected: int) -> None:
+    def __init__(self, header: BatchHeader, expected: int, known: bool) -> None:
         super().__init__(expected)
+        self.header = header
         self.expected = expected
+        self.known = known
+
+    def error(self, partition: str, waited_s: float) -> OutOfOrderSequenceError:
+        """What the batch fails with once nobody waits for the gap any more."""
+        h = self.header
+        if not self.known:
+            return UnknownProducerIdError(
+                f"{partition}: no state for producer {h.producer_id}, whose batch (epoch "
+                f"{h.producer_epoch}) starts at sequence {h.base_sequence}, not 0, and its "
+                f"earlier batches did not come within {waited_s} s; not appended")
+        return OutOfOrderSequenceError(
+            f"{partition}: producer {h.producer_id} epoch {h.producer_epoch} sent sequence "
+            f"{h.base_sequence}, expected {self.expected}, and the batches between did not "
+            f"come within {waited_s} s; not appended")
+
+
+@dataclasses.dataclass(frozen=True)
+class Refusal:
+    """A batch refused for good, remembered so that a retry of it is refused the same way:
+    the class name of its error (one of REFUSALS) and the message."""
+
+    error: str
+    message: str
+
+    @classmethod
+    def of(cls, error: RaylogError) -> Refusal:
+        return cls(type(error).__name__, str(error))
+
+    def again(self) -> RaylogError:
+        kind = REFUSALS.get(self.error, InvalidRecordError)
+        return kind(f"{self.message} (a retry of a batch refused when first sent)")
+
+
+# The errors that refuse a batch for good while spending its sequence (Partition.append).
+REFUSED_FOR_GOOD = (RecordTooLargeError, InvalidRecordError, CorruptRecordError)
+REFUSALS = {kind.__name__: kind for kind in REFUSED_FOR_GOOD}
+
+Outcome = AppendInfo | Refusal
 
 
 @dataclasses.dataclass
 class _Producer:
     epoch: int
     next_sequence: int
-    recent: collections.deque  # (epoch, first sequence, AppendInfo), newest last
+    recent: collections.deque  # (epoch, first sequence, Outcome), newest last
 
 
 class ProducerStates:
-    """Sequence state per producer id. Not safe for concurrent use."""
+    """Sequence state per producer id. Not safe for concurrent use.
+
+    Invariant: within an epoch, every sequence below a producer's ``next_sequence`` was
+    appended or refused here (or by the leaders before, whose log this replica holds):
+    batches are taken only in sequence order, never across a gap.
+    """
 
     def __init__(self, max_producers: int = 10_000) -> None:
         self._producers: collections.OrderedDict[int, _Producer] = collections.OrderedDict()
@@ -68,39 +132,56 @@ class ProducerStates:
     def __len__(self) -> int:
         return len(self._producers)
 
-    def check(self, header: BatchHeader, accept_unknown: bool = False) -> AppendInfo | None:
-        """Before an append: None to go ahead, the earlier AppendInfo for a duplicate, or
-        SequenceGap when earlier batches of the producer are missing.
+    def check(self, header: BatchHeader) -> AppendInfo | None:
+        """Before an append: None to go ahead, or the first answer of a batch appended
+        already (a retry).
 
-        A producer (or producer epoch) this replica does not know starts at sequence 0; a
-        first batch from it with a later sequence waits, unless ``accept_unknown`` (the wait
-        is over: its earlier batches were appended before what this replica remembers).
-        Raises InvalidProducerEpochError for an epoch older than the newest seen.
+        Raises SequenceGap for a batch ahead of the next sequence expected (a producer or
+        producer epoch this replica does not know starts at sequence 0), the batch's first
+        error again for a batch refused already, OutOfOrderSequenceError for an earlier
+        sequence not among the last RECENT_BATCHES remembered, InvalidProducerEpochError for
+        an epoch older than the newest seen.
         """
         if header.producer_id < 0:
             return None
         state = self._producers.get(header.producer_id)
-        sequence = header.base_sequence
-        if state is not None and header.producer_epoch < state.epoch:
-            raise InvalidProducerEpochError(
-                f"producer {header.producer_id} sent a batch of epoch {header.producer_epoch} "
-                f"after one of epoch {state.epoch}; it was given up on and is not appended")
-        if state is None or header.producer_epoch > state.epoch:
-            if sequence == 0 or accept_unknown:
+        epoch, sequence = header.producer_epoch, header.base_sequence
+        if state is None:
+            if sequence == 0:
                 return None
-            raise SequenceGap(0)
+            raise SequenceGap(header, 0, known=False)
+        if epoch < state.epoch:
+            raise InvalidProducerEpochError(
+                f"producer {header.producer_id} sent a batch of epoch {epoch} after one of "
+                f"epoch {state.epoch}; it was given up on and is not appended")
+        if epoch > state.epoch:
+            if sequence == 0:
+                return None
+            raise SequenceGap(header, 0, known=True)
         if sequence == state.next_sequence:
             return None
         if sequence > state.next_sequence:
-            raise SequenceGap(state.next_sequence)
-        for epoch, first, info in state.recent:
-            if (epoch, first) == (header.producer_epoch, sequence):
-                return info
-        # Older than anything remembered: it was appended long ago; do not append it again.
-        return AppendInfo(-1, -1, header.max_timestamp, header.record_count)
+            raise SequenceGap(header, state.next_sequence, known=True)
+        for e, first, outcome in state.recent:
+            if (e, first) == (epoch, sequence):
+                if isinstance(outcome, Refusal):
+                    raise outcome.again()
+                return outcome
+        raise OutOfOrderSequenceError(
+            f"producer {header.producer_id} epoch {epoch} sent sequence {sequence}, older "
+            f"than the last {RECENT_BATCHES} batches remembered of it (the next expected is "
+            f"{state.next_sequence}): not appended again, and where it was is not known here")
 
     def accept(self, header: BatchHeader, info: AppendInfo) -> None:
         """Record an appended batch."""
+        self._remember(header, info)
+
+    def refuse(self, header: BatchHeader, error: RaylogError) -> None:
+        """Record a batch refused for good: its sequences are spent (the producer's batches
+        after it do not wait for it), and a retry of it gets ``error`` again."""
+        self._remember(header, Refusal.of(error))
+
+    def _remember(self, header: BatchHeader, outcome: Outcome) -> None:
         if header.producer_id < 0:
             return
         state = self._producers.get(header.producer_id)
@@ -113,7 +194,7 @@ class ProducerStates:
             self._producers.move_to_end(header.producer_id)
         state.epoch = header.producer_epoch
         state.next_sequence = header.base_sequence + header.record_count
-        state.recent.append((header.producer_epoch, header.base_sequence, info))
+        state.recent.append((header.producer_epoch, header.base_sequence, outcome))
 
     def rebuild(self, headers: Iterable[BatchHeader]) -> None:
         """Restore the state from the headers of stored batches, in offset order."""
@@ -121,17 +202,59 @@ class ProducerStates:
             self.accept(header, AppendInfo(header.base_offset, header.last_offset,
                                            header.max_timestamp, header.record_count))
 
-    def to_json(self) -> list:
-        return [[pid, s.epoch, s.next_sequence, [[e, q, *info] for e, q, info in s.recent]]
-                for pid, s in self._producers.items()]
+    # A snapshot's JSON, version 2: {"version": 2, "producers": [[id, epoch, next sequence,
+    # [[epoch, first sequence, outcome], ...]], ...]}, an outcome being [base offset, last
+    # offset, max timestamp, record count] or {"refused": error class, "message": text}.
+    # Version 1 was the bare list, with [epoch, first, base, last, max timestamp, count] per
+    # batch and a refusal stored as base offset -1.
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": SNAPSHOT_VERSION, "producers": [
+            [pid, s.epoch, s.next_sequence, [[e, q, _outcome_to_json(o)] for e, q, o in s.recent]]
+            for pid, s in self._producers.items()]}
 
     @classmethod
-    def from_json(cls, data: list, max_producers: int = 10_000) -> ProducerStates:
+    def from_json(cls, data: Any, max_producers: int = 10_000) -> ProducerStates:
+        """The state a snapshot holds, of version 2 or 1. ValueError (or TypeError, KeyError)
+        for anything else: the caller rebuilds the state from the log instead."""
+        if isinstance(data, list):
+            producers, read = data, _outcome_v1
+        elif isinstance(data, dict) and data.get("version") == SNAPSHOT_VERSION:
+            producers, read = data["producers"], _outcome_v2
+        else:
+            raise ValueError(f"not a producer snapshot this version reads: "
+                             f"{str(data)[:80]}")
         states = cls(max_producers)
-        for pid, epoch, next_sequence, recent in data:
+        for pid, epoch, next_sequence, recent in producers:
             states._producers[pid] = _Producer(epoch, next_sequence, collections.deque(
-                ((e, q, AppendInfo(*info)) for e, q, *info in recent), maxlen=RECENT_BATCHES))
+                ((entry[0], entry[1], read(entry[2:])) for entry in recent),
+                maxlen=RECENT_BATCHES))
         return states
+
+
+SNAPSHOT_VERSION = 2
+_V1_REFUSAL = Refusal(InvalidRecordError.__name__, "refused when first sent (the reason was "
+                      "not kept by the raylog version that snapshotted it)")
+
+
+def _outcome_to_json(outcome: Outcome) -> list | dict:
+    if isinstance(outcome, Refusal):
+        return {"refused": outcome.error, "message": outcome.message}
+    return list(outcome)
+
+
+def _outcome_v2(fields: list) -> Outcome:
+    (outcome,) = fields
+    if isinstance(outcome, dict):
+        return Refusal(str(outcome["refused"]), str(outcome["message"]))
+    return AppendInfo(*outcome)
+
+
+def _outcome_v1(fields: list) -> Outcome:
+    """Version 1 stored a refusal as an answer at offset -1, which must never be read back
+    as an acknowledgement."""
+    info = AppendInfo(*fields)
+    return _V1_REFUSAL if info.base_offset < 0 else info
 
 
 SNAPSHOT_SUFFIX = ".snapshot"
@@ -188,8 +311,8 @@ class ProducerSnapshots:
                 if int(crc, 16) != crc32c.crc32c(body):
                     raise ValueError("checksum mismatch")
                 return offset, ProducerStates.from_json(json.loads(body))
-            except (OSError, ValueError, TypeError) as e:
-                logger.warning("skipping damaged producer snapshot %s: %s",
+            except (OSError, ValueError, TypeError, KeyError) as e:
+                logger.warning("skipping unreadable producer snapshot %s: %s",
                                self._path(offset), e)
         return None
 

@@ -27,7 +27,7 @@ from raylog.arguments import (
 )
 from raylog.client.connection import RaylogCluster, TopicMetadata, cluster_or_default
 from raylog.client.futures import BatchResult, RecordFuture, TableFuture
-from raylog.client.remote import discard, resolve, wait_done
+from raylog.client.remote import appended, discard, resolve, wait_done
 from raylog.client.sender_state import OutgoingBatch, PartitionSender
 from raylog.client.tables import assign_sticky, partition_rows
 from raylog.errors import (
@@ -35,6 +35,7 @@ from raylog.errors import (
     ClientClosedError,
     InvalidConfigError,
     InvalidRecordError,
+    OutOfOrderSequenceError,
     ProduceFailedError,
     RaylogError,
     RecordTooLargeError,
@@ -42,6 +43,7 @@ from raylog.errors import (
     UnknownPartitionError,
 )
 from raylog.partitioner import Partitioner, StickyPartitioner, key_partition
+from raylog.producer_state import RECENT_BATCHES
 from raylog.records import BatchBuilder, Codec, encode
 from raylog.records.builder import BATCH_OVERHEAD, RECORD_OVERHEAD, check_headers, record_size
 from raylog.topics import check_partition, validate_topic_name
@@ -89,6 +91,12 @@ class ProducerConfig:
         if self.delivery_timeout_ms < self.linger_ms:
             raise InvalidConfigError(f"delivery_timeout_ms must be >= linger_ms="
                                      f"{self.linger_ms}, got {self.delivery_timeout_ms}")
+        if acks != 0 and self.max_in_flight_requests_per_partition > RECENT_BATCHES:
+            # A retry should find its first answer among those its leader remembers, or a
+            # batch written once would fail (as Kafka's idempotent producer insists).
+            raise InvalidConfigError(
+                f"max_in_flight_requests_per_partition must be at most {RECENT_BATCHES} with "
+                f"acks={acks!r} (idempotent), got {self.max_in_flight_requests_per_partition}")
         if self.batch_size <= BATCH_OVERHEAD:
             raise InvalidConfigError(f"batch_size must be > {BATCH_OVERHEAD}, "
                                      f"got {self.batch_size}")
@@ -682,7 +690,7 @@ class Producer:
             if batch is None:
                 continue  # the other thread collected it, or it expired
             try:
-                info = resolve(ref)
+                info = appended(resolve(ref), batch.topic, batch.partition)
             except Exception as e:  # every failure ends in the batch's future
                 self._failed(batch, e)
                 continue
@@ -697,8 +705,11 @@ class Producer:
             error, ActorUnavailableError | RequestTimeoutError) else None
         if retriable and now < batch.deadline and not self._closed:
             logger.debug("retrying batch for %s-%d after %r", batch.topic, batch.partition, error)
+            # Refused as ahead of its producer's sequence: the leader answered, and knowing
+            # who leads changes nothing.
+            ahead = self._idempotent and isinstance(error, OutOfOrderSequenceError)
             known = self._topics.get(batch.topic)
-            if known is None or known.fetched_at < batch.sent_at:
+            if not ahead and (known is None or known.fetched_at < batch.sent_at):
                 # Not already refreshed since this attempt (say, for another failed batch).
                 try:
                     self._topic(batch.topic, refresh=True)
@@ -709,7 +720,14 @@ class Producer:
                 if sender is None or batch not in sender.in_flight:
                     return  # expired or abandoned meanwhile: already completed
                 batch.ref = None
-                sender.retry(batch, now + self._backoff_s(batch.attempts), unanswered)
+                retry_at = now + self._backoff_s(batch.attempts)
+                if not ahead:
+                    sender.retry(batch, retry_at, unanswered)
+                elif sender.refused_ahead(batch, now, retry_at):
+                    logger.info("%s-%d: the leader lacks what producer %d sent before "
+                                "sequence %d, and nothing before it is pending (%s): bumping "
+                                "its epoch", batch.topic, batch.partition, batch.producer_id,
+                                batch.base_sequence, type(error).__name__)
                 self._sendable[batch.key] = None
                 self._wake.notify_all()
             return

@@ -12,7 +12,7 @@ import contextlib
 import itertools
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 from ray.exceptions import ActorUnschedulableError, GetTimeoutError, RayActorError, RayTaskError
@@ -26,6 +26,9 @@ from raylog.errors import (
     RaylogError,
     RequestTimeoutError,
 )
+
+if TYPE_CHECKING:
+    from raylog.storage import AppendInfo
 
 CONTROLLER_RETRIES = 30  # a restarting controller is back within seconds
 
@@ -119,6 +122,16 @@ def unwrap(error: BaseException) -> BaseException:
     if isinstance(error, RayTaskError):
         return InternalError(f"{type(cause).__name__} inside the cluster: {cause}")
     return error
+
+
+def appended(info: AppendInfo, topic: str, partition: int) -> AppendInfo:
+    """A leader's answer to an append (acks 1 or all), checked: InternalError for a negative
+    offset, which acknowledges nothing (no leader answers one; an older one answered -1 for
+    a batch it could not place)."""
+    if info.base_offset < 0:
+        raise InternalError(f"the leader of {topic}-{partition} answered an append at offset "
+                            f"{info.base_offset}, which acknowledges nothing")
+    return info
 
 
 class ReplicaClient:

@@ -15,6 +15,16 @@ holds with its first answer. For that to work the producer must keep its side in
   queued batches from sequence 0 (Kafka's epoch bump). The leader refuses a batch of an
   older epoch once it has seen a newer one, so a late copy of an expired batch can no
   longer land after the batches that followed it.
+- A batch the leader refused as ahead of the sequence it expects (OutOfOrderSequenceError,
+  UnknownProducerIdError: not appended) waits behind an earlier batch of the same producer
+  id and epoch that is still unresolved, in flight or queued for a retry: that batch is the
+  gap, and the refused one is retried in place (so too if an earlier batch was acknowledged
+  after the refused attempt went out: it may have filled the gap just after the leader
+  looked). With no such batch the gap can never fill:
+  the leader lost this producer's state (a failover that lost an acks=1 tail, retention,
+  eviction from its table of producers). The partition bumps its epoch at once, as after a
+  hole, and the batch goes out again under its new number without a backoff (KIP-360);
+  waiting for its delivery timeout would only fail everything queued behind it.
 - Renumbering is only safe for a batch that cannot have been appended: never sent, or
   refused by the leader each time it was. A queued retry whose earlier attempt ended
   without an answer (the replica died, the call was lost) may already be in the log; under
@@ -31,6 +41,7 @@ the producer calls it with its lock held.
 from __future__ import annotations
 
 import collections
+import itertools
 import random
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -57,8 +68,8 @@ class OutgoingBatch:
     ``result`` is completed exactly once, by whoever ends the batch.
     """
 
-    __slots__ = ("attempts", "base_sequence", "buffered", "builder", "created", "data",
-                 "deadline", "last_error", "not_before", "partition", "producer_epoch",
+    __slots__ = ("acks_before", "attempts", "base_sequence", "buffered", "builder", "created",
+                 "data", "deadline", "last_error", "not_before", "partition", "producer_epoch",
                  "producer_id", "ref", "result", "sent_at", "stamped", "topic")
 
     def __init__(self, topic: str, partition: int, builder: BatchBuilder | None, result: Any,
@@ -71,6 +82,7 @@ class OutgoingBatch:
         self.deadline = created + delivery_timeout_s
         self.not_before = 0.0       # retry backoff ends (monotonic s)
         self.attempts = 0           # sends so far
+        self.acks_before = 0        # its partition's acknowledgements when it last went out
         self.buffered = 0           # bytes counted against buffer_memory
         self.data: bytes | None = None
         self.stamped: tuple[int, int, int] | None = None  # producer fields inside ``data``
@@ -124,6 +136,7 @@ class PartitionSender:
         self.queue: collections.deque[OutgoingBatch] = collections.deque()
         self.in_flight: list[OutgoingBatch] = []
         self.reset_pending = False
+        self.acknowledgements = 0  # batches acknowledged so far
 
     def __bool__(self) -> bool:
         return bool(self.queue or self.in_flight)
@@ -154,6 +167,7 @@ class PartitionSender:
         queue = self.queue
         while queue and len(self.in_flight) < limit and queue[0].not_before <= now:
             batch = queue.popleft()
+            batch.acks_before = self.acknowledgements
             self.in_flight.append(batch)
             out.append(batch)
         return out, unsafe
@@ -170,8 +184,26 @@ class PartitionSender:
                       if queued.base_sequence > batch.base_sequence), len(self.queue))
         self.queue.insert(place, batch)
 
+    def refused_ahead(self, batch: OutgoingBatch, now: float, retry_at: float) -> bool:
+        """The leader refused an in-flight ``batch`` as ahead of the sequence it expects:
+        not appended. Retry it in place at ``retry_at`` while the gap may still fill: an
+        earlier batch of its producer id and epoch is unresolved (in flight, or queued for a
+        retry), or one was acknowledged after this attempt went out (Ray may have started
+        this call before that one's). Else bump the epoch and send it again at once
+        (``now``), renumbered. Whether it bumped."""
+        producer = batch.producer_id, batch.producer_epoch
+        may_fill = self.acknowledgements > batch.acks_before or any(
+            b is not batch and (b.producer_id, b.producer_epoch) == producer
+            and b.base_sequence < batch.base_sequence
+            for b in itertools.chain(self.in_flight, self.queue))
+        self.retry(batch, retry_at if may_fill else now)
+        if not may_fill:
+            self._hole()
+        return not may_fill
+
     def acknowledged(self, batch: OutgoingBatch) -> None:
         self.in_flight.remove(batch)
+        self.acknowledgements += 1
 
     def failed(self, batch: OutgoingBatch) -> None:
         """An in-flight batch ended in failure: its sequences are a hole (or unknown)."""

@@ -205,9 +205,8 @@ class PartitionCopier:
                              stamp.base_sequence)
 
         def done(info, start=sent.source_start, end=sent.source_end, n=sent.records) -> None:
-            if info.base_offset >= 0:
-                with link.lock:
-                    link.syncs.add(start, end, info.base_offset, info.base_offset + n)
+            with link.lock:
+                link.syncs.add(start, end, info.base_offset, info.base_offset + n)
             self.status.copied(link.target_topic, n)
 
         appender.send(data, done, after_all=stamp.new_run)

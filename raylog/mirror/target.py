@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 
 from raylog.client.connection import RaylogCluster
-from raylog.client.remote import ReplicaClient, discard, resolve
+from raylog.client.remote import ReplicaClient, appended, discard, resolve
 from raylog.errors import OutOfOrderSequenceError, RaylogError
 from raylog.mirror.position import resume_offset, source_range
 from raylog.mirror.retry import Backoff, Retrying
@@ -111,9 +111,11 @@ class PartitionAppender:
     ``max_in_flight`` at once (no more than the leader remembers per producer, so a batch
     sent again is always recognised). Not safe for concurrent use: one copier owns it.
 
-    ``done(info)`` runs for each batch once the leader acknowledged it, in order (``info``
-    with base offset -1: a duplicate of a batch appended long ago). A failure that is not
-    retriable is raised; so is OutOfOrderSequenceError after MAX_OUT_OF_ORDER attempts.
+    ``done(info)`` runs for each batch once the leader acknowledged it, in order, with the
+    offsets where it is (a batch the leader held already is answered with its first answer).
+    A failure that is not retriable is raised, and so is an answer that is not an
+    acknowledgement (a negative offset); OutOfOrderSequenceError (UnknownProducerIdError too)
+    after MAX_OUT_OF_ORDER attempts.
     """
 
     def __init__(self, cluster: RaylogCluster, topic: str, partition: int, *, acks: int | str,
@@ -168,7 +170,8 @@ class PartitionAppender:
         try:
             if isinstance(pending.ref, RaylogError):
                 raise pending.ref
-            info = resolve(pending.ref, timeout=self.request_timeout_ms / 1000 + 30)
+            info = appended(resolve(pending.ref, timeout=self.request_timeout_ms / 1000 + 30),
+                            self.topic, self.partition)
         except RaylogError as e:
             if not e.retriable or self.stop.is_set():
                 raise

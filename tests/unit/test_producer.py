@@ -18,6 +18,8 @@ from raylog.client.producer import Producer
 from raylog.errors import (
     ActorUnavailableError,
     ClientClosedError,
+    InternalError,
+    InvalidConfigError,
     InvalidProducerEpochError,
     OutOfOrderSequenceError,
     ProduceFailedError,
@@ -35,7 +37,9 @@ class FakeLeader:
     def __init__(self) -> None:
         self.states = ProducerStates()
         self.values: list[bytes] = []
-        self.mode = "ok"   # "ok", "hang", "die" (append, then lose the answer), "refuse"
+        # "ok", "hang", "die" (append, then lose the answer), "refuse", "minus-one" (answer
+        # at offset -1 without appending, as older leaders did for a batch they forgot)
+        self.mode = "ok"
         self.delay_s = 0.0  # with "ok": answer this much later
         self.appends = 0
         self.failures = 0  # with "die": how many requests to fail before answering again
@@ -51,12 +55,17 @@ class FakeLeader:
             if self.mode == "refuse":
                 future.set_exception(RecordTooLargeError("over max.message.bytes"))
                 return future
+            if self.mode == "minus-one":
+                future.set_result(AppendInfo(-1, -1, 0, parse_header(data).record_count))
+                return future
             self.appends += 1
             try:
                 info = self._append(data)
-            except (SequenceGap, InvalidProducerEpochError) as e:
-                future.set_exception(e if isinstance(e, InvalidProducerEpochError)
-                                     else OutOfOrderSequenceError("a gap"))
+            except SequenceGap as gap:  # the real leader waits a moment first
+                future.set_exception(gap.error("t-0", 0.0))
+                return future
+            except (InvalidProducerEpochError, OutOfOrderSequenceError) as e:
+                future.set_exception(e)
                 return future
             if self.mode == "die" and self.failures > 0:
                 self.failures -= 1
@@ -78,6 +87,14 @@ class FakeLeader:
         info = AppendInfo(base, len(self.values) - 1, 0, header.record_count)
         self.states.accept(header, info)
         return info
+
+
+    def lose_tail(self, count: int) -> None:
+        """A failover to a replica that lacks the last ``count`` records (an acks=1 tail),
+        whose producer state is what its own log says (here: nothing of this producer)."""
+        with self.lock:
+            del self.values[len(self.values) - count:]
+            self.states = ProducerStates()
 
 
 class FakeCluster:
@@ -189,3 +206,36 @@ def test_a_busy_partition_gets_fewer_larger_batches_not_a_queue_of_small_ones(le
     assert [f.result(0).offset for f in futures] == list(range(len(futures)))
     assert leader.appends <= 0.5 / 0.05 + 5  # about one batch per answer, not per linger_ms
     producer.close()
+
+
+def test_after_a_failover_that_lost_its_state_the_producer_bumps_its_epoch_at_once(leader):
+    """The new leader knows nothing of this producer (its acks=1 batches were lost with the
+    old leader): the next batch is ahead of anything it could take. The producer bumps its
+    epoch and goes on at once, long before its delivery timeout."""
+    producer = producer_for(leader, acks=1, delivery_timeout_ms=120_000)
+    for i in range(3):
+        producer.send("t", b"early-%d" % i).result(timeout=5)
+    leader.lose_tail(3)
+    after = producer.send("t", b"after")
+    assert after.result(timeout=5).offset == 0  # not after 120 s of OutOfOrderSequence
+    assert leader.values == [b"after"]
+    (state,) = leader.states._producers.values()
+    assert state.epoch == 1  # bumped
+    producer.close()
+
+
+def test_an_answer_at_a_negative_offset_is_a_failure_never_an_acknowledgement(leader):
+    leader.mode = "minus-one"
+    producer = producer_for(leader)
+    future = producer.send("t", b"v")
+    assert isinstance(future.exception(timeout=5), InternalError)
+    leader.mode = "ok"
+    assert producer.send("t", b"w").result(timeout=5).offset == 0  # it goes on
+    producer.close()
+
+
+def test_an_idempotent_producer_keeps_no_more_in_flight_than_a_leader_remembers():
+    with pytest.raises(InvalidConfigError, match="at most 5"):
+        Producer(cluster=FakeCluster(FakeLeader()), max_in_flight_requests_per_partition=6)
+    Producer(cluster=FakeCluster(FakeLeader()), acks=0,
+             max_in_flight_requests_per_partition=6).close()  # nothing to remember
