@@ -329,6 +329,12 @@ class PartitionLog:
         base = self.log_end_offset if base_offset is None else base_offset
         if old.size == 0 and old.base_offset == base:
             return old
+        # The old segment's records are durable before the new one's name is (its creation
+        # syncs the directory): else a power loss could keep the new segment and lose the
+        # old one's tail, leaving a hole in the offsets. One fsync per segment; the segments
+        # before it were synced at their own rolls.
+        old.sync()
+        self._synced_end = max(self._synced_end, old.next_offset)
         old.index.flush()
         old.time_index.flush()
         segment = LogSegment(self.directory, base, self.config.index_interval_bytes,
