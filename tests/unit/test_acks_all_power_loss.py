@@ -176,3 +176,52 @@ def test_acks_all_without_it_loses_acknowledged_records_to_a_power_loss(power, f
     acknowledged, losses = run_schedule(power, flush, seed=1)
     assert acknowledged >= 20
     assert losses, "no acknowledged record lost: the power loss is not simulated"
+
+
+def lost_at_replica(copy: Path, replica: int, configs: dict[str, Any]) -> int:
+    """How many of its records replica ``replica`` lacks in a crash copy (all were 2)."""
+    p = open_replica(copy, replica, configs, FakeClock(NOW))
+    try:
+        return 2 - len(all_records(p.log))
+    finally:
+        p.log.close()
+
+
+def test_flush_ms_syncs_a_followers_records_when_maintenance_comes_by(power):
+    """flush.ms is periodic: the broker's maintenance calls maybe_flush on every replica it
+    hosts, followers too. Until then a power loss takes the records back."""
+    configs = topic_configs({"flush.ms": 1000})
+    clock = FakeClock(NOW)
+    replicas = {r: open_replica(power.root, r, configs, clock) for r in (1, 2)}
+    for p in replicas.values():
+        p.apply(LeaderAndIsr(1, 1, 1, (1, 2), (1, 2)))
+    leader, follower = replicas[1], replicas[2]
+    leader.append(batch_of([b"a", b"b"]), acks="all", leader_epoch=1)
+    catch_up(follower, leader)
+    assert leader.high_watermark == 2 and follower.log.synced_end_offset == 0
+    assert not follower.log.maybe_flush()  # not yet due
+    copy = power.crash_copy()
+    assert lost_at_replica(copy, 2, configs) == 2
+    clock.advance(1000)
+    assert follower.log.time_work_pending() and follower.log.maybe_flush()
+    assert follower.log.synced_end_offset == 2
+    assert lost_at_replica(power.crash_copy(), 2, configs) == 0
+
+
+def test_setting_flush_messages_1_syncs_what_a_replica_holds_before_it_counts(power):
+    """A topic altered to flush.messages=1: from then on a replica's log end is synced at
+    every step (a follower's next fetch reports it to its leader)."""
+    configs = topic_configs({})
+    clock = FakeClock(NOW)
+    replicas = {r: open_replica(power.root, r, configs, clock) for r in (1, 2)}
+    for p in replicas.values():
+        p.apply(LeaderAndIsr(1, 1, 1, (1, 2), (1, 2)))
+    leader, follower = replicas[1], replicas[2]
+    leader.append(batch_of([b"a", b"b"]), leader_epoch=1)
+    catch_up(follower, leader)
+    assert follower.log.synced_end_offset == leader.log.synced_end_offset == 0
+    for p in replicas.values():
+        p.update_configs(topic_configs({"flush.messages": "1"}))
+        assert p.log.synced_end_offset == p.log.committable_end_offset == 2
+    assert lost_at_replica(power.crash_copy(), 1, configs) == 0
+    assert lost_at_replica(power.crash_copy(), 2, configs) == 0
