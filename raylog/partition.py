@@ -375,9 +375,13 @@ class Partition:
         """Remove every record at or above ``offset``; the epoch cache and producer state
         follow (producer state from the newest snapshot below, then the log)."""
         log = self.log
+        end = log.log_end_offset
         self.snapshots.remove_above(offset)
-        if offset < log.log_end_offset:
-            log.truncate_to(offset)
+        # Even with nothing to cut: a log that closed itself (a sync it could not undo, see
+        # PartitionLog.append) raises here, so its follower never fetches again, which
+        # would report records it could not sync.
+        log.truncate_to(offset)
+        if offset < end:
             self.producers = ProducerStates()
             self._load_producers()
             self.last_truncation = log.log_end_offset

@@ -16,6 +16,8 @@ unsynced name change undone (a created file gone, a deleted one back, a rename r
 Writes that do not go through ``files`` (none in storage) are kept as written.
 
 With ``lose_bytes=False`` only names are undone (the tests of name changes alone).
+
+:class:`FailingDisk` makes fsyncs (and truncations, if asked) fail, as a dying disk does.
 """
 
 from __future__ import annotations
@@ -168,3 +170,24 @@ class PowerLoss:
                 if change[3] is not None:
                     target.write_bytes(change[3])
         return dest
+
+
+class FailingDisk:
+    """``files.fsync`` (and, if asked, ``files.truncate``) fail while ``failing``."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, truncate: bool = False) -> None:
+        self.failing = False
+        real_fsync, real_truncate = files.fsync, files.truncate
+
+        def fsync(fd: int) -> None:
+            if self.failing:
+                raise OSError(5, "Input/output error")
+            real_fsync(fd)
+
+        def cut(fd: int, size: int) -> None:
+            if self.failing and truncate:
+                raise OSError(5, "Input/output error")
+            real_truncate(fd, size)
+
+        monkeypatch.setattr(files, "fsync", fsync)
+        monkeypatch.setattr(files, "truncate", cut)

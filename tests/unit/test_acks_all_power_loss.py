@@ -26,11 +26,13 @@ from typing import Any
 
 import pytest
 
+from raylog.errors import LogClosedError, StorageError
 from raylog.partition import LeaderAndIsr, Partition
+from raylog.replication.truncation import Ask
 from raylog.storage import PartitionLog
 from raylog.topics import log_config, normalize_configs
 from tests.unit.logutil import FakeClock, all_records, batch_of
-from tests.unit.powerloss import PowerLoss
+from tests.unit.powerloss import FailingDisk, PowerLoss
 from tests.unit.test_partition import sync as catch_up
 
 NOW = 1_700_000_000_000
@@ -225,3 +227,30 @@ def test_setting_flush_messages_1_syncs_what_a_replica_holds_before_it_counts(po
         assert p.log.synced_end_offset == p.log.committable_end_offset == 2
     assert lost_at_replica(power.crash_copy(), 1, configs) == 0
     assert lost_at_replica(power.crash_copy(), 2, configs) == 0
+
+
+def test_a_follower_whose_log_closed_itself_never_reports_its_log_end_again(monkeypatch,
+                                                                            tmp_path):
+    """A follower's disk refuses the fsync, then the cut that would undo the append: its log
+    holds records it could not sync and closes itself. The fetcher starts it over from
+    truncation, which now fails every time, so it sends no fetch that would count them."""
+    disk = FailingDisk(monkeypatch, truncate=True)
+    configs = topic_configs({"flush.messages": 1})
+    clock = FakeClock(NOW)
+    replicas = {r: open_replica(tmp_path, r, configs, clock) for r in (1, 2)}
+    for p in replicas.values():
+        p.apply(LeaderAndIsr(1, 1, 1, (1, 2), (1, 2)))
+    leader, follower = replicas[1], replicas[2]
+    leader.append(batch_of([b"a", b"b"]), acks="all", leader_epoch=1)
+    catch_up(follower, leader)
+    leader.append(batch_of([b"c"]), acks="all", leader_epoch=1)
+    answer = leader.read_for_follower(follower.log_end_offset, 1 << 20)
+    disk.failing = True
+    with pytest.raises(StorageError):
+        follower.append_replicated(answer.data, answer.high_watermark, answer.log_start_offset)
+    assert follower.log.committable_end_offset == 2 < follower.log_end_offset == 3
+    step = follower.truncation_step()
+    with pytest.raises(LogClosedError):
+        follower.truncate(step.truncate_to if isinstance(step, Ask) else step.offset)
+    with pytest.raises(LogClosedError):
+        follower.truncate(follower.log_end_offset)  # nothing to cut: refused all the same

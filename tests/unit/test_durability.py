@@ -15,10 +15,10 @@ import pytest
 
 from raylog.errors import LogClosedError, StorageError
 from raylog.records import read_records
-from raylog.storage import LogConfig, PartitionLog, files
+from raylog.storage import LogConfig, PartitionLog
 from raylog.storage.log import CLEAN_SHUTDOWN_FILE
 from tests.unit.logutil import FakeClock, all_records, batch_of
-from tests.unit.powerloss import PowerLoss
+from tests.unit.powerloss import FailingDisk, PowerLoss
 
 NOW = 1_700_000_000_000
 CONFIG = LogConfig(segment_bytes=2048, index_interval_bytes=256, retention_ms=None)
@@ -196,29 +196,8 @@ def test_a_power_loss_never_leaves_a_hole_between_segments(power_loss):
             len(offsets), copy
 
 
-class FailingSyncs:
-    """``files.fsync`` (and, if asked, ``files.truncate``) fail while ``failing``."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, truncate: bool = False) -> None:
-        self.failing = False
-        real_fsync, real_truncate = files.fsync, files.truncate
-
-        def fsync(fd: int) -> None:
-            if self.failing:
-                raise OSError(5, "Input/output error")
-            real_fsync(fd)
-
-        def cut(fd: int, size: int) -> None:
-            if self.failing and truncate:
-                raise OSError(5, "Input/output error")
-            real_truncate(fd, size)
-
-        monkeypatch.setattr(files, "fsync", fsync)
-        monkeypatch.setattr(files, "truncate", cut)
-
-
 def test_an_append_whose_sync_fails_writes_nothing(monkeypatch, tmp_path):
-    disk = FailingSyncs(monkeypatch)
+    disk = FailingDisk(monkeypatch)
     config = CONFIG.replace(flush_messages=1)
     log = PartitionLog(tmp_path / "p-0", config, clock=FakeClock(NOW))
     fill(log, 2)
@@ -234,7 +213,7 @@ def test_an_append_whose_sync_fails_writes_nothing(monkeypatch, tmp_path):
 
 
 def test_a_follower_append_whose_sync_fails_writes_nothing(monkeypatch, tmp_path):
-    disk = FailingSyncs(monkeypatch)
+    disk = FailingDisk(monkeypatch)
     config = CONFIG.replace(flush_messages=1)
     leader = PartitionLog(tmp_path / "a", CONFIG, clock=FakeClock(NOW))
     fill(leader, 8)
@@ -251,7 +230,7 @@ def test_a_follower_append_whose_sync_fails_writes_nothing(monkeypatch, tmp_path
 def test_a_log_that_can_neither_sync_nor_cut_closes_itself(monkeypatch, tmp_path):
     """As Kafka takes a failing log directory offline: nothing more is served or counted
     from a log holding records it could not sync; opening it again recovers."""
-    disk = FailingSyncs(monkeypatch, truncate=True)
+    disk = FailingDisk(monkeypatch, truncate=True)
     config = CONFIG.replace(flush_messages=1)
     log = PartitionLog(tmp_path / "p-0", config, clock=FakeClock(NOW))
     fill(log, 2)
