@@ -500,6 +500,8 @@ class PartitionLog:
                                             self.config.index_interval_bytes, create=True)
         else:
             removed += active.truncate_to(offset)
+        # Written only when it moved: undoing a failed sync (see _appended) then asks no
+        # more of a failing disk than the cut itself.
         if self.recovery_point > self.log_end_offset:
             self.recovery_point = self.log_end_offset
             self._recovery_checkpoint.write_offset(self.recovery_point)
