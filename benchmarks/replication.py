@@ -20,10 +20,14 @@ produce     ``rf1_acks1_records_per_s``: one ``Producer(acks=1)`` (otherwise the
             ``send`` for every record of the input then ``flush()``, to a topic with
             replication factor 1; ``rf3_acksall_records_per_s``: the same with
             ``acks="all"`` to a topic with replication factor 3 and ``min.insync.replicas=2``
-            (each batch answered once its three replicas have it: the ISR). The two alternate,
-            after a warm-up round each; best of the rounds. The same with ``send_batch`` of
-            one Arrow table (``*_arrow_records_per_s``), which moves the load from the
-            producer's Python to the brokers.
+            (each batch answered once its three replicas have it: the ISR);
+            ``rf3_acksall_fsync_records_per_s``: the same again to a topic that also has
+            ``flush.messages=1`` (each batch answered once its three replicas have it on
+            disk: every replica fsyncs each append before its log end counts; what the
+            default's page cache costs to give up). They alternate, after a warm-up round
+            each; best of the rounds. The same with ``send_batch`` of one Arrow table
+            (``*_arrow_records_per_s``, without the fsync topic), which moves the load from
+            the producer's Python to the brokers.
 failover    ``failover_ms``: median over the kills of the time from killing the broker that
             leads a replication-factor-3 partition (``ray.kill``; Ray restarts it) to the
             first ``acks="all"`` write acknowledged by the new leader. A producer (metadata
@@ -197,19 +201,25 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
         keep = {"retention.ms": -1}
         admin.create_topic("rf1", PARTITIONS, 1, keep)
         admin.create_topic("rf3", PARTITIONS, 3, {**keep, "min.insync.replicas": 2})
-        wait_until(lambda: in_sync(admin, "rf3"), 60, "rf3 in sync")
+        admin.create_topic("rf3fsync", PARTITIONS, 3,
+                           {**keep, "min.insync.replicas": 2, "flush.messages": 1})
+        for topic in ("rf3", "rf3fsync"):
+            wait_until(lambda t=topic: in_sync(admin, t), 60, f"{topic} in sync")
 
-        # -- produce: rf1/acks=1 against rf3/acks=all, per record and as an Arrow table
+        # -- produce: rf1/acks=1 against rf3/acks=all (and with every append fsynced), per
+        # record and as an Arrow table
         seconds = alternate(mode.rounds, {
             "rf1": lambda: produce(values, "rf1", 1),
             "rf3": lambda: produce(values, "rf3", "all"),
+            "rf3_fsync": lambda: produce(values, "rf3fsync", "all"),
             "rf1_arrow": lambda: produce_table(table, "rf1", 1),
             "rf3_arrow": lambda: produce_table(table, "rf3", "all"),
         })
-        wait_until(lambda: in_sync(admin, "rf3"), 60, "rf3 in sync after producing")
-        ends = end_offsets(["rf1", "rf3"])
-        sent = mode.records * (mode.rounds + 1) * 2  # warm-up and rounds, both paths
-        assert ends == {"rf1": sent, "rf3": sent}, (ends, sent)  # nothing lost, nothing twice
+        for topic in ("rf3", "rf3fsync"):
+            wait_until(lambda t=topic: in_sync(admin, t), 60, f"{topic} in sync after producing")
+        ends = end_offsets(["rf1", "rf3", "rf3fsync"])
+        sent = mode.records * (mode.rounds + 1)  # warm-up and rounds, per path
+        assert ends == {"rf1": 2 * sent, "rf3": 2 * sent, "rf3fsync": sent}, (ends, sent)
 
         # -- failover
         admin.create_topic("failover", 1, 3, {**keep, "min.insync.replicas": 2})
@@ -253,6 +263,7 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
     figures = {
         "rf1_acks1_records_per_s": n / min(seconds["rf1"]),
         "rf3_acksall_records_per_s": n / min(seconds["rf3"]),
+        "rf3_acksall_fsync_records_per_s": n / min(seconds["rf3_fsync"]),
         "rf1_acks1_arrow_records_per_s": n / min(seconds["rf1_arrow"]),
         "rf3_acksall_arrow_records_per_s": n / min(seconds["rf3_arrow"]),
         "failover_ms": statistics.median(failovers),
@@ -261,6 +272,8 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
     }
     figures["rf3_over_rf1"] = figures["rf3_acksall_records_per_s"] / \
         figures["rf1_acks1_records_per_s"]
+    figures["rf3_fsync_over_rf3"] = figures["rf3_acksall_fsync_records_per_s"] / \
+        figures["rf3_acksall_records_per_s"]
     figures["rf3_over_rf1_arrow"] = figures["rf3_acksall_arrow_records_per_s"] / \
         figures["rf1_acks1_arrow_records_per_s"]
     figures["follower_over_leader"] = figures["follower_fetch_records_per_s"] / \
@@ -306,6 +319,10 @@ def table(result: dict[str, Any]) -> str:
          "-"),
         ("rf=3 acks=all / rf=1 acks=1", f"{result['rf3_over_rf1']:.2f}",
          *met("rf3_over_rf1", ">=")),
+        ("produce rf=3 acks=all, flush.messages=1 (records/s)",
+         rate(result["rf3_acksall_fsync_records_per_s"]), "-", "-"),
+        ("rf=3 acks=all flush.messages=1 / rf=3 acks=all", f"{result['rf3_fsync_over_rf3']:.2f}",
+         "-", "-"),
         ("send_batch rf=1 acks=1 (records/s)", rate(result["rf1_acks1_arrow_records_per_s"]),
          "-", "-"),
         ("send_batch rf=3 acks=all (records/s)",

@@ -28,7 +28,9 @@ one node   ``raylog.init(address="local")``: an embedded single-node Ray cluster
              and its latency at a fixed offered load.
 3 brokers  a ``ray.cluster_utils.Cluster`` (a head and 3 broker nodes on this machine): 100-byte
            and 1 KB values, 1 and 3 producer processes, replication factor 1 with acks=1 and
-           3 with acks=all (``min.insync.replicas=2``), all cells alternated round by round.
+           3 with acks=all (``min.insync.replicas=2``), and one cell (100 B, 1 producer) of
+           replication factor 3 with acks=all to a topic with ``flush.messages=1`` (every
+           replica fsyncs each append before it counts), all cells alternated round by round.
 
 Every figure is the best of its timed rounds after one warm-up round; the JSON keeps every
 round's seconds. Checks outside the timed regions: each produce round grew its topic by
@@ -65,6 +67,12 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = RESULTS_DIR / "suite"
 PARTITIONS = 6
 KEEP = {"retention.ms": -1}
+# The 3 brokers' topics: name -> (replication factor, configs).
+MATRIX_TOPICS = {
+    "rf1": (1, KEEP),
+    "rf3": (3, {**KEEP, "min.insync.replicas": 2}),
+    "rf3fsync": (3, {**KEEP, "min.insync.replicas": 2, "flush.messages": 1}),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -341,19 +349,21 @@ def replicated(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
             cluster.wait_for_nodes()
             raylog.init(address=cluster.address)
             admin = Admin()
-            admin.create_topic("rf1", PARTITIONS, 1, KEEP)
-            admin.create_topic("rf3", PARTITIONS, 3, {**KEEP, "min.insync.replicas": 2})
-            wait_until(lambda: in_sync(admin, "rf3"), 120, "rf3 in sync")
+            for topic, (factor, configs) in MATRIX_TOPICS.items():
+                admin.create_topic(topic, PARTITIONS, factor, configs)
+            for topic in MATRIX_TOPICS:
+                wait_until(lambda t=topic: in_sync(admin, t), 120, f"{topic} in sync")
             workers = start_workers(3, ray.get_runtime_context().get_node_id())
             ray.get([w.prepare.remote(count, size, seed)
                      for seed, w in enumerate(workers) for size, count in sizes.items()])
         with steps.step("the replication matrix: 100 B and 1 KB, 1 and 3 producers, "
-                        "rf 1 acks=1 and rf 3 acks=all"):
+                        "rf 1 acks=1 and rf 3 acks=all; rf 3 acks=all flush.messages=1"):
             cells = {}
             for size in sizes:
                 for producers in (1, 3):
                     for topic, acks in (("rf1", 1), ("rf3", "all")):
                         cells[f"{size}B-{producers}p-{topic}"] = (size, producers, topic, acks)
+            cells["100B-1p-rf3fsync"] = (100, 1, "rf3fsync", "all")
             runs: dict[str, list[dict[str, float]]] = {name: [] for name in cells}
 
             def cell_step(name: str) -> Callable[[], float]:
@@ -375,14 +385,16 @@ def replicated(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
             cluster.shutdown()
     rates = best_rates(seconds, {name: runs[name][0]["records"] for name in cells})
     out_cells = {name: {"value_bytes": size, "producers": producers,
-                        "replication_factor": int(topic[2]), "acks": acks,
+                        "replication_factor": MATRIX_TOPICS[topic][0], "acks": acks,
+                        "flush_messages": MATRIX_TOPICS[topic][1].get("flush.messages"),
                         "records_per_s": rates[name],
                         "records_per_cpu_s": runs[name][0]["records"] / min(
                             r["cpu_seconds"] for r in runs[name][1:])}
                  for name, (size, producers, topic, acks) in cells.items()}
     return {"cells": list(out_cells.values()), "seconds": seconds,
             "rf1_acks1_records_per_s": out_cells["100B-1p-rf1"]["records_per_s"],
-            "rf3_acksall_records_per_s": out_cells["100B-1p-rf3"]["records_per_s"]}
+            "rf3_acksall_records_per_s": out_cells["100B-1p-rf3"]["records_per_s"],
+            "rf3_acksall_fsync_records_per_s": out_cells["100B-1p-rf3fsync"]["records_per_s"]}
 
 
 def check_matrix(admin: Any, cells: dict[str, tuple[Any, ...]],
@@ -390,7 +402,7 @@ def check_matrix(admin: Any, cells: dict[str, tuple[Any, ...]],
     """Each topic holds exactly the records its cells sent: nothing lost, nothing twice."""
     from raylog import Consumer, TopicPartition
 
-    sent = {"rf1": 0, "rf3": 0}
+    sent = dict.fromkeys(MATRIX_TOPICS, 0)
     for name, (_, _, topic, _) in cells.items():
         sent[topic] += sum(r["records"] for r in runs[name])
     with Consumer() as consumer:

@@ -29,8 +29,9 @@ TARGETS: dict[str, tuple[str, float]] = {
 # The keys results.json always has (None where a peer could not run).
 REQUIRED_KEYS = (
     "produce_records_per_s", "produce_arrow_records_per_s", "produce_rf3_acksall_records_per_s",
-    "consume_records_per_s", "e2e_p50_ms", "e2e_p99_ms", "redis_produce_records_per_s",
-    "redis_consume_records_per_s", "queue_produce_records_per_s", "queue_consume_records_per_s",
+    "produce_rf3_acksall_fsync_records_per_s", "consume_records_per_s", "e2e_p50_ms",
+    "e2e_p99_ms", "redis_produce_records_per_s", "redis_consume_records_per_s",
+    "queue_produce_records_per_s", "queue_consume_records_per_s",
 )
 # The single node's figures that results.json leads with (the 3 brokers' come from their matrix).
 SINGLE_NODE_FIGURES = (
@@ -77,13 +78,16 @@ def latency_summary(samples_ms: Sequence[float]) -> dict[str, float]:
 def headline_figures(single: Mapping[str, Any], matrix: Mapping[str, Any]) -> dict[str, Any]:
     """The figures results.json leads with, from what the single node's and the 3 brokers'
     runs returned: SINGLE_NODE_FIGURES, the matrix's 100-byte, one-producer rf 1 and rf 3
-    rates, and the ratios (None where a peer did not run)."""
+    rates (rf 3 with flush.messages=1 too), and the ratios (None where a peer did not run)."""
     figures = {name: single[name] for name in SINGLE_NODE_FIGURES}
     figures["produce_mb_per_s"] = figures["produce_records_per_s"] * RECORD_BYTES / MB
     rf1, rf3 = matrix["rf1_acks1_records_per_s"], matrix["rf3_acksall_records_per_s"]
     figures["produce_rf3_acksall_records_per_s"] = rf3
     figures["produce_rf1_acks1_3brokers_records_per_s"] = rf1
     figures["rf3_over_rf1"] = rf3 / rf1
+    fsync = figures["produce_rf3_acksall_fsync_records_per_s"] = \
+        matrix["rf3_acksall_fsync_records_per_s"]
+    figures["rf3_fsync_over_rf3"] = fsync / rf3
     add_ratios(figures)
     return figures
 
@@ -181,11 +185,15 @@ def raylog_table(results: Mapping[str, Any]) -> str:
     for cell in results["replicated"]["cells"]:
         rows.append([f"produce, `send`, {cell['producers']} producer"
                      f"{'s' if cell['producers'] > 1 else ''}, {cell['value_bytes']:,} B, "
-                     f"rf {cell['replication_factor']}, acks={cell['acks']} (3 brokers)",
+                     f"rf {cell['replication_factor']}, acks={cell['acks']}"
+                     f"{', flush.messages=1' if cell.get('flush_messages') == 1 else ''} "
+                     f"(3 brokers)",
                      _rate(cell["records_per_s"]),
                      _mb(cell["records_per_s"], cell["value_bytes"]), "-"])
     rows.append(["rf 3 acks=all / rf 1 acks=1 (1 producer, 100 B, 3 brokers)",
                  _x(results["rf3_over_rf1"]), "-", _target_cell(t, "rf3_over_rf1")])
+    rows.append(["rf 3 acks=all with flush.messages=1 / without (1 producer, 100 B, 3 brokers)",
+                 _x(results["rf3_fsync_over_rf3"]), "-", "-"])
     return markdown_table(["measurement", "records/s", "MB/s of values", "target"], rows,
                           "lrrl")
 

@@ -9,7 +9,10 @@ The controller decides who leads (:class:`LeaderAndIsr`, applied by :meth:`Parti
 
 - As **leader** a replica appends producers' batches (stamping its epoch), serves fetches
   below the high watermark, and tracks its followers (a :class:`ReplicaSet`): their log ends,
-  the ISR it proposes to change, and the high watermark, the lowest log end in the ISR.
+  the ISR it proposes to change, and the high watermark, the lowest log end in the ISR. Its
+  own log counts up to ``log.committable_end_offset``: with ``flush.messages=1`` only what
+  is synced, as a follower's fetch reports only what it synced (its log syncs each append
+  before the next fetch is sent), so that acks=all means on disk at every in-sync replica.
 - As **follower** it first truncates whatever it holds that the leader does not (asking the
   leader where its epochs ended, KIP-101/KIP-279: :meth:`truncation_step`), then appends the
   leader's batches as they are (:meth:`append_replicated`), with the leader's high watermark.
@@ -171,7 +174,8 @@ class Partition:
         if leads:
             if same_epoch and self.role is Role.LEADER:
                 self.replica_set.set_replicas(self.replicas)
-                self._set_hw(self.replica_set.isr_changed(self.isr, self.log_end_offset))
+                self._set_hw(self.replica_set.isr_changed(self.isr,
+                                                          self.log.committable_end_offset))
                 return Transition.UPDATED
             self._become_leader(state.leader_epoch)
             return Transition.LEADER
@@ -192,7 +196,7 @@ class Partition:
             self.replica_id, self.replicas, self.isr, leader_epoch, end,
             min(self.log.high_watermark, end), clock=self.clock,
             replica_lag_time_max_ms=self.configs["replica_lag_time_max_ms"])
-        self._set_hw(self.replica_set.advance_high_watermark(end))
+        self._set_hw(self.replica_set.advance_high_watermark(self.log.committable_end_offset))
 
     def _set_hw(self, offset: int) -> None:
         self.log.update_high_watermark(offset)
@@ -265,7 +269,7 @@ class Partition:
             raise
         self.producers.accept(header, info)
         self._after_append()
-        self._set_hw(self.replica_set.advance_high_watermark(self.log_end_offset))
+        self._set_hw(self.replica_set.advance_high_watermark(self.log.committable_end_offset))
         return info
 
     def acks_all_done(self, last_offset: int) -> bool:
@@ -288,7 +292,8 @@ class Partition:
             raise OffsetOutOfRangeError(
                 f"{self.name}: replica {follower} fetches from {offset}, outside the "
                 f"leader's log [{log.log_start_offset}, {log.log_end_offset}]")
-        self._set_hw(self.replica_set.follower_fetched(follower, offset, log.log_end_offset))
+        self._set_hw(self.replica_set.follower_fetched(
+            follower, offset, log.log_end_offset, committable_end=log.committable_end_offset))
         return log.high_watermark
 
     def read_for_follower(self, offset: int, max_bytes: int) -> FetchResult:
@@ -316,7 +321,7 @@ class Partition:
         """The controller did not make the ISR change proposed with ``replica_set`` (refused,
         unreachable, or it kept the ISR as it was): no change is pending any more."""
         if self.replica_set is replica_set and replica_set.pending_isr is not None:
-            self._set_hw(replica_set.isr_change_failed(self.log_end_offset))
+            self._set_hw(replica_set.isr_change_failed(self.log.committable_end_offset))
 
     def end_offset_for_epoch(self, leader_epoch: int, epoch: int) -> EpochEndOffset:
         """Kafka's OffsetForLeaderEpoch as a leader answers it, for a follower at
@@ -370,9 +375,13 @@ class Partition:
         """Remove every record at or above ``offset``; the epoch cache and producer state
         follow (producer state from the newest snapshot below, then the log)."""
         log = self.log
+        end = log.log_end_offset
         self.snapshots.remove_above(offset)
-        if offset < log.log_end_offset:
-            log.truncate_to(offset)
+        # Even with nothing to cut: a log that closed itself (a sync it could not undo, see
+        # PartitionLog.append) raises here, so its follower never fetches again, which
+        # would report records it could not sync.
+        log.truncate_to(offset)
+        if offset < end:
             self.producers = ProducerStates()
             self._load_producers()
             self.last_truncation = log.log_end_offset
@@ -390,7 +399,10 @@ class Partition:
     def append_replicated(self, data: bytes, leader_hw: int, leader_log_start: int
                           ) -> AppendInfo | None:
         """Append batches fetched from the leader, offsets and epochs as they are; take the
-        leader's high watermark (up to this log's end) and its log start."""
+        leader's high watermark (up to this log's end) and its log start. With
+        ``flush.messages=1`` the batches are on disk when it returns (or nothing is
+        appended: StorageError), so the next fetch, which reports this log's end to the
+        leader, reports only synced records."""
         if self.role is not Role.FOLLOWER:
             raise NotLeaderError(f"{self.name}: replica {self.replica_id} is not a follower")
         batches = list(iter_headers(data, verify=True))

@@ -18,8 +18,9 @@
   plus the proposed one: a follower joining holds it back at once, one leaving holds it until
   it is gone. One change is pending at a time.
 - **High watermark**: the lowest log end offset among the maximal ISR, the leader's own
-  included; it never moves backwards, and does not move while an ISR member has not fetched
-  in this leader epoch (its log end is unknown).
+  included (as far as it counts: with ``flush.messages=1`` what it synced); it never moves
+  backwards, and does not move while an ISR member has not fetched in this leader epoch (its
+  log end is unknown).
 - **acks=all**: refused before the append when the ISR is smaller than
   ``min_insync_replicas``; complete once the high watermark passed the batch's last offset;
   if by then the maximal ISR shrank below ``min_insync_replicas``, the producer gets
@@ -129,10 +130,12 @@ class ReplicaSet:
 
     # -- fetches and the high watermark --------------------------------------------------------
 
-    def follower_fetched(self, replica_id: int, fetch_offset: int, leader_log_end: int) -> int:
+    def follower_fetched(self, replica_id: int, fetch_offset: int, leader_log_end: int, *,
+                         committable_end: int | None = None) -> int:
         """Record a fetch from ``fetch_offset`` (the follower's log end) by ``replica_id``,
         served when the leader's log ended at ``leader_log_end``; return the high watermark,
-        advanced if it can be.
+        advanced if it can be (the leader's own log counting up to ``committable_end``,
+        default ``leader_log_end``: less when it syncs each append and a sync failed).
 
         Raises OffsetOutOfRangeError for a fetch past the leader's log end (the follower must
         truncate first) and InvalidArgumentError for a replica that is not a follower here.
@@ -153,7 +156,8 @@ class ReplicaSet:
         state.log_end_offset = fetch_offset
         state.last_fetch_ms = now
         state.last_fetch_leader_log_end = leader_log_end
-        return self.advance_high_watermark(leader_log_end)
+        return self.advance_high_watermark(
+            leader_log_end if committable_end is None else committable_end)
 
     def advance_high_watermark(self, leader_log_end: int) -> int:
         """Move the high watermark up to the lowest log end among the maximal ISR (the

@@ -26,8 +26,8 @@ class Checkpoint:
         data = "\n".join([VERSION, str(len(entries)), *entries, ""]).encode()
         fd = files.create(tmp, os.O_WRONLY | os.O_TRUNC)
         try:
-            os.write(fd, data)
-            os.fsync(fd)
+            files.write(fd, data)
+            files.fsync(fd)
         finally:
             os.close(fd)
         files.replace(tmp, self.path)

@@ -20,14 +20,15 @@ class LogConfig:
     Every field is checked in ``__post_init__``; a bad value raises InvalidConfigError naming
     the field and the value. ``None`` means "no limit" (Kafka's -1 is accepted for the same).
     Names match Kafka's topic configs with ``.`` replaced by ``_``; :meth:`from_mapping`
-    accepts either spelling.
+    accepts either spelling. Ranges are Kafka's: ``flush_messages`` >= 1, ``flush_ms`` >= 0.
     """
 
     segment_bytes: int = 1 << 30          # roll the active segment past this size
     segment_ms: int = 7 * DAY_MS          # ... or when its first batch is this old
     index_interval_bytes: int = 4096      # bytes of log between two offset-index entries
     flush_messages: int | None = None     # fsync after this many records (None: leave to OS)
-    flush_ms: int | None = None           # fsync when the last one is this old (None: OS)
+    flush_ms: int | None = None           # fsync when the last one is this old (None: OS;
+                                          # 0: at every append, as flush_messages=1)
     retention_ms: int | None = 7 * DAY_MS  # delete segments whose newest record is older
     retention_bytes: int | None = None    # delete oldest segments while the log is larger
     cleanup_policy: str = "delete"        # "delete", "compact" or "compact,delete"
@@ -68,6 +69,13 @@ class LogConfig:
             raise InvalidConfigError(f"segment_bytes must be >= 1024, got {self.segment_bytes}")
 
     @property
+    def syncs_each_append(self) -> bool:
+        """Whether every append is fsynced before it returns (``flush_messages=1``, or
+        ``flush_ms=0``): then a replica counts only synced records toward the high
+        watermark, and acks=all means on disk at every in-sync replica."""
+        return self.flush_messages == 1 or self.flush_ms == 0
+
+    @property
     def compact(self) -> bool:
         return "compact" in self.cleanup_policy
 
@@ -95,4 +103,4 @@ class LogConfig:
 
 
 _POSITIVE = {"segment_bytes", "segment_ms", "index_interval_bytes", "flush_messages",
-             "flush_ms", "max_message_bytes"}
+             "max_message_bytes"}

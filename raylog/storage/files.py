@@ -1,4 +1,9 @@
-"""Changes to the names in a log directory, and the directory syncs that make them durable.
+"""The file system calls of storage: writes and the fsyncs that make them durable, changes to
+the names in a log directory and the directory syncs that make those durable.
+
+fsync of a file makes the bytes written to it durable: until then a power loss can take them
+back (a file appended to comes back shorter, a rewritten one with its old bytes). Storage
+writes, truncates and syncs segment, index and checkpoint files here.
 
 fsync of a file makes its bytes durable, not its name: a file created, renamed or deleted
 can come back as it was after a power loss until the directory holding it is fsynced too.
@@ -10,14 +15,36 @@ deleted segment is gone for good before the next one is deleted, compaction's re
 durable before the segments they replace are deleted.
 
 One module so that tests can replace these functions (they are looked up on the module at
-each call) and record the order of operations, or simulate a power loss that undoes every
-change not yet followed by a sync of its directory.
+each call) and record the order of operations, or simulate a power loss that drops every
+byte not yet followed by an fsync of its file and undoes every name change not yet followed
+by a sync of its directory (tests/unit/powerloss.py).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+
+def write_at(fd: int, buffers: list, position: int) -> int:
+    """Write ``buffers`` at byte ``position`` of the open file ``fd``; return the bytes
+    written (fewer than given only on a full disk or a signal)."""
+    return os.pwritev(fd, buffers, position)
+
+
+def write(fd: int, data: bytes) -> int:
+    """Write ``data`` at the current position of ``fd``; return the bytes written."""
+    return os.write(fd, data)
+
+
+def truncate(fd: int, size: int) -> None:
+    """Cut (or extend with zeros) the open file ``fd`` to ``size`` bytes."""
+    os.ftruncate(fd, size)
+
+
+def fsync(fd: int) -> None:
+    """Make what was written to ``fd`` durable, its bytes and its size."""
+    os.fsync(fd)
 
 
 def fsync_dir(path: Path) -> None:

@@ -90,9 +90,9 @@ class _IndexFile:
         fd = files.create(self.path,
                           os.O_WRONLY | (os.O_APPEND if self._written else os.O_TRUNC))
         try:
-            os.write(fd, tail)
+            files.write(fd, tail)
             if fsync:
-                os.fsync(fd)
+                files.fsync(fd)
         finally:
             os.close(fd)
         self._written = len(self.firsts)
@@ -105,7 +105,7 @@ class _IndexFile:
         if self._written > keep:
             fd = files.create(self.path, os.O_WRONLY)
             try:
-                os.ftruncate(fd, keep * self.entry.size)
+                files.truncate(fd, keep * self.entry.size)
             finally:
                 os.close(fd)
             self._written = keep

@@ -15,11 +15,18 @@ one holding the recovery point to the end, and always the last one; it cuts a to
 tail, drops segments after a cut, and rebuilds their indexes. Other segments are loaded from
 their index files, which are checked and rebuilt when they do not match their segment; a bad
 batch found then is damage, not a torn write, and is never cut. docs/storage.md has the rules.
+
+Durability: appended records are in the page cache until synced. ``flush_messages`` and
+``flush_ms`` sync them (:meth:`PartitionLog.sync`) as appends come; ``flush_messages=1``
+(or ``flush_ms=0``) syncs every append before it returns, and then only synced records count
+toward the high watermark (:attr:`PartitionLog.committable_end_offset`): acks=all means on
+disk at every in-sync replica. docs/replication.md says what each setting promises.
 """
 
 from __future__ import annotations
 
 import bisect
+import logging
 import os
 import shutil
 import time
@@ -34,6 +41,7 @@ from raylog.errors import (
     LogClosedError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
+    StorageError,
 )
 from raylog.records.header import NO_LEADER_EPOCH, BatchHeader, iter_headers, validate_batch
 from raylog.records.payload import check_payload, decode, offsets_of
@@ -42,6 +50,8 @@ from raylog.storage.checkpoint import Checkpoint
 from raylog.storage.cleaner import CleanerStats, Compactor, finish_interrupted_cleaning
 from raylog.storage.config import LogConfig
 from raylog.storage.segment import LOG_SUFFIX, LogSegment
+
+logger = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
 RECOVERY_POINT_FILE = "recovery-point-checkpoint"
@@ -77,15 +87,17 @@ class PartitionLog:
     Owns its directory. Invariants: segments are sorted by base offset and do not overlap;
     the last one is the active segment, the only one appended to; offsets assigned by
     :meth:`append` are dense and never reused unless :meth:`truncate_to` removed them;
-    ``log_start_offset <= high_watermark <= log_end_offset``. Time comes from ``clock``
-    (milliseconds), so tests control it. Not safe for concurrent use: its owner (a replica
-    actor) serializes calls.
+    ``log_start_offset <= high_watermark <= log_end_offset``; records below
+    ``synced_end_offset`` are on disk, and when every append is synced (``flush_messages=1``)
+    an append returns only once its records are, or raises having written nothing. Time comes
+    from ``clock`` (milliseconds), so tests control it. Not safe for concurrent use: its owner
+    (a replica actor) serializes calls.
     """
 
     def __init__(self, directory: str | os.PathLike, config: LogConfig | None = None, *,
                  clock: Callable[[], int] = wall_clock_ms) -> None:
         self.directory = Path(directory)
-        self.config = config or LogConfig()
+        self._config = config or LogConfig()
         self.clock = clock
         files.make_dirs(self.directory)
         self._recovery_checkpoint = Checkpoint(self.directory / RECOVERY_POINT_FILE)
@@ -93,6 +105,7 @@ class PartitionLog:
         self._start_checkpoint = Checkpoint(self.directory / LOG_START_FILE)
         self._segments: list[LogSegment] = []
         self._closed = False
+        self._failure: str | None = None  # why the log closed itself, if it did
         self._unflushed_records = 0
         self._last_flush_ms = clock()
         self._compactor = Compactor(self.directory, self.config, clock)
@@ -100,6 +113,7 @@ class PartitionLog:
         # Records below this were deleted (delete_records) though their segment stays.
         self._start_floor = self._start_checkpoint.read_offset() or 0
         self.recovery_point = self.log_end_offset
+        self._synced_end = self.log_end_offset  # opening synced what it checked
         hw = self._hw_checkpointed = self._hw_checkpoint.read_offset()
         self.high_watermark = min(max(hw or 0, self.log_start_offset), self.log_end_offset)
 
@@ -179,6 +193,35 @@ class PartitionLog:
         return self._segments[-1].next_offset
 
     @property
+    def synced_end_offset(self) -> int:
+        """Every record below this offset is on disk (fsynced); a power loss can take back
+        records at or above it."""
+        return self._synced_end
+
+    @property
+    def committable_end_offset(self) -> int:
+        """How far this replica's log counts toward the high watermark: its log end, or when
+        every append is synced, the end of what is synced, so that acks=all means on disk at
+        every in-sync replica. The two differ only after a sync failed and could not be
+        undone (the log then closed itself: see :meth:`append`)."""
+        return self._synced_end if self.config.syncs_each_append else self.log_end_offset
+
+    @property
+    def config(self) -> LogConfig:
+        """The log's settings. Setting new ones (a topic's altered configs) takes effect
+        from the next operation on; if they sync every append and records are not synced
+        yet, those are synced first (StorageError, settings unchanged, if that fails), so
+        that from then on the log end is synced whenever a call returns."""
+        return self._config
+
+    @config.setter
+    def config(self, config: LogConfig) -> None:
+        if config.syncs_each_append and self._synced_end < self.log_end_offset:
+            self.sync()
+        self._config = config
+        self._compactor.config = config
+
+    @property
     def size_bytes(self) -> int:
         return sum(s.size for s in self._segments)
 
@@ -192,7 +235,8 @@ class PartitionLog:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise LogClosedError(f"log {self.directory} is closed")
+            raise LogClosedError(f"log {self.directory} is closed"
+                                 + (f": {self._failure}" if self._failure else ""))
 
     # -- appending ---------------------------------------------------------------------------
 
@@ -204,7 +248,8 @@ class PartitionLog:
         payload that does not decode or disagrees with its header: see
         :func:`~raylog.records.payload.check_payload`), RecordTooLargeError (larger than
         ``max_message_bytes``) or InvalidRecordError (explicit offsets from a producer, or a
-        record without a key in a compacted log). Nothing is written when it raises.
+        record without a key in a compacted log), or StorageError (the disk refused the write,
+        or the sync the flush settings ask for). Nothing is written when it raises.
         ``verify_payload=False`` skips the payload check (it costs one decompression) for a
         writer that built the batch itself; a leader appending a producer's batch keeps it.
         """
@@ -225,7 +270,7 @@ class PartitionLog:
         base_offset = self.log_end_offset
         self._segment_for(header, base_offset, now).append(header, batch, base_offset,
                                                            leader_epoch)
-        self._after_append(header.record_count, now)
+        self._appended(base_offset, header.record_count, now)
         return AppendInfo(base_offset, base_offset + header.last_offset_delta,
                           header.max_timestamp, header.record_count)
 
@@ -237,7 +282,10 @@ class PartitionLog:
         Every batch is verified before any is written (``batches``: the positions and
         headers of ``data`` when the caller verified them already, with
         ``iter_headers(data, verify=True)``); each must start at or after the log end
-        offset. Returns where the last one landed, or None for empty ``data``.
+        offset. Returns where the last one landed, or None for empty ``data``. The flush
+        settings apply as to :meth:`append`, once for all the batches: with
+        ``flush_messages=1`` they are on disk when it returns (one fsync), and a follower's
+        next fetch, which tells its leader its log end, reports only synced records.
         """
         self._check_open()
         if batches is None:
@@ -253,10 +301,11 @@ class PartitionLog:
             return None
         view = memoryview(data)
         now = self.clock()
+        end = self.log_end_offset
         for pos, header in batches:
             self._segment_for(header, header.base_offset, now).append_stored(
                 header, view[pos:pos + header.size])
-            self._after_append(header.record_count, now)
+        self._appended(end, sum(h.record_count for _, h in batches), now)
         first, last = batches[0][1], batches[-1][1]
         return AppendInfo(first.base_offset, last.last_offset,
                           max(h.max_timestamp for _, h in batches),
@@ -280,6 +329,12 @@ class PartitionLog:
         base = self.log_end_offset if base_offset is None else base_offset
         if old.size == 0 and old.base_offset == base:
             return old
+        # The old segment's records are durable before the new one's name is (its creation
+        # syncs the directory): else a power loss could keep the new segment and lose the
+        # old one's tail, leaving a hole in the offsets. One fsync per segment; the segments
+        # before it were synced at their own rolls.
+        old.sync()
+        self._synced_end = max(self._synced_end, old.next_offset)
         old.index.flush()
         old.time_index.flush()
         segment = LogSegment(self.directory, base, self.config.index_interval_bytes,
@@ -287,13 +342,38 @@ class PartitionLog:
         self._segments.append(segment)
         return segment
 
-    def _after_append(self, records: int, now: int) -> None:
+    def _appended(self, end: int, records: int, now: int) -> None:
+        """``records`` were just written from offset ``end`` on: sync them if
+        ``flush_messages`` or ``flush_ms`` says so. If the sync fails they are cut again, so
+        that a failed append has written nothing (its producer retries it, its follower
+        fetches it again); if even that fails, the log closes itself (as Kafka takes a log
+        directory that fails offline) rather than count, or serve, what it could not sync."""
         self._unflushed_records += records
         config = self.config
-        if (config.flush_messages is not None
-                and self._unflushed_records >= config.flush_messages) or (
-                config.flush_ms is not None and now - self._last_flush_ms >= config.flush_ms):
-            self.flush()
+        if (config.flush_messages is None or self._unflushed_records < config.flush_messages) \
+                and (config.flush_ms is None or now - self._last_flush_ms < config.flush_ms):
+            return  # the default (neither set): the page cache has them, replicas too
+        try:
+            self.sync()
+        except (StorageError, OSError) as e:
+            self._unflushed_records -= records
+            try:
+                self.truncate_to(end)
+            except (StorageError, OSError) as undo:
+                self._fail(f"records from offset {end} could neither be synced ({e}) nor cut "
+                           f"({undo})")
+                raise StorageError(f"{self.directory}: {self._failure}") from undo
+            if isinstance(e, StorageError):
+                raise
+            raise StorageError(f"cannot sync {self.directory}: {e}") from e
+
+    def _fail(self, reason: str) -> None:
+        """Close for good, without the clean-shutdown marker (opening again recovers)."""
+        logger.error("%s closes: %s", self.directory, reason)
+        self._failure = reason
+        self._closed = True
+        for segment in self._segments:
+            segment.close()
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -420,8 +500,12 @@ class PartitionLog:
                                             self.config.index_interval_bytes, create=True)
         else:
             removed += active.truncate_to(offset)
-        self.recovery_point = min(self.recovery_point, self.log_end_offset)
-        self._recovery_checkpoint.write_offset(self.recovery_point)
+        # Written only when it moved: undoing a failed sync (see _appended) then asks no
+        # more of a failing disk than the cut itself.
+        if self.recovery_point > self.log_end_offset:
+            self.recovery_point = self.log_end_offset
+            self._recovery_checkpoint.write_offset(self.recovery_point)
+        self._synced_end = min(self._synced_end, self.log_end_offset)
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
         return removed
 
@@ -434,7 +518,7 @@ class PartitionLog:
         self._segments = [LogSegment(self.directory, offset, self.config.index_interval_bytes,
                                      create=True)]
         self._set_start_floor(min(self._start_floor, offset))
-        self.recovery_point = offset
+        self.recovery_point = self._synced_end = offset
         self._recovery_checkpoint.write_offset(offset)
         self.high_watermark = offset
 
@@ -478,13 +562,32 @@ class PartitionLog:
         return len(doomed)
 
     def flush(self) -> None:
-        """fsync every segment written since the last flush and checkpoint the recovery point."""
+        """fsync every segment written since the last flush, batches and indexes, and
+        checkpoint the recovery point."""
         self._check_open()
         start = self._segment_index(self.recovery_point)
         for segment in self._segments[start:]:
             segment.flush()
         self.recovery_point = self.log_end_offset
         self._recovery_checkpoint.write_offset(self.recovery_point)
+        self._flushed()
+
+    def sync(self) -> None:
+        """Make every record appended so far durable: one fsync of the active segment's
+        batches. Its indexes and the recovery point wait for :meth:`flush`, since opening
+        after a crash checks the active segment batch by batch and rebuilds its indexes
+        anyway; when a segment was rolled since the last flush, this is a whole flush, so
+        that a crash still leaves only the active segment to check. Raises StorageError (or
+        OSError from an index or checkpoint file) if the disk refuses."""
+        self._check_open()
+        if self._segment_index(self.recovery_point) < len(self._segments) - 1:
+            self.flush()
+            return
+        self._segments[-1].sync()
+        self._flushed()
+
+    def _flushed(self) -> None:
+        self._synced_end = self.log_end_offset
         self._unflushed_records = 0
         self._last_flush_ms = self.clock()
 

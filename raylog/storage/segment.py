@@ -116,12 +116,12 @@ class LogSegment:
     def _write(self, buffers: list) -> None:
         total = sum(len(b) for b in buffers)
         try:
-            written = os.pwritev(self._fd, buffers, self.size)
+            written = files.write_at(self._fd, buffers, self.size)
             while written < total:  # a short write: only on a full disk or a signal
                 rest = b"".join(bytes(b) for b in buffers)[written:]
-                written += os.pwrite(self._fd, rest, self.size + written)
+                written += files.write_at(self._fd, [rest], self.size + written)
         except OSError as e:
-            os.ftruncate(self._fd, self.size)
+            files.truncate(self._fd, self.size)
             raise StorageError(f"cannot write to {self.path}: {e}") from e
         self.dirty = True
 
@@ -405,7 +405,7 @@ class LogSegment:
                     batches.close()
         damaged = self.size - valid
         if damaged and cut:
-            os.ftruncate(self._fd, valid)
+            files.truncate(self._fd, valid)
             self.size = valid
         elif damaged:
             self.damaged_at = valid
@@ -432,7 +432,7 @@ class LogSegment:
             return 0
         position, header = found
         removed = self.size - position
-        os.ftruncate(self._fd, position)
+        files.truncate(self._fd, position)
         self.size = position
         self.index.truncate_to_position(position)
         self.time_index.truncate_to_offset(header.base_offset - self.base_offset)
@@ -443,11 +443,19 @@ class LogSegment:
         self.dirty = True
         return removed
 
+    def sync(self) -> None:
+        """fsync the batches written since the last sync (the indexes wait for
+        :meth:`flush`). Raises StorageError if the disk refuses."""
+        if self.dirty:
+            try:
+                files.fsync(self._fd)
+            except OSError as e:
+                raise StorageError(f"cannot sync {self.path}: {e}") from e
+            self.dirty = False
+
     def flush(self) -> None:
         """fsync the batches and write the index files."""
-        if self.dirty:
-            os.fsync(self._fd)
-            self.dirty = False
+        self.sync()
         self.index.flush(fsync=True)
         self.time_index.flush(fsync=True)
 

@@ -59,7 +59,8 @@ def made_up_runs(redis: bool = True) -> tuple[dict, dict]:
               "produce_records_per_cpu_s": 1.3e6}
     matrix = {"cells": [{"value_bytes": 1000, "producers": 3, "replication_factor": 3,
                          "acks": "all", "records_per_s": 80_000.0}],
-              "rf1_acks1_records_per_s": 1_000_000.0, "rf3_acksall_records_per_s": 600_000.0}
+              "rf1_acks1_records_per_s": 1_000_000.0, "rf3_acksall_records_per_s": 600_000.0,
+              "rf3_acksall_fsync_records_per_s": 150_000.0}
     return single, matrix
 
 
@@ -114,6 +115,8 @@ def test_results_lead_with_every_required_figure(suite_modules):
     figures = report.headline_figures(single, matrix)
     assert set(report.REQUIRED_KEYS) <= figures.keys()
     assert figures["produce_mb_per_s"] == 120.0 and figures["rf3_over_rf1"] == 0.6
+    assert figures["produce_rf3_acksall_fsync_records_per_s"] == 150_000.0
+    assert figures["rf3_fsync_over_rf3"] == 0.25
     assert figures["produce_vs_queue"] == 2.4
     assert figures["redis_produce_records_per_s"] is None and figures["produce_vs_redis"] is None
     del single["consume_records_per_s"]
@@ -152,6 +155,8 @@ def test_the_report_writes_json_markdown_and_plots(suite_modules, tmp_path):
     assert "| produce, 1 producer, 100 B | 1,200,000 | 200,000 | 500,000 | 6.00x | 2.40x |" in text
     assert "< 20: **missed**" in text  # p99 of 25 ms
     assert "redis-server 7.0.15" in text
+    assert "| rf 3 acks=all with flush.messages=1 / without (1 producer, 100 B, 3 brokers) | " \
+        "0.25x |" in text
 
 
 def test_a_missing_redis_is_reported_not_fatal(suite_modules, monkeypatch):

@@ -1,104 +1,37 @@
-"""Name changes in a log directory are synced before anything relies on them.
+"""Name changes in a log directory are synced before anything relies on them, and what a
+log syncs survives a power loss.
 
-``PowerLoss`` stands in for ``raylog.storage.files``: it makes each change for real and
-remembers it until its directory is synced. ``crash_copy`` copies the directory as a power
-loss at that moment could leave it: every change not yet synced undone (a created file
-gone, a deleted one back, a rename reversed). File bytes are copied as written: this
-simulates the names a power loss can lose, not torn data, which test_recovery covers.
+``PowerLoss`` (tests/unit/powerloss.py) stands in for ``raylog.storage.files``: it makes each
+change for real and remembers it until it is synced. ``crash_copy`` copies the directory as a
+power loss at that moment could leave it. Most tests here undo names only (a created file
+gone, a deleted one back, a rename reversed) and copy bytes as written: they are about the
+names a power loss can lose, not torn data, which test_recovery covers. The last ones drop
+unsynced bytes too.
 """
 
 from __future__ import annotations
 
-import itertools
-import shutil
-from pathlib import Path
-
 import pytest
 
+from raylog.errors import LogClosedError, StorageError
 from raylog.records import read_records
-from raylog.storage import LogConfig, PartitionLog, files
+from raylog.storage import LogConfig, PartitionLog
 from raylog.storage.log import CLEAN_SHUTDOWN_FILE
 from tests.unit.logutil import FakeClock, all_records, batch_of
+from tests.unit.powerloss import FailingDisk, PowerLoss
 
 NOW = 1_700_000_000_000
 CONFIG = LogConfig(segment_bytes=2048, index_interval_bytes=256, retention_ms=None)
 
 
-class PowerLoss:
-    """Does every name change and directory sync for real, and records them."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
-        self.root = root
-        self.pending: list[tuple] = []  # changes whose directory was not synced since
-        self.events: list[tuple[str, str]] = []
-        self.copies: list[Path] = []
-        self.copy_each_event = False
-        self._counter = itertools.count()
-        self._real = {name: getattr(files, name) for name in
-                      ("create", "remove", "replace", "fsync_dir")}
-        for name in self._real:
-            monkeypatch.setattr(files, name, getattr(self, name))
-
-    def _watched(self, path: Path) -> bool:
-        """Only the log directories under ``root``: not the crash copies opened later."""
-        return Path(path) == self.root or self.root in Path(path).parents
-
-    def _event(self, kind: str, path: Path) -> None:
-        self.events.append((kind, Path(path).name))
-        if self.copy_each_event:
-            self.copies.append(self.crash_copy())
-
-    def create(self, path: Path, flags: int = 0) -> int:
-        existed = Path(path).exists()
-        fd = self._real["create"](path, flags)
-        if not existed and self._watched(path):
-            self.pending.append(("create", Path(path)))
-            self._event("create", path)
-        return fd
-
-    def remove(self, path: Path) -> None:
-        path = Path(path)
-        if path.exists() and self._watched(path):
-            self.pending.append(("remove", path, path.read_bytes()))
-            self._real["remove"](path)
-            self._event("remove", path)
-        else:
-            self._real["remove"](path)
-
-    def replace(self, source: Path, target: Path) -> None:
-        target = Path(target)
-        old = target.read_bytes() if target.exists() else None
-        self._real["replace"](source, target)
-        if self._watched(target):
-            self.pending.append(("replace", Path(source), target, old))
-            self._event("replace", target)
-
-    def fsync_dir(self, path: Path) -> None:
-        self._real["fsync_dir"](path)
-        self.pending = [c for c in self.pending if c[1].parent != Path(path)]
-        if self._watched(path):
-            self._event("sync", path)
-
-    def crash_copy(self) -> Path:
-        """A copy of every log directory under ``root`` after a power loss now."""
-        dest = self.root.parent / f"crash-{next(self._counter)}"
-        shutil.copytree(self.root, dest)
-        for change in reversed(self.pending):
-            where = dest / change[1].relative_to(self.root)
-            if change[0] == "create":
-                where.unlink(missing_ok=True)
-            elif change[0] == "remove":
-                where.write_bytes(change[2])
-            else:
-                target = dest / change[2].relative_to(self.root)
-                target.rename(where)
-                if change[3] is not None:
-                    target.write_bytes(change[3])
-        return dest
+@pytest.fixture
+def power(monkeypatch, tmp_path) -> PowerLoss:
+    return PowerLoss(monkeypatch, tmp_path / "data", lose_bytes=False)
 
 
 @pytest.fixture
-def power(monkeypatch, tmp_path) -> PowerLoss:
+def power_loss(monkeypatch, tmp_path) -> PowerLoss:
+    """Unsynced bytes are lost too."""
     return PowerLoss(monkeypatch, tmp_path / "data")
 
 
@@ -212,3 +145,105 @@ def test_a_power_loss_while_deleting_segments_leaves_no_gap(power, operation):
         offsets = [r.offset for chunk in reopened.read_range(start, reopened.log_end_offset)
                    for r in read_records(chunk)]
         assert offsets == list(range(start, reopened.log_end_offset)), copy
+
+
+# -- bytes: what is synced survives, what is not may go ----------------------------------------
+
+
+def reopened_offsets(copy, config: LogConfig) -> list[int]:
+    log = PartitionLog(copy / "p-0", config, clock=FakeClock(NOW))
+    return [r.offset for r in all_records(log)] if log.log_end_offset else []
+
+
+def test_without_flush_settings_a_power_loss_takes_back_what_was_not_flushed(power_loss):
+    log = PartitionLog(power_loss.root / "p-0", CONFIG, clock=FakeClock(NOW))
+    fill(log, 5)
+    log.flush()
+    fill(log, 3, start=5)  # in the page cache only (but for a roll's sync of its segment)
+    synced = log.synced_end_offset
+    assert 15 <= synced < log.log_end_offset == 24
+    assert reopened_offsets(power_loss.crash_copy(), CONFIG) == list(range(synced))
+
+
+@pytest.mark.parametrize("settings", [{"flush_messages": 1}, {"flush_ms": 0}])
+def test_with_every_append_synced_a_power_loss_keeps_every_append_that_returned(
+        power_loss, settings):
+    config = CONFIG.replace(**settings)
+    log = PartitionLog(power_loss.root / "p-0", config, clock=FakeClock(NOW))
+    for i in range(12):  # across rolls (segment_bytes=2048)
+        fill(log, 1, start=i)
+        assert log.synced_end_offset == log.log_end_offset == 3 * (i + 1)
+        assert reopened_offsets(power_loss.crash_copy(), config) == list(range(3 * (i + 1)))
+    assert len(log.segments) > 2
+
+
+def test_a_power_loss_never_leaves_a_hole_between_segments(power_loss):
+    """A roll syncs the old segment before the new one's name is durable: else a power loss
+    could keep the new, empty segment after losing the old one's tail (records 15 to 17 of
+    the log below gone, its end still 18)."""
+    log = PartitionLog(power_loss.root / "p-0", CONFIG, clock=FakeClock(NOW))
+    fill(log, 5)
+    log.close()
+    log = PartitionLog(power_loss.root / "p-0", CONFIG, clock=FakeClock(NOW))
+    power_loss.copy_each_event = True
+    fill(log, 12, start=5)
+    power_loss.copy_each_event = False
+    assert len(log.segments) >= 5 and len(power_loss.copies) >= 4
+    for copy in power_loss.copies:
+        offsets = reopened_offsets(copy, CONFIG)
+        assert offsets == list(range(len(offsets))) and len(offsets) >= 15, copy
+        assert PartitionLog(copy / "p-0", CONFIG, clock=FakeClock(NOW)).log_end_offset == \
+            len(offsets), copy
+
+
+def test_an_append_whose_sync_fails_writes_nothing(monkeypatch, tmp_path):
+    disk = FailingDisk(monkeypatch)
+    config = CONFIG.replace(flush_messages=1)
+    log = PartitionLog(tmp_path / "p-0", config, clock=FakeClock(NOW))
+    fill(log, 2)
+    disk.failing = True
+    with pytest.raises(StorageError, match="Input/output error"):
+        fill(log, 1, start=2)
+    assert log.log_end_offset == log.synced_end_offset == log.committable_end_offset == 6
+    assert [r.offset for r in all_records(log)] == list(range(6))
+    disk.failing = False
+    fill(log, 1, start=2)  # the retry lands where the failed one would have
+    assert [r.value for r in all_records(log)][6:] == [b"v2-0", b"v2-1", b"v2-2"]
+    log.close()
+
+
+def test_a_follower_append_whose_sync_fails_writes_nothing(monkeypatch, tmp_path):
+    disk = FailingDisk(monkeypatch)
+    config = CONFIG.replace(flush_messages=1)
+    leader = PartitionLog(tmp_path / "a", CONFIG, clock=FakeClock(NOW))
+    fill(leader, 8)
+    follower = PartitionLog(tmp_path / "b", config, clock=FakeClock(NOW))
+    disk.failing = True
+    with pytest.raises(StorageError):
+        follower.append_stored(leader.read(0, 1 << 20))
+    assert follower.log_end_offset == 0 and follower.segments[-1].size == 0
+    disk.failing = False
+    info = follower.append_stored(leader.read(0, 1 << 20))
+    assert follower.synced_end_offset == follower.log_end_offset == info.last_offset + 1 > 0
+
+
+def test_a_log_that_can_neither_sync_nor_cut_closes_itself(monkeypatch, tmp_path):
+    """As Kafka takes a failing log directory offline: nothing more is served or counted
+    from a log holding records it could not sync; opening it again recovers."""
+    disk = FailingDisk(monkeypatch, truncate=True)
+    config = CONFIG.replace(flush_messages=1)
+    log = PartitionLog(tmp_path / "p-0", config, clock=FakeClock(NOW))
+    fill(log, 2)
+    disk.failing = True
+    with pytest.raises(StorageError, match="neither be synced"):
+        fill(log, 1, start=2)
+    assert log.committable_end_offset == 6 < log.log_end_offset
+    with pytest.raises(LogClosedError, match="neither be synced"):
+        log.read(0)
+    with pytest.raises(LogClosedError):
+        fill(log, 1, start=3)
+    log.close()  # releases what it holds, leaves no clean-shutdown marker
+    disk.failing = False
+    assert not (tmp_path / "p-0" / CLEAN_SHUTDOWN_FILE).exists()
+    reopened = PartitionLog(tmp_path / "p-0", config, clock=FakeClock(NOW))
+    assert not reopened.recovery.clean and reopened.log_end_offset in (6, 9)

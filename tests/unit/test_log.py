@@ -144,26 +144,44 @@ def test_offsets_for_time_finds_first_record_at_or_after(tmp_path, clock):
         (o, t) for o, t in enumerate(stamps) if t >= NOW + 77)
 
 
-def test_flush_messages_moves_recovery_point(tmp_path, clock):
+def test_flush_messages_syncs_every_n_records(tmp_path, clock):
     log = PartitionLog(tmp_path, small_config(flush_messages=10), clock=clock)
     fill(log, 1)
-    assert log.recovery_point == 0
+    assert log.synced_end_offset == 0
     fill(log, 1)
-    assert log.recovery_point == 10
+    assert log.synced_end_offset == 10
+    # Records only: opening after a crash checks the active segment whatever the recovery
+    # point says, so that point and the indexes wait for a flush, or for a roll.
+    assert log.recovery_point == 0
+    while len(log.segments) == 1:
+        fill(log, 2)
+    assert log.synced_end_offset == log.recovery_point == log.log_end_offset
     checkpoint = (tmp_path / RECOVERY_POINT_FILE).read_text().split()
-    assert checkpoint[-1] == "10"
+    assert checkpoint[-1] == str(log.log_end_offset)
 
 
 def test_flush_ms_flushes_on_time(tmp_path, clock):
     log = PartitionLog(tmp_path, small_config(flush_ms=100), clock=clock)
     fill(log, 1)
-    assert not log.maybe_flush() and log.recovery_point == 0
+    assert not log.maybe_flush() and log.recovery_point == log.synced_end_offset == 0
     clock.advance(100)
-    assert log.maybe_flush() and log.recovery_point == 5
+    assert log.maybe_flush() and log.recovery_point == log.synced_end_offset == 5
     fill(log, 1)
     clock.advance(100)
-    fill(log, 1)  # an append past flush_ms flushes too
-    assert log.recovery_point == 15
+    fill(log, 1)  # an append past flush_ms syncs too
+    assert log.synced_end_offset == 15
+
+
+def test_flush_ms_0_syncs_every_append_as_flush_messages_1(tmp_path, clock):
+    for settings in ({"flush_ms": 0}, {"flush_messages": 1}, {"flush.messages": 1}):
+        config = LogConfig.from_mapping({"retention_ms": None, **settings})
+        assert config.syncs_each_append, settings
+        log = PartitionLog(tmp_path / "x", config, clock=clock)
+        fill(log, 3)
+        assert log.synced_end_offset == log.committable_end_offset == log.log_end_offset
+        log.delete()
+    assert not small_config(flush_messages=2).syncs_each_append
+    assert not small_config(flush_ms=1).syncs_each_append
 
 
 def test_high_watermark_is_checkpointed_and_clamped(tmp_path, clock):
@@ -205,6 +223,7 @@ def test_an_unmoved_high_watermark_is_not_written_again(tmp_path, clock):
         ({"retention_ms": -2}, "retention_ms"),
         ({"index_interval_bytes": 0}, "index_interval_bytes"),
         ({"flush_messages": 0}, "flush_messages"),
+        ({"flush_ms": -2}, "flush_ms"),
         ({"max_message_bytes": 1.5}, "max_message_bytes"),
         ({"delete_retention_ms": -1}, "delete_retention_ms"),
         ({"cleanup_policy": "shred"}, "cleanup_policy"),

@@ -33,8 +33,7 @@ from raylog.metadata.state import (
     topic_created,
     topic_deleted,
 )
-from raylog.storage.checkpoint import Checkpoint
-from raylog.storage.log import RECOVERY_POINT_FILE
+from tests.unit.powerloss import PowerLoss
 
 CLUSTER = cluster_created("0123456789abcdef")
 
@@ -294,14 +293,18 @@ def test_replay_of_an_empty_store_yields_nothing(tmp_path):
     assert state.topics == {}
 
 
-def test_each_append_advances_the_recovery_point(tmp_path):
-    directory = tmp_path / "meta"
-    store = MetadataStore(directory)
+def test_a_power_loss_right_after_an_append_keeps_every_event(tmp_path, monkeypatch):
+    """Each append is synced before it returns (flush_messages=1): a power loss, which takes
+    every byte not fsynced and every name change not synced, keeps every event appended."""
+    power = PowerLoss(monkeypatch, tmp_path / "data")
+    history = a_history()
+    store = MetadataStore(power.root / "meta")
     try:
-        for i, event in enumerate(a_history(), start=1):
+        for i, event in enumerate(history, start=1):
             store.append(event)
-            assert store.log.recovery_point == store.log.log_end_offset == i
-            assert Checkpoint(directory / RECOVERY_POINT_FILE).read_offset() == i
+            assert store.log.synced_end_offset == store.log.log_end_offset == i
+            _, events = replayed(power.crash_copy() / "meta")
+            assert events == history[:i]
     finally:
         store.close()
 

@@ -146,6 +146,30 @@ def test_string_values_are_coerced_for_int_configs():
     assert all(type(v) is int for v in out.values())
 
 
+@pytest.mark.parametrize(("configs", "messages", "ms", "each"), [
+    ({"flush.messages": "1"}, 1, None, True),
+    ({"flush_messages": 1}, 1, None, True),
+    ({"flush.ms": "0"}, None, 0, True),        # Kafka's range for flush.ms starts at 0
+    ({"flush.messages": 100, "flush.ms": "1000"}, 100, 1000, False),
+    ({"flush.messages": "-1", "flush.ms": -1}, None, None, False),  # -1: never, the default
+    ({"flush.messages": 9223372036854775807}, 9223372036854775807, None, False),  # Kafka's
+])
+def test_kafka_flush_configs_in_either_spelling(configs, messages, ms, each):
+    config = log_config(normalize_configs(configs))
+    assert (config.flush_messages, config.flush_ms) == (messages, ms)
+    assert config.syncs_each_append is each
+
+
+@pytest.mark.parametrize(("configs", "field"), [
+    ({"flush.messages": 0}, "flush_messages"), ({"flush.messages": "0"}, "flush_messages"),
+    ({"flush.ms": -2}, "flush_ms"), ({"flush.messages": "often"}, "flush.messages"),
+    ({"flush.messages": True}, "flush_messages"), ({"flush.ms": 1.5}, "flush_ms"),
+])
+def test_bad_flush_configs_are_refused(configs, field):
+    with pytest.raises(InvalidConfigError, match=field):
+        normalize_configs(configs)
+
+
 def test_string_minus_one_means_no_limit_for_optional_configs():
     out = normalize_configs({"retention.ms": "-1", "retention.bytes": "-1"})
     config = log_config(out)
