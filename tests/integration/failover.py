@@ -1,11 +1,11 @@
 """Failovers in an exact order, for the tests of what readers see (KIP-207).
 
-:func:`lagging_new_leader` brings a partition to the state a clean failover can leave: the
-new leader has every record the old one committed, but its high watermark is behind (it
-learns the old leader's high watermark one fetch late), and its other in-sync follower has
-not fetched from it yet, so its high watermark stays behind. No timing is left to chance:
-broker processes are stopped (SIGSTOP) and resumed (SIGCONT) so that each step happens before
-the next one starts.
+:func:`lagging_new_leader` brings a partition to a state a clean failover leaves: the new
+leader has records past its high watermark (appended by the old leader, not committed yet),
+so the start of its leader epoch (its log end at election) is past its high watermark, and
+its other in-sync follower has not fetched from it yet, so its high watermark stays there.
+No timing is left to chance: the follower's broker process is stopped (SIGSTOP) and resumed
+(SIGCONT) so that each step happens before the next one starts.
 """
 
 from __future__ import annotations
@@ -42,10 +42,8 @@ def handles(admin: Admin, topic: str) -> dict[int, ray.actor.ActorHandle]:
 @dataclasses.dataclass
 class LaggingLeader:
     old: int             # the leader that was killed
-    new: int             # the new leader, whose high watermark is behind
+    new: int             # the new leader, whose high watermark is below its epoch's start
     follower: int        # the in-sync follower kept from fetching from it
-    committed: int       # the old leader's high watermark when it died
-    new_high_watermark: int
     resume: Callable[[], None]  # let the follower fetch: the high watermark catches up
 
 
@@ -53,28 +51,24 @@ class LaggingLeader:
 def lagging_new_leader(admin: Admin, topic: str, before: int, after: int,
                        plan: Callable[[], object]) -> Iterator[LaggingLeader]:
     """Topic ``topic``'s partition 0 (3 replicas, all in sync) gets ``before`` records
-    committed everywhere, then ``after`` more that its old leader commits while its next
-    leader learns of only the first ``before``. ``plan()`` runs while the old leader leads,
-    having committed all of them (a reader plans its ranges there). Then the old leader is
-    killed (Ray restarts it) and the next one leads with its high watermark at ``before``,
-    while the third replica does not fetch: the block runs in that state, and ``resume()``
-    (called on leaving, if the block did not) lets the third replica fetch.
+    committed everywhere, then ``after`` more (acks=1) that its old leader and its next
+    leader have but cannot commit: the third replica is stopped. ``plan()`` runs then (a
+    reader plans its ranges from the old leader's high watermark, ``before``). Then the old
+    leader is killed (Ray restarts it) and the next one leads: its high watermark is
+    ``before``, its epoch starts at ``before + after``, and the third replica does not fetch.
+    The block runs in that state; ``resume()`` (called on leaving, if the block did not)
+    lets the third replica fetch.
 
     Values are ``b"v<i>"``, ``i`` from 0 to ``before + after - 1``."""
     state = admin.describe_topic(topic)["partitions"][0]
     old = state["leader"]
     new, follower = [b for b in state["replicas"] if b != old]  # elected in replica order
     brokers = handles(admin, topic)
-    stopped: dict[int, int] = {}  # broker -> the pid stopped
+    stopped: list[int] = []  # the follower's pid while it is stopped
 
-    def stop(broker: int) -> None:
-        stopped[broker] = pid(brokers[broker])
-        os.kill(stopped[broker], signal.SIGSTOP)
-
-    def resume(broker: int) -> None:
-        process = stopped.pop(broker, None)
-        if process is not None:
-            os.kill(process, signal.SIGCONT)
+    def resume() -> None:
+        while stopped:
+            os.kill(stopped.pop(), signal.SIGCONT)
 
     try:
         with Producer(acks="all") as producer:
@@ -83,28 +77,21 @@ def lagging_new_leader(admin: Admin, topic: str, before: int, after: int,
         wait_for(lambda: all(replica(admin, topic, b)["high_watermark"] == before
                              for b in state["replicas"]), timeout=60,
                  what="every replica caught up")
-        stop(follower)  # the old leader cannot commit what it appends now
+        stopped.append(pid(brokers[follower]))
+        os.kill(stopped[0], signal.SIGSTOP)  # from now on nothing more is committed
         with Producer(acks=1) as producer:
             for i in range(before, before + after):
                 producer.send(topic, b"v%d" % i, partition=0)
         wait_for(lambda: replica(admin, topic, new)["log_end_offset"] == before + after,
                  timeout=60, what="the next leader to have every record")
-        assert replica(admin, topic, new)["high_watermark"] == before
-        stop(new)  # it keeps what it knows of the high watermark
-        resume(follower)  # it fetches: the old leader commits everything
-        wait_for(lambda: replica(admin, topic, old)["high_watermark"] == before + after,
-                 timeout=60, what="the old leader to commit every record")
         plan()
-        stop(follower)
         ray.kill(brokers[old], no_restart=False)
-        resume(new)
         wait_for(lambda: admin.describe_topic(topic)["partitions"][0]["leader"] == new,
                  timeout=60, what=f"broker {new} to lead")
         wait_for(lambda: replica(admin, topic, new)["role"] == "leader", timeout=60,
                  what=f"broker {new} to know it leads")
-        yield LaggingLeader(old, new, follower, before + after,
-                            replica(admin, topic, new)["high_watermark"],
-                            lambda: resume(follower))
+        taken = replica(admin, topic, new)
+        assert (taken["high_watermark"], taken["log_end_offset"]) == (before, before + after)
+        yield LaggingLeader(old, new, follower, resume)
     finally:
-        for broker in list(stopped):
-            resume(broker)
+        resume()
