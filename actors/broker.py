@@ -60,9 +60,18 @@ from raylog.identity import (
 )
 from raylog.interop import error_json, java_call
 from raylog.metrics import recorder
-from raylog.partition import EARLIEST, LATEST, FetchResult, LeaderAndIsr, Role, Transition
+from raylog.partition import (
+    EARLIEST,
+    LATEST,
+    AlterIsr,
+    FetchResult,
+    LeaderAndIsr,
+    Role,
+    Transition,
+)
 from raylog.records.header import iter_headers
 from raylog.records.kafka_columns import ipc_bytes, kafka_table, spark_table
+from raylog.replication.isr import NO_BROKER_EPOCH
 from raylog.storage import AppendInfo
 
 logger = logging.getLogger(__name__)
@@ -113,6 +122,10 @@ class BrokerActor:
         self.error: str | None = None
         self.directory: Path | None = None
         self.broker_id: int | None = None  # set by the controller's first apply
+        # This process's broker epoch, from the controller (who records every start of a
+        # broker's process): it goes with every fetch, so a leader tells this process from
+        # an earlier one of the same broker (KIP-903). Unknown until the controller says.
+        self.broker_epoch = NO_BROKER_EPOCH
         self.replicas: dict[TopicPartition, HostedReplica] = {}
         self.failed: dict[TopicPartition, str] = {}  # replicas that could not open
         self.fetchers: dict[int, ReplicaFetcher] = {}  # by leader broker id
@@ -180,13 +193,16 @@ class BrokerActor:
 
     async def apply(self, broker_id: int, cluster_id: str, states: list[dict[str, Any]],
                     brokers: dict[int, ray.actor.ActorHandle], full: bool = False,
-                    version: int = 0) -> dict[str, Any]:
+                    version: int = 0, broker_epoch: int = NO_BROKER_EPOCH,
+                    incarnation: str | None = None) -> dict[str, Any]:
         """Hold the replicas ``states`` describe (opening those not open yet) in the role
         each says. ``brokers``: the live brokers' actors, for following leaders. With
         ``full``, ``states`` are every replica of this broker: others are stopped and their
         files removed (topics deleted or moved away while it was down). ``version``: the
         controller's metadata version when it sent this; anything older than what this
-        broker has seen is not allowed to undo it."""
+        broker has seen is not allowed to undo it. ``broker_epoch``: the one the controller
+        recorded for the process ``incarnation`` of this broker; taken only by that process
+        (a word meant for an earlier one leaves this one's epoch unknown)."""
         if self.error is not None:
             raise IdentityError(self.error)
         identity = read_identity(self.directory)
@@ -194,6 +210,8 @@ class BrokerActor:
             raise IdentityError(f"{self.directory} holds {identity}, not broker {broker_id} of "
                                 f"cluster {cluster_id}: refusing to serve it as that broker")
         self.broker_id = broker_id
+        if incarnation == self.incarnation and broker_epoch > self.broker_epoch:
+            self.broker_epoch = broker_epoch
         newest = version >= self.version
         self.version = max(self.version, version)
         self.brokers = dict(brokers) if full and newest else {**self.brokers, **brokers}
@@ -420,12 +438,16 @@ class BrokerActor:
     async def _reading(self, topic: str, partition: int, leader_epoch: int, end: int,
                        max_wait_ms: int) -> Any:
         """The partition to read a range ending at ``end`` from, or the leader's broker to
-        ask instead: a follower still short of ``end`` after ``max_wait_ms`` (a follower may
-        lag up to replica.lag.time.max.ms), or out of sync, hands the range to its leader,
-        from whose high watermark it was planned. A caller never sees the detour."""
+        ask instead. A replica whose high watermark is short of ``end`` waits for it up to
+        ``max_wait_ms``: a follower (it may lag up to replica.lag.time.max.ms), or a new
+        leader that has those records but does not know yet that they are committed (the
+        range was planned from the old leader's high watermark, KIP-207; past the wait, the
+        read fails with the retriable OffsetNotAvailableError). A follower still short of
+        ``end``, or out of sync, hands the range to its leader, from whose high watermark it
+        was planned. A caller never sees the detour."""
         hosted = self._hosted(topic, partition)
         deadline = time.monotonic() + max_wait_ms / 1000
-        while hosted.partition.role is Role.FOLLOWER and hosted.partition.high_watermark < end:
+        while hosted.partition.awaits_high_watermark(end):
             if not await hosted.wait(deadline - time.monotonic()):
                 break
             hosted = self._hosted(topic, partition)
@@ -497,13 +519,14 @@ class BrokerActor:
     # -- other brokers' fetchers -----------------------------------------------------------------
 
     async def replica_fetch(self, follower: int, requests: list[tuple[str, int, int, int, int]],
-                            max_bytes: int, partition_max_bytes: int, max_wait_ms: int
-                            ) -> list[dict[str, Any]]:
-        """A follower broker fetches ``(topic, partition, leader epoch, its log end, its high
-        watermark)`` for each partition it follows from this broker. Each fetch counts for
-        the ISR and the high watermark; the answer holds batches from that log end (up to
-        this log's end) and this high watermark, or the error. Waits up to ``max_wait_ms``
-        while there is neither data nor a high watermark the follower lacks."""
+                            max_bytes: int, partition_max_bytes: int, max_wait_ms: int,
+                            follower_epoch: int = NO_BROKER_EPOCH) -> list[dict[str, Any]]:
+        """A follower broker, in its process at broker epoch ``follower_epoch``, fetches
+        ``(topic, partition, leader epoch, its log end, its high watermark)`` for each
+        partition it follows from this broker. Each fetch counts for the ISR and the high
+        watermark; the answer holds batches from that log end (up to this log's end) and
+        this high watermark, or the error. Waits up to ``max_wait_ms`` while there is
+        neither data nor a high watermark the follower lacks."""
         answers: list[dict[str, Any] | None] = [None] * len(requests)
         serving = []
         for i, (topic, partition, epoch, offset, known_hw) in enumerate(requests):
@@ -513,7 +536,7 @@ class BrokerActor:
                     raise NotLeaderError(f"broker {self.broker_id} holds no replica of "
                                          f"{topic}-{partition}")
                 before = hosted.partition.high_watermark
-                hosted.partition.follower_fetched(follower, epoch, offset)
+                hosted.partition.follower_fetched(follower, epoch, offset, follower_epoch)
                 hosted.maybe_propose_isr(self._propose_isr)
                 if hosted.partition.high_watermark != before:
                     hosted.notify()  # acks=all appends and consumers waiting for it
@@ -568,12 +591,12 @@ class BrokerActor:
             self._controller = ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
         return self._controller
 
-    async def _propose_isr(self, hosted: HostedReplica, isr: list[int]) -> dict[str, Any]:
-        partition = hosted.partition
+    async def _propose_isr(self, request: AlterIsr) -> dict[str, Any]:
+        """Ask the controller for an ISR change (HostedReplica puts the deadline on it)."""
         try:
             return await self._controller_handle().alter_partition.remote(
-                partition.topic, partition.partition, self.broker_id, partition.leader_epoch,
-                partition.partition_epoch, isr)
+                request.topic, request.partition, request.leader, request.leader_epoch,
+                request.partition_epoch, list(request.isr), request.broker_epochs)
         except ray.exceptions.RayActorError:
             self._controller = None  # killed for good and created again: look it up anew
             raise

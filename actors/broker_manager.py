@@ -44,6 +44,7 @@ from raylog.metadata import election
 from raylog.metadata import state as events
 from raylog.metadata.brokers import BrokerRegistry, Offer, Verdict
 from raylog.metadata.state import PartitionState, TopicState
+from raylog.replication.isr import NO_BROKER_EPOCH
 
 if TYPE_CHECKING:
     from actors.controller import ControllerActor
@@ -93,6 +94,15 @@ class BrokerManager:
     def handle(self, broker: int) -> ray.actor.ActorHandle | None:
         watch = self.watches.get(broker)
         return watch.handle if watch is not None and watch.alive else None
+
+    def broker_epochs(self) -> dict[int, int]:
+        """The broker epoch of each live broker whose process is the one the metadata log
+        last saw start. A broker whose new process is not recorded yet (it is being handled
+        as back) has none, so nothing its leaders saw before counts for the ISR."""
+        state = self.controller.state
+        return {b: state.broker_epochs[b] for b, w in self.watches.items()
+                if w.alive and b in state.broker_epochs
+                and state.incarnations.get(b) == w.incarnation}
 
     def node_memory(self) -> dict[int, float | None]:
         """Live brokers -> the memory Ray gives their node's tasks and actors."""
@@ -317,10 +327,14 @@ class BrokerManager:
         handle = self.handle(broker)
         if handle is None:
             return None
+        state = self.controller.state
         try:
+            # With the broker epoch of the process the metadata log last saw start: a
+            # process started since (not handled as back yet) does not take it.
             answers = await asyncio.wait_for(handle.apply.remote(
-                broker, self.controller.state.cluster_id, states, self.handles(), full,
-                self.controller.state.applied), APPLY_TIMEOUT_S)
+                broker, state.cluster_id, states, self.handles(), full, state.applied,
+                state.broker_epochs.get(broker, NO_BROKER_EPOCH),
+                state.incarnations.get(broker)), APPLY_TIMEOUT_S)
         except (ray.exceptions.RayActorError, ray.exceptions.ActorUnschedulableError,
                 TimeoutError) as e:
             # Its watch says so too, and the broker is told everything when it is back.

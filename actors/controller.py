@@ -34,6 +34,7 @@ from actors import at, log_what_matters
 from actors.broker_manager import BrokerManager
 from actors.groups import GroupService
 from actors.hosting import background
+from raylog import faults
 from raylog.arguments import INT32_MAX, check_int
 from raylog.cluster_names import NAMESPACE, broker_actor_name, controller_data_dir
 from raylog.errors import (
@@ -480,23 +481,39 @@ class ControllerActor:
 
     @checked
     async def alter_partition(self, topic: str, partition: int, leader: int, leader_epoch: int,
-                              partition_epoch: int, isr: list[int]) -> dict[str, Any]:
-        """A leader changes its partition's ISR (Kafka's AlterPartition); returns the new
-        state, which the other replicas are told too. Refused (FencedEpochError,
-        StaleIsrChangeError, InvalidArgumentError) as raylog/metadata/election.py says."""
+                              partition_epoch: int, isr: list[int],
+                              broker_epochs: dict[int, int]) -> dict[str, Any]:
+        """A leader changes its partition's ISR (Kafka's AlterPartition); ``broker_epochs``:
+        the broker epoch each joining member fetched at. Answers ``{"state": the partition's
+        state, "error": None}`` when its ISR is now ``isr`` (changed now, or by an earlier copy
+        of this request whose answer was lost), and ``{"state": ..., "error": the refusal}``
+        (FencedEpochError, StaleIsrChangeError, InvalidArgumentError,
+        IneligibleReplicaError, as raylog/metadata/election.py says), the state then None if
+        the partition is gone: either way the leader learns where the partition stands. The
+        other replicas are told of a change too."""
         async with self.lock:
-            t = self.state.topic(topic)
-            p = t.partition(partition)
-            change = election.alter_isr(p, leader, leader_epoch, partition_epoch, isr,
-                                        self.brokers.live())
+            try:
+                t = self.state.topic(topic)
+                p = t.partition(partition)
+            except RaylogError as e:  # deleted meanwhile: the leader stops soon
+                return {"state": None, "error": e}
+            try:
+                change = election.alter_isr(
+                    p, leader, leader_epoch, partition_epoch, isr, self.brokers.live(),
+                    member_epochs=broker_epochs, broker_epochs=self.brokers.broker_epochs())
+            except RaylogError as e:
+                return {"state": self.brokers.state_of(t, p), "error": e}
             changed = change.isr != p.isr
             if changed:
                 logger.info("ISR %s -> %s (leader %d)", p.isr, change.isr, leader,
                             **at(topic, partition))
                 self.commit_change(t, p, change)
+                # Committed, not answered: the leader must not take a lost answer for a
+                # refusal (fault tests end the process here).
+                faults.point("controller.isr_committed")
         if changed:  # the followers hear of it too (the leader gets the answer)
             background(self.brokers.push([(t, p)], skip=leader))
-        return self.brokers.state_of(t, p)
+        return {"state": self.brokers.state_of(t, p), "error": None}
 
     @checked
     async def elect_leaders(self, names: list[str] | None = None) -> dict[str, list[int]]:

@@ -58,7 +58,7 @@ class ReplicaFetcher:
     """Copies the partitions this broker follows from one leader broker."""
 
     def __init__(self, broker: Any, leader_id: int, handle: ray.actor.ActorHandle) -> None:
-        self.broker = broker   # the BrokerActor: its replicas, its id
+        self.broker = broker   # the BrokerActor: its replicas, its id, its broker epoch
         self.leader_id = leader_id
         self.handle = handle
         self.partitions: dict[tuple[str, int], Following] = {}
@@ -149,9 +149,11 @@ class ReplicaFetcher:
                              partition.high_watermark))
         if not requests:
             return sent
+        # With this process's broker epoch: the leader knows it from the earlier processes
+        # of this broker, whatever they fetched (KIP-903).
         answers = await self.handle.replica_fetch.remote(
             self.broker.broker_id, requests, FETCH_MAX_BYTES, PARTITION_MAX_BYTES,
-            FETCH_MAX_WAIT_MS)
+            FETCH_MAX_WAIT_MS, self.broker.broker_epoch)
         for (topic, partition, *_), answer in zip(requests, answers, strict=True):
             tp = (topic, partition)
             hosted, following = hosts[tp]

@@ -4,8 +4,9 @@ A :class:`HostedReplica` owns a :class:`~raylog.partition.Partition` and what on
 loop can do for it: callers that wait for something to change (a consumer's long poll, a
 follower's fetch, an acks=all append waiting for its followers) park a future on it and are
 woken when records are appended, the high watermark moves or the role changes; a leader's
-ISR changes go to the controller one at a time. The broker actor runs every replica on one
-event loop, so a Partition never sees concurrent calls.
+ISR changes go to the controller one at a time, each asked again until its answer is known.
+The broker actor runs every replica on one event loop, so a Partition never sees concurrent
+calls.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from typing import Any
 from raylog.errors import (
     FencedEpochError,
     NotLeaderError,
+    RaylogError,
     RequestTimeoutError,
     StorageError,
 )
-from raylog.partition import LeaderAndIsr, Partition, Role
+from raylog.partition import AlterIsr, LeaderAndIsr, Partition, Role
 from raylog.producer_state import SequenceGap
 from raylog.storage import AppendInfo, PartitionLog, files
 from raylog.topics import log_config
@@ -44,7 +46,8 @@ METADATA_FILE = "partition.metadata"
 # failover (docs/producer.md): this wait, its first backoff (100 ms) and two round trips stay
 # under that. A gap that is only Ray's reordering and outlasts the wait costs one retry.
 SEQUENCE_WAIT_S = 0.5
-ISR_RETRY_S = 0.5      # after the controller refused an ISR change, before asking again
+ISR_RETRY_S = 0.5      # after the controller refused an ISR change, or did not answer
+ALTER_PARTITION_TIMEOUT_S = 30.0  # an ISR change not answered by then is asked again
 
 
 def partition_dir_owner(directory: Path) -> str | None:
@@ -201,38 +204,54 @@ class HostedReplica:
 
     # -- the ISR, through the controller ----------------------------------------------------------
 
-    def maybe_propose_isr(self, propose: Callable[[HostedReplica, list[int]],
-                                                  Awaitable[dict[str, Any]]]) -> None:
+    def maybe_propose_isr(self, propose: Callable[[AlterIsr], Awaitable[dict[str, Any]]],
+                          timeout_s: float = ALTER_PARTITION_TIMEOUT_S) -> None:
         """If the leader should change its ISR and no change is with the controller, send
-        one (``propose`` calls the controller; its answer is the new partition state)."""
+        one: ``propose`` calls the controller, whose answer is ``{"state": the partition's
+        state, "error": None or why it refused}``."""
         if self.proposing or time.monotonic() < self.propose_after:
             return
-        wanted = self.partition.isr_change_wanted()
-        if wanted is None:
+        was = sorted(self.partition.isr)
+        request = self.partition.propose_isr_change()
+        if request is None:
             return
-        replica_set = self.partition.replica_set
-        replica_set.propose_isr(wanted)
         self.proposing = True
-        logger.info("%s: proposing ISR %s (was %s)", self.name, sorted(wanted),
-                    sorted(replica_set.isr))
-        background(self._propose(replica_set, sorted(wanted), propose))
+        logger.info("%s: proposing ISR %s (was %s)", self.name, list(request.isr), was)
+        background(self._propose(request, propose, timeout_s))
 
-    async def _propose(self, replica_set: Any, isr: list[int],
-                       propose: Callable[[HostedReplica, list[int]],
-                                         Awaitable[dict[str, Any]]]) -> None:
+    async def _propose(self, request: AlterIsr,
+                       propose: Callable[[AlterIsr], Awaitable[dict[str, Any]]],
+                       timeout_s: float) -> None:
+        """Ask until the answer is known. No answer (the call timed out, the controller
+        died or restarts) is not a refusal: the controller may have committed the change
+        and died before replying, so it stays pending (the high watermark keeps waiting for
+        both ISRs) and the same request is asked again, which the controller answers with
+        the partition's state if it was made. Ends early when the controller's word on the
+        partition (Broker.apply) settled it, or this replica stopped leading."""
         try:
-            state = await propose(self, isr)
-        except Exception as e:  # the controller refused, or is restarting
-            # Say, a follower that restarted fetches before the controller saw it come back:
-            # asking again at every fetch would only be refused again.
-            self.propose_after = time.monotonic() + ISR_RETRY_S
-            if not isinstance(e, FencedEpochError):
-                logger.info("%s: ISR change to %s not made: %r", self.name, isr, e)
-        else:
-            self.partition.apply(LeaderAndIsr.from_dict(state))
+            while not self.stopped and self.partition.isr_change_pending(request):
+                try:
+                    answer = await asyncio.wait_for(propose(request), timeout_s)
+                except RaylogError as e:  # refused before it looked at the partition
+                    answer = {"state": None, "error": e}
+                except Exception as e:  # no answer: the outcome is unknown
+                    logger.info("%s: no answer to the ISR change to %s (%r); asking again",
+                                self.name, list(request.isr), e)
+                    await asyncio.sleep(ISR_RETRY_S)
+                    continue
+                state = answer["state"]
+                self.partition.isr_change_answered(
+                    request, None if state is None else LeaderAndIsr.from_dict(state))
+                refused = answer["error"]
+                if refused is not None:
+                    # Say, a follower that restarted fetches before the controller saw it
+                    # come back: asking again at every fetch would only be refused again.
+                    self.propose_after = time.monotonic() + ISR_RETRY_S
+                    if not isinstance(refused, FencedEpochError):
+                        logger.info("%s: ISR change to %s refused: %r", self.name,
+                                    list(request.isr), refused)
+                return
         finally:
-            # Over either way; if the controller kept the ISR as it was, nothing else did.
-            self.partition.isr_change_failed(replica_set)
             self.proposing = False
             self.notify()
 

@@ -246,3 +246,21 @@ class UnknownProducerIdError(OutOfOrderSequenceError):
     retention, eviction from the leader's table of producers). Not appended. Retriable as its
     parent: the producer retries in place while an earlier batch of its own is unresolved,
     else bumps its epoch at once (Kafka's UNKNOWN_PRODUCER_ID, KIP-360)."""
+
+
+class IneligibleReplicaError(RaylogError):
+    """An ISR change would admit a replica whose broker is not in the incarnation the leader
+    saw catch up: the broker epoch its fetches carried is not the broker's current one (it
+    restarted since, and may have lost records), or its broker has none yet (KIP-903). The
+    leader asks again once the replica has caught up in its current incarnation."""
+
+    retriable = True
+
+
+class OffsetNotAvailableError(RaylogError):
+    """A replica cannot answer for offsets it holds yet: a new leader whose high watermark
+    has not reached the start of its leader epoch (every record below the old leader's high
+    watermark is in its log, but it does not know yet which are committed: KIP-207), or a
+    range that ends past the high watermark but within the log. Ask again in a moment."""
+
+    retriable = True

@@ -20,6 +20,11 @@ The controller decides who leads (:class:`LeaderAndIsr`, applied by :meth:`Parti
   nearest replica, KIP-392). Every request carries the leader epoch the caller knows: an
   older one is fenced (FencedEpochError), a newer one not yet known here is
   UnknownLeaderEpochError; both tell the caller to refresh its metadata.
+- The high watermark a reader sees never goes back (KIP-207): a follower never lowers its
+  own, and a new leader, whose high watermark lags the old leader's until its followers have
+  fetched, answers offset lookups with OffsetNotAvailableError (retriable) until it has
+  reached the start of its leader epoch, and range reads between its high watermark and its
+  log end likewise: the records are here, and committed, but it cannot tell yet.
 
 Producer state (the idempotent producer's sequences) and the leader-epoch cache follow the
 log: both are rebuilt from the batches after a truncation; producer state is snapshotted at
@@ -41,6 +46,7 @@ from raylog.errors import (
     FencedEpochError,
     InvalidArgumentError,
     NotLeaderError,
+    OffsetNotAvailableError,
     OffsetOutOfRangeError,
     UnknownLeaderEpochError,
 )
@@ -48,7 +54,7 @@ from raylog.producer_state import REFUSED_FOR_GOOD, ProducerSnapshots, ProducerS
 from raylog.records import TABLE_SCHEMA, parse_header, read_table
 from raylog.records.header import BatchHeader, check_crcs, iter_headers
 from raylog.replication.epochs import LEADER_EPOCH_FILE, EpochEndOffset, LeaderEpochCache
-from raylog.replication.isr import ReplicaSet
+from raylog.replication.isr import NO_BROKER_EPOCH, ReplicaSet
 from raylog.replication.truncation import Ask, Truncate, first_step, next_step
 from raylog.storage import AppendInfo, PartitionLog
 from raylog.topics import REPLICATION_DEFAULTS, log_config
@@ -77,6 +83,22 @@ class LeaderAndIsr:
     def from_dict(cls, d: dict[str, Any]) -> LeaderAndIsr:
         return cls(d["leader"], d["leader_epoch"], d["partition_epoch"],
                    tuple(d["replicas"]), tuple(d["isr"]))
+
+
+@dataclasses.dataclass(frozen=True)
+class AlterIsr:
+    """One ISR change a leader asks the controller for (Kafka's AlterPartition): the ISR it
+    wants, the leader and partition epochs it is based on, and the broker epoch each joining
+    member fetched at. Sent again as it is while its outcome is unknown."""
+
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    isr: tuple[int, ...]
+    broker_epochs: dict[int, int]  # joining members only
+    replica_set: ReplicaSet = dataclasses.field(compare=False, repr=False)
 
 
 class Transition(enum.Enum):
@@ -281,11 +303,12 @@ class Partition:
                                  f"before the batch was committed")
         return self.replica_set.acks_all_done(last_offset, self.configs["min_insync_replicas"])
 
-    def follower_fetched(self, follower: int, leader_epoch: int, offset: int) -> int:
-        """A follower fetches from ``offset`` (its log end): record it, move the high
-        watermark; return it. Raises the epoch errors, NotLeaderError, and
-        OffsetOutOfRangeError outside [log start, log end] (the follower then truncates to
-        the log end, or starts over at the log start)."""
+    def follower_fetched(self, follower: int, leader_epoch: int, offset: int,
+                         broker_epoch: int = NO_BROKER_EPOCH) -> int:
+        """A follower fetches from ``offset`` (its log end), from its broker's process at
+        ``broker_epoch``: record it, move the high watermark; return it. Raises the epoch
+        errors, NotLeaderError, and OffsetOutOfRangeError outside [log start, log end] (the
+        follower then truncates to the log end, or starts over at the log start)."""
         self.check_leader(leader_epoch)
         log = self.log
         if not log.log_start_offset <= offset <= log.log_end_offset:
@@ -293,7 +316,8 @@ class Partition:
                 f"{self.name}: replica {follower} fetches from {offset}, outside the "
                 f"leader's log [{log.log_start_offset}, {log.log_end_offset}]")
         self._set_hw(self.replica_set.follower_fetched(
-            follower, offset, log.log_end_offset, committable_end=log.committable_end_offset))
+            follower, offset, log.log_end_offset, broker_epoch,
+            committable_end=log.committable_end_offset))
         return log.high_watermark
 
     def read_for_follower(self, offset: int, max_bytes: int) -> FetchResult:
@@ -317,11 +341,38 @@ class Partition:
             return replicas.isr | joining
         return None
 
-    def isr_change_failed(self, replica_set: ReplicaSet) -> None:
-        """The controller did not make the ISR change proposed with ``replica_set`` (refused,
-        unreachable, or it kept the ISR as it was): no change is pending any more."""
-        if self.replica_set is replica_set and replica_set.pending_isr is not None:
-            self._set_hw(replica_set.isr_change_failed(self.log.committable_end_offset))
+    def propose_isr_change(self) -> AlterIsr | None:
+        """The ISR change to ask the controller for now (:meth:`isr_change_wanted`), made
+        pending (the high watermark counts both ISRs until it is answered); None if there is
+        none."""
+        wanted = self.isr_change_wanted()
+        if wanted is None:
+            return None
+        replicas = self.replica_set
+        replicas.propose_isr(wanted)
+        return AlterIsr(self.topic, self.partition, self.replica_id, self.leader_epoch,
+                        self.partition_epoch, tuple(sorted(wanted)),
+                        replicas.broker_epochs(wanted - replicas.isr), replicas)
+
+    def isr_change_pending(self, request: AlterIsr) -> bool:
+        """Whether ``request`` still waits for its answer: this replica leads as when it was
+        proposed and has not learned its outcome otherwise (the controller's word on a newer
+        partition state says where the ISR stands, whatever became of it)."""
+        replicas = self.replica_set
+        return self.role is Role.LEADER and replicas is request.replica_set and \
+            self.partition_epoch == request.partition_epoch and \
+            replicas.pending_isr == frozenset(request.isr)
+
+    def isr_change_answered(self, request: AlterIsr, state: LeaderAndIsr | None) -> None:
+        """The controller answered ``request``: made (or found already made), or refused;
+        ``state`` is the partition's state as it answered (None for a partition it no longer
+        has). The state is taken as any word of the controller is, and the change is no
+        longer pending: the ISR is what the controller said. Only for an answer that came:
+        a request whose outcome is unknown stays pending and is asked again."""
+        if state is not None:
+            self.apply(state)
+        if self.isr_change_pending(request):
+            self._set_hw(request.replica_set.isr_change_failed(self.log.committable_end_offset))
 
     def end_offset_for_epoch(self, leader_epoch: int, epoch: int) -> EpochEndOffset:
         """Kafka's OffsetForLeaderEpoch as a leader answers it, for a follower at
@@ -347,8 +398,17 @@ class Partition:
                     ) -> tuple[int, int] | None:
         """(offset, timestamp) for ``"earliest"`` (the log start), ``"latest"`` (the high
         watermark), both with timestamp -1, or a timestamp in ms: the first record at or after
-        it below the high watermark, None if there is none. Leaders only."""
+        it below the high watermark, None if there is none. Leaders only, and only once their
+        high watermark reached the start of their leader epoch: before, OffsetNotAvailableError
+        (KIP-207; a new leader's high watermark lags the old one's until its followers have
+        fetched, and an answer from it would send readers back)."""
         self.check_leader(leader_epoch)
+        start = self.replica_set.epoch_start_offset
+        if self.log.high_watermark < start:
+            raise OffsetNotAvailableError(
+                f"{self.name}: leader {self.replica_id} at epoch {self.leader_epoch} does not "
+                f"know yet where committed records end: its high watermark "
+                f"{self.log.high_watermark} is below its epoch's start offset {start}")
         if spec == EARLIEST:
             return self.log.log_start_offset, -1
         if spec == LATEST:
@@ -418,7 +478,9 @@ class Partition:
         if leader_log_start > self.log.log_start_offset and self.log.advance_log_start(
                 leader_log_start):
             self.epochs.truncate_from_start(self.log.log_start_offset)
-        self._set_hw(min(leader_hw, self.log_end_offset))
+        # Never lower: a new leader's high watermark lags the old one's for a moment
+        # (KIP-207), and what this replica already showed readers as committed is.
+        self._set_hw(max(self.log.high_watermark, min(leader_hw, self.log_end_offset)))
         return info
 
     # -- for consumers, on leaders and followers -----------------------------------------------
@@ -457,9 +519,24 @@ class Partition:
         """
         return b"".join(self._readable(start, end, leader_epoch))
 
+    def awaits_high_watermark(self, end: int) -> bool:
+        """Whether a range read ending at ``end`` is worth waiting for here: the high
+        watermark is short of it, and this replica is a follower (it fetches what its
+        leader has) or a leader that holds those records and only does not know yet that
+        they are committed (a new leader, KIP-207)."""
+        if self.high_watermark >= end:
+            return False
+        return self.role is Role.FOLLOWER or (
+            self.role is Role.LEADER and end <= self.log_end_offset)
+
     def _readable(self, start: int, end: int, leader_epoch: int | None) -> list[bytes]:
         self._check_serving(leader_epoch)
         log = self.log
+        if log.log_start_offset <= start <= end and log.high_watermark < end <= \
+                log.log_end_offset:
+            raise OffsetNotAvailableError(
+                f"{self.name}: range [{start}, {end}) is in the log of replica "
+                f"{self.replica_id}, but its high watermark is still {log.high_watermark}")
         if not log.log_start_offset <= start <= end <= log.high_watermark:
             raise OffsetOutOfRangeError(
                 f"{self.name}: range [{start}, {end}) is outside the readable "
@@ -504,6 +581,8 @@ class Partition:
         if self.replica_set is not None:
             out["followers"] = {r: dataclasses.asdict(self.replica_set.follower(r))
                                 for r in self.replicas if r != self.replica_id}
+            pending = self.replica_set.pending_isr
+            out["pending_isr"] = None if pending is None else sorted(pending)
         return out
 
     # -- internals -----------------------------------------------------------------------------

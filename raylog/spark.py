@@ -30,7 +30,13 @@ import ray
 from raylog.arguments import INT32_MAX, check_bool, check_id, check_int, check_timeout, short_repr
 from raylog.client.connection import RaylogCluster, cluster_or_default, default_cluster, init
 from raylog.client.remote import resolve
-from raylog.data import DEFAULT_BLOCK_RECORDS, check_write, offset_ranges, write_dataset
+from raylog.data import (
+    DEFAULT_BLOCK_RECORDS,
+    check_write,
+    offset_ranges,
+    read_retrying,
+    write_dataset,
+)
 from raylog.errors import InvalidArgumentError, InvalidRecordError, RaylogError
 from raylog.interop import ERROR_MARK
 from raylog.ranges import EARLIEST, LATEST, Bound, plan_tasks, spec_for
@@ -49,8 +55,6 @@ JAVA17_OPTIONS = "-XX:+IgnoreUnrecognizedVMOptions " + " ".join(
 
 _TIMESTAMP = KAFKA_SCHEMA.get_field_index("timestamp")
 _WITHOUT_HEADERS = KAFKA_SCHEMA.remove(KAFKA_SCHEMA.get_field_index("headers"))
-READ_ATTEMPTS = 5
-READ_RETRY_BACKOFF_S = 0.2
 
 _session: Any = None
 
@@ -251,18 +255,15 @@ def _nearest_table(cluster: RaylogCluster, topic: str, partition: int, start: in
                    end: int) -> Any:
     """Records [start, end) of a partition as an Arrow table, from an in-sync replica on
     this worker's node if there is one, else the leader (KIP-392); retriable errors (a moved
-    leader, a broker restarting) refresh metadata and retry."""
+    leader, a broker restarting, a new leader not sure yet that the range is committed)
+    refresh metadata and retry (raylog.data.read_retrying)."""
     node_id = ray.get_runtime_context().get_node_id()
-    for attempt in range(READ_ATTEMPTS):
-        try:
-            meta = cluster.topic(topic, refresh=attempt > 0).partitions[partition]
-            return resolve(meta.nearest_client(node_id).read_kafka_table(start, end))
-        except RaylogError as e:
-            if not e.retriable or attempt == READ_ATTEMPTS - 1:
-                raise
-            logger.info("reading %s-%d again after %r", topic, partition, e)
-            time.sleep(READ_RETRY_BACKOFF_S * (attempt + 1))
-    raise AssertionError("unreachable")
+
+    def attempt(refresh: bool) -> Any:
+        meta = cluster.topic(topic, refresh=refresh).partitions[partition]
+        return resolve(meta.nearest_client(node_id).read_kafka_table(start, end))
+
+    return read_retrying(f"reading {topic}-{partition} [{start}, {end})", attempt)
 
 
 def _read_tasks(address: str, tasks: list[list[tuple[str, int, int, int]]],

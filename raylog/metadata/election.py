@@ -18,7 +18,11 @@ replicas.
   it once it has caught up (:func:`alter_isr`).
 - **A leader changes its ISR** (:func:`alter_isr`, Kafka's AlterPartition): refused unless it
   is the current leader at the current leader epoch and partition epoch, the new ISR holds
-  the leader and only replicas, and every member it adds is alive.
+  the leader and only replicas, and every member it adds is alive and caught up in the
+  process its broker runs now (the broker epoch the leader saw it fetch at is the broker's
+  current one, KIP-903). A request based on an older partition epoch whose ISR the
+  partition already has is a repeat of one that was made (its answer was lost): it
+  succeeds, changing nothing, so the leader learns the state it led to.
 - **Preferred leader** (:func:`preferred_leader`): the first replica leads, if it is alive,
   in the ISR and not leading already.
 
@@ -29,9 +33,14 @@ at every change (the event's application bumps it).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
-from raylog.errors import FencedEpochError, InvalidArgumentError, StaleIsrChangeError
+from raylog.errors import (
+    FencedEpochError,
+    IneligibleReplicaError,
+    InvalidArgumentError,
+    StaleIsrChangeError,
+)
 from raylog.metadata.state import PartitionState
 
 
@@ -94,28 +103,45 @@ def leaderless(p: PartitionState, live: Collection[int], unclean: bool) -> Chang
 
 
 def alter_isr(p: PartitionState, leader: int, leader_epoch: int, partition_epoch: int,
-              isr: Sequence[int], live: Collection[int]) -> Change:
+              isr: Sequence[int], live: Collection[int], *, member_epochs: Mapping[int, int],
+              broker_epochs: Mapping[int, int]) -> Change:
     """The leader ``leader`` at ``leader_epoch``, having seen ``partition_epoch``, asks for
-    ``isr``. Raises FencedEpochError (not the current leader), StaleIsrChangeError (the
-    partition changed since: the leader learns the new state and may ask again) or
-    InvalidArgumentError (an ISR without the leader, with a non-replica or a dead replica
-    added)."""
+    ``isr``, whose joining members it saw fetch at the broker epochs ``member_epochs``;
+    ``broker_epochs`` are the current ones of the live brokers (a broker whose new process
+    is not recorded yet has none).
+
+    Returns the change to make (none if the ISR is already ``isr``: then the change equals
+    the current state). Raises FencedEpochError (not the current leader),
+    StaleIsrChangeError (the partition changed since: the leader learns the new state and
+    may ask again), InvalidArgumentError (an ISR without the leader, with a non-replica or a
+    dead replica added) or IneligibleReplicaError (a member added at a broker epoch that is
+    not its broker's current one: it caught up in an earlier process, which may have had
+    records this one lost)."""
     if p.leader != leader or p.leader_epoch != leader_epoch:
         raise FencedEpochError(
             f"broker {leader} at leader epoch {leader_epoch} asked for an ISR change, but "
             f"the leader is {p.leader} at epoch {p.leader_epoch}")
+    wanted = list(dict.fromkeys(isr))
     if partition_epoch != p.partition_epoch:
+        if partition_epoch < p.partition_epoch and set(wanted) == set(p.isr):
+            return Change(p.leader, p.leader_epoch, list(p.isr))  # made already
         raise StaleIsrChangeError(
             f"ISR change based on partition epoch {partition_epoch}, which is now "
             f"{p.partition_epoch}")
-    wanted = list(dict.fromkeys(isr))
     if leader not in wanted or not set(wanted) <= set(p.replicas):
         raise InvalidArgumentError(
             f"an ISR must hold the leader {leader} and only replicas {p.replicas}, got "
             f"{list(isr)}")
-    dead = sorted(set(wanted) - set(p.isr) - set(live))
+    joining = set(wanted) - set(p.isr)
+    dead = sorted(joining - set(live))
     if dead:
         raise InvalidArgumentError(f"brokers {dead} cannot join the ISR: they are not alive")
+    stale = {b: member_epochs.get(b) for b in sorted(joining)
+             if member_epochs.get(b) is None or member_epochs.get(b) != broker_epochs.get(b)}
+    if stale:
+        raise IneligibleReplicaError("; ".join(
+            f"broker {b} cannot join the ISR: it caught up at broker epoch {epoch}, and its "
+            f"current one is {broker_epochs.get(b)}" for b, epoch in stale.items()))
     ordered = [b for b in p.replicas if b in wanted]  # stored in replica order
     return Change(leader, leader_epoch, ordered)
 

@@ -72,6 +72,11 @@ class MetadataState:
         # The incarnation of each broker's process the controller last saw start: a broker
         # that comes back as another incarnation lost its in-memory state (fencing, ISR).
         self.incarnations: dict[int, str] = {}
+        # Each broker's broker epoch: the position in the metadata log of the event that
+        # recorded its process's start (as Kafka's is the offset of the broker's
+        # registration record), so it grows with every start and a replay gives it again.
+        # Fetches carry it; an ISR expansion must name the current one (KIP-903).
+        self.broker_epochs: dict[int, int] = {}
         self.topics: dict[str, TopicState] = {}
         self.applied = 0  # events applied so far
 
@@ -178,6 +183,7 @@ def _apply_broker_started(state: MetadataState, event: dict[str, Any]) -> None:
     if event["broker_id"] not in state.broker_ids:
         raise ValueError(f"broker {event['broker_id']} started before it was registered")
     state.incarnations[event["broker_id"]] = event["incarnation"]
+    state.broker_epochs[event["broker_id"]] = state.applied  # this event's place in the log
 
 
 def _apply_topic_created(state: MetadataState, event: dict[str, Any]) -> None:

@@ -12,11 +12,20 @@
   leader is elected, its ISR followers count as caught up at that moment, so each has the
   lag time to fetch.
 - **Joining the ISR**: a follower whose log end reached the high watermark and the start of
-  this leader epoch, so it has this epoch's records (:meth:`ReplicaSet.isr_to_expand`).
+  this leader epoch, so it has this epoch's records (:meth:`ReplicaSet.isr_to_expand`), in
+  the incarnation of its broker that it fetches from now (KIP-903).
+- **Broker epochs**: every fetch carries the follower's broker epoch, which the controller
+  gives each broker process when it starts (a restarted one gets a higher one). What the
+  leader knows of a follower belongs to one broker epoch: a fetch with another one starts it
+  over, so a follower that restarted with a shorter log (lost page cache) is as far as it
+  fetches now, never as far as its former process got. An expansion names each joining
+  member's broker epoch, and the controller refuses one that is not current.
 - **ISR changes** are proposed to the controller and apply when it confirms them (Kafka's
   AlterPartition). Meanwhile the high watermark counts the *maximal* ISR, the current one
   plus the proposed one: a follower joining holds it back at once, one leaving holds it until
-  it is gone. One change is pending at a time.
+  it is gone. One change is pending at a time, and it stays pending until the controller's
+  answer is known: a request whose answer was lost may have been made (the controller
+  committed it and died before replying), so it is asked again, never taken as refused.
 - **High watermark**: the lowest log end offset among the maximal ISR, the leader's own
   included (as far as it counts: with ``flush.messages=1`` what it synced); it never moves
   backwards, and does not move while an ISR member has not fetched in this leader epoch (its
@@ -44,6 +53,7 @@ from raylog.errors import (
 )
 
 DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000  # Kafka's replica.lag.time.max.ms (topics.py's default)
+NO_BROKER_EPOCH = -1  # a follower whose broker has not learned its broker epoch yet
 
 
 @dataclasses.dataclass
@@ -54,6 +64,7 @@ class FollowerState:
     last_caught_up_ms: int | None = None  # None: not caught up since this leader was elected
     last_fetch_ms: int | None = None
     last_fetch_leader_log_end: int | None = None  # the leader's log end at that fetch
+    broker_epoch: int | None = None  # of the broker process the fetches came from
 
 
 class ReplicaSet:
@@ -130,23 +141,31 @@ class ReplicaSet:
 
     # -- fetches and the high watermark --------------------------------------------------------
 
-    def follower_fetched(self, replica_id: int, fetch_offset: int, leader_log_end: int, *,
+    def follower_fetched(self, replica_id: int, fetch_offset: int, leader_log_end: int,
+                         broker_epoch: int = NO_BROKER_EPOCH, *,
                          committable_end: int | None = None) -> int:
-        """Record a fetch from ``fetch_offset`` (the follower's log end) by ``replica_id``,
-        served when the leader's log ended at ``leader_log_end``; return the high watermark,
-        advanced if it can be (the leader's own log counting up to ``committable_end``,
-        default ``leader_log_end``: less when it syncs each append and a sync failed).
+        """Record a fetch from ``fetch_offset`` (the follower's log end) by ``replica_id``
+        from its broker's process at ``broker_epoch``, served when the leader's log ended at
+        ``leader_log_end``; return the high watermark, advanced if it can be (the leader's own
+        log counting up to ``committable_end``, default ``leader_log_end``: less when it syncs
+        each append and a sync failed).
 
         Raises OffsetOutOfRangeError for a fetch past the leader's log end (the follower must
         truncate first) and InvalidArgumentError for a replica that is not a follower here.
         A fetch offset below the follower's previous one is taken as it is: the follower
-        lost records (it restarted) and is that far behind.
+        lost records (it restarted) and is that far behind. A fetch at another broker epoch
+        than the follower's earlier ones in this leader epoch comes from another process of
+        its broker: what the earlier ones showed no longer holds, and the follower is known
+        from this fetch on only (Kafka resets a replica's state on a new broker epoch).
         """
         state = self._follower(replica_id)
         if not 0 <= fetch_offset <= leader_log_end:
             raise OffsetOutOfRangeError(
                 f"replica {replica_id} fetched from offset {fetch_offset}, outside the "
                 f"leader's log [0, {leader_log_end}]")
+        if state.broker_epoch is not None and state.broker_epoch != broker_epoch:
+            state = self._followers[replica_id] = FollowerState()
+        state.broker_epoch = broker_epoch
         now = self.clock()
         if fetch_offset >= leader_log_end:
             state.last_caught_up_ms = now
@@ -187,13 +206,26 @@ class ReplicaSet:
 
     def isr_to_expand(self) -> frozenset[int]:
         """The followers outside the ISR whose log end reached both the high watermark and
-        the start of this leader epoch. Empty while a change is pending."""
+        the start of this leader epoch, as fetches from a broker that knows its broker epoch
+        show (one that does not could not prove to the controller which process caught up).
+        Empty while a change is pending."""
         if self._pending is not None:
             return frozenset()
         return frozenset(
             r for r, state in self._followers.items()
             if r not in self._isr and state.log_end_offset is not None
+            and state.broker_epoch is not None and state.broker_epoch != NO_BROKER_EPOCH
             and state.log_end_offset >= max(self._high_watermark, self.epoch_start_offset))
+
+    def broker_epochs(self, replica_ids: Iterable[int]) -> dict[int, int]:
+        """The broker epoch each of these followers fetched at (NO_BROKER_EPOCH if it has
+        not fetched in this leader epoch): what an ISR expansion tells the controller about
+        its joining members."""
+        epochs = {}
+        for r in replica_ids:
+            epoch = self._follower(r).broker_epoch
+            epochs[r] = NO_BROKER_EPOCH if epoch is None else epoch
+        return epochs
 
     def propose_isr(self, isr: Iterable[int]) -> None:
         """Record that ``isr`` was sent to the controller: until it answers, the high
@@ -242,8 +274,10 @@ class ReplicaSet:
             self._pending = self._pending & set(replicas)
 
     def isr_change_failed(self, leader_log_end: int) -> int:
-        """The controller refused the pending change (e.g. this leader is stale). Return the
-        high watermark, advanced if a joining follower no longer holds it."""
+        """The controller refused the pending change (e.g. this leader is stale): it was not
+        made. Never call it for a change whose answer did not come (it may have been made:
+        the change stays pending, and the leader asks again). Return the high watermark,
+        advanced if a joining follower no longer holds it."""
         self._pending = None
         return self.advance_high_watermark(leader_log_end)
 

@@ -21,6 +21,7 @@ import ray
 from raylog import Admin, Consumer, Producer
 from raylog.cli import main
 from raylog.client.remote import resolve
+from raylog.cluster_names import CONTROLLER_NAME, NAMESPACE
 from raylog.errors import FencedEpochError, UnknownLeaderEpochError
 from tests.history import summary
 from tests.integration.conftest import (
@@ -279,3 +280,58 @@ def test_a_consumer_on_a_follower_node_reads_from_its_follower(ray_cluster, admi
         topic_name, 500), timeout=120)
     assert broker == follower
     assert values == [b"v%d" % i for i in range(500)]
+
+
+@pytest.mark.cluster
+def test_an_isr_change_the_controller_committed_but_never_answered_is_kept(
+        ray_cluster, admin, topic_name):
+    """Issue 22 item 2. The controller dies right after it committed an ISR expansion, before
+    it answered (the fail point controller.isr_committed): the leader must keep the change
+    pending, its high watermark waiting for the new member too, until the answer is known
+    (it asks again). Then both old members die: the new one, in the durable ISR, is elected
+    cleanly and must hold every acknowledged record."""
+    state = admin.create_topic(topic_name, partitions=1, replication_factor=2,
+                               configs={"min.insync.replicas": 2})["partitions"][0]
+    leader, other = state["leader"], next(b for b in state["replicas"] if b != state["leader"])
+    joining = next(b for b in ray_cluster.broker_ids if b not in state["replicas"])
+    meta = admin._cluster.topic(topic_name, refresh=True).partitions[0]
+    leader_actor, other_actor = meta.clients[leader].handle, meta.clients[other].handle
+    # Nothing else in the cluster is changing its ISR: the fail point is this change's.
+    wait_for(lambda: ray_cluster.raylog.controller.cluster_status()[
+        "under_replicated_partitions"] == 0, timeout=120, what="every partition in sync")
+    marker = ray_cluster.root / f"isr-committed-{topic_name}"
+    controller = ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
+    died = ray.get(controller.ready.remote(), timeout=60)["pid"]
+    with Workload(topic_name, 1, producers=2) as load:
+        load.wait_acknowledged(200)
+        with ray_cluster.failpoints({"controller.isr_committed": f"exit-once:{marker}"}):
+            admin.reassign_partitions(topic_name, {0: [*state["replicas"], joining]})
+            wait_for(marker.exists, timeout=120,
+                     what="the controller to die right after committing the expansion")
+        # Until the restarted controller serves, the leader's view is watched: the change
+        # it was never answered about must never be dropped.
+        asked = controller.ready.remote()
+        while True:
+            view = ray.get(leader_actor.describe.remote(topic_name), timeout=60)[0]
+            assert joining in {*view["isr"], *(view["pending_isr"] or ())}, view
+            if ray.wait([asked], timeout=0.05)[0]:
+                try:
+                    if ray.get(asked)["pid"] != died:
+                        break
+                except ray.exceptions.RayActorError:  # asked before it was restarting
+                    pass
+                asked = controller.ready.remote()
+        wait_for(lambda: joining in partition_states(admin, topic_name)[0]["isr"],
+                 timeout=60, what="the expansion in the controller's ISR")
+        wait_for(lambda: sorted(ray.get(leader_actor.describe.remote(topic_name))[0]["isr"])
+                 == sorted([leader, other, joining]), timeout=60,
+                 what="the leader's ISR to be the controller's")
+        load.wait_acknowledged(200)
+        ray.kill(leader_actor, no_restart=False)
+        ray.kill(other_actor, no_restart=False)
+        wait_for(lambda: partition_states(admin, topic_name)[0]["leader"] == joining,
+                 timeout=120, what=f"broker {joining} elected")
+        load.healthy()
+    anomalies = load.finish()
+    assert not anomalies, summary(anomalies)
+    assert_replicas_identical(admin, topic_name, 1)

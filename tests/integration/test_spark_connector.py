@@ -16,6 +16,7 @@ from raylog import Admin, Producer
 from raylog.cluster_names import CONTROLLER_NAME, NAMESPACE
 from raylog.partitioner import key_partition
 from tests.integration.conftest import consume_all, leader_broker, wait_for
+from tests.integration.failover import lagging_new_leader
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
@@ -327,3 +328,24 @@ def test_a_broker_restarting_mid_scan_loses_nothing(spark, admin, ray_cluster):
     assert (result["row"].s, result["row"].n) == (total, 120_000)
     wait_for(lambda: len(admin.describe_topic(topic)["partitions"][0]["isr"]) == 3,
              timeout=120, what="the restarted broker back in sync")
+
+
+def test_a_read_planned_before_a_failover_reads_every_record(spark, admin, topic_name):
+    """KIP-207 (issue 22 item 9): raylog.spark.read resolves its offsets at the old leader;
+    the DataFrame is read after a clean failover, from a new leader whose high watermark is
+    below the start of its epoch until its other in-sync follower (stopped) leaves the ISR
+    (replica.lag.time.max.ms). The connector's planning is told the offsets are not
+    available yet (retriable), asks again, and reads every record planned."""
+    import raylog.spark
+
+    admin.create_topic(topic_name, partitions=1, replication_factor=3,
+                       configs={"replica.lag.time.max.ms": 10_000})
+    planned: dict = {}
+    before, after = 300, 200
+    with lagging_new_leader(admin, topic_name, before, after,
+                            lambda: planned.update(frame=raylog.spark.read(spark, topic_name))
+                            ) as failover:
+        assert failover.new != failover.old
+        rows = planned["frame"].select("offset", "value").collect()
+    assert sorted((r.offset, bytes(r.value)) for r in rows) == \
+        [(i, b"v%d" % i) for i in range(before)]

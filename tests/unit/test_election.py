@@ -6,7 +6,12 @@ import random
 
 import pytest
 
-from raylog.errors import FencedEpochError, InvalidArgumentError, StaleIsrChangeError
+from raylog.errors import (
+    FencedEpochError,
+    IneligibleReplicaError,
+    InvalidArgumentError,
+    StaleIsrChangeError,
+)
 from raylog.metadata import election
 from raylog.metadata.election import Change
 from raylog.metadata.state import PartitionState
@@ -15,6 +20,20 @@ from raylog.metadata.state import PartitionState
 def state(replicas=(1, 2, 3), leader=1, epoch=5, isr=None, partition_epoch=7):
     return PartitionState(0, list(replicas), leader, epoch,
                           list(replicas if isr is None else isr), partition_epoch)
+
+
+BROKER_EPOCHS = {1: 11, 2: 12, 3: 13, 4: 14}  # each broker's running process's
+
+
+def alter_isr(p: PartitionState, leader: int, leader_epoch: int, partition_epoch: int,
+              isr, live, member_epochs=None) -> Change:
+    """election.alter_isr from a leader that saw each member fetch in its broker's current
+    process (unless ``member_epochs`` says otherwise)."""
+    return election.alter_isr(
+        p, leader, leader_epoch, partition_epoch, isr, live,
+        member_epochs={b: BROKER_EPOCHS[b] for b in isr} if member_epochs is None
+        else member_epochs,
+        broker_epochs={b: BROKER_EPOCHS[b] for b in live})
 
 
 def apply(p: PartitionState, change: Change | None) -> PartitionState:
@@ -88,32 +107,66 @@ def test_a_partition_with_a_leader_is_left_alone_when_a_broker_comes_back():
 
 def test_the_leader_shrinks_and_expands_its_isr():
     p = state(isr=[1, 2])
-    assert election.alter_isr(p, 1, 5, 7, [1], live={1, 2, 3}) == Change(1, 5, [1])
-    assert election.alter_isr(p, 1, 5, 7, [3, 1, 2], live={1, 2, 3}) == \
+    assert alter_isr(p, 1, 5, 7, [1], live={1, 2, 3}) == Change(1, 5, [1])
+    assert alter_isr(p, 1, 5, 7, [3, 1, 2], live={1, 2, 3}) == \
         Change(1, 5, [1, 2, 3])
 
 
 def test_an_isr_change_from_a_stale_leader_is_fenced():
     with pytest.raises(FencedEpochError):
-        election.alter_isr(state(), 1, 4, 7, [1, 2], live={1, 2, 3})
+        alter_isr(state(), 1, 4, 7, [1, 2], live={1, 2, 3})
     with pytest.raises(FencedEpochError):
-        election.alter_isr(state(), 2, 5, 7, [2], live={1, 2, 3})
+        alter_isr(state(), 2, 5, 7, [2], live={1, 2, 3})
 
 
 def test_an_isr_change_based_on_an_older_partition_epoch_is_refused():
     with pytest.raises(StaleIsrChangeError):
-        election.alter_isr(state(), 1, 5, 6, [1, 2], live={1, 2, 3})
+        alter_isr(state(), 1, 5, 6, [1, 2], live={1, 2, 3})
 
 
 @pytest.mark.parametrize("isr", [[2, 3], [1, 4], []])
 def test_an_isr_without_the_leader_or_with_strangers_is_refused(isr):
     with pytest.raises(InvalidArgumentError):
-        election.alter_isr(state(), 1, 5, 7, isr, live={1, 2, 3, 4})
+        alter_isr(state(), 1, 5, 7, isr, live={1, 2, 3, 4})
 
 
 def test_a_dead_broker_cannot_join_the_isr():
     with pytest.raises(InvalidArgumentError, match="not alive"):
-        election.alter_isr(state(isr=[1]), 1, 5, 7, [1, 2], live={1})
+        alter_isr(state(isr=[1]), 1, 5, 7, [1, 2], live={1})
+
+
+def test_a_member_that_caught_up_in_an_earlier_process_of_its_broker_cannot_join():
+    """KIP-903: the leader saw broker 2 catch up at broker epoch 9, but broker 2 has started
+    again since (its epoch is 12): the new process may have lost records."""
+    p = state(isr=[1])
+    with pytest.raises(IneligibleReplicaError, match=r"broker 2 .* broker epoch 9"):
+        alter_isr(p, 1, 5, 7, [1, 2, 3], live={1, 2, 3}, member_epochs={2: 9, 3: 13})
+    with pytest.raises(IneligibleReplicaError, match="broker 2"):
+        alter_isr(p, 1, 5, 7, [1, 2], live={1, 2, 3}, member_epochs={})  # none named
+    # A broker whose new process is not recorded yet has no current epoch at all.
+    with pytest.raises(IneligibleReplicaError, match="current one is None"):
+        election.alter_isr(p, 1, 5, 7, [1, 2], {1, 2}, member_epochs={2: 12},
+                           broker_epochs={1: 11})
+    assert alter_isr(p, 1, 5, 7, [1, 2, 3], live={1, 2, 3}, member_epochs={2: 12, 3: 13}) \
+        == Change(1, 5, [1, 2, 3])
+
+
+def test_members_already_in_the_isr_are_not_asked_for_their_broker_epoch():
+    assert alter_isr(state(isr=[1, 2]), 1, 5, 7, [1, 2, 3], live={1, 2, 3},
+                     member_epochs={3: 13}) == Change(1, 5, [1, 2, 3])
+
+
+def test_a_repeat_of_a_change_already_made_succeeds_with_the_partition_as_it_is():
+    """The controller committed the leader's change (partition epoch 7 -> 8) and died before
+    answering: the leader asks again, based on 7. The ISR is already what it asks for, so
+    the answer is success, changing nothing; another ISR from an older epoch is stale."""
+    p = state(isr=[1, 2, 3], partition_epoch=8)
+    assert alter_isr(p, 1, 5, 7, [3, 1, 2], live={1, 2, 3}) == Change(1, 5, [1, 2, 3])
+    with pytest.raises(StaleIsrChangeError):
+        alter_isr(p, 1, 5, 7, [1, 2], live={1, 2, 3})
+    with pytest.raises(FencedEpochError):  # from a leader that was replaced: never
+        alter_isr(state(leader=2, epoch=6, partition_epoch=8), 1, 5, 7, [1, 2, 3],
+                  live={1, 2, 3})
 
 
 # -- preferred leader and reassignment -------------------------------------------------------
@@ -171,11 +224,11 @@ def test_random_histories_never_elect_a_replica_without_every_committed_record(s
             joiner = rng.choice(sorted(live - set(p.isr))) if live - set(p.isr) else None
             if joiner is not None:
                 complete.add(joiner)  # it fetched everything from the leader
-                p = apply(p, election.alter_isr(p, p.leader, p.leader_epoch,
+                p = apply(p, alter_isr(p, p.leader, p.leader_epoch,
                                                 p.partition_epoch, [*p.isr, joiner], live))
         elif action == "shrink" and p.leader is not None and len(p.isr) > 1:
             lagging = rng.choice([b for b in p.isr if b != p.leader])
-            p = apply(p, election.alter_isr(
+            p = apply(p, alter_isr(
                 p, p.leader, p.leader_epoch, p.partition_epoch,
                 [b for b in p.isr if b != lagging], live))
         assert p.isr and set(p.isr) <= set(brokers)

@@ -45,14 +45,14 @@ class FakeLeaderBroker:
         self.epoch_end_offsets = _Remote(self._epoch_end_offsets)
 
     async def _replica_fetch(self, follower, requests, max_bytes, partition_max_bytes,
-                             max_wait_ms):
+                             max_wait_ms, follower_epoch):
         self.fetches += 1
         await asyncio.sleep(0.001)
         answers = []
         for topic, number, epoch, offset, _ in requests:
             p = self.partitions[(topic, number)]
             try:
-                p.follower_fetched(follower, epoch, offset)
+                p.follower_fetched(follower, epoch, offset, follower_epoch)
                 r = p.read_for_follower(offset, partition_max_bytes)
                 answers.append({"data": r.data, "high_watermark": r.high_watermark,
                                 "log_start_offset": r.log_start_offset,
@@ -70,6 +70,7 @@ class FakeLeaderBroker:
 class FakeFollowerBroker:
     def __init__(self, replicas: dict[tuple[str, int], HostedReplica]) -> None:
         self.broker_id = 2
+        self.broker_epoch = 12
         self.replicas = replicas
 
 
@@ -113,6 +114,9 @@ def test_followers_catch_up_with_the_leader(pair):
                                 h.partition.high_watermark == 3
                                 for h in follower.replicas.values()))
         fetcher.stop()
+        # Its fetches named the broker epoch of its broker's process (KIP-903).
+        assert {p.replica_set.follower(2).broker_epoch for p in leader.partitions.values()} \
+            == {12}
 
     asyncio.run(scenario())
 

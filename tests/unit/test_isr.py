@@ -14,10 +14,11 @@ from raylog.errors import (
     NotEnoughReplicasError,
     OffsetOutOfRangeError,
 )
-from raylog.replication.isr import ReplicaSet
+from raylog.replication.isr import NO_BROKER_EPOCH, ReplicaSet
 from tests.unit.logutil import FakeClock
 
 LAG_MS = 10_000
+EPOCH = 7  # a follower's broker epoch (the controller's, for its broker's running process)
 
 
 @pytest.fixture
@@ -142,21 +143,66 @@ def test_the_leader_never_shrinks_itself_and_followers_out_of_the_isr_are_not_li
 def test_a_follower_joins_at_the_high_watermark_and_the_epoch_start(clock):
     replicas = replica_set(clock, isr=(1, 2), epoch_start=130, hw=100)
     assert replicas.isr_to_expand() == set()  # not fetched yet
-    replicas.follower_fetched(3, 110, 140)
+    replicas.follower_fetched(3, 110, 140, EPOCH)
     assert replicas.high_watermark == 100  # 2 has not fetched in this epoch
     assert replicas.isr_to_expand() == set()  # past the HW, not at this epoch's start
-    replicas.follower_fetched(3, 130, 140)
+    replicas.follower_fetched(3, 130, 140, EPOCH)
     assert replicas.isr_to_expand() == {3}
+    assert replicas.broker_epochs({3}) == {3: EPOCH}  # what the expansion tells
 
 
 def test_a_follower_below_the_high_watermark_does_not_join(clock):
     replicas = replica_set(clock, isr=(1, 2), epoch_start=100, hw=100)
-    replicas.follower_fetched(2, 140, 140)
+    replicas.follower_fetched(2, 140, 140, EPOCH)
     assert replicas.high_watermark == 140
-    replicas.follower_fetched(3, 139, 140)
+    replicas.follower_fetched(3, 139, 140, EPOCH)
     assert replicas.isr_to_expand() == set()
-    replicas.follower_fetched(3, 140, 140)
+    replicas.follower_fetched(3, 140, 140, EPOCH)
     assert replicas.isr_to_expand() == {3}
+
+
+def test_a_follower_whose_broker_does_not_know_its_broker_epoch_never_joins(clock):
+    # The controller could not tell which process of its broker caught up: it would refuse.
+    replicas = replica_set(clock, isr=(1, 2), epoch_start=100, hw=100)
+    replicas.follower_fetched(3, 100, 100, NO_BROKER_EPOCH)
+    assert replicas.isr_to_expand() == set()
+    replicas.follower_fetched(3, 100, 100, EPOCH)
+    assert replicas.isr_to_expand() == {3}
+
+
+def test_a_fetch_at_another_broker_epoch_starts_the_follower_over(clock):
+    """KIP-903: follower 3 caught up, left the ISR, and its broker restarted with a shorter
+    log (it lost its page cache). What its former process showed no longer counts: it joins
+    again only once it reached the high watermark in its new process."""
+    replicas = replica_set(clock, isr=(1, 2), epoch_start=100, hw=100)
+    replicas.follower_fetched(2, 140, 140, EPOCH)
+    replicas.follower_fetched(3, 140, 140, EPOCH)
+    clock.advance(LAG_MS)
+    # Until the restarted process fetches, the leader can only name what it saw, at the
+    # old broker epoch: the controller, which recorded the new one, refuses that.
+    assert replicas.isr_to_expand() == {3}
+    assert replicas.broker_epochs({3}) == {3: EPOCH}
+    replicas.follower_fetched(3, 90, 140, EPOCH + 1)
+    state = replicas.follower(3)
+    assert (state.log_end_offset, state.broker_epoch, state.last_caught_up_ms) == \
+        (90, EPOCH + 1, None)
+    assert replicas.isr_to_expand() == set()
+    replicas.follower_fetched(3, 139, 140, EPOCH + 1)
+    assert replicas.isr_to_expand() == set()
+    replicas.follower_fetched(3, 140, 140, EPOCH + 1)
+    assert replicas.isr_to_expand() == {3}
+    assert replicas.broker_epochs({3}) == {3: EPOCH + 1}
+
+
+def test_an_isr_member_that_fetches_at_another_broker_epoch_is_caught_up_only_from_then(clock):
+    # Its caught-up time from the election (or its former process) is gone with the rest:
+    # it stays in the ISR only if it reaches the leader's log end in its new process.
+    replicas = replica_set(clock)
+    replicas.follower_fetched(2, 140, 140, EPOCH)
+    replicas.follower_fetched(3, 140, 140, EPOCH)
+    replicas.follower_fetched(3, 120, 140, EPOCH + 1)
+    assert replicas.isr_to_shrink(140) == {3}
+    assert replicas.high_watermark == 140  # never back, though 3 lost records
 
 
 # -- ISR changes --------------------------------------------------------------------------------
@@ -187,12 +233,12 @@ def test_an_isr_without_the_leader_or_with_strangers_is_refused(clock, isr):
 
 def test_a_joining_follower_holds_the_high_watermark_before_the_controller_confirms(clock):
     replicas = replica_set(clock, isr=(1, 2))
-    replicas.follower_fetched(2, 100, 100)
-    replicas.follower_fetched(3, 100, 100)
+    replicas.follower_fetched(2, 100, 100, EPOCH)
+    replicas.follower_fetched(3, 100, 100, EPOCH)
     replicas.propose_isr(replicas.isr | replicas.isr_to_expand())
-    replicas.follower_fetched(2, 150, 150)
+    replicas.follower_fetched(2, 150, 150, EPOCH)
     assert replicas.high_watermark == 100  # 3 is in the maximal ISR already
-    replicas.follower_fetched(3, 120, 150)
+    replicas.follower_fetched(3, 120, 150, EPOCH)
     assert replicas.high_watermark == 120
     assert replicas.isr_changed({1, 2, 3}, 150) == 120
     assert replicas.isr == {1, 2, 3} and replicas.pending_isr is None
@@ -325,7 +371,7 @@ def test_the_high_watermark_never_passes_an_isr_member_and_never_decreases(clock
             replicas.advance_high_watermark(log_end)
         elif kind == "fetch":
             ends[action[1]] = min(ends[action[1]] + action[2], log_end)
-            replicas.follower_fetched(action[1], ends[action[1]], log_end)
+            replicas.follower_fetched(action[1], ends[action[1]], log_end, EPOCH)
         elif kind == "tick":
             clock.advance(action[1])
         elif replicas.pending_isr is not None:

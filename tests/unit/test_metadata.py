@@ -26,6 +26,7 @@ from raylog.metadata import (
 )
 from raylog.metadata.state import (
     broker_registered,
+    broker_started,
     cluster_created,
     configs_altered,
     partition_changed,
@@ -234,6 +235,23 @@ def test_a_log_begins_with_its_cluster_and_broker_ids_are_given_once():
         state.apply(broker_registered(1))
     with pytest.raises(ValueError, match="created a second time"):
         state.apply(cluster_created("fedcba9876543210"))
+
+
+def test_every_start_of_a_broker_gives_it_a_higher_broker_epoch_that_replays_alike(tmp_path):
+    """A broker's epoch is the place in the log of the event that recorded its process's
+    start (KIP-903: an ISR expansion must name the current one)."""
+    history = [CLUSTER, broker_registered(0), broker_registered(1),
+               broker_started(0, "first"), broker_started(1, "other"),
+               broker_started(0, "second")]
+    state = state_of(*history)
+    assert state.broker_epochs == {0: 5, 1: 4}
+    assert state.incarnations == {0: "second", 1: "other"}
+    assert state_of(*history[:4]).broker_epochs == {0: 3}  # before the restart: lower
+    store = MetadataStore(tmp_path / "meta")
+    for event in history:
+        store.append(event)
+    store.close()
+    assert replayed(tmp_path / "meta")[0].broker_epochs == state.broker_epochs
 
 
 # -- the metadata log ----------------------------------------------------------------------------

@@ -10,23 +10,38 @@ import pytest
 from raylog.errors import (
     CorruptRecordError,
     FencedEpochError,
+    IneligibleReplicaError,
     InvalidArgumentError,
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderError,
+    OffsetNotAvailableError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
     UnknownLeaderEpochError,
 )
-from raylog.partition import EARLIEST, LATEST, LeaderAndIsr, Partition, Role, Transition
+from raylog.metadata import election
+from raylog.metadata.election import Change
+from raylog.metadata.state import PartitionState
+from raylog.partition import (
+    EARLIEST,
+    LATEST,
+    AlterIsr,
+    LeaderAndIsr,
+    Partition,
+    Role,
+    Transition,
+)
 from raylog.producer_state import SequenceGap
 from raylog.records import TABLE_SCHEMA, Codec, iter_headers, read_records
+from raylog.replication.isr import NO_BROKER_EPOCH
 from raylog.replication.truncation import Ask
 from raylog.storage import LogConfig, PartitionLog
 from raylog.storage.segment import LogSegment
 from tests.unit.logutil import FakeClock, all_records, batch_of
 
 NOW = 1_700_000_000_000
+BROKER_EPOCH = 21  # of the followers' brokers' processes
 
 
 def new_partition(tmp_path, configs=None, config: LogConfig | None = None, replica: int = 1,
@@ -78,9 +93,9 @@ def fetched_offsets(data: bytes) -> list[int]:
     return [r.offset for r in read_records(data)]
 
 
-def sync(follower: Partition, leader: Partition) -> None:
-    """What the broker's fetcher does: truncate as the leader says, then fetch until caught
-    up, then once more to learn the high watermark."""
+def sync(follower: Partition, leader: Partition, broker_epoch: int = NO_BROKER_EPOCH) -> None:
+    """What the broker's fetcher does: truncate as the leader says, then fetch (at
+    ``broker_epoch``) until caught up, then once more to learn the high watermark."""
     step = follower.truncation_step()
     while isinstance(step, Ask):
         follower.truncate(step.truncate_to)
@@ -89,7 +104,7 @@ def sync(follower: Partition, leader: Partition) -> None:
     follower.truncate(step.offset)
     for _ in range(1000):
         offset = follower.log_end_offset
-        leader.follower_fetched(follower.replica_id, leader.leader_epoch, offset)
+        leader.follower_fetched(follower.replica_id, leader.leader_epoch, offset, broker_epoch)
         result = leader.read_for_follower(offset, 1 << 20)
         follower.append_replicated(result.data, result.high_watermark,
                                    result.log_start_offset)
@@ -253,8 +268,10 @@ def test_a_follower_serves_consumers_below_its_own_high_watermark(tmp_path):
     with pytest.raises(OffsetOutOfRangeError):  # beyond its log end: it cannot tell
         follower.fetch(50, 1 << 20, leader_epoch=1)
     assert follower.read_table(0, 6, leader_epoch=1).num_rows == 6
-    with pytest.raises(OffsetOutOfRangeError):
+    with pytest.raises(OffsetNotAvailableError):  # here, but not known committed yet
         follower.read_table(0, 9, leader_epoch=1)
+    with pytest.raises(OffsetOutOfRangeError):  # beyond its log end
+        follower.read_table(0, 10, leader_epoch=1)
     leader.log.close()
     follower.log.close()
 
@@ -416,10 +433,179 @@ def test_the_leader_proposes_isr_changes_its_followers_earn(tmp_path):
     assert leader.isr_change_wanted() is None
     clock.advance(1001)
     assert leader.isr_change_wanted() == {1}            # 2 never fetched: out
-    leader.follower_fetched(3, 0, 3)
+    leader.follower_fetched(3, 0, 3, BROKER_EPOCH)
     lead(leader, 0, isr=(1,), replicas=(1, 2, 3))       # the controller agreed to shrink
     assert leader.isr_change_wanted() == {1, 3}          # 3 has caught up: in
     leader.log.close()
+
+
+def three_replica_leader(tmp_path, clock: FakeClock, isr=(1, 2, 3)) -> Partition:
+    """Leader 1 of replicas (1, 2, 3), ISR ``isr``, at leader epoch 0 and partition epoch 0,
+    with 3 records, every ISR follower caught up (at broker epoch BROKER_EPOCH)."""
+    leader = lead(new_partition(tmp_path, clock=clock), 0, isr=isr, replicas=(1, 2, 3))
+    append_batches(leader, 1)
+    for follower in (2, 3):
+        leader.follower_fetched(follower, 0, 3, BROKER_EPOCH)
+    return leader
+
+
+def test_an_isr_change_whose_answer_is_unknown_stays_pending_until_it_is_known(tmp_path):
+    """The rule behind asking again: a change sent to the controller and not answered (the
+    controller committed it and died before replying, say) may have been made. Until the
+    answer comes, the high watermark waits for the members of both ISRs; the same request
+    is what is asked again; and the answer's state decides."""
+    clock = FakeClock(NOW)
+    leader = three_replica_leader(tmp_path, clock, isr=(1, 2))
+    request = leader.propose_isr_change()
+    assert (request.isr, request.partition_epoch, request.broker_epochs) == \
+        ((1, 2, 3), 0, {3: BROKER_EPOCH})
+    # No answer. 2 fetches on, 3 does not: 3 is in the maximal ISR, so it holds the HW.
+    append_batches(leader, 2)
+    leader.follower_fetched(2, 0, 9, BROKER_EPOCH)
+    assert leader.isr_change_pending(request) and leader.high_watermark == 3
+    assert leader.propose_isr_change() is None  # one at a time
+    # The controller's word on the same partition epoch (a full push after its restart,
+    # say, had it not committed) changes nothing: still pending.
+    assert leader.apply(LeaderAndIsr(1, 0, 0, (1, 2, 3), (1, 2))) is Transition.UNCHANGED
+    assert leader.isr_change_pending(request) and leader.high_watermark == 3
+    # Asked again, the controller answers with the state the change made (epoch 1).
+    leader.isr_change_answered(request, LeaderAndIsr(1, 0, 1, (1, 2, 3), (1, 2, 3)))
+    assert not leader.isr_change_pending(request)
+    assert leader.isr == (1, 2, 3) and leader.replica_set.pending_isr is None
+    leader.follower_fetched(3, 0, 9, BROKER_EPOCH)
+    assert leader.high_watermark == 9
+    leader.log.close()
+
+
+def test_a_refused_isr_change_takes_the_state_the_refusal_carries(tmp_path):
+    clock = FakeClock(NOW)
+    leader = three_replica_leader(tmp_path, clock, isr=(1, 2))
+    request = leader.propose_isr_change()
+    # Refused: the partition changed meanwhile (2 left the ISR when its broker went).
+    leader.isr_change_answered(request, LeaderAndIsr(1, 0, 1, (1, 2, 3), (1,)))
+    assert leader.isr == (1,) and leader.partition_epoch == 1
+    assert leader.replica_set.pending_isr is None
+    # Refused at the partition epoch it was based on (a broker epoch was stale): over.
+    again = leader.propose_isr_change()
+    assert again.isr == (1, 2, 3) and again.partition_epoch == 1
+    leader.isr_change_answered(again, LeaderAndIsr(1, 0, 1, (1, 2, 3), (1,)))
+    assert not leader.isr_change_pending(again) and leader.replica_set.pending_isr is None
+    assert leader.high_watermark == leader.log_end_offset  # alone again
+    leader.log.close()
+
+
+def test_the_controllers_word_on_a_newer_partition_state_settles_a_pending_change(tmp_path):
+    clock = FakeClock(NOW)
+    leader = three_replica_leader(tmp_path, clock, isr=(1, 2))
+    request = leader.propose_isr_change()
+    leader.apply(LeaderAndIsr(1, 0, 1, (1, 2, 3), (1, 2, 3)))  # pushed before the answer
+    assert not leader.isr_change_pending(request) and leader.isr == (1, 2, 3)
+    # The answer that comes after changes nothing (its state is not newer).
+    leader.isr_change_answered(request, LeaderAndIsr(1, 0, 1, (1, 2, 3), (1, 2, 3)))
+    assert leader.isr == (1, 2, 3) and leader.partition_epoch == 1
+    leader.log.close()
+
+
+def test_kip_903_a_follower_that_lost_its_tail_rejoins_only_after_fetching_again(tmp_path):
+    """Follower 3 caught up, left the ISR, and its broker restarted with a shorter log (it
+    lost its page cache). The leader still holds what the former process showed: an
+    expansion it proposes from that names the old broker epoch, which the controller
+    refuses. Once the new process fetches (at its new broker epoch), 3 is as far as it
+    fetched, and joins again only once it reached the high watermark."""
+    clock = FakeClock(NOW)
+    leader = three_replica_leader(tmp_path, clock)
+    append_batches(leader, 2)
+    leader.follower_fetched(2, 0, 9, BROKER_EPOCH)
+    leader.follower_fetched(3, 0, 9, BROKER_EPOCH)
+    follower = new_partition(tmp_path, replica=3)
+    follow(follower, 1, 0, isr=(1, 2, 3), replicas=(1, 2, 3))
+    sync(follower, leader, BROKER_EPOCH)
+    # 3's broker goes (the controller takes it out of the ISR) and comes back having lost
+    # the last two batches: its broker epoch is BROKER_EPOCH + 1 now.
+    leader.apply(LeaderAndIsr(1, 0, 1, (1, 2, 3), (1, 2)))
+    follower.truncate(3)
+    stale = leader.propose_isr_change()
+    assert stale.isr == (1, 2, 3) and stale.broker_epochs == {3: BROKER_EPOCH}
+    with pytest.raises(IneligibleReplicaError):
+        alter_isr_for(stale, current_epochs={2: BROKER_EPOCH, 3: BROKER_EPOCH + 1})
+    leader.isr_change_answered(stale, LeaderAndIsr(1, 0, 1, (1, 2, 3), (1, 2)))
+    # The new process fetches: what it has counts, no more.
+    leader.follower_fetched(3, 0, follower.log_end_offset, BROKER_EPOCH + 1)
+    assert leader.replica_set.follower(3).log_end_offset == 3
+    assert leader.propose_isr_change() is None
+    offset = follower.log_end_offset
+    follower.append_replicated(leader.read_for_follower(offset, 1 << 20).data,
+                               leader.high_watermark, 0)
+    leader.follower_fetched(3, 0, follower.log_end_offset, BROKER_EPOCH + 1)
+    request = leader.propose_isr_change()
+    assert request.isr == (1, 2, 3) and request.broker_epochs == {3: BROKER_EPOCH + 1}
+    assert alter_isr_for(request, current_epochs={2: BROKER_EPOCH, 3: BROKER_EPOCH + 1}) \
+        .isr == [1, 2, 3]
+    leader.log.close()
+    follower.log.close()
+
+
+def alter_isr_for(request: AlterIsr, current_epochs: dict[int, int]) -> Change:
+    """What the controller decides about ``request`` (partition as the leader knew it)."""
+    p = PartitionState(request.partition, [1, 2, 3], request.leader, request.leader_epoch,
+                       sorted(request.replica_set.isr), request.partition_epoch)
+    return election.alter_isr(p, request.leader, request.leader_epoch,
+                              request.partition_epoch, request.isr, set(current_epochs) | {1},
+                              member_epochs=request.broker_epochs, broker_epochs=current_epochs)
+
+
+# -- a new leader's high watermark (KIP-207) ----------------------------------------------------
+
+
+def test_kip_207_a_new_leader_answers_offsets_once_its_high_watermark_reaches_its_epoch(
+        tmp_path):
+    """The old leader committed 12 records; the new one had all of them but knew only 9 as
+    committed (its high watermark lags by a fetch). Until its other follower has fetched it
+    cannot tell: offset lookups are 'not available yet' (retriable), never an answer that
+    would send readers back; a range planned from the old leader's high watermark is too."""
+    clock = FakeClock(NOW)
+    old = lead(new_partition(tmp_path, clock=clock), 0, isr=(1, 2), replicas=(1, 2, 3))
+    new = new_partition(tmp_path, replica=2, clock=clock)
+    follow(new, 1, 0, replicas=(1, 2, 3))
+    append_batches(old, 3)
+    sync(new, old)
+    append_batches(old, 1)
+    old.follower_fetched(2, 0, 9)
+    new.append_replicated(old.read_for_follower(9, 1 << 20).data, old.high_watermark, 0)
+    old.follower_fetched(2, 0, 12)
+    assert (old.high_watermark, new.log_end_offset, new.high_watermark) == (12, 12, 9)
+    assert old.list_offset(LATEST, 0) == (12, -1)
+    new.apply(LeaderAndIsr(2, 1, 5, (1, 2, 3), (2, 3)))  # 1 is gone; 2 leads, 3 in sync
+    assert new.high_watermark == 9 and new.awaits_high_watermark(12)
+    for spec in (EARLIEST, LATEST, NOW):
+        with pytest.raises(OffsetNotAvailableError) as refused:
+            new.list_offset(spec, 1)
+        assert refused.value.retriable
+    with pytest.raises(OffsetNotAvailableError):
+        new.read_table(0, 12, 1)
+    with pytest.raises(OffsetOutOfRangeError):  # past its log end: not a matter of waiting
+        new.read_table(0, 13, 1)
+    assert not new.awaits_high_watermark(13)
+    new.follower_fetched(3, 1, 12)  # 3 had them all too
+    assert new.list_offset(LATEST, 1) == (12, -1)
+    assert new.read_table(0, 12, 1).num_rows == 12
+    old.log.close()
+    new.log.close()
+
+
+def test_kip_207_a_follower_never_lowers_its_high_watermark(tmp_path):
+    leader = replicated(new_partition(tmp_path))
+    follower = new_partition(tmp_path, replica=2)
+    follow(follower, 1, 1)
+    append_batches(leader, 2)
+    sync(follower, leader)
+    assert follower.high_watermark == 6
+    # A new leader's answer, from before its high watermark caught up with the old one's.
+    follower.append_replicated(b"", 3, 0)
+    assert follower.high_watermark == 6
+    assert follower.read_table(0, 6, 1).num_rows == 6  # what it showed as committed stays
+    leader.log.close()
+    follower.log.close()
 
 
 # -- followers ---------------------------------------------------------------------------------

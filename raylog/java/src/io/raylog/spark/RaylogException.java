@@ -26,8 +26,12 @@ public class RaylogException extends RuntimeException {
 
   /** A raylog error as a JSON object {@code {"type", "retriable", "message"}}. */
   static RaylogException fromJson(JsonNode error) {
+    return fromJson(error, null);
+  }
+
+  private static RaylogException fromJson(JsonNode error, Throwable cause) {
     return new RaylogException(error.path("type").asText("RaylogError"),
-        error.path("message").asText(""), error.path("retriable").asBoolean(false), null);
+        error.path("message").asText(""), error.path("retriable").asBoolean(false), cause);
   }
 
   /** What a failed Ray call means: raylog's error if the text carries one; a dead or
@@ -42,10 +46,11 @@ public class RaylogException extends RuntimeException {
       int end = at < 0 ? -1 : text.indexOf(MARK, at + MARK.length());
       if (end > at) {
         try {
-          RaylogException e = fromJson(
-              OffsetsJson.MAPPER.readTree(text.substring(at + MARK.length(), end)));
-          e.initCause(t);
-          return e;
+          // The cause goes in the constructor: a Throwable made with a (null) cause
+          // refuses initCause, which would turn every raylog error into an
+          // IllegalStateException that no reader retries.
+          return fromJson(OffsetsJson.MAPPER.readTree(text.substring(at + MARK.length(), end)),
+              t);
         } catch (java.io.IOException ignored) {
           break;
         }

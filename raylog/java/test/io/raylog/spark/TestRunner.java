@@ -23,6 +23,7 @@ public final class TestRunner {
     BatchDecoderTest.class,
     AvroTypesTest.class,
     AvroDecoderTest.class,
+    RaylogExceptionTest.class,
   };
 
   private TestRunner() {}
