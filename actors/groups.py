@@ -24,7 +24,6 @@ from ray.exceptions import ActorDiedError, ActorUnschedulableError, RayActorErro
 
 from actors.hosting import background
 from raylog.arguments import INT32_MAX, check_id, check_int, unknown_name
-from raylog.client.sender_state import random_producer_id
 from raylog.errors import (
     InvalidArgumentError,
     InvalidConfigError,
@@ -38,6 +37,7 @@ from raylog.groups.assignors import ASSIGNORS
 from raylog.groups.coordinator import OFFSETS_TOPIC_PARTITIONS, GroupCoordinator, OffsetAndMetadata
 from raylog.groups.store import GroupStore
 from raylog.records import iter_batches, read_records
+from raylog.records.header import random_producer_id
 from raylog.storage import AppendInfo
 from raylog.storage.log import wall_clock_ms
 from raylog.topics import (

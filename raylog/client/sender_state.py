@@ -42,24 +42,19 @@ from __future__ import annotations
 
 import collections
 import itertools
-import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from raylog.records import BatchBuilder
 from raylog.records.header import (
+    MAX_PRODUCER_EPOCH,
     MAX_SEQUENCE,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     NO_SEQUENCE,
+    random_producer_id,
     with_producer,
 )
-
-MAX_EPOCH = 2**15 - 1     # epochs are int16
-
-
-def random_producer_id() -> int:
-    return random.getrandbits(63)
 
 
 class OutgoingBatch:
@@ -242,7 +237,7 @@ class PartitionSender:
         if unsafe:
             self.queue = collections.deque(b for b in self.queue if b.last_error is None)
         self.epoch += 1
-        if self.epoch > MAX_EPOCH:
+        if self.epoch > MAX_PRODUCER_EPOCH:
             self.producer_id, self.epoch = self._new_producer_id(), 0
         self.next_sequence = 0
         for batch in self.queue:

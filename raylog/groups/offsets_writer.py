@@ -32,10 +32,9 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from raylog import errors
-from raylog.client.sender_state import MAX_EPOCH
 from raylog.records import BatchBuilder, Codec
 from raylog.records.builder import batch_capacity, record_size
-from raylog.records.header import MAX_SEQUENCE, with_producer
+from raylog.records.header import MAX_PRODUCER_EPOCH, MAX_SEQUENCE, with_producer
 from raylog.storage import AppendInfo
 from raylog.storage.log import wall_clock_ms
 
@@ -217,6 +216,6 @@ class OffsetsWriter:
     def _renumber(self) -> None:
         """A new epoch: the next batch starts at sequence 0."""
         self.epoch += 1
-        if self.epoch > MAX_EPOCH:
+        if self.epoch > MAX_PRODUCER_EPOCH:
             self.producer_id, self.epoch = self._new_producer_id(), 0
         self.next_sequence = 0

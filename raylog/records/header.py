@@ -30,6 +30,7 @@ column (written by the compactor); otherwise record i has offset base_offset + i
 from __future__ import annotations
 
 import enum
+import random
 import struct
 from typing import NamedTuple
 
@@ -58,8 +59,15 @@ NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
 MAX_SEQUENCE = 2**31 - 1  # base_sequence is an int32: no sequence goes past this
+MAX_PRODUCER_EPOCH = 2**15 - 1  # producer_epoch is an int16
 NO_LEADER_EPOCH = -1
 MAX_OFFSET = 2**63 - 1
+
+
+def random_producer_id() -> int:
+    """A new producer id: raylog's writers pick their own (63 random bits make a clash
+    between two of a cluster's producers negligible), where Kafka's ask a coordinator."""
+    return random.getrandbits(63)
 
 
 class Codec(enum.IntEnum):
