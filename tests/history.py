@@ -259,6 +259,22 @@ def ownership(events: Iterable[Owned], last_seen: dict[str, float]
     return out, wrong
 
 
+def interval_reads(processed: Iterable[Processed], intervals: Iterable[Interval]
+                   ) -> list[Read]:
+    """The records members processed as reads for :func:`check`, one reader per ownership
+    interval: a member that gets a partition (back) starts at the committed offset, so its
+    offsets increase within an interval, not across them."""
+    owned: dict[tuple[str, int], list[Interval]] = defaultdict(list)
+    for i in intervals:
+        owned[(i.member, i.partition)].append(i)
+    out = []
+    for r in processed:
+        spans = [i for i in owned.get((r.member, r.partition), ()) if i.start <= r.at <= i.end]
+        start = spans[0].start if spans else None
+        out.append(Read((r.member, r.partition, start), r.partition, r.offset, r.value))
+    return out
+
+
 def check_group(events: Iterable[Owned], processed: Iterable[Processed],
                 last_seen: dict[str, float], *,
                 committed: Iterable[tuple[float, int, int]] = (),

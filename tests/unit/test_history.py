@@ -5,7 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from tests.history import Owned, Processed, Read, Send, check, check_group, ownership, summary
+from tests.history import (
+    Owned,
+    Processed,
+    Read,
+    Send,
+    check,
+    check_group,
+    interval_reads,
+    ownership,
+    summary,
+)
 
 
 def acked(producer: int, index: int, partition: int, offset: int, **kw) -> Send:
@@ -169,3 +179,13 @@ def test_records_below_the_final_commit_that_nobody_processed_were_skipped():
     found = check_group(events, processed, SEEN, log=log, final_committed={0: 4})
     assert [a.kind for a in found] == ["group_skipped"]
     assert "offsets [2]" in found[0].detail
+
+
+def test_a_member_going_back_within_one_ownership_is_found_and_across_two_is_not():
+    events = [Owned("a", 0, "assigned", 1.0), Owned("a", 0, "revoked", 2.0),
+              Owned("a", 0, "assigned", 3.0)]
+    intervals, _ = ownership(events, {"a": 10.0})
+    again = [Processed("a", 0, 5, b"x5", 1.5), Processed("a", 0, 4, b"x4", 3.5)]
+    assert check([], interval_reads(again, intervals)) == []
+    back = [Processed("a", 0, 5, b"x5", 3.5), Processed("a", 0, 4, b"x4", 3.6)]
+    assert kinds([], interval_reads(back, intervals)) == ["nonmonotonic_read"]

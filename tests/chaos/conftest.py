@@ -1,0 +1,32 @@
+"""Options of the chaos suite: ``--chaos-seed S`` (repeatable) replays seeds instead of the
+quick one, ``--minutes N`` makes each run a soak whose faults go on N minutes."""
+
+from __future__ import annotations
+
+import pytest
+
+QUICK_SEED = 1  # the seed `make test` runs: one round of every kind of fault
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("chaos", "the chaos suite (tests/chaos)")
+    group.addoption("--chaos-seed", action="append", type=int, default=None, metavar="S",
+                    help=f"run the chaos suite with seed S (repeat for several; default "
+                         f"{QUICK_SEED})")
+    group.addoption("--minutes", type=float, default=0, metavar="N",
+                    help="faults go on N minutes per run (a soak; default: one round of "
+                         "every kind, a few minutes in all)")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "chaos_seed" in metafunc.fixturenames:
+        seeds = metafunc.config.getoption("--chaos-seed") or [QUICK_SEED]
+        metafunc.parametrize("chaos_seed", seeds, ids=[f"seed={s}" for s in seeds])
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # A soak outlasts the suite's per-test timeout (pyproject.toml): give it its minutes.
+    minutes = config.getoption("--minutes")
+    for item in items:
+        if item.get_closest_marker("chaos") is not None and minutes:
+            item.add_marker(pytest.mark.timeout(900 + 120 * minutes))
