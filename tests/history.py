@@ -26,6 +26,12 @@ and offset). :func:`check`, over sends and reads:
 - ``late_failure``: a send the test required to succeed (say, made after the cluster was
   healthy again) that failed.
 
+:func:`stalls`, over sends: ``stalled``, a partition without an acknowledgement for longer
+than a limit while producers sent to it (a hung leader must be failed over in time).
+:func:`regressions`, over samples of a position: ``end_offset_regressed``, a partition's end
+offset (its high watermark, as ``end_offsets`` and ``list_offset("latest")`` give it) going
+back, which readers planned on it cannot survive (issue 22, item 9).
+
 :func:`check_group`, over a consumer group's members (each a Ray actor writing what its
 rebalance listener was told and what it processed, stamped with the machine's monotonic
 clock, which every process of one machine shares):
@@ -139,6 +145,24 @@ def check(sends: Iterable[Send], reads: Iterable[Read], *,
     return found
 
 
+def stalls(sends: Iterable[Send], limit_s: float, origin: float = 0.0) -> list[Anomaly]:
+    """``stalled``: a partition without any acknowledgement for longer than ``limit_s``
+    while producers kept sending to it (the gap between two acknowledgements; times are
+    printed in seconds after ``origin``)."""
+    times: dict[int, list[float]] = defaultdict(list)
+    for s in sends:
+        if s.acked and s.resolved_at is not None and s.partition is not None:
+            times[s.partition].append(s.resolved_at)
+    out = []
+    for partition, mine in sorted(times.items()):
+        for a, b in itertools.pairwise(sorted(mine)):
+            if b - a > limit_s:
+                out.append(Anomaly("stalled", f"partition {partition}: no acknowledgement for "
+                                   f"{b - a:.1f} s (limit {limit_s:.0f} s), from t+"
+                                   f"{a - origin:.1f} to t+{b - origin:.1f} s"))
+    return out
+
+
 def _placement(s: Send, seen: list[tuple[int, int]]) -> list[Anomaly]:
     """What is wrong with where an acknowledged send is (``seen``: where reads found it)."""
     name = f"producer {s.producer} send {s.index} ({s.value!r})"
@@ -185,6 +209,21 @@ def _gaps(complete: Iterable[Read]) -> list[Anomaly]:
             out.append(Anomaly("log_gap", f"reader {reader} read partition {partition} "
                                f"{first}..{last} without offsets {missing[:10]}"
                                f"{' ...' if len(missing) > 10 else ''}"))
+    return out
+
+
+def regressions(kind: str, what: str, samples: Iterable[tuple[float, int, int]]
+                ) -> list[Anomaly]:
+    """``kind`` for each sample (at, partition, value) of a per-partition position that must
+    never go back (a committed offset, a high watermark) lower than one seen before it."""
+    best: dict[int, tuple[float, int]] = {}
+    out = []
+    for at, partition, value in sorted(samples):
+        if partition in best and value < best[partition][1]:
+            out.append(Anomaly(kind, f"partition {partition}: {what} {value} at {at:.3f} "
+                                     f"after {best[partition][1]} at {best[partition][0]:.3f}"))
+        if partition not in best or value >= best[partition][1]:
+            best[partition] = (at, value)
     return out
 
 
@@ -305,14 +344,7 @@ def check_group(events: Iterable[Owned], processed: Iterable[Processed],
             found.append(Anomaly("unowned_read", f"member {r.member} processed partition "
                                  f"{r.partition} offset {r.offset} at {r.at:.3f} without "
                                  f"owning it"))
-    best: dict[int, tuple[float, int]] = {}
-    for at, partition, offset in sorted(committed):
-        if partition in best and offset < best[partition][1]:
-            found.append(Anomaly("commit_regressed", f"partition {partition}: committed "
-                                 f"offset {offset} at {at:.3f} after {best[partition][1]} at "
-                                 f"{best[partition][0]:.3f}"))
-        if partition not in best or offset >= best[partition][1]:
-            best[partition] = (at, offset)
+    found += regressions("commit_regressed", "committed offset", committed)
     if final_committed is not None:
         done = {(r.partition, r.offset, r.value) for r in processed}
         skipped: dict[int, list[int]] = defaultdict(list)

@@ -1,5 +1,5 @@
 """The chaos run's consumer group: members in Ray actors that write what they own and what
-they process to files, and a watcher of the group's committed offsets.
+they process to files.
 
 Each member actor (restarted by Ray when killed, as a new group member) runs a consumer in a
 thread that polls, processes (writes down) what it got and commits it, and appends a JSON
@@ -142,39 +142,3 @@ class Group:
                 if "failed" in line:
                     failures.append(f"{path.name} ({member}): {line['failed']}")
         return events, processed, last_seen, failures
-
-
-class CommitWatch:
-    """Reads the group's committed offsets every ``interval`` s in a thread, for the
-    checker: (when, partition, offset) each time."""
-
-    def __init__(self, controller: Any, group_id: str, topic: str, partitions: int,
-                 interval: float = 0.5) -> None:
-        self.seen: list[tuple[float, int, int]] = []
-        self.errors = 0
-        self._args = (controller, group_id, [(topic, p) for p in range(partitions)])
-        self._interval = interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="commit-watch")
-        self._thread.start()
-
-    def _run(self) -> None:
-        controller, group_id, partitions = self._args
-        while not self._stop.wait(self._interval):
-            try:
-                found = controller.committed_offsets(group_id, partitions)
-            except RaylogError:  # the controller restarting or paused: look again
-                self.errors += 1
-                continue
-            at = time.monotonic()  # after the answer: one thread, so in order
-            self.seen += [(at, tp[1], om[0]) for tp, om in found.items() if om]
-
-    def latest(self) -> dict[int, int]:
-        out: dict[int, int] = {}
-        for _, partition, offset in self.seen:
-            out[partition] = offset
-        return out
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=150)

@@ -34,7 +34,8 @@ import ray
 
 from tests import history
 from tests.chaos.cluster import ChaosCluster, pid_of
-from tests.chaos.group import CommitWatch, Group
+from tests.chaos.group import Group
+from tests.chaos.sampling import Sampler, committed_offsets, end_offsets
 from tests.chaos.schedule import MEMBER_FAULTS, Step, schedule
 from tests.integration.conftest import wait_for
 from tests.integration.workload import Workload
@@ -49,6 +50,11 @@ PRODUCERS = 2
 SENDS_PER_SECOND = 150  # per producer: load enough to see, little enough for 2 shared cores
 ISR_POINT = "controller.isr_committed"
 RECOVERY_S = 240  # how long the cluster may take to be whole again after the last fault
+# A partition may go this long without an acknowledgement: a broker session (Kafka's
+# broker.session.timeout.ms, 9 s: a hung broker is fenced after it) plus a failover.
+BROKER_SESSION_S = 9.0
+FAILOVER_S = 6.0
+STALL_LIMIT_S = BROKER_SESSION_S + FAILOVER_S
 
 
 def replay_command(seed: int, minutes: float, kinds: list[str] | None = None) -> str:
@@ -183,13 +189,15 @@ def run(seed: int, minutes: float, root: Path, kinds: list[str] | None = None,
     stuck: list[history.Anomaly] = []
     started = time.monotonic()
     cluster = ChaosCluster(root)
+    report["ray_logs"] = cluster.nodes.cluster.head_node.get_logs_dir_path()
     try:
         admin = cluster.admin
         admin.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3,
                            configs={"min.insync.replicas": 2})
         wait_for(lambda: in_sync(cluster), timeout=120, what="the topic in sync")
         group = Group(root, GROUP, TOPIC, MEMBERS, cluster.head_node_id)
-        watch = CommitWatch(cluster.nodes.raylog.controller, GROUP, TOPIC, PARTITIONS)
+        watch = committed_offsets(cluster.nodes.raylog.controller, GROUP, TOPIC, PARTITIONS)
+        ends_seen, asking = end_offsets(TOPIC, PARTITIONS)
         nemesis = Nemesis(cluster, group, root)
         with Workload(TOPIC, PARTITIONS, producers=PRODUCERS,
                       sends_per_second=SENDS_PER_SECOND) as load:
@@ -214,8 +222,15 @@ def run(seed: int, minutes: float, root: Path, kinds: list[str] | None = None,
                 load.healthy(sends_after=200, timeout=RECOVERY_S)
             except AssertionError as e:
                 stuck.append(history.Anomaly("stuck", f"after the faults: {e}"))
+        ends_seen.stop()
+        asking.close()
         anomalies = load.finish(timeout=RECOVERY_S)
-        report["counts"] = dict(load.summary)
+        anomalies += history.regressions("end_offset_regressed", "end offset",
+                                         [(at - t0, p, o) for at, p, o in ends_seen.seen])
+        anomalies += history.stalls([s.record() for mine in load.sent for s in mine],
+                                    STALL_LIMIT_S, origin=t0)
+        report["counts"] = {**load.summary, "end_offset_samples": len(ends_seen.seen),
+                            "end_offset_sample_errors": ends_seen.errors}
         ends = {p: 0 for p in range(PARTITIONS)}
         for r in load.final:
             ends[r.partition] = max(ends[r.partition], r.offset + 1)
@@ -236,7 +251,7 @@ def run(seed: int, minutes: float, root: Path, kinds: list[str] | None = None,
     return report
 
 
-def group_anomalies(group: Group, watch: CommitWatch, log: list[history.Read], t0: float,
+def group_anomalies(group: Group, watch: Sampler, log: list[history.Read], t0: float,
                     report: dict[str, Any]) -> list[history.Anomaly]:
     """The group's anomalies, with times in seconds after the faults began (as the
     schedule's)."""
@@ -249,7 +264,8 @@ def group_anomalies(group: Group, watch: CommitWatch, log: list[history.Read], t
     committed = [(at - t0, p, o) for at, p, o in watch.seen]
     report["counts"].update({"group_members": len(last_seen), "group_processed": len(processed),
                              "group_rebalance_events": len(events),
-                             "commit_watch_errors": watch.errors})
+                             "commit_samples": len(watch.seen),
+                             "commit_sample_errors": watch.errors})
     found = [history.Anomaly("member_failed", f) for f in failures]
     found += history.check_group(events, processed, last_seen, committed=committed, log=log,
                                  final_committed=watch.latest())

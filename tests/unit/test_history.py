@@ -14,6 +14,8 @@ from tests.history import (
     check_group,
     interval_reads,
     ownership,
+    regressions,
+    stalls,
     summary,
 )
 
@@ -168,7 +170,7 @@ def test_a_committed_offset_going_back_is_found():
     committed = [(1.0, 0, 10), (2.0, 0, 20), (2.5, 1, 5), (3.0, 0, 20), (4.0, 0, 15)]
     found = check_group([], [], {}, committed=committed)
     assert [a.kind for a in found] == ["commit_regressed"]
-    assert "offset 15 at 4.000 after 20" in found[0].detail
+    assert "committed offset 15 at 4.000 after 20" in found[0].detail
 
 
 def test_records_below_the_final_commit_that_nobody_processed_were_skipped():
@@ -189,3 +191,22 @@ def test_a_member_going_back_within_one_ownership_is_found_and_across_two_is_not
     assert check([], interval_reads(again, intervals)) == []
     back = [Processed("a", 0, 5, b"x5", 3.5), Processed("a", 0, 4, b"x4", 3.6)]
     assert kinds([], interval_reads(back, intervals)) == ["nonmonotonic_read"]
+
+
+def test_a_partition_without_acknowledgements_for_too_long_stalled():
+    sends = [acked(0, i, i % 2, i // 2, resolved_at=float(t))
+             for i, t in enumerate([1, 1, 2, 2, 3, 20, 21, 21])]
+    # partition 0 acknowledged at 1, 2, 3, 21; partition 1 at 1, 2, 20, 21
+    found = stalls(sends, limit_s=15, origin=1.0)
+    assert [a.kind for a in found] == ["stalled", "stalled"]
+    assert found[0].detail == ("partition 0: no acknowledgement for 18.0 s (limit 15 s), "
+                               "from t+2.0 to t+20.0 s")
+    assert stalls(sends, limit_s=18) == []
+
+
+def test_an_end_offset_going_back_is_found():
+    samples = [(1.0, 0, 10), (1.2, 1, 3), (1.4, 0, 12), (1.6, 0, 11), (1.8, 0, 13)]
+    found = regressions("end_offset_regressed", "end offset", samples)
+    assert [(a.kind, a.detail) for a in found] == [
+        ("end_offset_regressed", "partition 0: end offset 11 at 1.600 after 12 at 1.400")]
+    assert regressions("end_offset_regressed", "end offset", samples[:3]) == []
