@@ -81,6 +81,19 @@ class ChaosCluster:
     def controller_handle(self) -> ray.actor.ActorHandle:
         return self.nodes.raylog.controller.handle
 
+    def check_failpoints_reach_every_process(self) -> None:
+        """The controller and every broker have this run's fail-point file in their
+        environment, where raylog/faults.py finds it: an armed point would act there."""
+        handles = {"the controller": self.controller_handle(),
+                   **{f"broker {b}": self.broker_handle(b)
+                      for b in sorted(self.nodes.raylog.controller.ready()["brokers"])}}
+        for name, handle in handles.items():
+            found = ray.get(handle.__ray_call__.remote(
+                lambda _self, name=faults.FILE_ENV: os.environ.get(name)), timeout=60)
+            if found != str(self.failpoints_file):
+                raise RuntimeError(f"{name} reads fail points from {found!r}, not from "
+                                   f"{self.failpoints_file}")
+
     # -- faults ----------------------------------------------------------------------------
 
     def pause(self, pid: int, seconds: float) -> None:

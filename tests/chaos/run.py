@@ -68,6 +68,7 @@ class Outcome:
 
     step: str
     began: float
+    partitions: str = ""  # leader and ISR of each partition as it began
     target: str = ""
     note: str = ""
     error: str = ""
@@ -85,6 +86,9 @@ class Nemesis:
     def apply(self, step: Step, began: float) -> Outcome:
         out = Outcome(step.describe(), round(began, 1))
         try:
+            out.partitions = "; ".join(
+                f"p{i} leader {p['leader']} isr {p['isr']}"
+                for i, p in enumerate(self.cluster.admin.describe_topic(TOPIC)["partitions"]))
             if step.kind in MEMBER_FAULTS:
                 self._member(step, out)
             elif step.kind.startswith("controller_") and step.kind != "controller_isr_kill":
@@ -195,6 +199,7 @@ def run(seed: int, minutes: float, root: Path, kinds: list[str] | None = None,
         admin.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3,
                            configs={"min.insync.replicas": 2})
         wait_for(lambda: in_sync(cluster), timeout=120, what="the topic in sync")
+        cluster.check_failpoints_reach_every_process()
         group = Group(root, GROUP, TOPIC, MEMBERS, cluster.head_node_id)
         watch = committed_offsets(cluster.nodes.raylog.controller, GROUP, TOPIC, PARTITIONS)
         ends_seen, asking = end_offsets(TOPIC, PARTITIONS)
