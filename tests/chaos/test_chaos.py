@@ -54,7 +54,8 @@ def run_chaos(seed: int, minutes: float, out: Path) -> dict:
 def failure_message(report: dict) -> str:
     anomalies = [history.Anomaly(**a) for a in report.get("anomalies", [])]
     applied = "\n".join(f"  {a['step']} -> began t+{a['began']} s {a['target']} {a['note']} "
-                        f"{a['error']}".rstrip() for a in report.get("applied", []))
+                        f"{a['error']}".rstrip() + f"\n      ({a['partitions']})"
+                        for a in report.get("applied", []))
     return (f"chaos seed {report['seed']} found {len(anomalies)} anomalies: "
             f"{history.summary(anomalies, limit=3)}\n"
             f"faults as applied:\n{applied}\n"
