@@ -5,31 +5,23 @@ tests/integration/restart_scenario.Nodes with ``$RAYLOG_FAILPOINTS_FILE`` in eve
 environment. The run kills, pauses and removes its processes and nodes, so it has a cluster
 of its own, in a process of its own (tests/chaos/__main__.py).
 
-Paused processes are written to ``paused.json`` in the run's directory the moment they are
-stopped and taken off when resumed: :meth:`ChaosCluster.stop` resumes whatever is left, and
-the test that ran the process resumes the rest if the process itself was killed
-(:func:`resume_left_paused`). Nothing stays stopped.
+Paused processes are written to ``paused.json`` in the run's directory (processes.py):
+:meth:`ChaosCluster.stop` resumes whatever is left, and the test that ran the process
+resumes the rest if the process itself was killed. Nothing stays stopped.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import logging
 import os
-import signal
-import time
 from pathlib import Path
 from typing import Any
 
-import psutil
 import ray
 
 from raylog import Admin, faults
 from raylog.cluster_names import NAMESPACE, broker_actor_name
+from tests.chaos.processes import Pauses
 from tests.integration.restart_scenario import Nodes
-
-logger = logging.getLogger(__name__)
 
 BROKERS = 3
 
@@ -42,8 +34,7 @@ class ChaosCluster:
         self.root = root
         self.failpoints_file = root / "failpoints"
         self.failpoints_file.write_text("")
-        self.paused_file = root / "paused.json"
-        self._paused: dict[int, float] = {}  # pid -> its process's creation time
+        self.pauses = Pauses(root / "paused.json")
         self._removed: list[str] = []  # data directories whose node is gone
         self.nodes = Nodes(root, [f"b{i}" for i in range(brokers)],
                            env={faults.FILE_ENV: str(self.failpoints_file)})
@@ -96,25 +87,6 @@ class ChaosCluster:
 
     # -- faults ----------------------------------------------------------------------------
 
-    def pause(self, pid: int, seconds: float) -> None:
-        """SIGSTOP ``pid`` for ``seconds``; SIGCONT however this ends."""
-        self._paused[pid] = psutil.Process(pid).create_time()
-        self._write_paused()
-        try:
-            os.kill(pid, signal.SIGSTOP)
-            time.sleep(seconds)  # the fault's length: what the schedule says, not a wait
-        finally:
-            self.resume(pid)
-
-    def resume(self, pid: int) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGCONT)
-        self._paused.pop(pid, None)
-        self._write_paused()
-
-    def _write_paused(self) -> None:
-        self.paused_file.write_text(json.dumps(self._paused))
-
     def remove_broker_node(self, broker: int) -> str:
         """Take away the node serving ``broker`` (a machine that died); its data directory's
         name, to :meth:`add_back` later."""
@@ -136,34 +108,18 @@ class ChaosCluster:
 
     def heal(self) -> None:
         """Every process resumed, every removed node back, every fail point off."""
-        for pid in list(self._paused):
-            self.resume(pid)
+        self.pauses.resume_all()
         self.disarm()
         for name in list(self._removed):
             self.add_back(name)
 
     def stop(self) -> None:
-        for pid in list(self._paused):
-            self.resume(pid)
-        self.nodes.stop()
+        try:
+            self.pauses.resume_all()
+        finally:
+            self.nodes.stop()
 
 
 def pid_of(actor: ray.actor.ActorHandle, timeout: float = 60) -> int:
     """The process id of a live actor, as the actor says it."""
     return ray.get(actor.__ray_call__.remote(lambda _self: os.getpid()), timeout=timeout)
-
-
-def resume_left_paused(paused_file: Path) -> list[int]:
-    """SIGCONT the processes a run left stopped (it was killed while one was paused), if
-    they are still the processes it stopped; which it resumed."""
-    try:
-        paused = json.loads(paused_file.read_text() or "{}")
-    except FileNotFoundError:
-        return []
-    resumed = []
-    for pid, created in paused.items():
-        with contextlib.suppress(psutil.Error):
-            if psutil.Process(int(pid)).create_time() == created:
-                os.kill(int(pid), signal.SIGCONT)
-                resumed.append(int(pid))
-    return resumed

@@ -125,7 +125,7 @@ class Nemesis:
         elif step.kind == "broker_pause":
             pid = pid_of(handle)
             out.target += f" (pid {pid})"
-            cluster.pause(pid, step.hold)
+            cluster.pauses.pause(pid, step.hold)
         elif step.kind == "controller_isr_kill":
             self._fired += 1
             marker = self.root / f"isr-fired-{self._fired}"
@@ -151,7 +151,7 @@ class Nemesis:
         elif step.kind == "controller_pause":
             pid = cluster.controller_pid()
             out.target = f"pid {pid}"
-            cluster.pause(pid, step.hold)
+            cluster.pauses.pause(pid, step.hold)
         else:
             raise ValueError(f"unknown controller fault {step.kind}")
 

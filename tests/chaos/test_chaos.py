@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests import history
-from tests.chaos.cluster import resume_left_paused
+from tests.chaos.processes import resume_left_paused
 from tests.chaos.schedule import FAULTS
 
 ROOT = Path(__file__).resolve().parents[2]
