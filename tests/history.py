@@ -234,8 +234,9 @@ def regressions(kind: str, what: str, samples: Iterable[tuple[float, int, int]]
 class Owned:
     """What one member's rebalance listener was told about one partition, at ``at``
     (monotonic seconds). ``kind`` is ``assigned``, ``revoked`` or ``lost``; for ``lost``,
-    ``since`` is when the poll began in which the member learned it (it stopped reading the
-    partition somewhere between the two)."""
+    ``since`` is when the member's poll before the one in which it learned it returned: the
+    last moment it delivered records (the consumer drops a lost partition's records before
+    the poll that learned it returns any)."""
 
     member: str
     partition: int
@@ -273,9 +274,11 @@ def ownership(events: Iterable[Owned], last_seen: dict[str, float]
     go, and the coordinator grants a partition only after its owner reported letting go. So
     a correct hand-off always shows the old owner's ``revoked`` before the new owner's
     ``assigned``, and two recorded intervals that overlap overlap for real. A ``lost``
-    partition is heard after the member stopped reading it: its interval ends when that
-    poll began (``since``). A member that died (or is still up) without a word owns its
-    partitions until the last time it was seen alive (``last_seen``), no later.
+    partition is heard after the member stopped reading it, and a member that lost its
+    session may not have polled for a while (say, blocked in a commit while the coordinator
+    hung): its interval ends when it last delivered records (``since``). A member that died
+    (or is still up) without a word owns its partitions until the last time it was seen
+    alive (``last_seen``), no later.
     """
     out, wrong = [], []
     open_: dict[tuple[str, int], float] = {}

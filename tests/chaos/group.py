@@ -36,7 +36,7 @@ class ChaosMember:
         self._log = open(log_path, "a", buffering=1)  # noqa: SIM115 (open for the life)
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._poll_began = time.monotonic()
+        self._last_delivery = time.monotonic()  # when the last poll returned
         self._member = "?"
         self._cluster = raylog.init(start_local=False, create=False)
         self._thread = threading.Thread(target=self._run, args=(group_id, topic), daemon=True)
@@ -55,7 +55,10 @@ class ChaosMember:
         self._write({"revoked": [tp.partition for tp in partitions]})
 
     def on_partitions_lost(self, partitions: list[TopicPartition]) -> None:
-        self._write({"lost": [tp.partition for tp in partitions], "since": self._poll_began})
+        # Heard inside a poll, after the consumer dropped them: it last delivered records
+        # (of any partition) when the poll before returned, and none of these since.
+        self._write({"lost": [tp.partition for tp in partitions],
+                     "since": self._last_delivery})
 
     def _run(self, group_id: str, topic: str) -> None:
         try:
@@ -67,7 +70,7 @@ class ChaosMember:
             self._write({"joined": True})
             with consumer:
                 while not self._stop.is_set():
-                    self._poll_began = time.monotonic()
+                    self._last_delivery = time.monotonic()  # when the last poll returned
                     try:
                         records = consumer.poll(timeout_ms=200)
                     except RaylogError as e:

@@ -130,9 +130,10 @@ def test_an_assignment_before_the_old_owner_let_go_is_two_owners():
     assert "0.500 s together" in found[0].detail
 
 
-def test_a_lost_partition_ends_when_the_poll_that_learned_it_began():
-    # a stopped reading between 2.0 (its poll began) and 3.0 (its listener heard): b took
-    # the partition at 2.5, which may or may not overlap: not counted. At 1.5 it would.
+def test_a_lost_partition_ends_when_its_owner_last_delivered_records():
+    # a last delivered records at 2.0 (its poll before returned) and heard at 3.0 that it
+    # lost the partition: b took it at 2.5, after a's last delivery: no overlap. Had a
+    # delivered records at 2.75, b's taking it at 2.5 would be.
     events = [Owned("a", 0, "assigned", 1.0), Owned("a", 0, "lost", 3.0, since=2.0),
               Owned("b", 0, "assigned", 2.5)]
     assert check_group(events, [], SEEN) == []
