@@ -69,8 +69,9 @@ def test_a_seeded_schedule_of_faults_leaves_no_anomaly(chaos_seed, tmp_path, req
     report = run_chaos(chaos_seed, minutes, tmp_path / f"seed-{chaos_seed}")
     assert "error" not in report, f"chaos seed {chaos_seed}: the run failed " \
         f"(replay: {report['replay']}):\n{report['error'][-6000:]}"
+    assert not report["anomalies"], failure_message(report)
     # It did what it says: every kind of fault applied once at least, and load flowed.
     applied = {a["step"].split()[2] for a in report["applied"] if not a["error"]}
-    assert applied == set(FAULTS), f"seed {chaos_seed}: not applied: {set(FAULTS) - applied}"
+    assert applied == set(FAULTS), f"seed {chaos_seed}: not applied: {set(FAULTS) - applied}" \
+        f"\n{failure_message(report)}"
     assert report["counts"]["acknowledged"] > 1000 and report["counts"]["group_processed"]
-    assert not report["anomalies"], failure_message(report)
