@@ -32,6 +32,8 @@ from typing import Any
 
 import ray
 
+from raylog.groups.coordinator import GroupCoordinator
+from raylog.topics import CONSUMER_OFFSETS_TOPIC
 from tests import history
 from tests.chaos.cluster import ChaosCluster, pid_of
 from tests.chaos.group import Group
@@ -167,6 +169,15 @@ class Nemesis:
             pid = pid_of(member)
             os.kill(pid, signal.SIGKILL)
             out.target = f"pid {pid}"
+        elif step.kind == "offsets_leader_member_kill":
+            partition = GroupCoordinator.partition_for(GROUP)
+            broker = self.cluster.broker_in_role(CONSUMER_OFFSETS_TOPIC, partition, "leader")
+            if broker is None:
+                out.note = f"no leader of {CONSUMER_OFFSETS_TOPIC}-{partition} now: skipped"
+                return
+            ray.kill(self.cluster.broker_handle(broker), no_restart=False)
+            ray.kill(member, no_restart=False)
+            out.target = f"broker {broker} (leads {CONSUMER_OFFSETS_TOPIC}-{partition})"
         else:
             raise ValueError(f"unknown member fault {step.kind}")
 

@@ -69,4 +69,6 @@ def end_offsets(topic: str, partitions: int) -> tuple[Sampler, Consumer]:
     def read() -> dict[int, int]:
         return {tp.partition: end for tp, end in consumer.end_offsets(tps).items()}
 
-    return Sampler("end-offsets", read, interval=0.2), consumer
+    # Often: after a failover, the window in which a new leader's high watermark lags the
+    # old one's is short.
+    return Sampler("end-offsets", read, interval=0.05), consumer

@@ -34,11 +34,14 @@ FAULTS: dict[str, tuple[str, int]] = {
     "member_sigkill": ("SIGKILL a group member's process; Ray restarts it", 1),
     "node_remove": ("remove a broker's node (its raylet and processes) for the hold, then "
                     "add a node with its data directory back", 2),
+    "offsets_leader_member_kill": ("ray.kill the leader of the group's __consumer_offsets "
+                                   "partition and at once a member: commits in flight while "
+                                   "their member is fenced", 2),
 }
 
 BROKER_FAULTS = {k for k in FAULTS if k.startswith("broker_")} | {"node_remove",
                                                                  "controller_isr_kill"}
-MEMBER_FAULTS = {k for k in FAULTS if k.startswith("member_")}
+MEMBER_FAULTS = {k for k in FAULTS if k.startswith("member_")} | {"offsets_leader_member_kill"}
 HOLDS_S = {  # (shortest, longest) hold of the faults that last
     # Longer than a broker session (9 s) plus a failover: a hung broker must be fenced and
     # its partitions failed over before it resumes (issue 22, item 7).
