@@ -145,20 +145,29 @@ def check(sends: Iterable[Send], reads: Iterable[Read], *,
     return found
 
 
-def stalls(sends: Iterable[Send], limit_s: float, origin: float = 0.0) -> list[Anomaly]:
+def stalls(sends: Iterable[Send], limit_s: float, origin: float = 0.0,
+           excused: Iterable[tuple[int, float, float]] = ()) -> list[Anomaly]:
     """``stalled``: a partition without any acknowledgement for longer than ``limit_s``
     while producers kept sending to it (the gap between two acknowledgements; times are
-    printed in seconds after ``origin``)."""
+    printed in seconds after ``origin``). ``excused`` are (partition, from, to) spans in
+    which a partition could not be served (its leader died while the controller, which
+    elects the next, hung): they do not count towards a gap."""
     times: dict[int, list[float]] = defaultdict(list)
     for s in sends:
         if s.acked and s.resolved_at is not None and s.partition is not None:
             times[s.partition].append(s.resolved_at)
+    spans: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for partition, start, end in excused:
+        spans[partition].append((start, end))
     out = []
     for partition, mine in sorted(times.items()):
         for a, b in itertools.pairwise(sorted(mine)):
-            if b - a > limit_s:
+            free = sum(max(0.0, min(b, end) - max(a, start))
+                       for start, end in spans.get(partition, ()))
+            if b - a - free > limit_s:
+                why = f", {free:.1f} s of it excused" if free else ""
                 out.append(Anomaly("stalled", f"partition {partition}: no acknowledgement for "
-                                   f"{b - a:.1f} s (limit {limit_s:.0f} s), from t+"
+                                   f"{b - a:.1f} s (limit {limit_s:.0f} s{why}), from t+"
                                    f"{a - origin:.1f} to t+{b - origin:.1f} s"))
     return out
 

@@ -24,6 +24,7 @@ import dataclasses
 import logging
 import os
 import signal
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -38,7 +39,7 @@ from tests import history
 from tests.chaos.cluster import ChaosCluster, pid_of
 from tests.chaos.group import Group
 from tests.chaos.sampling import Sampler, committed_offsets, end_offsets
-from tests.chaos.schedule import MEMBER_FAULTS, Step, schedule
+from tests.chaos.schedule import CONTROLLER_FAULTS, MEMBER_FAULTS, Step, schedule
 from tests.integration.conftest import wait_for
 from tests.integration.workload import Workload
 
@@ -84,6 +85,9 @@ class Nemesis:
         self.group = group
         self.root = root
         self._fired = 0
+        # (partition, from, to): a partition whose leader died while the controller hung
+        # cannot be served until the controller is back (the stall check excuses it).
+        self.excused: list[tuple[int, float, float]] = []
 
     def apply(self, step: Step, began: float) -> Outcome:
         out = Outcome(step.describe(), round(began, 1))
@@ -93,7 +97,7 @@ class Nemesis:
                 for i, p in enumerate(self.cluster.admin.describe_topic(TOPIC)["partitions"]))
             if step.kind in MEMBER_FAULTS:
                 self._member(step, out)
-            elif step.kind.startswith("controller_") and step.kind != "controller_isr_kill":
+            elif step.kind in CONTROLLER_FAULTS:
                 self._controller(step, out)
             else:
                 self._broker(step, out)
@@ -128,6 +132,26 @@ class Nemesis:
             pid = pid_of(handle)
             out.target += f" (pid {pid})"
             cluster.pauses.pause(pid, step.hold)
+        elif step.kind == "controller_pause_leader_kill":
+            led = [i for i, p in enumerate(cluster.admin.describe_topic(TOPIC)["partitions"])
+                   if p["leader"] == broker]
+            pid = cluster.controller_pid()
+            killed: list[float] = []
+
+            def kill() -> None:
+                killed.append(time.monotonic())
+                ray.kill(handle, no_restart=False)
+
+            timer = threading.Timer(1.0, kill)
+            timer.start()
+            try:
+                cluster.pauses.pause(pid, step.hold)
+            finally:
+                timer.join()
+            resumed = time.monotonic()
+            self.excused += [(p, killed[0], resumed) for p in led]
+            out.target += f", controller pid {pid}"
+            out.note = f"partitions {led} led by the killed broker wait for the controller"
         elif step.kind == "controller_isr_kill":
             self._fired += 1
             marker = self.root / f"isr-fired-{self._fired}"
@@ -244,7 +268,7 @@ def run(seed: int, minutes: float, root: Path, kinds: list[str] | None = None,
         anomalies += history.regressions("end_offset_regressed", "end offset",
                                          [(at - t0, p, o) for at, p, o in ends_seen.seen])
         anomalies += history.stalls([s.record() for mine in load.sent for s in mine],
-                                    STALL_LIMIT_S, origin=t0)
+                                    STALL_LIMIT_S, origin=t0, excused=nemesis.excused)
         report["counts"] = {**load.summary, "end_offset_samples": len(ends_seen.seen),
                             "end_offset_sample_errors": ends_seen.errors}
         ends = {p: 0 for p in range(PARTITIONS)}

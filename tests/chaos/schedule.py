@@ -28,6 +28,9 @@ FAULTS: dict[str, tuple[str, int]] = {
     "controller_pause": ("SIGSTOP the controller's process for the hold, then SIGCONT", 2),
     "controller_isr_kill": ("arm controller.isr_committed (exit-once) for the hold and make "
                             "an ISR change (ray.kill a follower broker)", 2),
+    "controller_pause_leader_kill": ("SIGSTOP the controller for the hold and, 1 s into it, "
+                                     "ray.kill a leader's broker: its partitions wait for the "
+                                     "controller, the others' produce goes on", 2),
     "member_kill": ("ray.kill a group member's actor; Ray restarts it (a new member)", 2),
     "member_kill_final": ("ray.kill a group member's actor without restart; a new actor "
                           "takes its place", 1),
@@ -39,9 +42,9 @@ FAULTS: dict[str, tuple[str, int]] = {
                                    "their member is fenced", 2),
 }
 
-BROKER_FAULTS = {k for k in FAULTS if k.startswith("broker_")} | {"node_remove",
-                                                                 "controller_isr_kill"}
+CONTROLLER_FAULTS = {"controller_kill", "controller_sigkill", "controller_pause"}
 MEMBER_FAULTS = {k for k in FAULTS if k.startswith("member_")} | {"offsets_leader_member_kill"}
+BROKER_FAULTS = set(FAULTS) - CONTROLLER_FAULTS - MEMBER_FAULTS  # each targets a broker
 HOLDS_S = {  # (shortest, longest) hold of the faults that last
     # Longer than a broker session (9 s) plus a failover: a hung broker must be fenced and
     # its partitions failed over before it resumes (issue 22, item 7).
@@ -49,6 +52,9 @@ HOLDS_S = {  # (shortest, longest) hold of the faults that last
     # Past the groups' 10 s session timeout at times; produce goes on meanwhile (item 8).
     "controller_pause": (5.0, 25.0),
     "controller_isr_kill": (8.0, 15.0),  # long enough for the follower to rejoin the ISR
+    # Longer than the stall limit: the partitions the dead leader did not lead must not wait
+    # for the controller (issue 22, items 7 and 8).
+    "controller_pause_leader_kill": (16.0, 22.0),
     "node_remove": (4.0, 15.0),
 }
 GAP_S = (2.0, 6.0)  # between two steps
@@ -107,7 +113,7 @@ def _step(rng: random.Random, kind: str, at: float, partitions: int, members: in
         return Step(at, kind, member=rng.randrange(members), hold=hold)
     if kind in BROKER_FAULTS:
         # A fail point in an ISR change wants a follower to leave and rejoin the ISR.
-        role = "follower" if kind == "controller_isr_kill" else \
-            rng.choice(["leader", "leader", "follower"])
+        role = {"controller_isr_kill": "follower", "controller_pause_leader_kill": "leader"
+                }.get(kind) or rng.choice(["leader", "leader", "follower"])
         return Step(at, kind, role=role, partition=rng.randrange(partitions), hold=hold)
     return Step(at, kind, hold=hold)

@@ -211,3 +211,13 @@ def test_an_end_offset_going_back_is_found():
     assert [(a.kind, a.detail) for a in found] == [
         ("end_offset_regressed", "partition 0: end offset 11 at 1.600 after 12 at 1.400")]
     assert regressions("end_offset_regressed", "end offset", samples[:3]) == []
+
+
+def test_a_stall_excused_in_part_counts_only_the_rest():
+    sends = [acked(0, 0, 0, 0, resolved_at=0.0), acked(0, 1, 0, 1, resolved_at=30.0),
+             acked(0, 2, 1, 0, resolved_at=0.0), acked(0, 3, 1, 1, resolved_at=30.0)]
+    # partition 0 could not be served from 5 to 25: 10 s of its 30 s gap count
+    found = stalls(sends, limit_s=15, excused=[(0, 5.0, 25.0)])
+    assert [a.detail.split(":")[0] for a in found] == ["partition 1"]
+    found = stalls(sends, limit_s=15, excused=[(0, 20.0, 25.0)])
+    assert "(limit 15 s, 5.0 s of it excused)" in found[0].detail
