@@ -70,12 +70,12 @@ class ChaosMember:
             self._write({"joined": True})
             with consumer:
                 while not self._stop.is_set():
-                    self._last_delivery = time.monotonic()  # when the last poll returned
                     try:
                         records = consumer.poll(timeout_ms=200)
-                    except RaylogError as e:
+                    except RaylogError as e:  # it delivered nothing
                         self._write({"poll_error": repr(e)})
                         continue
+                    self._last_delivery = time.monotonic()
                     self._write({"read": [[r.partition, r.offset, r.value.decode()]
                                           for r in records]})
                     if records:
