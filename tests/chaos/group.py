@@ -42,10 +42,10 @@ class ChaosMember:
         self._thread = threading.Thread(target=self._run, args=(group_id, topic), daemon=True)
         self._thread.start()
 
-    def _write(self, line: dict[str, Any]) -> None:
+    def _write(self, line: dict[str, Any], at: float | None = None) -> None:
         with self._lock:
-            self._log.write(json.dumps({"t": time.monotonic(), "m": self._member, **line}) +
-                            "\n")
+            self._log.write(json.dumps({"t": time.monotonic() if at is None else at,
+                                        "m": self._member, **line}) + "\n")
 
     # The rebalance listener: called by the consumer inside poll (and close).
     def on_partitions_assigned(self, partitions: list[TopicPartition]) -> None:
@@ -75,9 +75,11 @@ class ChaosMember:
                     except RaylogError as e:  # it delivered nothing
                         self._write({"poll_error": repr(e)})
                         continue
-                    self._last_delivery = time.monotonic()
+                    # One time for both: a lost partition's ownership ends at its last
+                    # delivery, which the records delivered must not come after.
+                    self._last_delivery = now = time.monotonic()
                     self._write({"read": [[r.partition, r.offset, r.value.decode()]
-                                          for r in records]})
+                                          for r in records]}, at=now)
                     if records:
                         try:
                             consumer.commit()
