@@ -150,8 +150,8 @@ def stalls(sends: Iterable[Send], limit_s: float, origin: float = 0.0,
     """``stalled``: a partition without any acknowledgement for longer than ``limit_s``
     while producers kept sending to it (the gap between two acknowledgements; times are
     printed in seconds after ``origin``). ``excused`` are (partition, from, to) spans in
-    which a partition could not be served (its leader died while the controller, which
-    elects the next, hung): they do not count towards a gap."""
+    which a partition could not be served (a broker of its ISR died while the controller,
+    which takes it out and elects leaders, hung): they do not count towards a gap."""
     times: dict[int, list[float]] = defaultdict(list)
     for s in sends:
         if s.acked and s.resolved_at is not None and s.partition is not None:

@@ -85,8 +85,9 @@ class Nemesis:
         self.group = group
         self.root = root
         self._fired = 0
-        # (partition, from, to): a partition whose leader died while the controller hung
-        # cannot be served until the controller is back (the stall check excuses it).
+        # (partition, from, to): a partition with a broker in its ISR that died while the
+        # controller hung cannot be served until the controller is back (the stall check
+        # excuses it).
         self.excused: list[tuple[int, float, float]] = []
 
     def apply(self, step: Step, began: float) -> Outcome:
@@ -133,8 +134,10 @@ class Nemesis:
             out.target += f" (pid {pid})"
             cluster.pauses.pause(pid, step.hold)
         elif step.kind == "controller_pause_leader_kill":
-            led = [i for i, p in enumerate(cluster.admin.describe_topic(TOPIC)["partitions"])
-                   if p["leader"] == broker]
+            # Every partition whose ISR holds it waits: the controller, which takes a dead
+            # broker out of ISRs and elects leaders, hangs.
+            held = [i for i, p in enumerate(cluster.admin.describe_topic(TOPIC)["partitions"])
+                    if broker in p["isr"]]
             pid = cluster.controller_pid()
             killed: list[float] = []
 
@@ -149,9 +152,10 @@ class Nemesis:
             finally:
                 timer.join()
             resumed = time.monotonic()
-            self.excused += [(p, killed[0], resumed) for p in led]
+            self.excused += [(p, killed[0], resumed) for p in held]
             out.target += f", controller pid {pid}"
-            out.note = f"partitions {led} led by the killed broker wait for the controller"
+            out.note = f"partitions {held} wait for the controller (the killed broker is in " \
+                       f"their ISR)"
         elif step.kind == "controller_isr_kill":
             self._fired += 1
             marker = self.root / f"isr-fired-{self._fired}"
