@@ -1,5 +1,9 @@
-"""Options of the chaos suite: ``--chaos-seed S`` (repeatable) replays seeds instead of the
-quick one, ``--minutes N`` makes each run a soak whose faults go on N minutes."""
+"""The chaos suite's pytest options: ``--chaos-seed S`` (repeatable) replays seeds instead of
+the quick one, ``--minutes N`` makes each run a soak whose faults go on N minutes.
+
+A plugin that the repository's root conftest.py loads, so that the options are known however
+pytest is started (``pytest -m chaos --minutes 30`` names no test directory, and pytest reads
+options before it looks into one)."""
 
 from __future__ import annotations
 
