@@ -97,10 +97,11 @@ class Anomaly:
 
 
 def check(sends: Iterable[Send], reads: Iterable[Read], *,
-          complete_readers: Iterable[Hashable] = (), slack_s: float = SLACK_S
-          ) -> list[Anomaly]:
+          complete_readers: Iterable[Hashable] = (), slack_s: float = SLACK_S,
+          origin: float = 0.0) -> list[Anomaly]:
     """Every anomaly in the history; an empty list when there is none. The reads of
-    ``complete_readers`` are each one whole pass over every partition, start to end."""
+    ``complete_readers`` are each one whole pass over every partition, start to end. Times
+    are printed in seconds after ``origin``."""
     sends, reads = list(sends), list(reads)
     found: list[Anomaly] = []
     found += [Anomaly("unresolved", f"producer {s.producer} send {s.index} ({s.value!r})")
@@ -111,7 +112,7 @@ def check(sends: Iterable[Send], reads: Iterable[Read], *,
             how = f"failed with {s.error!r}" if s.error else "acknowledged"
             found.append(Anomaly("late_resolution", f"producer {s.producer} send {s.index} "
                                  f"({s.value!r}) resolved {s.resolved_at - s.deadline:.1f} s "
-                                 f"after its deadline: {how}"))
+                                 f"after its deadline (t+{s.deadline - origin:.1f} s): {how}"))
     found += [Anomaly("late_failure", f"producer {s.producer} send {s.index}: {s.error!r}")
               for s in sends if s.must_succeed and s.resolved and s.error is not None]
 

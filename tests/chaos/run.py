@@ -40,6 +40,7 @@ from tests.chaos.cluster import ChaosCluster, pid_of
 from tests.chaos.group import Group
 from tests.chaos.sampling import Sampler, committed_offsets, end_offsets
 from tests.chaos.schedule import CONTROLLER_FAULTS, MEMBER_FAULTS, Step, schedule
+from tests.chaos.watchdog import OverdueWatch
 from tests.integration.conftest import wait_for
 from tests.integration.workload import Workload
 
@@ -250,6 +251,7 @@ def run(seed: int, minutes: float, root: Path, kinds: list[str] | None = None,
                      timeout=120, what="the group to own every partition")
             t0 = time.monotonic()
             report["setup_s"] = round(t0 - started, 1)
+            overdue = OverdueWatch(load.sent, root, t0)
             for step in steps:
                 delay = t0 + step.at - time.monotonic()
                 if delay > 0:
@@ -268,7 +270,9 @@ def run(seed: int, minutes: float, root: Path, kinds: list[str] | None = None,
                 stuck.append(history.Anomaly("stuck", f"after the faults: {e}"))
         ends_seen.stop()
         asking.close()
-        anomalies = load.finish(timeout=RECOVERY_S)
+        overdue.stop()
+        report["overdue_stacks"] = overdue.dumps
+        anomalies = load.finish(timeout=RECOVERY_S, origin=t0)
         anomalies += history.regressions("end_offset_regressed", "end offset",
                                          [(at - t0, p, o) for at, p, o in ends_seen.seen])
         anomalies += history.stalls([s.record() for mine in load.sent for s in mine],

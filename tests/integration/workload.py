@@ -234,10 +234,11 @@ class Workload:
 
         wait_for(enough, timeout=timeout, what="sends after recovery")
 
-    def finish(self, timeout: float = 120) -> list[history.Anomaly]:
+    def finish(self, timeout: float = 120, origin: float = 0.0) -> list[history.Anomaly]:
         """Stop, read everything once more, and return the anomalies of the history. A log
         that never holds as many records as were acknowledged is read as it is (the checker
-        names the missing ones) and is the anomaly ``short_log``."""
+        names the missing ones) and is the anomaly ``short_log``. Times in the anomalies are
+        seconds after ``origin`` (a monotonic time)."""
         self.__exit__()
         assert not any(t.is_alive() for t in self._threads), "a workload thread never ended"
         self.check_threads()
@@ -256,4 +257,4 @@ class Workload:
                         "live_reads": len(self.reads), "final_reads": len(final),
                         "followers_read_from": self.followers_read_from}
         return short + history.check(sends, [*self.reads, *self.final],
-                                     complete_readers=[FINAL_READER])
+                                     complete_readers=[FINAL_READER], origin=origin)

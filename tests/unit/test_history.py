@@ -60,9 +60,10 @@ def test_rereading_the_same_records_is_no_anomaly():
 
 def test_a_future_resolved_late_is_named_with_how_late():
     late = acked(2, 0, 1, 1, sent_at=0.0, resolved_at=40.0, deadline=20.0)
-    found = check([*GOOD_SENDS, late], [*GOOD_READS, read(1, 1, b"p2-0")], slack_s=5)
+    found = check([*GOOD_SENDS, late], [*GOOD_READS, read(1, 1, b"p2-0")], slack_s=5,
+                  origin=-10.0)
     assert [a.kind for a in found] == ["late_resolution"]
-    assert "20.0 s after its deadline" in found[0].detail
+    assert "20.0 s after its deadline (t+30.0 s)" in found[0].detail
     failed_late = Send(2, 0, b"p2-0", True, error=RuntimeError("x"), sent_at=0.0,
                        resolved_at=40.0, deadline=20.0)
     assert kinds([*GOOD_SENDS, failed_late], GOOD_READS) == ["late_resolution"]
