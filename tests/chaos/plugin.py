@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-QUICK_SEED = 10  # the seed `make test` runs: one round of every kind of fault
+# The seed `make test` runs: one round of every kind of fault (about 150 s of faults). On
+# the main of 2026-11-26 it fails: every partition stalls while a broker is paused (issue
+# 22, item 7: hung brokers are not fenced), and futures resolve late while the controller
+# hangs (the producer's sender waits on a metadata refresh, item 8). Both must land first.
+QUICK_SEED = 10
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
