@@ -1,4 +1,4 @@
-"""The chaos run's own Ray cluster, and the faults it can suffer (the nemesis).
+"""The chaos run's own Ray cluster, and what the faults act on (run.py's Nemesis applies them).
 
 A head node (the controller's and the group members') and three broker nodes, made by
 tests/integration/restart_scenario.Nodes with ``$RAYLOG_FAILPOINTS_FILE`` in every node's
