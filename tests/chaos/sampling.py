@@ -1,5 +1,7 @@
-"""Positions that must never go back, read over and over while the faults go on: the
-group's committed offsets, and each partition's end offset (its high watermark)."""
+"""Read over and over while the faults go on: positions that must never go back (the group's
+committed offsets, each partition's end offset: its high watermark), and how many replicas
+of each partition are in sync (a partition with fewer than ``min.insync.replicas`` cannot
+take acks=all writes, by design: its stall is no anomaly)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from raylog import Consumer, TopicPartition
+from raylog import Admin, Consumer, TopicPartition
 from raylog.client.remote import ControllerClient
 from raylog.errors import RaylogError
 
@@ -72,3 +74,28 @@ def end_offsets(topic: str, partitions: int) -> tuple[Sampler, Consumer]:
     # Often: after a failover, the window in which a new leader's high watermark lags the
     # old one's is short.
     return Sampler("end-offsets", read, interval=0.05), consumer
+
+
+def in_sync_replicas(admin: Admin, topic: str) -> Sampler:
+    """How many replicas of each partition the controller has in sync (0 while it has no
+    leader). While the controller hangs nothing is read: the last answer stands."""
+
+    def read() -> dict[int, int]:
+        return {i: len(p["isr"]) if p["leader"] is not None else 0
+                for i, p in enumerate(admin.describe_topic(topic)["partitions"])}
+
+    return Sampler("in-sync-replicas", read, interval=0.5)
+
+
+def spans_below(samples: list[tuple[float, int, int]], minimum: int, until: float
+                ) -> list[tuple[int, float, float]]:
+    """(partition, from, to) of each span in which a partition's samples were below
+    ``minimum``: from the first such sample to the next one that is not (or ``until``)."""
+    out, since = [], {}
+    for at, partition, value in sorted(samples):
+        if value < minimum and partition not in since:
+            since[partition] = at
+        elif value >= minimum and partition in since:
+            out.append((partition, since.pop(partition), at))
+    out += [(partition, start, until) for partition, start in since.items()]
+    return out
