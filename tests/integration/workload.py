@@ -8,7 +8,8 @@ breaks things meanwhile, says when the cluster is healthy again (:meth:`healthy`
 made after that must succeed), then :meth:`finish` stops everything, reads every record once
 more from the start to each partition's end, and returns the anomalies the history checker
 finds: lost or duplicated acknowledged records, an offset holding two values, a consumer going
-back, a producer's records out of order, futures that never resolved.
+back, a producer's records out of order, futures that never resolved or resolved after
+their deadline, acknowledgements at a negative offset.
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from raylog import Consumer, Producer, TopicPartition
 from raylog.client.futures import RecordFuture
 from raylog.errors import ProduceFailedError, RaylogError
+from raylog.partitioner import key_partition
 from tests import history
 from tests.integration.conftest import consume_all, wait_for
 
 DELIVERY_TIMEOUT_MS = 20_000
+FINAL_READER = 1  # the reader id of finish()'s pass over the whole topic
 
 
 @dataclasses.dataclass
@@ -38,19 +41,32 @@ class Sent:
     value: bytes
     future: RecordFuture
     after_recovery: bool
+    sent_at: float = 0.0             # monotonic s, just before send()
+    deadline: float | None = None    # sent_at + the producer's delivery timeout
+    key_partition: int | None = None
+    resolved_at: float | None = None  # set by the future's callback
+
+    def watch(self) -> None:
+        """Note when the future resolves (its callback runs on the producer's thread)."""
+        self.future.add_done_callback(self._resolved)
+
+    def _resolved(self, _future: RecordFuture) -> None:
+        self.resolved_at = time.monotonic()
 
     def record(self) -> history.Send:
-        """The checker's view of the send: resolved or not, and how."""
+        """The checker's view of the send: resolved or not, how, and when."""
         future = self.future
+        times = {"sent_at": self.sent_at, "deadline": self.deadline,
+                 "resolved_at": self.resolved_at, "key_partition": self.key_partition}
         if not future.done():
-            return history.Send(self.producer, self.index, self.value, False)
+            return history.Send(self.producer, self.index, self.value, False, **times)
         error = future.exception(0)
         if error is not None:
             return history.Send(self.producer, self.index, self.value, True, error=error,
-                                must_succeed=self.after_recovery)
+                                must_succeed=self.after_recovery, **times)
         meta = future.result(0)
         return history.Send(self.producer, self.index, self.value, True, meta.partition,
-                            meta.offset, must_succeed=self.after_recovery)
+                            meta.offset, must_succeed=self.after_recovery, **times)
 
 
 @ray.remote(num_cpus=0)
@@ -157,14 +173,19 @@ class Workload:
 
     def _produce(self, i: int) -> None:
         producer = Producer(**self.settings)
+        delivery_s = producer.config.delivery_timeout_ms / 1000
         try:
             index = 0
             while not self._stop.is_set():
                 value = b"p%d-%07d" % (i, index)
                 key = b"key-%d" % (index % 17) if self.keyed else None
                 after = self._recovered.is_set()  # before the send: it must succeed then
+                sent_at = time.monotonic()
                 future = producer.send(self.topic, value, key=key)
-                self.sent[i].append(Sent(i, index, value, future, after))
+                sent = Sent(i, index, value, future, after, sent_at, sent_at + delivery_s,
+                            None if key is None else key_partition(key, self.partitions))
+                sent.watch()
+                self.sent[i].append(sent)
                 index += 1
                 if index % 10 == 0:
                     time.sleep(self.pause_s)  # pacing: failures come from the faults
@@ -213,18 +234,27 @@ class Workload:
 
         wait_for(enough, timeout=timeout, what="sends after recovery")
 
-    def finish(self, timeout: float = 120) -> list[history.Anomaly]:
-        """Stop, read everything once more, and return the anomalies of the history."""
+    def finish(self, timeout: float = 120, origin: float = 0.0) -> list[history.Anomaly]:
+        """Stop, read everything once more, and return the anomalies of the history. A log
+        that never holds as many records as were acknowledged is read as it is (the checker
+        names the missing ones) and is the anomaly ``short_log``. Times in the anomalies are
+        seconds after ``origin`` (a monotonic time)."""
         self.__exit__()
         assert not any(t.is_alive() for t in self._threads), "a workload thread never ended"
         self.check_threads()
         sends = [s.record() for mine in self.sent for s in mine]
         acked = sum(s.acked for s in sends)
-        final = consume_all(self.topic, self.partitions, expected=acked, timeout_s=timeout)
-        reads = [*self.reads,
-                 *(history.Read(1, r.partition, r.offset, r.value) for r in final)]
+        short = []
+        try:
+            final = consume_all(self.topic, self.partitions, expected=acked, timeout_s=timeout)
+        except AssertionError as e:
+            short = [history.Anomaly("short_log", f"{acked} records acknowledged: {e}")]
+            final = consume_all(self.topic, self.partitions, expected=0, timeout_s=timeout)
+        self.final = [history.Read(FINAL_READER, r.partition, r.offset, r.value)
+                      for r in final]
         self.summary = {"sends": len(sends), "acknowledged": acked,
                         "failed": sum(s.error is not None for s in sends),
                         "live_reads": len(self.reads), "final_reads": len(final),
                         "followers_read_from": self.followers_read_from}
-        return history.check(sends, reads)
+        return short + history.check(sends, [*self.reads, *self.final],
+                                     complete_readers=[FINAL_READER], origin=origin)
