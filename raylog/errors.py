@@ -234,3 +234,10 @@ class SourceAuthenticationError(RaylogError):
 
 class MirrorPositionError(RaylogError):
     """A mirror cannot tell from the target where a partition's copy stopped."""
+
+
+class BrokerStalledError(NotLeaderError):
+    """The broker asked was stalled (stopped, stuck, paused) long enough that the controller
+    may have fenced it, and serves no leader or consumer request until the controller has
+    confirmed its state; or a request's processing spanned such a stall and is not answered.
+    Refresh metadata and retry (the partition may have another leader by now)."""
