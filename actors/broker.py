@@ -58,6 +58,7 @@ from raylog.cluster_names import (
     default_broker_root,
 )
 from raylog.errors import (
+    BrokerRestartedError,
     BrokerStalledError,
     InvalidArgumentError,
     NotLeaderError,
@@ -255,13 +256,21 @@ class BrokerActor:
 
     async def apply(self, broker_id: int, cluster_id: str, states: list[dict[str, Any]],
                     brokers: dict[int, ray.actor.ActorHandle], full: bool = False,
-                    version: int = 0) -> dict[str, Any]:
+                    version: int = 0, incarnation: str | None = None) -> dict[str, Any]:
         """Hold the replicas ``states`` describe (opening those not open yet) in the role
         each says. ``brokers``: the live brokers' actors, for following leaders. With
         ``full``, ``states`` are every replica of this broker: others are stopped and their
         files removed (topics deleted or moved away while it was down). ``version``: the
         controller's metadata version when it sent this; anything older than what this
-        broker has seen is not allowed to undo it."""
+        broker has seen is not allowed to undo it. ``incarnation``: the process the
+        controller addresses; a word meant for an earlier one (this process replaced it
+        before the controller noticed) is refused with BrokerRestartedError, as Kafka's
+        brokers refuse a LeaderAndIsr of another broker epoch: it was decided while the
+        earlier process led, and would make this one lead at an epoch it does not own."""
+        if incarnation is not None and incarnation != self.incarnation:
+            raise BrokerRestartedError(
+                f"a word for incarnation {incarnation} of broker {broker_id}; this process is "
+                f"{self.incarnation}")
         if self.error is not None:
             raise IdentityError(self.error)
         identity = read_identity(self.directory)

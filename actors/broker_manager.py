@@ -41,12 +41,14 @@ from actors import at
 from actors.broker import BrokerActor
 from actors.channels import BrokerChannel, Outcome, Words
 from actors.supervision import BrokerWatch, Health
+from raylog.client.remote import unwrap
 from raylog.cluster_names import (
     ACTOR_RUNTIME_ENV,
     BROKER_RESOURCE,
     NAMESPACE,
     broker_actor_name,
 )
+from raylog.errors import BrokerRestartedError
 from raylog.identity import BrokerIdentity
 from raylog.metadata import election
 from raylog.metadata import state as events
@@ -419,9 +421,10 @@ class BrokerManager:
 
     async def _send(self, broker: int, words: Words) -> Outcome:
         """One call of ``broker``'s channel: the stops, then the states, as of now."""
-        handle = self.handle(broker)
-        if handle is None:
+        watch = self.watches.get(broker)
+        if watch is None or not watch.alive:
             return Outcome.DROPPED  # not alive: it is told everything when it is back
+        handle = watch.handle
         try:
             for stop in words.stops:
                 await asyncio.wait_for(handle.stop_replicas.remote(
@@ -429,15 +432,21 @@ class BrokerManager:
             if not words.partitions and not words.full:
                 return Outcome.DELIVERED
             states = self._states(broker, words)
+            # Addressed to the process the watch knows: one Ray restarted meanwhile refuses.
             answers = await asyncio.wait_for(handle.apply.remote(
                 broker, self.controller.state.cluster_id, states, self.handles(), words.full,
-                self.controller.state.applied), APPLY_TIMEOUT_S)
+                self.controller.state.applied, watch.incarnation), APPLY_TIMEOUT_S)
         except (ray.exceptions.RayActorError, ray.exceptions.ActorUnschedulableError,
                 TimeoutError) as e:
             # Its watch will say whether it is gone; while it is alive, the call is made again.
             logger.warning("could not tell broker %d (%r)", broker, e)
             return Outcome.FAILED
-        except Exception:  # the broker failed to take it (a bug): the next word retries
+        except Exception as e:
+            if isinstance(unwrap(e), BrokerRestartedError):
+                # Its watch takes the old process down, then tells the new one everything.
+                logger.info("broker %d restarted before it was told: %s", broker, unwrap(e))
+                return Outcome.DROPPED
+            # The broker failed to take it (a bug): the next word retries.
             logger.exception("broker %d failed to take the state of its replicas", broker)
             return Outcome.DROPPED
         failed = {k: v["error"] for k, v in answers.items() if "error" in v}

@@ -241,3 +241,9 @@ class BrokerStalledError(NotLeaderError):
     may have fenced it, and serves no leader or consumer request until the controller has
     confirmed its state; or a request's processing spanned such a stall and is not answered.
     Refresh metadata and retry (the partition may have another leader by now)."""
+
+
+class BrokerRestartedError(RaylogError):
+    """A word of the controller addressed an earlier process of this broker: it restarted
+    since the controller last heard from it, and takes nothing meant for the process it
+    replaced (the controller takes that one down, then tells this one its full state)."""
