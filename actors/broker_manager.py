@@ -250,6 +250,7 @@ class BrokerManager:
     async def on_down(self, watch: BrokerWatch) -> None:
         broker = watch.broker_id
         self.sessions.forget(broker)
+        self.channel(broker).release()  # a client's request no longer waits for it
         if watch.health is Health.DEAD:
             self.registry.unserve(broker)
             self.watches.pop(broker, None)

@@ -13,8 +13,8 @@ when it is back.
 
 Each :meth:`BrokerChannel.tell` returns a future that is True once a call that began after
 it was answered (the broker took the words), False if they were dropped (the broker is not
-alive). Callers serving a client await it with a deadline; the controller's own steps do not
-wait at all.
+alive, or went down while the call was out: :meth:`BrokerChannel.release`). Callers serving
+a client await it with a deadline; the controller's own steps do not wait at all.
 
 Plain asyncio: the controller's event loop is its only user; ``send`` does the Ray work.
 """
@@ -76,6 +76,7 @@ class BrokerChannel:
         self._retry_s = retry_s
         self._pending = Words()
         self._waiters: list[asyncio.Future] = []
+        self._calling: list[asyncio.Future] = []  # the waiters of the call that is out
         self._task: asyncio.Task | None = None
         self.calls = 0  # made so far (for tests and logs)
 
@@ -88,6 +89,14 @@ class BrokerChannel:
     def stop_replicas(self, replicas: Iterable[tuple[str, int]], delete: bool,
                       version: int) -> asyncio.Future:
         return self._enqueue(Words(stops=[Stop(tuple(replicas), delete, version)]))
+
+    def release(self) -> None:
+        """The broker went down: nobody waits for it any more (a call that is out, to a hung
+        broker, may take until its deadline; what it carried is told again, in full, when the
+        broker is back)."""
+        for waiter in [*self._calling, *self._waiters]:
+            if not waiter.done():
+                waiter.set_result(False)
 
     @property
     def idle(self) -> bool:
@@ -107,16 +116,19 @@ class BrokerChannel:
         while self._pending:
             words, waiters = self._pending, self._waiters
             self._pending, self._waiters = Words(), []
+            self._calling = waiters
             self.calls += 1
             try:
                 outcome = await self._send(self.broker_id, words)
             except Exception:  # a bug building the words: try again, do not stop for good
                 logger.exception("telling broker %d failed", self.broker_id)
                 outcome = Outcome.FAILED
+            self._calling = []
             if outcome is Outcome.FAILED:
                 # Not taken: these words go first again, before what came meanwhile.
                 words.merge(self._pending)
-                self._pending, self._waiters = words, [*waiters, *self._waiters]
+                self._pending = words
+                self._waiters = [*(w for w in waiters if not w.done()), *self._waiters]
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, self._retry_s[1])
                 continue

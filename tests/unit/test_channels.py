@@ -118,3 +118,17 @@ def test_a_caller_that_stopped_waiting_does_not_break_the_channel():
         assert await asyncio.wait_for(channel.tell([("t", 1)]), 1)
 
     asyncio.run(scenario())
+
+
+def test_nobody_waits_for_a_broker_that_went_down_while_its_call_was_out():
+    async def scenario() -> None:
+        brokers = FakeBrokers()
+        brokers.hung.add(1)
+        channel = BrokerChannel(1, brokers.send)
+        out = channel.tell([("t", 0)])  # the call hangs
+        await asyncio.sleep(0.01)
+        queued = channel.tell([("t", 1)])
+        channel.release()  # fenced
+        assert await asyncio.wait_for(asyncio.gather(out, queued), 1) == [False, False]
+
+    asyncio.run(scenario())
