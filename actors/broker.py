@@ -13,10 +13,16 @@ adopts the directory. The controller then tells it which replicas it holds and w
 - other brokers' fetchers (:meth:`replica_fetch`, :meth:`epoch_end_offsets`) for the
   partitions it leads, while its own fetchers (actors/fetcher.py) copy those it follows.
 
-Every request carries the leader epoch the caller knows. One process holds all of a
-broker's replicas, so a replica costs a directory, a few open files and some memory, not a
-Ray worker process (about 0.4% of a core idle and 60 MB each: benchmarks/density.py). All
-replicas run on the actor's one event loop, one call at a time between awaits.
+Every request carries the leader epoch the caller knows. A broker that finds its event loop
+made no progress for long enough that the controller may have fenced it (stopped, stuck on a
+disk, paused: raylog/metadata/sessions.py) serves no leader or consumer request until the
+controller has confirmed its state (:meth:`BrokerActor._confirm`), and answers no request
+whose processing spanned such a stall.
+
+One process holds all of a broker's replicas, so a replica costs a directory, a few open
+files and some memory, not a Ray worker process (about 0.4% of a core idle and 60 MB each:
+benchmarks/density.py). All replicas run on the actor's one event loop, one call at a time
+between awaits.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import contextlib
 import importlib.abc
 import json
 import logging
+import os
 import sys
 import time
 import uuid
@@ -50,7 +57,14 @@ from raylog.cluster_names import (
     configured_data_dir,
     default_broker_root,
 )
-from raylog.errors import InvalidArgumentError, NotLeaderError, RaylogError, StorageError
+from raylog.errors import (
+    BrokerRestartedError,
+    BrokerStalledError,
+    InvalidArgumentError,
+    NotLeaderError,
+    RaylogError,
+    StorageError,
+)
 from raylog.identity import (
     BrokerIdentity,
     IdentityError,
@@ -59,6 +73,8 @@ from raylog.identity import (
     write_identity,
 )
 from raylog.interop import error_json, java_call
+from raylog.metadata.sessions import StallGuard, stall_threshold_s
+from raylog.metadata.settings import DEFAULT_SESSION_TIMEOUT_MS
 from raylog.metrics import recorder
 from raylog.partition import (
     EARLIEST,
@@ -80,6 +96,9 @@ MAINTENANCE_INTERVAL_S = 1.0
 IDLE_MAINTENANCE_INTERVAL_S = 30.0
 HW_CHECKPOINT_INTERVAL_S = 5.0
 MAX_CONCURRENCY = 10_000  # long polls: consumers' and followers' fetches, watches
+TICK_S = 0.25             # the stall guard's ticker: the event loop's progress, when idle
+CONFIRM_TIMEOUT_S = 150.0  # the controller confirming (it tells this broker its state first)
+CONFIRM_RETRY_S = 0.5      # after the controller could not confirm yet
 
 
 def forgo_pandas() -> None:
@@ -138,6 +157,10 @@ class BrokerActor:
         self._controller: ray.actor.ActorHandle | None = None
         self._status = asyncio.Event()
         self._wake_maintenance = asyncio.Event()
+        # Its own stalls (the controller tells the session timeout with its health checks).
+        self.guard = StallGuard(stall_threshold_s(DEFAULT_SESSION_TIMEOUT_MS / 1000),
+                                on_stall=self._stalled)
+        self._confirming: asyncio.Task | None = None
         if self.node_id != node_id:
             self.error = f"broker actor for {node_id} placed on {self.node_id}"
         else:
@@ -149,6 +172,7 @@ class BrokerActor:
         # An async actor's __init__ runs on its event loop: maintenance starts with every
         # incarnation, including the ones Ray restarts without the controller asking.
         self._maintenance = asyncio.get_event_loop().create_task(self._maintain())
+        self._ticker = asyncio.get_event_loop().create_task(self._tick())
 
     # -- identity ----------------------------------------------------------------------------
 
@@ -157,7 +181,8 @@ class BrokerActor:
         error that keeps it from serving), and this process's incarnation."""
         answer: dict[str, Any] = {"node_id": self.node_id, "host": self.host,
                                   "data_dir": str(self.directory), "error": self.error,
-                                  "identity": None, "incarnation": self.incarnation}
+                                  "identity": None, "incarnation": self.incarnation,
+                                  "pid": os.getpid()}
         if self.error is None:
             try:
                 identity = read_identity(self.directory)
@@ -178,16 +203,67 @@ class BrokerActor:
             write_identity(self.directory, wanted)
             logger.info("%s is broker %d of cluster %s", self.directory, broker_id, cluster_id)
 
-    async def watch(self, incarnation: str | None, timeout_s: float) -> dict[str, Any]:
+    async def watch(self, incarnation: str | None, timeout_s: float,
+                    session_timeout_ms: float | None = None) -> dict[str, Any]:
         """The controller's health check: answers at once if the controller knows another
         incarnation (this process restarted), else after ``timeout_s`` or when a replica
-        failed. Its failing is how the controller learns this broker is gone."""
+        failed. Its failing is how the controller learns this broker is gone; its answers
+        renew this broker's session. ``session_timeout_ms``: the cluster's broker session
+        timeout, from which this broker tells a stall that may have got it fenced."""
+        if session_timeout_ms is not None:
+            self.guard.threshold_s = stall_threshold_s(session_timeout_ms / 1000)
         if incarnation == self.incarnation:
             self._status.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._status.wait(), timeout_s)
         return {"incarnation": self.incarnation, "broker_id": self.broker_id,
-                "replicas": len(self.replicas), "failed": dict(self.failed)}
+                "replicas": len(self.replicas), "failed": dict(self.failed),
+                "pid": os.getpid(), "serving": self.guard.serving}
+
+    # -- its own stalls ------------------------------------------------------------------------
+
+    async def _tick(self) -> None:
+        """Keep the stall guard's view of the event loop fresh while no request comes."""
+        while True:
+            await asyncio.sleep(TICK_S)
+            self.guard.observe()
+
+    def _stalled(self) -> None:
+        """The event loop did not run for long enough that the controller may have fenced
+        this broker: from now on it serves nothing until the controller confirms."""
+        logger.warning("broker %s stalled for %.1f s: serving nothing until the controller "
+                       "confirms its state", self.broker_id, self.guard.last_stall_s)
+        if self._confirming is None or self._confirming.done():
+            self._confirming = asyncio.get_running_loop().create_task(self._confirm())
+
+    async def _confirm(self) -> None:
+        """Ask the controller until it confirmed this broker's state after its latest stall.
+        (It brings the broker up if it had fenced it, telling it its replicas' states first:
+        those another broker leads now are followers, and truncate.)"""
+        while not self.guard.serving:
+            generation = self.guard.generation
+            if self.broker_id is None:  # told nothing yet: it serves nothing anyway
+                self.guard.confirmed(generation)
+                break
+            try:
+                answer = await asyncio.wait_for(
+                    self._controller_handle().confirm_broker.remote(self.broker_id,
+                                                                    self.incarnation),
+                    CONFIRM_TIMEOUT_S)
+            except Exception as e:  # unreachable, restarting, slow: ask again
+                if isinstance(e, ray.exceptions.RayActorError):
+                    self._controller = None  # created again: look it up anew
+                logger.info("the controller did not confirm broker %s yet: %r",
+                            self.broker_id, e)
+                await asyncio.sleep(CONFIRM_RETRY_S)
+                continue
+            if answer["confirmed"]:
+                self.guard.confirmed(generation)
+                if self.guard.serving:
+                    logger.info("broker %s confirmed by the controller (metadata version "
+                                "%d): serving again", self.broker_id, answer["version"])
+            else:
+                await asyncio.sleep(CONFIRM_RETRY_S)
 
     # -- what the controller says ----------------------------------------------------------------
 
@@ -200,9 +276,17 @@ class BrokerActor:
         ``full``, ``states`` are every replica of this broker: others are stopped and their
         files removed (topics deleted or moved away while it was down). ``version``: the
         controller's metadata version when it sent this; anything older than what this
-        broker has seen is not allowed to undo it. ``broker_epoch``: the one the controller
-        recorded for the process ``incarnation`` of this broker; taken only by that process
-        (a word meant for an earlier one leaves this one's epoch unknown)."""
+        broker has seen is not allowed to undo it. ``incarnation``: the process the
+        controller addresses; a word meant for an earlier one (this process replaced it
+        before the controller noticed) is refused with BrokerRestartedError, as Kafka's
+        brokers refuse a LeaderAndIsr of another broker epoch: it was decided while the
+        earlier process led, and would make this one lead at an epoch it does not own.
+        ``broker_epoch``: the one the controller recorded for that incarnation (it grows
+        with every start of the broker's process); followers send it with their fetches."""
+        if incarnation is not None and incarnation != self.incarnation:
+            raise BrokerRestartedError(
+                f"a word for incarnation {incarnation} of broker {broker_id}; this process is "
+                f"{self.incarnation}")
         if self.error is not None:
             raise IdentityError(self.error)
         identity = read_identity(self.directory)
@@ -374,6 +458,9 @@ class BrokerActor:
     # -- producers and consumers ---------------------------------------------------------------
 
     def _hosted(self, topic: str, partition: int) -> HostedReplica:
+        """The replica a leader or consumer request is for (BrokerStalledError while this
+        broker waits for the controller to confirm it after a stall)."""
+        self.guard.check()
         hosted = self.replicas.get((topic, partition))
         if hosted is None:
             raise NotLeaderError(f"broker {self.broker_id} holds no replica of "
@@ -385,8 +472,10 @@ class BrokerActor:
         """Append a producer's batch to a partition this broker leads (see
         HostedReplica.produce)."""
         started = time.monotonic()
+        since = self.guard.check()
         info = await self._hosted(topic, partition).produce(batch, acks, leader_epoch,
                                                             timeout_ms / 1000)
+        self.guard.check_since(since)  # stalled meanwhile: it may have been fenced
         metrics = recorder()
         metrics.observe("raylog_produce_latency_ms", (time.monotonic() - started) * 1000,
                         topic=topic)
@@ -400,6 +489,7 @@ class BrokerActor:
         """Batches from ``offset`` below the high watermark; waits up to ``max_wait_ms`` for
         at least ``min_bytes`` to be there."""
         started = time.monotonic()
+        since = self.guard.check()
         hosted = self._hosted(topic, partition)
         result = hosted.partition.fetch(offset, max_bytes, leader_epoch)
         deadline = started + max_wait_ms / 1000
@@ -408,6 +498,7 @@ class BrokerActor:
                 break
             hosted = self._hosted(topic, partition)
             result = hosted.partition.fetch(offset, max_bytes, leader_epoch)
+        self.guard.check_since(since)
         recorder().observe("raylog_fetch_latency_ms", (time.monotonic() - started) * 1000,
                            topic=topic)
         _count_out(topic, result.data)
@@ -445,12 +536,14 @@ class BrokerActor:
         read fails with the retriable OffsetNotAvailableError). A follower still short of
         ``end``, or out of sync, hands the range to its leader, from whose high watermark it
         was planned. A caller never sees the detour."""
+        since = self.guard.check()
         hosted = self._hosted(topic, partition)
         deadline = time.monotonic() + max_wait_ms / 1000
         while hosted.partition.awaits_high_watermark(end):
             if not await hosted.wait(deadline - time.monotonic()):
                 break
             hosted = self._hosted(topic, partition)
+        self.guard.check_since(since)  # the read that follows does not wait
         p = hosted.partition
         if p.role is Role.FOLLOWER and (p.high_watermark < end or p.replica_id not in p.isr) \
                 and p.leader_epoch == leader_epoch and p.leader_id in self.brokers:
@@ -527,6 +620,10 @@ class BrokerActor:
         watermark; the answer holds batches from that log end (up to this log's end) and
         this high watermark, or the error. Waits up to ``max_wait_ms`` while there is
         neither data nor a high watermark the follower lacks."""
+        try:
+            since = self.guard.check()
+        except BrokerStalledError as e:  # per partition, as the follower's fetcher reads them
+            return [_error_answer(e, self.replicas.get((t, p))) for t, p, *_ in requests]
         answers: list[dict[str, Any] | None] = [None] * len(requests)
         serving = []
         for i, (topic, partition, epoch, offset, known_hw) in enumerate(requests):
@@ -569,6 +666,11 @@ class BrokerActor:
                 ready = ready or bool(data) or log.high_watermark > known_hw
             if ready or not await wait_any([s[1] for s in serving],
                                            deadline - time.monotonic()):
+                try:
+                    self.guard.check_since(since)
+                except BrokerStalledError as e:
+                    return [_error_answer(e, self.replicas.get((t, p)))
+                            for t, p, *_ in requests]
                 return answers
 
     async def epoch_end_offsets(self, requests: list[tuple[str, int, int, int]]

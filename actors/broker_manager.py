@@ -7,7 +7,9 @@ leadership and ISR changes when one goes or comes back, and telling brokers what
   the next broker id, written into it; a known one is served by that node from now on;
   another cluster's directory, or a broker id another live node serves (a copied disk), is
   refused, and that node is not asked again while it runs.
-- **Watching**: one :class:`BrokerWatch` per registered broker (actors/supervision.py).
+- **Watching**: one :class:`BrokerWatch` per registered broker (actors/supervision.py), and
+  its session (raylog/metadata/sessions.py): a broker not heard from for
+  ``broker_session_timeout_ms`` is fenced (taken down as if it had died) until it answers again.
 - **A broker goes** (:meth:`on_down`): raylog/metadata/election.py decides, per partition it
   replicates, the new leader and ISR; each change is persisted, then every live replica of
   the partition is told.
@@ -15,6 +17,11 @@ leadership and ISR changes when one goes or comes back, and telling brokers what
   not the one the metadata log last saw, it lost its in-memory state (a restart), so it is
   first taken down as above; leaderless partitions may then get a leader; and the broker is
   told the full state of every replica it holds (it removes any other it finds).
+- **A broker that stalled asks to be confirmed** (:meth:`confirm`): brought up if it had been
+  fenced, told its full state, then confirmed; it serves nothing until then.
+- **Telling brokers**: one sender per broker (actors/channels.py), so one slow broker never
+  delays what the others are told; the controller's steps never wait for a broker's answer,
+  and a client's request waits with a deadline, holding no lock.
 
 Plain decisions live in raylog/metadata; this module does the Ray work around them.
 """
@@ -32,17 +39,21 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors import at
 from actors.broker import BrokerActor
+from actors.channels import BrokerChannel, Outcome, Words
 from actors.supervision import BrokerWatch, Health
+from raylog.client.remote import unwrap
 from raylog.cluster_names import (
     ACTOR_RUNTIME_ENV,
     BROKER_RESOURCE,
     NAMESPACE,
     broker_actor_name,
 )
+from raylog.errors import BrokerRestartedError
 from raylog.identity import BrokerIdentity
 from raylog.metadata import election
 from raylog.metadata import state as events
 from raylog.metadata.brokers import BrokerRegistry, Offer, Verdict
+from raylog.metadata.sessions import BrokerSessions, heartbeat_interval_s
 from raylog.metadata.state import PartitionState, TopicState
 from raylog.replication.isr import NO_BROKER_EPOCH
 
@@ -51,8 +62,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-IDENTIFY_TIMEOUT_S = 30.0
-APPLY_TIMEOUT_S = 120.0
+IDENTIFY_TIMEOUT_S = 30.0   # a broker node's identify and adopt
+APPLY_TIMEOUT_S = 120.0    # a broker taking its replicas' states (it may open many logs)
+NODES_TIMEOUT_S = 30.0     # the GCS's list of nodes
+SESSION_CHECK_S = 0.25     # how often sessions are checked
 
 
 def broker_nodes() -> tuple[dict[str, float | None], set[str]]:
@@ -67,13 +80,20 @@ def broker_nodes() -> tuple[dict[str, float | None], set[str]]:
     return live, dead
 
 
+def _all_taken(answers: Any) -> bool:
+    """Whether every answer of a (nested) gather of channel futures is True."""
+    if isinstance(answers, list):
+        return all(_all_taken(a) for a in answers)
+    return bool(answers)
+
+
 def unclean_allowed(topic: TopicState) -> bool:
     return bool(topic.configs.get("unclean_leader_election_enable", False))
 
 
 class BrokerManager:
-    """Brokers, their watches and their replicas' states, for the controller. Its event loop
-    is the only user."""
+    """Brokers, their watches, sessions and senders, and their replicas' states, for the
+    controller. Its event loop is the only user."""
 
     def __init__(self, controller: ControllerActor) -> None:
         self.controller = controller
@@ -81,7 +101,31 @@ class BrokerManager:
         self.registry = BrokerRegistry(state.cluster_id, set(state.broker_ids))
         self.watches: dict[int, BrokerWatch] = {}
         self.down_since: dict[int, float] = {}  # broker -> when it went (monotonic s)
-        self._started = time.monotonic()
+        self.session_timeout_ms = controller.settings.broker_session_timeout_ms
+        self.sessions = BrokerSessions(controller.settings.broker_session_timeout_s,
+                                       SESSION_CHECK_S)
+        self.channels: dict[int, BrokerChannel] = {}
+        self._sessions_task: asyncio.Task | None = None
+
+    def start_sessions(self) -> None:
+        """Start checking sessions (once registration has heard from the live brokers)."""
+        if self._sessions_task is None:
+            self._sessions_task = asyncio.get_running_loop().create_task(
+                self._check_sessions())
+
+    async def _check_sessions(self) -> None:
+        while True:
+            await asyncio.sleep(SESSION_CHECK_S)
+            stalled = self.sessions.stalled_s
+            expired = self.sessions.expired()
+            if self.sessions.stalled_s > stalled:
+                logger.warning("the controller did not run for %.1f s: not counted against "
+                               "the brokers' sessions", self.sessions.stalled_s - stalled)
+            for broker in expired:
+                watch = self.watches.get(broker)
+                if watch is not None:
+                    silent = self.controller.settings.broker_session_timeout_s
+                    await watch.fence(silent)
 
     # -- who is alive ------------------------------------------------------------------------
 
@@ -125,7 +169,7 @@ class BrokerManager:
         answered are registered (and count as alive) before any of them is handled as back:
         after a controller or cluster restart, a broker taken down for having restarted
         hands its leaderships to the others registered in the same round."""
-        nodes, dead = broker_nodes()
+        nodes, dead = await asyncio.wait_for(asyncio.to_thread(broker_nodes), NODES_TIMEOUT_S)
         self.registry.nodes_gone(dead)
         unknown = [n for n in nodes if self.registry.to_ask(n)]
         if not unknown:
@@ -177,7 +221,8 @@ class BrokerManager:
                 broker_id = controller.state.next_broker_id
                 controller.commit(events.broker_registered(broker_id))
             self.registry.add(broker_id)
-            await actor.adopt.remote(broker_id, controller.state.cluster_id)
+            await asyncio.wait_for(actor.adopt.remote(broker_id, controller.state.cluster_id),
+                                   IDENTIFY_TIMEOUT_S)
         else:
             broker_id = identity.broker_id
         self.registry.serve(broker_id, offer)
@@ -188,9 +233,16 @@ class BrokerManager:
             old.stop()
         watch = self.watches[broker_id] = BrokerWatch(
             broker_id, actor, node_id, answer["incarnation"], self.on_down, self.on_up,
-            self.on_failed)
+            self.on_failed, self._heard, heartbeat_interval_s(
+                self.controller.settings.broker_session_timeout_s),
+            self.session_timeout_ms, answer.get("pid"))
+        self.sessions.heard(broker_id)  # it just answered
         watch.start()
         return watch
+
+    def _heard(self, watch: BrokerWatch) -> None:
+        if self.watches.get(watch.broker_id) is watch and watch.alive:
+            self.sessions.heard(watch.broker_id)
 
     def _refuse(self, node_id: str, reason: str, final: bool = True) -> None:
         if self.registry.refused.get(node_id) != reason:
@@ -207,6 +259,8 @@ class BrokerManager:
 
     async def on_down(self, watch: BrokerWatch) -> None:
         broker = watch.broker_id
+        self.sessions.forget(broker)
+        self.channel(broker).release()  # a client's request no longer waits for it
         if watch.health is Health.DEAD:
             self.registry.unserve(broker)
             self.watches.pop(broker, None)
@@ -255,8 +309,7 @@ class BrokerManager:
         # before this leader's broker was known (say, while brokers register one by one after
         # a controller restart) learns where to fetch from.
         await self.push({id(p): (t, p) for t, p in
-                         [*changed, *controller.replicas_on(broker)]}.values(),
-                        skip=broker)
+                         [*changed, *controller.replicas_on(broker)]}.values(), skip=broker)
 
     async def on_failed(self, watch: BrokerWatch, failed: dict) -> None:
         """Replicas this broker could not open (a damaged directory, a full disk): for those
@@ -295,6 +348,20 @@ class BrokerManager:
                             changed.append((topic, p))
         await self.push(changed)
 
+    async def confirm(self, broker: int, incarnation: str) -> bool:
+        """The broker ``broker`` (as ``incarnation``) stalled and asks whether it may serve:
+        brought up if it had been fenced (its leaderships moved meanwhile), told the full
+        state of its replicas (it becomes a follower where another leads now, and truncates),
+        and then confirmed. False while the controller does not know it as that incarnation
+        alive (it restarted, or is not registered yet): it asks again."""
+        watch = self.watches.get(broker)
+        if watch is None or not await watch.bring_up(incarnation):
+            return False
+        told = await self.delivered(await self.push_full(broker),
+                                    f"the state of broker {broker}")
+        return told and self.watches.get(broker) is watch and watch.alive \
+            and watch.incarnation == incarnation
+
     # -- telling brokers --------------------------------------------------------------------------
 
     def state_of(self, topic: TopicState, p: PartitionState) -> dict[str, Any]:
@@ -304,48 +371,101 @@ class BrokerManager:
                 "replicas": list(p.replicas), "isr": list(p.isr)}
 
     async def push(self, partitions: Iterable[tuple[TopicState, PartitionState]],
-                   skip: int | None = None) -> None:
-        """Tell every live replica of these partitions (but on ``skip``) their state."""
+                   skip: int | None = None) -> asyncio.Future:
+        """Tell every live replica of these partitions (but on ``skip``) their state. Does
+        not wait for the brokers: the future returned is done when every broker took it
+        (or was found not alive); see :meth:`delivered`."""
         live = self.live() - {skip}
-        by_broker: dict[int, list[dict[str, Any]]] = {}
+        by_broker: dict[int, set[tuple[str, int]]] = {}
         for topic, p in partitions:
             if self.controller.state.topics.get(topic.name) is not topic:
                 continue  # deleted meanwhile
-            state = self.state_of(topic, p)
             for broker in p.replicas:
                 if broker in live:
-                    by_broker.setdefault(broker, []).append(state)
-        await asyncio.gather(*(self._apply(b, states) for b, states in by_broker.items()))
+                    by_broker.setdefault(broker, set()).add((topic.name, p.partition))
+        return asyncio.gather(*(self.channel(b).tell(tps) for b, tps in by_broker.items()))
 
-    async def push_full(self, broker: int) -> None:
-        """Tell ``broker`` the state of every replica it holds, and that it holds no other."""
-        states = [self.state_of(t, p) for t, p in self.controller.replicas_on(broker)]
-        await self._apply(broker, states, full=True)
+    async def push_full(self, broker: int) -> asyncio.Future:
+        """Tell ``broker`` the state of every replica it holds, and that it holds no other
+        (without waiting, as :meth:`push`)."""
+        return self.channel(broker).tell(full=True)
 
-    async def _apply(self, broker: int, states: list[dict[str, Any]], full: bool = False
-                     ) -> dict[str, Any] | None:
-        handle = self.handle(broker)
-        if handle is None:
-            return None
-        state = self.controller.state
+    async def stop_replicas(self, broker: int, replicas: list[tuple[str, int]], delete: bool
+                            ) -> asyncio.Future:
+        """Tell ``broker`` to stop serving ``replicas`` (with ``delete``: remove their files),
+        as of the current metadata version (without waiting, as :meth:`push`)."""
+        return self.channel(broker).stop_replicas(replicas, delete,
+                                                  self.controller.state.applied)
+
+    async def delivered(self, told: asyncio.Future, what: str,
+                        timeout_s: float = APPLY_TIMEOUT_S) -> bool:
+        """Wait (up to ``timeout_s``) until what ``told`` carries was taken; whether it was
+        by every live broker it was meant for. For requests of clients, which should not
+        return before the brokers know; never raises."""
         try:
-            # With the broker epoch of the process the metadata log last saw start: a
-            # process started since (not handled as back yet) does not take it.
+            answers = await asyncio.wait_for(told, timeout_s)
+        except TimeoutError:
+            logger.warning("brokers did not take %s within %.0f s", what, timeout_s)
+            return False
+        return _all_taken(answers)
+
+    def channel(self, broker: int) -> BrokerChannel:
+        channel = self.channels.get(broker)
+        if channel is None:
+            channel = self.channels[broker] = BrokerChannel(broker, self._send)
+        return channel
+
+    def _states(self, broker: int, words: Words) -> list[dict[str, Any]]:
+        """The current state of the replicas on ``broker`` that ``words`` name (all of them,
+        for a full push)."""
+        if words.full:
+            return [self.state_of(t, p) for t, p in self.controller.replicas_on(broker)]
+        states = []
+        for name, number in sorted(words.partitions):
+            topic = self.controller.state.topics.get(name)
+            if topic is None or number >= len(topic.partitions):
+                continue  # deleted meanwhile: its replicas are stopped separately
+            p = topic.partitions[number]
+            if broker in p.replicas:  # else moved away meanwhile: stopped separately
+                states.append(self.state_of(topic, p))
+        return states
+
+    async def _send(self, broker: int, words: Words) -> Outcome:
+        """One call of ``broker``'s channel: the stops, then the states, as of now."""
+        watch = self.watches.get(broker)
+        if watch is None or not watch.alive:
+            return Outcome.DROPPED  # not alive: it is told everything when it is back
+        handle = watch.handle
+        try:
+            for stop in words.stops:
+                await asyncio.wait_for(handle.stop_replicas.remote(
+                    list(stop.replicas), stop.delete, stop.version), APPLY_TIMEOUT_S)
+            if not words.partitions and not words.full:
+                return Outcome.DELIVERED
+            states = self._states(broker, words)
+            # Addressed to the process the watch knows: one Ray restarted meanwhile refuses.
+            # Its broker epoch is known once the metadata log recorded that process's start
+            # (on_up): until then the process takes none (its followers are never admitted).
+            state = self.controller.state
+            epoch = state.broker_epochs.get(broker, NO_BROKER_EPOCH) \
+                if state.incarnations.get(broker) == watch.incarnation else NO_BROKER_EPOCH
             answers = await asyncio.wait_for(handle.apply.remote(
-                broker, state.cluster_id, states, self.handles(), full, state.applied,
-                state.broker_epochs.get(broker, NO_BROKER_EPOCH),
-                state.incarnations.get(broker)), APPLY_TIMEOUT_S)
+                broker, state.cluster_id, states, self.handles(), words.full, state.applied,
+                epoch, watch.incarnation), APPLY_TIMEOUT_S)
         except (ray.exceptions.RayActorError, ray.exceptions.ActorUnschedulableError,
                 TimeoutError) as e:
-            # Its watch says so too, and the broker is told everything when it is back.
-            logger.warning("could not tell broker %d about %d replicas: %r", broker,
-                           len(states), e)
-            return None
-        except Exception:  # the broker failed to take it (a bug): its next push retries
-            logger.exception("broker %d failed to take the state of %d replicas", broker,
-                             len(states))
-            return None
+            # Its watch will say whether it is gone; while it is alive, the call is made again.
+            logger.warning("could not tell broker %d (%r)", broker, e)
+            return Outcome.FAILED
+        except Exception as e:
+            if isinstance(unwrap(e), BrokerRestartedError):
+                # Its watch takes the old process down, then tells the new one everything.
+                logger.info("broker %d restarted before it was told: %s", broker, unwrap(e))
+                return Outcome.DROPPED
+            # The broker failed to take it (a bug): the next word retries.
+            logger.exception("broker %d failed to take the state of its replicas", broker)
+            return Outcome.DROPPED
         failed = {k: v["error"] for k, v in answers.items() if "error" in v}
         if failed:
             logger.error("broker %d could not serve %s", broker, failed)
-        return answers
+        return Outcome.DELIVERED

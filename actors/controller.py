@@ -12,7 +12,11 @@ clients ask it for metadata and then call brokers directly.
 Its loop (every RECONCILE_INTERVAL_S): register new broker nodes, expire group members whose
 session ran out, give leaderless partitions a leader when one can be had, move reassigned
 partitions on, and replace the replicas of brokers gone for longer than
-``RAYLOG_REPLACE_BROKER_AFTER_S``.
+``RAYLOG_REPLACE_BROKER_AFTER_S``. Each step runs as a task of its own, at most one of each
+at a time, so a step that waits (member expiry persisting to ``__consumer_offsets``, a broker
+node slow to identify itself) delays only itself; no step waits for a broker to take what it
+is told (actors/channels.py), and no remote call is awaited while ``lock`` is held. Brokers'
+sessions are checked beside the loop (actors/broker_manager.py).
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ from raylog.typecheck import checked
 logger = logging.getLogger(__name__)
 
 RECONCILE_INTERVAL_S = 1.0
+CALL_TIMEOUT_S = 30.0  # a broker's answer to a client's question (describe, configs)
 GROUP_METRICS_INTERVAL_S = 5.0  # consumer-group lag and rebalances are reported this often
 INTERNAL_REPLICATION = 3  # internal topics: min(this, brokers) replicas ...
 INTERNAL_MIN_INSYNC = 2   # ... and this min.insync.replicas when there are at least 3
@@ -92,8 +97,10 @@ class ControllerActor:
     the consumer groups (GroupService).
 
     Metadata changes take ``lock`` so events are persisted and applied one at a time; reads
-    of the state happen between awaits and see a consistent state. Every method a client
-    calls checks its arguments (``@checked`` for their types) before it changes anything.
+    of the state happen between awaits and see a consistent state. No remote call is awaited
+    while ``lock`` is held, and every remote call awaited has a deadline. Every method a
+    client calls checks its arguments (``@checked`` for their types) before it changes
+    anything.
     """
 
     def __init__(self) -> None:
@@ -115,7 +122,7 @@ class ControllerActor:
         self.lock = asyncio.Lock()
         self.brokers = BrokerManager(self)
         self.groups = GroupService(self)
-        self._reconciling = asyncio.Lock()
+        self._steps: dict[str, asyncio.Task] = {}  # the reconcile steps running
         self._last_rebalance = time.monotonic()
         self._loop: asyncio.Task | None = None
         self._first_round: asyncio.Task | None = None
@@ -140,7 +147,8 @@ class ControllerActor:
     async def started(self) -> None:
         """Start the reconcile loop once. Every request that needs brokers awaits this: the
         first round registers the live broker nodes, and until it has, a restarted
-        controller would take every broker for offline."""
+        controller would take every broker for offline. (It does not wait for the brokers
+        to take what they are told: they are told concurrently, each on its own.)"""
         if self._loop is None:
             self._first_round = asyncio.get_running_loop().create_task(self._first())
             self._loop = asyncio.get_running_loop().create_task(self._reconcile_forever())
@@ -150,10 +158,20 @@ class ControllerActor:
             logger.exception("the controller's first reconcile round failed")
 
     async def _first(self) -> None:
-        await self._reconcile()
+        await self.brokers.register()
         # Brokers no live node presents now are down: their leaderships move.
         for broker in self.brokers.missing_after_start():
             await self.brokers.broker_down(broker)
+
+    async def confirm_broker(self, broker_id: int, incarnation: str) -> dict[str, Any]:
+        """A broker that was stalled long enough to have been fenced asks whether it may
+        serve again (it refuses leader and consumer requests until then): brought up if it
+        was fenced, told the full state of its replicas, then confirmed. ``confirmed`` is
+        False while this controller does not know it alive as that incarnation (it asks
+        again)."""
+        await self.started()
+        return {"confirmed": await self.brokers.confirm(broker_id, incarnation),
+                "version": self.state.applied}
 
     def commit(self, event: dict[str, Any]) -> None:
         """Persist, then apply. Callers validated the event against the state first (and
@@ -177,22 +195,35 @@ class ControllerActor:
     async def _reconcile_forever(self) -> None:
         with contextlib.suppress(Exception):  # logged by started(); the loop goes on anyway
             await asyncio.shield(self._first_round)
+        self.brokers.start_sessions()
         while True:
             await asyncio.sleep(RECONCILE_INTERVAL_S)
-            try:
-                await self._reconcile()
-            except Exception:  # one failed round must not stop the loop for good
-                logger.exception("controller reconcile round failed")
+            self._reconcile()
 
-    async def _reconcile(self) -> None:
-        async with self._reconciling:
-            await self.groups.expire_members()
-            await self.brokers.register()
-            await self.brokers.elect_leaderless()
-            await self._move_reassigned()
-            await self._replace_gone_brokers()
-            await self._rebalance_leaders()
-        await self._report_metrics()
+    def _reconcile(self) -> None:
+        """Start each step of a round that is not still running from an earlier round."""
+        for name, step in (("members", self.groups.expire_members),
+                           ("registration", self.brokers.register),
+                           ("partitions", self._partition_steps),
+                           ("metrics", self._report_metrics)):
+            running = self._steps.get(name)
+            if running is None or running.done():
+                self._steps[name] = background(self._step(name, step))
+
+    @staticmethod
+    async def _step(name: str, step: Any) -> None:
+        try:
+            await step()
+        except Exception:  # one failed step must not stop the loop for good
+            logger.exception("controller reconcile step %s failed", name)
+
+    async def _partition_steps(self) -> None:
+        """Elections, reassignments and replacements: decisions on the metadata alone, told
+        to the brokers without waiting for them."""
+        await self.brokers.elect_leaderless()
+        await self._move_reassigned()
+        await self._replace_gone_brokers()
+        await self._rebalance_leaders()
 
     async def _report_metrics(self) -> None:
         """The cluster's health every round; groups' lag and rebalances every
@@ -231,7 +262,7 @@ class ControllerActor:
         if not every or now - self._last_rebalance < every:
             return
         self._last_rebalance = now
-        moved = await self.elect_leaders(None)
+        moved, _ = await self._elect_preferred(None)
         if moved:
             logger.info("leaders rebalanced to preferred replicas: %s", moved)
 
@@ -269,7 +300,8 @@ class ControllerActor:
         await self.started()
         existing = self.state.topics.get(name)
         if existing is not None and topic_id is not None and existing.topic_id == topic_id:
-            await self.brokers.push([(existing, p) for p in existing.partitions])
+            await self.brokers.delivered(await self.brokers.push(
+                [(existing, p) for p in existing.partitions]), f"topic {name}")
             return self._describe(existing)
         _check_partitions("partitions", partitions)
         self.limits.check_topic_size(name, partitions)
@@ -288,7 +320,8 @@ class ControllerActor:
             self.commit(events.topic_created(name, topic_id or uuid.uuid4().hex, assignment,
                                              normalized))
         topic = self.state.topic(name)
-        await self.brokers.push([(topic, p) for p in topic.partitions])
+        told = await self.brokers.push([(topic, p) for p in topic.partitions])
+        await self.brokers.delivered(told, f"topic {name}")
         self.groups.coordinator.topics_changed(self.user_topics())
         return self._describe(topic)
 
@@ -328,24 +361,22 @@ class ControllerActor:
             topic = self.state.topic(name)
             self.commit(events.topic_deleted(name))
         self.groups.coordinator.topics_changed(self.user_topics())
-        await self._stop_replicas(name, {b for p in topic.partitions for b in p.replicas},
-                                  [p.partition for p in topic.partitions])
+        told = await self._stop_replicas(name, {b for p in topic.partitions for b in p.replicas},
+                                         [p.partition for p in topic.partitions])
+        await self.brokers.delivered(told, f"the removal of {name}")
 
     async def _stop_replicas(self, name: str, brokers: set[int], partitions: list[int]
-                             ) -> None:
+                             ) -> asyncio.Future:
         """Tell live brokers to remove their replicas of these partitions; an offline one
         removes them when it is back (it is told everything it holds, and removes the rest)."""
-        calls = []
+        told = []
         for broker in sorted(brokers):
-            handle = self.brokers.handle(broker)
-            if handle is None:
+            if self.brokers.handle(broker) is None:
                 logger.info("broker %d is offline: it removes %s when it is back", broker, name)
                 continue
-            calls.append(handle.stop_replicas.remote([(name, i) for i in partitions], True,
-                                                     self.state.applied))
-        for outcome in await asyncio.gather(*calls, return_exceptions=True):
-            if isinstance(outcome, BaseException):
-                logger.warning("removing replicas of %s failed: %r", name, outcome)
+            told.append(await self.brokers.stop_replicas(
+                broker, [(name, i) for i in partitions], True))
+        return asyncio.gather(*told)
 
     @checked
     async def add_partitions(self, name: str, total: int) -> dict[str, Any]:
@@ -359,7 +390,8 @@ class ControllerActor:
             check_partition_growth(name, current, total)
             assignment = self._place(name, total - current, topic.replication_factor)
             self.commit(events.partitions_added(name, assignment))
-        await self.brokers.push([(topic, p) for p in topic.partitions[current:]])
+        await self.brokers.delivered(await self.brokers.push(
+            [(topic, p) for p in topic.partitions[current:]]), f"new partitions of {name}")
         self.groups.coordinator.topics_changed(self.user_topics())
         return self._describe(topic)
 
@@ -387,10 +419,11 @@ class ControllerActor:
             self.commit(events.configs_altered(name, merged))
         brokers = {b for p in topic.partitions for b in p.replicas}
         version = self.state.applied
-        await asyncio.gather(*(self.brokers.handle(b).update_configs.remote(name, merged,
-                                                                           version)
-                               for b in brokers if self.brokers.handle(b) is not None),
-                             return_exceptions=True)
+        # A broker that does not take them now gets them with its next state (they travel
+        # with every partition's state too).
+        await asyncio.gather(*(asyncio.wait_for(
+            self.brokers.handle(b).update_configs.remote(name, merged, version), CALL_TIMEOUT_S)
+            for b in brokers if self.brokers.handle(b) is not None), return_exceptions=True)
         return self._describe(topic)
 
     @checked
@@ -439,8 +472,10 @@ class ControllerActor:
 
     async def cluster_status(self) -> dict[str, Any]:
         """Brokers by id with the node serving each, its host, data directory, whether it is
-        alive and the replicas it holds and leads; partitions under-replicated and offline;
-        the broker nodes refused, and why."""
+        alive (and its health: alive, fenced, restarting, dead; how long since the controller
+        last heard from it), the replicas it holds and leads; partitions under-replicated and
+        offline; the broker nodes refused, and why; how long the controller itself did not run
+        (stalls not counted against brokers' sessions)."""
         await self.started()
         live = self.brokers.live()
         held = self.state.replicas_by_broker()
@@ -452,8 +487,11 @@ class ControllerActor:
                        if self.state.topics[t].partitions[i].leader == broker_id]
             described = info.describe() if info is not None else {
                 "broker_id": broker_id, "node_id": None, "host": None, "data_dir": None}
-            brokers.append({**described, "alive": broker_id in live, "replicas": replicas,
-                            "leaders": leading})
+            watch = self.brokers.watches.get(broker_id)
+            brokers.append({**described, "alive": broker_id in live,
+                            "health": watch.health.value if watch is not None else None,
+                            "silent_s": self.brokers.sessions.silent_s(broker_id),
+                            "replicas": replicas, "leaders": leading})
         partitions = [p for t in self.state.topics.values() for p in t.partitions]
         return {"cluster_id": self.state.cluster_id, "controller_node": self.node_id,
                 "controller_dir": str(controller_data_dir()), "brokers": brokers,
@@ -463,7 +501,8 @@ class ControllerActor:
                 "under_replicated_partitions": sum(len(p.isr) < len(p.replicas)
                                                    for p in partitions),
                 "offline_partitions": sum(p.leader is None or p.leader not in live
-                                          for p in partitions)}
+                                          for p in partitions),
+                "controller_stalled_s": self.brokers.sessions.stalled_s}
 
     @checked
     async def describe_replicas(self, name: str) -> list[dict[str, Any]]:
@@ -472,8 +511,8 @@ class ControllerActor:
         await self.started()
         topic = self.state.topic(name)
         brokers = sorted({b for p in topic.partitions for b in p.replicas})
-        calls = [self.brokers.handle(b).describe.remote(name) for b in brokers
-                 if self.brokers.handle(b) is not None]
+        calls = [asyncio.wait_for(self.brokers.handle(b).describe.remote(name), CALL_TIMEOUT_S)
+                 for b in brokers if self.brokers.handle(b) is not None]
         found = await asyncio.gather(*calls, return_exceptions=True)
         return [r for answer in found if not isinstance(answer, BaseException) for r in answer]
 
@@ -512,7 +551,7 @@ class ControllerActor:
                 # refusal (fault tests end the process here).
                 faults.point("controller.isr_committed")
         if changed:  # the followers hear of it too (the leader gets the answer)
-            background(self.brokers.push([(t, p)], skip=leader))
+            await self.brokers.push([(t, p)], skip=leader)  # queued: not waited for
         return {"state": self.brokers.state_of(t, p), "error": None}
 
     @checked
@@ -521,6 +560,13 @@ class ControllerActor:
         all) whose first replica is alive and in the ISR, that replica leads. Returns the
         partitions moved, per topic."""
         await self.started()
+        moved, told = await self._elect_preferred(names)
+        await self.brokers.delivered(told, "preferred leaders")
+        return moved
+
+    async def _elect_preferred(self, names: list[str] | None
+                               ) -> tuple[dict[str, list[int]], asyncio.Future]:
+        """(The partitions that changed leader, per topic; the brokers being told.)"""
         moved: dict[str, list[int]] = {}
         changed = []
         async with self.lock:
@@ -537,8 +583,7 @@ class ControllerActor:
                         self.commit_change(topic, p, change)
                         changed.append((topic, p))
                         moved.setdefault(name, []).append(p.partition)
-        await self.brokers.push(changed)
-        return moved
+        return moved, await self.brokers.push(changed)
 
     @checked
     async def reassign_partitions(self, name: str,
@@ -566,12 +611,13 @@ class ControllerActor:
                 p = topic.partitions[partition]
                 if p.replicas != list(target) or p.target is not None:
                     self.commit(events.reassignment(name, partition, list(target)))
-        await self._move_reassigned()
+        await self.brokers.delivered(await self._move_reassigned(), f"moves of {name}")
         return self._describe(topic)
 
-    async def _move_reassigned(self) -> None:
+    async def _move_reassigned(self) -> asyncio.Future:
         """Take every partition being reassigned one step on (raylog/metadata/election.py's
-        reassign); remove the replicas it dropped from their brokers."""
+        reassign); remove the replicas it dropped from their brokers. Returns the brokers
+        being told."""
         changed, dropped = [], []
         async with self.lock:
             live = self.brokers.live()
@@ -591,9 +637,10 @@ class ControllerActor:
                         self.commit(events.reassignment(topic.name, p.partition, None))
                         logger.info("now on brokers %s", p.replicas,
                                     **at(topic.name, p.partition))
-        await self.brokers.push(changed)
+        told = [await self.brokers.push(changed)]
         for name, partition, gone in dropped:
-            await self._stop_replicas(name, gone, [partition])
+            told.append(await self._stop_replicas(name, gone, [partition]))
+        return asyncio.gather(*told)
 
     async def _replace_gone_brokers(self) -> None:
         """Reassign the replicas of brokers gone longer than the setting to live brokers."""

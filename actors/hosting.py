@@ -2,16 +2,20 @@
 
 A :class:`HostedReplica` owns a :class:`~raylog.partition.Partition` and what only an event
 loop can do for it: callers that wait for something to change (a consumer's long poll, a
-follower's fetch, an acks=all append waiting for its followers) park a future on it and are
-woken when records are appended, the high watermark moves or the role changes; a leader's
-ISR changes go to the controller one at a time, each asked again until its answer is known.
-The broker actor runs every replica on one event loop, so a Partition never sees concurrent
-calls.
+follower's fetch) park a future on it and are woken when records are appended, the high
+watermark moves or the role changes; an acks=all append waiting for its followers parks one
+keyed by its last offset, woken only once the high watermark passed it (or the role, the
+epochs or the ISR changed, or the replica stopped), so an append does not wake every append
+still waiting; a leader's ISR changes go to the controller one at a time, each asked again
+until its answer is known. The broker actor runs every replica on one event loop, so a
+Partition never sees concurrent calls.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import json
 import logging
 import os
@@ -115,6 +119,12 @@ class HostedReplica:
         self.version = -1  # the metadata version of the last state taken (see Broker.apply)
         self.stopped = False  # no longer hosted: waiters fail at once
         self._waiters: set[asyncio.Future] = set()
+        # acks=all appends: (last offset, arrival, future), lowest offset first; futures of
+        # waits that timed out stay until popped or swept (``_dead`` counts them).
+        self._commit_waiters: list[tuple[int, int, asyncio.Future]] = []
+        self._arrivals = itertools.count()
+        self._dead = 0
+        self._woken_as: tuple[Any, ...] | None = None  # (role, epochs, stopped) last woken at
         self.active = True  # maintenance has something to do (see Broker._maintain)
         self.proposing = False  # an ISR change is with the controller
         self.propose_after = 0.0  # monotonic s: not before, after a refusal
@@ -146,16 +156,55 @@ class HostedReplica:
     # -- waiting -------------------------------------------------------------------------------
 
     def notify(self) -> None:
-        """Something changed (records, high watermark, role): wake every waiter."""
+        """Something changed (records, high watermark, role): wake every long poll, and the
+        acks=all appends whose last offset the high watermark passed; every acks=all append
+        if the role, the leader or partition epoch (an ISR change) or ``stopped`` changed since
+        the last call, for each must then look whether it fails."""
         self.active = True
         for waiter in self._waiters:
             if not waiter.done():
                 waiter.set_result(None)
         self._waiters.clear()
+        partition = self.partition
+        state = (partition.role, partition.leader_epoch, partition.partition_epoch,
+                 self.stopped)
+        if state != self._woken_as:
+            self._woken_as = state
+            woken, self._commit_waiters, self._dead = self._commit_waiters, [], 0
+        else:
+            woken = []
+            waiting, high_watermark = self._commit_waiters, partition.high_watermark
+            while waiting and waiting[0][0] < high_watermark:
+                woken.append(heapq.heappop(waiting))
+        for _, _, waiter in woken:
+            if waiter.done():  # its wait ended before: one entry fewer to sweep
+                self._dead = max(self._dead - 1, 0)
+            else:
+                waiter.set_result(None)
 
     async def wait(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s for the next change; whether one came."""
         return await wait_any([self], timeout)
+
+    async def _wait_committed(self, last_offset: int, timeout: float) -> bool:
+        """Wait up to ``timeout`` s until the high watermark passed ``last_offset`` or the
+        replica's state changed; whether either came."""
+        if timeout <= 0:
+            return False
+        waiter = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._commit_waiters, (last_offset, next(self._arrivals), waiter))
+        try:
+            await asyncio.wait_for(waiter, timeout)
+            return True
+        except TimeoutError:
+            # Swept once they are half of the heap: a stuck high watermark must not let the
+            # entries of waits that ended pile up.
+            self._dead += 1
+            if self._dead * 2 > len(self._commit_waiters):
+                self._commit_waiters = [w for w in self._commit_waiters if not w[2].done()]
+                heapq.heapify(self._commit_waiters)
+                self._dead = 0
+            return False
 
     # -- appending as leader -------------------------------------------------------------------
 
@@ -200,7 +249,7 @@ class HostedReplica:
                     f"{self.name}: offsets up to {last_offset} are written on the leader but "
                     f"not yet on the in-sync replicas {sorted(self.partition.isr)} after "
                     f"{timeout_s:.1f} s")
-            await self.wait(remaining)
+            await self._wait_committed(last_offset, remaining)
 
     # -- the ISR, through the controller ----------------------------------------------------------
 

@@ -264,3 +264,16 @@ class OffsetNotAvailableError(RaylogError):
     range that ends past the high watermark but within the log. Ask again in a moment."""
 
     retriable = True
+
+
+class BrokerStalledError(NotLeaderError):
+    """The broker asked was stalled (stopped, stuck, paused) long enough that the controller
+    may have fenced it, and serves no leader or consumer request until the controller has
+    confirmed its state; or a request's processing spanned such a stall and is not answered.
+    Refresh metadata and retry (the partition may have another leader by now)."""
+
+
+class BrokerRestartedError(RaylogError):
+    """A word of the controller addressed an earlier process of this broker: it restarted
+    since the controller last heard from it, and takes nothing meant for the process it
+    replaced (the controller takes that one down, then tells this one its full state)."""
