@@ -121,7 +121,7 @@ class ControllerActor:
             self.commit(events.cluster_created(uuid.uuid4().hex[:16]))
         self.lock = asyncio.Lock()
         self.brokers = BrokerManager(self)
-        self.groups = GroupService(self)
+        self.groups = GroupService(self, expiry_every_s=RECONCILE_INTERVAL_S)
         self._steps: dict[str, asyncio.Task] = {}  # the reconcile steps running
         self._last_rebalance = time.monotonic()
         self._loop: asyncio.Task | None = None

@@ -36,6 +36,7 @@ from raylog.errors import (
 from raylog.groups.assignors import ASSIGNORS
 from raylog.groups.coordinator import OFFSETS_TOPIC_PARTITIONS, GroupCoordinator, OffsetAndMetadata
 from raylog.groups.store import GroupStore
+from raylog.metadata.sessions import CONTROLLER_STALL_S, OwnStalls
 from raylog.records import iter_batches, read_records
 from raylog.records.header import random_producer_id
 from raylog.storage import AppendInfo
@@ -137,9 +138,11 @@ class GroupService:
     tests)."""
 
     def __init__(self, controller: ControllerActor,
-                 member_actor: Callable[[ray.actor.ActorHandle], MemberActor] = MemberActor
-                 ) -> None:
+                 member_actor: Callable[[ray.actor.ActorHandle], MemberActor] = MemberActor,
+                 expiry_every_s: float = 1.0) -> None:
         self.controller = controller
+        # expire_members runs every expiry_every_s: a longer gap is the controller's own.
+        self._own_stalls = OwnStalls(expiry_every_s, expiry_every_s + CONTROLLER_STALL_S)
         self.coordinator = GroupCoordinator(wall_clock_ms)
         self.store: GroupStore | None = None
         self._loaded: asyncio.Task | None = None
@@ -323,9 +326,16 @@ class GroupService:
             self._watched_actors.discard(actor_id)
 
     async def expire_members(self) -> None:
-        """Remove the members whose session ran out (the controller's loop calls this)."""
+        """Remove the members whose session ran out (the controller's loop calls this every
+        EXPIRY_INTERVAL_S). Time the controller itself did not run (stopped, paused) is not
+        counted against the members: their heartbeats waited to be read."""
+        stalled = self._own_stalls.since_last()
         if not self.loaded:
             return
+        if stalled:
+            logger.warning("the controller did not run for %.1f s: not counted against the "
+                           "group members' sessions", stalled)
+            self.coordinator.credit(int(stalled * 1000))
         for group_id, member_id in self.coordinator.expire(self._topics()):
             logger.info("member %s of group %s timed out", member_id, group_id)
             await self._membership_changed(group_id, wait=False)

@@ -125,6 +125,14 @@ class GroupCoordinator:
         return [(g.group_id, m.member_id) for g in self.groups.values()
                 for m in g.members.values() if m.actor_id == actor_id]
 
+    def credit(self, ms: int) -> None:
+        """The coordinator's host did not run for ``ms`` (its process stopped, its loop
+        blocked): members could not be heard meanwhile, and that time does not count against
+        their sessions."""
+        now = self.clock()
+        for group in self.groups.values():
+            group.credit(ms, now)
+
     def expire(self, existing_topics: Mapping[str, int]) -> list[tuple[str, str]]:
         now = self.clock()
         return [(g.group_id, m) for g in self.groups.values()

@@ -185,6 +185,14 @@ class Group:
         self._reassign(existing_topics)
         return True
 
+    def credit(self, ms: int, now: int) -> None:
+        """Add ``ms`` to every member's session (never past ``now``): the coordinator's host
+        did not run for that long, and heartbeats sent meanwhile could not be heard."""
+        for member in self.members.values():
+            member.last_seen_ms = min(member.last_seen_ms + ms, now)
+        for pending in self.pending.values():
+            pending.expires_ms += ms
+
     def expire(self, now: int, existing_topics: Mapping[str, int]) -> list[str]:
         """Remove members whose session timed out, pending ones included; return their ids."""
         expired = [m.member_id for m in self.members.values()

@@ -54,6 +54,33 @@ def stall_threshold_s(session_timeout_s: float) -> float:
     return session_timeout_s / STALL_FRACTION
 
 
+class OwnStalls:
+    """Time a periodic caller did not run: :meth:`since_last` is called every ``every_s``;
+    a longer gap than ``stall_s`` since the previous call means the caller's process was
+    stopped or its loop blocked, and the time beyond the expected interval is its own stall
+    (to be credited to whatever it times, which may well have been on time). The first call
+    credits nothing."""
+
+    def __init__(self, every_s: float, stall_s: float = CONTROLLER_STALL_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.every_s = every_s
+        self.stall_s = max(stall_s, every_s)
+        self.clock = clock
+        self._last: float | None = None
+        self.total_s = 0.0  # every stall seen so far (for the logs)
+
+    def since_last(self) -> float:
+        """The stall since the previous call, in seconds (0.0 if none)."""
+        now = self.clock()
+        gap = 0.0 if self._last is None else now - self._last
+        self._last = now
+        if gap <= self.stall_s:
+            return 0.0
+        stall = gap - self.every_s
+        self.total_s += stall
+        return stall
+
+
 class BrokerSessions:
     """When the controller last heard from each live broker, and whose session ran out.
 
@@ -67,11 +94,14 @@ class BrokerSessions:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.timeout_s = timeout_s
         self.check_s = check_s
-        self.stall_s = max(stall_s, check_s)
         self.clock = clock
         self._heard: dict[int, float] = {}
-        self._last_check: float | None = None  # the first check credits nothing
-        self.stalled_s = 0.0  # the controller's own stalls, credited so far (for the logs)
+        self._own = OwnStalls(check_s, stall_s, clock)
+
+    @property
+    def stalled_s(self) -> float:
+        """The controller's own stalls, credited so far (for the logs)."""
+        return self._own.total_s
 
     def heard(self, broker: int) -> None:
         self._heard[broker] = self.clock()
@@ -89,12 +119,9 @@ class BrokerSessions:
 
     def expired(self) -> list[int]:
         """The brokers whose session ran out since the last call (no longer tracked)."""
-        now = self.clock()
-        gap = 0.0 if self._last_check is None else now - self._last_check
-        self._last_check = now
-        if gap > self.stall_s:  # the controller did not run: nobody's fault but its own
-            credit = gap - self.check_s
-            self.stalled_s += credit
+        credit = self._own.since_last()  # the controller did not run: nobody's fault
+        now = self.clock()                # but its own
+        if credit:
             for broker, heard in self._heard.items():
                 self._heard[broker] = min(heard + credit, now)
         out = sorted(b for b, heard in self._heard.items() if now - heard >= self.timeout_s)

@@ -256,6 +256,19 @@ def test_expire_removes_members_past_their_session_timeout():
     assert h.group.state is GroupState.EMPTY and not h.group.owner
 
 
+def test_time_the_coordinator_did_not_run_does_not_count_against_sessions():
+    clock = Clock()
+    c = GroupCoordinator(clock)
+    member = c.join("g", None, "a", ["t"], None, SESSION_MS, "range", {"t": 1}).member_id
+    clock.now = 3 * SESSION_MS         # the controller was stopped: nobody could be heard
+    c.credit(3 * SESSION_MS - 10)      # its own stall, credited: seen 10 ms ago, as it were
+    assert c.expire({"t": 1}) == []
+    clock.now += SESSION_MS - 10       # silent for exactly a session of running time
+    assert c.expire({"t": 1}) == []
+    clock.now += 1                     # past it: gone
+    assert c.expire({"t": 1}) == [("g", member)]
+
+
 def test_a_join_refreshes_the_session():
     h = Harness({"t": 1})
     h.join("a", ["t"])

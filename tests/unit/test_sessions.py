@@ -9,6 +9,7 @@ import pytest
 from raylog.errors import BrokerStalledError, InvalidConfigError, NotLeaderError
 from raylog.metadata.sessions import (
     BrokerSessions,
+    OwnStalls,
     ProcessFate,
     StallGuard,
     after_unavailable,
@@ -222,3 +223,14 @@ def test_the_first_check_credits_nothing():
     sessions.heard(1)
     sessions.expired()
     assert sessions.stalled_s == 0
+
+
+def test_own_stalls_credits_only_gaps_longer_than_its_threshold():
+    clock = Clock()
+    stalls = OwnStalls(1.0, 2.0, clock)
+    assert stalls.since_last() == 0.0          # the first call credits nothing
+    clock.now += 1.5
+    assert stalls.since_last() == 0.0          # late, but not a stall
+    clock.now += 12.0
+    assert stalls.since_last() == 11.0         # all but the expected interval
+    assert stalls.total_s == 11.0
