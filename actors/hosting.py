@@ -288,10 +288,10 @@ class HostedReplica:
                                 self.name, list(request.isr), e)
                     await asyncio.sleep(ISR_RETRY_S)
                     continue
-                state = answer["state"]
+                state, refused = answer["state"], answer["error"]
                 self.partition.isr_change_answered(
-                    request, None if state is None else LeaderAndIsr.from_dict(state))
-                refused = answer["error"]
+                    request, None if state is None else LeaderAndIsr.from_dict(state),
+                    refused=refused is not None)
                 if refused is not None:
                     # Say, a follower that restarted fetches before the controller saw it
                     # come back: asking again at every fetch would only be refused again.

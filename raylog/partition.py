@@ -363,12 +363,16 @@ class Partition:
             self.partition_epoch == request.partition_epoch and \
             replicas.pending_isr == frozenset(request.isr)
 
-    def isr_change_answered(self, request: AlterIsr, state: LeaderAndIsr | None) -> None:
-        """The controller answered ``request``: made (or found already made), or refused;
-        ``state`` is the partition's state as it answered (None for a partition it no longer
-        has). The state is taken as any word of the controller is, and the change is no
-        longer pending: the ISR is what the controller said. Only for an answer that came:
-        a request whose outcome is unknown stays pending and is asked again."""
+    def isr_change_answered(self, request: AlterIsr, state: LeaderAndIsr | None,
+                            refused: bool = False) -> None:
+        """The controller answered ``request``: made (or found already made), or
+        ``refused``; ``state`` is the partition's state as it answered (None for a partition
+        it no longer has). The state is taken as any word of the controller is, and the
+        change is no longer pending: the ISR is what the controller said. Members it was to
+        add are not proposed again before they fetch again. Only for an answer that came: a
+        request whose outcome is unknown stays pending and is asked again."""
+        if refused:
+            request.replica_set.expansion_refused(request.broker_epochs)
         if state is not None:
             self.apply(state)
         if self.isr_change_pending(request):

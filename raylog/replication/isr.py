@@ -65,6 +65,9 @@ class FollowerState:
     last_fetch_ms: int | None = None
     last_fetch_leader_log_end: int | None = None  # the leader's log end at that fetch
     broker_epoch: int | None = None  # of the broker process the fetches came from
+    # An expansion adding it was refused (say, its broker is fenced: it cannot fetch either):
+    # not proposed again before its next fetch shows it is there.
+    refused: bool = False
 
 
 class ReplicaSet:
@@ -166,6 +169,7 @@ class ReplicaSet:
         if state.broker_epoch is not None and state.broker_epoch != broker_epoch:
             state = self._followers[replica_id] = FollowerState()
         state.broker_epoch = broker_epoch
+        state.refused = False
         now = self.clock()
         if fetch_offset >= leader_log_end:
             state.last_caught_up_ms = now
@@ -213,9 +217,19 @@ class ReplicaSet:
             return frozenset()
         return frozenset(
             r for r, state in self._followers.items()
-            if r not in self._isr and state.log_end_offset is not None
+            if r not in self._isr and state.log_end_offset is not None and not state.refused
             and state.broker_epoch is not None and state.broker_epoch != NO_BROKER_EPOCH
             and state.log_end_offset >= max(self._high_watermark, self.epoch_start_offset))
+
+    def expansion_refused(self, replica_ids: Iterable[int]) -> None:
+        """The controller refused to add ``replica_ids``: none is proposed again until it
+        fetched again (a proposal holds the high watermark for the members of both ISRs
+        while it is out: asking again and again for a broker that is fenced would hold it
+        every time)."""
+        for r in replica_ids:
+            state = self._followers.get(r)
+            if state is not None:
+                state.refused = True
 
     def broker_epochs(self, replica_ids: Iterable[int]) -> dict[int, int]:
         """The broker epoch each of these followers fetched at (NO_BROKER_EPOCH if it has

@@ -170,6 +170,20 @@ def test_a_follower_whose_broker_does_not_know_its_broker_epoch_never_joins(cloc
     assert replicas.isr_to_expand() == {3}
 
 
+def test_a_refused_member_is_not_proposed_again_before_it_fetches_again(clock):
+    # Its broker is fenced (stopped): every proposal would be refused, and each one holds the
+    # high watermark for the members of both ISRs while it is out.
+    replicas = replica_set(clock, isr=(1, 2), epoch_start=100, hw=100)
+    replicas.follower_fetched(3, 100, 100, EPOCH)
+    assert replicas.isr_to_expand() == {3}
+    replicas.propose_isr({1, 2, 3})
+    replicas.expansion_refused({3})
+    replicas.isr_change_failed(100)
+    assert replicas.isr_to_expand() == set()
+    replicas.follower_fetched(3, 100, 100, EPOCH)  # there again
+    assert replicas.isr_to_expand() == {3}
+
+
 def test_a_fetch_at_another_broker_epoch_starts_the_follower_over(clock):
     """KIP-903: follower 3 caught up, left the ISR, and its broker restarted with a shorter
     log (it lost its page cache). What its former process showed no longer counts: it joins
