@@ -25,7 +25,14 @@ from raylog.arguments import (
     refuses_unknown_options,
     short_repr,
 )
-from raylog.client.connection import RaylogCluster, TopicMetadata, cluster_or_default
+from raylog.client.connection import (
+    REQUEST_SLACK_S,
+    SLOW_REFRESH_S,
+    SLOW_REQUEST_S,
+    RaylogCluster,
+    TopicMetadata,
+    cluster_or_default,
+)
 from raylog.client.futures import BatchResult, RecordFuture, TableFuture
 from raylog.client.remote import appended, discard, resolve, wait_done
 from raylog.client.sender_state import OutgoingBatch, PartitionSender
@@ -628,7 +635,7 @@ class Producer:
         """Give up waiting on attempts that will not be answered soon, as unanswered (they
         may have been appended: retried under their own numbers, never renumbered).
 
-        An attempt outstanding for SLOW_ATTEMPT_S has the topic's metadata refreshed in the
+        An attempt outstanding for SLOW_REQUEST_S has the topic's metadata refreshed in the
         background (at most every SLOW_REFRESH_S): a leader that hangs (stopped, stuck on a
         disk) answers nothing until the cluster fences it and elects another. Once the
         metadata shows a newer leader epoch than the attempt went to, the attempt is
@@ -641,7 +648,7 @@ class Producer:
         with self._lock:
             for ref, batch in list(self._in_flight.items()):
                 waited = now - batch.sent_at
-                if waited < SLOW_ATTEMPT_S:
+                if waited < SLOW_REQUEST_S:
                     continue
                 slow.add(batch.topic)
                 broker, epoch = batch.sent_to
@@ -819,9 +826,6 @@ class Producer:
 
 
 EXPIRY_CHECK_INTERVAL_S = 0.05
-SLOW_ATTEMPT_S = 2.0   # an attempt unanswered this long: is there a new leader?
-SLOW_REFRESH_S = 1.0   # ... asking the controller at most this often per topic
-REQUEST_SLACK_S = 5.0  # past request_timeout_ms plus this, an attempt is given up
 
 
 class _Failures:

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from raylog.client import connection as connection_module
+from raylog.client import membership as membership_module
 from raylog.client import remote as remote_module
 from raylog.client.connection import RaylogCluster
 from raylog.errors import (
@@ -69,14 +70,16 @@ def failed(error: BaseException) -> concurrent.futures.Future:
 
 def install(monkeypatch, *modules: types.ModuleType) -> None:
     """Read fake futures where remote.py (and each of ``modules``, which imported its
-    functions by name) would wait on Ray; let the connection's background refresher run
-    although Ray is not initialized."""
+    functions by name) would wait on Ray; let the connection's metadata refresher and a
+    group member's heartbeat thread run although Ray is not initialized."""
     for module in (remote_module, *modules):
         for name, fake in (("resolve", resolve), ("wait_done", wait_done)):
             if hasattr(module, name):
                 monkeypatch.setattr(module, name, fake)
-    monkeypatch.setattr(connection_module, "ray",
-                        types.SimpleNamespace(is_initialized=lambda: True))
+    ray_up = types.SimpleNamespace(is_initialized=lambda: True)
+    monkeypatch.setattr(connection_module, "ray", ray_up)
+    monkeypatch.setattr(membership_module, "ray", ray_up)
+    monkeypatch.setattr(membership_module, "current_actor", lambda: None)
 
 
 class Stoppable:
@@ -88,14 +91,19 @@ class Stoppable:
         self._held: list[tuple[concurrent.futures.Future, Callable[[], Any]]] | None = None
         self.calls = 0
 
-    def call(self, serve: Callable[[], Any]) -> concurrent.futures.Future:
+    def call(self, serve: Callable[[], Any], delay_s: float = 0.0
+             ) -> concurrent.futures.Future:
+        """``serve()``'s outcome as the call's answer, ``delay_s`` later (a long poll)."""
         future: concurrent.futures.Future = concurrent.futures.Future()
         with self._lock:
             self.calls += 1
             if self._held is not None:
                 self._held.append((future, serve))
                 return future
-        _answer(future, serve)
+        if delay_s > 0:
+            threading.Timer(delay_s, _answer, (future, serve)).start()
+        else:
+            _answer(future, serve)
         return future
 
     def stop(self) -> None:
@@ -126,10 +134,21 @@ class _Method:
     def __init__(self, process: Stoppable, serve: Callable[..., Any]) -> None:
         self._process = process
         self._serve = serve
-        self._method_name = serve.__name__
+        self._method_name = serve.__name__.lstrip("_")
 
     def remote(self, *args: Any) -> concurrent.futures.Future:
         return self._process.call(lambda: self._serve(*args))
+
+
+class _LongPoll(_Method):
+    """A fetch that finds nothing to read is answered after its ``max_wait_ms``."""
+
+    def remote(self, topic: str, partition: int, leader_epoch: int, offset: int,
+               max_bytes: int, max_wait_ms: int, min_bytes: int) -> concurrent.futures.Future:
+        args = topic, partition, leader_epoch, offset, max_bytes, max_wait_ms, min_bytes
+        empty = len(self._process.partitions[(topic, partition)].values) <= offset
+        return self._process.call(lambda: self._serve(*args),
+                                  max_wait_ms / 1000 if empty else 0.0)
 
 
 class FakePartition:
@@ -198,10 +217,11 @@ class FakeBroker(Stoppable):
         self.swallow = False
         self.dead = False
         self.produce = _Method(self, self._produce)
-        self.fetch = _Method(self, self._fetch)
+        self.fetch = _LongPoll(self, self._fetch)
         self.list_offset = _Method(self, self._list_offset)
 
-    def call(self, serve: Callable[[], Any]) -> concurrent.futures.Future:
+    def call(self, serve: Callable[[], Any], delay_s: float = 0.0
+             ) -> concurrent.futures.Future:
         if self.dead:
             return failed(ActorUnavailableError(f"broker {self.broker_id} died"))
         if self.swallow:
@@ -210,7 +230,7 @@ class FakeBroker(Stoppable):
             with self._lock:
                 self.calls += 1
             return concurrent.futures.Future()
-        return super().call(serve)
+        return super().call(serve, delay_s)
 
     def _leading(self, topic: str, partition: int, leader_epoch: int) -> FakePartition:
         p = self.partitions[(topic, partition)]
@@ -250,6 +270,7 @@ class FakeController(Stoppable):
         self.topics: dict[str, list[FakePartition]] = {}
         self.partitions: dict[tuple[str, int], FakePartition] = {}
         self.members: dict[str, list[str]] = {}  # member id -> its topics
+        self.revoke: set[tuple[str, int]] = set()  # what heartbeats tell members to give up
         self.generation = 0
         self.committed: dict[tuple[str, int], int] = {}
         for method in (self._metadata, self._join_group, self._heartbeat, self._leave_group,
@@ -269,8 +290,8 @@ class FakeController(Stoppable):
     def _heartbeat(self, group_id, member_id, owned) -> dict[str, Any]:
         if member_id not in self.members:
             raise UnknownMemberError(f"no member {member_id}")
-        return {"generation": self.generation, "owned": self._grant(member_id), "revoke": [],
-                "pending": False}
+        return {"generation": self.generation, "owned": self._grant(member_id),
+                "revoke": sorted(self.revoke), "pending": False}
 
     def _leave_group(self, group_id, member_id) -> None:
         self.members.pop(member_id, None)

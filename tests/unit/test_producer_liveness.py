@@ -115,7 +115,7 @@ def test_a_hung_leader_is_left_for_the_new_one_once_the_metadata_names_it(contro
     p0.fail_over(2)
     for future in futures:
         # within the slow-attempt check and a refresh, not request_timeout_ms (60 s)
-        future.result(timeout=producer_module.SLOW_ATTEMPT_S +
+        future.result(timeout=producer_module.SLOW_REQUEST_S +
                       producer_module.SLOW_REFRESH_S + SLACK_S)
     assert p0.values == [b"warm", *[b"v%02d" % i for i in range(20)]]
     old.cont()
@@ -135,7 +135,7 @@ def test_a_batch_the_hung_leader_appended_is_a_duplicate_at_the_new_one(controll
     while p0.values[-1:] != [b"once"] and time.monotonic() - start < 5:
         time.sleep(0.01)
     p0.fail_over(2)
-    assert future.result(timeout=producer_module.SLOW_ATTEMPT_S +
+    assert future.result(timeout=producer_module.SLOW_REQUEST_S +
                          producer_module.SLOW_REFRESH_S + SLACK_S).offset == 1
     assert p0.values == [b"warm", b"once"]
     (state,) = p0.states._producers.values()
@@ -150,7 +150,7 @@ def test_no_attempt_is_waited_on_past_the_request_timeout_and_a_slack(controller
     request_timeout_ms and the slack (at the earliest after the slow-attempt check) and
     sent again, under its own numbers; when the leader answers at last, the retry is a
     duplicate of the first attempt and the record is there once."""
-    monkeypatch.setattr(producer_module, "SLOW_ATTEMPT_S", 0.2)
+    monkeypatch.setattr(producer_module, "SLOW_REQUEST_S", 0.2)
     monkeypatch.setattr(producer_module, "REQUEST_SLACK_S", 0.2)
     (p0,) = controller.add_topic("t", 1)
     producer = warm_producer(controller, 1, request_timeout_ms=300,
