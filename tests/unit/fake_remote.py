@@ -219,6 +219,7 @@ class FakeBroker(Stoppable):
         self.produce = _Method(self, self._produce)
         self.fetch = _LongPoll(self, self._fetch)
         self.list_offset = _Method(self, self._list_offset)
+        self.delete_records = _Method(self, self._delete_records)
 
     def call(self, serve: Callable[[], Any], delay_s: float = 0.0
              ) -> concurrent.futures.Future:
@@ -251,6 +252,11 @@ class FakeBroker(Stoppable):
     def _fetch(self, topic: str, partition: int, leader_epoch: int, offset: int,
                max_bytes: int, max_wait_ms: int, min_bytes: int) -> FetchResult:
         return self._leading(topic, partition, leader_epoch).read(offset)
+
+    def _delete_records(self, topic: str, partition: int, leader_epoch: int, offset: int
+                        ) -> int:
+        self._leading(topic, partition, leader_epoch)
+        return offset  # the new log start (nothing is deleted here)
 
     def _list_offset(self, topic: str, partition: int, leader_epoch: int,
                      spec: str | int) -> tuple[int, int]:

@@ -11,6 +11,8 @@ import time
 
 import pytest
 
+from raylog import Admin, TopicPartition
+from raylog.client import admin as admin_module
 from raylog.client import remote
 from raylog.client.connection import MetadataRefresher
 from raylog.client.remote import ControllerClient
@@ -34,6 +36,8 @@ def controller(monkeypatch) -> FakeController:
     controller.add_topic("t", 1)
     yield controller
     controller.cont()
+    for broker in controller.brokers.values():
+        broker.cont()
 
 
 def ended_within(bound_s: float, call) -> BaseException | None:
@@ -85,6 +89,16 @@ def test_retries_of_an_unavailable_controller_stay_within_the_deadline(monkeypat
                                                                             timeout=0.5))
     assert isinstance(error, NoClusterError)
     assert remote.CONTROLLER_RETRIES > 5  # so the deadline, not the count, ended it
+
+
+def test_an_admin_call_to_a_hung_leader_ends_by_its_deadline(controller, monkeypatch):
+    fake_remote.install(monkeypatch, admin_module)
+    monkeypatch.setattr(admin_module, "CHANGE_RETRY_S", 0.3)
+    admin = Admin(cluster=fake_remote.fake_cluster(controller))
+    assert admin.delete_records({TopicPartition("t", 0): 0}) == {TopicPartition("t", 0): 0}
+    controller.brokers[1].stop()
+    error = ended_within(BOUND_S, lambda: admin.delete_records({TopicPartition("t", 0): 0}))
+    assert isinstance(error, RequestTimeoutError)
 
 
 def test_the_connection_has_one_refresh_outstanding_however_many_ask(controller):
