@@ -73,7 +73,8 @@ class _Reaper:
                 if not ray.is_initialized():  # shut down: nothing is left to report them
                     raise RuntimeError("Ray is not running")
                 done, _ = ray.wait(refs, num_returns=len(refs), timeout=REAP_WAIT_S)
-            except Exception:  # Ray shut down: nothing is left to report them
+            except (Exception, SystemExit):  # Ray shut down (its worker raises SystemExit
+                # in the threads that wait on it then): nothing is left to report them
                 with self._lock:
                     self._refs.clear()
                 continue
