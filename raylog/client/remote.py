@@ -191,21 +191,24 @@ class ControllerClient:
               timeout: float | None = None) -> Any:
         """Call the remote ``method`` (a method of the controller's handle) and wait, at
         most ``timeout`` s (default: the client's) in all."""
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        timeout = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
         attempts = CONTROLLER_RETRIES if retry else 1
         for attempt in itertools.count(1):
             ref = method.remote(*args)
             try:
                 return resolve(ref, timeout=max(deadline - time.monotonic(), 0.0))
             except RequestTimeoutError as e:
+                if time.monotonic() < deadline:
+                    raise  # the controller's own answer (say, a group write that timed out)
                 discard(ref)  # its answer, if the controller ever gives it, goes unread
                 name = getattr(method, "_method_name", "a call")
                 if not retry:
                     raise ControllerUnavailableError(
-                        f"the raylog controller did not answer {name} within its deadline: "
+                        f"the raylog controller did not answer {name} within {timeout:g} s: "
                         f"check whether the change happened before repeating it") from e
                 raise RequestTimeoutError(f"the raylog controller did not answer {name} "
-                                          f"within its deadline") from e
+                                          f"within {timeout:g} s") from e
             except ActorUnavailableError as e:
                 if not retry:
                     raise ControllerUnavailableError(

@@ -75,6 +75,22 @@ def test_a_change_cut_off_by_its_deadline_has_an_unknown_outcome(controller):
     assert isinstance(error, ControllerUnavailableError)
 
 
+def test_a_timeout_the_controller_answers_is_passed_on_as_it_is(monkeypatch):
+    """A group write that timed out inside the controller (it answered): not the client's
+    deadline, and not an unknown outcome of a change the controller never answered."""
+    fake_remote.install(monkeypatch)
+
+    class TimedOut:
+        _method_name = "heartbeat"
+
+        def remote(self, *args):
+            return fake_remote.failed(RequestTimeoutError("the group is still loading"))
+
+    handle = type("Handle", (), {"heartbeat": TimedOut()})()
+    with pytest.raises(RequestTimeoutError, match="still loading"):
+        ControllerClient(handle).heartbeat("g", "m", [])
+
+
 def test_retries_of_an_unavailable_controller_stay_within_the_deadline(monkeypatch):
     fake_remote.install(monkeypatch)
 
