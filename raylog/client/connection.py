@@ -37,6 +37,14 @@ logger = logging.getLogger(__name__)
 
 METADATA_MAX_AGE_S = 300.0
 METADATA_TIMEOUT_S = 30.0  # a background refresh waits this long for the controller
+# A request to a replica outstanding this long (past any wait it asked for) is unusual: the
+# client asks, at most every SLOW_REFRESH_S, whether the partition has a new leader, and
+# gives the request up if so. A replica that hangs answers nothing until the cluster fences
+# it (broker.session.timeout.ms) and elects another; nothing of the client waits on it
+# past its request timeout and REQUEST_SLACK_S either.
+SLOW_REQUEST_S = 2.0
+SLOW_REFRESH_S = 1.0
+REQUEST_SLACK_S = 5.0
 
 
 @dataclasses.dataclass(frozen=True)
