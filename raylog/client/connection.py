@@ -138,7 +138,6 @@ class MetadataRefresher:
         self._failures = 0  # consecutive failed rounds
         self._thread: threading.Thread | None = None
         self._wake = threading.Condition(threading.Lock())
-        self.rounds = 0  # rounds started (for tests and logs)
 
     def request(self, name: str) -> None:
         with self._wake:
@@ -163,7 +162,6 @@ class MetadataRefresher:
                     self._wake.wait((self._next_round if self._wanted else idle_until) - now)
                 names = list(self._wanted)
                 self._wanted.clear()
-                self.rounds += 1
             self._round(names)
 
     def _round(self, names: list[str]) -> None:
@@ -179,7 +177,8 @@ class MetadataRefresher:
                     self._round([name])
                 return
             logger.debug("metadata refresh of %s refused: %r", names, e)
-        except Exception:  # a bug, or Ray shut down under us: say so, ask no more
+        except (Exception, SystemExit):  # a bug, or Ray shut down under us (its worker
+            # raises SystemExit in threads waiting on it then): say so, ask no more
             logger.warning("metadata refresh of %s failed", names, exc_info=True)
         with self._wake:
             self._failures = 0
