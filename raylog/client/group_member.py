@@ -308,8 +308,11 @@ class GroupMixin:
                     membership.lose_all()  # poll gives everything up before rejoining
                 raise
             except NotPartitionOwnerError:
+                # (a revoked partition's final commit counts: it is still held; lookups
+                # only, this may run on the commit thread)
                 if membership is not None and all(
-                        TopicPartition(*tp) in self._assigned for tp in offsets):
+                        tp in self._assigned or tp in self._releasing
+                        for tp in map(topic_partition, offsets)):
                     membership.lose_all()  # the coordinator disagrees about what we own
                 raise
             except RaylogError as e:

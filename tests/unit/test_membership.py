@@ -19,6 +19,7 @@ from raylog.client.connection import PartitionMetadata, TopicMetadata
 from raylog.client.consumer import Consumer
 from raylog.errors import (
     IllegalGenerationError,
+    NotPartitionOwnerError,
     RejoinRequiredError,
     UnknownMemberError,
 )
@@ -167,6 +168,16 @@ def test_a_commit_refused_as_unknown_loses_everything(member):
     consumer._membership.tick()  # the heartbeat thread's step: it rejoins
     assert ("lost", PARTITIONS) in listener.events
     assert len(coordinator.joins) == joins + 1 and coordinator.joins[-1] == []
+
+
+def test_a_commit_refused_for_partitions_it_reads_loses_everything(member):
+    """The coordinator says the member does not own what it reads: it may be another's."""
+    consumer, coordinator, listener = member
+    coordinator.commit_errors = [NotPartitionOwnerError("not the owner")]
+    with pytest.raises(NotPartitionOwnerError):
+        consumer.commit({PARTITIONS[0]: 5})
+    consumer.poll(timeout_ms=0)
+    assert ("lost", PARTITIONS) in listener.events
 
 
 def test_a_commit_fenced_twice_loses_everything(member):
