@@ -9,7 +9,7 @@ from typing import Any
 
 from raylog.arguments import INT32_MAX, check_bool, check_id, check_int, check_options, short_repr
 from raylog.client.connection import RaylogCluster, cluster_or_default
-from raylog.client.remote import ControllerClient, resolve
+from raylog.client.remote import ControllerClient, discard, resolve
 from raylog.errors import (
     ClientClosedError,
     ControllerUnavailableError,
@@ -18,6 +18,7 @@ from raylog.errors import (
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     RaylogError,
+    RequestTimeoutError,
     UnknownGroupError,
     UnknownTopicError,
 )
@@ -144,14 +145,20 @@ class Admin:
         return out
 
     def _on_leader(self, tp: TopicPartition, call: Callable[[Any], Any]) -> Any:
-        """``call(leader's client)``, again with fresh metadata while the leadership moves."""
+        """``call(leader's client)``, again with fresh metadata while the leadership moves
+        (or the leader does not answer), for CHANGE_RETRY_S in all."""
         deadline = time.monotonic() + CHANGE_RETRY_S
         refresh = False
         while True:
+            ref = None
             try:
-                meta = self._cluster.topic(tp.topic, refresh=refresh)
-                return resolve(call(meta.partitions[tp.partition].leader_client()))
+                meta = self._cluster.topic(tp.topic, refresh=refresh,
+                                           timeout=max(deadline - time.monotonic(), 0.001))
+                ref = call(meta.partitions[tp.partition].leader_client())
+                return resolve(ref, timeout=max(deadline - time.monotonic(), 0.001))
             except RaylogError as e:
+                if isinstance(e, RequestTimeoutError):
+                    discard(ref)  # its late answer goes unread
                 if not e.retriable or time.monotonic() >= deadline:
                     raise
                 refresh = True

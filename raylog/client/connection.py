@@ -8,6 +8,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -27,6 +28,7 @@ from raylog.errors import (
     InvalidArgumentError,
     LeaderNotAvailableError,
     NoClusterError,
+    RaylogError,
 )
 from raylog.metadata.limits import PartitionLimits
 from raylog.topics import validate_topic_name
@@ -34,6 +36,15 @@ from raylog.topics import validate_topic_name
 logger = logging.getLogger(__name__)
 
 METADATA_MAX_AGE_S = 300.0
+METADATA_TIMEOUT_S = 30.0  # a background refresh waits this long for the controller
+# A request to a replica outstanding this long (past any wait it asked for) is unusual: the
+# client asks, at most every SLOW_REFRESH_S, whether the partition has a new leader, and
+# gives the request up if so. A replica that hangs answers nothing until the cluster fences
+# it (broker.session.timeout.ms) and elects another; nothing of the client waits on it
+# past its request timeout and REQUEST_SLACK_S either.
+SLOW_REQUEST_S = 2.0
+SLOW_REFRESH_S = 1.0
+REQUEST_SLACK_S = 5.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,14 +87,17 @@ class TopicMetadata:
     topic_id: str
     partitions: tuple[PartitionMetadata, ...]
     configs: dict[str, Any]
-    fetched_at: float
+    fetched_at: float  # monotonic s when it was asked for: the state is no older than that
 
     @property
     def num_partitions(self) -> int:
         return len(self.partitions)
 
     @classmethod
-    def from_controller(cls, raw: dict[str, Any]) -> TopicMetadata:
+    def from_controller(cls, raw: dict[str, Any], asked_at: float | None = None
+                        ) -> TopicMetadata:
+        """The metadata in the controller's answer ``raw`` to a request sent at ``asked_at``
+        (monotonic s; default now), which becomes its ``fetched_at``."""
         name, brokers = raw["name"], raw["brokers"]
         partitions = []
         for p in raw["partitions"]:
@@ -92,14 +106,102 @@ class TopicMetadata:
                        for b in p["replicas"] if b in brokers}
             partitions.append(PartitionMetadata(p["partition"], p["leader"], p["leader_epoch"],
                                                 tuple(p["replicas"]), tuple(p["isr"]), clients))
-        return cls(name, raw["topic_id"], tuple(partitions), raw["configs"], time.monotonic())
+        return cls(name, raw["topic_id"], tuple(partitions), raw["configs"],
+                   time.monotonic() if asked_at is None else asked_at)
+
+
+class MetadataRefresher:
+    """Refreshes topic metadata on a thread of its own, for threads that must never wait on
+    the controller: a producer's sender (expiring batches, serving partitions whose leaders
+    answer) and a consumer's poll.
+
+    ``request(name)`` returns at once. Requests coalesce: every topic wanted when a round
+    starts is fetched in that round, one round at a time, at most one every
+    ``min_interval_s``; a topic asked for during a round is fetched in the next. A round
+    that fails retriably (the controller hangs past its deadline, restarts) asks again
+    after a backoff doubling up to a second; a topic the controller refuses (deleted) is
+    dropped. So however many clients ask and however long the controller hangs, this
+    connection has at most one metadata request outstanding.
+
+    ``load(names)`` fetches and stores the topics' metadata (raises RaylogError). The
+    thread starts on the first request and ends when nothing was wanted for ``idle_s``.
+    Thread-safe.
+    """
+
+    def __init__(self, load: Callable[[list[str]], object], min_interval_s: float = 0.1,
+                 idle_s: float = 10.0) -> None:
+        self._load = load
+        self._min_interval_s = min_interval_s
+        self._idle_s = idle_s
+        self._wanted: dict[str, None] = {}
+        self._next_round = 0.0  # monotonic s: no round before
+        self._failures = 0  # consecutive failed rounds
+        self._thread: threading.Thread | None = None
+        self._wake = threading.Condition(threading.Lock())
+
+    def request(self, name: str) -> None:
+        with self._wake:
+            if name in self._wanted and self._thread is not None:
+                return
+            self._wanted[name] = None
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name="raylog-metadata")
+                self._thread.start()
+            self._wake.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                idle_until = time.monotonic() + self._idle_s
+                while not self._wanted or time.monotonic() < self._next_round:
+                    now = time.monotonic()
+                    if not self._wanted and now >= idle_until:
+                        self._thread = None
+                        return
+                    self._wake.wait((self._next_round if self._wanted else idle_until) - now)
+                names = list(self._wanted)
+                self._wanted.clear()
+            self._round(names)
+
+    def _round(self, names: list[str]) -> None:
+        try:
+            self._load(names)
+        except RaylogError as e:
+            if e.retriable:
+                logger.debug("metadata refresh of %s failed: %r; asking again", names, e)
+                self._failed(names)
+                return
+            if len(names) > 1:  # one topic refused (deleted, say) must not hold up the others
+                for name in names:
+                    self._round([name])
+                return
+            logger.debug("metadata refresh of %s refused: %r", names, e)
+        except (Exception, SystemExit):  # a bug, or Ray shut down under us (its worker
+            # raises SystemExit in threads waiting on it then): say so, ask no more
+            logger.warning("metadata refresh of %s failed", names, exc_info=True)
+        with self._wake:
+            self._failures = 0
+            self._next_round = time.monotonic() + self._min_interval_s
+
+    def _failed(self, names: list[str]) -> None:
+        with self._wake:
+            for name in names:
+                self._wanted.setdefault(name, None)
+            self._failures += 1
+            backoff = min(self._min_interval_s * 2 ** self._failures, 1.0)
+            self._next_round = time.monotonic() + backoff
 
 
 class RaylogCluster:
     """A connection to one raylog cluster. Safe to share between threads and clients.
 
-    Caches topic metadata for ``METADATA_MAX_AGE_S`` and refreshes it on demand (clients
-    call :meth:`topic` with ``refresh=True`` after a stale-metadata error).
+    Caches topic metadata for ``METADATA_MAX_AGE_S``. :meth:`topic` fetches it on demand
+    and waits (clients call it with ``refresh=True`` after a stale-metadata error, with a
+    deadline); :meth:`cached` and :meth:`refresh_soon` never wait: a refresh they ask for
+    is made by the connection's one :class:`MetadataRefresher` thread, and what it brings
+    replaces the cached metadata for everyone. Every entry is stamped with when its request
+    was sent, and an answer never replaces one requested after it.
     """
 
     def __init__(self, controller: ray.actor.ActorHandle, embedded: bool = False,
@@ -109,18 +211,55 @@ class RaylogCluster:
         self.limits = limits  # the controller's, for checks before asking it (None: unknown)
         self._topics: dict[str, TopicMetadata] = {}
         self._lock = threading.Lock()
+        self.refresher = MetadataRefresher(self._refresh_in_background)
 
-    def topic(self, name: str, refresh: bool = False) -> TopicMetadata:
-        """Metadata of topic ``name``; raises InvalidTopicError or UnknownTopicError."""
+    def topic(self, name: str, refresh: bool = False,
+              timeout: float | None = None) -> TopicMetadata:
+        """Metadata of topic ``name``, asking the controller (waiting at most ``timeout`` s,
+        default the controller client's) unless a cached one is young enough and
+        ``refresh`` is not asked; raises InvalidTopicError, UnknownTopicError,
+        RequestTimeoutError."""
         cached = self._topics.get(name) if type(name) is str else None
         if cached is not None and not refresh and \
                 time.monotonic() - cached.fetched_at < METADATA_MAX_AGE_S:
             return cached
         validate_topic_name(name)
-        meta = TopicMetadata.from_controller(self.controller.metadata([name])[name])
-        with self._lock:
-            self._topics[name] = meta
+        return self._load([name], timeout)[name]
+
+    def cached(self, name: str) -> TopicMetadata | None:
+        """The cached metadata of ``name`` (None if there is none), however old, at once;
+        one past its maximum age is refreshed in the background."""
+        meta = self._topics.get(name)
+        if meta is not None and time.monotonic() - meta.fetched_at >= METADATA_MAX_AGE_S:
+            self.refresh_soon(name)
         return meta
+
+    def refresh_soon(self, name: str, newer_than: float | None = None) -> None:
+        """Have ``name`` refreshed in the background, unless the cached metadata was asked
+        for at or after ``newer_than`` (a monotonic time). Returns at once."""
+        meta = self._topics.get(name)
+        if newer_than is not None and meta is not None and meta.fetched_at >= newer_than:
+            return
+        self.refresher.request(name)
+
+    def _load(self, names: list[str], timeout: float | None) -> dict[str, TopicMetadata]:
+        """Ask the controller for these topics and cache the answers; the newest of each."""
+        sent = time.monotonic()
+        answer = self.controller.metadata(names, timeout=timeout)
+        out = {}
+        with self._lock:
+            for name in names:
+                meta = TopicMetadata.from_controller(answer[name], sent)
+                known = self._topics.get(name)
+                if known is None or known.fetched_at <= meta.fetched_at:
+                    self._topics[name] = known = meta
+                out[name] = known
+        return out
+
+    def _refresh_in_background(self, names: list[str]) -> None:
+        if not ray.is_initialized():  # shut down: never reconnect Ray from a thread
+            raise NoClusterError("Ray is not running")
+        self._load(names, METADATA_TIMEOUT_S)
 
     def forget(self, name: str) -> None:
         with self._lock:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import dataclasses
 import logging
 import time
@@ -26,12 +25,14 @@ from raylog.arguments import (
 )
 from raylog.client.connection import (
     METADATA_MAX_AGE_S,
+    REQUEST_SLACK_S,
+    SLOW_REFRESH_S,
+    SLOW_REQUEST_S,
     RaylogCluster,
     TopicMetadata,
     cluster_or_default,
 )
 from raylog.client.group_member import GroupMixin
-from raylog.client.membership import Membership
 from raylog.client.remote import discard, resolve, wait_done
 from raylog.errors import (
     ClientClosedError,
@@ -39,6 +40,7 @@ from raylog.errors import (
     InvalidArgumentError,
     InvalidConfigError,
     InvalidRecordError,
+    LeaderNotAvailableError,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
     RaylogError,
@@ -55,6 +57,7 @@ logger = logging.getLogger(__name__)
 _new = tuple.__new__
 OFFSET_RESETS = ("earliest", "latest", "none")
 METADATA_REFRESH_BACKOFF_S = 0.1  # refresh a topic at most this often after errors
+WATCH_INTERVAL_S = 0.5  # poll looks this often for requests to give up (_watch_requests)
 LEADER_ONLY_S = 10.0  # read from the leader this long after a follower was out of range
 
 
@@ -82,6 +85,8 @@ class ConsumerConfig:
     retry_backoff_ms: int = 100            # ... waiting this long, doubled each time (to 1 s)
     fetch_from_nearest: bool = True        # read from an in-sync replica on this node if
                                            # there is one, else the leader (KIP-392)
+    request_timeout_ms: int = 30_000       # a fetch unanswered this long past its
+                                           # fetch_max_wait_ms is given up and made again
 
     def __post_init__(self) -> None:
         if self.auto_offset_reset not in OFFSET_RESETS:
@@ -120,10 +125,16 @@ class _Fetching:
     return; records become Python objects only when poll returns them, so a deep prefetch
     costs compact Arrow memory and no garbage-collector work. ``fetch_offset`` is where the
     next (or outstanding) fetch starts, past the buffered batches.
+
+    ``pending`` is the one outstanding request: a fetch, or while the partition has no
+    position, the leader's ``list_offset`` for ``auto_offset_reset`` (``resetting``); made
+    at ``pending_since`` to ``pending_to`` (broker id, leader epoch). After a retriable
+    error nothing is asked before ``not_before``.
     """
 
-    __slots__ = ("buffered", "chunks", "fetch_offset", "leader_only_until", "pending",
-                 "pending_from_leader", "position", "tp")
+    __slots__ = ("buffered", "chunks", "fetch_offset", "leader_only_until", "not_before",
+                 "pending", "pending_from_leader", "pending_since", "pending_to", "position",
+                 "resetting", "tp")
 
     def __init__(self, tp: TopicPartition) -> None:
         # After a follower could not place the position (out of range there), fetch from the
@@ -136,12 +147,25 @@ class _Fetching:
         self.chunks: collections.deque[list] = collections.deque()  # [header, payload, lo, hi]
         self.buffered = 0
         self.pending: ray.ObjectRef | None = None
+        self.pending_since = 0.0
+        self.pending_to: tuple[int | None, int] = (None, -1)
+        self.resetting = False
+        self.not_before = 0.0
 
-    def reset(self, offset: int) -> None:
-        """Start over at ``offset``: drop buffered records and any outstanding fetch."""
+    def reset(self, offset: int | None) -> None:
+        """Start over at ``offset`` (None: at ``auto_offset_reset``, looked up by the next
+        poll): drop buffered records and any outstanding request."""
         self.position = self.fetch_offset = offset
         self.chunks.clear()
         self.buffered = 0
+        self.abandon()
+
+    def sent(self, ref: ray.ObjectRef, replica: Any, now: float, resetting: bool) -> None:
+        self.pending, self.pending_since, self.resetting = ref, now, resetting
+        self.pending_to = replica.broker_id, replica.leader_epoch
+
+    def abandon(self) -> None:
+        """Drop the outstanding request; its answer, if any, goes unread."""
         discard(self.pending)
         self.pending = None
 
@@ -194,6 +218,12 @@ class Consumer(GroupMixin):
     so decoding one response overlaps with the next fetch. Consumers see only records below
     the high watermark. Not safe for concurrent use.
 
+    ``poll`` never waits on the controller: metadata is refreshed by the connection's
+    background thread, and the group's calls run on threads of their own (group_member.py),
+    so a hung controller stops no reading from leaders that answer. A fetch to a leader that
+    the metadata shows replaced, or outstanding ``request_timeout_ms`` past its wait, is
+    given up and made again.
+
     >>> consumer = Consumer(auto_offset_reset="earliest")
     >>> consumer.assign([TopicPartition("pageviews", 0)])
     >>> for record in consumer.poll(timeout_ms=1000):
@@ -215,10 +245,7 @@ class Consumer(GroupMixin):
         self._paused: set[TopicPartition] = set()
         self._next = 0  # round-robin start among partitions in poll
         self._closed = False
-        self._membership: Membership | None = None
-        self._listener: Any = None
-        self._last_auto_commit = time.monotonic()
-        self._committer: concurrent.futures.ThreadPoolExecutor | None = None
+        self._init_group()
         self._node_id: str | None = None  # the Ray node this consumer runs on
 
     # -- assignment and positions ----------------------------------------------------------------
@@ -227,18 +254,41 @@ class Consumer(GroupMixin):
         if self._closed:
             raise ClientClosedError("the consumer is closed")
 
-    def _topic(self, topic: str, refresh: bool = False) -> TopicMetadata:
+    def _topic(self, topic: str, refresh: bool = False,
+               timeout: float | None = None) -> TopicMetadata:
+        """A topic's metadata, asked of the controller if the consumer has none (or none
+        young enough, or ``refresh``), waiting at most ``timeout`` s (default
+        ``default_api_timeout_ms``). For calls that may wait; poll uses :meth:`_meta`."""
         meta = self._topics.get(topic)
         if meta is None or refresh or time.monotonic() - meta.fetched_at >= METADATA_MAX_AGE_S:
-            meta = self._topics[topic] = self._cluster.topic(topic, refresh=meta is not None)
+            if timeout is None:
+                timeout = self.config.default_api_timeout_ms / 1000
+            meta = self._topics[topic] = self._cluster.topic(
+                topic, refresh=meta is not None, timeout=timeout)
         return meta
 
+    def _meta(self, topic: str) -> TopicMetadata | None:
+        """The newest metadata of a topic, without waiting (what the connection's background
+        refreshes brought); None while there is none (one is asked for)."""
+        mine = self._topics.get(topic)
+        cached = self._cluster.cached(topic)
+        if cached is not None and (mine is None or cached.fetched_at > mine.fetched_at):
+            self._topics[topic] = mine = cached
+        if mine is None:
+            self._cluster.refresh_soon(topic)
+        return mine
+
     def _refresh(self, topic: str) -> None:
-        """Refresh a topic's metadata after a retriable error, unless that was just done
-        (several partitions of a topic fail together when a broker goes)."""
-        meta = self._topics.get(topic)
-        if meta is None or time.monotonic() - meta.fetched_at >= METADATA_REFRESH_BACKOFF_S:
-            self._topic(topic, refresh=True)
+        """Have a topic's metadata refreshed in the background after a retriable error,
+        unless that was just done (several partitions of a topic fail together when a
+        broker goes). Never waits: poll goes on with the other partitions."""
+        self._cluster.refresh_soon(topic, newer_than=time.monotonic() -
+                                   METADATA_REFRESH_BACKOFF_S)
+
+    def _retry_later(self, state: _Fetching, now: float) -> None:
+        """A retriable error: refresh the metadata, and ask again after a backoff."""
+        self._refresh(state.tp.topic)
+        state.not_before = now + self.config.retry_backoff_ms / 1000
 
     @staticmethod
     def _new_state(tp: TopicPartition) -> _Fetching:
@@ -293,21 +343,18 @@ class Consumer(GroupMixin):
         return state.position
 
     def _reset_position(self, state: _Fetching) -> None:
+        self._no_position(state)
         reset = self.config.auto_offset_reset
-        if reset == "none":
-            raise NoOffsetForPartitionError(
-                f"{state.tp} has no position (no committed offset) and auto_offset_reset "
-                f"is 'none'")
         state.reset(self._list_offsets([state.tp], reset)[state.tp][0])
 
     def _list_offsets(self, partitions: list[TopicPartition], spec: str | int
                       ) -> dict[TopicPartition, tuple[int, int] | None]:
         """Ask each partition's leader; a retriable failure (a leader moving, its broker
-        served by a new node) refreshes the metadata and asks again, for up to
-        ``default_api_timeout_ms``."""
+        served by a new node, a leader that does not answer) refreshes the metadata and
+        asks again, for up to ``default_api_timeout_ms`` in all."""
+        deadline = time.monotonic() + self.config.default_api_timeout_ms / 1000
         for tp in partitions:
             check_partition(tp.topic, tp.partition, self._topic(tp.topic).num_partitions)
-        deadline = time.monotonic() + self.config.default_api_timeout_ms / 1000
         backoff = self.config.retry_backoff_ms / 1000
         answers: dict[TopicPartition, tuple[int, int] | None] = {}
         while True:
@@ -321,8 +368,9 @@ class Consumer(GroupMixin):
                     failure = e
             for tp, ref in refs.items():
                 try:
-                    answers[tp] = resolve(ref)
+                    answers[tp] = resolve(ref, timeout=max(deadline - time.monotonic(), 0.0))
                 except RaylogError as e:
+                    discard(ref)  # unanswered in time: its late answer goes unread
                     failure = e
             if failure is None:
                 return {tp: answers[tp] for tp in partitions}
@@ -331,7 +379,8 @@ class Consumer(GroupMixin):
             time.sleep(backoff)
             backoff = min(2 * backoff, 1.0)
             for topic in {tp.topic for tp in missing}:
-                self._topic(topic, refresh=True)
+                self._topic(topic, refresh=True,
+                            timeout=max(deadline - time.monotonic(), 0.001))
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         self._check_open()
@@ -364,8 +413,12 @@ class Consumer(GroupMixin):
         return meta.partitions[tp.partition].leader_client()
 
     def _reader(self, tp: TopicPartition, leader_only: bool = False):
-        """The replica to fetch ``tp`` from: an in-sync one on this node, else the leader."""
-        partition = self._topic(tp.topic).partitions[tp.partition]
+        """The replica to fetch ``tp`` from: an in-sync one on this node, else the leader,
+        from the newest metadata at hand (LeaderNotAvailableError while there is none)."""
+        meta = self._meta(tp.topic)
+        if meta is None:
+            raise LeaderNotAvailableError(f"no metadata of {tp.topic!r} yet")
+        partition = meta.partitions[tp.partition]
         if leader_only or not self.config.fetch_from_nearest:
             return partition.leader_client()
         if self._node_id is None and ray.is_initialized():
@@ -375,32 +428,75 @@ class Consumer(GroupMixin):
     # -- fetching --------------------------------------------------------------------------------
 
     def _send_fetches(self) -> None:
+        """Ask for what each partition needs next: its position (from its leader, for
+        ``auto_offset_reset``) or its next records. Never waits."""
         config = self.config
+        now = time.monotonic()
         for state in self._assigned.values():
-            if state.pending is not None or state.buffered >= config.max_buffered_records:
+            if state.pending is not None or state.buffered >= config.max_buffered_records \
+                    or now < state.not_before:
                 continue
-            if state.position is None:
-                self._reset_position(state)
             try:
-                reader = self._reader(state.tp,
-                                      leader_only=time.monotonic() < state.leader_only_until)
-                state.pending = reader.fetch(
-                    state.fetch_offset, config.max_partition_fetch_bytes,
-                    config.fetch_max_wait_ms, config.fetch_min_bytes)
+                if state.position is None:
+                    self._no_position(state)  # raises for auto_offset_reset "none"
+                    leader = self._reader(state.tp, leader_only=True)
+                    state.sent(leader.list_offset(config.auto_offset_reset), leader, now,
+                               resetting=True)
+                    continue
+                reader = self._reader(state.tp, leader_only=now < state.leader_only_until)
+                state.sent(reader.fetch(state.fetch_offset, config.max_partition_fetch_bytes,
+                                        config.fetch_max_wait_ms, config.fetch_min_bytes),
+                           reader, now, resetting=False)
                 state.pending_from_leader = \
-                    reader.broker_id == self._topic(state.tp.topic).partitions[
+                    reader.broker_id == self._meta(state.tp.topic).partitions[
                         state.tp.partition].leader
             except RaylogError as e:
                 if not e.retriable:
                     raise
-                self._refresh(state.tp.topic)
+                self._retry_later(state, now)
+
+    def _watch_requests(self, now: float) -> None:
+        """Give up requests that will not be answered soon (reads: asking again is always
+        safe). One outstanding SLOW_REQUEST_S past the wait it asked for has the topic's
+        metadata refreshed in the background (at most every SLOW_REFRESH_S), and is given
+        up once the replica to read from is another one (a hung leader fenced and replaced,
+        a follower out of the ISR), or past request_timeout_ms and REQUEST_SLACK_S."""
+        limit_s = self.config.request_timeout_ms / 1000 + REQUEST_SLACK_S
+        for state in self._assigned.values():
+            if state.pending is None:
+                continue
+            waited = now - state.pending_since - \
+                (0 if state.resetting else self.config.fetch_max_wait_ms / 1000)
+            if waited < SLOW_REQUEST_S:
+                continue
+            self._cluster.refresh_soon(state.tp.topic, newer_than=now - SLOW_REFRESH_S)
+            try:
+                replica = self._reader(state.tp, leader_only=state.resetting or
+                                       now < state.leader_only_until)
+                moved = (replica.broker_id, replica.leader_epoch) != state.pending_to
+            except RaylogError:  # no leader now: nowhere better to ask
+                moved = False
+            if moved or waited >= limit_s:
+                logger.info("%s: no answer from broker %s for %.1f s%s: asking again",
+                            state.tp, state.pending_to[0], waited,
+                            ", and the partition moved" if moved else "")
+                state.abandon()
+
+    def _no_position(self, state: _Fetching) -> None:
+        if self.config.auto_offset_reset == "none":
+            raise NoOffsetForPartitionError(
+                f"{state.tp} has no position (no committed offset) and auto_offset_reset "
+                f"is 'none'")
 
     def _receive(self, state: _Fetching, ref: ray.ObjectRef) -> None:
-        """Take in the answer ``ref`` to ``state``'s outstanding fetch."""
+        """Take in the answer ``ref`` to ``state``'s outstanding request."""
         state.pending = None
         try:
             result = resolve(ref)
         except OffsetOutOfRangeError:
+            if state.resetting:
+                self._retry_later(state, time.monotonic())  # the log moved meanwhile
+                return
             if not state.pending_from_leader:
                 # A follower cannot tell whether the position exists (it may lag, or have
                 # run retention before the leader): ask the leader (KIP-392).
@@ -410,12 +506,15 @@ class Consumer(GroupMixin):
                 raise
             logger.info("%s: offset %d out of range, resetting to %s", state.tp,
                         state.fetch_offset, self.config.auto_offset_reset)
-            self._reset_position(state)
+            state.reset(None)
             return
         except RaylogError as e:
             if not e.retriable:
                 raise
-            self._refresh(state.tp.topic)
+            self._retry_later(state, time.monotonic())
+            return
+        if state.resetting:
+            state.reset(result[0])
             return
         if not result.data:
             return
@@ -466,15 +565,18 @@ class Consumer(GroupMixin):
             if records:
                 return self._deserialized(records) if self._deserializers != (None, None) \
                     else records
+            now = time.monotonic()
+            self._watch_requests(now)
             pending = {s.pending: s for s in self._assigned.values() if s.pending is not None}
-            remaining = deadline - time.monotonic()
+            remaining = deadline - now
             if not pending:
                 if remaining <= 0:
                     return []
                 time.sleep(min(remaining, 0.05))  # nothing assigned or all leaders missing
                 continue
             refs = list(pending)
-            done = wait_done(refs, max(remaining, 0))
+            # At least every WATCH_INTERVAL_S, look for requests to give up.
+            done = wait_done(refs, min(max(remaining, 0), WATCH_INTERVAL_S))
             for ref in done:
                 self._receive(pending[ref], ref)
             if remaining <= 0:

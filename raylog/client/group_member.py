@@ -2,9 +2,15 @@
 
 Kept apart from the fetching half (consumer.py); ``Consumer`` mixes it in. It relies on the
 consumer's ``config``, ``_cluster``, ``_assigned`` (partition -> fetch state with a
-``position``), ``_paused``, ``_check_open``, ``_topic`` and the per-partition state class,
-and keeps its own ``_membership``, ``_listener``, ``_committer`` and ``_last_auto_commit``
-on the consumer.
+``position``), ``_paused``, ``_check_open``, ``_meta`` and the per-partition state class,
+and keeps its own state on the consumer (:meth:`GroupMixin._init_group`).
+
+``poll`` never waits on the coordinator (the controller): what it would wait for runs on a
+background thread, one call at a time, and poll picks the outcome up later. A revoked
+partition stops being read at once and is reported released once its final commit ended;
+a granted one is taken once its committed offset is known; a member that lost everything
+rejoins from its heartbeat thread. So a hung controller stops no fetching of what the
+member owns, and the member gives everything up when its session would have run out.
 """
 
 from __future__ import annotations
@@ -47,6 +53,29 @@ def _checked_offsets(offsets: object) -> dict[TopicPartition, int]:
 class GroupMixin:
     """Group membership and offset commits for :class:`raylog.client.consumer.Consumer`."""
 
+    def _init_group(self) -> None:
+        """The group half's state (Consumer.__init__ calls this)."""
+        self._membership: Membership | None = None
+        self._listener: Any = None
+        self._last_auto_commit = time.monotonic()
+        # One background thread for every group call poll must not wait for: commit_async,
+        # auto-commits, a revoked partition's final commit, committed offsets to start from.
+        self._committer: concurrent.futures.ThreadPoolExecutor | None = None
+        self._auto_commit: concurrent.futures.Future | None = None  # the one under way
+        # A revoked partition whose final commit is on its way -> that commit: not read any
+        # more, still owned (reported) until the commit ended.
+        self._releasing: dict[TopicPartition, concurrent.futures.Future] = {}
+        # Granted partitions waiting for their committed offsets: (partitions, the
+        # generation when asked, the lookup).
+        self._taking: tuple[frozenset[TopicPartition], int, concurrent.futures.Future] | None \
+            = None
+
+    def _background(self, call: Any, *args: Any) -> concurrent.futures.Future:
+        if self._committer is None:
+            self._committer = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="raylog-commit")
+        return self._committer.submit(call, *args)
+
     def subscribe(self, topics: Iterable[str] | None = None, *, pattern: str | None = None,
                   listener: Any = None) -> None:
         """Join the consumer group ``group_id`` for these topics (or a regex ``pattern``).
@@ -72,6 +101,8 @@ class GroupMixin:
         if self._membership is not None:
             self.unsubscribe()
         self._assigned = {}
+        self._releasing = {}
+        self._taking = None
         self._listener = listener
         self._membership = Membership(
             self._cluster.controller, self.config.group_id, self.config.client_id, names,
@@ -80,12 +111,19 @@ class GroupMixin:
             assignor=self.config.partition_assignment_strategy)
 
     def unsubscribe(self) -> None:
-        """Give up every partition (running the listener) and leave the group."""
+        """Give up every partition (running the listener, committing with auto-commit) and
+        leave the group."""
         if self._membership is None:
             return
-        self._revoke(set(self._assigned))
-        membership, self._membership = self._membership, None
-        membership.close()
+        try:
+            self._revoke(set(self._assigned), wait=True)
+        finally:
+            # Final commits of partitions revoked before: each ends by its own deadline.
+            concurrent.futures.wait(list(self._releasing.values()))
+            self._releasing = {}
+            self._taking = None
+            membership, self._membership = self._membership, None
+            membership.close()
 
     def _listen(self, event: str, partitions: set[TopicPartition]) -> None:
         callback = getattr(self._listener, event, None)
@@ -101,15 +139,34 @@ class GroupMixin:
                 discard(state.pending)  # its answer, if any, goes unread
             self._paused.discard(tp)
 
-    def _revoke(self, partitions: set[TopicPartition]) -> None:
+    def _revoke(self, partitions: set[TopicPartition], wait: bool = False) -> None:
+        """Give partitions up: run the listener, stop reading them, and with auto-commit
+        commit their positions: before returning with ``wait``, else in the background,
+        the partitions staying owned (``_releasing``) until the commit ended."""
         if not partitions:
             return
         try:
             self._listen("on_partitions_revoked", partitions)
             if self.config.enable_auto_commit:
-                self._commit_positions(partitions)
+                positions = self._positions(partitions)
+                if wait:
+                    self._commit_quietly(positions)
+                elif positions:
+                    commit = self._background(self._commit_quietly, positions)
+                    self._releasing.update(dict.fromkeys(partitions, commit))
         finally:
             self._drop(partitions)
+
+    def _holding(self) -> set[TopicPartition]:
+        """What the member reads or has not finished giving up."""
+        return self._assigned.keys() | self._releasing.keys()
+
+    def _released(self) -> bool:
+        """Forget the releasing partitions whose final commit ended; whether there were."""
+        done = [tp for tp, commit in self._releasing.items() if commit.done()]
+        for tp in done:
+            del self._releasing[tp]
+        return bool(done)
 
     def _lose(self, partitions: set[TopicPartition]) -> None:
         """Partitions that are no longer this member's: stop reading them at once (their
@@ -121,16 +178,22 @@ class GroupMixin:
         self._listen("on_partitions_lost", partitions)
 
     def _apply_membership(self) -> None:
-        """Apply what the coordinator said: lose, revoke, then take granted partitions."""
+        """Apply what the coordinator said: lose, revoke, then take granted partitions.
+        Never waits on the coordinator."""
         membership = self._membership
+        released = self._released()
         todo = membership.latest()
         if todo.lost_all:
             try:
                 self._lose(set(self._assigned))
             finally:
+                self._releasing = {}  # their commits may land or be refused: not ours now
+                self._taking = None
                 membership.report((), released=False)
-                membership.rejoin()
-            todo = membership.latest()
+                membership.rejoin()  # the heartbeat thread joins; nothing is owned until then
+            return
+        for tp in todo.lost:
+            self._releasing.pop(tp, None)
         lost = self._assigned.keys() & todo.lost
         current = self._assigned.keys() - lost
         revoked = current & todo.revoke | (current - todo.owned)
@@ -138,18 +201,41 @@ class GroupMixin:
             self._lose(lost)
             self._revoke(revoked)
         finally:
-            if lost or revoked:
-                membership.report(self._assigned, released=True)
-        added = todo.owned - todo.revoke - self._assigned.keys()
-        if added:
-            committed = self.committed(added)
-            for tp in sorted(added):
-                self._topic(tp.topic)
+            if lost or revoked or released:
+                membership.report(self._holding(), released=True)
+        self._take(todo.owned - todo.revoke - self._holding())
+
+    def _take(self, granted: set[TopicPartition]) -> None:
+        """Start reading granted partitions once their committed offsets are known: looked
+        up in the background, and used only if no rebalance happened meanwhile (a partition
+        may have been someone else's in between)."""
+        membership = self._membership
+        if self._taking is not None:
+            asked, generation, lookup = self._taking
+            if not lookup.done():
+                return
+            self._taking = None
+            try:
+                committed = lookup.result()
+            except RaylogError as e:
+                logger.info("group %s: looking up committed offsets failed: %r; asking again",
+                            self.config.group_id, e)
+                committed = None
+            taken = asked & granted if committed is not None and \
+                generation == membership.generation else set()
+            for tp in sorted(taken):
                 state = self._assigned[tp] = self._new_state(tp)
                 if committed.get(tp) is not None:
                     state.reset(committed[tp])
-            membership.report(self._assigned, released=False)
-            self._listen("on_partitions_assigned", added)
+            if taken:
+                membership.report(self._holding(), released=False)
+                self._listen("on_partitions_assigned", set(taken))
+            granted = granted - taken
+        if granted:
+            for topic in {tp.topic for tp in granted}:
+                self._meta(topic)  # metadata of a new topic: asked for meanwhile
+            self._taking = (frozenset(granted), membership.generation,
+                            self._background(self.committed, granted))
 
     def _group_identity(self) -> tuple[str | None, int]:
         if self._membership is None:
@@ -161,8 +247,11 @@ class GroupMixin:
                 if tp in self._assigned and self._assigned[tp].position is not None}
 
     def _commit_positions(self, partitions: Iterable[TopicPartition]) -> None:
+        self._commit_quietly(self._positions(partitions))
+
+    def _commit_quietly(self, offsets: dict[TopicPartition, int]) -> None:
         try:
-            self.commit(self._positions(partitions))
+            self.commit(offsets)
         except RaylogError as e:
             logger.warning("auto-commit for group %s failed: %r", self.config.group_id, e)
 
@@ -187,8 +276,9 @@ class GroupMixin:
         while True:
             member_id, generation = self._group_identity()
             try:
-                self._cluster.controller.commit_offsets(self.config.group_id, member_id,
-                                                        generation, entries)
+                self._cluster.controller.commit_offsets(
+                    self.config.group_id, member_id, generation, entries,
+                    timeout=max(deadline - time.monotonic(), 0.001))
                 return
             except RejoinRequiredError:
                 # The coordinator restarted and the heartbeat thread has not rejoined yet.
@@ -218,8 +308,11 @@ class GroupMixin:
                     membership.lose_all()  # poll gives everything up before rejoining
                 raise
             except NotPartitionOwnerError:
+                # (a revoked partition's final commit counts: it is still held; lookups
+                # only, this may run on the commit thread)
                 if membership is not None and all(
-                        TopicPartition(*tp) in self._assigned for tp in offsets):
+                        tp in self._assigned or tp in self._releasing
+                        for tp in map(topic_partition, offsets)):
                     membership.lose_all()  # the coordinator disagrees about what we own
                 raise
             except RaylogError as e:
@@ -238,10 +331,7 @@ class GroupMixin:
             _checked_offsets(offsets)
         if callback is not None and not callable(callback):
             raise InvalidArgumentError(f"callback must be callable, got {callback!r}")
-        if self._committer is None:
-            self._committer = concurrent.futures.ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix="raylog-commit")
-        future = self._committer.submit(self.commit, offsets)
+        future = self._background(self.commit, offsets)
         if callback is not None:
             future.add_done_callback(lambda f: callback(offsets, f.exception()))
         return future
@@ -253,7 +343,8 @@ class GroupMixin:
             raise IllegalStateError("committed() needs a group_id")
         found = self._cluster.controller.committed_offsets(
             self.config.group_id,
-            [tuple(tp) for tp in topic_partitions(partitions, "committed()")])
+            [tuple(tp) for tp in topic_partitions(partitions, "committed()")],
+            timeout=self.config.default_api_timeout_ms / 1000)
         return {TopicPartition(*tp): (om[0] if om else None) for tp, om in found.items()}
 
     def _maybe_auto_commit(self) -> None:
@@ -262,7 +353,9 @@ class GroupMixin:
         if (time.monotonic() - self._last_auto_commit) * 1000 < \
                 self.config.auto_commit_interval_ms:
             return
+        if self._auto_commit is not None and not self._auto_commit.done():
+            return  # the last one is still under way (the coordinator is slow): no pile-up
         self._last_auto_commit = time.monotonic()
         if self._assigned:
-            self.commit_async(self._positions(self._assigned))
+            self._auto_commit = self.commit_async(self._positions(self._assigned))
 

@@ -16,7 +16,13 @@ A member *loses* its partitions (the consumer calls ``on_partitions_lost`` and s
 them before it rejoins) when the coordinator no longer knows it (UnknownMemberError on a
 heartbeat or a commit), when a commit shows the coordinator disagrees about what it owns,
 or when no heartbeat has succeeded for ``session_timeout_ms``: by then the coordinator may
-have given its partitions to others.
+have given its partitions to others. The last holds however the coordinator fails: a
+heartbeat waits at most a session for its answer, and the session is counted from when the
+last answered heartbeat was sent, so a controller that hangs makes the member give its
+partitions up when its session would have run out, as Kafka's consumer does.
+
+The consumer's thread never waits on the coordinator here: joining again after a loss is
+the heartbeat thread's work (:meth:`Membership.rejoin` only asks for it).
 """
 
 from __future__ import annotations
@@ -67,7 +73,8 @@ class Membership:
 
     def __init__(self, controller: ControllerClient, group_id: str, client_id: str,
                  topics: list[str] | None, pattern: str | None, *, session_timeout_ms: int,
-                 heartbeat_interval_ms: int, assignor: str) -> None:
+                 heartbeat_interval_ms: int, assignor: str,
+                 join_timeout_s: float | None = None) -> None:
         self._controller = controller
         self.group_id = group_id
         self._client_id = client_id
@@ -76,6 +83,7 @@ class Membership:
         self._session_timeout_s = session_timeout_ms / 1000
         self._session_timeout_ms = session_timeout_ms
         self._interval_s = heartbeat_interval_ms / 1000
+        self._join_timeout_s = join_timeout_s  # None: the controller client's
         self._assignor = assignor
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -89,6 +97,10 @@ class Membership:
         self._granted: tuple[frozenset[TopicPartition], frozenset[TopicPartition]] | None = None
         self._lost: set[TopicPartition] = set()
         self._lost_all = False
+        self._rejoining = False  # lost everything; the heartbeat thread is to join again
+        # Counts the losses of everything: an answer to a call made before the last one
+        # (a heartbeat to a coordinator that hung, say) speaks of a membership given up.
+        self._incarnation = 0
         self._last_success = time.monotonic()  # when the last answered heartbeat was sent
         self._error: BaseException | None = None
         self._join(claims=frozenset())
@@ -103,25 +115,33 @@ class Membership:
         return self._owned | (granted - revoke)
 
     def _join(self, claims: frozenset[TopicPartition]) -> None:
+        with self._lock:
+            incarnation = self._incarnation
         sent = time.monotonic()
         joined = self._controller.join_group(
             self.group_id, self.member_id, self._client_id, self._topics, self._pattern,
-            self._session_timeout_ms, self._assignor, current_actor(), sorted(claims))
+            self._session_timeout_ms, self._assignor, current_actor(), sorted(claims),
+            timeout=self._join_timeout_s)
         kept = frozenset(TopicPartition(*tp) for tp in joined["owned"])
         with self._lock:
+            if incarnation != self._incarnation:
+                return  # everything was lost meanwhile: the next join claims nothing
             self.generation = joined["generation"]
             self._granted = (kept, frozenset())
             self._lost.update(claims - kept)
-            self._lost_all = False
+            self._lost_all = self._rejoining = False
             self._last_success = sent
         self._beat()
 
     def _beat(self) -> None:
         with self._lock:
             owned = sorted(self._claims())
+            incarnation = self._incarnation
         sent = time.monotonic()
         try:
-            answer = self._controller.heartbeat(self.group_id, self.member_id, owned)
+            # No answer within a session is as good as none: the session is gone.
+            answer = self._controller.heartbeat(self.group_id, self.member_id, owned,
+                                                timeout=self._session_timeout_s)
         except RejoinRequiredError:
             with self._lock:
                 claims = self._claims()
@@ -135,7 +155,7 @@ class Membership:
         granted = (frozenset(TopicPartition(*tp) for tp in answer["owned"]),
                    frozenset(TopicPartition(*tp) for tp in answer["revoke"]))
         with self._lock:
-            if not self._lost_all:
+            if not self._lost_all and incarnation == self._incarnation:
                 self._granted = granted
                 self.generation = answer["generation"]
                 self._last_success = sent
@@ -147,13 +167,20 @@ class Membership:
             if self._stop.is_set() or not ray.is_initialized():
                 return  # closed, or Ray shut down under us: never reconnect Ray from here
             try:
-                if not self._lost_all:
-                    self._beat()
-            except RaylogError as e:  # the controller may be restarting: keep trying
+                self.tick()
+            except RaylogError as e:  # the controller may be restarting or hung: keep trying
                 logger.debug("heartbeat of group %s failed: %r", self.group_id, e)
             except Exception as e:  # surfaced to the consumer thread by latest()
                 with self._lock:
                     self._error = e
+
+    def tick(self) -> None:
+        """One step of the heartbeat thread: join again if the consumer gave everything up,
+        else heartbeat (unless everything is lost and the consumer has not given it up)."""
+        if self._rejoining:
+            self._join(claims=frozenset())
+        elif not self._lost_all:
+            self._beat()
 
     def lose_all(self) -> None:
         """The coordinator does not know this member (any more): everything is lost."""
@@ -167,7 +194,8 @@ class Membership:
             if self._error is not None:
                 error, self._error = self._error, None
                 raise error
-            if time.monotonic() - self._last_success > self._session_timeout_s:
+            if time.monotonic() - self._last_success > self._session_timeout_s and \
+                    not self._rejoining:  # (rejoining, it owns nothing to lose)
                 self._lost_all = True  # the coordinator has given our partitions away
             if self._lost_all:
                 return Instructions(frozenset(), frozenset(), frozenset(), lost_all=True)
@@ -186,12 +214,17 @@ class Membership:
             self._wake.set()
 
     def rejoin(self) -> None:
-        """Join again after losing everything; the member owns nothing until granted."""
+        """Join again after losing everything (call once the consumer has given it all
+        up); the member owns nothing until granted. Returns at once: the heartbeat thread
+        joins, and later answers grant partitions."""
         with self._lock:
             self._owned = frozenset()
             self._granted = None
             self._lost.clear()
-        self._join(claims=frozenset())
+            self._lost_all = False
+            self._rejoining = True
+            self._incarnation += 1
+        self._wake.set()
 
     def refresh(self) -> None:
         """Heartbeat now, from the caller's thread (to learn the current generation)."""
@@ -210,6 +243,8 @@ class Membership:
         self._wake.set()
         self._thread.join(timeout=5)
         try:
-            self._controller.leave_group(self.group_id, self.member_id)
+            # Past a session the coordinator removes the member anyway.
+            self._controller.leave_group(self.group_id, self.member_id,
+                                         timeout=self._session_timeout_s)
         except RaylogError as e:
             logger.warning("leaving group %s failed: %r", self.group_id, e)

@@ -25,7 +25,14 @@ from raylog.arguments import (
     refuses_unknown_options,
     short_repr,
 )
-from raylog.client.connection import RaylogCluster, TopicMetadata, cluster_or_default
+from raylog.client.connection import (
+    REQUEST_SLACK_S,
+    SLOW_REFRESH_S,
+    SLOW_REQUEST_S,
+    RaylogCluster,
+    TopicMetadata,
+    cluster_or_default,
+)
 from raylog.client.futures import BatchResult, RecordFuture, TableFuture
 from raylog.client.remote import appended, discard, resolve, wait_done
 from raylog.client.sender_state import OutgoingBatch, PartitionSender
@@ -133,7 +140,11 @@ class Producer:
     background sender thread seals batches that are full or ``linger_ms`` old, encodes them
     and sends each to its partition leader as one actor call, retrying retriable errors with
     refreshed metadata and a growing backoff. Every future resolves: acknowledged, or failed
-    at the latest when ``delivery_timeout_ms`` has passed since its batch was opened. Keys go
+    at the latest when ``delivery_timeout_ms`` has passed since its batch was opened, also
+    while the controller or a leader hangs: the sender thread never waits on the controller
+    (metadata is refreshed by the connection's background thread), and an attempt whose
+    leader was replaced meanwhile, or that outlived ``request_timeout_ms``, is given up and
+    sent again (see ``_watch_attempts``). Keys go
     to ``murmur2(key) % partitions`` (the partition Kafka's clients choose); keyless records
     stick to one partition per batch. Safe to use from several threads.
 
@@ -189,10 +200,21 @@ class Producer:
 
     # -- the caller's side -----------------------------------------------------------------------
 
-    def _topic(self, topic: str, refresh: bool = False) -> TopicMetadata:
-        meta = self._cluster.topic(topic, refresh=refresh)
+    def _topic(self, topic: str) -> TopicMetadata:
+        """A topic's metadata, for a caller's send: asked of the controller (waiting at most
+        max_block_ms, as Kafka's send waits for metadata) if the producer has none yet."""
+        meta = self._cluster.topic(topic, timeout=self.config.max_block_ms / 1000)
         self._topics[topic] = meta
         return meta
+
+    def _latest(self, topic: str) -> TopicMetadata:
+        """The newest metadata of a topic this producer sends to, without waiting: what the
+        connection's background refreshes brought, if newer than what the producer holds."""
+        mine = self._topics[topic]
+        cached = self._cluster.cached(topic)
+        if cached is not None and cached.fetched_at > mine.fetched_at:
+            self._topics[topic] = mine = cached
+        return mine
 
     def send(self, topic: str, value: Any = None, key: Any = None,
              headers: Sequence[tuple[str, bytes | None]] | Mapping[str, bytes | None] | None
@@ -511,6 +533,7 @@ class Producer:
             if now - self._last_expiry_check >= EXPIRY_CHECK_INTERVAL_S:
                 self._last_expiry_check = now
                 self._expire(now)
+                self._watch_attempts(now)
             with self._lock:
                 if self._stopping and not self._buffered_bytes and not self._open:
                     return
@@ -608,6 +631,49 @@ class Producer:
         for batch, error in zip(expired, errors, strict=True):
             batch.result.complete(-1, error)
 
+    def _watch_attempts(self, now: float) -> None:
+        """Give up waiting on attempts that will not be answered soon, as unanswered (they
+        may have been appended: retried under their own numbers, never renumbered).
+
+        An attempt outstanding for SLOW_REQUEST_S has the topic's metadata refreshed in the
+        background (at most every SLOW_REFRESH_S): a leader that hangs (stopped, stuck on a
+        disk) answers nothing until the cluster fences it and elects another. Once the
+        metadata shows a newer leader epoch than the attempt went to, the attempt is
+        abandoned and retried at the new leader. Any attempt outstanding past
+        request_timeout_ms plus REQUEST_SLACK_S is abandoned too (a live leader answers
+        within request_timeout_ms): nothing waits on a request forever."""
+        limit_s = self.config.request_timeout_ms / 1000 + REQUEST_SLACK_S
+        abandoned = []
+        slow = set()
+        with self._lock:
+            for ref, batch in list(self._in_flight.items()):
+                waited = now - batch.sent_at
+                if waited < SLOW_REQUEST_S:
+                    continue
+                slow.add(batch.topic)
+                broker, epoch = batch.sent_to
+                current = self._latest(batch.topic).partitions[batch.partition]
+                if current.leader_epoch > epoch:
+                    why = (f"the partition has a new leader (broker {current.leader}, leader "
+                           f"epoch {current.leader_epoch})")
+                elif waited >= limit_s:
+                    why = (f"longer than request_timeout_ms={self.config.request_timeout_ms} "
+                           f"and {REQUEST_SLACK_S:g} s")
+                else:
+                    continue
+                del self._in_flight[ref]
+                discard(ref)  # a late answer is read and dropped
+                batch.ref = None
+                abandoned.append((batch, RequestTimeoutError(
+                    f"no answer from broker {broker} (leader epoch {epoch}) for "
+                    f"{batch.topic}-{batch.partition} after {waited:.1f} s, and {why}: the "
+                    f"batch may have been appended")))
+        for topic in slow:
+            self._cluster.refresh_soon(topic, newer_than=now - SLOW_REFRESH_S)
+        for batch, error in abandoned:
+            logger.info("%s", error)
+            self._failed(batch, error)
+
     def _forget(self, batch: OutgoingBatch) -> None:
         """A batch has ended: release its memory and its request (lock held)."""
         self._buffered_bytes -= batch.buffered
@@ -660,12 +726,11 @@ class Producer:
         """Encode (once) and send one batch to its leader."""
         try:
             data = batch.encoded()
-            meta = self._topics.get(batch.topic) or self._topic(batch.topic)
-            target = meta.partitions[batch.partition]
+            leader = self._latest(batch.topic).partitions[batch.partition].leader_client()
             batch.sent_at = time.monotonic()
+            batch.sent_to = leader.broker_id, leader.leader_epoch
             batch.attempts += 1
-            ref = target.leader_client().append(data, self.config.acks,
-                                                self.config.request_timeout_ms)
+            ref = leader.append(data, self.config.acks, self.config.request_timeout_ms)
         except Exception as e:  # every failure ends in the batch's future
             self._failed(batch, e, sent=False)
             return
@@ -708,13 +773,14 @@ class Producer:
             # Refused as ahead of its producer's sequence: the leader answered, and knowing
             # who leads changes nothing.
             ahead = self._idempotent and isinstance(error, OutOfOrderSequenceError)
-            known = self._topics.get(batch.topic)
-            if not ahead and (known is None or known.fetched_at < batch.sent_at):
-                # Not already refreshed since this attempt (say, for another failed batch).
-                try:
-                    self._topic(batch.topic, refresh=True)
-                except RaylogError as refresh_error:
-                    logger.debug("metadata refresh failed: %r", refresh_error)
+            if not ahead:
+                # In the background, never here: this may be the sender thread, which must
+                # go on expiring batches and serving other partitions while the controller
+                # hangs. The retry, after its backoff, goes where the newest metadata says.
+                # Once per attempt: metadata asked for after it went out (or, for one that
+                # could not go out, after now) knows at least what its error reflects.
+                self._cluster.refresh_soon(batch.topic, newer_than=batch.sent_at if sent
+                                           else now)
             with self._lock:
                 sender = self._senders.get(batch.key)
                 if sender is None or batch not in sender.in_flight:

@@ -73,7 +73,8 @@ class _Reaper:
                 if not ray.is_initialized():  # shut down: nothing is left to report them
                     raise RuntimeError("Ray is not running")
                 done, _ = ray.wait(refs, num_returns=len(refs), timeout=REAP_WAIT_S)
-            except Exception:  # Ray shut down: nothing is left to report them
+            except (Exception, SystemExit):  # Ray shut down (its worker raises SystemExit
+                # in the threads that wait on it then): nothing is left to report them
                 with self._lock:
                     self._refs.clear()
                 continue
@@ -173,36 +174,59 @@ class ReplicaClient:
 
 
 class ControllerClient:
-    """Synchronous, typed calls to the controller. Reads ride out a controller restart;
-    changes are sent once (a change cut off by a crash may have happened: the caller
+    """Synchronous, typed calls to the controller, each with a deadline: ``timeout`` s in
+    all (the client's default, or the call's own), retries included. A controller that
+    stops answering (paused, stuck) makes the call fail at its deadline with
+    RequestTimeoutError, never hang; its late answer is read and dropped.
+
+    Reads ride out a controller restart; changes are sent once (a change cut off by a
+    crash or by its deadline may have happened: ControllerUnavailableError, and the caller
     decides whether repeating it is safe, as Admin does)."""
 
     def __init__(self, handle: ray.actor.ActorHandle, timeout: float = 120.0) -> None:
         self.handle = handle
         self.timeout = timeout
 
-    def _call(self, method: Any, *args: Any, retry: bool = True) -> Any:
-        """Call the remote ``method`` (a method of the controller's handle) and wait."""
+    def _call(self, method: Any, *args: Any, retry: bool = True,
+              timeout: float | None = None) -> Any:
+        """Call the remote ``method`` (a method of the controller's handle) and wait, at
+        most ``timeout`` s (default: the client's) in all."""
+        timeout = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
         attempts = CONTROLLER_RETRIES if retry else 1
         for attempt in itertools.count(1):
+            ref = method.remote(*args)
             try:
-                return resolve(method.remote(*args), timeout=self.timeout)
+                return resolve(ref, timeout=max(deadline - time.monotonic(), 0.0))
+            except RequestTimeoutError as e:
+                if time.monotonic() < deadline:
+                    raise  # the controller's own answer (say, a group write that timed out)
+                discard(ref)  # its answer, if the controller ever gives it, goes unread
+                name = getattr(method, "_method_name", "a call")
+                if not retry:
+                    raise ControllerUnavailableError(
+                        f"the raylog controller did not answer {name} within {timeout:g} s: "
+                        f"check whether the change happened before repeating it") from e
+                raise RequestTimeoutError(f"the raylog controller did not answer {name} "
+                                          f"within {timeout:g} s") from e
             except ActorUnavailableError as e:
                 if not retry:
                     raise ControllerUnavailableError(
                         f"the raylog controller became unavailable during a change: {e}; "
                         f"check whether the change happened before repeating it") from e
-                if attempt >= attempts:
+                pause = min(0.05 * 2**attempt, 1.0)
+                if attempt >= attempts or time.monotonic() + pause >= deadline:
                     raise NoClusterError(f"the raylog controller is unreachable: {e}") from e
-                time.sleep(min(0.05 * 2**attempt, 1.0))
+                time.sleep(pause)
 
     # -- the cluster and its topics ------------------------------------------------------------
 
     def ready(self) -> dict[str, Any]:
         return self._call(self.handle.ready)
 
-    def metadata(self, names: list[str]) -> dict[str, dict[str, Any]]:
-        return self._call(self.handle.metadata, names)
+    def metadata(self, names: list[str], timeout: float | None = None
+                 ) -> dict[str, dict[str, Any]]:
+        return self._call(self.handle.metadata, names, timeout=timeout)
 
     def cluster_status(self) -> dict[str, Any]:
         return self._call(self.handle.cluster_status)
@@ -249,25 +273,31 @@ class ControllerClient:
     def join_group(self, group_id: str, member_id: str, client_id: str,
                    topics: list[str] | None, pattern: str | None, session_timeout_ms: int,
                    assignor: str, actor: ray.actor.ActorHandle | None,
-                   claims: list[tuple[str, int]]) -> dict[str, Any]:
+                   claims: list[tuple[str, int]], timeout: float | None = None
+                   ) -> dict[str, Any]:
         return self._call(self.handle.join_group, group_id, member_id, client_id, topics,
-                          pattern, session_timeout_ms, assignor, actor, claims)
+                          pattern, session_timeout_ms, assignor, actor, claims,
+                          timeout=timeout)
 
-    def heartbeat(self, group_id: str, member_id: str, owned: list[tuple[str, int]]
-                  ) -> dict[str, Any]:
-        return self._call(self.handle.heartbeat, group_id, member_id, owned, retry=False)
+    def heartbeat(self, group_id: str, member_id: str, owned: list[tuple[str, int]],
+                  timeout: float | None = None) -> dict[str, Any]:
+        return self._call(self.handle.heartbeat, group_id, member_id, owned, retry=False,
+                          timeout=timeout)
 
-    def leave_group(self, group_id: str, member_id: str) -> None:
-        return self._call(self.handle.leave_group, group_id, member_id)
+    def leave_group(self, group_id: str, member_id: str, timeout: float | None = None) -> None:
+        return self._call(self.handle.leave_group, group_id, member_id, timeout=timeout)
 
     def commit_offsets(self, group_id: str, member_id: str | None, generation: int,
-                       offsets: list[tuple[str, int, int, str]]) -> None:
+                       offsets: list[tuple[str, int, int, str]],
+                       timeout: float | None = None) -> None:
         return self._call(self.handle.commit_offsets, group_id, member_id, generation,
-                          offsets)
+                          offsets, timeout=timeout)
 
-    def committed_offsets(self, group_id: str, partitions: list[tuple[str, int]]
+    def committed_offsets(self, group_id: str, partitions: list[tuple[str, int]],
+                          timeout: float | None = None
                           ) -> dict[tuple[str, int], tuple | None]:
-        return self._call(self.handle.committed_offsets, group_id, partitions)
+        return self._call(self.handle.committed_offsets, group_id, partitions,
+                          timeout=timeout)
 
     def list_groups(self) -> list[dict[str, Any]]:
         return self._call(self.handle.list_groups)

@@ -65,7 +65,7 @@ class OutgoingBatch:
 
     __slots__ = ("acks_before", "attempts", "base_sequence", "buffered", "builder", "created",
                  "data", "deadline", "last_error", "not_before", "partition", "producer_epoch",
-                 "producer_id", "ref", "result", "sent_at", "stamped", "topic")
+                 "producer_id", "ref", "result", "sent_at", "sent_to", "stamped", "topic")
 
     def __init__(self, topic: str, partition: int, builder: BatchBuilder | None, result: Any,
                  created: float, delivery_timeout_s: float) -> None:
@@ -81,7 +81,8 @@ class OutgoingBatch:
         self.buffered = 0           # bytes counted against buffer_memory
         self.data: bytes | None = None
         self.stamped: tuple[int, int, int] | None = None  # producer fields inside ``data``
-        self.sent_at = 0.0
+        self.sent_at = 0.0          # when the last attempt went out (monotonic s)
+        self.sent_to = (-1, -1)     # ... to which leader: (broker id, leader epoch)
         self.ref: Any = None        # the outstanding request, while in flight
         # The error of an attempt that ended without an answer: it may have been appended.
         self.last_error: BaseException | None = None

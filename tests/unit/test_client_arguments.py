@@ -44,6 +44,9 @@ class _RefusingLeader:
     """A partition leader that refuses every batch at once (a test that sent good records
     can then close its producer without waiting for anything)."""
 
+    broker_id = 0
+    leader_epoch = 0
+
     def append(self, batch, acks, timeout_ms):
         raise InvalidRecordError("refused by the test's leader")
 

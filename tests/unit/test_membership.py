@@ -19,6 +19,7 @@ from raylog.client.connection import PartitionMetadata, TopicMetadata
 from raylog.client.consumer import Consumer
 from raylog.errors import (
     IllegalGenerationError,
+    NotPartitionOwnerError,
     RejoinRequiredError,
     UnknownMemberError,
 )
@@ -42,7 +43,7 @@ class FakeCoordinator:
         self.log: list = []  # shared with the listener: one order of events
 
     def join_group(self, group_id, member_id, client_id, topics, pattern, session_timeout_ms,
-                   assignor, actor, claims):
+                   assignor, actor, claims, timeout=None):
         self.joins.append([tuple(c) for c in claims])
         self.log.append(("joined", sorted(claims)))
         if isinstance(self.heartbeat_error, RejoinRequiredError):
@@ -50,26 +51,27 @@ class FakeCoordinator:
         self.generation += 1
         return {"member_id": member_id, "generation": self.generation, "owned": claims}
 
-    def heartbeat(self, group_id, member_id, owned):
+    def heartbeat(self, group_id, member_id, owned, timeout=None):
         if self.heartbeat_error is not None:
             raise self.heartbeat_error
         return {"generation": self.generation, "owned": [tuple(tp) for tp in PARTITIONS],
                 "revoke": [], "pending": False}
 
-    def leave_group(self, group_id, member_id):
+    def leave_group(self, group_id, member_id, timeout=None):
         return None
 
-    def commit_offsets(self, group_id, member_id, generation, entries):
+    def commit_offsets(self, group_id, member_id, generation, entries, timeout=None):
         self.commits += 1
         if self.commit_errors:
             raise self.commit_errors.pop(0)
 
-    def committed_offsets(self, group_id, partitions):
+    def committed_offsets(self, group_id, partitions, timeout=None):
         return {tuple(tp): None for tp in partitions}
 
 
 class FakeReplica:
     broker_id = 0  # the leader of every partition here
+    leader_epoch = 0
 
     def fetch(self, offset, max_bytes, max_wait_ms, min_bytes):
         future = concurrent.futures.Future()
@@ -87,10 +89,16 @@ class FakeCluster:
         self.controller = FakeCoordinator()
         self.limits = None
 
-    def topic(self, name, refresh=False):
+    def topic(self, name, refresh=False, timeout=None):
         return TopicMetadata(name, "id", tuple(
             PartitionMetadata(p, 0, 0, (0,), (0,), {0: FakeReplica()}) for p in range(2)),
             {}, time.monotonic())
+
+    def cached(self, name):
+        return self.topic(name)
+
+    def refresh_soon(self, name, newer_than=None):
+        pass
 
 
 class Listener:
@@ -119,10 +127,18 @@ def member(monkeypatch):
     cluster.controller.log = listener.events  # joins and listener calls in one order
     consumer.subscribe([TOPIC], listener=listener)
     consumer._membership.refresh()  # the heartbeat thread does not run without Ray
-    consumer.poll(timeout_ms=0)
-    assert consumer.assignment() == set(PARTITIONS)
+    poll_until(consumer, lambda: consumer.assignment() == set(PARTITIONS))
     yield consumer, cluster.controller, listener
     consumer._membership._stop.set()
+
+
+def poll_until(consumer: Consumer, condition, timeout_s: float = 5.0) -> None:
+    """Poll (taking granted partitions needs their committed offsets, looked up on a
+    thread) until ``condition()``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        consumer.poll(timeout_ms=10)
 
 
 def test_a_heartbeat_refused_as_unknown_loses_everything_before_rejoining(member):
@@ -131,6 +147,7 @@ def test_a_heartbeat_refused_as_unknown_loses_everything_before_rejoining(member
     consumer._membership.refresh()
     coordinator.heartbeat_error = None
     consumer.poll(timeout_ms=0)
+    consumer._membership.tick()  # the heartbeat thread's step: it rejoins
     events = listener.events
     assert ("lost", PARTITIONS) in events
     # It gave everything up, then rejoined claiming nothing.
@@ -148,8 +165,19 @@ def test_a_commit_refused_as_unknown_loses_everything(member):
     consumer._membership.latest()  # lost_all is set: the next poll gives everything up
     joins = len(coordinator.joins)
     consumer.poll(timeout_ms=0)
+    consumer._membership.tick()  # the heartbeat thread's step: it rejoins
     assert ("lost", PARTITIONS) in listener.events
     assert len(coordinator.joins) == joins + 1 and coordinator.joins[-1] == []
+
+
+def test_a_commit_refused_for_partitions_it_reads_loses_everything(member):
+    """The coordinator says the member does not own what it reads: it may be another's."""
+    consumer, coordinator, listener = member
+    coordinator.commit_errors = [NotPartitionOwnerError("not the owner")]
+    with pytest.raises(NotPartitionOwnerError):
+        consumer.commit({PARTITIONS[0]: 5})
+    consumer.poll(timeout_ms=0)
+    assert ("lost", PARTITIONS) in listener.events
 
 
 def test_a_commit_fenced_twice_loses_everything(member):

@@ -27,16 +27,19 @@ from raylog.errors import (
     RequestTimeoutError,
 )
 from raylog.producer_state import ProducerStates, SequenceGap
-from raylog.records import parse_header, read_records
+from raylog.records import parse_header
 from raylog.storage import AppendInfo
+from tests.unit.fake_remote import FakePartition
 
 
 class FakeLeader:
     """A partition leader: appends in producer-sequence order, or misbehaves on request."""
 
+    broker_id = 0
+    leader_epoch = 0
+
     def __init__(self) -> None:
-        self.states = ProducerStates()
-        self.values: list[bytes] = []
+        self.log = FakePartition(0, (0,))  # the log and the producer states
         # "ok", "hang", "die" (append, then lose the answer), "refuse", "minus-one" (answer
         # at offset -1 without appending, as older leaders did for a batch they forgot)
         self.mode = "ok"
@@ -78,33 +81,39 @@ class FakeLeader:
         return future
 
     def _append(self, data: bytes) -> AppendInfo:
-        header = parse_header(data)
-        duplicate = self.states.check(header)
-        if duplicate is not None:
-            return duplicate
-        base = len(self.values)
-        self.values.extend(r.value for r in read_records(data))
-        info = AppendInfo(base, len(self.values) - 1, 0, header.record_count)
-        self.states.accept(header, info)
-        return info
+        return self.log.append(data)
 
+    @property
+    def values(self) -> list[bytes | None]:
+        return self.log.values
+
+    @property
+    def states(self) -> ProducerStates:
+        return self.log.states
 
     def lose_tail(self, count: int) -> None:
         """A failover to a replica that lacks the last ``count`` records (an acks=1 tail),
         whose producer state is what its own log says (here: nothing of this producer)."""
-        with self.lock:
-            del self.values[len(self.values) - count:]
-            self.states = ProducerStates()
+        self.log.lose_tail(count)
 
 
 class FakeCluster:
+    """One partition, led by ``leader`` forever: metadata never changes."""
+
     def __init__(self, leader: FakeLeader) -> None:
         self.leader = leader
 
-    def topic(self, name: str, refresh: bool = False) -> TopicMetadata:
+    def topic(self, name: str, refresh: bool = False, timeout: float | None = None
+              ) -> TopicMetadata:
         return TopicMetadata(name, "id", (PartitionMetadata(0, 0, 0, (0,), (0,),
                                                             {0: self.leader}),), {},
                              time.monotonic())
+
+    def cached(self, name: str) -> None:
+        return None  # nothing newer than what the producer holds
+
+    def refresh_soon(self, name: str, newer_than: float | None = None) -> None:
+        pass
 
 
 def fake_wait_done(refs: list, timeout: float) -> list:

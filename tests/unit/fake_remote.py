@@ -1,0 +1,344 @@
+"""A raylog cluster faked behind the client's wrapper seam (raylog/client/remote.py), no Ray.
+
+The clients run unchanged over the real ``RaylogCluster``, ``ControllerClient`` and
+``ReplicaClient``; only the actor handles under them are fakes, whose remote calls return
+``concurrent.futures.Future``s, and the few functions of remote.py that touch Ray
+(``resolve``, ``wait_done``) are swapped for ones that read those futures
+(:func:`install`). Knobs make the controller or a broker hang as a stopped (SIGSTOP)
+process does: calls are taken and not answered until it is continued, then answered in
+order as if just received.
+
+A partition is one shared log (:class:`FakePartition`): the brokers are its replicas and
+replication is instant, so a failover keeps every append; ``lose_tail`` models one that
+does not. A broker serves a partition only at the partition's current leader epoch, as the
+real ones do, with the real ``ProducerStates`` for the producer's sequence rules.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import threading
+import types
+from collections.abc import Callable
+from typing import Any
+
+from raylog.client import connection as connection_module
+from raylog.client import membership as membership_module
+from raylog.client import remote as remote_module
+from raylog.client.connection import RaylogCluster
+from raylog.errors import (
+    ActorUnavailableError,
+    FencedEpochError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
+    RaylogError,
+    RequestTimeoutError,
+    UnknownMemberError,
+    UnknownTopicError,
+)
+from raylog.partition import FetchResult
+from raylog.producer_state import ProducerStates, SequenceGap
+from raylog.records import parse_header, read_records, stamp
+from raylog.storage import AppendInfo
+
+
+def resolve(ref: concurrent.futures.Future, timeout: float | None = None) -> Any:
+    try:
+        return ref.result(timeout)
+    except concurrent.futures.TimeoutError as e:
+        raise RequestTimeoutError(f"no answer within {timeout} s") from e
+
+
+def wait_done(refs: list, timeout: float) -> list:
+    done, _ = concurrent.futures.wait(refs, timeout=timeout,
+                                      return_when=concurrent.futures.FIRST_COMPLETED)
+    return list(done)
+
+
+def answered(value: Any) -> concurrent.futures.Future:
+    future: concurrent.futures.Future = concurrent.futures.Future()
+    future.set_result(value)
+    return future
+
+
+def failed(error: BaseException) -> concurrent.futures.Future:
+    future: concurrent.futures.Future = concurrent.futures.Future()
+    future.set_exception(error)
+    return future
+
+
+def install(monkeypatch, *modules: types.ModuleType) -> None:
+    """Read fake futures where remote.py (and each of ``modules``, which imported its
+    functions by name) would wait on Ray; let the connection's metadata refresher and a
+    group member's heartbeat thread run although Ray is not initialized."""
+    for module in (remote_module, *modules):
+        for name, fake in (("resolve", resolve), ("wait_done", wait_done)):
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, fake)
+    ray_up = types.SimpleNamespace(is_initialized=lambda: True)
+    monkeypatch.setattr(connection_module, "ray", ray_up)
+    monkeypatch.setattr(membership_module, "ray", ray_up)
+    monkeypatch.setattr(membership_module, "current_actor", lambda: None)
+
+
+class Stoppable:
+    """An actor process that can be stopped: while stopped, calls are held unanswered; when
+    continued, each is served in arrival order."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: list[tuple[concurrent.futures.Future, Callable[[], Any]]] | None = None
+        self.calls = 0
+
+    def call(self, serve: Callable[[], Any], delay_s: float = 0.0
+             ) -> concurrent.futures.Future:
+        """``serve()``'s outcome as the call's answer, ``delay_s`` later (a long poll)."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self._lock:
+            self.calls += 1
+            if self._held is not None:
+                self._held.append((future, serve))
+                return future
+        if delay_s > 0:
+            threading.Timer(delay_s, _answer, (future, serve)).start()
+        else:
+            _answer(future, serve)
+        return future
+
+    def stop(self) -> None:
+        with self._lock:
+            if self._held is None:
+                self._held = []
+
+    def cont(self) -> None:
+        with self._lock:
+            held, self._held = self._held or [], None
+        for future, serve in held:
+            _answer(future, serve)
+
+    @property
+    def held(self) -> int:
+        with self._lock:
+            return len(self._held or ())
+
+
+def _answer(future: concurrent.futures.Future, serve: Callable[[], Any]) -> None:
+    try:
+        future.set_result(serve())
+    except Exception as e:  # the actor's error is the call's answer
+        future.set_exception(e)
+
+
+class _Method:
+    def __init__(self, process: Stoppable, serve: Callable[..., Any]) -> None:
+        self._process = process
+        self._serve = serve
+        self._method_name = serve.__name__.lstrip("_")
+
+    def remote(self, *args: Any) -> concurrent.futures.Future:
+        return self._process.call(lambda: self._serve(*args))
+
+
+class _LongPoll(_Method):
+    """A fetch that finds nothing to read is answered after its ``max_wait_ms``."""
+
+    def remote(self, topic: str, partition: int, leader_epoch: int, offset: int,
+               max_bytes: int, max_wait_ms: int, min_bytes: int) -> concurrent.futures.Future:
+        args = topic, partition, leader_epoch, offset, max_bytes, max_wait_ms, min_bytes
+        empty = len(self._process.partitions[(topic, partition)].values) <= offset
+        return self._process.call(lambda: self._serve(*args),
+                                  max_wait_ms / 1000 if empty else 0.0)
+
+
+class FakePartition:
+    """One partition's log, shared by its replicas: stamped batches, the leader, its epoch
+    and the leader's producer states."""
+
+    def __init__(self, leader: int, replicas: tuple[int, ...]) -> None:
+        self.leader: int | None = leader
+        self.leader_epoch = 0
+        self.replicas = replicas
+        self.batches: list[bytes] = []
+        self.values: list[bytes | None] = []
+        self.states = ProducerStates()
+        self.lock = threading.Lock()
+
+    def fail_over(self, to: int | None) -> None:
+        with self.lock:
+            self.leader = to
+            self.leader_epoch += 1
+
+    def lose_tail(self, count: int) -> None:
+        """A failover to a replica lacking the last ``count`` records (whole batches), whose
+        producer state is what its own log says (here: nothing)."""
+        with self.lock:
+            end = len(self.values) - count
+            del self.values[end:]
+            self.batches = [b for b in self.batches if parse_header(b).base_offset < end]
+            self.states = ProducerStates()
+
+    def append(self, data: bytes) -> AppendInfo:
+        with self.lock:
+            header = parse_header(data)
+            duplicate = self.states.check(header)
+            if duplicate is not None:
+                return duplicate
+            base = len(self.values)
+            self.values.extend(r.value for r in read_records(data))
+            stamped = bytearray(data)
+            stamp(stamped, base, self.leader_epoch)
+            self.batches.append(bytes(stamped))
+            info = AppendInfo(base, len(self.values) - 1, 0, header.record_count)
+            self.states.accept(header, info)
+            return info
+
+    def read(self, offset: int) -> FetchResult:
+        with self.lock:
+            end = len(self.values)
+            if not 0 <= offset <= end:
+                raise OffsetOutOfRangeError(f"offset {offset} outside [0, {end}]")
+            data = b"".join(b for b in self.batches
+                            if parse_header(b).next_offset > offset)
+            return FetchResult(data, end, 0, end)
+
+
+class FakeBroker(Stoppable):
+    """A broker actor: serves produce, fetch and list_offset for the partitions it leads at
+    their current epoch. ``swallow``: append what is produced but never answer (a leader
+    that hangs right after its append was replicated); ``dead``: every call fails at once
+    with ActorUnavailableError (the process is gone)."""
+
+    def __init__(self, broker_id: int, partitions: dict[tuple[str, int], FakePartition]
+                 ) -> None:
+        super().__init__()
+        self.broker_id = broker_id
+        self.partitions = partitions
+        self.swallow = False
+        self.dead = False
+        self.produce = _Method(self, self._produce)
+        self.fetch = _LongPoll(self, self._fetch)
+        self.list_offset = _Method(self, self._list_offset)
+        self.delete_records = _Method(self, self._delete_records)
+
+    def call(self, serve: Callable[[], Any], delay_s: float = 0.0
+             ) -> concurrent.futures.Future:
+        if self.dead:
+            return failed(ActorUnavailableError(f"broker {self.broker_id} died"))
+        if self.swallow:
+            with contextlib.suppress(RaylogError):  # its answer, error or not, goes nowhere
+                serve()
+            with self._lock:
+                self.calls += 1
+            return concurrent.futures.Future()
+        return super().call(serve, delay_s)
+
+    def _leading(self, topic: str, partition: int, leader_epoch: int) -> FakePartition:
+        p = self.partitions[(topic, partition)]
+        if leader_epoch < p.leader_epoch:
+            raise FencedEpochError(f"epoch {leader_epoch} < {p.leader_epoch}")
+        if p.leader != self.broker_id:
+            raise NotLeaderError(f"broker {self.broker_id} does not lead {topic}-{partition}")
+        return p
+
+    def _produce(self, topic: str, partition: int, leader_epoch: int, batch: bytes,
+                 acks: object, timeout_ms: int) -> AppendInfo:
+        p = self._leading(topic, partition, leader_epoch)
+        try:
+            return p.append(batch)
+        except SequenceGap as gap:  # the real leader waits a moment first
+            raise gap.error(f"{topic}-{partition}", 0.0) from None
+
+    def _fetch(self, topic: str, partition: int, leader_epoch: int, offset: int,
+               max_bytes: int, max_wait_ms: int, min_bytes: int) -> FetchResult:
+        return self._leading(topic, partition, leader_epoch).read(offset)
+
+    def _delete_records(self, topic: str, partition: int, leader_epoch: int, offset: int
+                        ) -> int:
+        self._leading(topic, partition, leader_epoch)
+        return offset  # the new log start (nothing is deleted here)
+
+    def _list_offset(self, topic: str, partition: int, leader_epoch: int,
+                     spec: str | int) -> tuple[int, int]:
+        p = self._leading(topic, partition, leader_epoch)
+        return (0 if spec == "earliest" else len(p.values)), -1
+
+
+class FakeController(Stoppable):
+    """The controller actor: metadata of topics of FakePartitions over FakeBrokers (a broker
+    not alive has no handle in the answers), and a group coordinator that grants every
+    partition of the subscribed topics to whoever joined and keeps committed offsets."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.brokers: dict[int, FakeBroker] = {}
+        self.alive: set[int] = set()
+        self.topics: dict[str, list[FakePartition]] = {}
+        self.partitions: dict[tuple[str, int], FakePartition] = {}
+        self.members: dict[str, list[str]] = {}  # member id -> its topics
+        self.revoke: set[tuple[str, int]] = set()  # what heartbeats tell members to give up
+        self.generation = 0
+        self.committed: dict[tuple[str, int], int] = {}
+        for method in (self._metadata, self._join_group, self._heartbeat, self._leave_group,
+                       self._commit_offsets, self._committed_offsets):
+            setattr(self, method.__name__[1:], _Method(self, method))
+
+    def _join_group(self, group_id, member_id, client_id, topics, pattern, session_timeout_ms,
+                    assignor, actor, claims) -> dict[str, Any]:
+        self.members[member_id] = topics
+        self.generation += 1
+        return {"member_id": member_id, "generation": self.generation,
+                "owned": [tuple(c) for c in claims]}
+
+    def _grant(self, member_id: str) -> list[tuple[str, int]]:
+        return [(t, i) for t in self.members[member_id] for i in range(len(self.topics[t]))]
+
+    def _heartbeat(self, group_id, member_id, owned) -> dict[str, Any]:
+        if member_id not in self.members:
+            raise UnknownMemberError(f"no member {member_id}")
+        return {"generation": self.generation, "owned": self._grant(member_id),
+                "revoke": sorted(self.revoke), "pending": False}
+
+    def _leave_group(self, group_id, member_id) -> None:
+        self.members.pop(member_id, None)
+
+    def _commit_offsets(self, group_id, member_id, generation, entries) -> None:
+        for topic, partition, offset, _ in entries:
+            self.committed[(topic, partition)] = offset
+
+    def _committed_offsets(self, group_id, partitions) -> dict:
+        return {tuple(tp): ((self.committed[tuple(tp)], "", 0)
+                            if tuple(tp) in self.committed else None) for tp in partitions}
+
+    def add_topic(self, name: str, partitions: int, replicas: tuple[int, ...] = (1, 2, 3)
+                  ) -> list[FakePartition]:
+        for b in replicas:
+            if b not in self.brokers:
+                self.brokers[b] = FakeBroker(b, self.partitions)
+                self.alive.add(b)
+        made = [FakePartition(replicas[i % len(replicas)], replicas) for i in range(partitions)]
+        self.topics[name] = made
+        for i, p in enumerate(made):
+            self.partitions[(name, i)] = p
+        return made
+
+    def _metadata(self, names: list[str]) -> dict[str, dict[str, Any]]:
+        out = {}
+        for name in names:
+            if name not in self.topics:
+                raise UnknownTopicError(f"no topic {name!r}")
+            parts = self.topics[name]
+            brokers = {b: {"handle": self.brokers[b], "node_id": f"node-{b}"}
+                       for p in parts for b in p.replicas if b in self.alive}
+            out[name] = {"name": name, "topic_id": name, "configs": {}, "brokers": brokers,
+                         "partitions": [{"partition": i, "leader": p.leader,
+                                         "leader_epoch": p.leader_epoch,
+                                         "replicas": list(p.replicas),
+                                         "isr": list(p.replicas)}
+                                        for i, p in enumerate(parts)]}
+        return out
+
+
+def fake_cluster(controller: FakeController) -> RaylogCluster:
+    """The real connection over the fake controller."""
+    return RaylogCluster(controller)
