@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-# The seed `make test` runs: one round of every kind of fault (about 150 s of faults). On
-# the main of 2026-11-26 it fails: every partition stalls while a broker is paused (issue
-# 22, item 7: hung brokers are not fenced), and futures resolve late while the controller
-# hangs (the producer's sender waits on a metadata refresh, item 8). Both must land first.
+# The seed `make test` runs: one round of every kind of fault (about 150 s of faults). It
+# found, before issue 22's items 7 and 8 landed, every partition stalled while a broker was
+# paused (hung brokers were not fenced) and futures resolved late while the controller hung
+# (the producer's sender waited on a metadata refresh).
 QUICK_SEED = 10
 
 
