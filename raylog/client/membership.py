@@ -143,11 +143,7 @@ class Membership:
             answer = self._controller.heartbeat(self.group_id, self.member_id, owned,
                                                 timeout=self._session_timeout_s)
         except RejoinRequiredError:
-            with self._lock:
-                claims = self._claims()
-            logger.info("group %s: the coordinator restarted; rejoining with %d partitions",
-                        self.group_id, len(claims))
-            self._join(claims)
+            self.rejoin_claiming()
             return
         except UnknownMemberError:
             self.lose_all()
@@ -231,10 +227,17 @@ class Membership:
         self._beat()
 
     def rejoin_claiming(self) -> None:
-        """Join a restarted coordinator again, keeping what the member owns (a commit was
-        told RejoinRequiredError before the heartbeat thread got to it)."""
+        """Join a restarted coordinator again, keeping what the member owns (told so by a
+        heartbeat, or by a commit before the heartbeat thread got to it). Unless the
+        member's session ran out first: the coordinator may have given its partitions away
+        before it restarted, so everything is lost (as :meth:`latest` says)."""
         with self._lock:
+            if time.monotonic() - self._last_success > self._session_timeout_s:
+                self._lost_all = True
+                return
             claims = self._claims()
+        logger.info("group %s: the coordinator restarted; rejoining with %d partitions",
+                    self.group_id, len(claims))
         self._join(claims)
 
     def close(self) -> None:

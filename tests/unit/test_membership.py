@@ -202,6 +202,23 @@ def test_a_commit_refused_once_for_its_generation_succeeds_after_learning_the_ne
     assert consumer.assignment() == set(PARTITIONS)
 
 
+def test_a_member_whose_session_ran_out_claims_nothing_from_a_restarted_coordinator(
+        member, monkeypatch):
+    """The coordinator restarted after the member's session had run out: others may own
+    its partitions now, so it gives them up and rejoins owning nothing."""
+    consumer, coordinator, listener = member
+    coordinator.heartbeat_error = RejoinRequiredError("the coordinator restarted")
+    joins = len(coordinator.joins)
+    later = time.monotonic() + consumer.config.session_timeout_ms / 1000 + 1
+    monkeypatch.setattr(membership_module.time, "monotonic", lambda: later)
+    consumer._membership.refresh()
+    assert len(coordinator.joins) == joins  # no join claiming its partitions
+    consumer.poll(timeout_ms=0)
+    assert ("lost", PARTITIONS) in listener.events
+    consumer._membership.tick()  # the heartbeat thread's rejoin, after it gave all up
+    assert coordinator.joins[joins:] == [[]]
+
+
 def test_a_silent_session_loses_everything(member, monkeypatch):
     """No heartbeat answered for session_timeout_ms: the coordinator may have given the
     partitions away, so the member stops reading them even before it hears so."""
