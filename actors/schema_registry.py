@@ -2,7 +2,7 @@
 
 One detached actor named ``raylog-schema-registry`` in namespace ``raylog``, on the head
 node, restarted by Ray after a crash, created by the first client that asks
-(``raylog/registry.py``). It holds a :class:`raylog.schemas.registry.Registry` over
+(``raylog/schemas/client.py``). It holds a :class:`raylog.schemas.registry.Registry` over
 :class:`TopicLog`, raylog's own Producer and Consumer on the single partition of the
 compacted topic ``_schemas``: it replays the topic when it (re)starts, and every change is
 written with ``acks="all"`` and read back before it is answered. Its methods run one at a
@@ -23,11 +23,11 @@ import ray
 
 from actors import log_what_matters
 from raylog.errors import RaylogError
-from raylog.interop import java_error
 from raylog.schemas.errors import RegistryStoreError
 from raylog.schemas.registry import Registry
 from raylog.schemas.state import SCHEMAS_TOPIC, Record
 from raylog.types import TopicPartition
+from raylog.util.interop import java_error
 
 logger = logging.getLogger(__name__)
 
@@ -168,7 +168,7 @@ class SchemaRegistryActor:
     def delete_config(self, subject: str | None = None) -> str:
         return self._do("delete_config", subject)
 
-    # -- the Java connector (raylog/interop.py: JSON out, raylog errors as Java reads them) --
+    # -- the Java connector (raylog/util/interop.py: JSON out, raylog errors as Java reads them) --
 
     def java_schema(self, schema_id: int) -> str:
         """``{"id", "schema"}`` of a global id as JSON: the writer schema of the values that

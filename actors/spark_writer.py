@@ -23,8 +23,8 @@ from actors import log_what_matters
 from raylog.client.connection import init
 from raylog.client.producer import Producer, producer_config
 from raylog.errors import InvalidRecordError, RaylogError
-from raylog.interop import java_error
 from raylog.records.payload import HEADERS_TYPE
+from raylog.util.interop import java_error
 
 logger = logging.getLogger(__name__)
 

@@ -13,16 +13,7 @@ from typing import Any
 
 import ray
 
-from raylog.arguments import check_bool, short_repr
 from raylog.client.remote import ControllerClient, ReplicaClient
-from raylog.cluster_names import (
-    ACTOR_RUNTIME_ENV,
-    BROKER_RESOURCE,
-    CONTROLLER_NAME,
-    DATA_DIR_ENV,
-    HEAD_RESOURCE,
-    NAMESPACE,
-)
 from raylog.errors import (
     ClusterAuthenticationError,
     InvalidArgumentError,
@@ -31,7 +22,16 @@ from raylog.errors import (
     RaylogError,
 )
 from raylog.metadata.limits import PartitionLimits
-from raylog.topics import validate_topic_name
+from raylog.metadata.topics import validate_topic_name
+from raylog.util.arguments import check_bool, short_repr
+from raylog.util.cluster_names import (
+    ACTOR_RUNTIME_ENV,
+    BROKER_RESOURCE,
+    CONTROLLER_NAME,
+    DATA_DIR_ENV,
+    HEAD_RESOURCE,
+    NAMESPACE,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -27,10 +27,10 @@ from typing import Any
 import pytest
 
 from raylog.errors import LogClosedError, StorageError
-from raylog.partition import LeaderAndIsr, Partition
-from raylog.replication.truncation import Ask
+from raylog.metadata.topics import log_config, normalize_configs
+from raylog.replica.partition import LeaderAndIsr, Partition
+from raylog.replica.truncation import Ask
 from raylog.storage import PartitionLog
-from raylog.topics import log_config, normalize_configs
 from tests.unit.logutil import FakeClock, all_records, batch_of
 from tests.unit.powerloss import FailingDisk, PowerLoss
 from tests.unit.test_partition import sync as catch_up

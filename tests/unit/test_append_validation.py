@@ -146,7 +146,7 @@ def test_a_malformed_producer_batch_spends_its_sequence_but_a_damaged_one_does_n
     """The leader refuses both. A malformed batch (CRCs right) was built so by its producer:
     its sequence is spent, so the producer's next batch is taken. A damaged one (a CRC
     wrong) may have a damaged sequence too: nothing is recorded for its producer."""
-    from raylog.partition import LeaderAndIsr, Partition
+    from raylog.replica.partition import LeaderAndIsr, Partition
 
     partition = Partition("p", 0, PartitionLog(tmp_path / "p-0", CONFIG, clock=FakeClock(NOW)),
                           0)

@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from raylog.arguments import (
+from raylog.errors import InvalidArgumentError, InvalidConfigError, RaylogError
+from raylog.util.arguments import (
     INT32_MAX,
     INT64_MAX,
     MAX_ID_LENGTH,
@@ -21,7 +22,6 @@ from raylog.arguments import (
     short_repr,
     unknown_name,
 )
-from raylog.errors import InvalidArgumentError, InvalidConfigError, RaylogError
 
 
 def test_invalid_argument_error_is_a_value_and_a_type_error():

@@ -9,10 +9,10 @@ import io
 
 import pytest
 
-import raylog.cli as cli
+import raylog.cli.commands as cli
 from raylog import __version__
-from raylog.cli import main, report
-from raylog.cli_records import _record, _refusals, format_record
+from raylog.cli.commands import main, report
+from raylog.cli.records import _record, _refusals, format_record
 from raylog.errors import InvalidRecordError, RecordTooLargeError, UnknownTopicError
 from raylog.types import ConsumerRecord
 

@@ -1,5 +1,5 @@
 """Long-running commands stop on SIGTERM as on SIGINT, printing their totals
-(raylog/cli_signals.py). The rule itself in this process; ``raylog registry``'s and
+(raylog/cli/signals.py). The rule itself in this process; ``raylog registry``'s and
 ``raylog flight-serve``'s serving loops in processes of their own over an in-memory
 registry and a fake cluster (no Ray)."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from raylog.cli_signals import StopSignals
+from raylog.cli.signals import StopSignals
 from raylog.mirror.flight_client import SourceClient, batch_views
 from raylog.mirror.protocol import Ticket
 from tests.children import Child, sigint_ignored
@@ -59,7 +59,7 @@ def test_a_sigint_ignored_at_start_stays_ignored_and_sigterm_stops():
 
 REGISTRY = """
 import sys
-from raylog.registry import serve
+from raylog.schemas.client import serve
 from raylog.schemas.registry import MemoryLog, Registry
 sys.exit(serve(Registry(MemoryLog()), "127.0.0.1", 0, sys.stdout))
 """
@@ -82,7 +82,7 @@ def test_the_registry_server_stops_and_says_how_many_requests_it_answered(sig):
 
 FLIGHT = """
 import sys
-from raylog.cli_mirror import serve_until_stopped
+from raylog.cli.mirror import serve_until_stopped
 from raylog.mirror.flight_server import SourceFlightServer
 from tests.unit.test_mirror_flight import TOKEN, FakeSource
 server = SourceFlightServer(FakeSource(), TOKEN)

@@ -14,7 +14,6 @@ import pytest
 
 from raylog import Admin, Consumer, NewTopic, Producer
 from raylog.client.connection import PartitionMetadata, RaylogCluster, TopicMetadata
-from raylog.data import read_topic, write_dataset
 from raylog.errors import (
     IllegalStateError,
     InvalidArgumentError,
@@ -27,8 +26,9 @@ from raylog.errors import (
     RaylogError,
     UnknownPartitionError,
 )
+from raylog.integrations.ray_data import read_topic, write_dataset
+from raylog.integrations.ray_data.ranges import Timestamp
 from raylog.metadata.limits import PartitionLimits
-from raylog.ranges import Timestamp
 
 DEADLINE_S = 2.0  # a generous bound: each of these answers without any I/O
 

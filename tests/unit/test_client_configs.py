@@ -7,11 +7,11 @@ import re
 
 import pytest
 
-from raylog.arguments import build_config
 from raylog.client.consumer import OFFSET_RESETS, ConsumerConfig
 from raylog.client.producer import ProducerConfig, producer_config
 from raylog.errors import InvalidConfigError
 from raylog.records.builder import BATCH_OVERHEAD
+from raylog.util.arguments import build_config
 
 
 def _escaped(value: object) -> str:

@@ -1,16 +1,16 @@
-"""How Ray Data reads and offset lookups ride out a moving leader (raylog.data.read_retrying):
-no Ray cluster, the attempts are plain functions."""
+"""How Ray Data reads and offset lookups ride out a moving leader
+(raylog.integrations.ray_data.read_retrying): no Ray cluster, the attempts are plain functions."""
 
 from __future__ import annotations
 
 import pytest
 
-from raylog import data
 from raylog.errors import (
     ActorUnavailableError,
     OffsetNotAvailableError,
     OffsetOutOfRangeError,
 )
+from raylog.integrations import ray_data as data
 
 
 def test_retriable_failures_are_asked_again_with_fresh_metadata(monkeypatch):

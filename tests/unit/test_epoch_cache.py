@@ -12,7 +12,7 @@ from raylog.errors import (
     LeaderEpochRegressionError,
 )
 from raylog.records.header import NO_LEADER_EPOCH, BatchHeader
-from raylog.replication.epochs import (
+from raylog.replica.epochs import (
     LEADER_EPOCH_FILE,
     UNDEFINED,
     EpochEndOffset,

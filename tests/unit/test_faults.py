@@ -1,4 +1,4 @@
-"""Fail points (raylog/faults.py): off unless armed in the file the environment names."""
+"""Fail points (raylog/util/faults.py): off unless armed in the file the environment names."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from raylog import faults
+from raylog.util import faults
 
 SCRIPT = textwrap.dedent("""
-    from raylog import faults
+    from raylog.util import faults
     faults.point("a.b")
     print("passed", flush=True)
 """)

@@ -12,7 +12,7 @@ import pytest
 from actors.fetcher import ReplicaFetcher
 from actors.hosting import HostedReplica
 from raylog.errors import RaylogError
-from raylog.partition import LeaderAndIsr, Partition
+from raylog.replica.partition import LeaderAndIsr, Partition
 from raylog.storage import LogConfig, PartitionLog
 from tests.unit.logutil import FakeClock, batch_of
 

@@ -31,7 +31,7 @@ from raylog.groups.coordinator import (
     OffsetAndMetadata,
 )
 from raylog.groups.group import Group, GroupState, Heartbeat
-from raylog.partitioner import key_partition
+from raylog.records.partitioner import key_partition
 from raylog.types import TopicPartition
 
 SESSION_MS = 1_000

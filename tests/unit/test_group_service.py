@@ -14,7 +14,7 @@ from ray.exceptions import ActorDiedError
 import actors.groups as groups_module
 from actors.groups import GroupService
 from raylog.errors import RequestTimeoutError
-from raylog.partition import FetchResult
+from raylog.replica.partition import FetchResult
 from raylog.storage import AppendInfo
 from raylog.types import TopicPartition
 from tests.unit.test_fetcher import _Remote  # a fake actor method: .remote() is a coroutine

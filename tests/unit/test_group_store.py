@@ -30,9 +30,9 @@ from raylog.errors import (
 from raylog.groups.coordinator import GroupCoordinator, OffsetAndMetadata
 from raylog.groups.offsets_writer import OffsetsWriter, Write
 from raylog.groups.store import GroupStore
-from raylog.partition import LeaderAndIsr, Partition
-from raylog.producer_state import ProducerStates, SequenceGap
 from raylog.records.header import iter_headers
+from raylog.replica.partition import LeaderAndIsr, Partition
+from raylog.replica.producer_state import ProducerStates, SequenceGap
 from raylog.storage import AppendInfo, LogConfig, PartitionLog
 from raylog.types import TopicPartition
 from tests.unit.logutil import FakeClock, all_records

@@ -11,7 +11,7 @@ import pytest
 
 from actors.hosting import HostedReplica
 from raylog.errors import StaleIsrChangeError
-from raylog.partition import AlterIsr, LeaderAndIsr, Partition
+from raylog.replica.partition import AlterIsr, LeaderAndIsr, Partition
 from raylog.storage import LogConfig, PartitionLog
 from tests.unit.logutil import FakeClock, batch_of
 from tests.unit.test_fetcher import until

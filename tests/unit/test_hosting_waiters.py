@@ -10,7 +10,7 @@ import pytest
 
 from actors.hosting import HostedReplica
 from raylog.errors import NotLeaderError, RequestTimeoutError
-from raylog.partition import LeaderAndIsr, Partition
+from raylog.replica.partition import LeaderAndIsr, Partition
 from raylog.storage import LogConfig, PartitionLog
 from tests.unit.logutil import FakeClock, batch_of
 

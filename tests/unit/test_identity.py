@@ -1,4 +1,4 @@
-"""Broker identity on disk (raylog/identity.py) and who serves which broker
+"""Broker identity on disk (raylog/metadata/identity.py) and who serves which broker
 (raylog/metadata/brokers.py), without Ray."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import os
 
 import pytest
 
-from raylog.identity import (
+from raylog.metadata.brokers import BrokerRegistry, Offer, Verdict
+from raylog.metadata.identity import (
     IDENTITY_FILE,
     BrokerIdentity,
     DirectoryLock,
@@ -17,7 +18,6 @@ from raylog.identity import (
     read_identity,
     write_identity,
 )
-from raylog.metadata.brokers import BrokerRegistry, Offer, Verdict
 
 CLUSTER = "0123456789abcdef"
 OTHER = "fedcba9876543210"

@@ -14,7 +14,7 @@ from raylog.errors import (
     NotEnoughReplicasError,
     OffsetOutOfRangeError,
 )
-from raylog.replication.isr import NO_BROKER_EPOCH, ReplicaSet
+from raylog.replica.isr import NO_BROKER_EPOCH, ReplicaSet
 from tests.unit.logutil import FakeClock
 
 LAG_MS = 10_000

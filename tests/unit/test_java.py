@@ -1,6 +1,6 @@
-"""The Spark connector's Java unit tests (raylog/java/test), run with the Python ones: the
-connector is built from source with javac (raylog.spark_build), then the tests' own runner
-runs them in a plain JVM (no Spark session, no Ray)."""
+"""The Spark connector's Java unit tests (raylog/integrations/spark/java/test), run with the
+Python ones: the connector is built from source with javac (raylog.integrations.spark.build),
+then the tests' own runner runs them in a plain JVM (no Spark session, no Ray)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 
 
 def test_java_unit_tests_pass():
-    done = subprocess.run([sys.executable, "-m", "raylog.spark_build", "--test"],
+    done = subprocess.run([sys.executable, "-m", "raylog.integrations.spark.build", "--test"],
                           capture_output=True, text=True, timeout=600, check=False)
     report = done.stdout + done.stderr
     assert done.returncode == 0, report

@@ -23,7 +23,7 @@ from raylog.errors import (
     RejoinRequiredError,
     UnknownMemberError,
 )
-from raylog.partition import FetchResult
+from raylog.replica.partition import FetchResult
 from raylog.types import TopicPartition
 
 TOPIC = "t"

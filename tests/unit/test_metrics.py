@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from raylog.metrics import (
+from raylog.util.metrics import (
     METRICS,
     Recorder,
     partition_change_counts,

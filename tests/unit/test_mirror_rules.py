@@ -42,8 +42,8 @@ from raylog.mirror.translation import (
     sync_key,
     sync_value,
 )
-from raylog.producer_state import ProducerStates
 from raylog.records.header import BatchHeader
+from raylog.replica.producer_state import ProducerStates
 from raylog.storage import AppendInfo
 
 # -- names and filters -----------------------------------------------------------------------------

@@ -23,7 +23,9 @@ from raylog.errors import (
 from raylog.metadata import election
 from raylog.metadata.election import Change
 from raylog.metadata.state import PartitionState
-from raylog.partition import (
+from raylog.records import TABLE_SCHEMA, Codec, iter_headers, read_records
+from raylog.replica.isr import NO_BROKER_EPOCH
+from raylog.replica.partition import (
     EARLIEST,
     LATEST,
     AlterIsr,
@@ -32,10 +34,8 @@ from raylog.partition import (
     Role,
     Transition,
 )
-from raylog.producer_state import SequenceGap
-from raylog.records import TABLE_SCHEMA, Codec, iter_headers, read_records
-from raylog.replication.isr import NO_BROKER_EPOCH
-from raylog.replication.truncation import Ask
+from raylog.replica.producer_state import SequenceGap
+from raylog.replica.truncation import Ask
 from raylog.storage import LogConfig, PartitionLog
 from raylog.storage.segment import LogSegment
 from tests.unit.logutil import FakeClock, all_records, batch_of
@@ -838,7 +838,7 @@ def test_the_epoch_cache_follows_appends_elections_and_retention(tmp_path):
     """Each leader epoch's first offset is kept beside the log, answers what a follower's
     truncation asks, survives a reopen, is rebuilt from the batches if its file is lost,
     and forgets what retention deleted."""
-    from raylog.replication.epochs import LEADER_EPOCH_FILE, UNDEFINED
+    from raylog.replica.epochs import LEADER_EPOCH_FILE, UNDEFINED
 
     clock = FakeClock(NOW)
     config = LogConfig(segment_bytes=1024, retention_ms=1000)

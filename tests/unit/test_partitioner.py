@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import raylog.partitioner as partitioner_module
+import raylog.records.partitioner as partitioner_module
 from raylog.errors import InvalidPartitionsError, InvalidRecordError
-from raylog.partitioner import (
+from raylog.records.partitioner import (
     StickyPartitioner,
     key_partition,
     key_partitions,

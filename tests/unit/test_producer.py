@@ -26,8 +26,8 @@ from raylog.errors import (
     RecordTooLargeError,
     RequestTimeoutError,
 )
-from raylog.producer_state import ProducerStates, SequenceGap
 from raylog.records import parse_header
+from raylog.replica.producer_state import ProducerStates, SequenceGap
 from raylog.storage import AppendInfo
 from tests.unit.fake_remote import FakePartition
 

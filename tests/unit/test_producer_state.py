@@ -1,4 +1,4 @@
-"""Sequence order and retries per producer: raylog.producer_state, Partition.append and the
+"""Sequence order and retries per producer: raylog.replica.producer_state, Partition.append and the
 leader's wait for a gap (HostedReplica.produce). A gap is never accepted, and nothing but a
 real append is answered with offsets."""
 
@@ -19,15 +19,15 @@ from raylog.errors import (
     RecordTooLargeError,
     UnknownProducerIdError,
 )
-from raylog.partition import LeaderAndIsr, Partition
-from raylog.producer_state import (
+from raylog.records import BatchBuilder, parse_header
+from raylog.replica.partition import LeaderAndIsr, Partition
+from raylog.replica.producer_state import (
     RECENT_BATCHES,
     ProducerSnapshots,
     ProducerStates,
     Refusal,
     SequenceGap,
 )
-from raylog.records import BatchBuilder, parse_header
 from raylog.storage import AppendInfo, LogConfig, PartitionLog
 from tests.unit.logutil import FakeClock, all_records
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from raylog.progress import progress
+from raylog.util.progress import progress
 
 
 def test_off_a_terminal_progress_is_plain_lines_and_one_at_the_end():

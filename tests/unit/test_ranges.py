@@ -1,4 +1,4 @@
-"""Offset bounds and read-task planning (raylog.ranges), without Ray."""
+"""Offset bounds and read-task planning (raylog.integrations.ray_data.ranges), without Ray."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from raylog.errors import InvalidOffsetRangeError, OffsetOutOfRangeError
-from raylog.ranges import (
+from raylog.integrations.ray_data.ranges import (
     EARLIEST,
     LATEST,
     Timestamp,

@@ -10,7 +10,7 @@ from ray.exceptions import ActorUnschedulableError
 
 from raylog.client.remote import unwrap
 from raylog.errors import ActorUnavailableError, InvalidRecordError, OffsetNotAvailableError
-from raylog.interop import ERROR_MARK, error_json, java_error
+from raylog.util.interop import ERROR_MARK, error_json, java_error
 
 
 def test_an_actor_pinned_to_a_node_that_is_gone_is_retriable():

@@ -17,8 +17,8 @@ from pathlib import Path
 from tests.unit.logutil import batch_of
 
 ROOT = Path(__file__).resolve().parents[2]
-NEVER_IN_A_REPLICA = ["pandas", "pyspark", "raydp", "ray.data", "raylog.client", "raylog.data",
-                      "raylog.spark", "actors.controller"]
+NEVER_IN_A_REPLICA = ["pandas", "pyspark", "raydp", "ray.data", "raylog.client",
+                      "raylog.integrations", "actors.controller"]
 
 SCRIPT = textwrap.dedent("""
     import json, sys
@@ -27,7 +27,7 @@ SCRIPT = textwrap.dedent("""
     import actors.broker as broker
     broker.forgo_pandas()  # as BrokerActor.__init__ does first
     from actors.hosting import HostedReplica
-    from raylog.partition import LeaderAndIsr
+    from raylog.replica.partition import LeaderAndIsr
     from raylog.records.kafka_columns import kafka_table
 
     root = Path(sys.argv[1])
@@ -63,8 +63,8 @@ def test_a_replica_that_has_worked_never_imported_clients_pandas_spark_or_ray_da
 def test_the_replication_rules_import_no_ray():
     # Issue 12: the rules are plain Python, testable (and usable) without Ray.
     script = ("import json, sys\n"
-              "import raylog.replication.epochs, raylog.replication.isr, "
-              "raylog.replication.truncation\n"
+              "import raylog.replica.epochs, raylog.replica.isr, "
+              "raylog.replica.truncation\n"
               "print(json.dumps(sorted(sys.modules)))")
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)

@@ -11,9 +11,9 @@ import pytest
 from raylog.client.futures import BatchResult
 from raylog.client.sender_state import MAX_SEQUENCE, OutgoingBatch, PartitionSender
 from raylog.errors import InvalidProducerEpochError, OutOfOrderSequenceError
-from raylog.producer_state import ProducerStates, SequenceGap
 from raylog.records import BatchBuilder, parse_header, read_records
 from raylog.records.header import BatchHeader
+from raylog.replica.producer_state import ProducerStates, SequenceGap
 from raylog.storage import AppendInfo
 
 TIMEOUT_S = 10.0

@@ -12,9 +12,9 @@ import pytest
 
 from raylog.client.tables import payload_table, split_for_partitions
 from raylog.errors import InvalidRecordError, UnknownPartitionError
-from raylog.partitioner import StickyPartitioner, key_partition
 from raylog.records import PAYLOAD_SCHEMA, Codec, encode
 from raylog.records.builder import BATCH_OVERHEAD
+from raylog.records.partitioner import StickyPartitioner, key_partition
 from raylog.records.payload import HEADERS_TYPE
 
 NOW = 1_700_000_000_000

@@ -12,9 +12,7 @@ from raylog.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from raylog.storage import LogConfig
-from raylog.storage.config import DAY_MS
-from raylog.topics import (
+from raylog.metadata.topics import (
     CONSUMER_OFFSETS_TOPIC,
     MAX_COMMIT_METADATA,
     MAX_TOPIC_NAME_LENGTH,
@@ -36,6 +34,8 @@ from raylog.topics import (
     topic_pattern,
     validate_topic_name,
 )
+from raylog.storage import LogConfig
+from raylog.storage.config import DAY_MS
 from raylog.types import TopicPartition
 
 # -- topic names ---------------------------------------------------------------------------------

@@ -12,8 +12,8 @@ from hypothesis import given, settings, target
 from hypothesis import strategies as st
 
 from raylog.errors import InvalidArgumentError
-from raylog.replication.epochs import UNDEFINED, LeaderEpochCache
-from raylog.replication.truncation import Ask, Truncate, first_step, next_step
+from raylog.replica.epochs import UNDEFINED, LeaderEpochCache
+from raylog.replica.truncation import Ask, Truncate, first_step, next_step
 
 
 class Replica:

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from raylog.errors import InvalidArgumentError
-from raylog.typecheck import checked, matches
 from raylog.types import TopicPartition
+from raylog.util.typecheck import checked, matches
 
 
 @pytest.mark.parametrize(("value", "hint", "expected"), [
