@@ -9,29 +9,16 @@ traceback.
 from __future__ import annotations
 
 import argparse
-import json
-import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TextIO
 
 from raylog import __version__
+from raylog.cli.common import UsageError, connect, int_in, json_flag, print_json, report
 from raylog.errors import RaylogError
-from raylog.util.arguments import INT32_MAX
 
 EPILOG = ("exit status: 0 done; 1 refused by raylog or the cluster (e.g. a record not "
           "produced); 2 bad command line. Errors are one line on stderr: 'raylog: error: ...'.")
-
-
-class UsageError(Exception):
-    """A command line that parses but asks for something impossible (exit status 2)."""
-
-
-def report(message: object, status: int) -> int:
-    """Print ``raylog: error: <message>`` as one line on stderr; return ``status``."""
-    text = re.sub(r"\s*\n\s*", " ", str(message)).strip()
-    print(f"raylog: error: {text}", file=sys.stderr)
-    return status
 
 
 class _Parser(argparse.ArgumentParser):
@@ -40,20 +27,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         report(f"{message} (see '{self.prog} --help')", 2)
         self.exit(2)
-
-
-def _int_in(minimum: int, maximum: int = INT32_MAX) -> Callable[[str], int]:
-    """An argparse type: an integer in [minimum, maximum]."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if not minimum <= value <= maximum:
-            raise argparse.ArgumentTypeError(
-                f"expected an integer from {minimum} to {maximum}, got {value}")
-        return value
-    return parse
 
 
 def _non_empty(text: str) -> str:
@@ -105,17 +78,6 @@ def _move(text: str) -> tuple[int, list[int]]:
             f"expected PARTITION:BROKER,BROKER,... (say 0:1,2,3), got {text!r}") from None
 
 
-def connect(args: argparse.Namespace, create: bool = False):
-    import raylog
-
-    return raylog.init(args.address, start_local=False, create=create)
-
-
-def _print_json(data: Any, out: TextIO) -> None:
-    json.dump(data, out, indent=2, sort_keys=True, default=str)
-    out.write("\n")
-
-
 def _kafka_configs(configs: dict[str, Any]) -> dict[str, Any]:
     """Config names as Kafka's tools write them (``retention.ms``)."""
     from raylog.metadata.topics import kafka_config_name
@@ -144,14 +106,14 @@ def cmd_topics(args: argparse.Namespace, out: TextIO) -> int:
     elif args.action == "list":
         names = admin.list_topics(include_internal=args.internal)
         if args.json:
-            _print_json(names, out)
+            print_json(names, out)
         for name in [] if args.json else names:
             out.write(name + "\n")
     elif args.action == "describe":
         wanted = _partition_filter(args)
         topics = admin.describe_topics(args.names or None)
         if args.json:
-            _print_json([{**_topic_json(t), "partitions": [p for p in t["partitions"]
+            print_json([{**_topic_json(t), "partitions": [p for p in t["partitions"]
                                                            if wanted(p)]}
                          for t in topics], out)
         for topic in [] if args.json else topics:
@@ -235,7 +197,7 @@ def cmd_groups(args: argparse.Namespace, out: TextIO) -> int:
     if args.action == "list":
         groups = admin.list_groups()
         if args.json:
-            _print_json(groups, out)
+            print_json(groups, out)
             return 0
         out.write(f"{'group':<30}{'state':<13}{'members':>8}{'generation':>12}\n")
         for g in groups:
@@ -244,7 +206,7 @@ def cmd_groups(args: argparse.Namespace, out: TextIO) -> int:
     elif args.action == "describe":
         group = admin.describe_group(args.group)
         if args.json:
-            _print_json(group, out)
+            print_json(group, out)
             return 0
         out.write(f"group {group['group_id']}: {group['state']}, generation "
                   f"{group['generation']}, {len(group['members'])} members, total lag "
@@ -280,7 +242,7 @@ def _reset_offsets(admin: Any, args: argparse.Namespace, out: TextIO) -> int:
              "current_offset": current.get(partition), "new_offset": offset}
             for partition, offset in sorted(new.items())]
     if args.json:
-        _print_json({"executed": args.execute, "offsets": plan}, out)
+        print_json({"executed": args.execute, "offsets": plan}, out)
         return 0
     out.write(f"{'GROUP':<24}{'TOPIC':<24}{'PARTITION':>10}{'CURRENT-OFFSET':>16}"
               f"{'NEW-OFFSET':>12}\n")
@@ -303,7 +265,7 @@ def cmd_cluster(args: argparse.Namespace, out: TextIO) -> int:
 
     status = Admin(cluster=connect(args)).cluster_status()
     if args.json:
-        _print_json(status, out)
+        print_json(status, out)
         return 0
     out.write(f"cluster {status['cluster_id']}: controller on node "
               f"{_short(status['controller_node'])} ({status['controller_dir']}), "
@@ -366,14 +328,14 @@ def build_parser() -> argparse.ArgumentParser:
     actions = topics.add_subparsers(dest="action", required=True, metavar="ACTION")
     create = actions.add_parser("create", help="create a topic")
     create.add_argument("name")
-    create.add_argument("--partitions", type=_int_in(1), default=1)
-    create.add_argument("--replication-factor", type=_int_in(1), default=1)
+    create.add_argument("--partitions", type=int_in(1), default=1)
+    create.add_argument("--replication-factor", type=int_in(1), default=1)
     create.add_argument("--config", action="append", type=_config_pair, metavar="NAME=VALUE",
                         help="a topic config, as Kafka names it (retention.ms=...); "
                              "repeatable")
     listing = actions.add_parser("list", help="topic names")
     listing.add_argument("--internal", action="store_true", help="include internal topics")
-    _json_flag(listing)
+    json_flag(listing)
     describe = actions.add_parser("describe", help="partitions: leader, epoch, replicas, ISR")
     describe.add_argument("names", nargs="*")
     only = describe.add_mutually_exclusive_group()
@@ -381,7 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="only partitions whose ISR lacks some of their replicas")
     only.add_argument("--unavailable-partitions", action="store_true",
                       help="only partitions without a live leader")
-    _json_flag(describe)
+    json_flag(describe)
     elect = actions.add_parser("elect-leaders",
                                help="give each partition back to its preferred replica")
     elect.add_argument("names", nargs="*", help="topics (default: all)")
@@ -396,7 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
     alter = actions.add_parser("alter", help="add partitions, set or delete configs (checks "
                                              "every change before making any)")
     alter.add_argument("name")
-    alter.add_argument("--partitions", type=_int_in(1),
+    alter.add_argument("--partitions", type=int_in(1),
                        help="grow to this many partitions (never fewer)")
     alter.add_argument("--set", action="append", type=_config_pair, metavar="NAME=VALUE")
     alter.add_argument("--delete", action="append", metavar="NAME",
@@ -414,9 +376,9 @@ def build_parser() -> argparse.ArgumentParser:
                               "bar on a terminal)")
     produce.add_argument("--key-separator", type=_non_empty,
                          help="split each line into key SEP value")
-    produce.add_argument("--partition", type=_int_in(0))
+    produce.add_argument("--partition", type=int_in(0))
     produce.add_argument("--acks", default="1", choices=["0", "1", "all"])
-    produce.add_argument("--linger-ms", type=_int_in(0), default=5)
+    produce.add_argument("--linger-ms", type=int_in(0), default=5)
 
     consume = commands.add_parser(
         "consume", help="print records, following the topic",
@@ -427,14 +389,14 @@ def build_parser() -> argparse.ArgumentParser:
     consume.set_defaults(run="consume")
     consume.add_argument("topic")
     consume.add_argument("--from-beginning", action="store_true")
-    consume.add_argument("--max-messages", type=_int_in(0),
+    consume.add_argument("--max-messages", type=int_in(0),
                          help="stop after printing this many records (0: print none)")
     consume.add_argument("--timeout-ms", type=_timeout_ms, default=None,
                          help="stop after this long without records (-1, the default: "
                               "follow until interrupted)")
     consume.add_argument("--until-end", action="store_true",
                          help="stop at the end offsets the partitions had when it started")
-    consume.add_argument("--partition", type=_int_in(0))
+    consume.add_argument("--partition", type=int_in(0))
     consume.add_argument("--group", help="consume as a member of this consumer group")
     consume.add_argument("--print", type=_print_fields, default=None, metavar="FIELDS",
                          dest="fields",
@@ -449,11 +411,11 @@ def build_parser() -> argparse.ArgumentParser:
                                  help="consumer groups: list, describe, delete, reset offsets")
     groups.set_defaults(run="groups")
     group_actions = groups.add_subparsers(dest="action", required=True, metavar="ACTION")
-    _json_flag(group_actions.add_parser("list", help="groups, their states and members"))
+    json_flag(group_actions.add_parser("list", help="groups, their states and members"))
     describe_group = group_actions.add_parser(
         "describe", help="members, owners, committed offsets and lag per partition")
     describe_group.add_argument("group")
-    _json_flag(describe_group)
+    json_flag(describe_group)
     delete_group = group_actions.add_parser("delete", help="delete an empty group")
     delete_group.add_argument("group")
     reset = group_actions.add_parser(
@@ -463,17 +425,17 @@ def build_parser() -> argparse.ArgumentParser:
     reset.add_argument("topic")
     reset.add_argument("--to", required=True, type=_reset_target,
                        help="earliest, latest, an offset, or timestamp:MS")
-    reset.add_argument("--partitions", type=_int_in(0), nargs="+")
+    reset.add_argument("--partitions", type=int_in(0), nargs="+")
     run_mode = reset.add_mutually_exclusive_group()
     run_mode.add_argument("--execute", action="store_true", help="set the offsets")
     run_mode.add_argument("--dry-run", action="store_true",
                           help="only show the plan (what happens without --execute)")
-    _json_flag(reset)
+    json_flag(reset)
 
     cluster = commands.add_parser("cluster", help="cluster status")
     cluster.set_defaults(run="cluster")
     cluster.add_argument("action", choices=["status"])
-    _json_flag(cluster)
+    json_flag(cluster)
 
     start = commands.add_parser("start",
                                 help="start the raylog controller on a running Ray cluster")
@@ -481,9 +443,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="page views from simulated services, end to end")
     demo.set_defaults(run="demo")
-    demo.add_argument("--services", type=_int_in(1, 8), default=4)
-    demo.add_argument("--records", type=_int_in(1), default=25_000, help="records per service")
-    demo.add_argument("--partitions", type=_int_in(1), default=6)
+    demo.add_argument("--services", type=int_in(1, 8), default=4)
+    demo.add_argument("--records", type=int_in(1), default=25_000, help="records per service")
+    demo.add_argument("--partitions", type=int_in(1), default=6)
     demo.add_argument("--embedded", action="store_true",
                       help="start an embedded local cluster even if RAY_ADDRESS names one")
     from raylog.cli.schemas import add_parsers as add_schema_parsers
@@ -502,15 +464,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _json_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print JSON")
-
-
 def _timeout_ms(text: str) -> int | None:
     """``--timeout-ms``: milliseconds, or -1 for none (follow until interrupted)."""
     if text.strip() == "-1":
         return None
-    return _int_in(0)(text)
+    return int_in(0)(text)
 
 
 PRINTABLE = ("timestamp", "partition", "offset", "headers", "key", "value")
@@ -560,9 +518,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
             from raylog.cli import schemas as schema_commands
 
             return getattr(schema_commands, f"cmd_{args.run}")(args, out)
-        from raylog.cli import (
-            mirror as mirror_commands,  # imported already: build_parser added them
-        )
+        # imported already: build_parser added its commands
+        from raylog.cli import mirror as mirror_commands
 
         if args.run in mirror_commands.COMMANDS:
             return mirror_commands.run(args, out)

@@ -13,7 +13,7 @@ import signal
 import sys
 from typing import Any, TextIO
 
-from raylog.cli.commands import UsageError, _int_in, _json_flag, _print_json, connect
+from raylog.cli.common import UsageError, connect, int_in, json_flag, print_json
 from raylog.cli.signals import StopSignals
 
 TOKEN_ENV = "RAYLOG_FLIGHT_TOKEN"
@@ -71,14 +71,14 @@ def add_commands(commands: argparse._SubParsersAction,
                         help="PEM certificates to trust for a grpc+tls:// source")
     mirror.add_argument("--once", action="store_true",
                         help="copy up to the source's end offsets at start, then exit")
-    mirror.add_argument("--replication-factor", type=_int_in(1),
+    mirror.add_argument("--replication-factor", type=int_in(1),
                         help="of new remote topics (default: the source's, at most the "
                              "target's live brokers)")
     mirror.add_argument("--acks", choices=["1", "all"], default="all")
-    mirror.add_argument("--checkpoint-interval-ms", type=_int_in(100), default=5000)
-    mirror.add_argument("--refresh-interval-ms", type=_int_in(100), default=5000,
+    mirror.add_argument("--checkpoint-interval-ms", type=int_in(100), default=5000)
+    mirror.add_argument("--refresh-interval-ms", type=int_in(100), default=5000,
                         help="how often to look for new topics, partitions and configs")
-    mirror.add_argument("--give-up-after-s", type=_int_in(1), metavar="SECONDS",
+    mirror.add_argument("--give-up-after-s", type=int_in(1), metavar="SECONDS",
                         help="exit when a cluster stays unreachable this long (default: "
                              "retry for ever)")
 
@@ -90,7 +90,7 @@ def add_commands(commands: argparse._SubParsersAction,
     serve.set_defaults(run="flight-serve")
     serve.add_argument("--host", default="127.0.0.1",
                        help="the address to listen on (default: 127.0.0.1, this machine only)")
-    serve.add_argument("--port", type=_int_in(0, 65535), default=8815,
+    serve.add_argument("--port", type=int_in(0, 65535), default=8815,
                        help="0: any free port (the address is printed)")
     serve.add_argument("--token-file", metavar="PATH", help=TOKEN_HELP)
     serve.add_argument("--tls-cert", metavar="PATH", help="PEM certificate chain (TLS)")
@@ -107,7 +107,7 @@ def add_commands(commands: argparse._SubParsersAction,
     translate.add_argument("--cluster-alias", required=True, metavar="ALIAS", type=_alias,
                            help="the alias the mirror gave the source cluster")
     translate.add_argument("--dry-run", action="store_true", help="only show the offsets")
-    _json_flag(translate)
+    json_flag(translate)
 
 
 def _token(args: argparse.Namespace) -> str:
@@ -253,7 +253,7 @@ def cmd_translate(args: argparse.Namespace, out: TextIO) -> int:
          "source_offset": source, "new_offset": target}
         for tp, (source, target) in plan.items()]
     if args.json:
-        _print_json({"executed": not args.dry_run, "offsets": rows}, out)
+        print_json({"executed": not args.dry_run, "offsets": rows}, out)
         return 0
     out.write(f"{'GROUP':<24}{'TOPIC':<32}{'PARTITION':>10}{'SOURCE-OFFSET':>15}"
               f"{'NEW-OFFSET':>12}\n")

@@ -22,7 +22,7 @@ import time
 from collections import defaultdict
 from typing import Any, TextIO
 
-from raylog.cli.commands import UsageError, connect, report
+from raylog.cli.common import UsageError, connect, report
 from raylog.errors import InvalidRecordError, RaylogError, RecordTooLargeError
 
 SHOWN_LINES = 5  # line numbers listed per cause of refusal

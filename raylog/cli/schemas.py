@@ -3,8 +3,8 @@
 ``schemas`` talks to the cluster's registry actor directly (no REST server needed);
 ``registry`` serves Confluent's REST API for the running cluster, or with ``--embedded``
 for an embedded local cluster it starts (and stops on SIGINT or SIGTERM). Exit statuses
-and one-line errors as every raylog command (raylog/cli/commands.py). Imports nothing heavy until a
-command runs: ``raylog --help`` stays fast.
+and one-line errors as every raylog command (raylog/cli/common.py). Imports nothing heavy
+until a command runs: ``raylog --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import os
 import sys
 from typing import TextIO
 
-from raylog.cli.commands import _int_in, _json_flag, _print_json, connect
+from raylog.cli.common import connect, int_in, json_flag, print_json
 
 DEFAULT_PORT = 8081  # Confluent Schema Registry's
 
@@ -28,11 +28,11 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     actions = schemas.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = actions.add_parser("list", help="subjects with their latest version and id")
     listing.add_argument("--deleted", action="store_true", help="include soft-deleted subjects")
-    _json_flag(listing)
+    json_flag(listing)
     get = actions.add_parser("get", help="a version of a subject (default: the latest)")
     get.add_argument("subject")
     get.add_argument("--version", default="latest", help="a version number or 'latest'")
-    _json_flag(get)
+    json_flag(get)
     register = actions.add_parser("register", help="register an Avro schema (.avsc) under a "
                                                    "subject; '-' reads standard input")
     register.add_argument("subject")
@@ -60,7 +60,7 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     registry = commands.add_parser("registry", help="serve the schema registry's REST API "
                                                     "(Confluent's) until SIGINT or SIGTERM")
     registry.set_defaults(run="registry")
-    registry.add_argument("--port", type=_int_in(0, 65535), default=DEFAULT_PORT)
+    registry.add_argument("--port", type=int_in(0, 65535), default=DEFAULT_PORT)
     registry.add_argument("--host", default="127.0.0.1",
                           help="the address to listen on (0.0.0.0: every interface)")
     registry.add_argument("--embedded", action="store_true",
@@ -108,14 +108,14 @@ def cmd_schemas(args: argparse.Namespace, out: TextIO) -> int:
             latest = registry.version(subject, "latest", deleted=args.deleted)
             rows.append({"subject": subject, "version": latest["version"], "id": latest["id"]})
         if args.json:
-            _print_json(rows, out)
+            print_json(rows, out)
         else:
             for row in rows:
                 out.write(f"{row['subject']}\tversion {row['version']}\tid {row['id']}\n")
     elif action == "get":
         found = registry.version(args.subject, args.version)
         if args.json:
-            _print_json(found, out)
+            print_json(found, out)
         else:
             out.write(f"subject {found['subject']} version {found['version']} "
                       f"id {found['id']}\n")
