@@ -22,24 +22,24 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import ray
 
-from raylog.client.connection import RaylogCluster, cluster_or_default, default_cluster, init
-from raylog.client.remote import resolve
+from raylog.client.connection import RaylogCluster, cluster_or_default
 from raylog.errors import InvalidArgumentError, InvalidRecordError, RaylogError
 from raylog.integrations.ray_data import (
     DEFAULT_BLOCK_RECORDS,
     check_write,
     offset_ranges,
-    read_retrying,
     write_dataset,
 )
-from raylog.integrations.ray_data.ranges import EARLIEST, LATEST, Bound, plan_tasks, spec_for
+from raylog.integrations.ray_data.ranges import EARLIEST, LATEST, Bound, spec_for
+from raylog.integrations.spark.workers import python_frame
 from raylog.metadata.topics import topic_names
 from raylog.records.kafka_columns import KAFKA_SCHEMA
+from raylog.session import init
 from raylog.types import TopicPartition
 from raylog.util.arguments import (
     INT32_MAX,
@@ -88,7 +88,7 @@ def session(app_name: str = "raylog", *, executors: int = 1, cores: int = 1,
     import raydp
 
     if not ray.is_initialized():
-        default_cluster()
+        init()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     settings = {
         "spark.driver.extraJavaOptions": JAVA17_OPTIONS,
@@ -233,56 +233,6 @@ def _frame(spark: Any, ranges: dict[TopicPartition, tuple[int, int]],
     """The DataFrame of resolved, checked offset ranges (see :func:`read`)."""
     return python_frame(spark, ranges, max_records_per_task, _spark_schema(include_headers),
                         functools.partial(_kafka_for_spark, include_headers))
-
-
-def python_frame(spark: Any, ranges: dict[TopicPartition, tuple[int, int]],
-                 max_records_per_task: int, schema: Any, convert: Callable[[Any], Any]) -> Any:
-    """A DataFrame of ``schema`` made by Spark's Python workers: the ranges are planned
-    into tasks, and each worker hands Spark ``convert(table)`` of every range's Kafka table
-    (see :func:`_read_tasks`)."""
-    tasks = [[(tp.topic, tp.partition, start, end) for tp, start, end in task]
-             for task in plan_tasks(ranges, max_records_per_task,
-                                    spark.sparkContext.defaultParallelism)]
-    if not tasks:
-        return spark.createDataFrame([], schema)
-    # One row per task id, made in the JVM: the task list itself travels in the function.
-    ids = spark.range(0, len(tasks), 1, len(tasks))
-    address = ray.get_runtime_context().gcs_address
-    return ids.mapInArrow(functools.partial(_read_tasks, address, tasks, convert), schema)
-
-
-@functools.cache
-def _worker_cluster(address: str) -> RaylogCluster:
-    """The raylog cluster at ``address``, connected once per Spark Python worker (which
-    Spark reuses from task to task)."""
-    return init(address, start_local=False, create=False)
-
-
-def _nearest_table(cluster: RaylogCluster, topic: str, partition: int, start: int,
-                   end: int) -> Any:
-    """Records [start, end) of a partition as an Arrow table, from an in-sync replica on
-    this worker's node if there is one, else the leader (KIP-392); retriable errors (a moved
-    leader, a broker restarting, a new leader not sure yet that the range is committed)
-    refresh metadata and retry (raylog.integrations.ray_data.read_retrying)."""
-    node_id = ray.get_runtime_context().get_node_id()
-
-    def attempt(refresh: bool) -> Any:
-        meta = cluster.topic(topic, refresh=refresh).partitions[partition]
-        return resolve(meta.nearest_client(node_id).read_kafka_table(start, end))
-
-    return read_retrying(f"reading {topic}-{partition} [{start}, {end})", attempt)
-
-
-def _read_tasks(address: str, tasks: list[list[tuple[str, int, int, int]]],
-                convert: Callable[[Any], Any], ids: Iterator[Any]) -> Iterator[Any]:
-    """In a Spark Python worker: the Arrow record batches of the tasks whose ids arrive,
-    each a list of (topic, partition, start, end) ranges, every range's table converted."""
-    cluster = _worker_cluster(address)
-    for batch in ids:
-        for task_id in batch.column(0).to_pylist():
-            for topic, partition, start, end in tasks[task_id]:
-                table = _nearest_table(cluster, topic, partition, start, end)
-                yield from convert(table).to_batches()
 
 
 def _kafka_for_spark(include_headers: bool, table: Any) -> Any:

@@ -63,7 +63,7 @@ def avro_frame(spark: Any, ranges: dict[TopicPartition, tuple[int, int]],
     """The DataFrame of these offset ranges, values decoded with ``reader`` (a schema)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from raylog.integrations.spark import python_frame
+    from raylog.integrations.spark.workers import python_frame
 
     convert = functools.partial(_avro_for_spark, include_headers, reader)
     empty = convert(KAFKA_SCHEMA.empty_table())
