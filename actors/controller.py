@@ -63,7 +63,12 @@ from raylog.metadata.topics import (
 )
 from raylog.util import faults
 from raylog.util.arguments import INT32_MAX, check_int
-from raylog.util.cluster_names import NAMESPACE, broker_actor_name, controller_data_dir
+from raylog.util.cluster_names import (
+    NAMESPACE,
+    REGISTRY_NAME,
+    broker_actor_name,
+    controller_data_dir,
+)
 from raylog.util.interop import error_json, java_call
 from raylog.util.metrics import partition_change_counts, partition_health, rebalances, recorder
 from raylog.util.typecheck import checked
@@ -759,7 +764,7 @@ class ControllerActor:
     async def java_schema_registry(self) -> str:
         """The name (in namespace ``raylog``) of the cluster's schema registry actor, started
         if there is none yet (it is detached: it outlives this call and this actor)."""
-        from raylog.schemas.client import REGISTRY_NAME, registry_handle
+        from actors.schema_registry import registry_handle
 
         registry_handle()
         return REGISTRY_NAME

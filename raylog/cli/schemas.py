@@ -13,7 +13,8 @@ import argparse
 import json
 import os
 import sys
-from typing import TextIO
+from collections.abc import Callable
+from typing import Any, TextIO
 
 from raylog.cli.common import connect, int_in, json_flag, print_json
 
@@ -145,7 +146,7 @@ def cmd_schemas(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_registry(args: argparse.Namespace, out: TextIO) -> int:
     import raylog
-    from raylog.schemas.client import SchemaRegistry, serve
+    from raylog.schemas.client import SchemaRegistry
     from raylog.util.cluster_names import DATA_DIR_ENV, raylog_home
 
     if args.embedded:
@@ -161,3 +162,29 @@ def cmd_registry(args: argparse.Namespace, out: TextIO) -> int:
     loaded = registry.ready()
     out.write(f"schema registry: {loaded['subjects']} subjects, highest id {loaded['max_id']}\n")
     return serve(registry, args.host, args.port, out, on_stop)
+
+
+def serve(registry: Any, host: str, port: int, out: TextIO,
+          on_stop: Callable[[], None] | None = None) -> int:
+    """Serve the REST API over ``registry`` until SIGINT or SIGTERM (signals.py);
+    then stop the server (and call ``on_stop``) and say how many requests it answered.
+    Prints the URL once it listens."""
+    from raylog.cli.signals import StopSignals
+    from raylog.schemas.errors import RegistryStoreError
+    from raylog.schemas.rest import RegistryHTTPServer
+
+    try:
+        server = RegistryHTTPServer(registry, host, port)
+    except OSError as e:
+        raise RegistryStoreError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+    with StopSignals() as stop:
+        try:
+            with server.running():
+                out.write(f"schema registry listening on {server.url}\n")
+                out.flush()
+                stop.wait()
+        finally:
+            if on_stop is not None:
+                on_stop()
+    out.write(f"schema registry stopped after {server.answered:,} requests\n")
+    return 0

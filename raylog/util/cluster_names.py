@@ -7,6 +7,7 @@ from pathlib import Path
 
 NAMESPACE = "raylog"
 CONTROLLER_NAME = "raylog-controller"
+REGISTRY_NAME = "raylog-schema-registry"  # the schema registry actor (actors/schema_registry.py)
 BROKER_RESOURCE = "raylog_broker"
 HEAD_RESOURCE = "node:__internal_head__"
 DATA_DIR_ENV = "RAYLOG_DATA_DIR"

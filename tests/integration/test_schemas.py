@@ -19,10 +19,10 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 from raylog import Admin, Consumer, Producer, TopicPartition
 from raylog.cli import main
 from raylog.integrations.ray_data import read_topic
-from raylog.schemas.client import REGISTRY_NAME, SchemaRegistry
+from raylog.schemas.client import SchemaRegistry
 from raylog.schemas.errors import SubjectNotFoundError
 from raylog.schemas.serde import AvroDeserializer, AvroSerializer
-from raylog.util.cluster_names import NAMESPACE
+from raylog.util.cluster_names import NAMESPACE, REGISTRY_NAME
 from tests.children import Child
 from tests.integration.conftest import restart_controller, wait_for
 from tests.unit.registry_server import registry_server

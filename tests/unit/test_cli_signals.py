@@ -59,7 +59,7 @@ def test_a_sigint_ignored_at_start_stays_ignored_and_sigterm_stops():
 
 REGISTRY = """
 import sys
-from raylog.schemas.client import serve
+from raylog.cli.schemas import serve
 from raylog.schemas.registry import MemoryLog, Registry
 sys.exit(serve(Registry(MemoryLog()), "127.0.0.1", 0, sys.stdout))
 """
