@@ -16,12 +16,12 @@ from raylog.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from raylog.replica.isr import DEFAULT_REPLICA_LAG_TIME_MAX_MS
 from raylog.storage.config import LogConfig
 from raylog.types import TopicPartition
 from raylog.util.arguments import INT32_MAX, INT64_MAX, check_int, short_repr, unknown_name
 
 MAX_TOPIC_NAME_LENGTH = 249
+DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000  # Kafka's replica.lag.time.max.ms
 _LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
 MAX_COMMIT_METADATA = 4096  # characters of metadata per committed offset, as Kafka's default

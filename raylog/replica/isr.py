@@ -51,8 +51,8 @@ from raylog.errors import (
     NotEnoughReplicasError,
     OffsetOutOfRangeError,
 )
+from raylog.metadata.topics import DEFAULT_REPLICA_LAG_TIME_MAX_MS
 
-DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000  # Kafka's replica.lag.time.max.ms (topics.py's default)
 NO_BROKER_EPOCH = -1  # a follower whose broker has not learned its broker epoch yet
 
 
