@@ -1,7 +1,7 @@
 """Bad input at every public entry point, against the session's cluster: each gets a typed
 error with a clear message before a deadline, and nothing stored changes. Also the
 controller's own checks, called the way a client that skips its checks would. (The client
-side alone, without a cluster: tests/unit/test_client_arguments.py.)"""
+side alone, without a cluster: tests/unit/client/test_client_arguments.py.)"""
 
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ from raylog.replica.truncation import Ask
 from raylog.storage import PartitionLog
 from tests.unit.logutil import FakeClock, all_records, batch_of
 from tests.unit.powerloss import FailingDisk, PowerLoss
-from tests.unit.test_partition import sync as catch_up
+from tests.unit.replica.test_partition import sync as catch_up
 
 NOW = 1_700_000_000_000
 REPLICAS = (1, 2, 3)

@@ -13,8 +13,8 @@ from actors.hosting import HostedReplica
 from raylog.errors import StaleIsrChangeError
 from raylog.replica.partition import AlterIsr, LeaderAndIsr, Partition
 from raylog.storage import LogConfig, PartitionLog
+from tests.unit.actors.test_fetcher import until
 from tests.unit.logutil import FakeClock, batch_of
-from tests.unit.test_fetcher import until
 
 NOW = 1_700_000_000_000
 BROKER_EPOCH = 33

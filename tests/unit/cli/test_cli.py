@@ -11,7 +11,8 @@ import pytest
 
 import raylog.cli.commands as cli
 from raylog import __version__
-from raylog.cli.commands import main, report
+from raylog.cli.commands import main
+from raylog.cli.common import report
 from raylog.cli.records import _record, _refusals, format_record
 from raylog.errors import InvalidRecordError, RecordTooLargeError, UnknownTopicError
 from raylog.types import ConsumerRecord

@@ -17,7 +17,7 @@ from raylog.errors import RequestTimeoutError
 from raylog.replica.partition import FetchResult
 from raylog.storage import AppendInfo
 from raylog.types import TopicPartition
-from tests.unit.test_fetcher import _Remote  # a fake actor method: .remote() is a coroutine
+from tests.unit.actors.test_fetcher import _Remote  # a fake actor method: .remote() is a coroutine
 
 TOPICS = {"t": 4}
 ALL = sorted(("t", p) for p in range(4))

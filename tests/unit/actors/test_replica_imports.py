@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tests.unit.logutil import batch_of
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 NEVER_IN_A_REPLICA = ["pandas", "pyspark", "raydp", "ray.data", "raylog.client",
                       "raylog.integrations", "actors.controller"]
 

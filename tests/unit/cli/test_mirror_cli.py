@@ -14,7 +14,7 @@ import pytest
 from raylog.cli import main
 from raylog.mirror.flight_server import SourceFlightServer
 from raylog.mirror.local import free_port
-from tests.unit.test_mirror_flight import FakeSource
+from tests.unit.mirror.test_mirror_flight import FakeSource
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +109,7 @@ def test_translate_takes_an_alias(capsys):
 
 
 def test_the_benchmark_explains_its_options():
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "mirror.py"
+    script = Path(__file__).resolve().parents[3] / "benchmarks" / "mirror.py"
     done = subprocess.run([sys.executable, str(script), "--help"], capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -89,7 +89,7 @@ def test_the_grafana_dashboard_shows_only_metrics_raylog_exports():
     import re
     from pathlib import Path
 
-    dashboard = json.loads((Path(__file__).parents[2] / "docs/grafana/raylog.json").read_text())
+    dashboard = json.loads((Path(__file__).parents[3] / "docs/grafana/raylog.json").read_text())
     exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
     used = {re.sub(r"_(total|bucket)$", "", name.removeprefix("ray_"))
             for e in exprs for name in re.findall(r"ray_raylog_\w+", e)}

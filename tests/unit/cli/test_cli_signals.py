@@ -18,9 +18,9 @@ from raylog.cli.signals import StopSignals
 from raylog.mirror.flight_client import SourceClient, batch_views
 from raylog.mirror.protocol import Ticket
 from tests.children import Child, sigint_ignored
-from tests.unit.test_mirror_flight import TOKEN
+from tests.unit.mirror.test_mirror_flight import TOKEN
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
@@ -84,7 +84,7 @@ FLIGHT = """
 import sys
 from raylog.cli.mirror import serve_until_stopped
 from raylog.mirror.flight_server import SourceFlightServer
-from tests.unit.test_mirror_flight import TOKEN, FakeSource
+from tests.unit.mirror.test_mirror_flight import TOKEN, FakeSource
 server = SourceFlightServer(FakeSource(), TOKEN)
 print(f"serving at {server.location}", flush=True)
 sys.exit(serve_until_stopped(server, sys.stdout))
