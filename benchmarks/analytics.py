@@ -139,8 +139,8 @@ RATIOS = {  # ratio figure -> (raylog rate, Parquet rate)
 }
 CHECKS = [
     "the topic's offset ranges hold exactly the records sent",
-    "read_topic, read_parquet, format(\"raylog\"), raylog_spark.read(via=\"arrow\") and "
-    "spark.read.parquet each give the "
+    "read_topic, read_parquet, format(\"raylog\"), raylog.integrations.spark.read(via=\"arrow\") "
+    "and spark.read.parquet each give the "
     "generated records' count and sum of CRC32 of the values",
     "each timed repetition: every record, and 100 value bytes each where the values are read",
 ]
@@ -287,10 +287,10 @@ class Steps:
         return self._sum("spark.read.parquet", lambda: self.spark.read.parquet(self.parquet))
 
     def arrow_count(self) -> float:
-        return self._count('raylog_spark.read(via="arrow")', self.arrow)
+        return self._count('raylog.integrations.spark.read(via="arrow")', self.arrow)
 
     def arrow_sum(self) -> float:
-        return self._sum('raylog_spark.read(via="arrow")', self.arrow)
+        return self._sum('raylog.integrations.spark.read(via="arrow")', self.arrow)
 
     def check_datasets(self, expected: tuple[int, int]) -> None:
         for name, dataset in [
@@ -302,7 +302,7 @@ class Steps:
     def check_frames(self, expected: tuple[int, int]) -> None:
         for name, frame in [
                 ('format("raylog")', self.connector()),
-                ('raylog_spark.read(via="arrow")', self.arrow()),
+                ('raylog.integrations.spark.read(via="arrow")', self.arrow()),
                 ("spark.read.parquet", self.spark.read.parquet(self.parquet))]:
             if (found := frame_digest(frame)) != expected:
                 raise RuntimeError(f"{name}: (count, CRC32 sum) {found}, generated {expected}")
@@ -446,9 +446,9 @@ ROWS = [  # (figure, label, ratio figure)
     ("connector_sum_records_per_s", f'format("raylog") {SUM_LENGTH}',
      "connector_sum_vs_parquet"),
     ("parquet_spark_sum_records_per_s", f"spark.read.parquet {SUM_LENGTH}", None),
-    ("arrow_count_records_per_s", 'raylog_spark.read(via="arrow") count()',
+    ("arrow_count_records_per_s", 'raylog.integrations.spark.read(via="arrow") count()',
      "arrow_count_vs_parquet"),
-    ("arrow_sum_records_per_s", f'raylog_spark.read(via="arrow") {SUM_LENGTH}',
+    ("arrow_sum_records_per_s", f'raylog.integrations.spark.read(via="arrow") {SUM_LENGTH}',
      "arrow_sum_vs_parquet"),
 ]
 

@@ -12,7 +12,6 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 import ray
-from ray_data.ranges import Timestamp
 
 from raylog import Admin, Consumer, Producer, TopicPartition
 from raylog.errors import (
@@ -23,6 +22,7 @@ from raylog.errors import (
 )
 from raylog.integrations import spark as raylog_spark
 from raylog.integrations.ray_data import read_topic, write_dataset
+from raylog.integrations.ray_data.ranges import Timestamp
 from raylog.records.partitioner import key_partition
 
 # An hour ago, whenever the tests run: the topic keeps the default 7-day retention, which
