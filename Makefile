@@ -15,7 +15,7 @@ $(BIN)/.installed: pyproject.toml
 # The Spark connector (format("raylog")) is compiled from its Java sources with javac
 # against the jars of the installed packages; a no-op when its sources did not change.
 install: $(BIN)/.installed
-	$(BIN)/python -m raylog.spark_build > /dev/null
+	$(BIN)/python -m raylog.integrations.spark.build > /dev/null
 
 demo: install
 	$(BIN)/raylog demo

@@ -51,12 +51,6 @@ from actors.hosting import (
     remove_partition_dir,
     wait_any,
 )
-from raylog.cluster_names import (
-    CONTROLLER_NAME,
-    NAMESPACE,
-    configured_data_dir,
-    default_broker_root,
-)
 from raylog.errors import (
     BrokerRestartedError,
     BrokerStalledError,
@@ -65,18 +59,19 @@ from raylog.errors import (
     RaylogError,
     StorageError,
 )
-from raylog.identity import (
+from raylog.metadata.identity import (
     BrokerIdentity,
     IdentityError,
     claim_data_dir,
     read_identity,
     write_identity,
 )
-from raylog.interop import error_json, java_call
 from raylog.metadata.sessions import StallGuard, stall_threshold_s
 from raylog.metadata.settings import DEFAULT_SESSION_TIMEOUT_MS
-from raylog.metrics import recorder
-from raylog.partition import (
+from raylog.records.header import iter_headers
+from raylog.records.kafka_columns import ipc_bytes, kafka_table, spark_table
+from raylog.replica.isr import NO_BROKER_EPOCH
+from raylog.replica.partition import (
     EARLIEST,
     LATEST,
     AlterIsr,
@@ -85,10 +80,15 @@ from raylog.partition import (
     Role,
     Transition,
 )
-from raylog.records.header import iter_headers
-from raylog.records.kafka_columns import ipc_bytes, kafka_table, spark_table
-from raylog.replication.isr import NO_BROKER_EPOCH
 from raylog.storage import AppendInfo
+from raylog.util.cluster_names import (
+    CONTROLLER_NAME,
+    NAMESPACE,
+    configured_data_dir,
+    default_broker_root,
+)
+from raylog.util.interop import error_json, java_call
+from raylog.util.metrics import recorder
 
 logger = logging.getLogger(__name__)
 
@@ -550,7 +550,7 @@ class BrokerActor:
             return self.brokers[p.leader_id]
         return p
 
-    # -- the Java connector (raylog/interop.py: JSON and Arrow IPC in and out) ----------------
+    # -- the Java connector (raylog/util/interop.py: JSON and Arrow IPC in and out) ----------------
 
     @java_call
     async def java_offsets(self, requests: str) -> str:

@@ -42,20 +42,20 @@ from actors.broker import BrokerActor
 from actors.channels import BrokerChannel, Outcome, Words
 from actors.supervision import BrokerWatch, Health
 from raylog.client.remote import unwrap
-from raylog.cluster_names import (
+from raylog.errors import BrokerRestartedError
+from raylog.metadata import election
+from raylog.metadata import state as events
+from raylog.metadata.brokers import BrokerRegistry, Offer, Verdict
+from raylog.metadata.identity import BrokerIdentity
+from raylog.metadata.sessions import BrokerSessions, heartbeat_interval_s
+from raylog.metadata.state import PartitionState, TopicState
+from raylog.replica.isr import NO_BROKER_EPOCH
+from raylog.util.cluster_names import (
     ACTOR_RUNTIME_ENV,
     BROKER_RESOURCE,
     NAMESPACE,
     broker_actor_name,
 )
-from raylog.errors import BrokerRestartedError
-from raylog.identity import BrokerIdentity
-from raylog.metadata import election
-from raylog.metadata import state as events
-from raylog.metadata.brokers import BrokerRegistry, Offer, Verdict
-from raylog.metadata.sessions import BrokerSessions, heartbeat_interval_s
-from raylog.metadata.state import PartitionState, TopicState
-from raylog.replication.isr import NO_BROKER_EPOCH
 
 if TYPE_CHECKING:
     from actors.controller import ControllerActor

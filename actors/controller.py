@@ -38,9 +38,6 @@ from actors import at, log_what_matters
 from actors.broker_manager import BrokerManager
 from actors.groups import GroupService
 from actors.hosting import background
-from raylog import faults
-from raylog.arguments import INT32_MAX, check_int
-from raylog.cluster_names import NAMESPACE, broker_actor_name, controller_data_dir
 from raylog.errors import (
     InvalidArgumentError,
     InvalidConfigError,
@@ -50,23 +47,31 @@ from raylog.errors import (
     RaylogError,
     TopicExistsError,
 )
-from raylog.identity import DirectoryLock, IdentityError
-from raylog.interop import error_json, java_call
 from raylog.metadata import MetadataState, MetadataStore, TopicState, assign_replicas, election
 from raylog.metadata import state as events
+from raylog.metadata.identity import DirectoryLock, IdentityError
 from raylog.metadata.limits import PartitionLimits
 from raylog.metadata.placement import replacement
 from raylog.metadata.settings import ReplicationSettings
 from raylog.metadata.state import PartitionState
-from raylog.metrics import partition_change_counts, partition_health, rebalances, recorder
-from raylog.topics import (
+from raylog.metadata.topics import (
     check_partition_growth,
     check_user_topic,
     configs_to_delete,
     normalize_configs,
     validate_topic_name,
 )
-from raylog.typecheck import checked
+from raylog.util import faults
+from raylog.util.arguments import INT32_MAX, check_int
+from raylog.util.cluster_names import (
+    NAMESPACE,
+    REGISTRY_NAME,
+    broker_actor_name,
+    controller_data_dir,
+)
+from raylog.util.interop import error_json, java_call
+from raylog.util.metrics import partition_change_counts, partition_health, rebalances, recorder
+from raylog.util.typecheck import checked
 
 logger = logging.getLogger(__name__)
 
@@ -722,7 +727,7 @@ class ControllerActor:
         return await self.groups.group_history(group_id)
 
 
-    # -- the Java connector (raylog/interop.py: JSON in and out) ---------------------------------
+    # -- the Java connector (raylog/util/interop.py: JSON in and out) ----------------------------
 
     @java_call
     async def java_topics(self) -> str:
@@ -759,7 +764,7 @@ class ControllerActor:
     async def java_schema_registry(self) -> str:
         """The name (in namespace ``raylog``) of the cluster's schema registry actor, started
         if there is none yet (it is detached: it outlives this call and this actor)."""
-        from raylog.registry import REGISTRY_NAME, registry_handle
+        from actors.schema_registry import registry_handle
 
         registry_handle()
         return REGISTRY_NAME

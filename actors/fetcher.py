@@ -33,8 +33,8 @@ from raylog.errors import (
     RaylogError,
     UnknownLeaderEpochError,
 )
-from raylog.partition import Role
-from raylog.replication.truncation import Ask
+from raylog.replica.partition import Role
+from raylog.replica.truncation import Ask
 
 logger = logging.getLogger(__name__)
 

@@ -23,7 +23,6 @@ import ray
 from ray.exceptions import ActorDiedError, ActorUnschedulableError, RayActorError
 
 from actors.hosting import background
-from raylog.arguments import INT32_MAX, check_id, check_int, unknown_name
 from raylog.errors import (
     InvalidArgumentError,
     InvalidConfigError,
@@ -37,11 +36,7 @@ from raylog.groups.assignors import ASSIGNORS
 from raylog.groups.coordinator import OFFSETS_TOPIC_PARTITIONS, GroupCoordinator, OffsetAndMetadata
 from raylog.groups.store import GroupStore
 from raylog.metadata.sessions import CONTROLLER_STALL_S, OwnStalls
-from raylog.records import iter_batches, read_records
-from raylog.records.header import random_producer_id
-from raylog.storage import AppendInfo
-from raylog.storage.log import wall_clock_ms
-from raylog.topics import (
+from raylog.metadata.topics import (
     CONSUMER_OFFSETS_TOPIC,
     check_offset_entries,
     check_reset_spec,
@@ -50,7 +45,12 @@ from raylog.topics import (
     topic_partitions,
     topic_pattern,
 )
+from raylog.records import iter_batches, read_records
+from raylog.records.header import random_producer_id
+from raylog.storage import AppendInfo
+from raylog.storage.log import wall_clock_ms
 from raylog.types import TopicPartition
+from raylog.util.arguments import INT32_MAX, check_id, check_int, unknown_name
 
 if TYPE_CHECKING:
     from actors.controller import ControllerActor

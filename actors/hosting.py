@@ -1,6 +1,6 @@
 """One partition replica inside a broker actor: the asyncio shell around a plain Partition.
 
-A :class:`HostedReplica` owns a :class:`~raylog.partition.Partition` and what only an event
+A :class:`HostedReplica` owns a :class:`~raylog.replica.partition.Partition` and what only an event
 loop can do for it: callers that wait for something to change (a consumer's long poll, a
 follower's fetch) park a future on it and are woken when records are appended, the high
 watermark moves or the role changes; an acks=all append waiting for its followers parks one
@@ -32,10 +32,10 @@ from raylog.errors import (
     RequestTimeoutError,
     StorageError,
 )
-from raylog.partition import AlterIsr, LeaderAndIsr, Partition, Role
-from raylog.producer_state import SequenceGap
+from raylog.metadata.topics import log_config
+from raylog.replica.partition import AlterIsr, LeaderAndIsr, Partition, Role
+from raylog.replica.producer_state import SequenceGap
 from raylog.storage import AppendInfo, PartitionLog, files
-from raylog.topics import log_config
 
 logger = logging.getLogger(__name__)
 

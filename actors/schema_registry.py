@@ -1,13 +1,14 @@
 """The schema registry actor: the one writer of ``_schemas``.
 
 One detached actor named ``raylog-schema-registry`` in namespace ``raylog``, on the head
-node, restarted by Ray after a crash, created by the first client that asks
-(``raylog/registry.py``). It holds a :class:`raylog.schemas.registry.Registry` over
-:class:`TopicLog`, raylog's own Producer and Consumer on the single partition of the
-compacted topic ``_schemas``: it replays the topic when it (re)starts, and every change is
-written with ``acks="all"`` and read back before it is answered. Its methods run one at a
-time (a synchronous actor), so the registry's ids are handed out by a single writer; every
-REST server and command line of the cluster goes through it (see docs/schemas.md).
+node, restarted by Ray after a crash, started by the controller when a client
+(``raylog/schemas/client.py``) or the Java connector first asks. It holds a
+:class:`raylog.schemas.registry.Registry` over :class:`TopicLog`, raylog's own Producer and
+Consumer on the single partition of the compacted topic ``_schemas``: it replays the topic
+when it (re)starts, and every change is written with ``acks="all"`` and read back before it
+is answered. Its methods run one at a time (a synchronous actor), so the registry's ids are
+handed out by a single writer; every REST server and command line of the cluster goes
+through it (see docs/schemas.md).
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ import ray
 
 from actors import log_what_matters
 from raylog.errors import RaylogError
-from raylog.interop import java_error
 from raylog.schemas.errors import RegistryStoreError
 from raylog.schemas.registry import Registry
 from raylog.schemas.state import SCHEMAS_TOPIC, Record
 from raylog.types import TopicPartition
+from raylog.util.cluster_names import ACTOR_RUNTIME_ENV, HEAD_RESOURCE, NAMESPACE, REGISTRY_NAME
+from raylog.util.interop import java_error
 
 logger = logging.getLogger(__name__)
 
@@ -111,10 +113,11 @@ class SchemaRegistryActor:
                 self._log.close()
         self._log = self._registry = None
 
-    def _do(self, method: str, *args: Any) -> Any:
+    def _do(self, call: Callable[[Registry], Any]) -> Any:
+        """``call(registry)`` on the loaded registry."""
         registry = self._loaded()
         try:
-            return getattr(registry, method)(*args)
+            return call(registry)
         except RegistryStoreError:
             self._drop()  # what the log holds is unknown now: replay on the next call
             raise
@@ -126,59 +129,59 @@ class SchemaRegistryActor:
 
     def register(self, subject: str, schema: str, schema_type: str | None = None,
                  references: list | None = None, normalize: bool = False) -> dict[str, Any]:
-        return self._do("register", subject, schema, schema_type, references, normalize)
+        return self._do(lambda r: r.register(subject, schema, schema_type, references, normalize))
 
     def lookup(self, subject: str, schema: str, schema_type: str | None = None,
                references: list | None = None, deleted: bool = False,
                normalize: bool = False) -> dict[str, Any]:
-        return self._do("lookup", subject, schema, schema_type, references, deleted,
-                        normalize)
+        return self._do(lambda r: r.lookup(subject, schema, schema_type, references, deleted,
+                                           normalize))
 
     def schema(self, schema_id: int) -> dict[str, Any]:
-        return self._do("schema", schema_id)
+        return self._do(lambda r: r.schema(schema_id))
 
     def versions_of_id(self, schema_id: int, deleted: bool = False) -> list[dict[str, Any]]:
-        return self._do("versions_of_id", schema_id, deleted)
+        return self._do(lambda r: r.versions_of_id(schema_id, deleted))
 
     def subjects(self, deleted: bool = False, prefix: str = "") -> list[str]:
-        return self._do("subjects", deleted, prefix)
+        return self._do(lambda r: r.subjects(deleted, prefix))
 
     def versions(self, subject: str, deleted: bool = False) -> list[int]:
-        return self._do("versions", subject, deleted)
+        return self._do(lambda r: r.versions(subject, deleted))
 
     def version(self, subject: str, spec: object, deleted: bool = False) -> dict[str, Any]:
-        return self._do("version", subject, spec, deleted)
+        return self._do(lambda r: r.version(subject, spec, deleted))
 
     def delete_subject(self, subject: str, permanent: bool = False) -> list[int]:
-        return self._do("delete_subject", subject, permanent)
+        return self._do(lambda r: r.delete_subject(subject, permanent))
 
     def delete_version(self, subject: str, spec: object, permanent: bool = False) -> int:
-        return self._do("delete_version", subject, spec, permanent)
+        return self._do(lambda r: r.delete_version(subject, spec, permanent))
 
     def check(self, subject: str, schema: str, spec: object | None = None,
               schema_type: str | None = None, references: list | None = None) -> list[str]:
-        return self._do("check", subject, schema, spec, schema_type, references)
+        return self._do(lambda r: r.check(subject, schema, spec, schema_type, references))
 
     def config(self, subject: str | None = None, default_to_global: bool = False) -> str:
-        return self._do("config", subject, default_to_global)
+        return self._do(lambda r: r.config(subject, default_to_global))
 
     def set_config(self, subject: str | None, level: object) -> str:
-        return self._do("set_config", subject, level)
+        return self._do(lambda r: r.set_config(subject, level))
 
     def delete_config(self, subject: str | None = None) -> str:
-        return self._do("delete_config", subject)
+        return self._do(lambda r: r.delete_config(subject))
 
-    # -- the Java connector (raylog/interop.py: JSON out, raylog errors as Java reads them) --
+    # -- the Java connector (raylog/util/interop.py: JSON out, raylog errors as Java reads them) --
 
     def java_schema(self, schema_id: int) -> str:
         """``{"id", "schema"}`` of a global id as JSON: the writer schema of the values that
         carry it (the connector's ``valueFormat`` ``avro``)."""
-        return self._java(lambda: {"id": schema_id, **self._do("schema", schema_id)})
+        return self._java(lambda: {"id": schema_id, **self._do(lambda r: r.schema(schema_id))})
 
     def java_version(self, subject: str, version: str) -> str:
         """:meth:`version` as JSON (``version`` is ``latest`` or a number): the reader
         schema of a read."""
-        return self._java(lambda: self._do("version", subject, version))
+        return self._java(lambda: self._do(lambda r: r.version(subject, version)))
 
     @staticmethod
     def _java(answer: Callable[[], Any]) -> str:
@@ -186,3 +189,11 @@ class SchemaRegistryActor:
             return json.dumps(answer())
         except RaylogError as e:
             raise java_error(e) from e
+
+
+def registry_handle() -> ray.actor.ActorHandle:
+    """The cluster's registry actor, created (detached, on the head node) if missing."""
+    return SchemaRegistryActor.options(
+        name=REGISTRY_NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
+        max_restarts=-1, max_task_retries=0, resources={HEAD_RESOURCE: 0.001},
+        runtime_env=ACTOR_RUNTIME_ENV).remote()

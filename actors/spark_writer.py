@@ -20,11 +20,11 @@ import pyarrow.compute as pc
 import ray
 
 from actors import log_what_matters
-from raylog.client.connection import init
+from raylog.client.connection import connect
 from raylog.client.producer import Producer, producer_config
 from raylog.errors import InvalidRecordError, RaylogError
-from raylog.interop import java_error
 from raylog.records.payload import HEADERS_TYPE
+from raylog.util.interop import java_error
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ class SparkWriter:
 
     def __init__(self) -> None:
         log_what_matters()
-        self._cluster = init(start_local=False, create=False)
+        self._cluster = connect()  # the cluster this actor runs in
         self._producers: dict[str, Producer] = {}
         self._lock = threading.Lock()
 

@@ -31,14 +31,14 @@ shared).
 Ray Datasets (before Spark starts, so Ray Data's read tasks have every CPU; raylog's replica
 actors take ``num_cpus=0`` and decode on whatever cores are free):
 
-dataset_scan     ``raylog.data.read_topic(topic)`` (offset lookups, then every block read by
-                 its partition's replica actor), iterated with ``iter_batches(batch_format=
-                 "pyarrow", batch_size=None)``, adding up rows and ``value`` bytes; from the
-                 call to the last block.
+dataset_scan     ``raylog.integrations.ray_data.read_topic(topic)`` (offset lookups, then
+                 every block read by its partition's replica actor), iterated with
+                 ``iter_batches(batch_format="pyarrow", batch_size=None)``, adding up rows
+                 and ``value`` bytes; from the call to the last block.
 parquet_dataset  ``ray.data.read_parquet(dir)``, iterated the same way. Both read every
                  column into Arrow blocks: no figure comes from metadata alone.
 
-Spark, on one RayDP session from ``raylog.spark.session()`` (1 executor, 1 core, 1 GB):
+Spark, on one RayDP session from ``raylog.integrations.spark.session()`` (1 executor, 1 core, 1 GB):
 
 connector_count  ``spark.read.format("raylog").option("subscribe", topic).load().count()``,
                  the Java connector; from the call to the count. It answers from the
@@ -50,7 +50,7 @@ connector_sum    ``spark.read.format("raylog")...selectExpr("sum(length(value))"
                  value crosses into the JVM (Arrow IPC from the brokers, ColumnarBatches).
 parquet_spark_sum ``spark.read.parquet(dir).selectExpr("sum(length(value))")``: the value
                  column is decompressed and decoded.
-arrow_count, arrow_sum  the same two queries over ``raylog.spark.read(spark, topic,
+arrow_count, arrow_sum  the same two queries over ``raylog.integrations.spark.read(spark, topic,
                  via="arrow")``, the fallback without the connector (Python workers hand
                  Arrow tables to Spark with ``mapInArrow``): what the connector replaced.
 
@@ -83,11 +83,11 @@ import ray
 import raydp
 
 import raylog
-import raylog.data
-import raylog.spark
 from raylog import Admin, Producer
 from raylog.client.connection import RaylogCluster, reset_default
-from raylog.cluster_names import DATA_DIR_ENV
+from raylog.integrations import ray_data
+from raylog.integrations import spark as raylog_spark
+from raylog.util.cluster_names import DATA_DIR_ENV
 
 from common import (
     DATA_DESCRIPTION,
@@ -139,8 +139,8 @@ RATIOS = {  # ratio figure -> (raylog rate, Parquet rate)
 }
 CHECKS = [
     "the topic's offset ranges hold exactly the records sent",
-    "read_topic, read_parquet, format(\"raylog\"), raylog.spark.read(via=\"arrow\") and "
-    "spark.read.parquet each give the "
+    "read_topic, read_parquet, format(\"raylog\"), raylog.integrations.spark.read(via=\"arrow\") "
+    "and spark.read.parquet each give the "
     "generated records' count and sum of CRC32 of the values",
     "each timed repetition: every record, and 100 value bytes each where the values are read",
 ]
@@ -171,7 +171,7 @@ def fill_topic(cluster: RaylogCluster, rows: np.ndarray) -> None:
             producer.send_batch(TOPIC, pa.table({"value": binary_array(chunk),
                                                  "timestamp": stamps})).result()
         producer.flush()
-    ranges = raylog.data.offset_ranges(TOPIC, cluster=cluster)
+    ranges = ray_data.offset_ranges(TOPIC, cluster=cluster)
     if (held := sum(last - first for first, last in ranges.values())) != len(rows):
         raise RuntimeError(f"{TOPIC}: sent {len(rows):,} records, its offsets hold {held:,}")
 
@@ -181,7 +181,7 @@ def write_parquet(cluster: RaylogCluster, directory: Path) -> dict[str, Any]:
     directory.mkdir()
     writers: dict[int, pq.ParquetWriter] = {}
     try:
-        for block in raylog.data.read_topic(TOPIC, cluster=cluster).iter_batches(
+        for block in ray_data.read_topic(TOPIC, cluster=cluster).iter_batches(
                 batch_format="pyarrow", batch_size=None):
             if not block.num_rows:
                 continue
@@ -252,7 +252,7 @@ class Steps:
         return seconds
 
     def dataset_scan(self) -> float:
-        return self._scan("read_topic", lambda: raylog.data.read_topic(TOPIC,
+        return self._scan("read_topic", lambda: ray_data.read_topic(TOPIC,
                                                                        cluster=self.cluster))
 
     def parquet_dataset(self) -> float:
@@ -262,7 +262,7 @@ class Steps:
         return self.spark.read.format("raylog").option("subscribe", TOPIC).load()
 
     def arrow(self) -> Any:
-        return raylog.spark.read(self.spark, TOPIC, cluster=self.cluster, via="arrow")
+        return raylog_spark.read(self.spark, TOPIC, cluster=self.cluster, via="arrow")
 
     def _count(self, name: str, make: Callable[[], Any]) -> float:
         seconds, rows = timed(lambda: make().count())
@@ -287,14 +287,14 @@ class Steps:
         return self._sum("spark.read.parquet", lambda: self.spark.read.parquet(self.parquet))
 
     def arrow_count(self) -> float:
-        return self._count('raylog.spark.read(via="arrow")', self.arrow)
+        return self._count('raylog.integrations.spark.read(via="arrow")', self.arrow)
 
     def arrow_sum(self) -> float:
-        return self._sum('raylog.spark.read(via="arrow")', self.arrow)
+        return self._sum('raylog.integrations.spark.read(via="arrow")', self.arrow)
 
     def check_datasets(self, expected: tuple[int, int]) -> None:
         for name, dataset in [
-                ("read_topic", raylog.data.read_topic(TOPIC, cluster=self.cluster)),
+                ("read_topic", ray_data.read_topic(TOPIC, cluster=self.cluster)),
                 ("read_parquet", ray.data.read_parquet(self.parquet))]:
             if (found := dataset_digest(dataset)) != expected:
                 raise RuntimeError(f"{name}: (count, CRC32 sum) {found}, generated {expected}")
@@ -302,7 +302,7 @@ class Steps:
     def check_frames(self, expected: tuple[int, int]) -> None:
         for name, frame in [
                 ('format("raylog")', self.connector()),
-                ('raylog.spark.read(via="arrow")', self.arrow()),
+                ('raylog.integrations.spark.read(via="arrow")', self.arrow()),
                 ("spark.read.parquet", self.spark.read.parquet(self.parquet))]:
             if (found := frame_digest(frame)) != expected:
                 raise RuntimeError(f"{name}: (count, CRC32 sum) {found}, generated {expected}")
@@ -329,7 +329,7 @@ def measure_all(mode: Mode, cluster: RaylogCluster, parquet: Path, expected: tup
                             warm_up=False)
     try:
         with phase("spark_start"):
-            steps.spark = raylog.spark.session("raylog-bench-analytics", **SPARK_SESSION,
+            steps.spark = raylog_spark.session("raylog-bench-analytics", **SPARK_SESSION,
                                                configs=SPARK_CONFIGS)
         steps.spark.sparkContext.setLogLevel("ERROR")
         with phase("check_frames"):
@@ -346,7 +346,7 @@ def measure_all(mode: Mode, cluster: RaylogCluster, parquet: Path, expected: tup
                  "java": steps.spark.sparkContext._jvm.System.getProperty("java.version")}
     finally:
         with phase("spark_stop"):
-            raylog.spark.stop()
+            raylog_spark.stop()
     return {name: Timing(mode.records, s) for name, s in seconds.items()}, spark
 
 
@@ -420,7 +420,7 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
                 "topic_configs": TOPIC_CONFIGS,
                 "producer": "defaults (LZ4), send_batch of "
                             f"{FILL_CHUNK_RECORDS:,} rows at a time",
-                "read_topic_block_records_max": raylog.data.DEFAULT_BLOCK_RECORDS,
+                "read_topic_block_records_max": ray_data.DEFAULT_BLOCK_RECORDS,
                 "dataset_iteration": 'iter_batches(batch_format="pyarrow", batch_size=None)',
                 "datasets_measured_before_spark_started": True,
                 "spark_session": {**SPARK_SESSION, "configs": SPARK_CONFIGS, **spark},
@@ -446,9 +446,9 @@ ROWS = [  # (figure, label, ratio figure)
     ("connector_sum_records_per_s", f'format("raylog") {SUM_LENGTH}',
      "connector_sum_vs_parquet"),
     ("parquet_spark_sum_records_per_s", f"spark.read.parquet {SUM_LENGTH}", None),
-    ("arrow_count_records_per_s", 'raylog.spark.read(via="arrow") count()',
+    ("arrow_count_records_per_s", 'raylog.integrations.spark.read(via="arrow") count()',
      "arrow_count_vs_parquet"),
-    ("arrow_sum_records_per_s", f'raylog.spark.read(via="arrow") {SUM_LENGTH}',
+    ("arrow_sum_records_per_s", f'raylog.integrations.spark.read(via="arrow") {SUM_LENGTH}',
      "arrow_sum_vs_parquet"),
 ]
 

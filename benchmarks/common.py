@@ -40,7 +40,7 @@ import lz4
 import numpy as np
 import pyarrow as pa
 
-from raylog.progress import progress
+from raylog.util.progress import progress
 
 RECORD_BYTES = 100
 FIRST_TIMESTAMP_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z

@@ -87,7 +87,7 @@ import raylog
 from raylog import Admin, Consumer, Producer, TopicPartition
 from raylog.client import ConsumerConfig
 from raylog.client.connection import RaylogCluster, reset_default
-from raylog.cluster_names import DATA_DIR_ENV
+from raylog.util.cluster_names import DATA_DIR_ENV
 
 from common import (
     RECORD_BYTES,

@@ -182,7 +182,7 @@ def failover_once(admin: Any, topic: str) -> float:
 def run(mode: Mode, root: Path) -> dict[str, Any]:
     started = time.perf_counter()
     load_at_start = os.getloadavg()
-    from raylog.cluster_names import BROKER_RESOURCE, DATA_DIR_ENV
+    from raylog.util.cluster_names import BROKER_RESOURCE, DATA_DIR_ENV
 
     values = split_values(generate_values(mode.records).tobytes())
     table = pa.table({"value": pa.array(values, pa.binary())})

@@ -10,7 +10,7 @@ Markdown table and writes JSON (default ``benchmarks/results/schemas.json``).
 
 Setup: ``raylog.init(address="local", data_dir=<temporary directory>)`` starts an embedded
 one-node cluster; the registry actor keeps ``_schemas`` on it (one replica: one broker).
-The REST server (``raylog.schemas.rest.RegistryHTTPServer`` over ``raylog.registry.
+The REST server (``raylog.schemas.rest.RegistryHTTPServer`` over ``raylog.schemas.client.
 SchemaRegistry``, as ``raylog registry`` runs it) listens on localhost; requests go over one
 keep-alive ``http.client`` connection, one at a time, so each figure is one request's time
 from the client's send to its parsed answer.
@@ -34,9 +34,10 @@ spark       ``spark_records`` of the same records in another topic, read as type
             one RayDP session (1 executor, 1 core, 1 GB) by the same aggregate over every
             field (``SPARK_QUERY``): ``spark_connector_records_per_s`` through
             ``format("raylog").option("valueFormat", "avro")`` (decoded in the JVM, Avro's Java
-            library) and ``spark_python_records_per_s`` through ``raylog.spark.read(...,
-            value_format="avro", via="arrow")`` (Spark's Python workers, fastavro); alternated
-            after a warm-up round, best of the rounds; both must give the same answer.
+            library) and ``spark_python_records_per_s`` through
+            ``raylog.integrations.spark.read(..., value_format="avro", via="arrow")``
+            (Spark's Python workers, fastavro); alternated after a warm-up round, best of
+            the rounds; both must give the same answer.
 """
 
 from __future__ import annotations
@@ -57,10 +58,10 @@ import ray
 import raylog
 from raylog import Admin, Consumer, Producer, TopicPartition
 from raylog.client.connection import reset_default
-from raylog.cluster_names import DATA_DIR_ENV
-from raylog.registry import SchemaRegistry
+from raylog.schemas.client import SchemaRegistry
 from raylog.schemas.rest import RegistryHTTPServer
 from raylog.schemas.serde import AvroDeserializer, AvroSerializer
+from raylog.util.cluster_names import DATA_DIR_ENV
 
 from common import (
     RESULTS_DIR,
@@ -204,7 +205,7 @@ def throughput(mode: Mode, registry: SchemaRegistry) -> tuple[dict[str, float], 
 def spark_typed(mode: Mode, registry: SchemaRegistry) -> tuple[dict[str, float], dict]:
     """Typed columns in Spark: the JVM's decoding against the Python workers' (see the
     module docstring), over the same records, in one session."""
-    import raylog.spark
+    from raylog.integrations import spark as raylog_spark
 
     topic = f"bench-spark-{os.getpid()}"
     Admin().create_topic(topic, PARTITIONS)
@@ -212,13 +213,13 @@ def spark_typed(mode: Mode, registry: SchemaRegistry) -> tuple[dict[str, float],
     with Producer() as producer:
         for value in page_views(mode.spark_records):
             producer.send(topic, serializer(value))
-    spark = raylog.spark.session("raylog-bench-schemas", executors=1, cores=1, memory="1GB",
+    spark = raylog_spark.session("raylog-bench-schemas", executors=1, cores=1, memory="1GB",
                                  configs={"spark.ui.showConsoleProgress": "false"})
     spark.sparkContext.setLogLevel("ERROR")
     frames = {
         "spark_connector": lambda: spark.read.format("raylog").option("subscribe", topic)
         .option("valueFormat", "avro").load().select("value.*"),
-        "spark_python": lambda: raylog.spark.read(spark, topic, value_format="avro",
+        "spark_python": lambda: raylog_spark.read(spark, topic, value_format="avro",
                                                   via="arrow"),
     }
     answers: dict[str, tuple] = {}
@@ -233,7 +234,7 @@ def spark_typed(mode: Mode, registry: SchemaRegistry) -> tuple[dict[str, float],
     try:
         seconds = alternate(mode.rounds, {name: step(name) for name in frames})
     finally:
-        raylog.spark.stop()
+        raylog_spark.stop()
     if answers["spark_connector"] != answers["spark_python"] or \
             answers["spark_connector"][0] != mode.spark_records:
         raise RuntimeError(f"the two paths disagree: {answers}")

@@ -113,7 +113,7 @@ class Steps:
     """The suite's progress bar: one step per workload."""
 
     def __init__(self, total: int) -> None:
-        from raylog.progress import progress
+        from raylog.util.progress import progress
 
         self.bar = progress(total, "benchmark suite", "steps")
 
@@ -151,7 +151,7 @@ def single_node(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
     import raylog
     from raylog import Consumer, Producer
     from raylog.client.connection import reset_default
-    from raylog.cluster_names import DATA_DIR_ENV
+    from raylog.util.cluster_names import DATA_DIR_ENV
 
     from common import binary_array, generate_values, input_frozen, timed
 
@@ -334,7 +334,7 @@ def replicated(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
     import raylog
     from raylog import Admin
     from raylog.client.connection import reset_default
-    from raylog.cluster_names import BROKER_RESOURCE, DATA_DIR_ENV
+    from raylog.util.cluster_names import BROKER_RESOURCE, DATA_DIR_ENV
 
     sizes = {100: mode.matrix_records, 1000: mode.matrix_records // 10}
     cluster = None

@@ -46,8 +46,8 @@ def run(spark: Any, input_topic: str = "pageviews", output_topic: str = "pagevie
     sink, as ``top.write.format("raylog")`` would); returns records written."""
     from pyspark.sql import functions as F
 
-    import raylog.spark
     from raylog import Admin
+    from raylog.integrations import spark as raylog_spark
 
     admin = Admin(cluster=cluster)
     if output_topic not in admin.list_topics():
@@ -61,7 +61,7 @@ def run(spark: Any, input_topic: str = "pageviews", output_topic: str = "pagevie
             "service", "page", "views", "rank",
         )).cast("binary").alias("value"),
     )
-    return raylog.spark.write(records, output_topic, cluster=cluster)
+    return raylog_spark.write(records, output_topic, cluster=cluster)
 
 
 def main() -> None:
@@ -73,18 +73,18 @@ def main() -> None:
     args = parser.parse_args()
 
     import raylog
-    import raylog.spark
-    from raylog.data import read_topic
+    from raylog.integrations import spark as raylog_spark
+    from raylog.integrations.ray_data import read_topic
 
     cluster = raylog.init(args.address, start_local=False)
-    spark = raylog.spark.session("pageview-analytics")
+    spark = raylog_spark.session("pageview-analytics")
     try:
         written = run(spark, args.input, args.output, args.top, cluster=cluster)
         print(f"wrote {written} top-page records to {args.output}")
         for row in read_topic(args.output, cluster=cluster).take(10):
             print(json.loads(row["value"]))
     finally:
-        raylog.spark.stop()
+        raylog_spark.stop()
 
 
 if __name__ == "__main__":

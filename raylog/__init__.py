@@ -36,13 +36,16 @@ if TYPE_CHECKING:
         RaylogCluster,
         RecordMetadata,
         TopicPartition,
-        init,
     )
+    from raylog.session import init
 
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        value = getattr(importlib.import_module("raylog.client"), name)
+        # raylog.session first: it makes raylog.init how a client given no cluster connects
+        session = importlib.import_module("raylog.session")
+        source = session if name == "init" else importlib.import_module("raylog.client")
+        value = getattr(source, name)
         globals()[name] = value  # later lookups skip this function
         return value
     raise AttributeError(f"module 'raylog' has no attribute {name!r}")

@@ -7,7 +7,6 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from raylog.arguments import INT32_MAX, check_bool, check_id, check_int, check_options, short_repr
 from raylog.client.connection import RaylogCluster, cluster_or_default
 from raylog.client.remote import ControllerClient, discard, resolve
 from raylog.errors import (
@@ -22,7 +21,7 @@ from raylog.errors import (
     UnknownGroupError,
     UnknownTopicError,
 )
-from raylog.topics import (
+from raylog.metadata.topics import (
     canonical_config_name,
     check_partition,
     check_user_topic,
@@ -35,6 +34,14 @@ from raylog.topics import (
     validate_topic_name,
 )
 from raylog.types import NewTopic, TopicPartition
+from raylog.util.arguments import (
+    INT32_MAX,
+    check_bool,
+    check_id,
+    check_int,
+    check_options,
+    short_repr,
+)
 
 CHANGE_RETRY_S = 60.0  # how long a change rides out a controller restart
 

@@ -13,16 +13,7 @@ from typing import Any
 
 import ray
 
-from raylog.arguments import check_bool, short_repr
 from raylog.client.remote import ControllerClient, ReplicaClient
-from raylog.cluster_names import (
-    ACTOR_RUNTIME_ENV,
-    BROKER_RESOURCE,
-    CONTROLLER_NAME,
-    DATA_DIR_ENV,
-    HEAD_RESOURCE,
-    NAMESPACE,
-)
 from raylog.errors import (
     ClusterAuthenticationError,
     InvalidArgumentError,
@@ -31,7 +22,15 @@ from raylog.errors import (
     RaylogError,
 )
 from raylog.metadata.limits import PartitionLimits
-from raylog.topics import validate_topic_name
+from raylog.metadata.topics import validate_topic_name
+from raylog.util.arguments import check_bool, short_repr
+from raylog.util.cluster_names import (
+    ACTOR_RUNTIME_ENV,
+    BROKER_RESOURCE,
+    CONTROLLER_NAME,
+    DATA_DIR_ENV,
+    NAMESPACE,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -406,54 +405,36 @@ def _connect_ray(address: str | None, start_local: bool) -> bool:
     return True
 
 
-def controller_handle(create: bool = True) -> ray.actor.ActorHandle:
-    """The controller's handle; creates the detached controller on the head node if asked."""
+def find_controller() -> ray.actor.ActorHandle:
+    """The running controller's handle, found by name (clients never start it: ``raylog.init``
+    and ``raylog start`` do)."""
     try:
         return ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
     except ValueError:
-        if not create:
-            raise NoClusterError(
-                "this Ray cluster runs no raylog controller; `raylog start` creates it") from None
-    from actors.controller import ControllerActor
-
-    return ControllerActor.options(
-        name=CONTROLLER_NAME,
-        namespace=NAMESPACE,
-        lifetime="detached",
-        get_if_exists=True,
-        max_restarts=-1,
-        max_task_retries=0,
-        resources={HEAD_RESOURCE: 0.001},
-        runtime_env=ACTOR_RUNTIME_ENV,
-    ).remote()
+        raise NoClusterError("this Ray cluster runs no raylog controller; raylog.init() or "
+                             "`raylog start` creates it") from None
 
 
-def init(address: str | None = None, *, start_local: bool = True, create: bool = True,
-         data_dir: str | os.PathLike | None = None) -> RaylogCluster:
-    """Connect to raylog on a Ray cluster and make it the default for new clients.
-
-    ``address``: a Ray address (default: ``$RAY_ADDRESS``; ``"auto"``: the cluster Ray
-    finds on this machine; ``"local"``: always a new one). No other cluster is ever joined.
-    With ``start_local`` and no address, starts an embedded single-node cluster whose node
-    is a broker; ``data_dir`` then sets where it keeps data. With ``create``, starts the
-    controller if the cluster has none. Raises NoClusterError otherwise.
-
-    >>> cluster = raylog.init()
-    >>> producer = raylog.Producer(cluster=cluster)
-    """
+def connect(address: str | None = None, *, start_local: bool = False,
+            data_dir: str | os.PathLike | None = None,
+            controller: Callable[[], ray.actor.ActorHandle] = find_controller) -> RaylogCluster:
+    """Connect this process to Ray and to raylog's controller, and make that the default
+    cluster of new clients. ``controller`` gives the controller's handle once Ray is
+    connected: by default the running one, found by name (``raylog.init`` passes one that
+    starts it). With ``start_local`` and no cluster found, starts an embedded single-node Ray
+    cluster whose node is a broker; ``data_dir`` then sets where it keeps data."""
     global _default
     if address is not None and not isinstance(address, str):
         raise InvalidArgumentError(f"address must be a Ray address string or None, got "
                                    f"{short_repr(address)}")
     check_bool("start_local", start_local)
-    check_bool("create", create)
     if data_dir is not None and not isinstance(data_dir, str | os.PathLike):
         raise InvalidArgumentError(f"data_dir must be a path, got {short_repr(data_dir)}")
     with _default_lock:
         if data_dir is not None and not ray.is_initialized():
             os.environ[DATA_DIR_ENV] = os.fspath(data_dir)
         embedded = _connect_ray(address, start_local)
-        handle = controller_handle(create)
+        handle = controller()
         ready = ControllerClient(handle).ready()
         limits = ready.get("limits")
         _default = RaylogCluster(handle, embedded,
@@ -461,10 +442,22 @@ def init(address: str | None = None, *, start_local: bool = True, create: bool =
         return _default
 
 
+# How a client given no cluster connects when nothing connected this process yet:
+# ``raylog.init`` sets itself here when the raylog package hands out its names (it may start
+# the controller; a client never does). Until then: the running raylog, found by name.
+_connect_default: Callable[[], RaylogCluster] = connect
+
+
+def connect_default_with(connector: Callable[[], RaylogCluster]) -> None:
+    """Make ``connector()`` how a client given no cluster connects (see above)."""
+    global _connect_default
+    _connect_default = connector
+
+
 def default_cluster() -> RaylogCluster:
-    """The cluster :func:`init` connected to, connecting with defaults if it was not called."""
+    """The cluster this process connected to, connecting now if it has not."""
     if _default is None:
-        return init()
+        return _connect_default()
     return _default
 
 

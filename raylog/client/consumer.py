@@ -12,17 +12,6 @@ from typing import Any
 
 import ray
 
-from raylog._gc import gc_paused
-from raylog.arguments import (
-    INT32_MAX,
-    build_config,
-    check_functions,
-    check_id,
-    check_int,
-    check_int_fields,
-    refuses_unknown_options,
-    short_repr,
-)
 from raylog.client.connection import (
     METADATA_MAX_AGE_S,
     REQUEST_SLACK_S,
@@ -47,10 +36,21 @@ from raylog.errors import (
     UnknownPartitionError,
 )
 from raylog.groups.assignors import ASSIGNORS
+from raylog.metadata.topics import check_partition, topic_partition, topic_partitions
 from raylog.records import decode, iter_batches
 from raylog.records.reader import row_columns, row_range
-from raylog.topics import check_partition, topic_partition, topic_partitions
 from raylog.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+from raylog.util.arguments import (
+    INT32_MAX,
+    build_config,
+    check_functions,
+    check_id,
+    check_int,
+    check_int_fields,
+    refuses_unknown_options,
+    short_repr,
+)
+from raylog.util.gc_pause import gc_paused
 
 logger = logging.getLogger(__name__)
 

@@ -7,9 +7,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from raylog.arguments import check_timeout
 from raylog.errors import InvalidArgumentError, RequestTimeoutError
 from raylog.types import RecordMetadata
+from raylog.util.arguments import check_timeout
 
 logger = logging.getLogger(__name__)
 

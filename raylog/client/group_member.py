@@ -21,7 +21,6 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from raylog.arguments import check_int
 from raylog.client.membership import Membership
 from raylog.client.remote import discard
 from raylog.errors import (
@@ -33,8 +32,9 @@ from raylog.errors import (
     RejoinRequiredError,
     UnknownMemberError,
 )
-from raylog.topics import topic_names, topic_partition, topic_partitions, topic_pattern
+from raylog.metadata.topics import topic_names, topic_partition, topic_partitions, topic_pattern
 from raylog.types import TopicPartition
+from raylog.util.arguments import check_int
 
 logger = logging.getLogger(__name__)
 

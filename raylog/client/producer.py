@@ -16,15 +16,6 @@ from typing import Any
 import pyarrow as pa
 import ray
 
-from raylog.arguments import (
-    INT64_MAX,
-    build_config,
-    check_functions,
-    check_int_fields,
-    check_timeout,
-    refuses_unknown_options,
-    short_repr,
-)
 from raylog.client.connection import (
     REQUEST_SLACK_S,
     SLOW_REFRESH_S,
@@ -49,11 +40,20 @@ from raylog.errors import (
     RequestTimeoutError,
     UnknownPartitionError,
 )
-from raylog.partitioner import Partitioner, StickyPartitioner, key_partition
-from raylog.producer_state import RECENT_BATCHES
+from raylog.metadata.topics import check_partition, validate_topic_name
 from raylog.records import BatchBuilder, Codec, encode
 from raylog.records.builder import BATCH_OVERHEAD, RECORD_OVERHEAD, check_headers, record_size
-from raylog.topics import check_partition, validate_topic_name
+from raylog.records.partitioner import Partitioner, StickyPartitioner, key_partition
+from raylog.replica.producer_state import RECENT_BATCHES
+from raylog.util.arguments import (
+    INT64_MAX,
+    build_config,
+    check_functions,
+    check_int_fields,
+    check_timeout,
+    refuses_unknown_options,
+    short_repr,
+)
 
 logger = logging.getLogger(__name__)
 

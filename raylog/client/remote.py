@@ -224,6 +224,11 @@ class ControllerClient:
     def ready(self) -> dict[str, Any]:
         return self._call(self.handle.ready)
 
+    def schema_registry(self) -> str:
+        """The name of the cluster's schema registry actor, which the controller starts if
+        there is none yet (as for the Java connector)."""
+        return self._call(self.handle.java_schema_registry)
+
     def metadata(self, names: list[str], timeout: float | None = None
                  ) -> dict[str, dict[str, Any]]:
         return self._call(self.handle.metadata, names, timeout=timeout)

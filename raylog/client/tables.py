@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from raylog.errors import InvalidRecordError, UnknownPartitionError
-from raylog.partitioner import StickyPartitioner, key_partitions
 from raylog.records.builder import HEADER_ENTRY_OVERHEAD, RECORD_OVERHEAD, batch_capacity
+from raylog.records.partitioner import StickyPartitioner, key_partitions
 from raylog.records.payload import HEADERS_TYPE, PAYLOAD_SCHEMA, empty_headers
 
 

@@ -34,7 +34,7 @@ from raylog.errors import (
     UnknownMemberError,
 )
 from raylog.groups.group import Group, Heartbeat, Member, PendingMember, ownership_mark
-from raylog.partitioner import key_partition
+from raylog.records.partitioner import key_partition
 from raylog.types import TopicPartition
 
 OFFSETS_TOPIC_PARTITIONS = 8

@@ -1,8 +1,8 @@
 """Which Ray node serves which broker right now.
 
-A broker is a data directory with an identity (raylog/identity.py); a Ray node serves it while
-it runs with that directory. The controller learns, for every live node with the broker
-resource, what identity its directory holds, and this registry decides:
+A broker is a data directory with an identity (raylog/metadata/identity.py); a Ray node
+serves it while it runs with that directory. The controller learns, for every live node with
+the broker resource, what identity its directory holds, and this registry decides:
 
 - no identity yet: a new broker, to be given the next id and written into the directory;
 - the cluster's identity, not served by another live node: the node serves that broker from
@@ -22,7 +22,7 @@ import dataclasses
 import enum
 from typing import Any
 
-from raylog.identity import BrokerIdentity
+from raylog.metadata.identity import BrokerIdentity
 
 
 @dataclasses.dataclass

@@ -23,8 +23,8 @@ import os
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
-from raylog.arguments import INT32_MAX, check_int
 from raylog.errors import InvalidConfigError, InvalidPartitionsError
+from raylog.util.arguments import INT32_MAX, check_int
 
 MAX_PARTITIONS_ENV = "RAYLOG_MAX_PARTITIONS_PER_TOPIC"
 MAX_REPLICAS_ENV = "RAYLOG_MAX_REPLICAS_PER_BROKER"

@@ -31,8 +31,8 @@ from raylog.mirror.retry import Backoff, Retrying
 from raylog.mirror.status import MirrorStatus
 from raylog.mirror.target import PartitionAppender, last_batch
 from raylog.mirror.translation import OffsetSyncs
-from raylog.producer_state import RECENT_BATCHES
 from raylog.records.header import parse_header, with_producer
+from raylog.replica.producer_state import RECENT_BATCHES
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from raylog.cluster_names import BROKER_RESOURCE, DATA_DIR_ENV
+from raylog.util.cluster_names import BROKER_RESOURCE, DATA_DIR_ENV
 
 BIN = Path(sys.executable).parent
 START_TIMEOUT_S = 120.0

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from raylog.errors import InvalidArgumentError, InvalidTopicError
-from raylog.topics import MAX_TOPIC_NAME_LENGTH, validate_topic_name
+from raylog.metadata.topics import MAX_TOPIC_NAME_LENGTH, validate_topic_name
 
 SEPARATOR = "."
 MAX_ALIAS_LENGTH = 64

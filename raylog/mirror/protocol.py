@@ -28,9 +28,9 @@ import json
 from typing import Any
 
 from raylog import errors
-from raylog.arguments import INT32_MAX, INT64_MAX, check_int, short_repr
 from raylog.errors import InvalidArgumentError, RaylogError
-from raylog.topics import validate_topic_name
+from raylog.metadata.topics import validate_topic_name
+from raylog.util.arguments import INT32_MAX, INT64_MAX, check_int, short_repr
 
 FORMATS = ("batches", "records")
 ACTION_TOPICS = "topics"

@@ -18,9 +18,9 @@ from raylog.client.connection import RaylogCluster
 from raylog.client.consumer import Consumer
 from raylog.client.remote import resolve
 from raylog.errors import RaylogError
+from raylog.metadata.topics import check_partition, validate_topic_name
 from raylog.mirror.flight_server import Fetched
 from raylog.mirror.retry import Backoff, Retrying
-from raylog.topics import check_partition, validate_topic_name
 from raylog.types import TopicPartition
 
 logger = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 :class:`MirrorStatus` counts (thread-safe; copiers update it); :class:`StatusDisplay` shows
 it on a thread of its own: one tqdm bar per topic on a terminal, plain lines at most every
-``every_s`` seconds otherwise (logs stay readable, as :mod:`raylog.progress` does).
+``every_s`` seconds otherwise (logs stay readable, as :mod:`raylog.util.progress` does).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from raylog.progress import PLAIN_EVERY_S
+from raylog.util.progress import PLAIN_EVERY_S
 
 
 @dataclasses.dataclass

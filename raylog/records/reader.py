@@ -16,9 +16,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from raylog._gc import gc_paused
 from raylog.records.header import BatchHeader, iter_headers
 from raylog.records.payload import TABLE_SCHEMA, decode, offsets_of
+from raylog.util.gc_pause import gc_paused
 
 Buffer = bytes | bytearray | memoryview
 

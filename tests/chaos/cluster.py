@@ -18,8 +18,9 @@ from typing import Any
 
 import ray
 
-from raylog import Admin, faults
-from raylog.cluster_names import NAMESPACE, broker_actor_name
+from raylog import Admin
+from raylog.util import faults
+from raylog.util.cluster_names import NAMESPACE, broker_actor_name
 from tests.chaos.processes import Pauses
 from tests.integration.restart_scenario import Nodes
 
@@ -74,7 +75,7 @@ class ChaosCluster:
 
     def check_failpoints_reach_every_process(self) -> None:
         """The controller and every broker have this run's fail-point file in their
-        environment, where raylog/faults.py finds it: an armed point would act there."""
+        environment, where raylog/util/faults.py finds it: an armed point would act there."""
         handles = {"the controller": self.controller_handle(),
                    **{f"broker {b}": self.broker_handle(b)
                       for b in sorted(self.nodes.raylog.controller.ready()["brokers"])}}

@@ -34,7 +34,7 @@ from typing import Any
 import ray
 
 from raylog.groups.coordinator import GroupCoordinator
-from raylog.topics import CONSUMER_OFFSETS_TOPIC
+from raylog.metadata.topics import CONSUMER_OFFSETS_TOPIC
 from tests import history
 from tests.chaos.cluster import ChaosCluster, pid_of
 from tests.chaos.group import Group

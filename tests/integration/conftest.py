@@ -19,11 +19,12 @@ import ray
 from ray.cluster_utils import Cluster
 
 import raylog
-from raylog import Admin, Consumer, TopicPartition, faults
+from raylog import Admin, Consumer, TopicPartition
 from raylog.client.connection import reset_default
 from raylog.client.remote import resolve
-from raylog.cluster_names import BROKER_RESOURCE, DATA_DIR_ENV
 from raylog.metadata.limits import MAX_REPLICAS_ENV
+from raylog.util import faults
+from raylog.util.cluster_names import BROKER_RESOURCE, DATA_DIR_ENV
 
 BROKERS = 3
 NODE_ARGS = {"num_cpus": 1, "object_store_memory": 200 * 1024 * 1024}
@@ -47,7 +48,7 @@ class TestCluster:
 
     @property
     def failpoints_file(self) -> Path:
-        """The fail-point file every process of this cluster reads (raylog/faults.py)."""
+        """The fail-point file every process of this cluster reads (raylog/util/faults.py)."""
         return self.root / "failpoints"
 
     @contextlib.contextmanager
@@ -118,18 +119,18 @@ def topic_name() -> str:
 @pytest.fixture(scope="session")
 def spark(ray_cluster) -> Iterator[object]:
     """One RayDP Spark session (1 executor, 1 core, 1 GB) for the whole test session."""
-    import raylog.spark
+    from raylog.integrations import spark as raylog_spark
 
-    session = raylog.spark.session("raylog-tests")
+    session = raylog_spark.session("raylog-tests")
     try:
         yield session
     finally:
-        raylog.spark.stop()
+        raylog_spark.stop()
 
 
 def restart_controller() -> None:
     """Kill the controller (Ray restarts it) and wait until the new one is serving."""
-    from raylog.cluster_names import CONTROLLER_NAME, NAMESPACE
+    from raylog.util.cluster_names import CONTROLLER_NAME, NAMESPACE
 
     controller = ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
     old = ray.get(controller.ready.remote())["pid"]

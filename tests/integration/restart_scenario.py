@@ -23,9 +23,9 @@ from ray.cluster_utils import Cluster
 import raylog
 from raylog import Admin, Consumer, Producer, TopicPartition
 from raylog.client.connection import reset_default
-from raylog.cluster_names import BROKER_RESOURCE, DATA_DIR_ENV
-from raylog.identity import BrokerIdentity, read_identity, write_identity
+from raylog.metadata.identity import BrokerIdentity, read_identity, write_identity
 from raylog.records import BatchBuilder
+from raylog.util.cluster_names import BROKER_RESOURCE, DATA_DIR_ENV
 from tests.integration.conftest import wait_for as suite_wait_for
 
 NODE_ARGS = {"num_cpus": 1, "object_store_memory": 150 * 1024 * 1024}

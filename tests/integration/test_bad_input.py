@@ -1,7 +1,7 @@
 """Bad input at every public entry point, against the session's cluster: each gets a typed
 error with a clear message before a deadline, and nothing stored changes. Also the
 controller's own checks, called the way a client that skips its checks would. (The client
-side alone, without a cluster: tests/unit/test_client_arguments.py.)"""
+side alone, without a cluster: tests/unit/client/test_client_arguments.py.)"""
 
 from __future__ import annotations
 
@@ -14,10 +14,8 @@ from typing import Any
 import pytest
 import ray
 
-import raylog.spark
 from raylog import Admin, Consumer, Producer, TopicPartition
 from raylog.client.remote import resolve
-from raylog.data import read_topic, write_dataset
 from raylog.errors import (
     InvalidArgumentError,
     InvalidConfigError,
@@ -33,6 +31,8 @@ from raylog.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from raylog.integrations import spark as raylog_spark
+from raylog.integrations.ray_data import read_topic, write_dataset
 from raylog.metadata.limits import DEFAULT_MAX_PARTITIONS_PER_TOPIC
 
 # Each answer takes milliseconds; the bound is generous because the machine is shared.
@@ -217,17 +217,17 @@ def _spark_session() -> Any:
                              concurrency=10**6), InvalidArgumentError),
     (lambda k: write_dataset(ray.data.from_items([{"key": b"v"}]), k.topic),
      InvalidRecordError),
-    (lambda k: raylog.spark.read("spark", k.topic), InvalidArgumentError),
-    (lambda k: raylog.spark.read(_spark_session(), _new()), UnknownTopicError),
-    (lambda k: raylog.spark.read(_spark_session(), k.topic, max_records_per_task=0),
+    (lambda k: raylog_spark.read("spark", k.topic), InvalidArgumentError),
+    (lambda k: raylog_spark.read(_spark_session(), _new()), UnknownTopicError),
+    (lambda k: raylog_spark.read(_spark_session(), k.topic, max_records_per_task=0),
      InvalidArgumentError),
-    (lambda k: raylog.spark.write("frame", k.topic), InvalidArgumentError),
-    (lambda k: raylog.spark.write(ray.data.from_items([{"value": b"v"}]), _new()),
+    (lambda k: raylog_spark.write("frame", k.topic), InvalidArgumentError),
+    (lambda k: raylog_spark.write(ray.data.from_items([{"value": b"v"}]), _new()),
      UnknownTopicError),
-    (lambda k: raylog.spark.micro_batches(_spark_session(), k.topic, ""),
+    (lambda k: raylog_spark.micro_batches(_spark_session(), k.topic, ""),
      InvalidArgumentError),
-    (lambda k: raylog.spark.micro_batches(_spark_session(), 5, "g"), InvalidTopicError),
-    (lambda k: raylog.spark.session(executors=0), InvalidArgumentError),
+    (lambda k: raylog_spark.micro_batches(_spark_session(), 5, "g"), InvalidTopicError),
+    (lambda k: raylog_spark.session(executors=0), InvalidArgumentError),
 ])
 def test_ray_data_and_spark(known, call, error):
     refused(known, lambda: call(known), error)

@@ -195,7 +195,7 @@ def test_send_batch_writes_a_table_without_per_record_python(admin, topic_name):
     records = consume_all(topic_name, 3, n)
     assert sorted(json.loads(r.value)["i"] for r in records) == list(range(n))
     # Keyed rows land where send() would put them, in table order within a partition.
-    from raylog.partitioner import key_partition
+    from raylog.records.partitioner import key_partition
 
     for r in records:
         assert r.partition == key_partition(r.key, 3)

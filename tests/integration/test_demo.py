@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from raylog.demo import run_demo
+from raylog.cli.demo import run_demo
 
 
 def test_demo_on_a_running_cluster(ray_cluster):

@@ -14,10 +14,10 @@ import threading
 
 import pytest
 
-import raylog.data
 from raylog import Admin, TopicPartition
 from raylog.client.remote import resolve
 from raylog.errors import OffsetNotAvailableError
+from raylog.integrations import ray_data
 from tests.integration.conftest import wait_for
 from tests.integration.failover import lagging_new_leader
 
@@ -32,7 +32,7 @@ def admin(ray_cluster) -> Admin:
 @pytest.mark.cluster
 def test_a_ray_data_read_planned_before_a_failover_reads_every_record(admin, topic_name,
                                                                      caplog):
-    caplog.set_level(logging.INFO, logger="raylog.data")
+    caplog.set_level(logging.INFO, logger="raylog.integrations.ray_data")
     admin.create_topic(topic_name, partitions=1, replication_factor=3)
     tp = TopicPartition(topic_name, 0)
     planned: dict = {}
@@ -41,7 +41,7 @@ def test_a_ray_data_read_planned_before_a_failover_reads_every_record(admin, top
     def read() -> None:
         try:
             start, end = planned[tp]
-            dataset = raylog.data.read_topic(topic_name, start_offset={tp: start},
+            dataset = ray_data.read_topic(topic_name, start_offset={tp: start},
                                              end_offset={tp: end})
             rows = sorted((row["offset"], row["value"]) for row in dataset.take_all())
             result["records"] = rows
@@ -49,7 +49,7 @@ def test_a_ray_data_read_planned_before_a_failover_reads_every_record(admin, top
             result["error"] = e
 
     with lagging_new_leader(admin, topic_name, BEFORE, AFTER,
-                            lambda: planned.update(raylog.data.offset_ranges(topic_name))
+                            lambda: planned.update(ray_data.offset_ranges(topic_name))
                             ) as failover:
         assert planned[tp] == (0, BEFORE)
         leader = admin._cluster.topic(topic_name, refresh=True).partitions[0].leader_client()

@@ -21,7 +21,7 @@ import raylog
 from raylog import Admin, Consumer, Producer, TopicPartition
 from raylog.client.remote import resolve
 from raylog.groups.coordinator import GroupCoordinator
-from raylog.topics import CONSUMER_OFFSETS_TOPIC
+from raylog.metadata.topics import CONSUMER_OFFSETS_TOPIC
 from tests.integration.conftest import leader_broker, restart_controller, wait_for
 
 # The controller's wait for one answer of a leader (actors/groups.py, APPEND_ANSWER_S): the

@@ -20,7 +20,6 @@ import ray
 import raylog
 from raylog import Admin, Consumer, Producer, TopicPartition
 from raylog.cli import main as cli
-from raylog.cluster_names import CONTROLLER_NAME, NAMESPACE
 from raylog.errors import (
     CommitFailedError,
     IllegalGenerationError,
@@ -29,6 +28,7 @@ from raylog.errors import (
     NotPartitionOwnerError,
     UnknownMemberError,
 )
+from raylog.util.cluster_names import CONTROLLER_NAME, NAMESPACE
 from tests.children import Child
 from tests.integration.conftest import restart_controller, wait_for
 

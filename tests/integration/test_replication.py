@@ -21,8 +21,8 @@ import ray
 from raylog import Admin, Consumer, Producer
 from raylog.cli import main
 from raylog.client.remote import resolve
-from raylog.cluster_names import CONTROLLER_NAME, NAMESPACE
 from raylog.errors import FencedEpochError, UnknownLeaderEpochError
+from raylog.util.cluster_names import CONTROLLER_NAME, NAMESPACE
 from tests.history import summary
 from tests.integration.conftest import (
     leader_broker,

@@ -18,11 +18,11 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from raylog import Admin, Consumer, Producer, TopicPartition
 from raylog.cli import main
-from raylog.cluster_names import NAMESPACE
-from raylog.data import read_topic
-from raylog.registry import REGISTRY_NAME, SchemaRegistry
+from raylog.integrations.ray_data import read_topic
+from raylog.schemas.client import SchemaRegistry
 from raylog.schemas.errors import SubjectNotFoundError
 from raylog.schemas.serde import AvroDeserializer, AvroSerializer
+from raylog.util.cluster_names import NAMESPACE, REGISTRY_NAME
 from tests.children import Child
 from tests.integration.conftest import restart_controller, wait_for
 from tests.unit.registry_server import registry_server
@@ -117,8 +117,8 @@ def test_avro_records_and_typed_ray_data_columns(ray_cluster, topic_name):
 def test_typed_spark_columns(ray_cluster, spark, topic_name):
     """valueFormat avro in the connector: v1 and v2 records read with the latest (v2) as
     reader, v1's showing v2's default; a tombstone a null value; a value not in the wire
-    format failing the task (or null); streaming; raylog.spark.read over it."""
-    import raylog.spark
+    format failing the task (or null); streaming; raylog.integrations.spark.read over it."""
+    from raylog.integrations import spark as raylog_spark
 
     Admin().create_topic(topic_name, partitions=2)
     registry = SchemaRegistry()
@@ -164,7 +164,7 @@ def test_typed_spark_columns(ray_cluster, spark, topic_name):
     tolerant = reader().option("valueFormatErrors", "null").load()
     assert tolerant.where("value is null").count() == 2  # the tombstone and b"not avro"
 
-    typed = raylog.spark.read(spark, topic_name, value_format="avro", ending_offsets={
+    typed = raylog_spark.read(spark, topic_name, value_format="avro", ending_offsets={
         TopicPartition(topic_name, 0): 5, TopicPartition(topic_name, 1): 4})
     types = dict(typed.dtypes)
     assert (types["id"], types["name"], types["country"]) == ("bigint", "string", "string")
@@ -173,8 +173,8 @@ def test_typed_spark_columns(ray_cluster, spark, topic_name):
         [(None, None)] + [(i, "NL") for i in range(5)] + [(i, "FR") for i in range(5, 8)]
     Admin().create_topic(f"{topic_name}-bare", partitions=1)
     with pytest.raises(SubjectNotFoundError, match=f"{topic_name}-bare-value"):
-        raylog.spark.read(spark, f"{topic_name}-bare", value_format="avro")
-    fallback = raylog.spark.read(spark, topic_name, value_format="avro", via="arrow",
+        raylog_spark.read(spark, f"{topic_name}-bare", value_format="avro")
+    fallback = raylog_spark.read(spark, topic_name, value_format="avro", via="arrow",
                                  value_schema=USER, ending_offsets={
                                      TopicPartition(topic_name, 0): 5,
                                      TopicPartition(topic_name, 1): 4})

@@ -13,17 +13,17 @@ import pyarrow as pa
 import pytest
 import ray
 
-import raylog.spark
 from raylog import Admin, Consumer, Producer, TopicPartition
-from raylog.data import read_topic, write_dataset
 from raylog.errors import (
     InvalidOffsetRangeError,
     InvalidRecordError,
     OffsetOutOfRangeError,
     UnknownTopicError,
 )
-from raylog.partitioner import key_partition
-from raylog.ranges import Timestamp
+from raylog.integrations import spark as raylog_spark
+from raylog.integrations.ray_data import read_topic, write_dataset
+from raylog.integrations.ray_data.ranges import Timestamp
+from raylog.records.partitioner import key_partition
 
 # An hour ago, whenever the tests run: the topic keeps the default 7-day retention, which
 # would delete records stamped with any fixed date once that date is a week old.
@@ -136,18 +136,18 @@ def test_bad_bounds_and_topics_are_refused(filled):
 
 def test_spark_dataframe_holds_exactly_what_was_produced(spark, filled):
     topic, expected = filled
-    frame = raylog.spark.read(spark, topic)
+    frame = raylog_spark.read(spark, topic)
     assert frame.columns == ["key", "value", "topic", "partition", "offset", "timestamp",
                              "timestampType", "headers"]
     assert frame.count() == 900
     rows = [r.asDict(recursive=True) for r in frame.collect()]
     assert rows_of(rows) == expected_rows(expected)
     start = {tp: 100 for tp in expected}
-    bounded = raylog.spark.read(spark, topic, start, "latest")
+    bounded = raylog_spark.read(spark, topic, start, "latest")
     assert bounded.count() == sum(len(v) - 100 for v in expected.values())
-    assert raylog.spark.read(spark, topic, "latest", "latest").count() == 0
+    assert raylog_spark.read(spark, topic, "latest", "latest").count() == 0
     # Ranges cut into many small tasks read the same records; headers can be left out.
-    cut = raylog.spark.read(spark, topic, max_records_per_task=70, include_headers=False)
+    cut = raylog_spark.read(spark, topic, max_records_per_task=70, include_headers=False)
     assert cut.rdd.getNumPartitions() >= 900 // 70
     assert "headers" not in cut.columns
     assert sorted(tuple(r) for r in cut.select("partition", "offset", "value").collect()) == \
@@ -157,8 +157,8 @@ def test_spark_dataframe_holds_exactly_what_was_produced(spark, filled):
 def test_dataframe_and_dataset_write_back(spark, admin, filled, topic_name):
     topic, expected = filled
     admin.create_topic(topic_name, partitions=4)
-    frame = raylog.spark.read(spark, topic).selectExpr("key", "value", "headers")
-    assert raylog.spark.write(frame, topic_name) == 900
+    frame = raylog_spark.read(spark, topic).selectExpr("key", "value", "headers")
+    assert raylog_spark.write(frame, topic_name) == 900
     back = read_topic(topic_name).take_all()
     assert Counter(bytes(r["value"]) for r in back) == Counter(
         r["value"] for rs in expected.values() for r in rs)
@@ -173,7 +173,7 @@ def test_writing_without_a_value_column_is_refused(spark, admin, topic_name):
     admin.create_topic(topic_name)
     frame = spark.createDataFrame([("k", "v")], ["key", "payload"])
     with pytest.raises(InvalidRecordError, match="value"):
-        raylog.spark.write(frame, topic_name)
+        raylog_spark.write(frame, topic_name)
     with pytest.raises(InvalidRecordError, match="value"):
         write_dataset(ray.data.from_items([{"payload": b"x"}]), topic_name)
     with pytest.raises(UnknownTopicError):
@@ -194,7 +194,7 @@ def test_micro_batches_resume_after_a_crash_without_skipping(spark, admin, topic
     processed: list[list[int]] = []
 
     def batches():
-        return raylog.spark.micro_batches(spark, topic_name, group, stop_when_idle=True,
+        return raylog_spark.micro_batches(spark, topic_name, group, stop_when_idle=True,
                                           max_records_per_partition=40)
 
     with pytest.raises(Crash):

@@ -13,8 +13,8 @@ import pytest
 import ray
 
 from raylog import Admin, Producer
-from raylog.cluster_names import CONTROLLER_NAME, NAMESPACE
-from raylog.partitioner import key_partition
+from raylog.records.partitioner import key_partition
+from raylog.util.cluster_names import CONTROLLER_NAME, NAMESPACE
 from tests.integration.conftest import consume_all, leader_broker, wait_for
 from tests.integration.failover import lagging_new_leader
 
@@ -284,17 +284,17 @@ def read_stream(spark, topic: str):
 
 
 def test_python_wrappers_go_through_the_connector(spark, source, admin):
-    import raylog.spark
+    from raylog.integrations import spark as raylog_spark
 
     topic, _ = source
-    frame = raylog.spark.read(spark, topic, {topic: {"0": 3}}, "latest", include_headers=False)
+    frame = raylog_spark.read(spark, topic, {topic: {"0": 3}}, "latest", include_headers=False)
     assert "BatchScan raylog" in plan(frame)
     assert frame.count() == RECORDS - 3
     target = "connector-wrapped"
     admin.create_topic(target, partitions=2)
-    assert raylog.spark.write(frame.select("key", "value"), target,
+    assert raylog_spark.write(frame.select("key", "value"), target,
                               producer_settings={"linger_ms": 5}) == RECORDS - 3
-    fallback = raylog.spark.read(spark, topic, via="arrow")
+    fallback = raylog_spark.read(spark, topic, via="arrow")
     assert "BatchScan raylog" not in plan(fallback)
     assert fallback.count() == RECORDS
 
@@ -331,19 +331,19 @@ def test_a_broker_restarting_mid_scan_loses_nothing(spark, admin, ray_cluster):
 
 
 def test_a_read_planned_before_a_failover_reads_every_record(spark, admin, topic_name):
-    """KIP-207 (issue 22 item 9): raylog.spark.read resolves its offsets at the old leader;
-    the DataFrame is read after a clean failover, from a new leader whose high watermark is
+    """KIP-207 (issue 22 item 9): raylog.integrations.spark.read resolves its offsets at the old
+    leader; the DataFrame is read after a clean failover, from a new leader whose high watermark is
     below the start of its epoch until its other in-sync follower (stopped) leaves the ISR
     (replica.lag.time.max.ms). The connector's planning is told the offsets are not
     available yet (retriable), asks again, and reads every record planned."""
-    import raylog.spark
+    from raylog.integrations import spark as raylog_spark
 
     admin.create_topic(topic_name, partitions=1, replication_factor=3,
                        configs={"replica.lag.time.max.ms": 10_000})
     planned: dict = {}
     before, after = 300, 200
     with lagging_new_leader(admin, topic_name, before, after,
-                            lambda: planned.update(frame=raylog.spark.read(spark, topic_name))
+                            lambda: planned.update(frame=raylog_spark.read(spark, topic_name))
                             ) as failover:
         assert failover.new != failover.old
         rows = planned["frame"].select("offset", "value").collect()

@@ -26,7 +26,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from raylog import Consumer, Producer, TopicPartition
 from raylog.client.futures import RecordFuture
 from raylog.errors import ProduceFailedError, RaylogError
-from raylog.partitioner import key_partition
+from raylog.records.partitioner import key_partition
 from tests import history
 from tests.integration.conftest import consume_all, wait_for
 

@@ -37,9 +37,9 @@ from raylog.errors import (
     UnknownMemberError,
     UnknownTopicError,
 )
-from raylog.partition import FetchResult
-from raylog.producer_state import ProducerStates, SequenceGap
 from raylog.records import parse_header, read_records, stamp
+from raylog.replica.partition import FetchResult
+from raylog.replica.producer_state import ProducerStates, SequenceGap
 from raylog.storage import AppendInfo
 
 

@@ -1,0 +1,7 @@
+"""``python -m raylog.cli ...``: the ``raylog`` command."""
+
+import sys
+
+from raylog.cli.commands import main
+
+sys.exit(main())

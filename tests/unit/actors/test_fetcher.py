@@ -1,0 +1,162 @@
+"""A follower broker's fetcher (actors/fetcher.py) against a fake leader broker: real
+Partitions on both sides, no Ray. One partition whose data does not take must not stop the
+others, and a fetcher with nothing to ask must wait, never spin the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from actors.fetcher import ReplicaFetcher
+from actors.hosting import HostedReplica
+from raylog.errors import RaylogError
+from raylog.replica.partition import LeaderAndIsr, Partition
+from raylog.storage import LogConfig, PartitionLog
+from tests.unit.logutil import FakeClock, batch_of
+
+NOW = 1_700_000_000_000
+TOPIC = "t"
+
+
+def partition(tmp_path, broker: int, number: int) -> Partition:
+    clock = FakeClock(NOW)
+    log = PartitionLog(tmp_path / f"b{broker}" / f"{TOPIC}-{number}",
+                       LogConfig(retention_ms=None), clock=clock)
+    return Partition(TOPIC, number, log, broker, clock=clock)
+
+
+class _Remote:
+    def __init__(self, method: Any) -> None:
+        self._method = method
+
+    def remote(self, *args: Any) -> Any:
+        return self._method(*args)  # a coroutine: awaitable, as an ObjectRef is
+
+
+class FakeLeaderBroker:
+    """The leader side of replica_fetch and epoch_end_offsets, over real Partitions."""
+
+    def __init__(self, partitions: dict[tuple[str, int], Partition]) -> None:
+        self.partitions = partitions
+        self.fetches = 0
+        self.replica_fetch = _Remote(self._replica_fetch)
+        self.epoch_end_offsets = _Remote(self._epoch_end_offsets)
+
+    async def _replica_fetch(self, follower, requests, max_bytes, partition_max_bytes,
+                             max_wait_ms, follower_epoch):
+        self.fetches += 1
+        await asyncio.sleep(0.001)
+        answers = []
+        for topic, number, epoch, offset, _ in requests:
+            p = self.partitions[(topic, number)]
+            try:
+                p.follower_fetched(follower, epoch, offset, follower_epoch)
+                r = p.read_for_follower(offset, partition_max_bytes)
+                answers.append({"data": r.data, "high_watermark": r.high_watermark,
+                                "log_start_offset": r.log_start_offset,
+                                "log_end_offset": r.log_end_offset, "error": None})
+            except RaylogError as e:
+                answers.append({"data": b"", "error": e, "high_watermark": -1,
+                                "log_start_offset": -1, "log_end_offset": -1})
+        return answers
+
+    async def _epoch_end_offsets(self, requests):
+        return [tuple(self.partitions[(t, n)].end_offset_for_epoch(le, e))
+                for t, n, le, e in requests]
+
+
+class FakeFollowerBroker:
+    def __init__(self, replicas: dict[tuple[str, int], HostedReplica]) -> None:
+        self.broker_id = 2
+        self.broker_epoch = 12
+        self.replicas = replicas
+
+
+def state(leader: int = 1) -> LeaderAndIsr:
+    return LeaderAndIsr(leader, 0, 0, (1, 2), (1, 2))
+
+
+@pytest.fixture
+def pair(tmp_path):
+    """Leader partitions 0 and 1 on broker 1 with records, and their followers on 2."""
+    leaders = {(TOPIC, n): partition(tmp_path, 1, n) for n in range(2)}
+    for p in leaders.values():
+        p.apply(state())
+        for i in range(3):
+            p.append(batch_of([b"r%d" % i], ts=NOW), leader_epoch=0)
+    followers = {}
+    for (topic, n) in leaders:
+        f = partition(tmp_path, 2, n)
+        f.apply(state())
+        followers[(topic, n)] = HostedReplica(f, "topic-id", {})
+    yield FakeLeaderBroker(leaders), FakeFollowerBroker(followers)
+    for p in [*leaders.values(), *(h.partition for h in followers.values())]:
+        p.log.close()
+
+
+async def until(condition, timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+def test_followers_catch_up_with_the_leader(pair):
+    leader, follower = pair
+
+    async def scenario() -> None:
+        fetcher = ReplicaFetcher(follower, 1, leader)
+        for tp in follower.replicas:
+            fetcher.follow(tp, 0, leader)
+        await until(lambda: all(h.partition.log_end_offset == 3 and
+                                h.partition.high_watermark == 3
+                                for h in follower.replicas.values()))
+        fetcher.stop()
+        # Its fetches named the broker epoch of its broker's process (KIP-903).
+        assert {p.replica_set.follower(2).broker_epoch for p in leader.partitions.values()} \
+            == {12}
+
+    asyncio.run(scenario())
+
+
+def test_a_partition_whose_data_does_not_take_does_not_stop_the_others(pair, monkeypatch):
+    leader, follower = pair
+    bad = follower.replicas[(TOPIC, 0)].partition
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise OSError("no space left on device")
+
+    monkeypatch.setattr(bad, "append_replicated", refuse)
+
+    async def scenario() -> None:
+        fetcher = ReplicaFetcher(follower, 1, leader)
+        for tp in follower.replicas:
+            fetcher.follow(tp, 0, leader)
+        good = follower.replicas[(TOPIC, 1)].partition
+        await until(lambda: good.log_end_offset == 3 and good.high_watermark == 3)
+        assert bad.log_end_offset == 0
+        assert fetcher.partitions[(TOPIC, 0)].truncating  # it starts over when it can
+        fetcher.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_fetcher_with_nothing_to_ask_waits_instead_of_spinning(pair):
+    """A partition still listed as truncating whose replica stopped following (say, an apply
+    made it leader) must not make the fetcher loop without ever yielding."""
+    leader, follower = pair
+
+    async def scenario() -> None:
+        fetcher = ReplicaFetcher(follower, 1, leader)
+        fetcher.follow((TOPIC, 0), 0, leader)
+        follower.replicas[(TOPIC, 0)].partition.apply(LeaderAndIsr(2, 1, 1, (1, 2), (2,)))
+        ticks = 0
+        for _ in range(20):  # the loop must keep getting control back
+            await asyncio.sleep(0.01)
+            ticks += 1
+        assert ticks == 20 and leader.fetches == 0
+        fetcher.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), 10))

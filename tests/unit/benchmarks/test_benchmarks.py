@@ -1,0 +1,200 @@
+"""The benchmark scripts start, and the storage one writes the figures its issue names.
+
+Figures are never compared with anything here: the machine is shared and noisy.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
+
+
+@pytest.mark.parametrize("script", ["storage", "produce_consume", "groups", "analytics", "density",
+                                    "replication", "schemas"])
+def test_each_benchmark_explains_its_options(script):
+    done = subprocess.run([sys.executable, str(BENCHMARKS / f"{script}.py"), "--help"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "--quick" in done.stdout and "--json" in done.stdout
+
+
+def test_storage_benchmark_writes_its_figures(tmp_path):
+    out = tmp_path / "storage.json"
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "storage.py"), "--quick",
+                           "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(out.read_text())
+    for name in ("encode_records_per_s", "append_mb_per_s", "raw_write_mb_per_s",
+                 "read_records_per_s", "read_arrow_records_per_s"):
+        assert figures[name] > 0, name
+    assert "| (c) read to Arrow |" in done.stdout
+
+
+# -- the suite's pure parts: percentiles, targets, the report, a missing Redis ------------------
+
+@pytest.fixture
+def suite_modules(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import suite_peers
+    import suite_report
+
+    return suite_report, suite_peers
+
+
+def made_up_runs(redis: bool = True) -> tuple[dict, dict]:
+    """What the suite's single node and its 3 brokers return, figures invented."""
+    single = {"produce_records_per_s": 1_200_000.0, "produce_arrow_records_per_s": 4e6,
+              "consume_records_per_s": 2.5e6, "consume_group_records_per_s": 3e6,
+              "e2e_p50_ms": 3.0, "e2e_p99_ms": 25.0, "e2e_p999_ms": 40.0,
+              "e2e_default_p50_ms": 4.0, "e2e_default_p99_ms": 9.0, "e2e_default_p999_ms": 12.0,
+              "redis_produce_records_per_s": 200_000.0 if redis else None,
+              "redis_consume_records_per_s": 400_000.0 if redis else None,
+              "queue_produce_records_per_s": 500_000.0, "queue_consume_records_per_s": 5e5,
+              "produce_records_per_cpu_s": 1.3e6}
+    matrix = {"cells": [{"value_bytes": 1000, "producers": 3, "replication_factor": 3,
+                         "acks": "all", "records_per_s": 80_000.0}],
+              "rf1_acks1_records_per_s": 1_000_000.0, "rf3_acksall_records_per_s": 600_000.0,
+              "rf3_acksall_fsync_records_per_s": 150_000.0}
+    return single, matrix
+
+
+def made_up_results(redis: bool = True) -> dict:
+    """A results document of the suite's shape, figures invented."""
+    import suite_report
+
+    single, matrix = made_up_runs(redis)
+    figures = suite_report.headline_figures(single, matrix)
+    run = {"offered_records_per_s": 10_000, "p50_ms": 3.0, "p99_ms": 25.0, "p999_ms": 40.0,
+           "max_ms": 41.0, "samples": 1000}
+    return {
+        **figures, "targets": suite_report.targets_report(figures), "mode": "quick",
+        "finished_at": "2026-11-25 12:00 UTC", "wall_seconds": 200.0,
+        "single_node": {"produce_records_per_cpu_s": single["produce_records_per_cpu_s"]},
+        "replicated": matrix,
+        "latency": {"runs": [{"linger_ms": 0, **run}, {"linger_ms": 5, **run}]},
+        "curve": {"offered_records_per_s": 50_000, "defaults": {"linger_ms": 5,
+                                                                "batch_size": 4096},
+                  "points": [{"linger_ms": lg, "batch_size": size, "records_per_s": 1e6,
+                              "p50_ms": 2.0, "p99_ms": 9.0}
+                             for lg, size in ((0, 4096), (5, 4096), (5, 1024))]},
+        "redis": {"available": True, "version": "7.0.15", "command": "redis-server --save ''",
+                  "client_version": "8.1.0", "hiredis": True, "workload": "XADD"} if redis
+        else {"available": False, "reason": "redis-server is not installed"},
+        "queue": {"workload": "batches of 1,000"}, "method": ["how"],
+        "machine": {"cpu_count": 2, "cpu_model": "cpu", "python": "3.11", "ray": "2.60.0",
+                    "pyarrow": "26", "load_average_1m": {"start": 0.5, "end": 0.7}},
+    }
+
+
+def test_percentiles_are_nearest_rank(suite_modules):
+    report, _ = suite_modules
+    samples = list(range(1, 1001))  # 1 .. 1000 ms
+    assert report.percentile(samples, 50) == 500
+    assert report.percentile(samples, 99) == 990
+    assert report.percentile(samples, 99.9) == 999
+    assert report.percentile(samples, 100) == 1000
+    assert report.percentile([7.5], 99.9) == 7.5  # one sample is every percentile
+    assert report.percentile([3, 1, 2], 50) == 2  # order does not matter
+    summary = report.latency_summary([1.0, 2.0, 3.0, 10.0])
+    assert (summary["p50_ms"], summary["p99_ms"], summary["max_ms"]) == (2.0, 10.0, 10.0)
+    with pytest.raises(ValueError):
+        report.percentile([], 50)
+    with pytest.raises(ValueError):
+        report.percentile(samples, 0)
+
+
+def test_results_lead_with_every_required_figure(suite_modules):
+    report, _ = suite_modules
+    single, matrix = made_up_runs(redis=False)
+    figures = report.headline_figures(single, matrix)
+    assert set(report.REQUIRED_KEYS) <= figures.keys()
+    assert figures["produce_mb_per_s"] == 120.0 and figures["rf3_over_rf1"] == 0.6
+    assert figures["produce_rf3_acksall_fsync_records_per_s"] == 150_000.0
+    assert figures["rf3_fsync_over_rf3"] == 0.25
+    assert figures["produce_vs_queue"] == 2.4
+    assert figures["redis_produce_records_per_s"] is None and figures["produce_vs_redis"] is None
+    del single["consume_records_per_s"]
+    with pytest.raises(KeyError):  # a figure the run did not return fails, not a silent None
+        report.headline_figures(single, matrix)
+
+
+def test_targets_say_met_missed_or_not_measured(suite_modules):
+    report, _ = suite_modules
+    figures = {"produce_records_per_s": 1_000_000, "e2e_p50_ms": 5.0, "e2e_p99_ms": 19.9,
+               "consume_records_per_s": 1_999_999, "produce_vs_redis": None}
+    targets = report.targets_report(figures)
+    assert targets["produce_records_per_s"]["met"] is True  # at least the bound
+    assert targets["e2e_p50_ms"]["met"] is False  # "under 5 ms": 5.0 is not under
+    assert targets["e2e_p99_ms"]["met"] is True
+    assert targets["consume_records_per_s"]["met"] is False
+    assert targets["produce_vs_redis"]["met"] is None
+    ratios = {"produce_records_per_s": 3.0, "queue_produce_records_per_s": 1.0,
+              "redis_produce_records_per_s": None}
+    report.add_ratios(ratios)
+    assert ratios["produce_vs_queue"] == 3.0 and ratios["produce_vs_redis"] is None
+
+
+def test_the_report_writes_json_markdown_and_plots(suite_modules, tmp_path):
+    report, _ = suite_modules
+    pytest.importorskip("matplotlib")  # the bench extra
+    results = made_up_results()
+    written = report.write_results(tmp_path, results)
+    assert sorted(p.name for p in written) == sorted(
+        ["results.json", "results.md", *report.PLOTS])
+    loaded = json.loads((tmp_path / "results.json").read_text())
+    assert all(key in loaded for key in report.REQUIRED_KEYS)
+    for name in report.PLOTS:
+        assert (tmp_path / name).read_bytes().startswith(b"\x89PNG")
+    text = (tmp_path / "results.md").read_text()
+    assert "| produce, 1 producer, 100 B | 1,200,000 | 200,000 | 500,000 | 6.00x | 2.40x |" in text
+    assert "< 20: **missed**" in text  # p99 of 25 ms
+    assert "redis-server 7.0.15" in text
+    assert "| rf 3 acks=all with flush.messages=1 / without (1 producer, 100 B, 3 brokers) | " \
+        "0.25x |" in text
+
+
+def test_a_missing_redis_is_reported_not_fatal(suite_modules, monkeypatch):
+    report, peers = suite_modules
+    monkeypatch.setattr(peers.shutil, "which", lambda name: None)
+    monkeypatch.setattr(peers.Path, "exists", lambda self: False)
+    assert peers.redis_server_path() is None
+    reason = peers.missing_redis_reason()
+    assert "redis-server is not installed" in reason
+    with peers.redis_or_none() as (server, why):
+        assert server is None and why == reason
+    assert peers.redis_info(None, reason) == {"available": False, "reason": reason}
+    text = report.results_markdown(made_up_results(redis=False))
+    assert "Redis Streams: **not measured**: redis-server is not installed" in text
+    assert "| produce, 1 producer, 100 B | 1,200,000 | - (missing: see below) |" in text
+
+
+def test_the_readme_section_is_replaced_between_its_markers(suite_modules):
+    report, _ = suite_modules
+    text = f"intro\n\n{report.README_START}\nold table\n{report.README_END}\n\nafter\n"
+    replaced = report.replace_section(text, f"{report.README_START}\nnew\n{report.README_END}")
+    assert "old table" not in replaced and "\nnew\n" in replaced
+    assert replaced.startswith("intro") and replaced.endswith("after\n")
+    with pytest.raises(ValueError):
+        report.replace_section("no markers", "x")
+
+
+def test_the_suite_explains_its_options():
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "suite.py"), "--help"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "--quick" in done.stdout and "--out" in done.stdout and "--publish" in done.stdout
+
+
+def test_raylog_bench_hands_every_argument_to_the_suite(capfd):
+    from raylog.cli import main
+
+    assert main(["bench", "--quick", "--help"]) == 0  # --quick not taken by raylog's parser
+    assert "usage: suite.py" in capfd.readouterr().out
+    assert main(["bench", "--bogus"]) == 2  # the suite's exit status is the command's
+    assert "suite.py: error: unrecognized arguments: --bogus" in capfd.readouterr().err

@@ -1,0 +1,250 @@
+"""The Producer's delivery guarantees without Ray: a fake cluster behind the client wrappers.
+
+The leader is a fake ReplicaClient whose requests are concurrent futures and whose log is a
+list guarded by the real ProducerStates; knobs make it hang, drop answers or refuse.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+
+import pytest
+
+import raylog.client.producer as producer_module
+from raylog.client.connection import PartitionMetadata, TopicMetadata
+from raylog.client.producer import Producer
+from raylog.errors import (
+    ActorUnavailableError,
+    ClientClosedError,
+    InternalError,
+    InvalidConfigError,
+    InvalidProducerEpochError,
+    OutOfOrderSequenceError,
+    ProduceFailedError,
+    RecordTooLargeError,
+    RequestTimeoutError,
+)
+from raylog.records import parse_header
+from raylog.replica.producer_state import ProducerStates, SequenceGap
+from raylog.storage import AppendInfo
+from tests.unit.fake_remote import FakePartition
+
+
+class FakeLeader:
+    """A partition leader: appends in producer-sequence order, or misbehaves on request."""
+
+    broker_id = 0
+    leader_epoch = 0
+
+    def __init__(self) -> None:
+        self.log = FakePartition(0, (0,))  # the log and the producer states
+        # "ok", "hang", "die" (append, then lose the answer), "refuse", "minus-one" (answer
+        # at offset -1 without appending, as older leaders did for a batch they forgot)
+        self.mode = "ok"
+        self.delay_s = 0.0  # with "ok": answer this much later
+        self.appends = 0
+        self.failures = 0  # with "die": how many requests to fail before answering again
+        self.hung: list[bytes] = []  # batches whose requests never get an answer
+        self.lock = threading.Lock()
+
+    def append(self, data: bytes, acks: object, timeout_ms: int) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self.lock:
+            if self.mode == "hang":
+                self.hung.append(data)
+                return future
+            if self.mode == "refuse":
+                future.set_exception(RecordTooLargeError("over max.message.bytes"))
+                return future
+            if self.mode == "minus-one":
+                future.set_result(AppendInfo(-1, -1, 0, parse_header(data).record_count))
+                return future
+            self.appends += 1
+            try:
+                info = self._append(data)
+            except SequenceGap as gap:  # the real leader waits a moment first
+                future.set_exception(gap.error("t-0", 0.0))
+                return future
+            except (InvalidProducerEpochError, OutOfOrderSequenceError) as e:
+                future.set_exception(e)
+                return future
+            if self.mode == "die" and self.failures > 0:
+                self.failures -= 1
+                future.set_exception(ActorUnavailableError("the replica died"))
+                return future
+            if self.delay_s:
+                threading.Timer(self.delay_s, future.set_result, (info,)).start()
+            else:
+                future.set_result(info)
+        return future
+
+    def _append(self, data: bytes) -> AppendInfo:
+        return self.log.append(data)
+
+    @property
+    def values(self) -> list[bytes | None]:
+        return self.log.values
+
+    @property
+    def states(self) -> ProducerStates:
+        return self.log.states
+
+    def lose_tail(self, count: int) -> None:
+        """A failover to a replica that lacks the last ``count`` records (an acks=1 tail),
+        whose producer state is what its own log says (here: nothing of this producer)."""
+        self.log.lose_tail(count)
+
+
+class FakeCluster:
+    """One partition, led by ``leader`` forever: metadata never changes."""
+
+    def __init__(self, leader: FakeLeader) -> None:
+        self.leader = leader
+
+    def topic(self, name: str, refresh: bool = False, timeout: float | None = None
+              ) -> TopicMetadata:
+        return TopicMetadata(name, "id", (PartitionMetadata(0, 0, 0, (0,), (0,),
+                                                            {0: self.leader}),), {},
+                             time.monotonic())
+
+    def cached(self, name: str) -> None:
+        return None  # nothing newer than what the producer holds
+
+    def refresh_soon(self, name: str, newer_than: float | None = None) -> None:
+        pass
+
+
+def fake_wait_done(refs: list, timeout: float) -> list:
+    done, _ = concurrent.futures.wait(refs, timeout=timeout,
+                                      return_when=concurrent.futures.FIRST_COMPLETED)
+    return list(done)
+
+
+def fake_resolve(ref: concurrent.futures.Future, timeout: float | None = None) -> object:
+    return ref.result(timeout)
+
+
+@pytest.fixture
+def leader(monkeypatch) -> FakeLeader:
+    monkeypatch.setattr(producer_module, "wait_done", fake_wait_done)
+    monkeypatch.setattr(producer_module, "resolve", fake_resolve)
+    return FakeLeader()
+
+
+def producer_for(leader: FakeLeader, **settings) -> Producer:
+    return Producer(cluster=FakeCluster(leader), **{"linger_ms": 1, "batch_size": 4096,
+                                                    **settings})
+
+
+def test_every_future_fails_by_its_delivery_timeout_when_the_leader_hangs(leader):
+    leader.mode = "hang"
+    producer = producer_for(leader, delivery_timeout_ms=300, retry_backoff_ms=10)
+    futures = [producer.send("t", b"v%d" % i) for i in range(200)]
+    started = time.monotonic()
+    for future in futures:  # queued behind the in-flight limit, or in flight: all end
+        assert isinstance(future.exception(timeout=5), RequestTimeoutError)
+    assert time.monotonic() - started < 5
+    producer.close()
+
+
+def test_flush_raises_for_failures_nobody_looked_at(leader):
+    leader.mode = "refuse"
+    producer = producer_for(leader)
+    seen = producer.send("t", b"seen")
+    with pytest.raises(RecordTooLargeError):
+        seen.result(timeout=5)
+    producer.flush()  # the only failure was looked at
+    producer.send("t", b"unseen")
+    with pytest.raises(ProduceFailedError, match="1 records in 1 batches failed"):
+        producer.flush()
+    producer.flush()  # reported once
+    producer.close()
+
+
+def test_close_with_a_timeout_resolves_every_future(leader):
+    leader.mode = "hang"
+    producer = producer_for(leader, delivery_timeout_ms=60_000)
+    futures = [producer.send("t", b"v%d" % i) for i in range(50)]
+    with pytest.raises(RequestTimeoutError):
+        producer.close(timeout=0.2)
+    assert all(isinstance(f.exception(timeout=1), ClientClosedError) for f in futures)
+
+
+def test_lost_answers_are_retried_without_duplicates_or_reordering(leader):
+    leader.mode, leader.failures = "die", 7
+    producer = producer_for(leader, retry_backoff_ms=1, max_in_flight_requests_per_partition=3)
+    futures = []
+    for i in range(300):
+        futures.append(producer.send("t", b"%05d" % i))
+        if i % 25 == 0:
+            producer.flush()  # several flushes: batches of a few records each
+    producer.flush()
+    assert [f.result(1).offset for f in futures] == list(range(300))
+    assert leader.values == [b"%05d" % i for i in range(300)]
+    producer.close()
+
+
+def test_a_hung_batch_expires_and_the_partition_goes_on_under_a_new_epoch(leader):
+    leader.mode = "hang"
+    producer = producer_for(leader, delivery_timeout_ms=200, retry_backoff_ms=1)
+    lost = producer.send("t", b"lost")
+    assert isinstance(lost.exception(timeout=5), RequestTimeoutError)
+    leader.mode = "ok"
+    after = producer.send("t", b"after")
+    assert after.result(timeout=5).offset == 0
+    with pytest.raises(InvalidProducerEpochError):  # the lost batch's late copy is fenced
+        leader._append(leader.hung[0])
+    assert leader.values == [b"after"]
+    producer.close()
+
+
+def test_a_busy_partition_gets_fewer_larger_batches_not_a_queue_of_small_ones(leader):
+    """Under backpressure a lingering batch stays open and fills (as Kafka's accumulator
+    does) instead of being sealed every linger_ms into a queue that outgrows the timeout."""
+    leader.delay_s = 0.05  # each append takes 50 ms; one at a time
+    producer = producer_for(leader, linger_ms=1, max_in_flight_requests_per_partition=1,
+                            batch_size=1 << 20)
+    futures = []
+    deadline = time.monotonic() + 0.5
+    while time.monotonic() < deadline:
+        futures.append(producer.send("t", b"v%06d" % len(futures)))
+        time.sleep(0.0002)
+    producer.flush()
+    assert [f.result(0).offset for f in futures] == list(range(len(futures)))
+    assert leader.appends <= 0.5 / 0.05 + 5  # about one batch per answer, not per linger_ms
+    producer.close()
+
+
+def test_after_a_failover_that_lost_its_state_the_producer_bumps_its_epoch_at_once(leader):
+    """The new leader knows nothing of this producer (its acks=1 batches were lost with the
+    old leader): the next batch is ahead of anything it could take. The producer bumps its
+    epoch and goes on at once, long before its delivery timeout."""
+    producer = producer_for(leader, acks=1, delivery_timeout_ms=120_000)
+    for i in range(3):
+        producer.send("t", b"early-%d" % i).result(timeout=5)
+    leader.lose_tail(3)
+    after = producer.send("t", b"after")
+    assert after.result(timeout=5).offset == 0  # not after 120 s of OutOfOrderSequence
+    assert leader.values == [b"after"]
+    (state,) = leader.states._producers.values()
+    assert state.epoch == 1  # bumped
+    producer.close()
+
+
+def test_an_answer_at_a_negative_offset_is_a_failure_never_an_acknowledgement(leader):
+    leader.mode = "minus-one"
+    producer = producer_for(leader)
+    future = producer.send("t", b"v")
+    assert isinstance(future.exception(timeout=5), InternalError)
+    leader.mode = "ok"
+    assert producer.send("t", b"w").result(timeout=5).offset == 0  # it goes on
+    producer.close()
+
+
+def test_an_idempotent_producer_keeps_no_more_in_flight_than_a_leader_remembers():
+    with pytest.raises(InvalidConfigError, match="at most 5"):
+        Producer(cluster=FakeCluster(FakeLeader()), max_in_flight_requests_per_partition=6)
+    Producer(cluster=FakeCluster(FakeLeader()), acks=0,
+             max_in_flight_requests_per_partition=6).close()  # nothing to remember
