@@ -13,10 +13,8 @@ from typing import Any, NamedTuple, Union
 
 from raylog.arguments import INT64_MAX
 from raylog.errors import InvalidOffsetRangeError, OffsetOutOfRangeError
-from raylog.types import TopicPartition
+from raylog.types import EARLIEST, LATEST, TopicPartition
 
-EARLIEST = "earliest"
-LATEST = "latest"
 EARLIEST_OFFSET = -2
 LATEST_OFFSET = -1
 

@@ -20,7 +20,7 @@ from raylog.errors import (
 )
 from raylog.replication.isr import DEFAULT_REPLICA_LAG_TIME_MAX_MS
 from raylog.storage.config import LogConfig
-from raylog.types import TopicPartition
+from raylog.types import EARLIEST, LATEST, TopicPartition
 
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
@@ -298,7 +298,7 @@ def reset_spec(to: object) -> str | int | list:
 
 def check_reset_spec(spec: object) -> str | int | list:
     """A reset target as the controller receives it (see :func:`reset_spec`)."""
-    if isinstance(spec, str) and spec in ("earliest", "latest"):
+    if isinstance(spec, str) and spec in (EARLIEST, LATEST):
         return spec
     if type(spec) is int and spec >= 0:
         return spec

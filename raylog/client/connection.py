@@ -32,6 +32,7 @@ from raylog.errors import (
 )
 from raylog.metadata.limits import PartitionLimits
 from raylog.topics import validate_topic_name
+from raylog.util.backoff import backoff_s
 
 logger = logging.getLogger(__name__)
 
@@ -189,7 +190,7 @@ class MetadataRefresher:
             for name in names:
                 self._wanted.setdefault(name, None)
             self._failures += 1
-            backoff = min(self._min_interval_s * 2 ** self._failures, 1.0)
+            backoff = backoff_s(self._failures, self._min_interval_s, 1.0)
             self._next_round = time.monotonic() + backoff
 
 
