@@ -9,6 +9,12 @@ actors/supervision.py), moves leaderships when one goes (raylog/metadata/electio
 tells brokers which replicas they hold and who leads each. It is not on the data path:
 clients ask it for metadata and then call brokers directly.
 
+It is a shell over parts that never hold it (docs/architecture.md, "The controller's
+parts"): the metadata (raylog/metadata/access.py), brokers and elections
+(actors/broker_manager.py), topics (actors/topic_manager.py), partition moves
+(actors/partition_moves.py), groups (actors/groups.py) and the Spark connector's calls
+(actors/java_api.py). Its API is the list of what each part serves.
+
 Its loop (every RECONCILE_INTERVAL_S): register new broker nodes, expire group members whose
 session ran out, give leaderless partitions a leader when one can be had, move reassigned
 partitions on, and replace the replicas of brokers gone for longer than

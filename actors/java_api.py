@@ -15,6 +15,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.broker_manager import BrokerManager
 from actors.topic_manager import TopicManager
+from raylog.client.connection import METADATA_MAX_AGE_S
 from raylog.cluster_names import NAMESPACE, broker_actor_name
 from raylog.errors import InvalidArgumentError, RaylogError
 from raylog.interop import error_json
@@ -47,9 +48,10 @@ class JavaApi:
     async def java_metadata(self, names: str) -> str:
         """The metadata of the topics named in the JSON list ``names``, as JSON a Java caller
         can use: per topic its partitions (leader, leader epoch, replicas, ISR), whether it
-        is compacted (its offsets then have gaps), and per live broker among its replicas
-        the name of the broker's actor, its node and host; per unknown topic
-        ``{"error": ...}``."""
+        is compacted (its offsets then have gaps), how long the connector may use it from
+        its cache (the Python clients' METADATA_MAX_AGE_S: one age for both), and per live
+        broker among its replicas the name of the broker's actor, its node and host; per
+        unknown topic ``{"error": ...}``."""
         answer: dict[str, Any] = {}
         for name in json.loads(names):
             try:
@@ -64,7 +66,8 @@ class JavaApi:
                                         "node_id": where["node_id"],
                                         "host": info.host if info is not None else None}
             answer[name] = {"partitions": raw["partitions"], "brokers": brokers,
-                            "compacted": log_config(raw["configs"]).compact}
+                            "compacted": log_config(raw["configs"]).compact,
+                            "max_age_ms": round(METADATA_MAX_AGE_S * 1000)}
         return json.dumps(answer)
 
     async def java_schema_registry(self) -> str:

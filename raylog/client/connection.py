@@ -36,6 +36,9 @@ from raylog.util.backoff import backoff_s
 
 logger = logging.getLogger(__name__)
 
+# How long topic metadata is used from a cache before it is asked again (Kafka's
+# metadata.max.age.ms); an error about a partition's leader refreshes it at once. The Spark
+# connector (raylog/java) is told this age with every topic's metadata (actors/java_api.py).
 METADATA_MAX_AGE_S = 300.0
 METADATA_TIMEOUT_S = 30.0  # a background refresh waits this long for the controller
 # A request to a replica outstanding this long (past any wait it asked for) is unusual: the

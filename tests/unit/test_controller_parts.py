@@ -7,12 +7,16 @@ controller's API declared with ``served_by``.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
 
 from actors.broker_manager import BrokerManager
+from actors.java_api import JavaApi
 from actors.partition_moves import PartitionMoves
+from actors.topic_manager import TopicManager
+from raylog.client.connection import METADATA_MAX_AGE_S
 from raylog.errors import InvalidArgumentError, UnknownTopicError
 from raylog.metadata import election
 from raylog.metadata import state as events
@@ -24,6 +28,7 @@ from raylog.typecheck import served_by
 class FakeWatch:
     def __init__(self, broker_id: int) -> None:
         self.broker_id, self.alive, self.handle, self.incarnation = broker_id, True, object(), "i"
+        self.node_id = f"node-{broker_id}"
 
 
 class FakeChannel:
@@ -150,6 +155,27 @@ def test_a_reassignment_is_taken_to_its_end_step_by_step():
         access.commit(events.configs_altered("t", {"min_insync_replicas": 2}))
         with pytest.raises(InvalidArgumentError, match=r"min\.insync\.replicas=2"):
             await moves.reassign_partitions("t", {0: [4]})
+
+    asyncio.run(scenario())
+
+
+def test_the_java_connector_is_told_the_clients_metadata_age_and_compaction():
+    async def scenario() -> None:
+        access, manager, _ = cluster()
+        access.commit(events.topic_created("kept", "id2", [[1, 2]],
+                                           {"cleanup_policy": "compact"}))
+
+        async def started() -> None:
+            pass
+
+        topics = TopicManager(access, manager, None, started, lambda names: None)
+        answer = json.loads(await JavaApi(topics, manager).java_metadata(
+            json.dumps(["t", "kept", "nope"])))
+        assert answer["t"]["max_age_ms"] == answer["kept"]["max_age_ms"] == \
+            METADATA_MAX_AGE_S * 1000
+        assert (answer["t"]["compacted"], answer["kept"]["compacted"]) == (False, True)
+        assert answer["t"]["brokers"]["2"]["actor"].endswith("node-2")
+        assert answer["nope"]["error"]["type"] == "UnknownTopicError"
 
     asyncio.run(scenario())
 
