@@ -6,8 +6,10 @@ controller's API declared with ``served_by``.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
+import pathlib
 from typing import Any
 
 import pytest
@@ -200,3 +202,14 @@ def test_served_by_checks_the_parts_annotations_and_calls_it():
         asyncio.run(Api().serve("x", "2"))
     with pytest.raises(InvalidArgumentError):
         asyncio.run(Api().serve())
+
+
+@pytest.mark.parametrize("part", ["broker_manager", "topic_manager", "partition_moves",
+                                  "groups", "java_api"])
+def test_no_part_imports_the_controller_that_owns_it(part):
+    source = pathlib.Path(__file__).parents[2] / "actors" / f"{part}.py"
+    tree = ast.parse(source.read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+                 for alias in node.names}
+    assert "actors.controller" not in imported
