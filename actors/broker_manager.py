@@ -31,8 +31,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -42,12 +42,14 @@ from actors.broker import BrokerActor
 from actors.channels import BrokerChannel, Outcome, Words
 from actors.supervision import BrokerWatch, Health
 from raylog.client.remote import unwrap
-from raylog.errors import BrokerRestartedError
+from raylog.errors import BrokerRestartedError, LeaderNotAvailableError
 from raylog.metadata import election
 from raylog.metadata import state as events
+from raylog.metadata.access import MetadataAccess, Partition
 from raylog.metadata.brokers import BrokerRegistry, Offer, Verdict
 from raylog.metadata.identity import BrokerIdentity
 from raylog.metadata.sessions import BrokerSessions, heartbeat_interval_s
+from raylog.metadata.settings import ReplicationSettings
 from raylog.metadata.state import PartitionState, TopicState
 from raylog.replica.isr import NO_BROKER_EPOCH
 from raylog.util.cluster_names import (
@@ -56,9 +58,6 @@ from raylog.util.cluster_names import (
     NAMESPACE,
     broker_actor_name,
 )
-
-if TYPE_CHECKING:
-    from actors.controller import ControllerActor
 
 logger = logging.getLogger(__name__)
 
@@ -91,19 +90,24 @@ def unclean_allowed(topic: TopicState) -> bool:
     return bool(topic.configs.get("unclean_leader_election_enable", False))
 
 
+# What an election decides for one partition, given the live brokers: a change, or None.
+Decide = Callable[[TopicState, PartitionState, set[int]], election.Change | None]
+
+
 class BrokerManager:
     """Brokers, their watches, sessions and senders, and their replicas' states, for the
-    controller. Its event loop is the only user."""
+    controller, over the metadata it reads and commits to (``access``: never the
+    controller itself). Its event loop is the only user."""
 
-    def __init__(self, controller: ControllerActor) -> None:
-        self.controller = controller
-        state = controller.state
+    def __init__(self, access: MetadataAccess, settings: ReplicationSettings) -> None:
+        self.access = access
+        self.settings = settings
+        state = access.state
         self.registry = BrokerRegistry(state.cluster_id, set(state.broker_ids))
         self.watches: dict[int, BrokerWatch] = {}
         self.down_since: dict[int, float] = {}  # broker -> when it went (monotonic s)
-        self.session_timeout_ms = controller.settings.broker_session_timeout_ms
-        self.sessions = BrokerSessions(controller.settings.broker_session_timeout_s,
-                                       SESSION_CHECK_S)
+        self.session_timeout_ms = settings.broker_session_timeout_ms
+        self.sessions = BrokerSessions(settings.broker_session_timeout_s, SESSION_CHECK_S)
         self.channels: dict[int, BrokerChannel] = {}
         self._sessions_task: asyncio.Task | None = None
 
@@ -124,8 +128,7 @@ class BrokerManager:
             for broker in expired:
                 watch = self.watches.get(broker)
                 if watch is not None:
-                    silent = self.controller.settings.broker_session_timeout_s
-                    await watch.fence(silent)
+                    await watch.fence(self.settings.broker_session_timeout_s)
 
     # -- who is alive ------------------------------------------------------------------------
 
@@ -139,11 +142,20 @@ class BrokerManager:
         watch = self.watches.get(broker)
         return watch.handle if watch is not None and watch.alive else None
 
+    def leader(self, topic: str, partition: int) -> tuple[ray.actor.ActorHandle, int]:
+        """(the broker actor leading the partition, its leader epoch); UnknownTopicError,
+        UnknownPartitionError, LeaderNotAvailableError (retriable) when it has none alive."""
+        p = self.access.state.topic(topic).partition(partition)
+        handle = self.handle(p.leader) if p.leader is not None else None
+        if handle is None:
+            raise LeaderNotAvailableError(f"{topic}-{partition} has no live leader right now")
+        return handle, p.leader_epoch
+
     def broker_epochs(self) -> dict[int, int]:
         """The broker epoch of each live broker whose process is the one the metadata log
         last saw start. A broker whose new process is not recorded yet (it is being handled
         as back) has none, so nothing its leaders saw before counts for the ISR."""
-        state = self.controller.state
+        state = self.access.state
         return {b: state.broker_epochs[b] for b, w in self.watches.items()
                 if w.alive and b in state.broker_epochs
                 and state.incarnations.get(b) == w.incarnation}
@@ -214,14 +226,14 @@ class BrokerManager:
                 and self.registry.brokers[identity.broker_id].alive
             self._refuse(node_id, reason, final=not served)
             return None
-        controller = self.controller
+        access = self.access
         actor = self._actor(node_id)
         if verdict is Verdict.NEW:
-            async with controller.lock:
-                broker_id = controller.state.next_broker_id
-                controller.commit(events.broker_registered(broker_id))
+            async with access.lock:
+                broker_id = access.state.next_broker_id
+                access.commit(events.broker_registered(broker_id))
             self.registry.add(broker_id)
-            await asyncio.wait_for(actor.adopt.remote(broker_id, controller.state.cluster_id),
+            await asyncio.wait_for(actor.adopt.remote(broker_id, access.state.cluster_id),
                                    IDENTIFY_TIMEOUT_S)
         else:
             broker_id = identity.broker_id
@@ -234,7 +246,7 @@ class BrokerManager:
         watch = self.watches[broker_id] = BrokerWatch(
             broker_id, actor, node_id, answer["incarnation"], self.on_down, self.on_up,
             self.on_failed, self._heard, heartbeat_interval_s(
-                self.controller.settings.broker_session_timeout_s),
+                self.settings.broker_session_timeout_s),
             self.session_timeout_ms, answer.get("pid"))
         self.sessions.heard(broker_id)  # it just answered
         watch.start()
@@ -252,7 +264,7 @@ class BrokerManager:
     def missing_after_start(self) -> list[int]:
         """Brokers the metadata knows that no live node has presented: after the first
         registration round they are down (their leaderships must move)."""
-        return sorted(b for b in self.controller.state.broker_ids
+        return sorted(b for b in self.access.state.broker_ids
                       if b not in self.watches and b not in self.down_since)
 
     # -- a broker goes, a broker comes back -------------------------------------------------------
@@ -267,86 +279,89 @@ class BrokerManager:
             ray.kill(watch.handle, no_restart=True)  # frees its name for a new one
         await self.broker_down(broker)
 
+    async def elect(self, partitions: Callable[[], Iterable[Partition]], decide: Decide, *,
+                    without: int | None = None, skip: int | None = None, tell: bool = True
+                    ) -> tuple[list[Partition], asyncio.Future | None]:
+        """The one way leaderships, ISRs and replicas change: under the metadata lock, ask
+        ``decide`` about each of ``partitions()`` (read under the lock) given the live
+        brokers (but ``without``), and commit every change it decides; then, with ``tell``,
+        push the changed partitions to their live replicas (but ``skip``). Returns the
+        partitions changed and the brokers being told (:meth:`push`'s future; None without
+        ``tell``). An error of ``decide`` or ``partitions`` leaves the changes committed
+        before it, and pushes nothing."""
+        changed = []
+        async with self.access.lock:
+            live = self.live() - {without}
+            for topic, p in partitions():
+                change = decide(topic, p, live)
+                if change is not None:
+                    self.access.commit_change(topic, p, change)
+                    changed.append((topic, p))
+        return changed, (await self.push(changed, skip=skip) if tell else None)
+
     async def broker_down(self, broker: int) -> None:
         """Move the leaderships of ``broker`` and take it out of ISRs."""
         self.down_since.setdefault(broker, time.monotonic())
-        controller = self.controller
-        changed = []
-        async with controller.lock:
-            live = self.live() - {broker}
-            for topic, p in controller.replicas_on(broker):
-                change = election.broker_down(p, broker, live, unclean_allowed(topic))
-                if change is not None:
-                    controller.commit_change(topic, p, change)
-                    changed.append((topic, p))
+        changed, _ = await self.elect(
+            lambda: self.access.replicas_on(broker),
+            lambda t, p, live: election.broker_down(p, broker, live, unclean_allowed(t)),
+            without=broker)
         if changed:
             logger.info("broker %d down: %d partitions changed leader or ISR", broker,
                         len(changed))
-        await self.push(changed)
 
     async def on_up(self, watch: BrokerWatch) -> None:
         broker = watch.broker_id
-        controller = self.controller
-        if controller.state.incarnations.get(broker) != watch.incarnation:
-            if broker in controller.state.incarnations:
+        access = self.access
+        if access.state.incarnations.get(broker) != watch.incarnation:
+            if broker in access.state.incarnations:
                 # It restarted: what it held in memory (its ISR places, its epochs) is gone.
                 # Taken down before its new incarnation is recorded: a controller crash in
                 # between replays into doing it again, never into skipping it.
                 await self.broker_down(broker)
-            async with controller.lock:
-                controller.commit(events.broker_started(broker, watch.incarnation))
+            async with access.lock:
+                access.commit(events.broker_started(broker, watch.incarnation))
         self.down_since.pop(broker, None)
-        changed = []
-        async with controller.lock:
-            live = self.live()
-            for topic, p in controller.replicas_on(broker):
-                change = election.broker_up(p, broker, live, unclean_allowed(topic))
-                if change is not None:
-                    controller.commit_change(topic, p, change)
-                    changed.append((topic, p))
+        changed, _ = await self.elect(
+            lambda: access.replicas_on(broker),
+            lambda t, p, live: election.broker_up(p, broker, live, unclean_allowed(t)),
+            tell=False)
         await self.push_full(broker)
         # Every other replica of its partitions hears of it too: a follower told its state
         # before this leader's broker was known (say, while brokers register one by one after
         # a controller restart) learns where to fetch from.
         await self.push({id(p): (t, p) for t, p in
-                         [*changed, *controller.replicas_on(broker)]}.values(), skip=broker)
+                         [*changed, *access.replicas_on(broker)]}.values(), skip=broker)
 
     async def on_failed(self, watch: BrokerWatch, failed: dict) -> None:
         """Replicas this broker could not open (a damaged directory, a full disk): for those
         partitions it is as if the broker were gone; the broker retries when told again."""
         broker = watch.broker_id
-        controller = self.controller
-        changed = []
-        async with controller.lock:
-            live = self.live() - {broker}
-            for (name, number), reason in failed.items():
-                topic = controller.state.topics.get(name)
-                if topic is None or number >= len(topic.partitions):
-                    continue
-                p = topic.partitions[number]
-                change = election.broker_down(p, broker, live, unclean_allowed(topic))
-                if change is not None:
-                    logger.error("broker %d cannot serve it (%s): moving on without it",
-                                 broker, reason, **at(name, number))
-                    controller.commit_change(topic, p, change)
-                    changed.append((topic, p))
-        await self.push(changed)
+
+        def unopened() -> list[Partition]:
+            found = []
+            for name, number in failed:
+                topic = self.access.state.topics.get(name)
+                if topic is not None and number < len(topic.partitions):
+                    found.append((topic, topic.partitions[number]))
+            return found
+
+        def decide(topic: TopicState, p: PartitionState, live: set[int]
+                   ) -> election.Change | None:
+            change = election.broker_down(p, broker, live, unclean_allowed(topic))
+            if change is not None:
+                logger.error("broker %d cannot serve it (%s): moving on without it", broker,
+                             failed[(topic.name, p.partition)], **at(topic.name, p.partition))
+            return change
+
+        await self.elect(unopened, decide, without=broker)
 
     async def elect_leaderless(self) -> None:
         """Give a leader to every partition without one that has a live candidate (a broker
         came back before the partition's last ISR member was known)."""
-        controller = self.controller
-        changed = []
-        async with controller.lock:
-            live = self.live()
-            for topic in list(controller.state.topics.values()):
-                for p in topic.partitions:
-                    if p.leader is None:
-                        change = election.leaderless(p, live, unclean_allowed(topic))
-                        if change is not None:
-                            controller.commit_change(topic, p, change)
-                            changed.append((topic, p))
-        await self.push(changed)
+        await self.elect(
+            lambda: [(t, p) for t, p in self.access.partitions() if p.leader is None],
+            lambda t, p, live: election.leaderless(p, live, unclean_allowed(t)))
 
     async def confirm(self, broker: int, incarnation: str) -> bool:
         """The broker ``broker`` (as ``incarnation``) stalled and asks whether it may serve:
@@ -378,7 +393,7 @@ class BrokerManager:
         live = self.live() - {skip}
         by_broker: dict[int, set[tuple[str, int]]] = {}
         for topic, p in partitions:
-            if self.controller.state.topics.get(topic.name) is not topic:
+            if not self.access.is_current(topic):
                 continue  # deleted meanwhile
             for broker in p.replicas:
                 if broker in live:
@@ -395,7 +410,20 @@ class BrokerManager:
         """Tell ``broker`` to stop serving ``replicas`` (with ``delete``: remove their files),
         as of the current metadata version (without waiting, as :meth:`push`)."""
         return self.channel(broker).stop_replicas(replicas, delete,
-                                                  self.controller.state.applied)
+                                                  self.access.state.applied)
+
+    async def remove_replicas(self, name: str, brokers: set[int], partitions: list[int]
+                              ) -> asyncio.Future:
+        """Tell live ``brokers`` to remove their replicas of these partitions of topic
+        ``name`` (without waiting, as :meth:`push`); an offline one removes them when it is
+        back (it is told everything it holds, and removes the rest)."""
+        told = []
+        for broker in sorted(brokers):
+            if self.handle(broker) is None:
+                logger.info("broker %d is offline: it removes %s when it is back", broker, name)
+                continue
+            told.append(await self.stop_replicas(broker, [(name, i) for i in partitions], True))
+        return asyncio.gather(*told)
 
     async def delivered(self, told: asyncio.Future, what: str,
                         timeout_s: float = APPLY_TIMEOUT_S) -> bool:
@@ -419,10 +447,10 @@ class BrokerManager:
         """The current state of the replicas on ``broker`` that ``words`` name (all of them,
         for a full push)."""
         if words.full:
-            return [self.state_of(t, p) for t, p in self.controller.replicas_on(broker)]
+            return [self.state_of(t, p) for t, p in self.access.replicas_on(broker)]
         states = []
         for name, number in sorted(words.partitions):
-            topic = self.controller.state.topics.get(name)
+            topic = self.access.state.topics.get(name)
             if topic is None or number >= len(topic.partitions):
                 continue  # deleted meanwhile: its replicas are stopped separately
             p = topic.partitions[number]
@@ -446,7 +474,7 @@ class BrokerManager:
             # Addressed to the process the watch knows: one Ray restarted meanwhile refuses.
             # Its broker epoch is known once the metadata log recorded that process's start
             # (on_up): until then the process takes none (its followers are never admitted).
-            state = self.controller.state
+            state = self.access.state
             epoch = state.broker_epochs.get(broker, NO_BROKER_EPOCH) \
                 if state.incarnations.get(broker) == watch.incarnation else NO_BROKER_EPOCH
             answers = await asyncio.wait_for(handle.apply.remote(

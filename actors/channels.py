@@ -27,6 +27,8 @@ import enum
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 
+from raylog.util.backoff import backoff_s
+
 logger = logging.getLogger(__name__)
 
 RETRY_S = (0.5, 5.0)  # after a failed call: first pause, then doubled up to
@@ -112,7 +114,7 @@ class BrokerChannel:
         return waiter
 
     async def _run(self) -> None:
-        pause = self._retry_s[0]
+        failures = 0
         while self._pending:
             words, waiters = self._pending, self._waiters
             self._pending, self._waiters = Words(), []
@@ -129,10 +131,10 @@ class BrokerChannel:
                 words.merge(self._pending)
                 self._pending = words
                 self._waiters = [*(w for w in waiters if not w.done()), *self._waiters]
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, self._retry_s[1])
+                await asyncio.sleep(backoff_s(failures, *self._retry_s))
+                failures += 1
                 continue
-            pause = self._retry_s[0]
+            failures = 0
             for waiter in waiters:
                 if not waiter.done():  # its caller may have stopped waiting
                     waiter.set_result(outcome is Outcome.DELIVERED)

@@ -1,6 +1,7 @@
 """The controller's consumer-group service: the Ray side of the group coordinator.
 
-An object the controller holds (``controller.groups``); the controller's group RPCs call it.
+An object the controller holds (``controller.groups``), serving its group RPCs (given the
+metadata, leaders and topic creation it needs, not the controller).
 It replays ``__consumer_offsets`` when the controller starts, persists commits and group
 records there through the topic's partition leaders before they count (raylog/groups/store.py
 decides what and when; :meth:`GroupService._append` is its one Ray call), watches group
@@ -17,7 +18,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import ray
 from ray.exceptions import ActorDiedError, ActorUnschedulableError, RayActorError
@@ -35,6 +36,7 @@ from raylog.errors import (
 from raylog.groups.assignors import ASSIGNORS
 from raylog.groups.coordinator import OFFSETS_TOPIC_PARTITIONS, GroupCoordinator, OffsetAndMetadata
 from raylog.groups.store import GroupStore
+from raylog.metadata.access import MetadataAccess
 from raylog.metadata.sessions import CONTROLLER_STALL_S, OwnStalls
 from raylog.metadata.topics import (
     CONSUMER_OFFSETS_TOPIC,
@@ -52,13 +54,10 @@ from raylog.storage.log import wall_clock_ms
 from raylog.types import TopicPartition
 from raylog.util.arguments import INT32_MAX, check_id, check_int, unknown_name
 
-if TYPE_CHECKING:
-    from actors.controller import ControllerActor
-
 logger = logging.getLogger(__name__)
 
-OFFSETS_TOPIC_CONFIGS = {"cleanup_policy": "compact", "segment_bytes": 64 << 20,
-                         "retention_ms": None}
+OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": 64 << 20,
+                         "retention.ms": None}
 LEADER_RETRY_S = 30.0  # how long a request rides out a leader change of __consumer_offsets
 LEADER_ANSWER_S = 15.0  # one request to a leader waits this long for its answer
 LOAD_WAIT_MS = 500     # a loading fetch waits this long for the high watermark to move
@@ -132,15 +131,24 @@ class MemberWatch:
             await asyncio.sleep(self._interval_s)
 
 
-class GroupService:
-    """Group RPCs of the controller, over a GroupCoordinator and its GroupStore. Its event
-    loop is the only user. ``member_actor`` wraps a member's actor handle (a seam for
-    tests)."""
+# (the broker actor leading a partition, its leader epoch); LeaderNotAvailableError if none
+Leader = Callable[[str, int], tuple[ray.actor.ActorHandle, int]]
+# Create an internal topic (name, partitions, configs) if missing, once the brokers are known
+EnsureTopic = Callable[[str, int, dict[str, Any]], Awaitable[None]]
 
-    def __init__(self, controller: ControllerActor,
+
+class GroupService:
+    """Group RPCs of the controller, over a GroupCoordinator and its GroupStore. It reads
+    the topics in ``access``, finds ``__consumer_offsets``' leaders with ``leader`` and has
+    the topic created with ``ensure_topic``. Its event loop is the only user.
+    ``member_actor`` wraps a member's actor handle (a seam for tests)."""
+
+    def __init__(self, access: MetadataAccess, leader: Leader, ensure_topic: EnsureTopic,
                  member_actor: Callable[[ray.actor.ActorHandle], MemberActor] = MemberActor,
                  expiry_every_s: float = 1.0) -> None:
-        self.controller = controller
+        self.access = access
+        self._leader = leader
+        self._ensure_topic = ensure_topic
         # expire_members runs every expiry_every_s: a longer gap is the controller's own.
         self._own_stalls = OwnStalls(expiry_every_s, expiry_every_s + CONTROLLER_STALL_S)
         self.coordinator = GroupCoordinator(wall_clock_ms)
@@ -159,7 +167,6 @@ class GroupService:
     async def _ready(self) -> GroupStore:
         """The store, once the groups are loaded; RequestTimeoutError (retriable) if that
         takes longer than LOAD_WAIT_S."""
-        await self.controller.started()  # the brokers serving __consumer_offsets are known
         loading = self._loaded
         if loading is None or (loading.done() and loading.exception() is not None):
             # First use, or the last load failed (say, its broker was offline): load again.
@@ -173,7 +180,7 @@ class GroupService:
         return self.store
 
     def _topics(self) -> dict[str, int]:
-        return self.controller.user_topics()
+        return self.access.user_topics()
 
     async def _leader_call(self, topic: str, partition: int, call: Any,
                            retry_s: float = LEADER_RETRY_S) -> Any:
@@ -183,7 +190,7 @@ class GroupService:
         deadline = time.monotonic() + retry_s
         while True:
             try:
-                handle, epoch = self.controller.leader(topic, partition)
+                handle, epoch = self._leader(topic, partition)
                 try:
                     return await asyncio.wait_for(call(handle, epoch), LEADER_ANSWER_S)
                 except TimeoutError:
@@ -196,12 +203,13 @@ class GroupService:
                 await asyncio.sleep(0.1)
 
     async def _load(self) -> None:
-        """Create __consumer_offsets if missing, then replay it into a new coordinator."""
+        """Create __consumer_offsets if missing (which waits until the brokers serving it
+        are known), then replay it into a new coordinator."""
         self.coordinator = GroupCoordinator(wall_clock_ms)  # nothing of a failed attempt
         self.store = None
-        await self.controller.ensure_internal_topic(
-            CONSUMER_OFFSETS_TOPIC, OFFSETS_TOPIC_PARTITIONS, OFFSETS_TOPIC_CONFIGS)
-        topic = self.controller.state.topic(CONSUMER_OFFSETS_TOPIC)
+        await self._ensure_topic(CONSUMER_OFFSETS_TOPIC, OFFSETS_TOPIC_PARTITIONS,
+                                 OFFSETS_TOPIC_CONFIGS)
+        topic = self.access.state.topic(CONSUMER_OFFSETS_TOPIC)
         loaded = 0
         for p in topic.partitions:
             offset = (await self._list_offset(topic.name, p.partition, "earliest"))[0]
@@ -242,7 +250,7 @@ class GroupService:
     async def _append(self, partition: int, batch: bytes) -> AppendInfo:
         """One send of a store's batch to the leader of its __consumer_offsets partition
         (acks=all); the store sends again after an error."""
-        handle, epoch = self.controller.leader(CONSUMER_OFFSETS_TOPIC, partition)
+        handle, epoch = self._leader(CONSUMER_OFFSETS_TOPIC, partition)
         try:
             return await asyncio.wait_for(
                 handle.produce.remote(CONSUMER_OFFSETS_TOPIC, partition, epoch, batch, "all",
@@ -264,8 +272,8 @@ class GroupService:
                 logger.warning("group %s: %s; answering anyway", group_id, e)
 
     # -- membership ------------------------------------------------------------------------------
-    # The controller checks the arguments' types (``@checked``) before calling these; each
-    # checks their values before it changes anything.
+    # The controller serves these as its RPCs (``served_by``: their arguments' types are
+    # checked first); each checks their values before it changes anything.
 
     async def join_group(self, group_id: str, member_id: str | None, client_id: str,
                          topics: list[str] | None, pattern: str | None,
@@ -419,7 +427,7 @@ class GroupService:
         return out
 
     async def _end_offset(self, tp: TopicPartition) -> int | None:
-        topic = self.controller.state.topics.get(tp.topic)
+        topic = self.access.state.topics.get(tp.topic)
         if topic is None or tp.partition >= len(topic.partitions):
             return None
         try:
@@ -445,7 +453,7 @@ class GroupService:
         if partitions is not None:
             reset_partitions(partitions)
         store = await self._ready()
-        state = self.controller.state.topic(topic)
+        state = self.access.state.topic(topic)
         group = self.coordinator.groups.get(group_id)
         if group is not None and group.members:
             self.coordinator.check_empty(group_id)

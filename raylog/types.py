@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+# The two named offsets a partition answers for (``list_offset``, a consumer's
+# ``auto_offset_reset``, a read's bounds): its log start, and its high watermark.
+EARLIEST = "earliest"
+LATEST = "latest"
+
 
 class TopicPartition(NamedTuple):
     topic: str

@@ -16,6 +16,7 @@ from typing import Any, NoReturn, TextIO
 from raylog import __version__
 from raylog.cli.common import UsageError, connect, int_in, json_flag, print_json, report
 from raylog.errors import RaylogError
+from raylog.types import EARLIEST, LATEST
 
 EPILOG = ("exit status: 0 done; 1 refused by raylog or the cluster (e.g. a record not "
           "produced); 2 bad command line. Errors are one line on stderr: 'raylog: error: ...'.")
@@ -55,7 +56,7 @@ def _configs(pairs: Sequence[tuple[str, str]] | None) -> dict[str, str]:
 
 def _reset_target(text: str) -> str | int | dict[str, int]:
     """``--to`` of reset-offsets: earliest, latest, an offset, or timestamp:MS."""
-    if text in ("earliest", "latest"):
+    if text in (EARLIEST, LATEST):
         return text
     if text.isdigit():
         return int(text)

@@ -24,6 +24,7 @@ from raylog.errors import (
 from raylog.metadata.limits import PartitionLimits
 from raylog.metadata.topics import validate_topic_name
 from raylog.util.arguments import check_bool, short_repr
+from raylog.util.backoff import backoff_s
 from raylog.util.cluster_names import (
     ACTOR_RUNTIME_ENV,
     BROKER_RESOURCE,
@@ -34,6 +35,9 @@ from raylog.util.cluster_names import (
 
 logger = logging.getLogger(__name__)
 
+# How long topic metadata is used from a cache before it is asked again (Kafka's
+# metadata.max.age.ms); an error about a partition's leader refreshes it at once. The Spark
+# connector (raylog/java) is told this age with every topic's metadata (actors/java_api.py).
 METADATA_MAX_AGE_S = 300.0
 METADATA_TIMEOUT_S = 30.0  # a background refresh waits this long for the controller
 # A request to a replica outstanding this long (past any wait it asked for) is unusual: the
@@ -188,7 +192,7 @@ class MetadataRefresher:
             for name in names:
                 self._wanted.setdefault(name, None)
             self._failures += 1
-            backoff = min(self._min_interval_s * 2 ** self._failures, 1.0)
+            backoff = backoff_s(self._failures, self._min_interval_s, 1.0)
             self._next_round = time.monotonic() + backoff
 
 

@@ -50,6 +50,7 @@ from raylog.util.arguments import (
     refuses_unknown_options,
     short_repr,
 )
+from raylog.util.backoff import retry_backoff
 from raylog.util.gc_pause import gc_paused
 
 logger = logging.getLogger(__name__)
@@ -355,7 +356,7 @@ class Consumer(GroupMixin):
         deadline = time.monotonic() + self.config.default_api_timeout_ms / 1000
         for tp in partitions:
             check_partition(tp.topic, tp.partition, self._topic(tp.topic).num_partitions)
-        backoff = self.config.retry_backoff_ms / 1000
+        backoff = retry_backoff(self.config.retry_backoff_ms)
         answers: dict[TopicPartition, tuple[int, int] | None] = {}
         while True:
             missing = [tp for tp in partitions if tp not in answers]
@@ -374,10 +375,9 @@ class Consumer(GroupMixin):
                     failure = e
             if failure is None:
                 return {tp: answers[tp] for tp in partitions}
-            if not failure.retriable or time.monotonic() + backoff > deadline:
+            if not failure.retriable or time.monotonic() + backoff.peek() > deadline:
                 raise failure
-            time.sleep(backoff)
-            backoff = min(2 * backoff, 1.0)
+            time.sleep(backoff.next())
             for topic in {tp.topic for tp in missing}:
                 self._topic(topic, refresh=True,
                             timeout=max(deadline - time.monotonic(), 0.001))

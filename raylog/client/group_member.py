@@ -35,6 +35,7 @@ from raylog.errors import (
 from raylog.metadata.topics import topic_names, topic_partition, topic_partitions, topic_pattern
 from raylog.types import TopicPartition
 from raylog.util.arguments import check_int
+from raylog.util.backoff import retry_backoff
 
 logger = logging.getLogger(__name__)
 
@@ -271,7 +272,7 @@ class GroupMixin:
             return
         membership = self._membership
         deadline = time.monotonic() + self.config.default_api_timeout_ms / 1000
-        backoff = self.config.retry_backoff_ms / 1000
+        backoff = retry_backoff(self.config.retry_backoff_ms)
         rejoined = refreshed = False
         while True:
             member_id, generation = self._group_identity()
@@ -299,10 +300,9 @@ class GroupMixin:
                 try:
                     membership.refresh()
                 except RaylogError as e:  # say, the controller is restarting
-                    if not e.retriable or time.monotonic() + backoff > deadline:
+                    if not e.retriable or time.monotonic() + backoff.peek() > deadline:
                         raise
-                    time.sleep(backoff)
-                    backoff = min(2 * backoff, 1.0)
+                    time.sleep(backoff.next())
             except UnknownMemberError:
                 if membership is not None:
                     membership.lose_all()  # poll gives everything up before rejoining
@@ -317,11 +317,10 @@ class GroupMixin:
                 raise
             except RaylogError as e:
                 # Say, the coordinator restarted and its offsets topic is not served yet.
-                if not e.retriable or time.monotonic() + backoff > deadline:
+                if not e.retriable or time.monotonic() + backoff.peek() > deadline:
                     raise
                 logger.info("commit for group %s: %r; retrying", self.config.group_id, e)
-                time.sleep(backoff)
-                backoff = min(2 * backoff, 1.0)
+                time.sleep(backoff.next())
 
     def commit_async(self, offsets: dict[TopicPartition, int] | None = None,
                      callback: Any = None) -> concurrent.futures.Future:

@@ -7,7 +7,6 @@ import concurrent.futures
 import dataclasses
 import logging
 import os
-import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -54,6 +53,7 @@ from raylog.util.arguments import (
     refuses_unknown_options,
     short_repr,
 )
+from raylog.util.backoff import backoff_s
 
 logger = logging.getLogger(__name__)
 
@@ -803,9 +803,8 @@ class Producer:
         """Exponential backoff with 20% jitter (KIP-580), from retry_backoff_ms up to
         retry_backoff_max_ms."""
         config = self.config
-        backoff = min(config.retry_backoff_ms * 2 ** max(attempts - 1, 0),
-                      max(config.retry_backoff_max_ms, config.retry_backoff_ms))
-        return backoff * random.uniform(0.8, 1.2) / 1000
+        return backoff_s(max(attempts - 1, 0), config.retry_backoff_ms / 1000,
+                         max(config.retry_backoff_max_ms, config.retry_backoff_ms) / 1000, 0.2)
 
     def _finish(self, batch: OutgoingBatch, base_offset: int, error: BaseException | None
                 ) -> None:

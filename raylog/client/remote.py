@@ -26,6 +26,7 @@ from raylog.errors import (
     RaylogError,
     RequestTimeoutError,
 )
+from raylog.util.backoff import backoff_s
 
 if TYPE_CHECKING:
     from raylog.storage import AppendInfo
@@ -214,7 +215,7 @@ class ControllerClient:
                     raise ControllerUnavailableError(
                         f"the raylog controller became unavailable during a change: {e}; "
                         f"check whether the change happened before repeating it") from e
-                pause = min(0.05 * 2**attempt, 1.0)
+                pause = backoff_s(attempt - 1, 0.1, 1.0)
                 if attempt >= attempts or time.monotonic() + pause >= deadline:
                     raise NoClusterError(f"the raylog controller is unreachable: {e}") from e
                 time.sleep(pause)

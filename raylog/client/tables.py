@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -12,6 +10,7 @@ from raylog.errors import InvalidRecordError, UnknownPartitionError
 from raylog.records.builder import HEADER_ENTRY_OVERHEAD, RECORD_OVERHEAD, batch_capacity
 from raylog.records.partitioner import StickyPartitioner, key_partitions
 from raylog.records.payload import HEADERS_TYPE, PAYLOAD_SCHEMA, empty_headers
+from raylog.util.clocks import wall_clock_ms
 
 
 def _column(table: pa.Table, name: str, cast_to: pa.DataType) -> pa.ChunkedArray | None:
@@ -26,7 +25,7 @@ def _column(table: pa.Table, name: str, cast_to: pa.DataType) -> pa.ChunkedArray
 
 
 def _timestamps(table: pa.Table) -> pa.ChunkedArray:
-    now = time.time_ns() // 1_000_000
+    now = wall_clock_ms()
     if "timestamp" not in table.column_names:
         return pa.chunked_array([np.full(table.num_rows, now, dtype=np.int64)], pa.int64())
     column = table.column("timestamp")

@@ -36,7 +36,7 @@ from raylog.records import BatchBuilder, Codec
 from raylog.records.builder import batch_capacity, record_size
 from raylog.records.header import MAX_PRODUCER_EPOCH, MAX_SEQUENCE, with_producer
 from raylog.storage import AppendInfo
-from raylog.storage.log import wall_clock_ms
+from raylog.util.clocks import wall_clock_ms
 
 logger = logging.getLogger(__name__)
 

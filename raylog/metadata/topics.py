@@ -13,11 +13,12 @@ from raylog.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidTopicError,
+    RaylogError,
     UnknownPartitionError,
     UnknownTopicError,
 )
 from raylog.storage.config import LogConfig
-from raylog.types import TopicPartition
+from raylog.types import EARLIEST, LATEST, TopicPartition
 from raylog.util.arguments import INT32_MAX, INT64_MAX, check_int, short_repr, unknown_name
 
 MAX_TOPIC_NAME_LENGTH = 249
@@ -144,6 +145,30 @@ def normalize_configs(configs: Mapping[str, Any] | None) -> dict[str, Any]:
         raise InvalidConfigError(
             f"unclean_leader_election_enable must be true or false, got {unclean!r}")
     return out
+
+
+def check_min_insync(what: str, configs: Mapping[str, Any], replicas: int,
+                     error: type[RaylogError] = InvalidConfigError) -> None:
+    """Refuse (``error``) ``replicas`` replicas for ``what`` (a topic, a partition) whose
+    normalized ``configs`` ask more of them in sync: no acks=all write could ever succeed."""
+    min_insync = configs.get("min_insync_replicas", REPLICATION_DEFAULTS["min_insync_replicas"])
+    if min_insync > replicas:
+        raise error(f"{what}: min.insync.replicas={min_insync} is larger than its {replicas} "
+                    f"replicas: no acks=all write could ever succeed")
+
+
+INTERNAL_REPLICATION = 3  # internal topics: min(this, live brokers) replicas ...
+INTERNAL_MIN_INSYNC = 2   # ... and this min.insync.replicas when they have that many
+
+
+def internal_topic_configs(configs: Mapping[str, Any], live_brokers: int
+                           ) -> tuple[int, dict[str, Any]]:
+    """(the replication factor, the configs) of an internal topic (``__consumer_offsets``,
+    ``_schemas``) created while ``live_brokers`` brokers are alive: min(3, live brokers)
+    replicas, min.insync.replicas 2 when it has 3, else 1. ``configs`` in Kafka's spelling."""
+    factor = min(INTERNAL_REPLICATION, live_brokers)
+    min_insync = INTERNAL_MIN_INSYNC if factor >= INTERNAL_REPLICATION else 1
+    return factor, {**configs, "min.insync.replicas": min_insync}
 
 
 def configs_to_delete(topic: str, configs: Mapping[str, Any], names: object) -> list[str]:
@@ -273,7 +298,7 @@ def reset_spec(to: object) -> str | int | list:
 
 def check_reset_spec(spec: object) -> str | int | list:
     """A reset target as the controller receives it (see :func:`reset_spec`)."""
-    if isinstance(spec, str) and spec in ("earliest", "latest"):
+    if isinstance(spec, str) and spec in (EARLIEST, LATEST):
         return spec
     if type(spec) is int and spec >= 0:
         return spec

@@ -1,50 +1,23 @@
 """How a mirror waits before trying an unreachable cluster again.
 
-Exponential backoff with jitter (KIP-580's shape): ``initial_s``, then twice as long each
-time up to ``max_s``, each wait spread by +-``jitter`` so that many partitions that failed
-together do not knock again together. :class:`Retrying` adds a deadline and says in one
-line what failed and when it tries again. Time and randomness are injected: plain Python,
-no Ray.
+Exponential backoff with jitter (raylog/util/backoff.py's :class:`Backoff`, KIP-580's
+shape), so that many partitions that failed together do not knock again together.
+:class:`Retrying` adds a deadline and says in one line what failed and when it tries again.
+Time and randomness are injected: plain Python, no Ray.
 """
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
 from raylog.errors import RaylogError
+from raylog.util.backoff import Backoff
+
+__all__ = ["Backoff", "Retrying"]
 
 T = TypeVar("T")
-
-
-class Backoff:
-    """The waits between attempts. Not safe for concurrent use; one per retrying loop.
-
-    >>> backoff = Backoff(0.5, 4.0, jitter=0)
-    >>> [backoff.next() for _ in range(5)]
-    [0.5, 1.0, 2.0, 4.0, 4.0]
-    """
-
-    def __init__(self, initial_s: float = 0.5, max_s: float = 30.0, jitter: float = 0.2,
-                 rng: random.Random | None = None) -> None:
-        if not 0 < initial_s <= max_s:
-            raise ValueError(f"backoff needs 0 < initial_s <= max_s, got {initial_s}, {max_s}")
-        self.initial_s, self.max_s, self.jitter = initial_s, max_s, jitter
-        self._rng = rng or random.Random()
-        self.attempts = 0
-
-    def next(self) -> float:
-        """Seconds to wait before the next attempt."""
-        base = min(self.initial_s * 2 ** self.attempts, self.max_s)
-        self.attempts += 1
-        return base * self._rng.uniform(1 - self.jitter, 1 + self.jitter) if self.jitter \
-            else base
-
-    def reset(self) -> None:
-        """An attempt worked: the next failure starts again from ``initial_s``."""
-        self.attempts = 0
 
 
 class Retrying:

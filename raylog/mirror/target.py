@@ -22,6 +22,7 @@ from raylog.mirror.position import resume_offset, source_range
 from raylog.mirror.retry import Backoff, Retrying
 from raylog.records.header import BatchHeader, iter_headers
 from raylog.storage import AppendInfo
+from raylog.types import EARLIEST, LATEST
 
 SCAN_BYTES = 8 << 20
 # A leader that keeps refusing a batch as out of order has lost batches before it (acks=1
@@ -76,7 +77,7 @@ def _leader_and_bounds(cluster: RaylogCluster, topic: str, partition: int
                        ) -> tuple[ReplicaClient, int, int]:
     """The partition's leader (metadata refreshed), its log start and its high watermark."""
     leader = cluster.topic(topic, refresh=True).partitions[partition].leader_client()
-    earliest, latest = resolve([leader.list_offset("earliest"), leader.list_offset("latest")])
+    earliest, latest = resolve([leader.list_offset(EARLIEST), leader.list_offset(LATEST)])
     return leader, earliest[0], latest[0]
 
 

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -58,9 +57,8 @@ from raylog.replica.isr import NO_BROKER_EPOCH, ReplicaSet
 from raylog.replica.producer_state import REFUSED_FOR_GOOD, ProducerSnapshots, ProducerStates
 from raylog.replica.truncation import Ask, Truncate, first_step, next_step
 from raylog.storage import AppendInfo, PartitionLog
-
-EARLIEST = "earliest"
-LATEST = "latest"
+from raylog.types import EARLIEST, LATEST
+from raylog.util.clocks import wall_clock_ms
 
 
 class Role(enum.Enum):
@@ -132,7 +130,7 @@ class Partition:
 
     def __init__(self, topic: str, partition: int, log: PartitionLog, replica_id: int,
                  configs: dict[str, Any] | None = None,
-                 clock: Callable[[], int] = lambda: time.time_ns() // 1_000_000) -> None:
+                 clock: Callable[[], int] = wall_clock_ms) -> None:
         self.topic = topic
         self.partition = partition
         self.log = log

@@ -29,7 +29,6 @@ import bisect
 import logging
 import os
 import shutil
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -50,6 +49,7 @@ from raylog.storage.checkpoint import Checkpoint
 from raylog.storage.cleaner import CleanerStats, Compactor, finish_interrupted_cleaning
 from raylog.storage.config import LogConfig
 from raylog.storage.segment import LOG_SUFFIX, LogSegment
+from raylog.util.clocks import wall_clock_ms
 
 logger = logging.getLogger(__name__)
 
@@ -57,10 +57,6 @@ CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
 RECOVERY_POINT_FILE = "recovery-point-checkpoint"
 HIGH_WATERMARK_FILE = "high-watermark-checkpoint"
 LOG_START_FILE = "log-start-offset-checkpoint"  # only once records were deleted mid-segment
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class AppendInfo(NamedTuple):

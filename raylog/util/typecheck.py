@@ -117,3 +117,21 @@ def checked(function: F) -> F:
         return function(*args, **kwargs)
 
     return typing.cast(F, checked_sync)
+
+
+def served_by(part: str, method: Callable[..., Any]) -> Callable[..., Any]:
+    """An async method of a class whose attribute ``part`` holds the object that serves it:
+    ``method`` (a coroutine function of that object's class) called with the same arguments,
+    checked against its annotations first. The class's API is then a list of what each part
+    serves, each signature and docstring said once, in the part::
+
+        class Controller:
+            create_topic = served_by("topics", TopicManager.create_topic)
+    """
+    check_then_call = checked(method)
+
+    @functools.wraps(method)
+    async def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return await check_then_call(getattr(self, part), *args, **kwargs)
+
+    return call

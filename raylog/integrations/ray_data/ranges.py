@@ -12,11 +12,9 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, Union
 
 from raylog.errors import InvalidOffsetRangeError, OffsetOutOfRangeError
-from raylog.types import TopicPartition
+from raylog.types import EARLIEST, LATEST, TopicPartition
 from raylog.util.arguments import INT64_MAX
 
-EARLIEST = "earliest"
-LATEST = "latest"
 EARLIEST_OFFSET = -2
 LATEST_OFFSET = -1
 

@@ -1,4 +1,4 @@
-"""The controller's group service (actors/groups.py, GroupService) over a fake controller
+"""The controller's group service (actors/groups.py, GroupService) over metadata in memory
 and a fake __consumer_offsets leader that can stop answering: every group RPC answers
 within its deadline, and membership changes never wait for a hung write (issue 22, item 6).
 No Ray cluster: the fakes stand where Ray calls would be.
@@ -14,6 +14,8 @@ from ray.exceptions import ActorDiedError
 import actors.groups as groups_module
 from actors.groups import GroupService
 from raylog.errors import RequestTimeoutError
+from raylog.metadata import state as events
+from raylog.metadata.access import MemoryLog, MetadataAccess
 from raylog.replica.partition import FetchResult
 from raylog.storage import AppendInfo
 from raylog.types import TopicPartition
@@ -47,31 +49,22 @@ class FakeLeader:
         return 0, 0
 
 
-class _Partitions:
-    def __init__(self, n: int) -> None:
-        self.partitions = [type("P", (), {"partition": i})() for i in range(n)]
-        self.name = "__consumer_offsets"
+def metadata() -> MetadataAccess:
+    """The state GroupService reads: topic ``t`` and __consumer_offsets, in memory."""
+    access = MetadataAccess(MemoryLog())
+    access.commit(events.cluster_created("c"))
+    for name, partitions in {**TOPICS, "__consumer_offsets": 8}.items():
+        access.commit(events.topic_created(name, name, [[1]] * partitions, {}))
+    return access
 
 
-class FakeController:
-    """What GroupService asks of the controller."""
+def group_service(leader: FakeLeader, **kwargs) -> GroupService:
+    """A GroupService over :func:`metadata`, whose every partition ``leader`` leads."""
+    async def ensure_topic(name, partitions, configs) -> None:
+        pass  # metadata() has it
 
-    def __init__(self, leader: FakeLeader) -> None:
-        self._leader = leader
-        self.state = type("State", (), {"topic": lambda _, name: _Partitions(8),
-                                        "topics": {}})()
-
-    async def started(self) -> None:
-        pass
-
-    async def ensure_internal_topic(self, name, partitions, configs) -> None:
-        pass
-
-    def user_topics(self) -> dict[str, int]:
-        return dict(TOPICS)
-
-    def leader(self, topic: str, partition: int):
-        return self._leader, 0
+    return GroupService(metadata(), lambda topic, partition: (leader, 0), ensure_topic,
+                        **kwargs)
 
 
 class FakeActor:
@@ -101,7 +94,7 @@ def test_rpcs_answer_at_their_deadline_and_membership_never_waits_for_a_hung_wri
 
     async def scenario() -> None:
         leader = FakeLeader()
-        service = GroupService(FakeController(leader), member_actor=lambda handle: handle)
+        service = group_service(leader, member_actor=lambda handle: handle)
         await service.list_groups()  # loaded
         leader.gate.clear()  # __consumer_offsets stops answering
         actor = FakeActor("actor-a")

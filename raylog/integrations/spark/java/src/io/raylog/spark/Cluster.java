@@ -37,7 +37,6 @@ public final class Cluster {
   public static final String SCHEMA_REGISTRY = "raylog-schema-registry";
   static final long CALL_TIMEOUT_MS = 60_000;
   static final long RETRY_BACKOFF_MS = 200;
-  static final long METADATA_MAX_AGE_MS = 30_000;
 
   private static volatile Cluster instance;
 
@@ -76,21 +75,25 @@ public final class Cluster {
     }
   }
 
-  /** A topic's partitions and the live brokers holding them, when they were learnt. */
+  /** A topic's partitions and the live brokers holding them, when they were learnt, and for
+   * how long they may be used from the cache: the controller says (the Python clients' own
+   * metadata age, raylog/client/connection.py's METADATA_MAX_AGE_S). */
   public static final class TopicInfo {
     public final String name;
     public final boolean compacted;
     public final List<PartitionInfo> partitions;
     public final Map<Integer, BrokerInfo> brokers;
     final long fetchedAt;
+    final long maxAgeMs;
 
     TopicInfo(String name, boolean compacted, List<PartitionInfo> partitions,
-        Map<Integer, BrokerInfo> brokers) {
+        Map<Integer, BrokerInfo> brokers, long maxAgeMs) {
       this.name = name;
       this.compacted = compacted;
       this.partitions = partitions;
       this.brokers = brokers;
       this.fetchedAt = System.currentTimeMillis();
+      this.maxAgeMs = maxAgeMs;
     }
 
     /** The hosts of the in-sync replicas of a partition (where a task should run). */
@@ -218,7 +221,7 @@ public final class Cluster {
     long now = System.currentTimeMillis();
     for (String name : names) {
       TopicInfo cached = topics.get(name);
-      if (!refresh && cached != null && now - cached.fetchedAt < METADATA_MAX_AGE_MS) {
+      if (!refresh && cached != null && now - cached.fetchedAt < cached.maxAgeMs) {
         out.put(name, cached);
       } else {
         wanted.add(name);
@@ -259,7 +262,8 @@ public final class Cluster {
           p.path("leader").isNull() ? null : p.path("leader").asInt(),
           p.path("leader_epoch").asInt(), ints(p.path("replicas")), ints(p.path("isr"))));
     }
-    return new TopicInfo(name, raw.path("compacted").asBoolean(false), partitions, brokers);
+    return new TopicInfo(name, raw.path("compacted").asBoolean(false), partitions, brokers,
+        raw.path("max_age_ms").asLong(0));
   }
 
   private static int[] ints(JsonNode array) {

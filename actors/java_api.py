@@ -1,0 +1,99 @@
+"""The controller's answers to the Spark connector (raylog/integrations/spark/java): JSON in
+and out.
+
+Java calls the controller's ``java_*`` methods by name (.../spark/Cluster.java); they
+are served here, over the same parts the Python clients' calls are (topics, brokers), and
+keep the actors Spark's writers go through (actors/spark_writer.py), one per node.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from actors.broker_manager import BrokerManager
+from actors.topic_manager import TopicManager
+from raylog.client.connection import METADATA_MAX_AGE_S
+from raylog.errors import InvalidArgumentError, RaylogError
+from raylog.metadata.topics import log_config
+from raylog.util.cluster_names import NAMESPACE, REGISTRY_NAME, broker_actor_name
+from raylog.util.interop import error_json
+
+
+def _named_actor_exists(name: str) -> bool:
+    """Whether an actor of that name is alive (or starting, or restarting) in raylog's
+    namespace: a dead actor's name is free again."""
+    try:
+        ray.get_actor(name, namespace=NAMESPACE)
+    except ValueError:
+        return False
+    return True
+
+
+class JavaApi:
+    """What the Spark connector asks the controller. Holds the Spark writer actors it
+    started (their handles keep them alive). Its event loop is the only user."""
+
+    def __init__(self, topics: TopicManager, brokers: BrokerManager) -> None:
+        self.topics = topics
+        self.brokers = brokers
+        self._writers: dict[str, ray.actor.ActorHandle] = {}
+
+    async def java_topics(self) -> str:
+        """The user topics' names, as a JSON list (Spark's ``subscribePattern`` matches them)."""
+        return json.dumps(await self.topics.list_topics())
+
+    async def java_metadata(self, names: str) -> str:
+        """The metadata of the topics named in the JSON list ``names``, as JSON a Java caller
+        can use: per topic its partitions (leader, leader epoch, replicas, ISR), whether it
+        is compacted (its offsets then have gaps), how long the connector may use it from
+        its cache (the Python clients' METADATA_MAX_AGE_S: one age for both), and per live
+        broker among its replicas the name of the broker's actor, its node and host; per
+        unknown topic ``{"error": ...}``."""
+        answer: dict[str, Any] = {}
+        for name in json.loads(names):
+            try:
+                raw = (await self.topics.metadata([name]))[name]
+            except RaylogError as e:
+                answer[name] = {"error": error_json(e)}
+                continue
+            brokers = {}
+            for broker, where in raw["brokers"].items():
+                info = self.brokers.registry.brokers.get(broker)
+                brokers[str(broker)] = {"actor": broker_actor_name(where["node_id"]),
+                                        "node_id": where["node_id"],
+                                        "host": info.host if info is not None else None}
+            answer[name] = {"partitions": raw["partitions"], "brokers": brokers,
+                            "compacted": log_config(raw["configs"]).compact,
+                            "max_age_ms": round(METADATA_MAX_AGE_S * 1000)}
+        return json.dumps(answer)
+
+    async def java_schema_registry(self) -> str:
+        """The name (in namespace ``raylog``) of the cluster's schema registry actor, started
+        if there is none yet (it is detached: it outlives this call and this actor)."""
+        from actors.schema_registry import registry_handle
+
+        registry_handle()
+        return REGISTRY_NAME
+
+    async def java_writer(self, node_id: str) -> str:
+        """The name (in namespace ``raylog``) of the actor through which Spark tasks on
+        ``node_id`` write (actors/spark_writer.py), started if there is none yet. It is
+        the controller's child: a controller restart takes it down, and the next writer
+        that asks starts it again."""
+        from actors.spark_writer import SparkWriter
+
+        if not isinstance(node_id, str) or not node_id:
+            raise InvalidArgumentError(f"node_id must be a Ray node id, got {node_id!r}")
+        name = f"spark-writer:{node_id}"
+        if name in self._writers and _named_actor_exists(name):
+            # Keep the handle that created it: a handle from get_if_exists or get_actor is
+            # weak, and the actor would be destroyed, mid-write, once the first one went.
+            return name
+        self._writers[name] = SparkWriter.options(  # it lives as long as this handle does
+            name=name, namespace=NAMESPACE, get_if_exists=True,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=True)).remote()
+        return name
