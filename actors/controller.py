@@ -52,11 +52,12 @@ from raylog.errors import (
 )
 from raylog.identity import DirectoryLock, IdentityError
 from raylog.interop import error_json, java_call
-from raylog.metadata import MetadataState, MetadataStore, TopicState, assign_replicas, election
+from raylog.metadata import MetadataStore, TopicState, assign_replicas, election
 from raylog.metadata import state as events
 from raylog.metadata.limits import PartitionLimits
 from raylog.metadata.placement import replacement
 from raylog.metadata.settings import ReplicationSettings
+from raylog.metadata.snapshot import SnapshotPolicy
 from raylog.metadata.state import PartitionState
 from raylog.metrics import partition_change_counts, partition_health, rebalances, recorder
 from raylog.topics import (
@@ -111,12 +112,10 @@ class ControllerActor:
         if not self._dir_lock.acquire():
             raise IdentityError(f"{directory} is in use by another raylog controller on this "
                                 f"machine: give each cluster its own RAYLOG_DATA_DIR")
-        self.store = MetadataStore(directory / "metadata")
-        self.state = MetadataState()
+        self.store = MetadataStore(directory / "metadata", SnapshotPolicy.from_environ())
         self.limits = PartitionLimits.from_environ()  # a bad setting fails loudly, here
         self.settings = ReplicationSettings.from_environ()
-        for event in self.store.replay():
-            self.state.apply(event)
+        self.state = self.store.load()  # the newest snapshot, then the events after it
         if self.state.cluster_id is None:  # a new cluster: its id is the log's first event
             self.commit(events.cluster_created(uuid.uuid4().hex[:16]))
         self.lock = asyncio.Lock()
@@ -129,9 +128,10 @@ class ControllerActor:
         self._writers: dict[str, ray.actor.ActorHandle] = {}  # java_writer's actors
         self._last_group_metrics = 0.0
         self._generations: dict[str, int] | None = None  # groups' generations, last reported
-        logger.info("controller of cluster %s on %s replayed %d events from %s: %d topics, "
-                    "%d brokers", self.state.cluster_id, self.node_id, self.state.applied,
-                    directory, len(self.state.topics), len(self.state.broker_ids))
+        logger.info("controller of cluster %s on %s loaded %d events from %s (snapshot at %d): "
+                    "%d topics, %d brokers", self.state.cluster_id, self.node_id,
+                    self.state.applied, directory, self.store.snapshot_position,
+                    len(self.state.topics), len(self.state.broker_ids))
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -176,8 +176,7 @@ class ControllerActor:
     def commit(self, event: dict[str, Any]) -> None:
         """Persist, then apply. Callers validated the event against the state first (and
         hold ``lock`` if a read of the state decided it)."""
-        self.store.append(event)
-        self.state.apply(event)
+        self.store.commit(self.state, [event])
 
     def commit_change(self, topic: TopicState, p: PartitionState,
                       change: election.Change) -> None:
