@@ -33,7 +33,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from raylog.errors import CorruptSnapshotError
+from raylog.errors import CorruptSnapshotError, StorageError
 from raylog.metadata.snapshot import (
     CORRUPT_SUFFIX,
     SnapshotPolicy,
@@ -204,9 +204,13 @@ class MetadataStore:
                     yield record.offset, json.loads(record.value)
 
     def replay(self) -> Iterator[dict[str, Any]]:
-        """Every event the log still holds, from its start (the whole history until the
-        first snapshot lets the log drop its beginning)."""
-        for _, event in self.events():
+        """Every event of the cluster's history, from offset 0. Raises StorageError once a
+        snapshot let the log drop its beginning: rebuild a state with :meth:`load`."""
+        if self.log.log_start_offset > 0:
+            raise StorageError(f"{self.directory}: the metadata log starts at offset "
+                               f"{self.log.log_start_offset} (the events before it are in a "
+                               f"snapshot): load() rebuilds the state, replay() cannot")
+        for _, event in self.events(0):
             yield event
 
     def close(self) -> None:

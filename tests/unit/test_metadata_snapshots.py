@@ -253,6 +253,20 @@ def test_broker_epochs_are_log_positions_that_keep_growing_across_snapshots(tmp_
     assert loaded(directory).broker_epochs[1] == epochs_seen[-1]
 
 
+def test_a_replay_of_the_whole_history_is_refused_once_the_log_lost_its_beginning(tmp_path):
+    store = committed(tmp_path / "meta", opening(*isr_changes(10)), NEVER)
+    try:
+        assert list(store.replay()) == opening(*isr_changes(10))
+        store.take_snapshot(store.load())
+        store.commit(store.load(), isr_changes(2))
+        store.take_snapshot(store.load())
+        assert store.log.log_start_offset > 0
+        with pytest.raises(StorageError, match="load"):
+            next(store.replay())
+    finally:
+        store.close()
+
+
 def test_appends_after_a_restart_continue_the_offsets(tmp_path):
     directory = tmp_path / "meta"
     store = committed(directory, opening(*isr_changes(30)), SnapshotPolicy(after_events=8))
