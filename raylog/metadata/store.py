@@ -87,18 +87,23 @@ class MetadataStore:
     def append_all(self, events: list[dict[str, Any]]) -> int:
         """Persist ``events`` in order, all of them fsynced when this returns, at the cost of
         one write and one fsync (one per megabyte of events); return the first one's offset.
-        If it raises (StorageError), the events of the batch that failed were not kept."""
+        All or nothing: if it raises (StorageError), none of them is in the log."""
         first = self.log.log_end_offset
         now = wall_clock_ms()
         builder = BatchBuilder(BATCH_BYTES, codec=Codec.NONE)
-        for event in events:
-            value = json.dumps(event, sort_keys=True).encode()
-            if not builder.append(now, None, value):  # full: it goes in the next batch
+        try:
+            for event in events:
+                value = json.dumps(event, sort_keys=True).encode()
+                if not builder.append(now, None, value):  # full: it goes in the next batch
+                    self._append_batch(builder.build())
+                    builder = BatchBuilder(BATCH_BYTES, codec=Codec.NONE)
+                    builder.append(now, None, value)
+            if len(builder):
                 self._append_batch(builder.build())
-                builder = BatchBuilder(BATCH_BYTES, codec=Codec.NONE)
-                builder.append(now, None, value)
-        if len(builder):
-            self._append_batch(builder.build())
+        except (StorageError, OSError):
+            if self.log.log_end_offset > first:  # earlier batches of these events went in
+                self.log.truncate_to(first)
+            raise
         return first
 
     def _append_batch(self, batch: bytes) -> None:
@@ -108,7 +113,8 @@ class MetadataStore:
     def commit(self, state: MetadataState, events: list[dict[str, Any]]) -> None:
         """Persist ``events`` (one fsync), then apply them to ``state``, then take a snapshot
         if one is due. ``state`` is the one :meth:`load` gave, with every event appended
-        since applied; the caller checked that the events fit it."""
+        since applied; the caller checked that the events fit it. If persisting raises
+        (StorageError), nothing was kept or applied."""
         self.append_all(events)
         for event in events:
             state.apply(event)

@@ -421,3 +421,30 @@ def test_a_commit_whose_fsync_fails_keeps_and_applies_none_of_its_events(tmp_pat
     assert store.log.log_end_offset == len(opening())
     store.close()
     assert loaded(tmp_path / "meta").to_data() == before
+
+
+def test_a_commit_larger_than_one_batch_is_kept_whole_or_not_at_all(tmp_path, monkeypatch):
+    store = committed(tmp_path / "meta", opening(), NEVER)
+    state = store.load()
+    before = state.to_data()
+    big = [configs_altered("t", {"note": "x" * 100_000, "n": i}) for i in range(30)]
+    calls = []
+    real = files.fsync
+
+    def second_fails(fd: int) -> None:
+        calls.append(fd)
+        if len(calls) == 2:
+            raise OSError(5, "Input/output error")
+        real(fd)
+
+    monkeypatch.setattr(files, "fsync", second_fails)
+    with pytest.raises(StorageError):
+        store.commit(state, big)
+    monkeypatch.setattr(files, "fsync", real)
+    assert len(calls) >= 2  # the first batch was synced before the second failed
+    assert state.to_data() == before
+    assert store.log.log_end_offset == len(opening())
+    store.commit(state, big)
+    assert store.log.log_end_offset == len(opening()) + 30
+    store.close()
+    assert loaded(tmp_path / "meta").to_data() == state.to_data()
