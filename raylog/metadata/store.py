@@ -127,10 +127,17 @@ class MetadataStore:
                                self._bytes_since_snapshot)
 
     def maybe_snapshot(self, state: MetadataState) -> bool:
-        """Take a snapshot of ``state`` if the policy says it is due; whether it did."""
+        """Take a snapshot of ``state`` if the policy says it is due; whether it did. A
+        snapshot that fails is logged, not raised: the events it would hold are committed
+        (the log keeps them), and the next commit tries again."""
         if not self.snapshot_due():
             return False
-        self.take_snapshot(state)
+        try:
+            self.take_snapshot(state)
+        except (StorageError, OSError) as e:
+            logger.error("metadata snapshot at %d failed, the log keeps every event: %r",
+                         state.applied, e)
+            return False
         return True
 
     def take_snapshot(self, state: MetadataState) -> None:

@@ -448,3 +448,25 @@ def test_a_commit_larger_than_one_batch_is_kept_whole_or_not_at_all(tmp_path, mo
     assert store.log.log_end_offset == len(opening()) + 30
     store.close()
     assert loaded(tmp_path / "meta").to_data() == state.to_data()
+
+
+def test_a_snapshot_that_fails_does_not_fail_the_commit_and_is_taken_later(tmp_path,
+                                                                          monkeypatch):
+    """The commit's events are durable before the snapshot: a disk that refuses the snapshot
+    must not turn a committed change into an error for its caller."""
+    store = committed(tmp_path / "meta", opening(), SnapshotPolicy(after_events=12))
+    state = store.load()
+    real = files.replace
+
+    def refuse(source, target):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(files, "replace", refuse)
+    store.commit(state, isr_changes(5))  # due now: the snapshot fails
+    assert state.applied == store.log.log_end_offset == len(opening()) + 5
+    assert snapshot_positions(tmp_path / "meta") == []
+    monkeypatch.setattr(files, "replace", real)
+    store.commit(state, isr_changes(1))
+    assert snapshot_positions(tmp_path / "meta") == [len(opening()) + 6]
+    store.close()
+    assert loaded(tmp_path / "meta").to_data() == state.to_data()
