@@ -3,7 +3,8 @@
 One detached actor named ``raylog-controller`` in namespace ``raylog``, on the head node,
 restarted by Ray after a crash. Every metadata change is an event persisted to its
 metadata log (fsynced, in the head node's data directory) before it is applied and
-acknowledged; a restarted controller replays the log. It learns which Ray node serves which
+acknowledged; a restarted controller loads the log's newest snapshot and replays the events
+after it (raylog/metadata/store.py). It learns which Ray node serves which
 broker from the broker actor on each node, watches each broker (actors/broker_manager.py,
 actors/supervision.py), moves leaderships when one goes (raylog/metadata/election.py), and
 tells brokers which replicas they hold and who leads each. It is not on the data path:
