@@ -5,7 +5,7 @@ Run from the repository root, through the slot script (part (b) starts a Ray clu
     PYTHONPATH=$PWD /work/wt/cluster-run .venv/bin/python benchmarks/controller_restart.py \\
         [--quick] [--json PATH]
 
-``--quick`` takes about three minutes on this shared 2-core machine, the full run about six.
+``--quick`` takes about a minute and a half on this shared 2-core machine, the full run about three.
 The script prints a Markdown table and writes JSON (default
 ``benchmarks/results/controller_restart.json``).
 
@@ -311,7 +311,7 @@ def table(result: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     return run_benchmark(argv, __doc__, DEFAULT_JSON,
-                         "fewer timed rounds (about three minutes)", (QUICK, FULL), run,
+                         "one timed round (about a minute and a half)", (QUICK, FULL), run,
                          headline, table)
 
 
