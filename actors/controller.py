@@ -51,6 +51,7 @@ from raylog.metadata.access import MetadataAccess
 from raylog.metadata.identity import DirectoryLock, IdentityError
 from raylog.metadata.limits import PartitionLimits
 from raylog.metadata.settings import ReplicationSettings
+from raylog.metadata.snapshot import SnapshotPolicy
 from raylog.util.cluster_names import controller_data_dir
 from raylog.util.interop import java_call
 from raylog.util.metrics import partition_health, rebalances, recorder
@@ -85,7 +86,8 @@ class ControllerActor:
         if not self._dir_lock.acquire():
             raise IdentityError(f"{directory} is in use by another raylog controller on this "
                                 f"machine: give each cluster its own RAYLOG_DATA_DIR")
-        self.access = MetadataAccess(MetadataStore(directory / "metadata"))
+        self.access = MetadataAccess(MetadataStore(directory / "metadata",
+                                                   SnapshotPolicy.from_environ()))
         state = self.access.state
         limits = PartitionLimits.from_environ()  # a bad setting fails loudly, here
         settings = ReplicationSettings.from_environ()
@@ -107,9 +109,10 @@ class ControllerActor:
         self._first_round: asyncio.Task | None = None
         self._last_group_metrics = 0.0
         self._generations: dict[str, int] | None = None  # groups' generations, last reported
-        logger.info("controller of cluster %s on %s replayed %d events from %s: %d topics, "
-                    "%d brokers", state.cluster_id, self.node_id, state.applied,
-                    directory, len(state.topics), len(state.broker_ids))
+        logger.info("controller of cluster %s on %s loaded %d events from %s (snapshot at %d): "
+                    "%d topics, %d brokers", state.cluster_id, self.node_id, state.applied,
+                    directory, self.access.log.snapshot_position, len(state.topics),
+                    len(state.broker_ids))
 
     # -- the API: topics ---------------------------------------------------------------------------
 

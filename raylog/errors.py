@@ -277,3 +277,10 @@ class BrokerRestartedError(RaylogError):
     """A word of the controller addressed an earlier process of this broker: it restarted
     since the controller last heard from it, and takes nothing meant for the process it
     replaced (the controller takes that one down, then tells this one its full state)."""
+
+
+class CorruptSnapshotError(StorageError):
+    """A snapshot of the controller's metadata log cannot be used: torn (shorter or longer
+    than its header says), its checksum does not match, or it does not decode to a state.
+    The store then loads the previous snapshot and replays more of the log; it raises this
+    only when no usable snapshot covers the events the log no longer holds."""

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
 from raylog.metadata import election
@@ -28,11 +27,16 @@ Partition = tuple[TopicState, PartitionState]
 
 
 class EventLog(Protocol):
-    """Where events are persisted (raylog/metadata/store.py's MetadataStore)."""
+    """Where events are persisted (raylog/metadata/store.py's MetadataStore: a log with
+    snapshots)."""
 
-    def append(self, event: dict[str, Any]) -> int: ...
+    def load(self) -> MetadataState:
+        """The state the persisted events build (the newest snapshot, then the rest)."""
+        ...
 
-    def replay(self) -> Iterable[dict[str, Any]]: ...
+    def commit(self, state: MetadataState, events: list[dict[str, Any]]) -> None:
+        """Persist ``events`` (all or none), then apply them to ``state``."""
+        ...
 
 
 class MemoryLog:
@@ -41,12 +45,16 @@ class MemoryLog:
     def __init__(self) -> None:
         self.events: list[dict[str, Any]] = []
 
-    def append(self, event: dict[str, Any]) -> int:
-        self.events.append(event)
-        return len(self.events) - 1
+    def load(self) -> MetadataState:
+        state = MetadataState()
+        for event in self.events:
+            state.apply(event)
+        return state
 
-    def replay(self) -> Iterator[dict[str, Any]]:
-        return iter(list(self.events))
+    def commit(self, state: MetadataState, events: list[dict[str, Any]]) -> None:
+        self.events.extend(events)
+        for event in events:
+            state.apply(event)
 
 
 class MetadataAccess:
@@ -56,16 +64,13 @@ class MetadataAccess:
 
     def __init__(self, log: EventLog) -> None:
         self.log = log
-        self.state = MetadataState()
-        for event in log.replay():
-            self.state.apply(event)
+        self.state = log.load()
         self.lock = asyncio.Lock()
 
     def commit(self, event: dict[str, Any]) -> None:
         """Persist, then apply. The caller validated the event against the state first (and
         holds ``lock`` if a read of the state decided it)."""
-        self.log.append(event)
-        self.state.apply(event)
+        self.log.commit(self.state, [event])
 
     def commit_change(self, topic: TopicState, p: PartitionState,
                       change: election.Change) -> None:

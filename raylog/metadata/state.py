@@ -112,6 +112,40 @@ class MetadataState:
     def snapshot(self) -> dict[str, TopicState]:
         return copy.deepcopy(self.topics)
 
+    # -- the state as JSON-able data (the metadata log's snapshots) ---------------------------
+
+    def to_data(self) -> dict[str, Any]:
+        """Everything the state holds, as JSON-able data; :meth:`from_data` gives it back
+        equal (maps keyed by broker id are lists of pairs: JSON keys would be strings)."""
+        return {
+            "cluster_id": self.cluster_id,
+            "applied": self.applied,
+            "broker_ids": sorted(self.broker_ids),
+            "incarnations": list(self.incarnations.items()),
+            "broker_epochs": list(self.broker_epochs.items()),
+            "topics": [{"name": t.name, "topic_id": t.topic_id, "configs": t.configs,
+                        "partitions": [p.to_dict() for p in t.partitions]}
+                       for t in self.topics.values()],
+        }
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any]) -> MetadataState:
+        """The state :meth:`to_data` described: it goes on counting events from ``applied``
+        (so broker epochs, positions in the log, keep growing). Raises KeyError, TypeError
+        or ValueError for data of another shape."""
+        state = cls()
+        state.cluster_id = data["cluster_id"]
+        state.applied = int(data["applied"])
+        state.broker_ids = set(data["broker_ids"])
+        state.incarnations = {broker: incarnation for broker, incarnation in data["incarnations"]}
+        state.broker_epochs = {broker: int(epoch) for broker, epoch in data["broker_epochs"]}
+        state.topics = {
+            t["name"]: TopicState(t["name"], t["topic_id"],
+                                  [PartitionState(**p) for p in t["partitions"]],
+                                  dict(t["configs"]))
+            for t in data["topics"]}
+        return state
+
 
 # -- events ------------------------------------------------------------------------------------
 
