@@ -19,6 +19,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import threading
+import time
 import types
 from collections.abc import Callable
 from typing import Any
@@ -58,6 +59,14 @@ def wait_done(refs: list, timeout: float) -> list:
 
 def when_done(ref: concurrent.futures.Future, callback: Callable[[Any], None]) -> None:
     ref.add_done_callback(lambda _: callback(ref))
+
+
+def wait_until(condition: Callable[[], object], timeout_s: float = 30.0) -> None:
+    """Wait for ``condition()`` to hold, failing the test after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
 
 
 def answered(value: Any) -> concurrent.futures.Future:

@@ -30,7 +30,7 @@ from raylog.producer_state import ProducerStates, SequenceGap
 from raylog.records import parse_header
 from raylog.storage import AppendInfo
 from tests.unit import fake_remote
-from tests.unit.fake_remote import FakePartition
+from tests.unit.fake_remote import FakePartition, wait_until
 
 
 class FakeLeader:
@@ -261,13 +261,6 @@ class RecordingCondition:
 
     def notify_all(self) -> None:
         self._condition.notify_all()
-
-
-def wait_until(condition, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
 
 
 def test_an_idle_sender_sleeps_until_an_event_instead_of_waking_on_a_timer(leader):
