@@ -56,37 +56,40 @@ class GcsActorChannel:
 
 
 class ActorNotices:
-    """Dispatches the actor channel's notices to the futures waiting on each actor.
+    """Dispatches the actor channel's notices to the queues listening to each actor.
 
-    :meth:`next_state` returns a future of the actor's next announced state, or of None
-    when the subscription started or was renewed after a break: a notice published before
-    may have been missed, so the waiter asks the actor directly. Ask for the future before
-    asking the actor, and no change is lost between the two. The subscription opens with
-    the first waiter and stays open (one long poll, idle when no actor changes). Runs on
-    one event loop; not thread-safe.
+    A listener's queue (:meth:`listen`) receives each state Ray announces for its actor,
+    in order, and None when the subscription started or was renewed after a break: a notice
+    published before may have been missed, so the listener asks the actor directly. Listen
+    before asking the actor, and no change is lost between the two. The subscription opens
+    with the first listener and stays open (one long poll, idle when no actor changes). Runs
+    on one event loop; not thread-safe.
     """
 
     def __init__(self, open_channel: Callable[[], Awaitable[ActorChannel]] = GcsActorChannel.open,
                  resubscribe_s: float = RESUBSCRIBE_S) -> None:
         self._open_channel = open_channel
         self._resubscribe_s = resubscribe_s
-        self._waiters: dict[str, list[asyncio.Future]] = {}
+        self._listeners: dict[str, list[asyncio.Queue]] = {}
         self._task: asyncio.Task | None = None
 
-    def next_state(self, actor_id: str) -> asyncio.Future:
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-        # (without the futures their waiters gave up on: a watch ended, say)
-        waiting = [f for f in self._waiters.get(actor_id, ()) if not f.done()]
-        self._waiters[actor_id] = [*waiting, future]
+    def listen(self, actor_id: str) -> asyncio.Queue:
+        queue: asyncio.Queue = asyncio.Queue()
+        self._listeners.setdefault(actor_id, []).append(queue)
         if self._task is None or self._task.done():
-            self._task = loop.create_task(self._listen())
-        return future
+            self._task = asyncio.get_running_loop().create_task(self._listen())
+        return queue
+
+    def stop_listening(self, actor_id: str, queue: asyncio.Queue) -> None:
+        listeners = self._listeners.get(actor_id, [])
+        if queue in listeners:
+            listeners.remove(queue)
+        if not listeners:
+            self._listeners.pop(actor_id, None)
 
     def _tell(self, actor_id: str, state: str | None) -> None:
-        for future in self._waiters.pop(actor_id, ()):
-            if not future.done():  # (a waiter may have given up on it)
-                future.set_result(state)
+        for queue in self._listeners.get(actor_id, ()):
+            queue.put_nowait(state)
 
     async def _listen(self) -> None:
         broke = False
@@ -103,8 +106,8 @@ class ActorNotices:
             if broke:
                 logger.info("subscribed to Ray's actor notices again")
             broke = False
-            for actor_id in list(self._waiters):
-                self._tell(actor_id, None)  # asked before the subscription: look again
+            for actor_id in list(self._listeners):
+                self._tell(actor_id, None)  # listening before the subscription: look again
             try:
                 while notices := await channel.poll():
                     for actor_id, state in notices:

@@ -83,10 +83,14 @@ class MemberActor:
         running a method cannot take yet waits in its queue, and fails as it dies."""
         await self.handle.__ray_ready__.remote()
 
-    def next_notice(self) -> asyncio.Future:
-        """A future of the actor's next state Ray announces ("ALIVE", "RESTARTING",
-        "DEAD", ...), or of None when a notice may have been missed (ask :meth:`check`)."""
-        return actor_notices().next_state(self.handle._actor_id.hex())
+    def listen(self) -> asyncio.Queue:
+        """A queue of the states Ray announces for the actor from now on ("ALIVE",
+        "RESTARTING", "DEAD", ...), with None where a notice may have been missed (ask
+        :meth:`check`)."""
+        return actor_notices().listen(self.handle._actor_id.hex())
+
+    def stop_listening(self, queue: asyncio.Queue) -> None:
+        actor_notices().stop_listening(self.handle._actor_id.hex(), queue)
 
 
 class MemberWatch:
@@ -116,23 +120,19 @@ class MemberWatch:
         self.actor_id = actor_id
         self._watched = watched
         self._on_died = on_died
-        self._notice: asyncio.Future | None = None
+        self._notices: asyncio.Queue | None = None
         self.unreachable = False
 
     def poke(self) -> None:
-        if self._notice is not None and not self._notice.done():
-            self._notice.set_result(self.POKED)
+        if self._notices is not None:
+            self._notices.put_nowait(self.POKED)
 
     async def run(self) -> None:
+        notices = self._notices = self.actor.listen()  # before asking: none is missed
         ask = True  # ask the actor: at first, and when a notice may have been missed
         try:
             while self._watched():
-                if self._notice is None:
-                    self._notice = self.actor.next_notice()  # before asking: none is missed
-                if ask:
-                    state = await self._ask()
-                else:
-                    state, self._notice = await self._notice, None
+                state = await self._ask() if ask else await notices.get()
                 ask = state is None
                 if state == "DEAD":
                     await self._on_died()
@@ -146,7 +146,8 @@ class MemberWatch:
                     logger.info("member actor %s is reachable again", self.actor_id)
                     self.unreachable = False
         finally:
-            self.poke()  # a notice nobody waits for any more
+            self._notices = None
+            self.actor.stop_listening(notices)
 
     async def _ask(self) -> str:
         """The actor's state as Ray tells a call to it."""

@@ -1,5 +1,5 @@
 """ActorNotices (actors/actor_notices.py): Ray's actor channel dispatched to the watches
-waiting on each actor, through a fake channel. No Ray cluster."""
+listening to each actor, through a fake channel. No Ray cluster."""
 
 from __future__ import annotations
 
@@ -33,7 +33,14 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
-def test_notices_reach_the_waiters_of_their_actor_and_a_renewal_tells_every_waiter():
+def drained(queue: asyncio.Queue) -> list:
+    out = []
+    while not queue.empty():
+        out.append(queue.get_nowait())
+    return out
+
+
+def test_notices_reach_the_listeners_of_their_actor_in_order_and_a_renewal_tells_all():
     async def scenario() -> None:
         channels: list[FakeChannel] = []
 
@@ -42,24 +49,23 @@ def test_notices_reach_the_waiters_of_their_actor_and_a_renewal_tells_every_wait
             return channels[-1]
 
         notices = ActorNotices(open_channel, resubscribe_s=0)
-        first = notices.next_state("a")
+        a = notices.listen("a")
         await settle()
-        # Asked before the subscription existed: told to look for itself.
-        assert len(channels) == 1 and first.result() is None
+        # Listening before the subscription existed: told to look for itself.
+        assert len(channels) == 1 and drained(a) == [None]
 
-        a, b = notices.next_state("a"), notices.next_state("b")
-        channels[0].publish(("c", "DEAD"), ("a", "RESTARTING"))
+        b, gone = notices.listen("b"), notices.listen("b")
+        notices.stop_listening("b", gone)  # a watch that ended
+        channels[0].publish(("c", "DEAD"), ("a", "RESTARTING"), ("a", "DEAD"))
         await settle()
-        assert a.result() == "RESTARTING" and not b.done()
-        given_up = notices.next_state("b")
-        given_up.cancel()  # a watch that ended
+        assert drained(a) == ["RESTARTING", "DEAD"] and drained(b) == []
         channels[0].publish(("b", "DEAD"))
         await settle()
-        assert b.result() == "DEAD"
+        assert drained(b) == ["DEAD"] and drained(gone) == []
 
-        c = notices.next_state("c")
         channels[0].break_off()  # the GCS restarted, say: a notice may be lost meanwhile
         await settle()
-        assert channels[0].closed and len(channels) == 2 and c.result() is None
+        assert channels[0].closed and len(channels) == 2
+        assert drained(a) == [None] and drained(b) == [None]
 
     asyncio.run(asyncio.wait_for(scenario(), 10))

@@ -80,18 +80,20 @@ class FakeActor:
     def __init__(self, name: str) -> None:
         self._actor_id = type("Id", (), {"hex": lambda _: name})()
         self.dead = False
-        self._notices: list[asyncio.Future] = []
+        self._listening: list[asyncio.Queue] = []
 
     def kill(self) -> None:
         """Ray's notice of its death."""
         self.dead = True
-        for future in self._notices:
-            if not future.done():
-                future.set_result("DEAD")
+        for queue in self._listening:
+            queue.put_nowait("DEAD")
 
-    def next_notice(self) -> asyncio.Future:
-        self._notices.append(asyncio.get_running_loop().create_future())
-        return self._notices[-1]
+    def listen(self) -> asyncio.Queue:
+        self._listening.append(asyncio.Queue())
+        return self._listening[-1]
+
+    def stop_listening(self, queue: asyncio.Queue) -> None:
+        self._listening.remove(queue)
 
     async def check(self) -> None:
         await asyncio.sleep(0)

@@ -30,13 +30,11 @@ class FakeMemberActor:
         self.unreachable = False
         self.dead = False
         self.checks = 0
-        self._waiting: list[asyncio.Future] = []
+        self.listening: list[asyncio.Queue] = []
 
     def _announce(self, state: str | None) -> None:
-        waiting, self._waiting = self._waiting, []
-        for future in waiting:
-            if not future.done():
-                future.set_result(state)
+        for queue in self.listening:
+            queue.put_nowait(state)
 
     def set_unreachable(self, value: bool = True) -> None:
         self.unreachable = value
@@ -49,10 +47,12 @@ class FakeMemberActor:
     def renew(self) -> None:
         self._announce(None)
 
-    def next_notice(self) -> asyncio.Future:
-        future = asyncio.get_running_loop().create_future()
-        self._waiting.append(future)
-        return future
+    def listen(self) -> asyncio.Queue:
+        self.listening.append(asyncio.Queue())
+        return self.listening[-1]
+
+    def stop_listening(self, queue: asyncio.Queue) -> None:
+        self.listening.remove(queue)
 
     async def check(self) -> None:
         self.checks += 1
@@ -157,9 +157,10 @@ def test_an_unreachable_member_keeps_its_partitions_and_a_dead_one_loses_them():
             await asyncio.sleep(0)
         assert actor.checks == 2 and not task.done()
 
+        actor.set_unreachable()  # restarting, then dead: both notices count, in order
         actor.kill()
         await asyncio.wait_for(task, 5)
-        assert died == ["a"]
+        assert died == ["a"] and not actor.listening
         for _ in range(3):
             group.beat()
         assert group.owned["b"] == ALL
