@@ -6,7 +6,8 @@ It replays ``__consumer_offsets`` when the controller starts, persists commits a
 records there through the topic's partition leaders before they count (raylog/groups/store.py
 decides what and when; :meth:`GroupService._append` is its one Ray call), watches group
 members that live in Ray actors (:class:`MemberWatch`: an actor Ray says is dead loses its
-partitions at once) and expires members whose session ran out.
+partitions at once, on Ray's notice of the death) and expires members whose session ran
+out.
 
 Every group RPC answers within a deadline: at most LOAD_WAIT_S for the groups to load and
 WRITE_WAIT_S for its record to be written; membership changes never wait for a write.
@@ -23,6 +24,7 @@ from typing import Any
 import ray
 from ray.exceptions import ActorDiedError, ActorUnschedulableError, RayActorError
 
+from actors.actor_notices import actor_notices
 from actors.hosting import background
 from raylog.errors import (
     InvalidArgumentError,
@@ -65,12 +67,10 @@ LOAD_WAIT_S = 60.0     # an RPC waits this long for the groups to load, then ans
 WRITE_WAIT_S = 30.0    # an RPC waits this long for its record to be in __consumer_offsets
 APPEND_TIMEOUT_MS = 10_000  # one send of a batch: the leader's wait for its ISR ...
 APPEND_ANSWER_S = 15.0      # ... and ours for any answer (a paused broker gives none)
-ACTOR_WATCH_INTERVAL_S = 0.25  # between two checks of an idle member actor
-ACTOR_RETRY_S = 1.0            # after Ray could not reach a member actor
 
 
 class MemberActor:
-    """The Ray calls the coordinator makes to a group member's actor (the seam a unit test
+    """What the coordinator asks Ray of a group member's actor (the seam a unit test
     replaces with a fake)."""
 
     def __init__(self, handle: ray.actor.ActorHandle) -> None:
@@ -82,53 +82,83 @@ class MemberActor:
         running a method cannot take yet waits in its queue, and fails as it dies."""
         await self.handle.__ray_ready__.remote()
 
+    def listen(self) -> asyncio.Queue:
+        """A queue of the states Ray announces for the actor from now on ("ALIVE",
+        "RESTARTING", "DEAD", ...), with None where a notice may have been missed (ask
+        :meth:`check`)."""
+        return actor_notices().listen(self.handle._actor_id.hex())
+
+    def stop_listening(self, queue: asyncio.Queue) -> None:
+        actor_notices().stop_listening(self.handle._actor_id.hex(), queue)
+
 
 class MemberWatch:
     """Watches one member actor for as long as ``watched()``; calls ``on_died()`` when Ray
     says the actor died, and only then.
 
-    Ray tells "dead" (ActorDiedError: the process exited or was killed, its node is gone, it
-    will not be restarted) apart from "unavailable" (ActorUnavailableError: Ray cannot reach
-    a live actor for now, or it is being restarted). An unreachable member is not removed:
-    it may be reading what it owns, and its partitions stay its own until its session runs
-    out (the coordinator's ``expire``, which the member itself notices earlier) or Ray says
-    it died. Ray offers no notice of a death to a process that has no call outstanding with
-    the actor, and a long call would block a member actor that serves one call at a time,
-    so an idle actor is asked again every ``interval_s``. One task; not thread-safe.
+    Ray tells "dead" (ActorDiedError, or the DEAD notice: the process exited or was killed,
+    its node is gone, it will not be restarted) apart from "unavailable"
+    (ActorUnavailableError, the RESTARTING notice: Ray cannot reach a live actor for now, or
+    it is being restarted). An unreachable member is not removed: it may be reading what it
+    owns, and its partitions stay its own until its session runs out (the coordinator's
+    ``expire``, which the member itself notices earlier) or Ray says it died.
+
+    The watch asks the actor once (``check``), then waits for Ray's notices of its state
+    changes (one subscription for the whole controller: actors/actor_notices.py): no call
+    and no timer per member while nothing happens. It asks again only when a notice may
+    have been missed (the subscription was renewed). ``poke()`` makes it look at
+    ``watched()`` again (the coordinator calls it when members leave). One task; not
+    thread-safe.
     """
 
+    POKED = "POKED"  # (not a state of Ray's)
+
     def __init__(self, actor: MemberActor, actor_id: str, watched: Callable[[], bool],
-                 on_died: Callable[[], Awaitable[None]],
-                 interval_s: float = ACTOR_WATCH_INTERVAL_S,
-                 retry_s: float = ACTOR_RETRY_S) -> None:
+                 on_died: Callable[[], Awaitable[None]]) -> None:
         self.actor = actor
         self.actor_id = actor_id
         self._watched = watched
         self._on_died = on_died
-        self._interval_s = interval_s
-        self._retry_s = retry_s
+        self._notices: asyncio.Queue | None = None
         self.unreachable = False
 
+    def poke(self) -> None:
+        if self._notices is not None:
+            self._notices.put_nowait(self.POKED)
+
     async def run(self) -> None:
-        while self._watched():
-            try:
-                await self.actor.check()
-            except ActorDiedError as e:  # before its base class, RayActorError
-                logger.info("member actor %s died: %s", self.actor_id, e)
-                await self._on_died()
-                return
-            except (RayActorError, ActorUnschedulableError) as e:  # not a death notice
-                if not self.unreachable:
-                    logger.warning("member actor %s is unreachable (%s); its members keep "
-                                   "their partitions until Ray says it died or their "
-                                   "sessions run out", self.actor_id, e)
-                self.unreachable = True
-                await asyncio.sleep(self._retry_s)
-                continue
-            if self.unreachable:
-                logger.info("member actor %s is reachable again", self.actor_id)
-            self.unreachable = False
-            await asyncio.sleep(self._interval_s)
+        notices = self._notices = self.actor.listen()  # before asking: none is missed
+        ask = True  # ask the actor: at first, and when a notice may have been missed
+        try:
+            while self._watched():
+                state = await self._ask() if ask else await notices.get()
+                ask = state is None
+                if state == "DEAD":
+                    await self._on_died()
+                    return
+                if state == "RESTARTING" and not self.unreachable:
+                    logger.warning("member actor %s is unreachable; its members keep their "
+                                   "partitions until Ray says it died or their sessions run "
+                                   "out", self.actor_id)
+                    self.unreachable = True
+                elif state == "ALIVE" and self.unreachable:
+                    logger.info("member actor %s is reachable again", self.actor_id)
+                    self.unreachable = False
+        finally:
+            self._notices = None
+            self.actor.stop_listening(notices)
+
+    async def _ask(self) -> str:
+        """The actor's state as Ray tells a call to it."""
+        try:
+            await self.actor.check()
+        except ActorDiedError as e:  # before its base class, RayActorError
+            logger.info("member actor %s died: %s", self.actor_id, e)
+            return "DEAD"
+        except (RayActorError, ActorUnschedulableError) as e:  # not a death notice
+            logger.info("member actor %s: %s", self.actor_id, e)
+            return "RESTARTING"
+        return "ALIVE"
 
 
 # (the broker actor leading a partition, its leader epoch); LeaderNotAvailableError if none
@@ -156,7 +186,8 @@ class GroupService:
         self._loaded: asyncio.Task | None = None
         self.generations_at_load: dict[str, int] = {}  # for metrics: what was there before
         self._member_actor = member_actor
-        self._watched_actors: set[str] = set()
+        # actor id -> (the coordinator, the watch of its members there)
+        self._watches: dict[str, tuple[GroupCoordinator, MemberWatch]] = {}
 
     @property
     def loaded(self) -> bool:
@@ -207,6 +238,7 @@ class GroupService:
         are known), then replay it into a new coordinator."""
         self.coordinator = GroupCoordinator(wall_clock_ms)  # nothing of a failed attempt
         self.store = None
+        self._poke_watches()  # the old coordinator's watches end
         await self._ensure_topic(CONSUMER_OFFSETS_TOPIC, OFFSETS_TOPIC_PARTITIONS,
                                  OFFSETS_TOPIC_CONFIGS)
         topic = self.access.state.topic(CONSUMER_OFFSETS_TOPIC)
@@ -295,9 +327,8 @@ class GroupService:
         member = self.coordinator.join(group_id, member_id, client_id, topics, pattern,
                                        session_timeout_ms, assignor, existing, actor_id,
                                        claimed)
-        if actor is not None and actor_id not in self._watched_actors:
-            self._watched_actors.add(actor_id)
-            background(self._watch(self._member_actor(actor), actor_id))
+        if actor is not None:
+            self._watch(actor, actor_id)
         await self._membership_changed(group_id, wait=True)
         return {"member_id": member.member_id,
                 "generation": self.coordinator.groups[group_id].generation,
@@ -313,11 +344,20 @@ class GroupService:
     async def leave_group(self, group_id: str, member_id: str) -> None:
         await self._ready()
         if self.coordinator.leave(group_id, member_id, self._topics()):
+            self._poke_watches()
             await self._membership_changed(group_id, wait=True)
 
-    async def _watch(self, actor: MemberActor, actor_id: str) -> None:
-        """Remove the actor's group members when Ray says it died (no session timeout)."""
+    def _poke_watches(self) -> None:
+        """Members left: the watches of actors with none left end."""
+        for _, watch in self._watches.values():
+            watch.poke()
+
+    def _watch(self, actor: ray.actor.ActorHandle, actor_id: str) -> None:
+        """Have the actor's group members removed when Ray says it died (no session
+        timeout), unless a watch of the current coordinator's does it already."""
         coordinator = self.coordinator  # a reload makes a new one, with new watches
+        if actor_id in self._watches and self._watches[actor_id][0] is coordinator:
+            return
 
         async def died() -> None:
             dead = coordinator.members_of_actor(actor_id)
@@ -326,12 +366,19 @@ class GroupService:
                 if coordinator.leave(group_id, member_id, self._topics()):
                     await self._membership_changed(group_id, wait=False)
 
-        try:
-            await MemberWatch(actor, actor_id,
-                              lambda: coordinator is self.coordinator and
-                              bool(coordinator.members_of_actor(actor_id)), died).run()
-        finally:
-            self._watched_actors.discard(actor_id)
+        watch = MemberWatch(self._member_actor(actor), actor_id,
+                            lambda: coordinator is self.coordinator and
+                            bool(coordinator.members_of_actor(actor_id)), died)
+        self._watches[actor_id] = coordinator, watch
+
+        async def run() -> None:
+            try:
+                await watch.run()
+            finally:
+                if self._watches.get(actor_id, (None, None))[1] is watch:
+                    del self._watches[actor_id]
+
+        background(run())
 
     async def expire_members(self) -> None:
         """Remove the members whose session ran out (the controller's loop calls this every
@@ -344,7 +391,10 @@ class GroupService:
             logger.warning("the controller did not run for %.1f s: not counted against the "
                            "group members' sessions", stalled)
             self.coordinator.credit(int(stalled * 1000))
-        for group_id, member_id in self.coordinator.expire(self._topics()):
+        expired = self.coordinator.expire(self._topics())
+        if expired:
+            self._poke_watches()
+        for group_id, member_id in expired:
             logger.info("member %s of group %s timed out", member_id, group_id)
             await self._membership_changed(group_id, wait=False)
 

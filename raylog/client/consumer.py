@@ -558,6 +558,7 @@ class Consumer(GroupMixin):
         deadline = time.monotonic() + timeout_ms / 1000
         self._maybe_auto_commit()
         while True:
+            self._news.clear()  # what happens from here on ends the wait below
             if self._membership is not None:
                 self._apply_membership()
             self._send_fetches()
@@ -572,7 +573,7 @@ class Consumer(GroupMixin):
             if not pending:
                 if remaining <= 0:
                     return []
-                time.sleep(min(remaining, 0.05))  # nothing assigned or all leaders missing
+                self._news.wait(self._quiet_s(now, remaining))
                 continue
             refs = list(pending)
             # At least every WATCH_INTERVAL_S, look for requests to give up.
@@ -585,6 +586,18 @@ class Consumer(GroupMixin):
                 records = self._drain(limit)
                 return self._deserialized(records) if records and \
                     self._deserializers != (None, None) else records
+
+    def _quiet_s(self, now: float, remaining: float) -> float:
+        """How long a poll with nothing in flight (nothing assigned, leaders missing,
+        buffers full) may wait before something changes by itself: a partition's retry
+        backoff ends, or the member's session would run out. Anything else that changes
+        it (the coordinator's answer, a committed-offset lookup or a final commit ending)
+        sets ``_news`` and ends the wait earlier."""
+        until = min((s.not_before for s in self._assigned.values() if s.not_before > now),
+                    default=now + remaining)
+        if self._membership is not None:
+            until = min(until, self._membership.session_ends())
+        return max(min(until - now, remaining), 0.001)
 
     def _deserialized(self, records: list[ConsumerRecord]) -> list[ConsumerRecord]:
         """The records with key and value deserialized. At the first that fails: the ones

@@ -56,6 +56,11 @@ class BatchResult:
     def done(self) -> bool:
         return self._done.is_set()
 
+    def ready(self, timeout: float | None) -> bool:
+        """Wait up to ``timeout`` s for the outcome, without counting as seen; whether it
+        came."""
+        return self._done.wait(timeout)
+
     def peek(self, timeout: float | None = None) -> BaseException | None:
         """The error, once complete (waiting up to ``timeout`` s), without counting as seen."""
         self._done.wait(timeout)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -70,12 +71,17 @@ class GroupMixin:
         # generation when asked, the lookup).
         self._taking: tuple[frozenset[TopicPartition], int, concurrent.futures.Future] | None \
             = None
+        # Set when something a poll with nothing in flight waits for happened: the
+        # coordinator's answer changed what the member owns, or a background call ended.
+        self._news = threading.Event()
 
     def _background(self, call: Any, *args: Any) -> concurrent.futures.Future:
         if self._committer is None:
             self._committer = concurrent.futures.ThreadPoolExecutor(
                 max_workers=1, thread_name_prefix="raylog-commit")
-        return self._committer.submit(call, *args)
+        future = self._committer.submit(call, *args)
+        future.add_done_callback(lambda _: self._news.set())
+        return future
 
     def subscribe(self, topics: Iterable[str] | None = None, *, pattern: str | None = None,
                   listener: Any = None) -> None:
@@ -109,7 +115,7 @@ class GroupMixin:
             self._cluster.controller, self.config.group_id, self.config.client_id, names,
             pattern, session_timeout_ms=self.config.session_timeout_ms,
             heartbeat_interval_ms=self.config.heartbeat_interval_ms,
-            assignor=self.config.partition_assignment_strategy)
+            assignor=self.config.partition_assignment_strategy, on_news=self._news.set)
 
     def unsubscribe(self) -> None:
         """Give up every partition (running the listener, committing with auto-commit) and

@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import ray
 
@@ -74,7 +75,8 @@ class Membership:
     def __init__(self, controller: ControllerClient, group_id: str, client_id: str,
                  topics: list[str] | None, pattern: str | None, *, session_timeout_ms: int,
                  heartbeat_interval_ms: int, assignor: str,
-                 join_timeout_s: float | None = None) -> None:
+                 join_timeout_s: float | None = None,
+                 on_news: Callable[[], None] = lambda: None) -> None:
         self._controller = controller
         self.group_id = group_id
         self._client_id = client_id
@@ -85,6 +87,7 @@ class Membership:
         self._interval_s = heartbeat_interval_ms / 1000
         self._join_timeout_s = join_timeout_s  # None: the controller client's
         self._assignor = assignor
+        self._on_news = on_news  # called when what latest() says changes (a poll waits)
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -129,6 +132,7 @@ class Membership:
             self.generation = joined["generation"]
             self._granted = (kept, frozenset())
             self._lost.update(claims - kept)
+            self._on_news()
             self._lost_all = self._rejoining = False
             self._last_success = sent
         self._beat()
@@ -152,6 +156,8 @@ class Membership:
                    frozenset(TopicPartition(*tp) for tp in answer["revoke"]))
         with self._lock:
             if not self._lost_all and incarnation == self._incarnation:
+                if granted != self._granted:
+                    self._on_news()
                 self._granted = granted
                 self.generation = answer["generation"]
                 self._last_success = sent
@@ -169,6 +175,7 @@ class Membership:
             except Exception as e:  # surfaced to the consumer thread by latest()
                 with self._lock:
                     self._error = e
+                    self._on_news()
 
     def tick(self) -> None:
         """One step of the heartbeat thread: join again if the consumer gave everything up,
@@ -182,6 +189,7 @@ class Membership:
         """The coordinator does not know this member (any more): everything is lost."""
         with self._lock:
             self._lost_all = True
+            self._on_news()
 
     def latest(self) -> Instructions:
         """What to do now, from the last answer. Everything is lost when the coordinator
@@ -200,6 +208,14 @@ class Membership:
                 return Instructions(frozenset(), frozenset(), lost)
             owned, revoke = self._granted
             return Instructions(owned - lost, revoke, lost)
+
+    def session_ends(self) -> float:
+        """When (monotonic s) :meth:`latest` will say everything is lost unless a heartbeat
+        is answered first; infinity while nothing is owned to lose."""
+        with self._lock:
+            if self._rejoining or self._lost_all:
+                return math.inf
+            return self._last_success + self._session_timeout_s
 
     def report(self, owned: Iterable[TopicPartition], released: bool) -> None:
         """The consumer now holds exactly ``owned``; heartbeat at once if it released some

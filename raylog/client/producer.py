@@ -5,7 +5,9 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import dataclasses
+import itertools
 import logging
+import math
 import os
 import threading
 import time
@@ -24,8 +26,8 @@ from raylog.client.connection import (
     cluster_or_default,
 )
 from raylog.client.futures import BatchResult, RecordFuture, TableFuture
-from raylog.client.remote import appended, discard, resolve, wait_done
-from raylog.client.sender_state import OutgoingBatch, PartitionSender
+from raylog.client.remote import appended, discard, resolve, when_done
+from raylog.client.sender_state import Alarms, OutgoingBatch, PartitionSender
 from raylog.client.tables import assign_sticky, partition_rows
 from raylog.errors import (
     ActorUnavailableError,
@@ -186,9 +188,17 @@ class Producer:
         self._in_flight: dict[ray.ObjectRef, OutgoingBatch] = {}
         self._buffered_bytes = 0
         self._failures = _Failures()
-        self._last_expiry_check = 0.0
         self._lock = threading.Lock()
+        # The sender thread waits on _wake, idle until an event: a batch opened (its linger
+        # starts), an answer, a retry's backoff or a deadline in _alarms. Callers waiting for
+        # batches to end (buffer_memory full) wait on _progress.
         self._wake = threading.Condition(self._lock)
+        self._progress = threading.Condition(self._lock)
+        self._alarms = Alarms()  # ("linger" | "expire" | "retry", key), ("watch", None)
+        self._sleeping_until: float | None = None  # the sender's idle wait ends (or None)
+        self._answered: collections.deque[ray.ObjectRef] = collections.deque()
+        self._lingered: dict[tuple[str, int], None] = {}  # past linger_ms, waiting for room
+        self._send_pending = False  # something in _sendable may be sendable now
         self._closed = False
         self._stopping = False
         self._encode_pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -317,7 +327,7 @@ class Producer:
         if sealed:
             self._caller_busy = True
             self._submit_ready()
-            self._collect(0)
+            self._collect_answered()
         return RecordFuture(batch.result, count - 1, timestamp)
 
     def _serialize(self, key: Any, value: Any) -> tuple[bytes | None, bytes | None]:
@@ -406,15 +416,28 @@ class Producer:
         batch = OutgoingBatch(topic, partition, BatchBuilder(self.config.batch_size, self._codec),
                               BatchResult(topic, partition), time.monotonic(),
                               self._delivery_timeout_s)
-        self._open[(topic, partition)] = batch
-        self._wake.notify()  # a sender waiting with nothing open starts its linger now
+        key = topic, partition
+        self._open[key] = batch
+        linger_at = batch.created + self.config.linger_ms / 1000
+        self._alarms.set(("linger", key), linger_at)
+        self._alarms.set(("expire", key), batch.deadline)
+        self._nudge(linger_at)  # a sender waiting with nothing open starts its linger now
         return batch
+
+    def _nudge(self, at: float | None = None) -> None:
+        """Wake the idle sender, if it sleeps past ``at`` (None: now) (lock held). Once per
+        idle wait: a second event before it runs needs no second notify."""
+        until = self._sleeping_until
+        if until is not None and (at is None or at < until):
+            self._sleeping_until = None
+            self._wake.notify()
 
     def _seal(self, batch: OutgoingBatch, block: bool = True) -> None:
         """Move an open batch to its partition's queue (lock held). With ``block``, wait while
         buffer_memory is full (a caller's send); the sender thread never waits, since only
         it may be there to free the memory."""
-        del self._open[(batch.topic, batch.partition)]
+        del self._open[batch.key]
+        self._alarms.clear(("linger", batch.key))
         if self._sticky_open.get(batch.topic) is batch:
             del self._sticky_open[batch.topic]
         batch.result.count = len(batch.builder)
@@ -429,7 +452,7 @@ class Producer:
         deadline = time.monotonic() + self.config.max_block_ms / 1000
         while block and self._buffered_bytes + size > self.config.buffer_memory and \
                 self._buffered_bytes and not self._closed:
-            if not self._wake.wait(deadline - time.monotonic()):
+            if not self._progress.wait(deadline - time.monotonic()):
                 error = RequestTimeoutError(
                     f"buffer_memory={self.config.buffer_memory} stayed full for "
                     f"max_block_ms={self.config.max_block_ms}")
@@ -446,7 +469,9 @@ class Producer:
         sender = self._sender_of(batch.key)
         sender.number(batch, batch.result.count)
         sender.push(batch)
+        self._alarms.set(("expire", batch.key), batch.deadline)
         self._sendable[batch.key] = None  # whoever sealed it submits it (or the sender)
+        self._send_pending = True
 
     def flush(self, timeout: float | None = None) -> None:
         """Send every queued record and wait until each is acknowledged or has failed.
@@ -462,17 +487,15 @@ class Producer:
             for key, batch in list(self._open.items()):
                 if self._open.get(key) is batch:  # sealing may wait, letting others seal
                     self._seal(batch)
-        while True:
-            with self._lock:
-                # Counted from sealing until it ends: covers batches another thread is
-                # encoding or submitting, which are neither queued nor in flight.
-                if not self._buffered_bytes:
-                    break
-            remaining = 0.01 if deadline is None else min(deadline - time.monotonic(), 0.01)
-            if remaining <= 0:
+            # Every batch sealed so far: queued, or in flight (which includes those another
+            # thread took to encode and submit). Batches sealed later are not waited for.
+            covered = [batch.result for sender in self._senders.values()
+                       for batch in itertools.chain(sender.in_flight, sender.queue)]
+        self._submit_ready()
+        for result in covered:  # each completes once, by its delivery deadline
+            if not result.ready(None if deadline is None
+                                else max(0.0, deadline - time.monotonic())):
                 raise RequestTimeoutError(f"flush did not finish within {timeout} s")
-            self._submit_ready()
-            self._collect(remaining)
         with self._lock:
             failures, self._failures = self._failures, _Failures()
         failures.raise_if_any()
@@ -514,10 +537,12 @@ class Producer:
     #
     # Sealed batches are submitted by whichever thread gets there first: the caller's thread
     # right after send() sealed a batch (so a busy producer encodes and submits without
-    # handing the GIL to another thread for every batch), or the sender thread, which wakes
-    # every linger_ms to seal lingering batches, collect acknowledgements and expire batches
-    # while the caller is idle. One thread submits at a time, so a partition's batches go in
-    # order.
+    # handing the GIL to another thread for every batch), or the sender thread. The sender
+    # sleeps until something happens: an answer arrives (Ray calls _answer), a batch opens
+    # (its linger starts) or is sealed, the producer closes, or the earliest of its alarms
+    # rings (a batch's linger, a retry's backoff, a partition's next delivery deadline, a
+    # request to look at again). A wake handles what rang and what is ready; nothing scans
+    # every batch. One thread submits at a time, so a partition's batches go in order.
 
     def _run(self) -> None:
         try:
@@ -529,33 +554,69 @@ class Producer:
     def _send_until_stopped(self) -> None:
         linger_s = self.config.linger_ms / 1000
         while True:
-            now = time.monotonic()
-            if now - self._last_expiry_check >= EXPIRY_CHECK_INTERVAL_S:
-                self._last_expiry_check = now
-                self._expire(now)
-                self._watch_attempts(now)
             with self._lock:
                 if self._stopping and not self._buffered_bytes and not self._open:
                     return
-                loads = self._broker_loads()
-                for batch in [b for b in self._open.values()
-                              if now - b.created >= linger_s and self._room_for(b.key, loads)]:
-                    self._seal(batch, block=False)
-                if not self._sendable and not self._in_flight:
-                    self._wake.wait(linger_s if self._open else EXPIRY_CHECK_INTERVAL_S)
+                now = time.monotonic()
+                expired, watch = self._ring(now)
+                self._seal_lingered(now)
+                busy, self._caller_busy = self._caller_busy, False
+                # (Sendable batches another thread is submitting are that thread's to take.)
+                sendable = self._send_pending and not self._submitting.locked()
+                if not (busy or expired or watch or self._answered or sendable):
+                    wake_at = self._alarms.next()
+                    self._sleeping_until = math.inf if wake_at is None else wake_at
+                    self._wake.wait(None if wake_at is None else wake_at - now)
+                    self._sleeping_until = None
                     continue
-                if self._caller_busy:
-                    # The caller's thread is sealing and submitting batches itself: stay out
-                    # of its way (and off the GIL) for a linger period.
-                    self._caller_busy = False
+            for batch, error in expired:
+                batch.result.complete(-1, error)
+            if watch:
+                self._watch_attempts(now)
+            if busy:
+                # The caller's thread is sealing and submitting batches itself, and collects
+                # answers as it goes: stay out of its way (and off the GIL) for a linger
+                # period. (Not idle: nothing nudges this wait but close.)
+                with self._lock:
                     self._wake.wait(max(linger_s, 0.005))
-                    continue
+                continue
+            self._collect_answered()
             self._submit_ready()
-            # Batches waiting: look again within a linger period (at least a millisecond:
-            # with linger_ms=0 a zero wait would spin, and a batch opened meanwhile waits
-            # no longer than that); else wait for answers.
-            self._collect(max(min(linger_s, 0.005), 0.001) if self._open or self._sendable
-                          else EXPIRY_CHECK_INTERVAL_S)
+
+    def _ring(self, now: float) -> tuple[list[tuple[OutgoingBatch, BaseException]], bool]:
+        """Act on the alarms due at ``now`` (lock held): the batches whose delivery deadline
+        passed, to fail, and whether attempts are to be looked at (_watch_attempts)."""
+        expired: list[tuple[OutgoingBatch, BaseException]] = []
+        watch = False
+        for kind, key in self._alarms.due(now):
+            if kind == "linger":
+                self._lingered[key] = None
+            elif kind == "expire":
+                expired.extend(self._expire(key, now))
+            elif kind == "retry":
+                self._send_pending = True
+            else:
+                watch = True
+        return expired, watch
+
+    def _seal_lingered(self, now: float) -> None:
+        """Seal the open batches past linger_ms whose partition has room to send (lock
+        held); the others stay open, filling, until an answer makes room."""
+        if not self._lingered:
+            return
+        linger_s = self.config.linger_ms / 1000
+        loads = self._broker_loads()
+        for key in list(self._lingered):
+            batch = self._open.get(key)
+            if batch is not None and batch.created + linger_s > now:
+                # Sealed and opened again since the alarm was set: the new one's turn later.
+                self._alarms.set(("linger", key), batch.created + linger_s)
+                batch = None
+            if batch is None:
+                del self._lingered[key]
+            elif self._room_for(key, loads):
+                del self._lingered[key]
+                self._seal(batch, block=False)
 
     def _room_for(self, key: tuple[str, int], loads: collections.Counter[int | None]) -> bool:
         """Whether a batch sealed now for this partition could go out at once (lock held),
@@ -594,42 +655,56 @@ class Producer:
                 batches.extend(sender.drain())
             self._sendable.clear()
             self._in_flight.clear()
+            self._answered.clear()
+            self._lingered.clear()
+            self._alarms = Alarms()
             self._buffered_bytes = 0
             for batch in batches:
                 batch.ref = None
             self._wake.notify_all()
+            self._progress.notify_all()
         for batch in batches:
             batch.result.complete(-1, error)
 
-    def _expire(self, now: float) -> None:
-        """Fail the batches whose delivery_timeout_ms has passed, queued or in flight."""
-        with self._lock:
-            if not self._buffered_bytes and not self._open:
-                return
-            expired = [b for b in self._open.values() if b.deadline <= now]
-            for batch in expired:  # open too long: kept open while its partition was stuck
-                del self._open[batch.key]
-                if self._sticky_open.get(batch.topic) is batch:
-                    del self._sticky_open[batch.topic]
-                batch.result.count = len(batch.builder)
-            for sender in self._senders.values():
-                if sender:
-                    expired.extend(sender.expire(now))
-            errors = []
-            for batch in expired:
-                logger.debug("expiring a batch of %s-%d: %d attempts, %s", batch.topic,
-                             batch.partition, batch.attempts,
-                             "in flight" if batch.ref is not None else "queued")
-                self._forget(batch)
-                errors.append(RequestTimeoutError(
-                    f"{batch.result.count} records for {batch.topic}-{batch.partition} not "
-                    f"acknowledged within delivery_timeout_ms="
-                    f"{self.config.delivery_timeout_ms} ({batch.attempts} attempts)"))
-                self._failures.add(batch.result)
-            if expired:
-                self._wake.notify_all()
-        for batch, error in zip(expired, errors, strict=True):
-            batch.result.complete(-1, error)
+    def _expire(self, key: tuple[str, int], now: float
+                ) -> list[tuple[OutgoingBatch, BaseException]]:
+        """Remove the partition's batches whose delivery_timeout_ms has passed, open, queued
+        or in flight, with the error each fails with; set the alarm of its next deadline
+        (lock held)."""
+        expired = []
+        batch = self._open.get(key)
+        if batch is not None and batch.deadline <= now:
+            # Open too long: kept open while its partition was stuck.
+            del self._open[key]
+            self._alarms.clear(("linger", key))
+            if self._sticky_open.get(batch.topic) is batch:
+                del self._sticky_open[batch.topic]
+            batch.result.count = len(batch.builder)
+            expired.append(batch)
+        sender = self._senders.get(key)
+        if sender:
+            expired.extend(sender.expire(now))
+        out: list[tuple[OutgoingBatch, BaseException]] = []
+        for batch in expired:
+            logger.debug("expiring a batch of %s-%d: %d attempts, %s", batch.topic,
+                         batch.partition, batch.attempts,
+                         "in flight" if batch.ref is not None else "queued")
+            self._forget(batch)
+            out.append((batch, RequestTimeoutError(
+                f"{batch.result.count} records for {batch.topic}-{batch.partition} not "
+                f"acknowledged within delivery_timeout_ms="
+                f"{self.config.delivery_timeout_ms} ({batch.attempts} attempts)")))
+            self._failures.add(batch.result)
+        if expired and key in self._sendable:
+            self._send_pending = True  # in-flight slots freed, or an epoch bump is due
+        deadlines = [b.deadline for b in sender.in_flight] if sender else []
+        if sender and sender.queue:
+            deadlines.append(sender.queue[0].deadline)  # deadlines ascend in a queue
+        if key in self._open:
+            deadlines.append(self._open[key].deadline)
+        if deadlines:
+            self._alarms.set(("expire", key), min(deadlines))
+        return out
 
     def _watch_attempts(self, now: float) -> None:
         """Give up waiting on attempts that will not be answered soon, as unanswered (they
@@ -641,14 +716,18 @@ class Producer:
         metadata shows a newer leader epoch than the attempt went to, the attempt is
         abandoned and retried at the new leader. Any attempt outstanding past
         request_timeout_ms plus REQUEST_SLACK_S is abandoned too (a live leader answers
-        within request_timeout_ms): nothing waits on a request forever."""
+        within request_timeout_ms): nothing waits on a request forever. Runs when its
+        alarm rings: when the oldest attempt turns slow, then every SLOW_REFRESH_S while one
+        is."""
         limit_s = self.config.request_timeout_ms / 1000 + REQUEST_SLACK_S
         abandoned = []
         slow = set()
         with self._lock:
+            look_again = math.inf
             for ref, batch in list(self._in_flight.items()):
                 waited = now - batch.sent_at
                 if waited < SLOW_REQUEST_S:
+                    look_again = min(look_again, batch.sent_at + SLOW_REQUEST_S)
                     continue
                 slow.add(batch.topic)
                 broker, epoch = batch.sent_to
@@ -660,6 +739,8 @@ class Producer:
                     why = (f"longer than request_timeout_ms={self.config.request_timeout_ms} "
                            f"and {REQUEST_SLACK_S:g} s")
                 else:
+                    look_again = min(look_again, now + SLOW_REFRESH_S,
+                                     batch.sent_at + limit_s)
                     continue
                 del self._in_flight[ref]
                 discard(ref)  # a late answer is read and dropped
@@ -668,6 +749,8 @@ class Producer:
                     f"no answer from broker {broker} (leader epoch {epoch}) for "
                     f"{batch.topic}-{batch.partition} after {waited:.1f} s, and {why}: the "
                     f"batch may have been appended")))
+            if look_again < math.inf:
+                self._alarms.set(("watch", None), look_again)
         for topic in slow:
             self._cluster.refresh_soon(topic, newer_than=now - SLOW_REFRESH_S)
         for batch, error in abandoned:
@@ -675,13 +758,20 @@ class Producer:
             self._failed(batch, error)
 
     def _forget(self, batch: OutgoingBatch) -> None:
-        """A batch has ended: release its memory and its request (lock held)."""
+        """A batch has ended: release its memory and its request, and the alarms nothing
+        needs any more (lock held)."""
         self._buffered_bytes -= batch.buffered
         batch.buffered = 0
         if batch.ref is not None:
             if self._in_flight.pop(batch.ref, None) is not None:
                 discard(batch.ref)  # its late answer is read and dropped
             batch.ref = None
+        key = batch.key
+        if not self._senders.get(key) and key not in self._open:
+            self._alarms.clear(("expire", key))
+        if not self._in_flight:
+            self._alarms.clear(("watch", None))
+        self._progress.notify_all()
 
     def _take_sendable(self, now: float) -> tuple[list[OutgoingBatch], list[OutgoingBatch]]:
         """Batches to send now: per partition in sequence order, within the in-flight limit
@@ -689,6 +779,7 @@ class Producer:
         epoch bump cannot renumber safely, which fail (lock held)."""
         limit = self.config.max_in_flight_requests_per_partition
         per_broker = self.config.max_in_flight_requests_per_broker
+        self._send_pending = False
         loads = self._broker_loads()
         out, unsafe = [], []
         for key in list(self._sendable):
@@ -698,6 +789,8 @@ class Producer:
             if free <= 0:
                 continue  # stays sendable until its broker answers one
             sendable, dropped = sender.take(now, min(limit, len(sender.in_flight) + free))
+            if sender.queue and sender.queue[0].not_before > now:  # a retry's backoff
+                self._alarms.set(("retry", key), sender.queue[0].not_before)
             loads[leader] += len(sendable)
             out.extend(sendable)
             unsafe.extend(dropped)
@@ -709,18 +802,22 @@ class Producer:
         return out, unsafe
 
     def _submit_ready(self) -> None:
-        """Encode and submit the sendable batches, unless another thread is doing it."""
-        if not self._submitting.acquire(blocking=False):
-            return
-        try:
+        """Encode and submit the sendable batches, unless another thread is doing it: then
+        that thread submits these too (it looks again for batches that became sendable
+        while it held the submitting lock)."""
+        while self._submitting.acquire(blocking=False):
+            try:
+                with self._lock:
+                    sendable, unsafe = self._take_sendable(time.monotonic())
+                for batch in unsafe:
+                    batch.result.complete(-1, batch.last_error)
+                for batch in sendable:
+                    self._submit(batch)
+            finally:
+                self._submitting.release()
             with self._lock:
-                sendable, unsafe = self._take_sendable(time.monotonic())
-            for batch in unsafe:
-                batch.result.complete(-1, batch.last_error)
-            for batch in sendable:
-                self._submit(batch)
-        finally:
-            self._submitting.release()
+                if not self._send_pending:
+                    return
 
     def _submit(self, batch: OutgoingBatch) -> None:
         """Encode (once) and send one batch to its leader."""
@@ -738,22 +835,33 @@ class Producer:
             self._finish(batch, -1, None)
             return
         with self._lock:
-            if batch in self._senders[batch.key].in_flight:  # not expired meanwhile
-                batch.ref = ref
-                self._in_flight[ref] = batch
+            if batch not in self._senders[batch.key].in_flight:
+                return  # expired meanwhile
+            batch.ref = ref
+            self._in_flight[ref] = batch
+            slow_at = batch.sent_at + SLOW_REQUEST_S
+            if self._alarms.set(("watch", None), slow_at):
+                self._nudge(slow_at)
+        when_done(ref, self._answer)
 
-    def _collect(self, timeout: float) -> None:
-        """Complete the batches whose appends finished (waiting up to ``timeout`` s)."""
-        refs = list(self._in_flight)
-        if not refs:
-            with self._lock:  # nothing to wait for but time (a backoff, a linger)
-                self._wake.wait(timeout)
-            return
-        for ref in wait_done(refs, timeout):
+    def _answer(self, ref: ray.ObjectRef) -> None:
+        """A request finished (called on a thread of Ray's): its batch is collected by the
+        sender, or by a caller's thread that gets there first."""
+        with self._lock:
+            if ref in self._in_flight:  # not abandoned, expired or closed meanwhile
+                self._answered.append(ref)
+                self._nudge()
+
+    def _collect_answered(self) -> None:
+        """Complete the batches whose requests finished."""
+        while True:
             with self._lock:
+                if not self._answered:
+                    return
+                ref = self._answered.popleft()
                 batch = self._in_flight.pop(ref, None)
             if batch is None:
-                continue  # the other thread collected it, or it expired
+                continue  # abandoned or expired since it was answered
             try:
                 info = appended(resolve(ref), batch.topic, batch.partition)
             except Exception as e:  # every failure ends in the batch's future
@@ -795,7 +903,8 @@ class Producer:
                                 "its epoch", batch.topic, batch.partition, batch.producer_id,
                                 batch.base_sequence, type(error).__name__)
                 self._sendable[batch.key] = None
-                self._wake.notify_all()
+                if self._alarms.set(("retry", batch.key), batch.not_before):
+                    self._nudge(batch.not_before)
             return
         self._finish(batch, -1, error)
 
@@ -820,11 +929,10 @@ class Producer:
                 if sender.queue:
                     self._sendable[batch.key] = None
             self._forget(batch)
-            self._wake.notify_all()
+            if self._sendable or self._lingered:  # its slot may let another batch go
+                self._send_pending = True
+                self._nudge()
         batch.result.complete(base_offset, error)
-
-
-EXPIRY_CHECK_INTERVAL_S = 0.05
 
 
 class _Failures:

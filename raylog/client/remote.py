@@ -12,6 +12,7 @@ import contextlib
 import itertools
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import ray
@@ -104,6 +105,13 @@ def wait_done(refs: list[ray.ObjectRef], timeout: float) -> list[ray.ObjectRef]:
     if done and len(refs) > 1:
         done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
     return done
+
+
+def when_done(ref: ray.ObjectRef, callback: Callable[[ray.ObjectRef], None]) -> None:
+    """Call ``callback(ref)`` once the request has finished (on a thread of Ray's, or at once
+    if it has): a client waits on its own condition, woken by answers, instead of in
+    ``ray.wait``, where nothing else could wake it."""
+    ref.future().add_done_callback(lambda _: callback(ref))
 
 
 def unwrap(error: BaseException) -> BaseException:

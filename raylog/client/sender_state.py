@@ -41,8 +41,9 @@ the producer calls it with its lock held.
 from __future__ import annotations
 
 import collections
+import heapq
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 from raylog.records import BatchBuilder
@@ -244,3 +245,53 @@ class PartitionSender:
         for batch in self.queue:
             self.number(batch, batch.result.count)
         return unsafe
+
+
+class Alarms:
+    """The moments the sender must act at, one per alarm (a hashable name such as
+    ``("linger", (topic, partition))``): a heap, earliest first.
+
+    ``set`` keeps the earlier of an alarm's two moments; ``clear`` forgets an alarm. An entry
+    whose alarm was cleared or moved earlier stays in the heap until it reaches the top and
+    is dropped there, so every operation costs O(log n) and a wake costs what is due. Not
+    safe for concurrent use: the producer calls it with its lock held.
+    """
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Hashable]] = []
+        self._at: dict[Hashable, float] = {}
+        self._order = itertools.count()  # ties: first set, first due (alarms don't compare)
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def set(self, alarm: Hashable, when: float) -> bool:
+        """Ring ``alarm`` at ``when`` (or earlier, if already set earlier); whether that
+        moved it."""
+        at = self._at.get(alarm)
+        if at is not None and at <= when:
+            return False
+        self._at[alarm] = when
+        heapq.heappush(self._heap, (when, next(self._order), alarm))
+        return True
+
+    def clear(self, alarm: Hashable) -> None:
+        self._at.pop(alarm, None)
+
+    def next(self) -> float | None:
+        """When the earliest alarm rings; None with none set."""
+        heap = self._heap
+        while heap and self._at.get(heap[0][2]) != heap[0][0]:
+            heapq.heappop(heap)  # cleared or moved since
+        return heap[0][0] if heap else None
+
+    def due(self, now: float) -> list[Hashable]:
+        """Remove and return the alarms due at ``now``, earliest first."""
+        out = []
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            when, _, alarm = heapq.heappop(heap)
+            if self._at.get(alarm) == when:
+                del self._at[alarm]
+                out.append(alarm)
+        return out

@@ -3,7 +3,7 @@
 The clients run unchanged over the real ``RaylogCluster``, ``ControllerClient`` and
 ``ReplicaClient``; only the actor handles under them are fakes, whose remote calls return
 ``concurrent.futures.Future``s, and the few functions of remote.py that touch Ray
-(``resolve``, ``wait_done``) are swapped for ones that read those futures
+(``resolve``, ``wait_done``, ``when_done``) are swapped for ones that read those futures
 (:func:`install`). Knobs make the controller or a broker hang as a stopped (SIGSTOP)
 process does: calls are taken and not answered until it is continued, then answered in
 order as if just received.
@@ -19,6 +19,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import threading
+import time
 import types
 from collections.abc import Callable
 from typing import Any
@@ -56,6 +57,18 @@ def wait_done(refs: list, timeout: float) -> list:
     return list(done)
 
 
+def when_done(ref: concurrent.futures.Future, callback: Callable[[Any], None]) -> None:
+    ref.add_done_callback(lambda _: callback(ref))
+
+
+def wait_until(condition: Callable[[], object], timeout_s: float = 30.0) -> None:
+    """Wait for ``condition()`` to hold, failing the test after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
 def answered(value: Any) -> concurrent.futures.Future:
     future: concurrent.futures.Future = concurrent.futures.Future()
     future.set_result(value)
@@ -73,7 +86,8 @@ def install(monkeypatch, *modules: types.ModuleType) -> None:
     functions by name) would wait on Ray; let the connection's metadata refresher and a
     group member's heartbeat thread run although Ray is not initialized."""
     for module in (remote_module, *modules):
-        for name, fake in (("resolve", resolve), ("wait_done", wait_done)):
+        for name, fake in (("resolve", resolve), ("wait_done", wait_done),
+                           ("when_done", when_done)):
             if hasattr(module, name):
                 monkeypatch.setattr(module, name, fake)
     ray_up = types.SimpleNamespace(is_initialized=lambda: True)

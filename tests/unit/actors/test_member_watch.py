@@ -22,19 +22,37 @@ SESSION_MS = 10_000
 
 
 class FakeMemberActor:
-    """MemberActor's one call, with knobs: ``unreachable`` (each check raises
-    ActorUnavailableError), ``dead`` (ActorDiedError)."""
+    """MemberActor with knobs: ``kill`` (Ray's DEAD notice; a check raises ActorDiedError),
+    ``set_unreachable`` (the RESTARTING notice; a check raises ActorUnavailableError; then
+    ALIVE again), ``renew`` (the notices' subscription was renewed: None). Counts checks."""
 
     def __init__(self) -> None:
         self.unreachable = False
         self.dead = False
         self.checks = 0
+        self.listening: list[asyncio.Queue] = []
+
+    def _announce(self, state: str | None) -> None:
+        for queue in self.listening:
+            queue.put_nowait(state)
 
     def set_unreachable(self, value: bool = True) -> None:
         self.unreachable = value
+        self._announce("RESTARTING" if value else "ALIVE")
 
     def kill(self) -> None:
         self.dead = True
+        self._announce("DEAD")
+
+    def renew(self) -> None:
+        self._announce(None)
+
+    def listen(self) -> asyncio.Queue:
+        self.listening.append(asyncio.Queue())
+        return self.listening[-1]
+
+    def stop_listening(self, queue: asyncio.Queue) -> None:
+        self.listening.remove(queue)
 
     async def check(self) -> None:
         self.checks += 1
@@ -102,8 +120,7 @@ def watch(group: Group, actor: FakeMemberActor) -> tuple[MemberWatch, list[str]]
             died.append(member_id)
 
     w = MemberWatch(actor, "actor-a",
-                    lambda: bool(group.coordinator.members_of_actor("actor-a")), on_died,
-                    interval_s=0, retry_s=0)
+                    lambda: bool(group.coordinator.members_of_actor("actor-a")), on_died)
     return w, died
 
 
@@ -114,16 +131,19 @@ def test_an_unreachable_member_keeps_its_partitions_and_a_dead_one_loses_them():
         w, died = watch(group, actor)
         task = asyncio.create_task(w.run())
         for _ in range(5):
+            await asyncio.sleep(0)
             group.beat()
         a_owns = set(group.owned["a"])
         assert a_owns and group.owned["a"] | group.owned["b"] == ALL
+        # Asked once; from then on the watch waits for Ray's notices: however many rounds
+        # pass, no call is made to the actor (a polling watch checks it again and again).
+        assert actor.checks == 1
 
         actor.set_unreachable()
-        checks = actor.checks
-        for _ in range(20):  # unreachable through many checks and heartbeat rounds
+        for _ in range(20):  # unreachable through many heartbeat rounds
             await asyncio.sleep(0)
             group.beat()
-        assert actor.checks > checks and w.unreachable
+        assert w.unreachable and actor.checks == 1
         assert "a" in group.members() and group.owned["a"] == a_owns
         assert not group.owned["b"] & a_owns  # b was granted none of them meanwhile
 
@@ -132,13 +152,31 @@ def test_an_unreachable_member_keeps_its_partitions_and_a_dead_one_loses_them():
             await asyncio.sleep(0)
         assert not w.unreachable and not task.done()
 
+        actor.renew()  # a notice may have been missed: the watch asks the actor again
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert actor.checks == 2 and not task.done()
+
+        actor.set_unreachable()  # restarting, then dead: both notices count, in order
         actor.kill()
         await asyncio.wait_for(task, 5)
-        assert died == ["a"]
+        assert died == ["a"] and not actor.listening
         for _ in range(3):
             group.beat()
         assert group.owned["b"] == ALL
         group.assert_no_overlap()
+
+    asyncio.run(scenario())
+
+
+def test_an_actor_dead_before_its_watch_began_loses_its_members_at_the_first_check():
+    async def scenario() -> None:
+        group = Group()
+        actor = FakeMemberActor()
+        actor.dead = True  # no notice will come: it was published before
+        w, died = watch(group, actor)
+        await asyncio.wait_for(w.run(), 5)
+        assert died == ["a"] and actor.checks == 1
 
     asyncio.run(scenario())
 
@@ -158,6 +196,7 @@ def test_an_unreachable_member_is_removed_by_its_session_not_by_the_watch():
         group.clock.advance(SESSION_MS + 1)  # a is silent, b is not
         group.coordinator.heartbeat("g", "b", sorted(group.owned["b"]))
         assert group.coordinator.expire(TOPICS) == [("g", "a")]
+        w.poke()  # (as the coordinator's service does when members go)
         await asyncio.wait_for(task, 5)  # nothing left to watch
         assert died == []
 

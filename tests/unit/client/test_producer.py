@@ -29,7 +29,8 @@ from raylog.errors import (
 from raylog.records import parse_header
 from raylog.replica.producer_state import ProducerStates, SequenceGap
 from raylog.storage import AppendInfo
-from tests.unit.fake_remote import FakePartition
+from tests.unit import fake_remote
+from tests.unit.fake_remote import FakePartition, wait_until
 
 
 class FakeLeader:
@@ -116,19 +117,13 @@ class FakeCluster:
         pass
 
 
-def fake_wait_done(refs: list, timeout: float) -> list:
-    done, _ = concurrent.futures.wait(refs, timeout=timeout,
-                                      return_when=concurrent.futures.FIRST_COMPLETED)
-    return list(done)
-
-
 def fake_resolve(ref: concurrent.futures.Future, timeout: float | None = None) -> object:
     return ref.result(timeout)
 
 
 @pytest.fixture
 def leader(monkeypatch) -> FakeLeader:
-    monkeypatch.setattr(producer_module, "wait_done", fake_wait_done)
+    monkeypatch.setattr(producer_module, "when_done", fake_remote.when_done)
     monkeypatch.setattr(producer_module, "resolve", fake_resolve)
     return FakeLeader()
 
@@ -248,3 +243,66 @@ def test_an_idempotent_producer_keeps_no_more_in_flight_than_a_leader_remembers(
         Producer(cluster=FakeCluster(FakeLeader()), max_in_flight_requests_per_partition=6)
     Producer(cluster=FakeCluster(FakeLeader()), acks=0,
              max_in_flight_requests_per_partition=6).close()  # nothing to remember
+
+
+class RecordingCondition:
+    """The sender's condition, recording the timeout of each of its waits."""
+
+    def __init__(self, condition: threading.Condition) -> None:
+        self._condition = condition
+        self.waits: list[float | None] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits.append(timeout)
+        return self._condition.wait(timeout)
+
+    def notify(self, n: int = 1) -> None:
+        self._condition.notify(n)
+
+    def notify_all(self) -> None:
+        self._condition.notify_all()
+
+
+def test_an_idle_sender_sleeps_until_an_event_instead_of_waking_on_a_timer(leader):
+    producer = producer_for(leader, linger_ms=5)
+    wake = RecordingCondition(producer._wake)
+    producer._wake = wake
+    producer.send("t", b"a").result(timeout=10)
+    # Every batch acknowledged: no linger, retry, deadline or request left to look at, so
+    # the sender waits for an event with no timeout: however long the producer stays idle,
+    # it does not wake (a timer design waits a finite interval, again and again).
+    wait_until(lambda: wake.waits and wake.waits[-1] is None)
+    with producer._lock:
+        assert len(producer._alarms) == 0 and producer._sleeping_until == float("inf")
+    idle_waits = len(wake.waits)
+    # An event wakes it: a record opens a batch, whose linger it waits for, then its answer.
+    producer.send("t", b"b").result(timeout=10)
+    wait_until(lambda: wake.waits[-1] is None and len(wake.waits) > idle_waits)
+    assert any(w is not None and w <= 0.005 for w in wake.waits[idle_waits:])  # the linger
+    producer.close()
+    assert leader.values == [b"a", b"b"]
+
+
+def test_flush_waits_for_the_batches_it_covers_not_for_later_ones(leader):
+    """Another thread keeps sending while one flushes: the flush ends once what was sent
+    before it is acknowledged, although the producer never runs empty."""
+    leader.delay_s = 0.05  # something is always in flight
+    producer = producer_for(leader, linger_ms=1)
+    first = producer.send("t", b"before")
+    stop = threading.Event()
+
+    def keep_sending() -> None:
+        while not stop.is_set():
+            producer.send("t", b"later")
+            time.sleep(0.001)
+
+    sender = threading.Thread(target=keep_sending)
+    sender.start()
+    try:
+        wait_until(lambda: len(leader.values) > 3)
+        producer.flush(timeout=60)
+        assert first.done() and first.result().offset == 0
+    finally:
+        stop.set()
+        sender.join()
+        producer.close()

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from raylog.client.futures import BatchResult
-from raylog.client.sender_state import MAX_SEQUENCE, OutgoingBatch, PartitionSender
+from raylog.client.sender_state import MAX_SEQUENCE, Alarms, OutgoingBatch, PartitionSender
 from raylog.errors import InvalidProducerEpochError, OutOfOrderSequenceError
 from raylog.records import BatchBuilder, parse_header, read_records
 from raylog.records.header import BatchHeader
@@ -306,3 +306,19 @@ def test_random_failures_never_duplicate_reorder_or_stall(seed):
     landed = set(replica.values)
     for _, values in batches:  # a batch lands whole or not at all
         assert all(v in landed for v in values) or not any(v in landed for v in values)
+
+
+def test_alarms_ring_earliest_first_keep_the_earlier_moment_and_forget_cleared_ones():
+    alarms = Alarms()
+    assert alarms.next() is None and alarms.due(100.0) == []
+    assert alarms.set(("linger", "a"), 5.0)
+    assert alarms.set(("expire", "a"), 9.0)
+    assert not alarms.set(("linger", "a"), 7.0)  # already set earlier: kept at 5
+    assert alarms.set(("expire", "a"), 3.0)      # moved earlier
+    alarms.set(("retry", "b"), 4.0)
+    alarms.clear(("retry", "b"))
+    assert alarms.next() == 3.0
+    assert alarms.due(4.5) == [("expire", "a")]  # the stale 9.0 and the cleared one: gone
+    assert alarms.next() == 5.0 and len(alarms) == 1
+    assert alarms.due(10.0) == [("linger", "a")]
+    assert alarms.next() is None and len(alarms) == 0
