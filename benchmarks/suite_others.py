@@ -16,7 +16,7 @@ from pathlib import Path
 from common import RESULTS_DIR
 
 SCRIPTS = ("storage", "produce_consume", "groups", "replication", "density", "schemas",
-           "analytics", "mirror")
+           "analytics", "mirror", "compaction")
 
 
 def other_sections(results_dir: Path = RESULTS_DIR) -> list[str]:
