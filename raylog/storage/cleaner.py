@@ -122,10 +122,13 @@ class CleaningPass:
                 reader.close()
 
     def discard(self) -> None:
-        """Remove the output (never swapped in: a crash would discard it as well)."""
+        """Remove the output (never swapped in: a crash would discard it as well), and give
+        back the readers' descriptors if build() never ran."""
         for _, _, cleaned in self.outputs:
             cleaned.delete(sync=False)
         self.outputs.clear()
+        for reader in self.readers:
+            reader.close()
 
 
 class Compactor:

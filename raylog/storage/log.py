@@ -666,6 +666,8 @@ class PartitionLog:
         since (a failed job counts nothing; the records wait for the next flush)."""
         if job is self._flush_job:
             self._flush_job = None
+        for reader in job.readers:  # already closed unless run() never ran
+            reader.close()
         if job.done and job.generation == self._recovery_checkpoint.generation:
             self.recovery_point = max(self.recovery_point, job.end)
             self._synced_end = max(self._synced_end, min(job.end, self.log_end_offset))
