@@ -709,8 +709,9 @@ class BrokerActor:
 
     async def _maintain(self) -> None:
         """Flush by time, enforce retention, compact (the three handed to the background
-        thread), checkpoint high watermarks and let leaders shrink their ISR. Replicas with nothing to do are skipped; an idle broker
-        wakes every IDLE_MAINTENANCE_INTERVAL_S (time-based retention)."""
+        thread), checkpoint high watermarks and let leaders shrink their ISR. Replicas with
+        nothing to do are skipped; an idle broker wakes every IDLE_MAINTENANCE_INTERVAL_S
+        (time-based retention)."""
         last_full = time.monotonic()
         while True:
             busy = any(h.active or h.partition.log.time_work_pending()
