@@ -18,11 +18,15 @@ the background load, alike but for their cleanup policy: ``compacted``
 has ``delete.retention.ms=0``.
 
 Load: a writer process (a Ray actor) sends, every 50 ms, an Arrow table of 1,000 rows of
-100-byte values keyed by 20 keys (many updates to few keys) with ``send_batch``, about
-20,000 records/s, to one of the two background topics. Meanwhile the driver's probe
-producer (``acks=1``, ``linger_ms=0``) sends one 100-byte record to ``latency`` every 10 ms
-and waits for its acknowledgement: the produce latency is the time from ``send`` to the
-future's result.
+100-byte values with ``send_batch``, about 20,000 records/s, to one of the two background
+topics; the tables take their keys in turn from a fixed set of 100,000 (each key updated
+every 5 s or so), so that a compacted log holds a few megabytes of newest values that
+every cleaning pass must read and, where it shrinks, rewrite. Meanwhile the driver's probe
+producer (``acks=1``, ``linger_ms=0``) has a 100-byte record for ``latency`` due every
+10 ms, sends each when it is due (or, if the previous one is still waited for, as soon as that
+one is acknowledged) and waits for its acknowledgement: the produce latency is the time from
+when the record was due to the future's result, so a broker that stalls delays every record
+due meanwhile, as it would an open-loop producer's.
 
 Cases, alternated round by round after a warm-up round of each: ``compaction`` (the writer
 on ``compacted``: the broker rolls, and compacts, its segments while the probe produces) and
@@ -32,7 +36,7 @@ each case's p50 and p99 produce latency over the probes of all its timed rounds,
 at most 1.5, issue 23).
 
 Checks, outside the timed regions: every probe was acknowledged; at the end ``compacted``
-holds far fewer bytes than ``kept`` (its replica's size next to the bytes written), so
+holds less than half the bytes of ``kept`` (its replica's size next to the bytes written), so
 compaction did run during the compaction rounds.
 """
 
@@ -63,7 +67,7 @@ from common import (
 DEFAULT_JSON = RESULTS_DIR / "compaction.json"
 NODE_ARGS = {"num_cpus": 1, "object_store_memory": 200 * 1024 * 1024}
 SEGMENT_BYTES = 1 << 20
-KEYS = 20
+KEYS = 100_000
 ROWS = 1_000             # per writer table
 WRITE_INTERVAL_S = 0.05  # between writer tables
 PROBE_INTERVAL_S = 0.01  # between probe records
@@ -91,17 +95,18 @@ class Writer:
         from raylog import Producer
 
         raylog.init()
-        values = split_values(generate_values(ROWS, seed=3).tobytes())
-        keys = [b"key-%02d" % (i % KEYS) for i in range(ROWS)]
-        self.table = pa.table({"key": pa.array(keys, pa.binary()),
-                               "value": pa.array(values, pa.binary())})
+        values = pa.array(split_values(generate_values(ROWS, seed=3).tobytes()), pa.binary())
+        self.tables = [pa.table({"key": pa.array([b"key-%06d" % (t * ROWS + i)
+                                                  for i in range(ROWS)], pa.binary()),
+                                 "value": values}) for t in range(KEYS // ROWS)]
         self.producer = Producer(acks=1)
 
     def write(self, topic: str, seconds: float) -> int:
         """Send a table every WRITE_INTERVAL_S for ``seconds``; the records sent."""
         sent, start = 0, time.monotonic()
         while time.monotonic() - start < seconds:
-            self.producer.send_batch(topic, self.table, partition=0)
+            table = self.tables[(sent // ROWS) % len(self.tables)]
+            self.producer.send_batch(topic, table, partition=0)
             sent += ROWS
             time.sleep(WRITE_INTERVAL_S)
         self.producer.flush()
@@ -109,17 +114,17 @@ class Writer:
 
 
 def probe(producer: Any, seconds: float) -> list[float]:
-    """One record every PROBE_INTERVAL_S, each waited for; its latencies in ms."""
+    """A record due every PROBE_INTERVAL_S, each waited for; the latencies in ms, each from
+    the time the record was due (a record due while an earlier one waited is sent late, and
+    counts its wait: a stalled broker delays every record due meanwhile, not only one)."""
     value = b"x" * 100
     latencies = []
-    deadline = time.monotonic() + seconds
-    next_send = time.monotonic()
-    while next_send < deadline:
-        start = time.perf_counter()
+    start = time.perf_counter()
+    for i in range(int(seconds / PROBE_INTERVAL_S)):
+        due = start + i * PROBE_INTERVAL_S
+        time.sleep(max(due - time.perf_counter(), 0))
         producer.send("latency", value, partition=0).result(60)
-        latencies.append((time.perf_counter() - start) * 1000)
-        next_send += PROBE_INTERVAL_S
-        time.sleep(max(next_send - time.monotonic(), 0))
+        latencies.append((time.perf_counter() - due) * 1000)
     return latencies
 
 
@@ -162,7 +167,7 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
             alternate(mode.rounds, {name: lambda name=name: case(name) for name in BACKGROUND})
         sizes = {r["topic"]: r["size_bytes"] for topic in BACKGROUND.values()
                  for r in admin.describe_replicas(topic) if "size_bytes" in r}
-        if sizes.get("compacted", 0) * 4 > sizes.get("kept", 0):
+        if sizes.get("compacted", 0) * 2 > sizes.get("kept", 0):
             raise RuntimeError(f"compaction did not keep up or did not run: {sizes}")
         ray.kill(writer, no_restart=True)
         admin.close()

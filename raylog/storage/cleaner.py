@@ -32,8 +32,8 @@ Memory: the key map holds every distinct key of the dirty segments.
 from __future__ import annotations
 
 import dataclasses
-import logging
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -46,8 +46,6 @@ from raylog.storage import files
 from raylog.storage.checkpoint import Checkpoint
 from raylog.storage.config import LogConfig
 from raylog.storage.segment import LOG_SUFFIX, LogSegment
-
-logger = logging.getLogger(__name__)
 
 CLEANED_SUFFIX = ".cleaned"  # a pass's output while it is written
 SWAP_SUFFIX = ".swap"  # the output, durable, while it replaces the segments it covers
@@ -95,7 +93,7 @@ class CleaningPass:
         stats = self.stats
         try:
             newest = newest_offsets(batch for r in self.readers[self.first_dirty:]
-                                    for batch in r.batches())
+                                    for batch in _paced(r))
             horizon = self.now - self.config.delete_retention_ms
             shrinks = []
             for reader in self.readers:
@@ -307,6 +305,15 @@ def finish_interrupted_cleaning(directory: Path, index_interval_bytes: int) -> N
     files.fsync_dir(directory)
 
 
+def _paced(segment: LogSegment) -> Iterator[tuple[BatchHeader, bytes, int]]:
+    """The segment's batches, handing the interpreter lock to other threads after each: a
+    pass runs beside the event loop that serves every replica, which then waits for at most
+    one batch's work instead of the interpreter's switch interval (5 ms) at a time."""
+    for batch in segment.batches():
+        yield batch
+        time.sleep(0)
+
+
 def newest_offsets(batches: Iterable[tuple[BatchHeader, bytes | memoryview, int]]
                    ) -> dict[bytes, int]:
     """Map each key to the offset of its newest record in ``batches`` (in offset order)."""
@@ -341,12 +348,12 @@ def _kept(header: BatchHeader, buf: bytes | memoryview, pos: int, newest: dict[b
 def _shrinks(segment: LogSegment, newest: dict[bytes, int], drop_tombstones: bool) -> bool:
     """Whether cleaning ``segment`` against ``newest`` removes any record."""
     return any(not _kept(header, buf, pos, newest, drop_tombstones)[2].all()
-               for header, buf, pos in segment.batches())
+               for header, buf, pos in _paced(segment))
 
 
 def _copy_cleaned(segment: LogSegment, cleaned: LogSegment, newest: dict[bytes, int],
                   drop_tombstones: bool, stats: CleanerStats) -> None:
-    for header, buf, pos in segment.batches():
+    for header, buf, pos in _paced(segment):
         stats.records_read += header.record_count
         out = clean_batch(header, buf, pos, newest, drop_tombstones)
         if out is None:
