@@ -22,7 +22,9 @@ whose processing spanned such a stall.
 One process holds all of a broker's replicas, so a replica costs a directory, a few open
 files and some memory, not a Ray worker process (about 0.4% of a core idle and 60 MB each:
 benchmarks/density.py). All replicas run on the actor's one event loop, one call at a time
-between awaits.
+between awaits; their slow storage work (compaction passes, ``flush.ms`` flushes, deleting
+the segments retention took) runs on the process's background thread
+(actors/background.py), planned and finished on the loop.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ import pyarrow as pa
 import ray
 
 from actors import at, log_what_matters
+from actors.background import StorageWorker
 from actors.fetcher import ReplicaFetcher
 from actors.hosting import (
     METADATA_FILE,
@@ -171,6 +174,7 @@ class BrokerActor:
                 self.error = str(e)
         # An async actor's __init__ runs on its event loop: maintenance starts with every
         # incarnation, including the ones Ray restarts without the controller asking.
+        self._storage = StorageWorker()  # compaction, flushes, deletions: off this loop
         self._maintenance = asyncio.get_event_loop().create_task(self._maintain())
         self._ticker = asyncio.get_event_loop().create_task(self._tick())
 
@@ -704,9 +708,10 @@ class BrokerActor:
             raise
 
     async def _maintain(self) -> None:
-        """Flush by time, enforce retention, compact, checkpoint high watermarks and let
-        leaders shrink their ISR. Replicas with nothing to do are skipped; an idle broker
-        wakes every IDLE_MAINTENANCE_INTERVAL_S (time-based retention)."""
+        """Flush by time, enforce retention, compact (the three handed to the background
+        thread), checkpoint high watermarks and let leaders shrink their ISR. Replicas with
+        nothing to do are skipped; an idle broker wakes every IDLE_MAINTENANCE_INTERVAL_S
+        (time-based retention)."""
         last_full = time.monotonic()
         while True:
             busy = any(h.active or h.partition.log.time_work_pending()
@@ -733,11 +738,13 @@ class BrokerActor:
         partition = hosted.partition
         log = partition.log
         hosted.active = hosted.behind()
-        log.maybe_flush()
+        log.defer_deletions = True  # the storage worker deletes what retention takes
+        self._storage.flush(log)
         if partition.enforce_retention():
             hosted.notify()
+        self._storage.delete_retired(log)
         if log.config.compact and partition.role is not Role.OFFLINE:
-            log.compact(max_offset=log.high_watermark)
+            self._storage.compact(log, log.high_watermark)
         if time.monotonic() - hosted.last_hw_checkpoint >= HW_CHECKPOINT_INTERVAL_S:
             log.checkpoint_high_watermark()
             hosted.last_hw_checkpoint = time.monotonic()

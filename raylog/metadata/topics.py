@@ -80,6 +80,11 @@ def _coerce(name: str, value: Any, spelled: str) -> Any:
             return value.lower() == "true"
         raise InvalidConfigError(f"{spelled} must be true or false, got {value!r}")
     field = _LOG_FIELDS.get(name)
+    if field is not None and field.type == "float":
+        try:
+            return float(value)
+        except ValueError:
+            raise InvalidConfigError(f"{spelled} must be a number, got {value!r}") from None
     if name in REPLICATION_DEFAULTS or (field is not None and "int" in str(field.type)):
         try:
             return int(value)

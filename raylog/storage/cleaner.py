@@ -1,25 +1,39 @@
 """Log compaction: keep the newest record of every key, at its original offset.
 
-The cleaner works on the segments below the active one (and below the high watermark). It
-first maps every key to the offset of its newest record in that range, then rewrites each
-batch keeping only those records. Batches left whole are copied byte for byte; filtered ones
-are re-encoded with an explicit ``offset_delta`` column, so every kept record keeps its offset
-and the batch keeps its offset range. A tombstone (value None) that is the newest record of
-its key survives until its segment's newest record is ``delete_retention_ms`` old, so that
-consumers have time to see the deletion.
+The cleaner works on the segments below the active one and below the high watermark (the
+cleanable segments). A durable clean boundary (``cleaner-offset-checkpoint``, Kafka's first
+dirty offset) splits them: below it every key appears once (a pass cleaned them), the
+segments ending above it are dirty. A pass is due when the dirty share of the cleanable
+bytes reaches ``min_cleanable_dirty_ratio``, or when ``delete_retention_ms`` passed since the
+last one (tombstones may have expired). It maps every key of the dirty segments to its
+newest offset, then rewrites only the segments that shrink against that map: a record goes
+when a newer one of its key exists, and a tombstone (value None) also when its segment's
+newest record is ``delete_retention_ms`` old, so that consumers had time to see the
+deletion. Consecutive segments that shrink are merged while they fit one segment. Batches
+left whole are copied byte for byte; filtered ones are re-encoded with an explicit
+``offset_delta`` column, so every kept record keeps its offset and the batch its range.
 
-Crash safety: the output of a pass is written beside the segments it replaces
-(``*.cleaned``), renamed ``*.swap`` once durable, and only then are the old segments deleted
-and the output renamed into place; :func:`finish_interrupted_cleaning`, run when a log opens,
-discards output that never reached ``.swap`` and completes a swap a crash interrupted.
+A pass has three steps, so that its slow part runs on another thread than the log's owner
+(see :class:`CleaningPass`): :meth:`Compactor.plan` on the owner's thread (sizes only),
+:meth:`CleaningPass.build` anywhere (reads through descriptors of its own, writes the output
+as ``*.cleaned`` files and fsyncs them), :meth:`Compactor.swap` on the owner's thread (one
+short step: checks that what the pass read is still the log, then three renames/deletions,
+each made durable by one directory sync, and the list of segments edited in place).
 
-Memory: the key map holds every distinct key of the cleaned range.
+Crash safety: the output is renamed ``*.swap`` only once durable, and only then are the old
+segments deleted and the output renamed into place; :func:`finish_interrupted_cleaning`, run
+when a log opens, discards output that never reached ``.swap`` and completes a swap a crash
+interrupted. The boundary is written after the swap: a crash before leaves more to clean,
+never less.
+
+Memory: the key map holds every distinct key of the dirty segments.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -29,103 +43,248 @@ import pyarrow.compute as pc
 from raylog.records.header import BatchHeader, stamp, validate_batch
 from raylog.records.payload import EXPLICIT_SCHEMA, decode, encode, offsets_of
 from raylog.storage import files
+from raylog.storage.checkpoint import Checkpoint
 from raylog.storage.config import LogConfig
 from raylog.storage.segment import LOG_SUFFIX, LogSegment
 
 CLEANED_SUFFIX = ".cleaned"  # a pass's output while it is written
 SWAP_SUFFIX = ".swap"  # the output, durable, while it replaces the segments it covers
+CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"  # the clean boundary
 
 
 @dataclasses.dataclass
 class CleanerStats:
-    segments_cleaned: int = 0
+    segments_cleaned: int = 0  # segments rewritten (merged or not)
+    segments_read: int = 0     # segments read: the dirty ones, and the clean ones checked
     records_read: int = 0
     records_removed: int = 0
     bytes_before: int = 0
     bytes_after: int = 0
+    dirty_ratio: float = 0.0   # the dirty share of the cleanable bytes when the pass began
+
+
+@dataclasses.dataclass
+class CleaningPass:
+    """One compaction pass of one log, planned by :meth:`Compactor.plan`.
+
+    Concurrency: :meth:`build` may run on any thread while the log's owner goes on using the
+    log; it touches nothing of the log: it reads ``readers`` (read-only copies of the
+    cleanable segments with descriptors of their own, so the owner may truncate, delete or
+    close the originals meanwhile) and writes only its own ``*.cleaned`` files. Whatever it
+    built is applied, or discarded, by :meth:`Compactor.swap` on the owner's thread.
+    """
+
+    segments: list[LogSegment]  # the cleanable segments when planned, in offset order
+    readers: list[LogSegment]   # their read-only copies, for build()
+    first_dirty: int            # index of the first dirty one
+    end: int                    # the clean boundary once the pass is applied
+    now: int                    # ms, when planned: the tombstone horizon counts from it
+    config: LogConfig
+    directory: Path
+    generation: int             # the compactor's truncation count when planned
+    outputs: list[tuple[int, int, LogSegment]] = dataclasses.field(default_factory=list)
+    stats: CleanerStats = dataclasses.field(default_factory=CleanerStats)
+    built: bool = False
+
+    def build(self) -> None:
+        """Map the dirty keys, then write a cleaned segment for each run of segments that
+        shrink (``outputs``: first index, count, the ``.cleaned`` segment, fsynced). On
+        failure, its own files are removed and the error raised."""
+        stats = self.stats
+        try:
+            newest = newest_offsets(batch for r in self.readers[self.first_dirty:]
+                                    for batch in _paced(r))
+            horizon = self.now - self.config.delete_retention_ms
+            shrinks = []
+            for reader in self.readers:
+                stats.segments_read += 1
+                shrinks.append(_shrinks(reader, newest, reader.max_timestamp < horizon))
+            for first, count in _runs(self.readers, shrinks, self.config.segment_bytes):
+                group = self.readers[first:first + count]
+                cleaned = LogSegment(self.directory, group[0].base_offset,
+                                     self.config.index_interval_bytes, create=True,
+                                     suffix=CLEANED_SUFFIX)
+                self.outputs.append((first, count, cleaned))
+                for reader in group:
+                    _copy_cleaned(reader, cleaned, newest, reader.max_timestamp < horizon,
+                                  stats)
+                cleaned.flush()
+                stats.bytes_after += cleaned.size
+                stats.segments_cleaned += count
+            self.built = True
+        except BaseException:
+            self.discard()
+            raise
+        finally:
+            for reader in self.readers:
+                reader.close()
+
+    def discard(self) -> None:
+        """Remove the output (never swapped in: a crash would discard it as well), and give
+        back the readers' descriptors if build() never ran."""
+        for _, _, cleaned in self.outputs:
+            cleaned.delete(sync=False)
+        self.outputs.clear()
+        for reader in self.readers:
+            reader.close()
 
 
 class Compactor:
-    """The compaction passes of one partition log.
+    """The compaction passes of one partition log, and its clean boundary.
 
-    Owns only when it last cleaned; the segments belong to the log, whose list it edits in
-    place when a pass swaps a merged segment in. Time comes from ``clock`` (milliseconds).
-    Not safe for concurrent use: the log's owner serializes calls.
+    Owns the boundary (``clean_end``, with its checkpoint file) and when it last cleaned;
+    the segments belong to the log, whose list :meth:`swap` edits in place. Time comes from
+    ``clock`` (milliseconds). Concurrency: every method runs on the log owner's thread; at
+    most one pass is planned and not yet swapped at a time (:meth:`plan` returns None
+    meanwhile); only the pass's :meth:`CleaningPass.build` runs elsewhere.
     """
 
     def __init__(self, directory: Path, config: LogConfig, clock: Callable[[], int]) -> None:
         self.directory = directory
         self.config = config
         self.clock = clock
-        self._cleaned_to = -1  # a pass has seen the segments ending at or below this
+        self._checkpoint = Checkpoint(directory / CLEANER_CHECKPOINT_FILE)
+        self.clean_end = self._checkpoint.read_offset() or 0
         self._last_clean_ms = clock()
+        self._generation = 0  # truncations: a pass planned before one is stale
+        self._running: CleaningPass | None = None
 
-    def compact(self, segments: list[LogSegment], limit: int) -> CleanerStats:
-        """Keep only the newest record per key in ``segments`` before the active (last) one
-        and entirely below ``limit``. Kept records keep their offsets. Does nothing (empty
-        stats) unless a segment rolled since the last pass or ``delete_retention_ms`` passed,
-        since nothing else can change what compaction keeps."""
-        stats = CleanerStats()
+    # -- the boundary ---------------------------------------------------------------------------
+
+    def opened(self, log_start: int, log_end: int) -> None:
+        """The log opened: the boundary lies within it."""
+        self.clean_end = min(max(self.clean_end, log_start), log_end)
+
+    def truncated(self, log_end: int) -> None:
+        """The log lost its offsets from ``log_end`` on: a pass planned before cannot be
+        applied, and the boundary comes down, durably, since what is appended next is not
+        clean."""
+        self._generation += 1
+        if self.clean_end > log_end:
+            self.clean_end = log_end
+            self._checkpoint.write_offset(log_end)
+
+    def dirty_ratio(self, segments: list[LogSegment], limit: int) -> float:
+        """The dirty share of the bytes of the cleanable segments (0 when there are none)."""
+        return _ratio(*self._split(segments, limit))
+
+    def _split(self, segments: list[LogSegment], limit: int
+               ) -> tuple[list[LogSegment], list[LogSegment]]:
         cleanable = [s for s in segments[:-1] if s.next_offset <= limit]
+        dirty = [s for s in cleanable if s.next_offset > self.clean_end]
+        return cleanable[:len(cleanable) - len(dirty)], dirty
+
+    # -- a pass ---------------------------------------------------------------------------------
+
+    def plan(self, segments: list[LogSegment], limit: int) -> CleaningPass | None:
+        """A pass over the segments before the active (last) one and entirely below
+        ``limit``, if one is due and none is running."""
+        if self._running is not None:
+            return None
+        clean, dirty = self._split(segments, limit)
+        ratio = _ratio(clean, dirty)
         now = self.clock()
-        if not cleanable or (cleanable[-1].next_offset <= self._cleaned_to
-                             and now - self._last_clean_ms < self.config.delete_retention_ms):
-            return stats
-        self._cleaned_to = cleanable[-1].next_offset
+        due = (dirty and ratio >= self.config.min_cleanable_dirty_ratio) or (
+            clean and now - self._last_clean_ms >= self.config.delete_retention_ms)
+        if not due:
+            return None
         self._last_clean_ms = now
-        newest = newest_offsets(batch for s in cleanable for batch in s.batches())
-        horizon = now - self.config.delete_retention_ms
-        for group in self._groups(cleanable):
-            cleaned = LogSegment(self.directory, group[0].base_offset,
-                                 self.config.index_interval_bytes, create=True,
-                                 suffix=CLEANED_SUFFIX)
-            for segment in group:
-                drop_tombstones = segment.max_timestamp < horizon
-                for header, buf, pos in segment.batches():
-                    stats.records_read += header.record_count
-                    out = clean_batch(header, buf, pos, newest, drop_tombstones)
-                    if out is None:
-                        stats.records_removed += header.record_count
-                        continue
-                    out_header = validate_batch(out)
-                    cleaned.append_stored(out_header, out)
-                    stats.records_removed += header.record_count - out_header.record_count
-                stats.bytes_before += segment.size
-            stats.bytes_after += cleaned.size
-            stats.segments_cleaned += len(group)
-            _swap_in(segments, group, cleaned)
+        cleanable = clean + dirty
+        self._running = CleaningPass(
+            segments=cleanable, readers=[s.reader() for s in cleanable],
+            first_dirty=len(clean), end=max(self.clean_end, cleanable[-1].next_offset),
+            now=now, config=self.config, directory=self.directory,
+            generation=self._generation, stats=CleanerStats(dirty_ratio=ratio))
+        return self._running
+
+    def swap(self, segments: list[LogSegment], job: CleaningPass, *, closed: bool = False
+             ) -> CleanerStats:
+        """Apply a built pass to ``segments`` (the log's list, edited in place), or discard
+        it: all of it if the log was truncated or closed since it was planned, the output of
+        a run whose segments are gone (retention took them) otherwise. Ends the pass."""
+        if job is self._running:
+            self._running = None
+        if not job.built or closed or job.generation != self._generation:
+            job.discard()
+            return CleanerStats(dirty_ratio=job.stats.dirty_ratio)
+        positions = {id(s): i for i, s in enumerate(segments)}
+        swaps = []
+        for first, count, cleaned in job.outputs:
+            group = job.segments[first:first + count]
+            if all(id(s) in positions and segments[positions[id(s)]] is s for s in group):
+                swaps.append((group, cleaned))
+            else:
+                cleaned.delete(sync=False)
+        _swap_in(self.directory, segments, swaps)
+        if job.end != self.clean_end:
+            self.clean_end = job.end
+            self._checkpoint.write_offset(job.end)
+        stats = job.stats
+        for group, _ in swaps:
+            stats.bytes_before += sum(s.size for s in group)
         return stats
 
-    def _groups(self, segments: list[LogSegment]) -> list[list[LogSegment]]:
-        """Consecutive segments whose total size fits one segment, merged when cleaned (and
-        whose offsets fit the 32-bit deltas of one segment's index)."""
-        groups: list[list[LogSegment]] = []
-        for segment in segments:
-            if groups and (
-                sum(s.size for s in groups[-1]) + segment.size <= self.config.segment_bytes
-                and segment.next_offset - groups[-1][0].base_offset <= 2**32 - 1
-            ):
-                groups[-1].append(segment)
-            else:
-                groups.append([segment])
-        return groups
+    def compact(self, segments: list[LogSegment], limit: int) -> CleanerStats:
+        """A whole pass on this thread, if one is due (empty stats otherwise)."""
+        job = self.plan(segments, limit)
+        if job is None:
+            return CleanerStats()
+        try:
+            job.build()
+        finally:
+            stats = self.swap(segments, job)
+        return stats
 
 
-def _swap_in(segments: list[LogSegment], group: list[LogSegment], cleaned: LogSegment) -> None:
-    # Each step is durable before the next (renames and deletions sync the directory): a
-    # crash leaves either the old segments, or a .swap that the next open finishes swapping
-    # in, never a merged segment beside an old one it overlaps.
-    cleaned.flush()
-    cleaned.rename_suffix(SWAP_SUFFIX)
-    for segment in group:
-        segment.delete()
-    cleaned.rename_suffix("")
-    i = segments.index(group[0])
-    segments[i:i + len(group)] = [cleaned]
+def _ratio(clean: list[LogSegment], dirty: list[LogSegment]) -> float:
+    dirty_bytes = sum(s.size for s in dirty)
+    total = dirty_bytes + sum(s.size for s in clean)
+    return dirty_bytes / total if total else 0.0
+
+
+def _runs(segments: list[LogSegment], shrinks: list[bool], segment_bytes: int
+          ) -> list[tuple[int, int]]:
+    """(first index, count) of each run of consecutive segments that shrink, merged while
+    their total size fits one segment (and their offsets the 32-bit deltas of one index)."""
+    runs: list[tuple[int, int]] = []
+    size = 0
+    for i, segment in enumerate(segments):
+        if not shrinks[i]:
+            continue
+        if runs and runs[-1][0] + runs[-1][1] == i and size + segment.size <= segment_bytes \
+                and segment.next_offset - segments[runs[-1][0]].base_offset <= 2**32 - 1:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+            size += segment.size
+        else:
+            runs.append((i, 1))
+            size = segment.size
+    return runs
+
+
+def _swap_in(directory: Path, segments: list[LogSegment],
+             swaps: list[tuple[list[LogSegment], LogSegment]]) -> None:
+    # Each step is durable before the next (one directory sync each): a crash leaves either
+    # the old segments, or .swap files that the next open finishes swapping in, never a
+    # merged segment beside an old one it overlaps.
+    if not swaps:
+        return
+    for _, cleaned in swaps:
+        cleaned.rename_suffix(SWAP_SUFFIX, sync=False)
+    files.fsync_dir(directory)
+    for group, _ in swaps:
+        for segment in group:
+            segment.delete(sync=False)
+    files.fsync_dir(directory)
+    for _, cleaned in swaps:
+        cleaned.rename_suffix("", sync=False)
+    files.fsync_dir(directory)
+    for group, cleaned in swaps:
+        i = segments.index(group[0])
+        segments[i:i + len(group)] = [cleaned]
 
 
 def finish_interrupted_cleaning(directory: Path, index_interval_bytes: int) -> None:
-    """Discard compaction output never swapped in; complete a swap a crash interrupted.
+    """Discard compaction output never swapped in; complete the swaps a crash interrupted.
     Runs when a log opens, before its segments are listed."""
     for path in directory.glob(f"*{CLEANED_SUFFIX}"):
         files.remove(path)
@@ -140,9 +299,19 @@ def finish_interrupted_cleaning(directory: Path, index_interval_bytes: int) -> N
                 LogSegment(directory, old_base, 1).delete()
         swapped.rename_suffix("")
         swapped.close()
-        for leftover in directory.glob(f"*{SWAP_SUFFIX}"):
-            files.remove(leftover)
-        files.fsync_dir(directory)
+    # What is left is index files of a swap whose segment file was already renamed.
+    for leftover in directory.glob(f"*{SWAP_SUFFIX}"):
+        files.remove(leftover)
+    files.fsync_dir(directory)
+
+
+def _paced(segment: LogSegment) -> Iterator[tuple[BatchHeader, bytes, int]]:
+    """The segment's batches, handing the interpreter lock to other threads after each: a
+    pass runs beside the event loop that serves every replica, which then waits for at most
+    one batch's work instead of the interpreter's switch interval (5 ms) at a time."""
+    for batch in segment.batches():
+        yield batch
+        time.sleep(0)
 
 
 def newest_offsets(batches: Iterable[tuple[BatchHeader, bytes | memoryview, int]]
@@ -157,23 +326,51 @@ def newest_offsets(batches: Iterable[tuple[BatchHeader, bytes | memoryview, int]
     return newest
 
 
-def clean_batch(header: BatchHeader, buf: bytes | memoryview, pos: int,
-                newest: dict[bytes, int], drop_tombstones: bool) -> bytes | memoryview | None:
-    """The batch at ``buf[pos:]`` with superseded records removed.
-
-    Returns the original bytes when nothing is removed and None when nothing is left.
-    """
+def _kept(header: BatchHeader, buf: bytes | memoryview, pos: int, newest: dict[bytes, int],
+          drop_tombstones: bool) -> tuple[pa.RecordBatch, np.ndarray, np.ndarray]:
+    """The batch's payload, offsets, and which of its records compaction keeps: those with
+    no newer record of their key in ``newest`` (keyless ones too), and, with
+    ``drop_tombstones``, no keyed tombstone."""
     payload = decode(header, buf, pos)
     offsets = offsets_of(header, payload)
     keys = payload.column(1).to_pylist()
     keep = np.fromiter(
-        (key is None or newest.get(key) == offset for key, offset in
+        (key is None or newest.get(key, offset) == offset for key, offset in
          zip(keys, offsets.tolist(), strict=True)),
         dtype=bool, count=len(keys),
     )
     if drop_tombstones:
         keep &= ~pc.is_null(payload.column(2)).to_numpy(zero_copy_only=False) | \
             pc.is_null(payload.column(1)).to_numpy(zero_copy_only=False)
+    return payload, offsets, keep
+
+
+def _shrinks(segment: LogSegment, newest: dict[bytes, int], drop_tombstones: bool) -> bool:
+    """Whether cleaning ``segment`` against ``newest`` removes any record."""
+    return any(not _kept(header, buf, pos, newest, drop_tombstones)[2].all()
+               for header, buf, pos in _paced(segment))
+
+
+def _copy_cleaned(segment: LogSegment, cleaned: LogSegment, newest: dict[bytes, int],
+                  drop_tombstones: bool, stats: CleanerStats) -> None:
+    for header, buf, pos in _paced(segment):
+        stats.records_read += header.record_count
+        out = clean_batch(header, buf, pos, newest, drop_tombstones)
+        if out is None:
+            stats.records_removed += header.record_count
+            continue
+        out_header = validate_batch(out)
+        cleaned.append_stored(out_header, out)
+        stats.records_removed += header.record_count - out_header.record_count
+
+
+def clean_batch(header: BatchHeader, buf: bytes | memoryview, pos: int,
+                newest: dict[bytes, int], drop_tombstones: bool) -> bytes | memoryview | None:
+    """The batch at ``buf[pos:]`` with superseded records removed (see :func:`_kept`).
+
+    Returns the original bytes when nothing is removed and None when nothing is left.
+    """
+    payload, offsets, keep = _kept(header, buf, pos, newest, drop_tombstones)
     kept = int(keep.sum())
     if kept == len(keep):
         return memoryview(buf)[pos:pos + header.size]

@@ -20,7 +20,8 @@ class LogConfig:
     Every field is checked in ``__post_init__``; a bad value raises InvalidConfigError naming
     the field and the value. ``None`` means "no limit" (Kafka's -1 is accepted for the same).
     Names match Kafka's topic configs with ``.`` replaced by ``_``; :meth:`from_mapping`
-    accepts either spelling. Ranges are Kafka's: ``flush_messages`` >= 1, ``flush_ms`` >= 0.
+    accepts either spelling. Ranges are Kafka's: ``flush_messages`` >= 1, ``flush_ms`` >= 0,
+    ``min_cleanable_dirty_ratio`` from 0 to 1.
     """
 
     segment_bytes: int = 1 << 30          # roll the active segment past this size
@@ -33,12 +34,20 @@ class LogConfig:
     retention_bytes: int | None = None    # delete oldest segments while the log is larger
     cleanup_policy: str = "delete"        # "delete", "compact" or "compact,delete"
     delete_retention_ms: int = DAY_MS     # keep tombstones this long in compacted logs
+    min_cleanable_dirty_ratio: float = 0.5  # compact once the uncleaned share of the
+                                            # cleanable bytes reaches this (0 to 1)
     max_message_bytes: int = 8 << 20      # largest batch the log accepts
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if field.name == "cleanup_policy":
+                continue
+            if field.type == "float":
+                if type(value) not in (int, float) or not 0 <= value <= 1:
+                    raise InvalidConfigError(
+                        f"{field.name} must be a number from 0 to 1, got {value!r}")
+                object.__setattr__(self, field.name, float(value))
                 continue
             optional = field.type.endswith("None")
             if value == -1 and optional:

@@ -8,7 +8,10 @@ Directory layout::
     recovery-point-checkpoint       offset below which everything was fsynced
     high-watermark-checkpoint       the replica's last checkpointed high watermark
     .clean-shutdown                 present only while the log is closed cleanly
+    cleaner-offset-checkpoint       compaction's clean boundary (see cleaner.py)
     *.cleaned, *.swap               compaction output before and while it replaces segments
+    *.deleted                       segments retention took, while a background thread
+                                    deletes them (see ``defer_deletions``)
 
 Opening after a crash (no ``.clean-shutdown``) verifies, batch by batch, every segment from the
 one holding the recovery point to the end, and always the last one; it cuts a torn or corrupt
@@ -46,8 +49,20 @@ from raylog.records.header import NO_LEADER_EPOCH, BatchHeader, iter_headers, va
 from raylog.records.payload import check_payload, decode, offsets_of
 from raylog.storage import files
 from raylog.storage.checkpoint import Checkpoint
-from raylog.storage.cleaner import CleanerStats, Compactor, finish_interrupted_cleaning
+from raylog.storage.cleaner import (
+    CleanerStats,
+    CleaningPass,
+    Compactor,
+    finish_interrupted_cleaning,
+)
 from raylog.storage.config import LogConfig
+from raylog.storage.handoff import (
+    FlushJob,
+    RecoveryPoint,
+    delete_retired,
+    remove_retired,
+    retire,
+)
 from raylog.storage.segment import LOG_SUFFIX, LogSegment
 from raylog.util.clocks import wall_clock_ms
 
@@ -86,8 +101,20 @@ class PartitionLog:
     ``log_start_offset <= high_watermark <= log_end_offset``; records below
     ``synced_end_offset`` are on disk, and when every append is synced (``flush_messages=1``)
     an append returns only once its records are, or raises having written nothing. Time comes
-    from ``clock`` (milliseconds), so tests control it. Not safe for concurrent use: its owner
-    (a replica actor) serializes calls.
+    from ``clock`` (milliseconds), so tests control it.
+
+    Concurrency: not safe for concurrent use: its owner (a replica's event loop) serializes
+    calls. Slow work is planned by the owner and handed to another thread as a job that
+    touches none of the log's state: a compaction pass (:meth:`start_compaction`, then
+    :meth:`finish_compaction` swaps its output in, in one short step on the owner's thread),
+    a periodic flush (:meth:`start_flush`, :meth:`finish_flush`), the deletion of segments
+    retention took (with ``defer_deletions``: :meth:`take_retired`). The jobs read through
+    descriptors of their own, so a segment the owner truncates, deletes or swaps out
+    meanwhile is never read closed, and a reader on the owner's thread sees either the old
+    segments or the new ones. What stays on the owner's thread: the syncs an append's
+    promise needs (``flush_messages``, ``flush_ms`` at an append, every append when
+    ``syncs_each_append``) and the sync of the old segment at a roll (its records are
+    durable before the next segment's name, so a power loss leaves no hole in the offsets).
     """
 
     def __init__(self, directory: str | os.PathLike, config: LogConfig | None = None, *,
@@ -96,7 +123,7 @@ class PartitionLog:
         self._config = config or LogConfig()
         self.clock = clock
         files.make_dirs(self.directory)
-        self._recovery_checkpoint = Checkpoint(self.directory / RECOVERY_POINT_FILE)
+        self._recovery_checkpoint = RecoveryPoint(self.directory / RECOVERY_POINT_FILE)
         self._hw_checkpoint = Checkpoint(self.directory / HIGH_WATERMARK_FILE)
         self._start_checkpoint = Checkpoint(self.directory / LOG_START_FILE)
         self._segments: list[LogSegment] = []
@@ -105,7 +132,12 @@ class PartitionLog:
         self._unflushed_records = 0
         self._last_flush_ms = clock()
         self._compactor = Compactor(self.directory, self.config, clock)
+        # Set by an owner that deletes the segments retention takes on another thread.
+        self.defer_deletions = False
+        self._retired: list[LogSegment] = []
+        self._flush_job: FlushJob | None = None
         self.recovery = self._open()
+        self._compactor.opened(self._segments[0].base_offset, self.log_end_offset)
         # Records below this were deleted (delete_records) though their segment stays.
         self._start_floor = self._start_checkpoint.read_offset() or 0
         self.recovery_point = self.log_end_offset
@@ -123,10 +155,11 @@ class PartitionLog:
             # or after appends, must not find a marker vouching for unchecked segments.
             files.remove(marker)
             files.fsync_dir(self.directory)
+        remove_retired(self.directory)
         finish_interrupted_cleaning(self.directory, self.config.index_interval_bytes)
         bases = sorted(int(p.name[: -len(LOG_SUFFIX)]) for p in self.directory.glob("*.log")
                        if p.name[: -len(LOG_SUFFIX)].isdigit())
-        recovery_point = (self._recovery_checkpoint.read_offset() or 0) if not clean else None
+        recovery_point = (self._recovery_checkpoint.read() or 0) if not clean else None
         recovered = truncated = dropped = 0
         previous_end = 0
         for i, base in enumerate(bases):
@@ -165,7 +198,7 @@ class PartitionLog:
         if not self._segments:
             self._segments.append(
                 LogSegment(self.directory, 0, self.config.index_interval_bytes, create=True))
-        self._recovery_checkpoint.write_offset(self.log_end_offset)
+        self._recovery_checkpoint.write(self.log_end_offset)
         return RecoveryInfo(clean, recovered, truncated, dropped)
 
     # -- state -------------------------------------------------------------------------------
@@ -481,6 +514,7 @@ class PartitionLog:
         self._check_open()
         if offset >= self.log_end_offset:
             return 0
+        self._recovery_checkpoint.truncated()
         removed = 0
         while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
             segment = self._segments.pop()
@@ -496,11 +530,13 @@ class PartitionLog:
                                             self.config.index_interval_bytes, create=True)
         else:
             removed += active.truncate_to(offset)
+        self._compactor.truncated(self.log_end_offset)
         # Written only when it moved: undoing a failed sync (see _appended) then asks no
         # more of a failing disk than the cut itself.
-        if self.recovery_point > self.log_end_offset:
-            self.recovery_point = self.log_end_offset
-            self._recovery_checkpoint.write_offset(self.recovery_point)
+        pending = self._flush_job.end if self._flush_job is not None else -1
+        if max(self.recovery_point, pending) > self.log_end_offset:
+            self.recovery_point = min(self.recovery_point, self.log_end_offset)
+            self._recovery_checkpoint.write(self.recovery_point)
         self._synced_end = min(self._synced_end, self.log_end_offset)
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
         return removed
@@ -509,13 +545,15 @@ class PartitionLog:
         """Remove every segment and start the log over, empty, at ``offset`` (a follower whose
         whole log lies below its leader's log start)."""
         self._check_open()
+        self._recovery_checkpoint.truncated()
         for segment in self._segments:
             segment.delete()
         self._segments = [LogSegment(self.directory, offset, self.config.index_interval_bytes,
                                      create=True)]
+        self._compactor.truncated(offset)
         self._set_start_floor(min(self._start_floor, offset))
         self.recovery_point = self._synced_end = offset
-        self._recovery_checkpoint.write_offset(offset)
+        self._recovery_checkpoint.write(offset)
         self.high_watermark = offset
 
     def advance_log_start(self, offset: int) -> int:
@@ -552,7 +590,11 @@ class PartitionLog:
             self.roll()
         del self._segments[: len(doomed)]
         for segment in doomed:
-            segment.delete()
+            if self.defer_deletions:
+                retire(segment)
+                self._retired.append(segment)
+            else:
+                segment.delete()
         self.recovery_point = max(self.recovery_point, self.log_start_offset)
         self.high_watermark = max(self.high_watermark, self.log_start_offset)
         return len(doomed)
@@ -565,7 +607,7 @@ class PartitionLog:
         for segment in self._segments[start:]:
             segment.flush()
         self.recovery_point = self.log_end_offset
-        self._recovery_checkpoint.write_offset(self.recovery_point)
+        self._recovery_checkpoint.write(self.recovery_point)
         self._flushed()
 
     def sync(self) -> None:
@@ -587,13 +629,51 @@ class PartitionLog:
         self._unflushed_records = 0
         self._last_flush_ms = self.clock()
 
+    def _flush_due(self) -> bool:
+        return self.config.flush_ms is not None and bool(self._unflushed_records) and \
+            self.clock() - self._last_flush_ms >= self.config.flush_ms
+
     def maybe_flush(self) -> bool:
         """Flush if ``flush_ms`` has passed since the last flush; for a periodic caller."""
-        if self.config.flush_ms is not None and self._unflushed_records and \
-                self.clock() - self._last_flush_ms >= self.config.flush_ms:
+        if self._flush_due():
             self.flush()
             return True
         return False
+
+    def start_flush(self) -> FlushJob | None:
+        """Plan :meth:`maybe_flush`'s flush as a job for another thread (None if none is
+        due or one is running): it fsyncs the segments written since the recovery point
+        and checkpoints the log end of now. :meth:`finish_flush` must follow on this
+        thread. Index files wait for :meth:`flush` (opening checks them against the
+        batches anyway)."""
+        self._check_open()
+        if self._flush_job is not None or not self._flush_due():
+            return None
+        start = self._segment_index(self.recovery_point)
+        self._flush_job = FlushJob([s.reader() for s in self._segments[start:]],
+                                   self.log_end_offset, self._recovery_checkpoint.generation,
+                                   self._recovery_checkpoint)
+        self._unflushed_records = 0
+        self._last_flush_ms = self.clock()
+        return self._flush_job
+
+    def finish_flush(self, job: FlushJob) -> None:
+        """Take a flush job's outcome: what it synced counts if the log was not truncated
+        since (a failed job counts nothing; the records wait for the next flush)."""
+        if job is self._flush_job:
+            self._flush_job = None
+        for reader in job.readers:  # already closed unless run() never ran
+            reader.close()
+        if job.done and job.generation == self._recovery_checkpoint.generation:
+            self.recovery_point = max(self.recovery_point, job.end)
+            self._synced_end = max(self._synced_end, min(job.end, self.log_end_offset))
+
+    def take_retired(self) -> list[LogSegment]:
+        """The segments retention took since the last call, when ``defer_deletions`` is
+        set: out of the log and renamed ``*.deleted`` (durably), to be deleted with
+        :func:`~raylog.storage.handoff.delete_retired` on any thread."""
+        retired, self._retired = self._retired, []
+        return retired
 
     def time_work_pending(self) -> bool:
         """Whether a periodic caller has work that only time finishes: records waiting for
@@ -643,12 +723,43 @@ class PartitionLog:
 
     def compact(self, max_offset: int | None = None) -> CleanerStats:
         """Keep only the newest record per key in the segments before the active one, below
-        ``max_offset`` (default: the log end offset); see :class:`Compactor`."""
+        ``max_offset`` (default: the log end offset), if a pass is due (see cleaner.py);
+        the whole pass on this thread."""
+        job = self.start_compaction(max_offset)
+        if job is None:
+            return CleanerStats()
+        try:
+            job.build()
+        finally:
+            stats = self.finish_compaction(job)
+        return stats
+
+    def start_compaction(self, max_offset: int | None = None) -> CleaningPass | None:
+        """Plan a compaction pass (as :meth:`compact`), if one is due and none is running.
+        Its :meth:`~CleaningPass.build` may run on another thread while this log is used;
+        :meth:`finish_compaction` must follow, on this log's thread, whether the build
+        succeeded, failed or never ran."""
         self._check_open()
         if not self.config.compact:
-            return CleanerStats()
+            return None
         limit = self.log_end_offset if max_offset is None else max_offset
-        return self._compactor.compact(self._segments, limit)
+        return self._compactor.plan(self._segments, limit)
+
+    def finish_compaction(self, job: CleaningPass) -> CleanerStats:
+        """Swap a built pass's output in, in one short step (or discard it if the log was
+        truncated or closed since, or it was not built)."""
+        return self._compactor.swap(self._segments, job, closed=self._closed)
+
+    def dirty_ratio(self, max_offset: int | None = None) -> float:
+        """The uncleaned share of the bytes compaction could clean below ``max_offset``
+        (default: the log end offset)."""
+        limit = self.log_end_offset if max_offset is None else max_offset
+        return self._compactor.dirty_ratio(self._segments, limit)
+
+    @property
+    def clean_end_offset(self) -> int:
+        """Compaction's clean boundary: below it, no key appears twice."""
+        return self._compactor.clean_end
 
     # -- closing -------------------------------------------------------------------------------
 
@@ -658,6 +769,7 @@ class PartitionLog:
             return
         self.flush()
         self.checkpoint_high_watermark()
+        delete_retired(self.take_retired())
         for segment in self._segments:
             segment.close()
         # The marker vouches for the segments and index files: their names must be durable
@@ -669,7 +781,7 @@ class PartitionLog:
 
     def delete(self) -> None:
         """Close and remove the whole directory (the partition is being deleted)."""
-        for segment in self._segments:
+        for segment in self._segments + self.take_retired():
             segment.close()
         self._closed = True
         shutil.rmtree(self.directory, ignore_errors=True)

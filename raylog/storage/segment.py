@@ -459,22 +459,37 @@ class LogSegment:
         self.index.flush(fsync=True)
         self.time_index.flush(fsync=True)
 
+    def reader(self) -> LogSegment:
+        """A read-only copy for another thread: the batches of this segment as it is now,
+        through a descriptor of its own, so that it stays readable (and never reads another
+        file through a reused descriptor) whatever happens to this segment meanwhile. Use
+        only ``batches``, ``read`` and the attributes; close it when done. If this segment is
+        truncated meanwhile, the copy may find fewer bytes and raise CorruptRecordError."""
+        copy = object.__new__(LogSegment)
+        copy.__dict__.update(self.__dict__)
+        copy._fd = os.dup(self._fd)
+        copy._release = weakref.finalize(copy, os.close, copy._fd)
+        return copy
+
     def close(self) -> None:
         if self._fd >= 0:
             self._release.detach()
             os.close(self._fd)
             self._fd = -1
 
-    def delete(self) -> None:
-        """Close and remove the three files; returns once the removal is durable."""
+    def delete(self, *, sync: bool = True) -> None:
+        """Close and remove the three files; returns once the removal is durable (with
+        ``sync=False``, the caller syncs the directory)."""
         self.close()
         for path in (self.path, self.index.path, self.time_index.path):
             files.remove(path)
-        files.fsync_dir(self.directory)
+        if sync:
+            files.fsync_dir(self.directory)
 
-    def rename_suffix(self, suffix: str) -> None:
+    def rename_suffix(self, suffix: str, *, sync: bool = True) -> None:
         """Rename all three files to carry ``suffix`` ("" for the final names); returns
-        once the renames are durable."""
+        once the renames are durable (with ``sync=False``, the caller syncs the
+        directory)."""
         stem = segment_name(self.base_offset)
         for attr, ext in (("path", LOG_SUFFIX), ("index", INDEX_SUFFIX),
                           ("time_index", TIME_INDEX_SUFFIX)):
@@ -483,4 +498,5 @@ class LogSegment:
             if holder.path.exists():
                 files.replace(holder.path, new)
             holder.path = new
-        files.fsync_dir(self.directory)
+        if sync:
+            files.fsync_dir(self.directory)

@@ -190,8 +190,9 @@ def lost_at_replica(copy: Path, replica: int, configs: dict[str, Any]) -> int:
 
 
 def test_flush_ms_syncs_a_followers_records_when_maintenance_comes_by(power):
-    """flush.ms is periodic: the broker's maintenance calls maybe_flush on every replica it
-    hosts, followers too. Until then a power loss takes the records back."""
+    """flush.ms is periodic: the broker's maintenance flushes every replica it hosts,
+    followers too, as a job for its background thread (start_flush, run, finish_flush).
+    Until then a power loss takes the records back."""
     configs = topic_configs({"flush.ms": 1000})
     clock = FakeClock(NOW)
     replicas = {r: open_replica(power.root, r, configs, clock) for r in (1, 2)}
@@ -201,11 +202,14 @@ def test_flush_ms_syncs_a_followers_records_when_maintenance_comes_by(power):
     leader.append(batch_of([b"a", b"b"]), acks="all", leader_epoch=1)
     catch_up(follower, leader)
     assert leader.high_watermark == 2 and follower.log.synced_end_offset == 0
-    assert not follower.log.maybe_flush()  # not yet due
+    assert follower.log.start_flush() is None  # not yet due
     copy = power.crash_copy()
     assert lost_at_replica(copy, 2, configs) == 2
     clock.advance(1000)
-    assert follower.log.time_work_pending() and follower.log.maybe_flush()
+    assert follower.log.time_work_pending()
+    job = follower.log.start_flush()
+    job.run()
+    follower.log.finish_flush(job)
     assert follower.log.synced_end_offset == 2
     assert lost_at_replica(power.crash_copy(), 2, configs) == 0
 

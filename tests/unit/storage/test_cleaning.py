@@ -95,9 +95,11 @@ def test_compact_only_policy_keeps_everything_on_retention(tmp_path):
 # -- compaction --------------------------------------------------------------------------------
 
 def compacted_log(directory, clock, delete_retention_ms=5 * MINUTE,
-                  segment_bytes=2048) -> PartitionLog:
+                  segment_bytes=2048, min_cleanable_dirty_ratio=0.0) -> PartitionLog:
+    """A compacted log whose passes run whenever a segment is dirty (ratio 0), unless told."""
     config = LogConfig(segment_bytes=segment_bytes, index_interval_bytes=256, retention_ms=None,
-                       cleanup_policy="compact", delete_retention_ms=delete_retention_ms)
+                       cleanup_policy="compact", delete_retention_ms=delete_retention_ms,
+                       min_cleanable_dirty_ratio=min_cleanable_dirty_ratio)
     return PartitionLog(directory, config, clock=clock)
 
 
@@ -220,16 +222,17 @@ def test_interrupted_compaction_is_finished_or_discarded_on_open(tmp_path):
     model = Model()
     for i in range(150):
         model.append(log, clock, [(b"k%d" % (i % 5), b"v%d" % i)])
+    segments = len(log.segments)
     log.close()
     # Compact a copy to get the output a crash could leave behind; larger segments make
-    # the cleaner merge all the small ones into one.
+    # the cleaner merge the small ones that shrink into one.
     shutil.copytree(original, tmp_path / "compacted")
     done = compacted_log(tmp_path / "compacted", clock, segment_bytes=1 << 20)
     done.compact()
     first = done.segments[0]
     cleaned_bytes = first.read_all()
     expected = all_records(done)
-    assert len(done.segments) == 2 and len(expected) < 150
+    assert len(done.segments) < segments - 2 and len(expected) < 150
     done.close()
 
     # Crash before the swap: the ".cleaned" output is discarded, the original stays.
