@@ -105,6 +105,10 @@ class BrokerManager:
         self.sessions = BrokerSessions(controller.settings.broker_session_timeout_s,
                                        SESSION_CHECK_S)
         self.channels: dict[int, BrokerChannel] = {}
+        # Per broker, the replica hosts (actors/replica_hosts.py) serving its replicas that
+        # its broker actor does not serve itself, as its answers to apply name them: the
+        # metadata gives clients these handles. Forgotten when the broker goes down.
+        self.routes: dict[int, dict[tuple[str, int], ray.actor.ActorHandle]] = {}
         self._sessions_task: asyncio.Task | None = None
 
     def start_sessions(self) -> None:
@@ -138,6 +142,14 @@ class BrokerManager:
     def handle(self, broker: int) -> ray.actor.ActorHandle | None:
         watch = self.watches.get(broker)
         return watch.handle if watch is not None and watch.alive else None
+
+    def handle_for(self, broker: int, tp: tuple[str, int]) -> ray.actor.ActorHandle | None:
+        """The actor serving ``broker``'s replica of ``tp``: the replica host its broker
+        named, else the broker actor (which passes requests on to its hosts)."""
+        handle = self.handle(broker)
+        if handle is None:
+            return None
+        return self.routes.get(broker, {}).get(tp, handle)
 
     def broker_epochs(self) -> dict[int, int]:
         """The broker epoch of each live broker whose process is the one the metadata log
@@ -260,6 +272,7 @@ class BrokerManager:
     async def on_down(self, watch: BrokerWatch) -> None:
         broker = watch.broker_id
         self.sessions.forget(broker)
+        self.routes.pop(broker, None)
         self.channel(broker).release()  # a client's request no longer waits for it
         if watch.health is Health.DEAD:
             self.registry.unserve(broker)
@@ -436,8 +449,11 @@ class BrokerManager:
         if watch is None or not watch.alive:
             return Outcome.DROPPED  # not alive: it is told everything when it is back
         handle = watch.handle
+        routes = self.routes.setdefault(broker, {})
         try:
             for stop in words.stops:
+                for tp in stop.replicas:
+                    routes.pop(tuple(tp), None)
                 await asyncio.wait_for(handle.stop_replicas.remote(
                     list(stop.replicas), stop.delete, stop.version), APPLY_TIMEOUT_S)
             if not words.partitions and not words.full:
@@ -465,6 +481,14 @@ class BrokerManager:
             # The broker failed to take it (a bug): the next word retries.
             logger.exception("broker %d failed to take the state of its replicas", broker)
             return Outcome.DROPPED
+        if words.full:
+            routes.clear()
+        for s in states:
+            answer = answers.get(f"{s['topic']}-{s['partition']}", {})
+            if answer.get("host") is not None:
+                routes[s["topic"], s["partition"]] = answer["host"]
+            else:
+                routes.pop((s["topic"], s["partition"]), None)
         failed = {k: v["error"] for k, v in answers.items() if "error" in v}
         if failed:
             logger.error("broker %d could not serve %s", broker, failed)

@@ -279,7 +279,8 @@ class ControllerActor:
     def leader(self, topic: str, partition: int) -> tuple[ray.actor.ActorHandle, int]:
         """(the broker actor leading the partition, its leader epoch)."""
         p = self.state.topic(topic).partition(partition)
-        handle = self.brokers.handle(p.leader) if p.leader is not None else None
+        handle = self.brokers.handle_for(p.leader, (topic, partition)) \
+            if p.leader is not None else None
         if handle is None:
             raise LeaderNotAvailableError(f"{topic}-{partition} has no live leader right now")
         return handle, p.leader_epoch
@@ -465,10 +466,18 @@ class ControllerActor:
             out[name] = {"name": name, "topic_id": topic.topic_id, "configs": dict(topic.configs),
                          "partitions": [{"partition": p.partition, "leader": p.leader,
                                          "leader_epoch": p.leader_epoch,
-                                         "replicas": list(p.replicas), "isr": list(p.isr)}
+                                         "replicas": list(p.replicas), "isr": list(p.isr),
+                                         "hosts": self._hosts(name, p)}
                                         for p in topic.partitions],
                          "brokers": brokers}
         return out
+
+    def _hosts(self, name: str, p: PartitionState) -> dict[int, ray.actor.ActorHandle]:
+        """The replica hosts serving the partition's live replicas, where a broker's actor
+        does not serve it itself (actors/replica_hosts.py)."""
+        routes = self.brokers.routes
+        return {b: routes[b][name, p.partition] for b in p.replicas
+                if (name, p.partition) in routes.get(b, {}) and b in self.brokers.live()}
 
     async def cluster_status(self) -> dict[str, Any]:
         """Brokers by id with the node serving each, its host, data directory, whether it is
