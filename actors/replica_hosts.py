@@ -11,8 +11,9 @@ each host:
 - every :func:`renew_interval_s` it renews the host's lease, saying whether the broker
   itself serves (a broker that stalled waits for the controller to confirm it, and so do
   its hosts); a host not renewed for a stall threshold serves nothing;
-- a host whose process died (Ray restarts it: the same handle, a new incarnation), or that
-  has not answered for two stall thresholds (it is killed, and Ray restarts it), is down:
+- a host whose process died (Ray restarts it: the same handle, a new incarnation, so the
+  routes the controller knows stay right), or that has not answered for two stall
+  thresholds (it is killed, and Ray restarts it), is down:
   its replicas are reported failed to the controller (the broker's health check answers at
   once), which moves their leaderships and takes this broker out of their ISRs, as for a
   replica that could not open. When the host answers again, the replicas this broker
@@ -32,7 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 import ray
-from ray.exceptions import ActorUnavailableError, RayActorError
+from ray.exceptions import RayActorError
 
 from raylog.errors import NotLeaderError
 from raylog.metadata.hosts import DEDICATED, HostPlacement, is_dedicated, renew_interval_s
@@ -198,24 +199,20 @@ class HostSet:
                     handle.renew.remote(self.broker.guard.serving, threshold), threshold)
             except asyncio.CancelledError:
                 raise
-            except (ActorUnavailableError, TimeoutError) as e:
+            except (RayActorError, TimeoutError) as e:
+                # Its process died (Ray starts it again: the same handle, a new incarnation;
+                # a host's node is its broker's, so it never dies for good while the broker
+                # lives), or it hangs: killed once it has not answered for long.
                 silent = time.monotonic() - heard
-                if isinstance(e, ActorUnavailableError):
-                    self._mark_down(key, "its replica host restarts")
-                elif silent > FAIL_AFTER_THRESHOLDS * threshold and not killed:
+                if isinstance(e, RayActorError):
+                    self._mark_down(key, f"its replica host's process died ({type(e).__name__})")
+                elif silent > FAIL_AFTER_THRESHOLDS * threshold and not killed \
+                        and key in self.incarnations:  # not while it starts
                     self._mark_down(key, f"its replica host did not answer for {silent:.1f} s")
                     ray.kill(handle, no_restart=False)  # Ray starts it again
                     killed = True
                 await asyncio.sleep(renew_interval_s(threshold))
                 continue
-            except RayActorError:  # gone for good: a new one takes its replicas
-                self._mark_down(key, "its replica host died")
-                self.handles.pop(key, None)
-                self._watches.pop(key, None)
-                self.incarnations.pop(key, None)
-                self._add(key)
-                await self._back(key)
-                return
             heard, killed = time.monotonic(), False
             known = self.incarnations.get(key)
             if known is not None and known != answer["incarnation"]:

@@ -173,6 +173,16 @@ def leader_broker(admin: Admin, topic: str, partition: int):
     return ray.get_actor(broker_actor_name(client.node_id), namespace=NAMESPACE)
 
 
+def broker_processes(actor) -> list[int]:
+    """The process ids of a broker actor and of the replica hosts it started on its node: a
+    test that stops a broker the way a hung node would stops them all."""
+    node = ray._private.state.actors(actor._actor_id.hex())["Address"]["NodeID"]
+    return sorted(a["Pid"] for a in ray._private.state.actors().values()
+                  if a["State"] == "ALIVE" and a["Address"]["NodeID"] == node
+                  and any(kind in a.get("ClassName", "")
+                          for kind in ("BrokerActor", "ReplicaHostActor")))
+
+
 def replica_info(admin: Admin, topic: str, partition: int, broker: int | None = None) -> dict:
     """What the partition's replica on ``broker`` (default: its leader) says of itself."""
     if broker is None:

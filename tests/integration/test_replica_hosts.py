@@ -26,7 +26,7 @@ from tests.integration.test_replication import (
 )
 from tests.integration.workload import Workload
 
-PARTITIONS = 4
+PARTITIONS = 8  # on the two-process broker: enough that both take some, whatever it held
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +60,10 @@ def test_a_brokers_partitions_spread_over_its_two_processes_and_are_served(
         ray_cluster, admin, topic_name):
     broker, node = two_process_broker(ray_cluster)
     create_replicated(admin, topic_name, partitions=PARTITIONS)
-    wait_for(lambda: len(hosts_of(ray_cluster, topic_name, broker)) == PARTITIONS // 2,
-             timeout=60, what="half the partitions on the replica host")
+    # Spread by load: some on the broker's own process, some on its replica host (how many
+    # each depends on what the broker held before, from earlier tests).
+    wait_for(lambda: 0 < len(hosts_of(ray_cluster, topic_name, broker)) < PARTITIONS,
+             timeout=60, what="partitions on both processes")
     hosts = hosts_of(ray_cluster, topic_name, broker)
     broker_actor = ray.get_actor(broker_actor_name(node), namespace=NAMESPACE)
     broker_pid = ray.get(broker_actor.identify.remote(), timeout=30)["pid"]
