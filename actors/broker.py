@@ -1,27 +1,33 @@
-"""The broker actor: one per broker node, holding its data directory and every partition
-replica of that broker (as a Kafka broker does).
+"""The broker actor, one per broker node, and the replica hosts it starts: the processes of
+a node that serve its broker's partition replicas (as a Kafka broker's process does).
 
-It takes the node's data directory (``$RAYLOG_DATA_DIR``, or a free slot under
-``~/.raylog/brokers``) under an advisory lock for as long as it lives, tells the controller
-which broker identity the directory holds, and writes a new identity when the controller
-adopts the directory. The controller then tells it which replicas it holds and who leads each
-(:meth:`BrokerActor.apply`); it opens them and serves:
+- :class:`ReplicaHost` is the serving part, shared by both actor classes: the replicas one
+  process hosts, which it opens in the role the controller says, and serves to producers
+  (:meth:`produce`) and consumers (:meth:`fetch`, :meth:`list_offset`,
+  :meth:`read_kafka_table`) where it leads, to consumers where it follows (reads from the
+  nearest replica, below its high watermark), to other brokers' fetchers
+  (:meth:`replica_fetch`, :meth:`epoch_end_offsets`) where it leads, while its own fetchers
+  (actors/fetcher.py) copy those it follows.
+- :class:`BrokerActor` takes the node's data directory (``$RAYLOG_DATA_DIR``, or a free slot
+  under ``~/.raylog/brokers``) under an advisory lock for as long as it lives, tells the
+  controller which broker identity the directory holds, writes a new identity when the
+  controller adopts the directory, and takes the controller's word on its replicas
+  (:meth:`BrokerActor.apply`). It serves some of them itself (host 0) and places the
+  others on the replica hosts it starts (actors/replica_hosts.py): the node's
+  ``RAYLOG_BROKER_PROCESSES`` processes, and one per replica of a dedicated topic. A
+  request that reaches it for a replica a host serves is passed on.
+- :class:`ReplicaHostActor` is such a host: told its replicas by its broker only, serving
+  while its broker renews its lease.
 
-- producers (:meth:`produce`) and consumers (:meth:`fetch`, :meth:`list_offset`,
-  :meth:`read_kafka_table`) of the partitions it leads, and consumers of those it follows
-  (reads from the nearest replica, below its high watermark);
-- other brokers' fetchers (:meth:`replica_fetch`, :meth:`epoch_end_offsets`) for the
-  partitions it leads, while its own fetchers (actors/fetcher.py) copy those it follows.
+Every request carries the leader epoch the caller knows. A process that finds its event
+loop made no progress for long enough that the controller may have fenced it (stopped,
+stuck on a disk, paused: raylog/metadata/sessions.py) serves no leader or consumer request
+until its state is confirmed (the broker's by the controller, a host's by its broker:
+:meth:`ReplicaHost._confirm`), and answers no request whose processing spanned such a stall.
 
-Every request carries the leader epoch the caller knows. A broker that finds its event loop
-made no progress for long enough that the controller may have fenced it (stopped, stuck on a
-disk, paused: raylog/metadata/sessions.py) serves no leader or consumer request until the
-controller has confirmed its state (:meth:`BrokerActor._confirm`), and answers no request
-whose processing spanned such a stall.
-
-One process holds all of a broker's replicas, so a replica costs a directory, a few open
-files and some memory, not a Ray worker process (about 0.4% of a core idle and 60 MB each:
-benchmarks/density.py). All replicas run on the actor's one event loop, one call at a time
+A process holds many replicas, so a replica costs a directory, a few open files and some
+memory, not a Ray worker process (about 0.4% of a core idle and 60 MB each:
+benchmarks/density.py). A process's replicas run on its one event loop, one call at a time
 between awaits.
 """
 

@@ -1,4 +1,5 @@
-"""One partition replica inside a broker actor: the asyncio shell around a plain Partition.
+"""One partition replica inside a broker's process (the broker actor or one of its replica
+hosts): the asyncio shell around a plain Partition.
 
 A :class:`HostedReplica` owns a :class:`~raylog.partition.Partition` and what only an event
 loop can do for it: callers that wait for something to change (a consumer's long poll, a
@@ -7,8 +8,9 @@ watermark moves or the role changes; an acks=all append waiting for its follower
 keyed by its last offset, woken only once the high watermark passed it (or the role, the
 epochs or the ISR changed, or the replica stopped), so an append does not wake every append
 still waiting; a leader's ISR changes go to the controller one at a time, each asked again
-until its answer is known. The broker actor runs every replica on one event loop, so a
-Partition never sees concurrent calls.
+until its answer is known. The process hosting it runs each of its replicas on its one event
+loop, so a Partition never sees concurrent calls; it holds the replica's directory lock while
+it has the replica open (no other process of the broker opens it meanwhile).
 """
 
 from __future__ import annotations
@@ -115,8 +117,8 @@ def remove_partition_dir(directory: Path) -> None:
 
 
 class HostedReplica:
-    """A Partition and the futures of callers waiting for it to change. Only the broker's
-    event loop uses it."""
+    """A Partition and the futures of callers waiting for it to change. Only the event loop
+    of the process hosting it uses it."""
 
     def __init__(self, partition: Partition, topic_id: str, configs: dict[str, Any],
                  lock: DirectoryLock | None = None) -> None:

@@ -27,7 +27,9 @@ second), ``host_scaling_2_vs_1`` their ratio.
 Target (the issue's): ``host_scaling_2_vs_1`` at least 1.5 on this 2-core machine. The senders
 need CPU on the same two cores as the broker's processes (and Ray's own processes), so the
 ratio is bounded well below 2 here: ``sender_cpu_share`` says how much of the CPU the
-senders took while the two-process broker was measured.
+senders took while the two-process broker was measured, and ``broker_cores_1`` and
+``broker_cores_2`` how many cores the broker node's processes used (the first cannot
+exceed one).
 """
 
 from __future__ import annotations
@@ -114,6 +116,13 @@ class Sender:
         return acknowledged
 
 
+def broker_processes(node: str) -> list[int]:
+    """The process ids of the broker actor and the replica hosts on ``node``."""
+    return sorted(a["Pid"] for a in ray._private.state.actors().values()
+                  if a["State"] == "ALIVE" and a["Address"]["NodeID"] == node
+                  and any(k in a.get("ClassName", "") for k in ("BrokerActor", "ReplicaHost")))
+
+
 def run(mode: Mode, root: Path) -> dict[str, Any]:
     started = time.perf_counter()
     load_at_start = os.getloadavg()
@@ -151,14 +160,19 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
                 time.sleep(0.2)
         senders = [Sender.remote() for _ in range(SENDERS)]
         sender_pids = ray.get([s.pid.remote() for s in senders], timeout=300)
+        broker_pids = {processes: broker_processes(node) for node, processes in nodes.items()}
         batches: dict[int, list[int]] = {1: [], 2: []}
         sender_share: list[float] = []
+        broker_cores: dict[int, list[float]] = {1: [], 2: []}
 
         def measure(processes: int) -> float:
+            pids = broker_pids[processes]
             before, wall = cpu_seconds(sender_pids), time.monotonic()
+            broker_before = cpu_seconds(pids)
             counts = ray.get([s.run.remote(topics[processes], mode.window_s, i)
                               for i, s in enumerate(senders)], timeout=600)
             seconds = time.monotonic() - wall
+            broker_cores[processes].append((cpu_seconds(pids) - broker_before) / seconds)
             if processes == 2:
                 share = (cpu_seconds(sender_pids) - before) / seconds / (os.cpu_count() or 1)
                 sender_share.append(share)
@@ -183,6 +197,8 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
         "mb_per_s_1": best[1] * batch_bytes / 1e6, "mb_per_s_2": best[2] * batch_bytes / 1e6,
         "host_scaling_2_vs_1": best[2] / best[1],
         "sender_cpu_share": max(sender_share) if sender_share else float("nan"),
+        # Cores the broker node's processes used while measured (the best of the rounds).
+        "broker_cores_1": max(broker_cores[1]), "broker_cores_2": max(broker_cores[2]),
     }
     targets = {name: {"target": limit, "value": figures[name], "met": figures[name] >= limit,
                       "at_least": True} for name, limit in TARGETS.items()}
@@ -194,6 +210,7 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
                    "records_per_batch": RECORDS_PER_BATCH, "batch_bytes": batch_bytes,
                    "rounds": mode.rounds, "window_s": mode.window_s},
         "rates": {"1": rates[1], "2": rates[2]},
+        "broker_processes": {str(p): len(pids) for p, pids in broker_pids.items()},
         "machine": {**machine_info(ray=ray.__version__),
                     "load_average_1m": {"start": load_at_start[0], "end": os.getloadavg()[0]}},
         "wall_seconds": time.perf_counter() - started,
@@ -220,6 +237,9 @@ def table(result: dict[str, Any]) -> str:
          f"{result['batches_per_s_2']:.0f} ({result['mb_per_s_2']:.1f})", "-", "-"),
         ("2 processes / 1 process", f"{result['host_scaling_2_vs_1']:.2f}",
          f">= {target['target']:g}", "met" if target["met"] else "NOT MET"),
+        ("cores the broker's processes used: 1 process, 2 processes",
+         f"{result.get('broker_cores_1', float('nan')):.2f}, "
+         f"{result.get('broker_cores_2', float('nan')):.2f}", "-", "-"),
         ("senders' share of the machine's CPU (2 processes)",
          f"{result['sender_cpu_share']:.0%}", "-", "-"),
     ]
