@@ -712,14 +712,17 @@ class ReplicaHost:
 
 @ray.remote(num_cpus=0, max_concurrency=MAX_CONCURRENCY)
 class BrokerActor(ReplicaHost):
-    """One node's broker: its data directory (locked), its identity, the controller's one
+    """(It calls ReplicaHost's methods by name, never through ``super()``: Ray's actor class
+    is not the class the methods were defined in, once Ray restarted the process.)
+
+    One node's broker: its data directory (locked), its identity, the controller's one
     counterpart (identify, adopt, watch, apply, confirm), and host 0 of its replicas; the
     node's other replica hosts are its children (actors/replica_hosts.py), and a request
     for a replica one of them serves is passed on to it (clients call the host directly:
     the controller's metadata names it)."""
 
     def __init__(self, node_id: str) -> None:
-        super().__init__()
+        ReplicaHost.__init__(self)
         self.host = ray.util.get_node_ip_address()
         self.error: str | None = None
         processes = 1
@@ -867,7 +870,7 @@ class BrokerActor(ReplicaHost):
     async def _stop_on(self, key: Any, replicas: list[TopicPartition], delete: bool,
                        version: int) -> None:
         if key == 0:
-            await super().stop_replicas(replicas, delete, version)
+            await ReplicaHost.stop_replicas(self, replicas, delete, version)
             return
         handle = self.hosts.handles.get(key)
         if handle is None:
@@ -892,7 +895,7 @@ class BrokerActor(ReplicaHost):
 
     async def update_configs(self, topic: str, configs: dict[str, Any],
                              version: int = 0) -> None:
-        await super().update_configs(topic, configs, version)
+        await ReplicaHost.update_configs(self, topic, configs, version)
         keys = {self.hosts.key_of(tp) for tp in self.hosts.states if tp[0] == topic} - {0}
         await asyncio.gather(*(self.hosts.handles[k].update_configs.remote(
             topic, configs, version) for k in keys if k in self.hosts.handles),
@@ -900,7 +903,7 @@ class BrokerActor(ReplicaHost):
 
     async def describe(self, topic: str | None = None) -> list[dict[str, Any]]:
         """Every replica this broker holds (of ``topic``), on whichever host serves it."""
-        described = await super().describe(topic)
+        described = await ReplicaHost.describe(self, topic)
         others = await asyncio.gather(*(h.describe.remote(topic)
                                         for h in self.hosts.handles.values()),
                                       return_exceptions=True)
@@ -911,7 +914,7 @@ class BrokerActor(ReplicaHost):
 
     async def close(self) -> None:
         await self.hosts.close()
-        await super().close()
+        await ReplicaHost.close(self)
 
     # -- requests for replicas another host serves -------------------------------------------
 
@@ -919,8 +922,8 @@ class BrokerActor(ReplicaHost):
                       acks: int | str = 1, timeout_ms: int = 30_000) -> AppendInfo:
         host = self.hosts.elsewhere((topic, partition))
         if host is None:
-            return await super().produce(topic, partition, leader_epoch, batch, acks,
-                                         timeout_ms)
+            return await ReplicaHost.produce(self, topic, partition, leader_epoch, batch,
+                                             acks, timeout_ms)
         return await _forward(host.produce.remote(topic, partition, leader_epoch, batch,
                                                   acks, timeout_ms))
 
@@ -929,8 +932,8 @@ class BrokerActor(ReplicaHost):
                     ) -> FetchResult:
         host = self.hosts.elsewhere((topic, partition))
         if host is None:
-            return await super().fetch(topic, partition, leader_epoch, offset, max_bytes,
-                                       max_wait_ms, min_bytes)
+            return await ReplicaHost.fetch(self, topic, partition, leader_epoch, offset,
+                                           max_bytes, max_wait_ms, min_bytes)
         return await _forward(host.fetch.remote(topic, partition, leader_epoch, offset,
                                                 max_bytes, max_wait_ms, min_bytes))
 
@@ -938,7 +941,7 @@ class BrokerActor(ReplicaHost):
                              offset: int) -> int:
         host = self.hosts.elsewhere((topic, partition))
         if host is None:
-            return await super().delete_records(topic, partition, leader_epoch, offset)
+            return await ReplicaHost.delete_records(self, topic, partition, leader_epoch, offset)
         return await _forward(host.delete_records.remote(topic, partition, leader_epoch,
                                                          offset))
 
@@ -946,15 +949,15 @@ class BrokerActor(ReplicaHost):
                           spec: str | int) -> tuple[int, int] | None:
         host = self.hosts.elsewhere((topic, partition))
         if host is None:
-            return await super().list_offset(topic, partition, leader_epoch, spec)
+            return await ReplicaHost.list_offset(self, topic, partition, leader_epoch, spec)
         return await _forward(host.list_offset.remote(topic, partition, leader_epoch, spec))
 
     async def read_kafka_table(self, topic: str, partition: int, leader_epoch: int,
                                start: int, end: int, max_wait_ms: int = 10_000) -> pa.Table:
         host = self.hosts.elsewhere((topic, partition))
         if host is None:
-            return await super().read_kafka_table(topic, partition, leader_epoch, start, end,
-                                                  max_wait_ms)
+            return await ReplicaHost.read_kafka_table(self, topic, partition, leader_epoch,
+                                                      start, end, max_wait_ms)
         return await _forward(host.read_kafka_table.remote(topic, partition, leader_epoch,
                                                            start, end, max_wait_ms))
 
@@ -965,7 +968,7 @@ class BrokerActor(ReplicaHost):
         for key, indexes in groups.items():
             part = json.dumps([parsed[i] for i in indexes])
             if key == 0:
-                got = await super().java_offsets(part)
+                got = await ReplicaHost.java_offsets(self, part)
             else:
                 got = await _forward(self.hosts.handles[key].java_offsets.remote(part))
             for i, answer in zip(indexes, json.loads(got), strict=True):
@@ -976,13 +979,13 @@ class BrokerActor(ReplicaHost):
                         ) -> bytes:
         host = self.hosts.elsewhere((topic, partition))
         if host is None:
-            return await super().java_read(topic, partition, span, columns)
+            return await ReplicaHost.java_read(self, topic, partition, span, columns)
         return await _forward(host.java_read.remote(topic, partition, span, columns))
 
     async def java_read_batches(self, topic: str, partition: int, span: list[int]) -> bytes:
         host = self.hosts.elsewhere((topic, partition))
         if host is None:
-            return await super().java_read_batches(topic, partition, span)
+            return await ReplicaHost.java_read_batches(self, topic, partition, span)
         return await _forward(host.java_read_batches.remote(topic, partition, span))
 
     async def replica_fetch(self, follower: int, requests: list[tuple[str, int, int, int, int]],
@@ -993,16 +996,17 @@ class BrokerActor(ReplicaHost):
         groups = self.hosts.group([(r[0], r[1]) for r in requests])
         own = groups.pop(0, [])
         if not groups:
-            return await super().replica_fetch(follower, requests, max_bytes,
-                                               partition_max_bytes, max_wait_ms,
-                                               follower_epoch)
+            return await ReplicaHost.replica_fetch(self, follower, requests, max_bytes,
+                                                   partition_max_bytes, max_wait_ms,
+                                                   follower_epoch)
         answers: list[dict[str, Any] | None] = [None] * len(requests)
         for key, indexes in groups.items():
             for i in indexes:
                 answers[i] = self.hosts.redirect_answer(self.hosts.handles[key])
         if own:  # no wait: the redirected partitions are answered now
-            got = await super().replica_fetch(follower, [requests[i] for i in own], max_bytes,
-                                              partition_max_bytes, 0, follower_epoch)
+            got = await ReplicaHost.replica_fetch(self, follower, [requests[i] for i in own],
+                                                  max_bytes, partition_max_bytes, 0,
+                                                  follower_epoch)
             for i, answer in zip(own, got, strict=True):
                 answers[i] = answer
         return answers
@@ -1014,7 +1018,7 @@ class BrokerActor(ReplicaHost):
         for key, indexes in groups.items():
             part = [requests[i] for i in indexes]
             if key == 0:
-                got = await super().epoch_end_offsets(part)
+                got = await ReplicaHost.epoch_end_offsets(self, part)
             else:
                 try:
                     got = await self.hosts.handles[key].epoch_end_offsets.remote(part)
@@ -1034,7 +1038,7 @@ class ReplicaHostActor(ReplicaHost):
 
     def __init__(self, broker: ray.actor.ActorHandle, name: str, directory: str,
                  broker_incarnation: str, threshold_s: float) -> None:
-        super().__init__()
+        ReplicaHost.__init__(self)
         self.broker = broker
         self.name = name
         self.directory = Path(directory)
@@ -1047,7 +1051,7 @@ class ReplicaHostActor(ReplicaHost):
         if problem is not None:
             raise BrokerStalledError(f"replica host {self.name} of broker {self.broker_id} "
                                      f"serves nothing now: {problem}")
-        return super()._check()
+        return ReplicaHost._check(self)
 
     async def _ask_confirmation(self) -> bool:
         return await self.broker.confirm_host.remote(self.name, self.incarnation)

@@ -120,7 +120,7 @@ def broker_processes(node: str) -> list[int]:
     """The process ids of the broker actor and the replica hosts on ``node``."""
     return sorted(a["Pid"] for a in ray._private.state.actors().values()
                   if a["State"] == "ALIVE" and a["Address"]["NodeID"] == node
-                  and any(k in a.get("ClassName", "") for k in ("BrokerActor", "ReplicaHost")))
+                  and any(k in a["ActorClassName"] for k in ("BrokerActor", "ReplicaHost")))
 
 
 def run(mode: Mode, root: Path) -> dict[str, Any]:

@@ -177,10 +177,13 @@ def broker_processes(actor) -> list[int]:
     """The process ids of a broker actor and of the replica hosts it started on its node: a
     test that stops a broker the way a hung node would stops them all."""
     node = ray._private.state.actors(actor._actor_id.hex())["Address"]["NodeID"]
-    return sorted(a["Pid"] for a in ray._private.state.actors().values()
+    pids = sorted(a["Pid"] for a in ray._private.state.actors().values()
                   if a["State"] == "ALIVE" and a["Address"]["NodeID"] == node
-                  and any(kind in a.get("ClassName", "")
+                  and any(kind in a["ActorClassName"]
                           for kind in ("BrokerActor", "ReplicaHostActor")))
+    if not pids:
+        raise AssertionError(f"no broker process found on node {node}")
+    return pids
 
 
 def replica_info(admin: Admin, topic: str, partition: int, broker: int | None = None) -> dict:
