@@ -452,9 +452,11 @@ class ControllerActor:
     @checked
     async def metadata(self, names: list[str]) -> dict[str, dict[str, Any]]:
         """What clients need to reach each partition's replicas: per partition the leader,
-        leader epoch, replicas and ISR; per live broker among them its actor and node."""
+        leader epoch, replicas and ISR, and the replica hosts serving its replicas where their
+        broker actors do not; per live broker among them its actor and node."""
         await self.started()
         out = {}
+        live = self.brokers.live()
         for name in names:
             topic = self.state.topic(name)
             brokers = {}
@@ -467,17 +469,18 @@ class ControllerActor:
                          "partitions": [{"partition": p.partition, "leader": p.leader,
                                          "leader_epoch": p.leader_epoch,
                                          "replicas": list(p.replicas), "isr": list(p.isr),
-                                         "hosts": self._hosts(name, p)}
+                                         "hosts": self._hosts(name, p, live)}
                                         for p in topic.partitions],
                          "brokers": brokers}
         return out
 
-    def _hosts(self, name: str, p: PartitionState) -> dict[int, ray.actor.ActorHandle]:
-        """The replica hosts serving the partition's live replicas, where a broker's actor
-        does not serve it itself (actors/replica_hosts.py)."""
+    def _hosts(self, name: str, p: PartitionState, live: set[int]
+               ) -> dict[int, ray.actor.ActorHandle]:
+        """The replica hosts serving the partition's replicas on ``live`` brokers, where a
+        broker's actor does not serve it itself (actors/replica_hosts.py)."""
         routes = self.brokers.routes
         return {b: routes[b][name, p.partition] for b in p.replicas
-                if (name, p.partition) in routes.get(b, {}) and b in self.brokers.live()}
+                if b in live and (name, p.partition) in routes.get(b, {})}
 
     async def cluster_status(self) -> dict[str, Any]:
         """Brokers by id with the node serving each, its host, data directory, whether it is
