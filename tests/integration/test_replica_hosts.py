@@ -37,10 +37,12 @@ def admin(ray_cluster) -> Admin:
 def two_process_broker(ray_cluster) -> tuple[int, str]:
     """(broker id, node id) of the broker whose node runs two replica-host processes."""
     node = ray_cluster.processes_node
-    for broker, info in ray_cluster.brokers().items():
-        if info["node_id"] == node and info["alive"]:
-            return broker, node
-    raise AssertionError(f"no live broker on node {node}")
+
+    def live() -> list[int]:  # an earlier test may have killed it: it comes back
+        return [b for b, info in ray_cluster.brokers().items()
+                if info["node_id"] == node and info["alive"]]
+
+    return wait_for(live, timeout=120, what=f"a live broker on node {node}")[0], node
 
 
 def hosts_of(ray_cluster, topic: str, broker: int) -> dict[int, object]:
