@@ -59,9 +59,9 @@ from common import (
 DEFAULT_JSON = RESULTS_DIR / "broker_scaling.json"
 NODE_ARGS = {"num_cpus": 2, "object_store_memory": 200 * 1024 * 1024}
 PARTITIONS = 8
-SENDERS = 3
-WINDOW = 8              # requests outstanding per sender
-RECORDS_PER_BATCH = 200
+SENDERS = 2
+WINDOW = 16             # requests outstanding per sender
+RECORDS_PER_BATCH = 1000
 TARGETS = {"host_scaling_2_vs_1": 1.5}  # minima
 
 
