@@ -126,8 +126,8 @@ def broker_processes(node: str) -> list[int]:
 def run(mode: Mode, root: Path) -> dict[str, Any]:
     started = time.perf_counter()
     load_at_start = os.getloadavg()
-    from raylog.util.cluster_names import BROKER_RESOURCE, DATA_DIR_ENV
     from raylog.metadata.hosts import PROCESSES_ENV
+    from raylog.util.cluster_names import BROKER_RESOURCE, DATA_DIR_ENV
 
     cluster = Cluster(initialize_head=True, head_node_args={
         **NODE_ARGS, "include_dashboard": False, "env_vars": {DATA_DIR_ENV: str(root / "head")}})

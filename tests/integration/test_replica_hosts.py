@@ -14,8 +14,8 @@ import pytest
 import ray
 
 from raylog import Admin, Producer
-from raylog.util.cluster_names import NAMESPACE, broker_actor_name
 from raylog.errors import InvalidConfigError
+from raylog.util.cluster_names import NAMESPACE, broker_actor_name
 from tests.history import summary
 from tests.integration.conftest import consume_all, wait_for
 from tests.integration.test_replication import (
