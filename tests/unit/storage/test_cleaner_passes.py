@@ -10,11 +10,11 @@ import threading
 import pytest
 
 from raylog.errors import InvalidConfigError
+from raylog.metadata.topics import log_config, normalize_configs
 from raylog.storage import LogConfig, PartitionLog
 from raylog.storage.cleaner import CLEANED_SUFFIX
 from raylog.storage.handoff import DELETED_SUFFIX, delete_retired
 from raylog.storage.log import RECOVERY_POINT_FILE
-from raylog.metadata.topics import log_config, normalize_configs
 from tests.unit.logutil import FakeClock, all_records, batch_of
 from tests.unit.powerloss import PowerLoss
 
