@@ -58,7 +58,8 @@ class LogSegment:
     rebuilt from the batches when one is wrong), so a damaged index file costs a scan, never
     a wrong answer. ``damaged_at``, when set, is where a flushed segment holds a batch that
     failed its checks: nothing there or after it is served, and nothing is cut either.
-    Owned by one :class:`PartitionLog`; not safe for concurrent use.
+    Owned by one :class:`PartitionLog`; not safe for concurrent use: work on another thread
+    reads a :meth:`reader` copy, which has a descriptor of its own.
     """
 
     def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int,
