@@ -110,7 +110,9 @@ def test_delete_records_moves_where_readers_start(ray_cluster, topic_name):
     admin = Admin()
     admin.create_topic(topic_name, partitions=2, replication_factor=2)
     tp = TopicPartition(topic_name, 0)
-    with Producer(linger_ms=0) as producer:
+    # acks=all: the high watermark has passed all 20 once they are acknowledged (records are
+    # deleted only below it; with acks=1 the follower may not have fetched them yet).
+    with Producer(linger_ms=0, acks="all") as producer:
         for i in range(20):
             producer.send(topic_name, b"%d" % i, partition=0).result(timeout=60)
     with pytest.raises(OffsetOutOfRangeError):
