@@ -18,6 +18,10 @@ KEYS = 10
 
 @pytest.fixture(scope="module")
 def admin(ray_cluster) -> Admin:
+    # An earlier module may have stopped or killed a broker that is still coming back: the
+    # replication factor 3 below needs all three.
+    wait_for(lambda: len(ray_cluster.broker_ids) == 3, timeout=120, interval=0.5,
+             what="every broker alive")
     return Admin(cluster=ray_cluster.raylog)
 
 
