@@ -738,7 +738,6 @@ class BrokerActor:
         partition = hosted.partition
         log = partition.log
         hosted.active = hosted.behind()
-        log.defer_deletions = True  # the storage worker deletes what retention takes
         self._storage.flush(log)
         if partition.enforce_retention():
             hosted.notify()
