@@ -382,7 +382,7 @@ class GroupService:
 
     async def expire_members(self) -> None:
         """Remove the members whose session ran out (the controller's loop calls this every
-        EXPIRY_INTERVAL_S). Time the controller itself did not run (stopped, paused) is not
+        ``expiry_every_s``). Time the controller itself did not run (stopped, paused) is not
         counted against the members: their heartbeats waited to be read."""
         stalled = self._own_stalls.since_last()
         if not self.loaded:

@@ -135,6 +135,8 @@ class HostedReplica:
              broker_id: int, configs: dict[str, Any]) -> HostedReplica:
         directory = open_partition_dir(data_dir, topic, partition, topic_id)
         log = PartitionLog(directory, log_config(configs))
+        # The broker's storage worker deletes what retention takes (actors/background.py).
+        log.defer_deletions = True
         hosted = cls(Partition(topic, partition, log, broker_id, configs), topic_id, configs)
         logger.info("opened %s: %s", directory, log.recovery)
         return hosted
