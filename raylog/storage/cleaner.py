@@ -224,17 +224,6 @@ class Compactor:
             stats.bytes_before += sum(s.size for s in group)
         return stats
 
-    def compact(self, segments: list[LogSegment], limit: int) -> CleanerStats:
-        """A whole pass on this thread, if one is due (empty stats otherwise)."""
-        job = self.plan(segments, limit)
-        if job is None:
-            return CleanerStats()
-        try:
-            job.build()
-        finally:
-            stats = self.swap(segments, job)
-        return stats
-
 
 def _ratio(clean: list[LogSegment], dirty: list[LogSegment]) -> float:
     dirty_bytes = sum(s.size for s in dirty)
