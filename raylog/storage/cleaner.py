@@ -207,11 +207,11 @@ class Compactor:
         if not job.built or closed or job.generation != self._generation:
             job.discard()
             return CleanerStats(dirty_ratio=job.stats.dirty_ratio)
-        positions = {id(s): i for i, s in enumerate(segments)}
+        present = {id(s) for s in segments}  # the pass holds its segments: ids not reused
         swaps = []
         for first, count, cleaned in job.outputs:
             group = job.segments[first:first + count]
-            if all(id(s) in positions and segments[positions[id(s)]] is s for s in group):
+            if all(id(s) in present for s in group):
                 swaps.append((group, cleaned))
             else:
                 cleaned.delete(sync=False)
