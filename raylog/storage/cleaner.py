@@ -289,9 +289,11 @@ def finish_interrupted_cleaning(directory: Path, index_interval_bytes: int) -> N
         swapped.rename_suffix("")
         swapped.close()
     # What is left is index files of a swap whose segment file was already renamed.
-    for leftover in directory.glob(f"*{SWAP_SUFFIX}"):
+    leftovers = list(directory.glob(f"*{SWAP_SUFFIX}"))
+    for leftover in leftovers:
         files.remove(leftover)
-    files.fsync_dir(directory)
+    if leftovers:  # the swaps above synced their own steps
+        files.fsync_dir(directory)
 
 
 def _paced(segment: LogSegment) -> Iterator[tuple[BatchHeader, bytes, int]]:
