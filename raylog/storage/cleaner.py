@@ -109,6 +109,7 @@ class CleaningPass:
                     _copy_cleaned(reader, cleaned, newest, reader.max_timestamp < horizon,
                                   stats)
                 cleaned.flush()
+                stats.bytes_before += sum(reader.size for reader in group)
                 stats.bytes_after += cleaned.size
                 stats.segments_cleaned += count
             self.built = True
@@ -219,10 +220,7 @@ class Compactor:
         if job.end != self.clean_end:
             self.clean_end = job.end
             self._checkpoint.write_offset(job.end)
-        stats = job.stats
-        for group, _ in swaps:
-            stats.bytes_before += sum(s.size for s in group)
-        return stats
+        return job.stats
 
 
 def _ratio(clean: list[LogSegment], dirty: list[LogSegment]) -> float:
