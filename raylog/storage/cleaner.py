@@ -273,9 +273,11 @@ def _swap_in(directory: Path, segments: list[LogSegment],
 def finish_interrupted_cleaning(directory: Path, index_interval_bytes: int) -> None:
     """Discard compaction output never swapped in; complete the swaps a crash interrupted.
     Runs when a log opens, before its segments are listed."""
-    for path in directory.glob(f"*{CLEANED_SUFFIX}"):
+    discarded = list(directory.glob(f"*{CLEANED_SUFFIX}"))
+    for path in discarded:
         files.remove(path)
-    files.fsync_dir(directory)
+    if discarded:
+        files.fsync_dir(directory)
     for path in sorted(directory.glob(f"*{LOG_SUFFIX}{SWAP_SUFFIX}")):
         base = int(path.name.split(".")[0])
         swapped = LogSegment(directory, base, index_interval_bytes, suffix=SWAP_SUFFIX)
