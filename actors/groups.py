@@ -52,9 +52,9 @@ from raylog.metadata.topics import (
 from raylog.records import iter_batches, read_records
 from raylog.records.header import random_producer_id
 from raylog.storage import AppendInfo
-from raylog.storage.log import wall_clock_ms
 from raylog.types import TopicPartition
 from raylog.util.arguments import INT32_MAX, check_id, check_int, unknown_name
+from raylog.util.clocks import wall_clock_ms
 
 logger = logging.getLogger(__name__)
 
