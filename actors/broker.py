@@ -442,9 +442,9 @@ class ReplicaHost:
         """Append a producer's batch to a partition this broker leads (see
         HostedReplica.produce)."""
         started = time.monotonic()
-        since = self._check()
-        info = await self._hosted(topic, partition).produce(batch, acks, leader_epoch,
-                                                            timeout_ms / 1000)
+        hosted = self._hosted(topic, partition)  # checks the stall guard
+        since = self.guard.generation
+        info = await hosted.produce(batch, acks, leader_epoch, timeout_ms / 1000)
         self.guard.check_since(since)  # stalled meanwhile: it may have been fenced
         metrics = recorder()
         metrics.observe("raylog_produce_latency_ms", (time.monotonic() - started) * 1000,
@@ -459,8 +459,8 @@ class ReplicaHost:
         """Batches from ``offset`` below the high watermark; waits up to ``max_wait_ms`` for
         at least ``min_bytes`` to be there."""
         started = time.monotonic()
-        since = self._check()
-        hosted = self._hosted(topic, partition)
+        hosted = self._hosted(topic, partition)  # checks the stall guard
+        since = self.guard.generation
         result = hosted.partition.fetch(offset, max_bytes, leader_epoch)
         deadline = started + max_wait_ms / 1000
         while len(result.data) < min_bytes:
@@ -506,8 +506,8 @@ class ReplicaHost:
         read fails with the retriable OffsetNotAvailableError). A follower still short of
         ``end``, or out of sync, hands the range to its leader, from whose high watermark it
         was planned. A caller never sees the detour."""
-        since = self._check()
-        hosted = self._hosted(topic, partition)
+        hosted = self._hosted(topic, partition)  # checks the stall guard
+        since = self.guard.generation
         deadline = time.monotonic() + max_wait_ms / 1000
         while hosted.partition.awaits_high_watermark(end):
             if not await hosted.wait(deadline - time.monotonic()):
@@ -704,7 +704,6 @@ class ReplicaHost:
         partition = hosted.partition
         log = partition.log
         hosted.active = hosted.behind()
-        log.defer_deletions = True  # the storage worker deletes what retention takes
         self._storage.flush(log)
         if partition.enforce_retention():
             hosted.notify()

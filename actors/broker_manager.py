@@ -106,7 +106,6 @@ class BrokerManager:
         self.registry = BrokerRegistry(state.cluster_id, set(state.broker_ids))
         self.watches: dict[int, BrokerWatch] = {}
         self.down_since: dict[int, float] = {}  # broker -> when it went (monotonic s)
-        self.session_timeout_ms = settings.broker_session_timeout_ms
         self.sessions = BrokerSessions(settings.broker_session_timeout_s, SESSION_CHECK_S)
         self.channels: dict[int, BrokerChannel] = {}
         # Per broker, the replica hosts (actors/replica_hosts.py) serving its replicas that
@@ -268,7 +267,7 @@ class BrokerManager:
             broker_id, actor, node_id, answer["incarnation"], self.on_down, self.on_up,
             self.on_failed, self._heard, heartbeat_interval_s(
                 self.settings.broker_session_timeout_s),
-            self.session_timeout_ms, answer.get("pid"))
+            self.settings.broker_session_timeout_ms, answer.get("pid"))
         self.sessions.heard(broker_id)  # it just answered
         watch.start()
         return watch

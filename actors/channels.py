@@ -80,7 +80,6 @@ class BrokerChannel:
         self._waiters: list[asyncio.Future] = []
         self._calling: list[asyncio.Future] = []  # the waiters of the call that is out
         self._task: asyncio.Task | None = None
-        self.calls = 0  # made so far (for tests and logs)
 
     def tell(self, partitions: Iterable[tuple[str, int]] = (), full: bool = False
              ) -> asyncio.Future:
@@ -119,7 +118,6 @@ class BrokerChannel:
             words, waiters = self._pending, self._waiters
             self._pending, self._waiters = Words(), []
             self._calling = waiters
-            self.calls += 1
             try:
                 outcome = await self._send(self.broker_id, words)
             except Exception:  # a bug building the words: try again, do not stop for good

@@ -278,15 +278,13 @@ class ControllerActor:
                             "silent_s": self.brokers.sessions.silent_s(broker_id),
                             "replicas": replicas, "leaders": leading})
         partitions = [p for _, p in self.access.partitions()]
+        under, offline = partition_health(partitions, live)
         return {"cluster_id": self.access.state.cluster_id, "controller_node": self.node_id,
                 "controller_dir": str(controller_data_dir()), "brokers": brokers,
                 "refused": [{"node_id": n, "reason": r}
                             for n, r in sorted(self.brokers.registry.refused.items())],
                 "topics": len(self.access.state.topics), "partitions": len(partitions),
-                "under_replicated_partitions": sum(len(p.isr) < len(p.replicas)
-                                                   for p in partitions),
-                "offline_partitions": sum(p.leader is None or p.leader not in live
-                                          for p in partitions),
+                "under_replicated_partitions": under, "offline_partitions": offline,
                 "controller_stalled_s": self.brokers.sessions.stalled_s}
 
     @checked

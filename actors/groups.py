@@ -52,9 +52,9 @@ from raylog.metadata.topics import (
 from raylog.records import iter_batches, read_records
 from raylog.records.header import random_producer_id
 from raylog.storage import AppendInfo
-from raylog.storage.log import wall_clock_ms
 from raylog.types import TopicPartition
 from raylog.util.arguments import INT32_MAX, check_id, check_int, unknown_name
+from raylog.util.clocks import wall_clock_ms
 
 logger = logging.getLogger(__name__)
 
@@ -382,7 +382,7 @@ class GroupService:
 
     async def expire_members(self) -> None:
         """Remove the members whose session ran out (the controller's loop calls this every
-        EXPIRY_INTERVAL_S). Time the controller itself did not run (stopped, paused) is not
+        ``expiry_every_s``). Time the controller itself did not run (stopped, paused) is not
         counted against the members: their heartbeats waited to be read."""
         stalled = self._own_stalls.since_last()
         if not self.loaded:

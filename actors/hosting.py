@@ -156,6 +156,8 @@ class HostedReplica:
         except BaseException:
             lock.release()
             raise
+        # The broker's storage worker deletes what retention takes (actors/background.py).
+        log.defer_deletions = True
         hosted = cls(Partition(topic, partition, log, broker_id, configs), topic_id, configs,
                      lock)
         logger.info("opened %s: %s", directory, log.recovery)

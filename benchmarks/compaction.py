@@ -57,11 +57,11 @@ from ray.cluster_utils import Cluster
 from common import (
     RESULTS_DIR,
     alternate,
+    binary_array,
     generate_values,
     machine_info,
     markdown_table,
     run_benchmark,
-    split_values,
 )
 
 DEFAULT_JSON = RESULTS_DIR / "compaction.json"
@@ -95,7 +95,7 @@ class Writer:
         from raylog import Producer
 
         raylog.init()
-        values = pa.array(split_values(generate_values(ROWS, seed=3).tobytes()), pa.binary())
+        values = binary_array(generate_values(ROWS, seed=3))
         self.tables = [pa.table({"key": pa.array([b"key-%06d" % (t * ROWS + i)
                                                   for i in range(ROWS)], pa.binary()),
                                  "value": values}) for t in range(KEYS // ROWS)]

@@ -196,7 +196,7 @@ def run_actor(mode: Mode, root: Path) -> tuple[dict[str, Any], dict[str, list[fl
     """Part (b): a real controller actor's restart, per variant of the 100,000-change log."""
     import ray
 
-    from raylog.client.connection import controller_handle
+    from actors.launch import start_controller
     from raylog.util.cluster_names import CONTROLLER_NAME, NAMESPACE
 
     data_dir = root / "ray-data"
@@ -226,7 +226,7 @@ def run_actor(mode: Mode, root: Path) -> tuple[dict[str, Any], dict[str, list[fl
     def step(name: str) -> float:
         shutil.move(logs[name], metadata)  # the variant's log, while no controller runs
         try:
-            handle = controller_handle()
+            handle = start_controller()
             pid = ready(handle, None)
             started = time.perf_counter()
             ray.kill(handle, no_restart=False)

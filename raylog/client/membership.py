@@ -198,7 +198,7 @@ class Membership:
             if self._error is not None:
                 error, self._error = self._error, None
                 raise error
-            if time.monotonic() - self._last_success > self._session_timeout_s and \
+            if time.monotonic() > self._session_end() and \
                     not self._rejoining:  # (rejoining, it owns nothing to lose)
                 self._lost_all = True  # the coordinator has given our partitions away
             if self._lost_all:
@@ -215,7 +215,12 @@ class Membership:
         with self._lock:
             if self._rejoining or self._lost_all:
                 return math.inf
-            return self._last_success + self._session_timeout_s
+            return self._session_end()
+
+    def _session_end(self) -> float:
+        """When the session runs out unless a heartbeat is answered first: a session
+        after the last answered heartbeat was sent (lock held)."""
+        return self._last_success + self._session_timeout_s
 
     def report(self, owned: Iterable[TopicPartition], released: bool) -> None:
         """The consumer now holds exactly ``owned``; heartbeat at once if it released some
@@ -248,7 +253,7 @@ class Membership:
         member's session ran out first: the coordinator may have given its partitions away
         before it restarted, so everything is lost (as :meth:`latest` says)."""
         with self._lock:
-            if time.monotonic() - self._last_success > self._session_timeout_s:
+            if time.monotonic() > self._session_end():
                 self._lost_all = True
                 return
             claims = self._claims()

@@ -608,11 +608,8 @@ class Producer:
         loads = self._broker_loads()
         for key in list(self._lingered):
             batch = self._open.get(key)
-            if batch is not None and batch.created + linger_s > now:
-                # Sealed and opened again since the alarm was set: the new one's turn later.
-                self._alarms.set(("linger", key), batch.created + linger_s)
-                batch = None
-            if batch is None:
+            if batch is None or batch.created + linger_s > now:
+                # Sealed (and maybe opened again: the new batch's own alarm rings later).
                 del self._lingered[key]
             elif self._room_for(key, loads):
                 del self._lingered[key]

@@ -36,6 +36,7 @@ from raylog.records import BatchBuilder, Codec
 from raylog.records.builder import batch_capacity, record_size
 from raylog.records.header import MAX_PRODUCER_EPOCH, MAX_SEQUENCE, with_producer
 from raylog.storage import AppendInfo
+from raylog.util.backoff import Backoff
 from raylog.util.clocks import wall_clock_ms
 
 logger = logging.getLogger(__name__)
@@ -177,7 +178,7 @@ class OffsetsWriter:
 
     async def _send(self, data: bytes, count: int) -> BaseException | None:
         """Send the batch until it is in the log (None) or refused for good (the error)."""
-        pause, longest = self._backoff_s
+        backoff = Backoff(*self._backoff_s, jitter=0)
         refusals = 0
         while True:
             self.sends += 1
@@ -210,8 +211,7 @@ class OffsetsWriter:
             else:
                 self.next_sequence += count
                 return None
-            await asyncio.sleep(pause)
-            pause = min(2 * pause, longest)
+            await asyncio.sleep(backoff.next())
 
     def _renumber(self) -> None:
         """A new epoch: the next batch starts at sequence 0."""

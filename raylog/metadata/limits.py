@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 from raylog.errors import InvalidConfigError, InvalidPartitionsError
-from raylog.util.arguments import INT32_MAX, check_int
+from raylog.util.arguments import INT32_MAX, check_int, settings_from_environ
 
 MAX_PARTITIONS_ENV = "RAYLOG_MAX_PARTITIONS_PER_TOPIC"
 MAX_REPLICAS_ENV = "RAYLOG_MAX_REPLICAS_PER_BROKER"
@@ -55,15 +55,9 @@ class PartitionLimits:
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> PartitionLimits:
-        values = {}
-        for field, name in (("max_partitions_per_topic", MAX_PARTITIONS_ENV),
-                            ("max_replicas_per_broker", MAX_REPLICAS_ENV)):
-            text = environ.get(name, "").strip()
-            if text:
-                try:
-                    values[field] = int(text)
-                except ValueError:
-                    raise InvalidConfigError(f"{name} must be an integer, got {text!r}") from None
+        values = settings_from_environ(environ, {
+            "max_partitions_per_topic": (MAX_PARTITIONS_ENV, int, "an integer"),
+            "max_replicas_per_broker": (MAX_REPLICAS_ENV, int, "an integer")})
         return cls(**values)
 
     def check_topic_size(self, topic: str, partitions: int) -> None:

@@ -28,6 +28,7 @@ import os
 from collections.abc import Mapping
 
 from raylog.errors import InvalidConfigError
+from raylog.util.arguments import settings_from_environ
 
 REPLACE_AFTER_ENV = "RAYLOG_REPLACE_BROKER_AFTER_S"
 DEFAULT_REPLACE_AFTER_S = 600.0
@@ -65,13 +66,6 @@ class ReplicationSettings:
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> ReplicationSettings:
-        values = {}
-        for name, (env, unit, _) in _FIELDS.items():
-            text = environ.get(env, "").strip()
-            if text:
-                try:
-                    values[name] = float(text)
-                except ValueError:
-                    raise InvalidConfigError(f"{env} must be a number of {unit}, got "
-                                             f"{text!r}") from None
+        values = settings_from_environ(environ, {
+            name: (env, float, f"a number of {unit}") for name, (env, unit, _) in _FIELDS.items()})
         return cls(**values)

@@ -35,6 +35,7 @@ from raylog.errors import CorruptSnapshotError, InvalidConfigError
 from raylog.metadata.state import MetadataState
 from raylog.records.header import crc32c
 from raylog.storage import files
+from raylog.util.arguments import settings_from_environ
 
 SUFFIX = ".snapshot"
 TMP_SUFFIX = ".tmp"
@@ -71,15 +72,9 @@ class SnapshotPolicy:
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> SnapshotPolicy:
-        values = {}
-        for name, env in (("after_events", AFTER_EVENTS_ENV), ("after_bytes", AFTER_BYTES_ENV)):
-            text = environ.get(env, "").strip()
-            if text:
-                try:
-                    values[name] = int(text)
-                except ValueError:
-                    raise InvalidConfigError(f"{env} must be an integer >= 1, got "
-                                             f"{text!r}") from None
+        values = settings_from_environ(environ, {
+            "after_events": (AFTER_EVENTS_ENV, int, "an integer >= 1"),
+            "after_bytes": (AFTER_BYTES_ENV, int, "an integer >= 1")})
         return cls(**values)
 
     def due(self, events: int, size_bytes: int) -> bool:

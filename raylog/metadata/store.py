@@ -46,7 +46,7 @@ from raylog.metadata.snapshot import (
 from raylog.metadata.state import MetadataState
 from raylog.records import BatchBuilder, Codec, read_records
 from raylog.storage import LogConfig, PartitionLog, files
-from raylog.storage.log import wall_clock_ms
+from raylog.util.clocks import wall_clock_ms
 
 logger = logging.getLogger(__name__)
 

@@ -109,6 +109,7 @@ class CleaningPass:
                     _copy_cleaned(reader, cleaned, newest, reader.max_timestamp < horizon,
                                   stats)
                 cleaned.flush()
+                stats.bytes_before += sum(reader.size for reader in group)
                 stats.bytes_after += cleaned.size
                 stats.segments_cleaned += count
             self.built = True
@@ -207,11 +208,11 @@ class Compactor:
         if not job.built or closed or job.generation != self._generation:
             job.discard()
             return CleanerStats(dirty_ratio=job.stats.dirty_ratio)
-        positions = {id(s): i for i, s in enumerate(segments)}
+        present = {id(s) for s in segments}  # the pass holds its segments: ids not reused
         swaps = []
         for first, count, cleaned in job.outputs:
             group = job.segments[first:first + count]
-            if all(id(s) in positions and segments[positions[id(s)]] is s for s in group):
+            if all(id(s) in present for s in group):
                 swaps.append((group, cleaned))
             else:
                 cleaned.delete(sync=False)
@@ -219,21 +220,7 @@ class Compactor:
         if job.end != self.clean_end:
             self.clean_end = job.end
             self._checkpoint.write_offset(job.end)
-        stats = job.stats
-        for group, _ in swaps:
-            stats.bytes_before += sum(s.size for s in group)
-        return stats
-
-    def compact(self, segments: list[LogSegment], limit: int) -> CleanerStats:
-        """A whole pass on this thread, if one is due (empty stats otherwise)."""
-        job = self.plan(segments, limit)
-        if job is None:
-            return CleanerStats()
-        try:
-            job.build()
-        finally:
-            stats = self.swap(segments, job)
-        return stats
+        return job.stats
 
 
 def _ratio(clean: list[LogSegment], dirty: list[LogSegment]) -> float:
@@ -286,9 +273,11 @@ def _swap_in(directory: Path, segments: list[LogSegment],
 def finish_interrupted_cleaning(directory: Path, index_interval_bytes: int) -> None:
     """Discard compaction output never swapped in; complete the swaps a crash interrupted.
     Runs when a log opens, before its segments are listed."""
-    for path in directory.glob(f"*{CLEANED_SUFFIX}"):
+    discarded = list(directory.glob(f"*{CLEANED_SUFFIX}"))
+    for path in discarded:
         files.remove(path)
-    files.fsync_dir(directory)
+    if discarded:
+        files.fsync_dir(directory)
     for path in sorted(directory.glob(f"*{LOG_SUFFIX}{SWAP_SUFFIX}")):
         base = int(path.name.split(".")[0])
         swapped = LogSegment(directory, base, index_interval_bytes, suffix=SWAP_SUFFIX)
@@ -300,9 +289,11 @@ def finish_interrupted_cleaning(directory: Path, index_interval_bytes: int) -> N
         swapped.rename_suffix("")
         swapped.close()
     # What is left is index files of a swap whose segment file was already renamed.
-    for leftover in directory.glob(f"*{SWAP_SUFFIX}"):
+    leftovers = list(directory.glob(f"*{SWAP_SUFFIX}"))
+    for leftover in leftovers:
         files.remove(leftover)
-    files.fsync_dir(directory)
+    if leftovers:  # the swaps above synced their own steps
+        files.fsync_dir(directory)
 
 
 def _paced(segment: LogSegment) -> Iterator[tuple[BatchHeader, bytes, int]]:

@@ -464,8 +464,9 @@ class LogSegment:
         """A read-only copy for another thread: the batches of this segment as it is now,
         through a descriptor of its own, so that it stays readable (and never reads another
         file through a reused descriptor) whatever happens to this segment meanwhile. Use
-        only ``batches``, ``read`` and the attributes; close it when done. If this segment is
-        truncated meanwhile, the copy may find fewer bytes and raise CorruptRecordError."""
+        only ``batches``, ``read``, ``sync`` and the attributes; close it when done. If this
+        segment is truncated meanwhile, the copy may find fewer bytes and raise
+        CorruptRecordError."""
         copy = object.__new__(LogSegment)
         copy.__dict__.update(self.__dict__)
         copy._fd = os.dup(self._fd)

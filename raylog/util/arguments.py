@@ -12,7 +12,7 @@ import difflib
 import functools
 import math
 import reprlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from raylog.errors import InvalidArgumentError, InvalidConfigError, RaylogError
@@ -142,3 +142,22 @@ def check_id(what: str, value: object, error: type[RaylogError] = InvalidConfigE
     except UnicodeEncodeError:
         raise error(f"{what} {short_repr(value)} is not valid Unicode") from None
     return value
+
+
+def settings_from_environ(environ: Mapping[str, str],
+                          variables: Mapping[str, tuple[str, Callable[[str], Any], str]]
+                          ) -> dict[str, Any]:
+    """The settings whose environment variable is set (and not blank), each parsed:
+    ``variables`` maps a field to (its variable, the parser, what the variable must be). A
+    value the parser refuses raises InvalidConfigError naming the variable, e.g.
+    ``RAYLOG_X must be an integer, got 'many'``; range checks are the settings' own."""
+    values = {}
+    for field, (variable, parse, must_be) in variables.items():
+        text = environ.get(variable, "").strip()
+        if text:
+            try:
+                values[field] = parse(text)
+            except ValueError:
+                raise InvalidConfigError(f"{variable} must be {must_be}, got "
+                                         f"{text!r}") from None
+    return values

@@ -1,5 +1,5 @@
 """Brokers compact and enforce retention on their background thread: what clients and the
-replicas' directories show (the cleaner's rules: tests/unit/test_cleaner_passes.py)."""
+replicas' directories show (the cleaner's rules: tests/unit/storage/test_cleaner_passes.py)."""
 
 from __future__ import annotations
 

@@ -30,11 +30,6 @@ LAYERS: dict[str, tuple[list[str], set[str]]] = {
               "raylog.schemas"], set()),
 }
 
-# Arrows known to break the rules and not yet removed. Delete each one here when it goes: the
-# test says so. (Issue 23 item 2 removed the last two: the controller's managers importing it.)
-PENDING: set[tuple[str, str]] = set()
-
-
 def module_name(root: Path, path: Path) -> str:
     parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
@@ -172,8 +167,8 @@ def _describe(components: Iterable[list[str]], graph: dict[str, set[str]]) -> st
 
 def for_loops(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     """The arrows that can make a loop: not a package's to its own modules (how packages
-    work: ``raylog/__init__.py`` hands out names of its clients), nor the pending ones."""
-    return {a: {b for b in targets if not b.startswith(a + ".") and (a, b) not in PENDING}
+    work: ``raylog/__init__.py`` hands out names of its clients)."""
+    return {a: {b for b in targets if not b.startswith(a + ".")}
             for a, targets in graph.items()}
 
 
@@ -203,12 +198,6 @@ def test_the_feature_folders_import_each_other_without_a_loop():
     graph = folders(for_loops(arrows(ROOT)))
     found = loops(graph)
     assert found == [], "feature folders of raylog/ in a loop:\n" + _describe(found, graph)
-
-
-def test_the_pending_arrows_still_exist():
-    graph = arrows(ROOT)
-    gone = sorted(f"{a} -> {b}" for a, b in PENDING if b not in graph.get(a, ()))
-    assert gone == [], f"gone: delete them from PENDING in tests/unit/test_layers.py: {gone}"
 
 
 # -- the checks themselves, on a made-up tree ---------------------------------------------

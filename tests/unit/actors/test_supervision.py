@@ -19,15 +19,17 @@ class FakeBroker:
     def __init__(self, script: list[Any]) -> None:
         self.script = list(script)
         self.checks = 0
+        self.hung_at = 0  # the latest check that found the script used up (it hangs)
         self.watch = self
 
     def remote(self, incarnation: str | None, timeout_s: float, session_ms: float) -> Any:
         self.checks += 1
-        return self._answer()
+        return self._answer(self.checks)
 
-    async def _answer(self) -> dict[str, Any]:
+    async def _answer(self, check: int) -> dict[str, Any]:
         await asyncio.sleep(0.001)
         if not self.script:
+            self.hung_at = check
             await asyncio.Event().wait()  # hangs
         item = self.script.pop(0)
         if isinstance(item, BaseException):
@@ -68,11 +70,13 @@ def watch_of(broker: FakeBroker, gcs: tuple[str | None, int | None], recorder: R
                        lookup=lookup)
 
 
-async def settle(broker: FakeBroker) -> None:
-    """Until the script is used up (the watch then waits on a hanging check)."""
-    while broker.script:
+async def settle(broker: FakeBroker, timeout: float = 5.0) -> None:
+    """Until the script is used up and the watch waits on the check after it, which hangs:
+    the watch asks again only once it handled the last answer."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while broker.script or broker.hung_at != broker.checks:
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
         await asyncio.sleep(0.01)
-    await asyncio.sleep(0.05)
 
 
 def test_a_living_broker_ray_cannot_reach_for_a_moment_stays_up():

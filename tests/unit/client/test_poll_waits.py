@@ -11,6 +11,7 @@ import pytest
 
 import raylog.client.consumer as consumer_module
 from raylog.client.consumer import Consumer
+from raylog.types import TopicPartition
 from tests.unit import fake_remote
 from tests.unit.fake_remote import FakeController, wait_until
 from tests.unit.logutil import batch_of
@@ -61,3 +62,31 @@ def test_a_poll_with_nothing_to_wait_for_returns_empty_at_its_timeout(controller
     assert consumer.poll(timeout_ms=0) == []  # nothing assigned
     assert consumer.poll(timeout_ms=50) == []
     consumer.close()
+
+
+def test_a_poll_waiting_out_a_partitions_backoff_wakes_when_it_ends(controller):
+    """Every replica fails at first: the partition backs off, with nothing in flight. The
+    poll asks again when the backoff ends (nothing else would wake it) and returns the
+    records then, long before its timeout."""
+    controller.topics[TOPIC][0].append(batch_of([b"x"]))
+    brokers = controller.brokers.values()
+    for broker in brokers:
+        broker.dead = True
+    consumer = Consumer(cluster=fake_remote.fake_cluster(controller),
+                        auto_offset_reset="earliest", retry_backoff_ms=500)
+    tp = TopicPartition(TOPIC, 0)
+    consumer.assign([tp])
+
+    def revive() -> None:  # once the partition failed and backs off
+        wait_until(lambda: consumer._assigned[tp].not_before > 0)
+        for broker in brokers:
+            broker.dead = False
+
+    reviver = threading.Thread(target=revive)
+    reviver.start()
+    try:
+        records = consumer.poll(timeout_ms=30_000)
+        assert [r.value for r in records] == [b"x"]
+    finally:
+        reviver.join()
+        consumer.close()
