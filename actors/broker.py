@@ -1,29 +1,35 @@
-"""The broker actor: one per broker node, holding its data directory and every partition
-replica of that broker (as a Kafka broker does).
+"""The broker actor, one per broker node, and the replica hosts it starts: the processes of
+a node that serve its broker's partition replicas (as a Kafka broker's process does).
 
-It takes the node's data directory (``$RAYLOG_DATA_DIR``, or a free slot under
-``~/.raylog/brokers``) under an advisory lock for as long as it lives, tells the controller
-which broker identity the directory holds, and writes a new identity when the controller
-adopts the directory. The controller then tells it which replicas it holds and who leads each
-(:meth:`BrokerActor.apply`); it opens them and serves:
+- :class:`ReplicaHost` is the serving part, shared by both actor classes: the replicas one
+  process hosts, which it opens in the role the controller says, and serves to producers
+  (:meth:`produce`) and consumers (:meth:`fetch`, :meth:`list_offset`,
+  :meth:`read_kafka_table`) where it leads, to consumers where it follows (reads from the
+  nearest replica, below its high watermark), to other brokers' fetchers
+  (:meth:`replica_fetch`, :meth:`epoch_end_offsets`) where it leads, while its own fetchers
+  (actors/fetcher.py) copy those it follows.
+- :class:`BrokerActor` takes the node's data directory (``$RAYLOG_DATA_DIR``, or a free slot
+  under ``~/.raylog/brokers``) under an advisory lock for as long as it lives, tells the
+  controller which broker identity the directory holds, writes a new identity when the
+  controller adopts the directory, and takes the controller's word on its replicas
+  (:meth:`BrokerActor.apply`). It serves some of them itself (host 0) and places the
+  others on the replica hosts it starts (actors/replica_hosts.py): the node's
+  ``RAYLOG_BROKER_PROCESSES`` processes, and one per replica of a dedicated topic. A
+  request that reaches it for a replica a host serves is passed on.
+- :class:`ReplicaHostActor` is such a host: told its replicas by its broker only, serving
+  while its broker renews its lease.
 
-- producers (:meth:`produce`) and consumers (:meth:`fetch`, :meth:`list_offset`,
-  :meth:`read_kafka_table`) of the partitions it leads, and consumers of those it follows
-  (reads from the nearest replica, below its high watermark);
-- other brokers' fetchers (:meth:`replica_fetch`, :meth:`epoch_end_offsets`) for the
-  partitions it leads, while its own fetchers (actors/fetcher.py) copy those it follows.
+Every request carries the leader epoch the caller knows. A process that finds its event
+loop made no progress for long enough that the controller may have fenced it (stopped,
+stuck on a disk, paused: raylog/metadata/sessions.py) serves no leader or consumer request
+until its state is confirmed (the broker's by the controller, a host's by its broker:
+:meth:`ReplicaHost._confirm`), and answers no request whose processing spanned such a stall.
 
-Every request carries the leader epoch the caller knows. A broker that finds its event loop
-made no progress for long enough that the controller may have fenced it (stopped, stuck on a
-disk, paused: raylog/metadata/sessions.py) serves no leader or consumer request until the
-controller has confirmed its state (:meth:`BrokerActor._confirm`), and answers no request
-whose processing spanned such a stall.
-
-One process holds all of a broker's replicas, so a replica costs a directory, a few open
-files and some memory, not a Ray worker process (about 0.4% of a core idle and 60 MB each:
-benchmarks/density.py). All replicas run on the actor's one event loop, one call at a time
-between awaits; their slow storage work (compaction passes, ``flush.ms`` flushes, deleting
-the segments retention took) runs on the process's background thread
+A process holds many replicas, so a replica costs a directory, a few open files and some
+memory, not a Ray worker process (about 0.4% of a core idle and 60 MB each:
+benchmarks/density.py). A process's replicas run on its one event loop, one call at a time
+between awaits; their slow storage work (compaction passes, ``flush.ms`` flushes,
+deleting the segments retention took) runs on the process's background thread
 (actors/background.py), planned and finished on the loop.
 """
 
@@ -43,6 +49,8 @@ from typing import Any
 
 import pyarrow as pa
 import ray
+from ray.exceptions import RayTaskError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors import at, log_what_matters
 from actors.background import StorageWorker
@@ -54,6 +62,7 @@ from actors.hosting import (
     remove_partition_dir,
     wait_any,
 )
+from actors.replica_hosts import HostSet
 from raylog.errors import (
     BrokerRestartedError,
     BrokerStalledError,
@@ -62,6 +71,7 @@ from raylog.errors import (
     RaylogError,
     StorageError,
 )
+from raylog.metadata.hosts import HostLease, configured_processes
 from raylog.metadata.identity import (
     BrokerIdentity,
     IdentityError,
@@ -85,12 +95,13 @@ from raylog.replica.partition import (
 )
 from raylog.storage import AppendInfo
 from raylog.util.cluster_names import (
+    ACTOR_RUNTIME_ENV,
     CONTROLLER_NAME,
     NAMESPACE,
     configured_data_dir,
     default_broker_root,
 )
-from raylog.util.interop import error_json, java_call
+from raylog.util.interop import JavaCallError, error_json, java_call
 from raylog.util.metrics import recorder
 
 logger = logging.getLogger(__name__)
@@ -127,30 +138,33 @@ class _NoPandas(importlib.abc.MetaPathFinder):
 TopicPartition = tuple[str, int]
 
 
-@ray.remote(num_cpus=0, max_concurrency=MAX_CONCURRENCY)
-class BrokerActor:
-    """Holds one node's data directory (locked), its identity, and the broker's replicas.
+class ReplicaHost:
+    """Serves replicas from one process: the replicas this process hosts, the fetchers of
+    those it follows, its stall guard and its maintenance. The broker actor is one
+    (host 0 of its node); a :class:`ReplicaHostActor` is another, started by the broker
+    (actors/replica_hosts.py). A subclass says who confirms its state after a stall
+    (:meth:`_ask_confirmation`) and may refuse requests for more reasons (:meth:`_check`).
 
     Not thread-safe and need not be: an async actor runs its calls on one event loop."""
 
-    def __init__(self, node_id: str) -> None:
+    def __init__(self) -> None:
         forgo_pandas()
         log_what_matters()
         self.node_id = ray.get_runtime_context().get_node_id()
-        self.host = ray.util.get_node_ip_address()
         # A new value every time this process starts (Ray restarts it after a crash): the
-        # controller sees the broker lost its in-memory state and fences it accordingly.
+        # controller (or the broker, for its hosts) sees it lost its in-memory state.
         self.incarnation = uuid.uuid4().hex[:16]
-        self.error: str | None = None
         self.directory: Path | None = None
         self.broker_id: int | None = None  # set by the controller's first apply
-        # This process's broker epoch, from the controller (who records every start of a
+        # This broker's broker epoch, from the controller (who records every start of a
         # broker's process): it goes with every fetch, so a leader tells this process from
         # an earlier one of the same broker (KIP-903). Unknown until the controller says.
         self.broker_epoch = NO_BROKER_EPOCH
         self.replicas: dict[TopicPartition, HostedReplica] = {}
         self.failed: dict[TopicPartition, str] = {}  # replicas that could not open
-        self.fetchers: dict[int, ReplicaFetcher] = {}  # by leader broker id
+        # By (leader broker id, the leader's host: None for its broker actor, else the
+        # host actor's id): a leader broker's replicas may live on several hosts.
+        self.fetchers: dict[tuple[int, str | None], ReplicaFetcher] = {}
         self.brokers: dict[int, ray.actor.ActorHandle] = {}  # live brokers, from the controller
         # The controller's metadata version of each word it sends: calls can arrive out of
         # order, and an older word never undoes a newer one (a stale full push must not
@@ -164,65 +178,15 @@ class BrokerActor:
         self.guard = StallGuard(stall_threshold_s(DEFAULT_SESSION_TIMEOUT_MS / 1000),
                                 on_stall=self._stalled)
         self._confirming: asyncio.Task | None = None
-        if self.node_id != node_id:
-            self.error = f"broker actor for {node_id} placed on {self.node_id}"
-        else:
-            try:
-                self.directory, self._lock = claim_data_dir(configured_data_dir(),
-                                                            default_broker_root())
-            except (IdentityError, OSError) as e:
-                self.error = str(e)
         # An async actor's __init__ runs on its event loop: maintenance starts with every
         # incarnation, including the ones Ray restarts without the controller asking.
         self._storage = StorageWorker()  # compaction, flushes, deletions: off this loop
         self._maintenance = asyncio.get_event_loop().create_task(self._maintain())
         self._ticker = asyncio.get_event_loop().create_task(self._tick())
 
-    # -- identity ----------------------------------------------------------------------------
-
-    def identify(self) -> dict[str, Any]:
-        """Where this node runs, its data directory and the identity that holds (or the
-        error that keeps it from serving), and this process's incarnation."""
-        answer: dict[str, Any] = {"node_id": self.node_id, "host": self.host,
-                                  "data_dir": str(self.directory), "error": self.error,
-                                  "identity": None, "incarnation": self.incarnation,
-                                  "pid": os.getpid()}
-        if self.error is None:
-            try:
-                identity = read_identity(self.directory)
-            except IdentityError as e:
-                answer["error"] = str(e)
-                return answer
-            if identity is not None:
-                answer["identity"] = [identity.broker_id, identity.cluster_id]
-        return answer
-
-    def adopt(self, broker_id: int, cluster_id: str) -> None:
-        """Write the identity of a new broker into a directory that has none."""
-        existing = read_identity(self.directory)
-        wanted = BrokerIdentity(broker_id, cluster_id)
-        if existing is not None and existing != wanted:
-            raise IdentityError(f"{self.directory} already holds {existing}")
-        if existing is None:
-            write_identity(self.directory, wanted)
-            logger.info("%s is broker %d of cluster %s", self.directory, broker_id, cluster_id)
-
-    async def watch(self, incarnation: str | None, timeout_s: float,
-                    session_timeout_ms: float | None = None) -> dict[str, Any]:
-        """The controller's health check: answers at once if the controller knows another
-        incarnation (this process restarted), else after ``timeout_s`` or when a replica
-        failed. Its failing is how the controller learns this broker is gone; its answers
-        renew this broker's session. ``session_timeout_ms``: the cluster's broker session
-        timeout, from which this broker tells a stall that may have got it fenced."""
-        if session_timeout_ms is not None:
-            self.guard.threshold_s = stall_threshold_s(session_timeout_ms / 1000)
-        if incarnation == self.incarnation:
-            self._status.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._status.wait(), timeout_s)
-        return {"incarnation": self.incarnation, "broker_id": self.broker_id,
-                "replicas": len(self.replicas), "failed": dict(self.failed),
-                "pid": os.getpid(), "serving": self.guard.serving}
+    def _check(self) -> int:
+        """Before serving a leader or consumer request: the stall guard's check."""
+        return self.guard.check()
 
     # -- its own stalls ------------------------------------------------------------------------
 
@@ -234,77 +198,54 @@ class BrokerActor:
 
     def _stalled(self) -> None:
         """The event loop did not run for long enough that the controller may have fenced
-        this broker: from now on it serves nothing until the controller confirms."""
-        logger.warning("broker %s stalled for %.1f s: serving nothing until the controller "
-                       "confirms its state", self.broker_id, self.guard.last_stall_s)
+        this broker: from now on it serves nothing until its state is confirmed."""
+        logger.warning("broker %s stalled for %.1f s: serving nothing until its state is "
+                       "confirmed", self.broker_id, self.guard.last_stall_s)
         if self._confirming is None or self._confirming.done():
             self._confirming = asyncio.get_running_loop().create_task(self._confirm())
 
     async def _confirm(self) -> None:
-        """Ask the controller until it confirmed this broker's state after its latest stall.
-        (It brings the broker up if it had fenced it, telling it its replicas' states first:
-        those another broker leads now are followers, and truncate.)"""
+        """Ask until this process's state is confirmed after its latest stall."""
         while not self.guard.serving:
             generation = self.guard.generation
             if self.broker_id is None:  # told nothing yet: it serves nothing anyway
                 self.guard.confirmed(generation)
                 break
             try:
-                answer = await asyncio.wait_for(
-                    self._controller_handle().confirm_broker.remote(self.broker_id,
-                                                                    self.incarnation),
-                    CONFIRM_TIMEOUT_S)
+                confirmed = await asyncio.wait_for(self._ask_confirmation(), CONFIRM_TIMEOUT_S)
             except Exception as e:  # unreachable, restarting, slow: ask again
                 if isinstance(e, ray.exceptions.RayActorError):
                     self._controller = None  # created again: look it up anew
-                logger.info("the controller did not confirm broker %s yet: %r",
-                            self.broker_id, e)
+                logger.info("broker %s: its state is not confirmed yet: %r", self.broker_id, e)
                 await asyncio.sleep(CONFIRM_RETRY_S)
                 continue
-            if answer["confirmed"]:
+            if confirmed:
                 self.guard.confirmed(generation)
                 if self.guard.serving:
-                    logger.info("broker %s confirmed by the controller (metadata version "
-                                "%d): serving again", self.broker_id, answer["version"])
+                    logger.info("broker %s: state confirmed, serving again", self.broker_id)
             else:
                 await asyncio.sleep(CONFIRM_RETRY_S)
 
-    # -- what the controller says ----------------------------------------------------------------
+    async def _ask_confirmation(self) -> bool:
+        """Whether this process's state is confirmed after a stall (a subclass asks)."""
+        raise NotImplementedError
 
-    async def apply(self, broker_id: int, cluster_id: str, states: list[dict[str, Any]],
-                    brokers: dict[int, ray.actor.ActorHandle], full: bool = False,
-                    version: int = 0, broker_epoch: int = NO_BROKER_EPOCH,
-                    incarnation: str | None = None) -> dict[str, Any]:
+    # -- what the controller says (through the broker) ----------------------------------------
+
+    def _take(self, states: list[dict[str, Any]], brokers: dict[int, ray.actor.ActorHandle],
+              full: bool, version: int, assigned: dict[TopicPartition, str] | None
+              ) -> dict[str, Any]:
         """Hold the replicas ``states`` describe (opening those not open yet) in the role
         each says. ``brokers``: the live brokers' actors, for following leaders. With
-        ``full``, ``states`` are every replica of this broker: others are stopped and their
-        files removed (topics deleted or moved away while it was down). ``version``: the
-        controller's metadata version when it sent this; anything older than what this
-        broker has seen is not allowed to undo it. ``incarnation``: the process the
-        controller addresses; a word meant for an earlier one (this process replaced it
-        before the controller noticed) is refused with BrokerRestartedError, as Kafka's
-        brokers refuse a LeaderAndIsr of another broker epoch: it was decided while the
-        earlier process led, and would make this one lead at an epoch it does not own.
-        ``broker_epoch``: the one the controller recorded for that incarnation (it grows
-        with every start of the broker's process); followers send it with their fetches."""
-        if incarnation is not None and incarnation != self.incarnation:
-            raise BrokerRestartedError(
-                f"a word for incarnation {incarnation} of broker {broker_id}; this process is "
-                f"{self.incarnation}")
-        if self.error is not None:
-            raise IdentityError(self.error)
-        identity = read_identity(self.directory)
-        if identity != BrokerIdentity(broker_id, cluster_id):
-            raise IdentityError(f"{self.directory} holds {identity}, not broker {broker_id} of "
-                                f"cluster {cluster_id}: refusing to serve it as that broker")
-        self.broker_id = broker_id
-        if incarnation == self.incarnation and broker_epoch > self.broker_epoch:
-            self.broker_epoch = broker_epoch
+        ``full``, ``assigned`` is every replica of this broker (its topic id): any other
+        this process holds is stopped and its files removed. ``version``: the controller's
+        metadata version when it sent this; anything older than what this process has seen
+        is not allowed to undo it. Answers per replica its state, or the error."""
         newest = version >= self.version
         self.version = max(self.version, version)
         self.brokers = dict(brokers) if full and newest else {**self.brokers, **brokers}
-        for leader, fetcher in self.fetchers.items():  # a broker created again: a new handle
-            if leader in self.brokers:
+        for (leader, host), fetcher in self.fetchers.items():  # a broker created again
+            if host is None and leader in self.brokers:
                 fetcher.handle = self.brokers[leader]
         answers = {}
         for state in states:
@@ -318,9 +259,8 @@ class BrokerActor:
                 self.failed[tp] = repr(e)
                 self._status.set()
                 answers[f"{tp[0]}-{tp[1]}"] = {"error": repr(e)}
-        if full and newest:
-            self._remove_strays({(s["topic"], s["partition"]): s["topic_id"] for s in states},
-                                version)
+        if full and newest and assigned is not None:
+            self._remove_strays(assigned, version)
         return answers
 
     def _apply_one(self, tp: TopicPartition, state: dict[str, Any],
@@ -361,25 +301,44 @@ class BrokerActor:
 
     def _fetch_as_told(self, tp: TopicPartition, partition: Any) -> None:
         """Follow ``tp`` from its leader's broker at its leader epoch, and from no other.
-        Idempotent: a partition already followed at that epoch goes on where it is; one whose
+        Idempotent: a partition already followed at that epoch goes on where it is (from
+        the leader's broker actor, or from the leader's host it was sent to); one whose
         leader's broker is not known yet starts when a later apply brings its handle."""
         wanted = partition.leader_id if partition.role is Role.FOLLOWER else None
-        for leader, fetcher in self.fetchers.items():
+        followed = False
+        for (leader, _), fetcher in self.fetchers.items():
             following = fetcher.partitions.get(tp)
             if following is not None and (leader != wanted or
                                           following.leader_epoch != partition.leader_epoch):
                 fetcher.forget(tp)
-        if wanted is None:
+            elif following is not None:
+                followed = True
+        if wanted is None or followed:
             return
         handle = self.brokers.get(wanted)
         if handle is None:
             logger.info("leader broker %s is not reachable yet", wanted, **at(*tp))
             return
-        fetcher = self.fetchers.get(wanted)
+        fetcher = self.fetchers.get((wanted, None))
         if fetcher is None:
-            fetcher = self.fetchers[wanted] = ReplicaFetcher(self, wanted, handle)
-        if tp not in fetcher.partitions:
-            fetcher.follow(tp, partition.leader_epoch, handle)
+            fetcher = self.fetchers[wanted, None] = ReplicaFetcher(self, wanted, handle)
+        fetcher.follow(tp, partition.leader_epoch, handle)
+
+    def redirect(self, tp: TopicPartition, following: Any, leader: int,
+                 host: ray.actor.ActorHandle | None) -> None:
+        """The leader's broker says another process of its node serves ``tp`` (``host``),
+        or its host no longer does (None: ask the broker again): copy it from there, going
+        on where it was."""
+        for fetcher in self.fetchers.values():
+            fetcher.forget(tp)
+        key = (leader, None if host is None else host._actor_id.hex())
+        handle = host if host is not None else self.brokers.get(leader)
+        if handle is None:
+            return  # the leader's broker is not known now: the controller's next word says
+        fetcher = self.fetchers.get(key)
+        if fetcher is None:
+            fetcher = self.fetchers[key] = ReplicaFetcher(self, leader, handle, key[1])
+        fetcher.adopt(tp, following)
 
     async def stop_replicas(self, replicas: list[tuple[str, int]], delete: bool = False,
                             version: int = 0) -> None:
@@ -404,16 +363,19 @@ class BrokerActor:
         directory = self.directory / f"{tp[0]}-{tp[1]}"
         if hosted is not None:
             hosted.stop()
-            if delete:
-                hosted.partition.log.delete()
-            else:
-                hosted.partition.close()
+            try:
+                if delete:
+                    hosted.partition.log.delete()
+                else:
+                    hosted.partition.close()
+            finally:
+                hosted.release()
         if delete:
             remove_partition_dir(directory)
             logger.info("removed %s", directory)
 
     def _remove_strays(self, assigned: dict[TopicPartition, str], version: int) -> None:
-        """Remove replicas this broker holds but is not assigned (any more)."""
+        """Remove replicas this process holds but the broker is not assigned (any more)."""
         for tp in [tp for tp, h in self.replicas.items()
                    if assigned.get(tp) != h.topic_id and h.version <= version]:
             self._gone[tp] = version
@@ -421,6 +383,10 @@ class BrokerActor:
                 self._stop(tp, delete=True)
             except OSError:
                 logger.exception("removing the replica failed", **at(*tp))
+
+    def _remove_stray_dirs(self, assigned: dict[TopicPartition, str]) -> None:
+        """Remove the partition directories of the broker's data directory that are not
+        assigned to it (the broker only: its hosts' replicas are all assigned)."""
         for marker in self.directory.glob(f"*/{METADATA_FILE}"):
             directory = marker.parent
             name, _, number = directory.name.rpartition("-")
@@ -464,7 +430,7 @@ class BrokerActor:
     def _hosted(self, topic: str, partition: int) -> HostedReplica:
         """The replica a leader or consumer request is for (BrokerStalledError while this
         broker waits for the controller to confirm it after a stall)."""
-        self.guard.check()
+        self._check()
         hosted = self.replicas.get((topic, partition))
         if hosted is None:
             raise NotLeaderError(f"broker {self.broker_id} holds no replica of "
@@ -625,7 +591,7 @@ class BrokerActor:
         this high watermark, or the error. Waits up to ``max_wait_ms`` while there is
         neither data nor a high watermark the follower lacks."""
         try:
-            since = self.guard.check()
+            since = self._check()
         except BrokerStalledError as e:  # per partition, as the follower's fetcher reads them
             return [_error_answer(e, self.replicas.get((t, p))) for t, p, *_ in requests]
         answers: list[dict[str, Any] | None] = [None] * len(requests)
@@ -748,6 +714,386 @@ class BrokerActor:
             log.checkpoint_high_watermark()
             hosted.last_hw_checkpoint = time.monotonic()
         hosted.maybe_propose_isr(self._propose_isr)
+
+
+@ray.remote(num_cpus=0, max_concurrency=MAX_CONCURRENCY)
+class BrokerActor(ReplicaHost):
+    """(It calls ReplicaHost's methods by name, never through ``super()``: Ray's actor class
+    is not the class the methods were defined in, once Ray restarted the process.)
+
+    One node's broker: its data directory (locked), its identity, the controller's one
+    counterpart (identify, adopt, watch, apply, confirm), and host 0 of its replicas; the
+    node's other replica hosts are its children (actors/replica_hosts.py), and a request
+    for a replica one of them serves is passed on to it (clients call the host directly:
+    the controller's metadata names it)."""
+
+    def __init__(self, node_id: str) -> None:
+        ReplicaHost.__init__(self)
+        self.host = ray.util.get_node_ip_address()
+        self.error: str | None = None
+        processes = 1
+        if self.node_id != node_id:
+            self.error = f"broker actor for {node_id} placed on {self.node_id}"
+        else:
+            try:
+                processes = configured_processes()
+                self.directory, self._lock = claim_data_dir(configured_data_dir(),
+                                                            default_broker_root())
+            except (IdentityError, OSError, RaylogError) as e:
+                self.error = str(e)
+        self.hosts = HostSet(self, processes, self._start_host)
+
+    def _start_host(self, name: str) -> ray.actor.ActorHandle:
+        """A replica host on this node, as this actor's child (it dies with this process),
+        restarted by Ray when its process dies."""
+        return ReplicaHostActor.options(
+            max_restarts=-1, max_task_retries=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_id, soft=False),
+            runtime_env=ACTOR_RUNTIME_ENV,
+        ).remote(ray.get_runtime_context().current_actor, name, str(self.directory),
+                 self.incarnation, self.guard.threshold_s)
+
+    # -- identity ----------------------------------------------------------------------------
+
+    def identify(self) -> dict[str, Any]:
+        """Where this node runs, its data directory and the identity that holds (or the
+        error that keeps it from serving), and this process's incarnation."""
+        answer: dict[str, Any] = {"node_id": self.node_id, "host": self.host,
+                                  "data_dir": str(self.directory), "error": self.error,
+                                  "identity": None, "incarnation": self.incarnation,
+                                  "pid": os.getpid()}
+        if self.error is None:
+            try:
+                identity = read_identity(self.directory)
+            except IdentityError as e:
+                answer["error"] = str(e)
+                return answer
+            if identity is not None:
+                answer["identity"] = [identity.broker_id, identity.cluster_id]
+        return answer
+
+    def adopt(self, broker_id: int, cluster_id: str) -> None:
+        """Write the identity of a new broker into a directory that has none."""
+        existing = read_identity(self.directory)
+        wanted = BrokerIdentity(broker_id, cluster_id)
+        if existing is not None and existing != wanted:
+            raise IdentityError(f"{self.directory} already holds {existing}")
+        if existing is None:
+            write_identity(self.directory, wanted)
+            logger.info("%s is broker %d of cluster %s", self.directory, broker_id, cluster_id)
+
+    async def watch(self, incarnation: str | None, timeout_s: float,
+                    session_timeout_ms: float | None = None) -> dict[str, Any]:
+        """The controller's health check: answers at once if the controller knows another
+        incarnation (this process restarted), else after ``timeout_s`` or when a replica
+        failed (or a replica host went down). Its failing is how the controller learns this
+        broker is gone; its answers renew this broker's session. ``session_timeout_ms``: the
+        cluster's broker session timeout, from which this broker tells a stall that may
+        have got it fenced."""
+        if session_timeout_ms is not None:
+            self.guard.threshold_s = stall_threshold_s(session_timeout_ms / 1000)
+        if incarnation == self.incarnation:
+            self._status.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._status.wait(), timeout_s)
+        return {"incarnation": self.incarnation, "broker_id": self.broker_id,
+                "replicas": self.hosts.count(), "failed": dict(self.failed), "pid": os.getpid(),
+                "serving": self.guard.serving}
+
+    async def _ask_confirmation(self) -> bool:
+        """Ask the controller to confirm this broker's state after its latest stall. (It
+        brings the broker up if it had fenced it, telling it its replicas' states first:
+        those another broker leads now are followers, and truncate.)"""
+        try:
+            answer = await self._controller_handle().confirm_broker.remote(
+                self.broker_id, self.incarnation)
+        except ray.exceptions.RayActorError:
+            self._controller = None  # created again: look it up anew
+            raise
+        return bool(answer["confirmed"])
+
+    def confirm_host(self, name: str, incarnation: str) -> bool:
+        """A replica host asks after a stall of its own whether it may serve: while this
+        broker knows it up as that incarnation, and serves itself."""
+        return self.hosts.confirm(name, incarnation) and self.guard.serving
+
+    # -- what the controller says ----------------------------------------------------------------
+
+    async def apply(self, broker_id: int, cluster_id: str, states: list[dict[str, Any]],
+                    brokers: dict[int, ray.actor.ActorHandle], full: bool = False,
+                    version: int = 0, broker_epoch: int = NO_BROKER_EPOCH,
+                    incarnation: str | None = None) -> dict[str, Any]:
+        """Hold the replicas ``states`` describe (opening those not open yet) in the role
+        each says, each on the host that serves it. ``brokers``: the live brokers' actors,
+        for following leaders. With ``full``, ``states`` are every replica of this broker:
+        others are stopped and their files removed (topics deleted or moved away while it
+        was down). ``version``: the controller's metadata version when it sent this;
+        anything older than what this broker has seen is not allowed to undo it.
+        ``incarnation``: the process the controller addresses; a word meant for an earlier
+        one (this process replaced it before the controller noticed) is refused with
+        BrokerRestartedError, as Kafka's brokers refuse a LeaderAndIsr of another broker
+        epoch: it was decided while the earlier process led, and would make this one lead
+        at an epoch it does not own (its hosts, children of this process, take words from
+        it only). ``broker_epoch``: the one the controller recorded for that incarnation (it
+        grows with every start of the broker's process); followers send it with their
+        fetches. Answers per replica its state (and the host serving it, if not this
+        process), or the error."""
+        if incarnation is not None and incarnation != self.incarnation:
+            raise BrokerRestartedError(
+                f"a word for incarnation {incarnation} of broker {broker_id}; this process is "
+                f"{self.incarnation}")
+        if self.error is not None:
+            raise IdentityError(self.error)
+        identity = read_identity(self.directory)
+        if identity != BrokerIdentity(broker_id, cluster_id):
+            raise IdentityError(f"{self.directory} holds {identity}, not broker {broker_id} of "
+                                f"cluster {cluster_id}: refusing to serve it as that broker")
+        self.broker_id = broker_id
+        if incarnation == self.incarnation and broker_epoch > self.broker_epoch:
+            self.broker_epoch = broker_epoch
+        newest = version >= self.version
+        states = [s for s in states
+                  if self._gone.get((s["topic"], s["partition"]), -1) <= version]
+        assigned = {(s["topic"], s["partition"]): s["topic_id"] for s in states} \
+            if full else None
+        routed, moves = self.hosts.route(states, version)
+        for key, tp in moves:  # stopped where they were before they open elsewhere
+            await self._stop_on(key, [tp], False, version)
+        if full:
+            for key in self.hosts.handles:
+                routed.setdefault(key, [])
+        answers = self._take(routed.pop(0, []), brokers, full, version, assigned)
+        told = [self.hosts.take(key, group, brokers, full, version, assigned)
+                for key, group in routed.items()]
+        for answer in await asyncio.gather(*told):
+            answers.update(answer)
+        if full and newest:
+            for tp in [tp for tp in self.hosts.placed() if tp not in assigned]:
+                self.hosts.release(tp, version)
+            self._remove_stray_dirs(assigned)
+        return answers
+
+    async def _stop_on(self, key: Any, replicas: list[TopicPartition], delete: bool,
+                       version: int) -> None:
+        if key == 0:
+            await ReplicaHost.stop_replicas(self, replicas, delete, version)
+            return
+        handle = self.hosts.handles.get(key)
+        if handle is None:
+            return
+        try:
+            await asyncio.wait_for(handle.stop_replicas.remote(replicas, delete, version),
+                                   CONFIRM_TIMEOUT_S)
+        except Exception as e:  # it is down: it holds nothing then, and strays go later
+            logger.warning("replica host %s did not stop %s: %r", key, replicas, e)
+
+    async def stop_replicas(self, replicas: list[tuple[str, int]], delete: bool = False,
+                            version: int = 0) -> None:
+        """Stop serving these replicas; with ``delete``, remove their files (the topic was
+        deleted, or the replica moved to another broker). ``version`` as for apply."""
+        tps = [tuple(r) for r in replicas]
+        for key, indexes in self.hosts.group(tps).items():
+            await self._stop_on(key, [tps[i] for i in indexes], delete, version)
+        for tp in tps:
+            self._gone[tp] = max(self._gone.get(tp, -1), version)
+            self.failed.pop(tp, None)
+            self.hosts.release(tp, version)
+
+    async def update_configs(self, topic: str, configs: dict[str, Any],
+                             version: int = 0) -> None:
+        await ReplicaHost.update_configs(self, topic, configs, version)
+        keys = {self.hosts.key_of(tp) for tp in self.hosts.states if tp[0] == topic} - {0}
+        await asyncio.gather(*(self.hosts.handles[k].update_configs.remote(
+            topic, configs, version) for k in keys if k in self.hosts.handles),
+            return_exceptions=True)
+
+    async def describe(self, topic: str | None = None) -> list[dict[str, Any]]:
+        """Every replica this broker holds (of ``topic``), on whichever host serves it."""
+        described = await ReplicaHost.describe(self, topic)
+        others = await asyncio.gather(*(h.describe.remote(topic)
+                                        for h in self.hosts.handles.values()),
+                                      return_exceptions=True)
+        for answer in others:
+            if isinstance(answer, list):
+                described.extend({**d, "node_id": self.node_id} for d in answer)
+        return sorted(described, key=lambda d: (d["topic"], d["partition"]))
+
+    async def close(self) -> None:
+        await self.hosts.close()
+        await ReplicaHost.close(self)
+
+    # -- requests for replicas another host serves -------------------------------------------
+
+    async def produce(self, topic: str, partition: int, leader_epoch: int, batch: bytes,
+                      acks: int | str = 1, timeout_ms: int = 30_000) -> AppendInfo:
+        host = self.hosts.elsewhere((topic, partition))
+        if host is None:
+            return await ReplicaHost.produce(self, topic, partition, leader_epoch, batch,
+                                             acks, timeout_ms)
+        return await _forward(host.produce.remote(topic, partition, leader_epoch, batch,
+                                                  acks, timeout_ms))
+
+    async def fetch(self, topic: str, partition: int, leader_epoch: int, offset: int,
+                    max_bytes: int = 8 << 20, max_wait_ms: int = 0, min_bytes: int = 1
+                    ) -> FetchResult:
+        host = self.hosts.elsewhere((topic, partition))
+        if host is None:
+            return await ReplicaHost.fetch(self, topic, partition, leader_epoch, offset,
+                                           max_bytes, max_wait_ms, min_bytes)
+        return await _forward(host.fetch.remote(topic, partition, leader_epoch, offset,
+                                                max_bytes, max_wait_ms, min_bytes))
+
+    async def delete_records(self, topic: str, partition: int, leader_epoch: int,
+                             offset: int) -> int:
+        host = self.hosts.elsewhere((topic, partition))
+        if host is None:
+            return await ReplicaHost.delete_records(self, topic, partition, leader_epoch, offset)
+        return await _forward(host.delete_records.remote(topic, partition, leader_epoch,
+                                                         offset))
+
+    async def list_offset(self, topic: str, partition: int, leader_epoch: int,
+                          spec: str | int) -> tuple[int, int] | None:
+        host = self.hosts.elsewhere((topic, partition))
+        if host is None:
+            return await ReplicaHost.list_offset(self, topic, partition, leader_epoch, spec)
+        return await _forward(host.list_offset.remote(topic, partition, leader_epoch, spec))
+
+    async def read_kafka_table(self, topic: str, partition: int, leader_epoch: int,
+                               start: int, end: int, max_wait_ms: int = 10_000) -> pa.Table:
+        host = self.hosts.elsewhere((topic, partition))
+        if host is None:
+            return await ReplicaHost.read_kafka_table(self, topic, partition, leader_epoch,
+                                                      start, end, max_wait_ms)
+        return await _forward(host.read_kafka_table.remote(topic, partition, leader_epoch,
+                                                           start, end, max_wait_ms))
+
+    async def java_offsets(self, requests: str) -> str:
+        parsed = json.loads(requests)
+        groups = self.hosts.group([(r[0], r[1]) for r in parsed])
+        answers: list[Any] = [None] * len(parsed)
+        for key, indexes in groups.items():
+            part = json.dumps([parsed[i] for i in indexes])
+            if key == 0:
+                got = await ReplicaHost.java_offsets(self, part)
+            else:
+                got = await _forward(self.hosts.handles[key].java_offsets.remote(part))
+            for i, answer in zip(indexes, json.loads(got), strict=True):
+                answers[i] = answer
+        return json.dumps(answers)
+
+    async def java_read(self, topic: str, partition: int, span: list[int], columns: str
+                        ) -> bytes:
+        host = self.hosts.elsewhere((topic, partition))
+        if host is None:
+            return await ReplicaHost.java_read(self, topic, partition, span, columns)
+        return await _forward(host.java_read.remote(topic, partition, span, columns))
+
+    async def java_read_batches(self, topic: str, partition: int, span: list[int]) -> bytes:
+        host = self.hosts.elsewhere((topic, partition))
+        if host is None:
+            return await ReplicaHost.java_read_batches(self, topic, partition, span)
+        return await _forward(host.java_read_batches.remote(topic, partition, span))
+
+    async def replica_fetch(self, follower: int, requests: list[tuple[str, int, int, int, int]],
+                            max_bytes: int, partition_max_bytes: int, max_wait_ms: int,
+                            follower_epoch: int = NO_BROKER_EPOCH) -> list[dict[str, Any]]:
+        """As a host's, but a partition another host serves is answered with that host's
+        handle, which the follower's fetcher asks from then on (actors/fetcher.py)."""
+        groups = self.hosts.group([(r[0], r[1]) for r in requests])
+        own = groups.pop(0, [])
+        if not groups:
+            return await ReplicaHost.replica_fetch(self, follower, requests, max_bytes,
+                                                   partition_max_bytes, max_wait_ms,
+                                                   follower_epoch)
+        answers: list[dict[str, Any] | None] = [None] * len(requests)
+        for key, indexes in groups.items():
+            for i in indexes:
+                answers[i] = self.hosts.redirect_answer(self.hosts.handles[key])
+        if own:  # no wait: the redirected partitions are answered now
+            got = await ReplicaHost.replica_fetch(self, follower, [requests[i] for i in own],
+                                                  max_bytes, partition_max_bytes, 0,
+                                                  follower_epoch)
+            for i, answer in zip(own, got, strict=True):
+                answers[i] = answer
+        return answers
+
+    async def epoch_end_offsets(self, requests: list[tuple[str, int, int, int]]
+                                ) -> list[tuple[int, int] | RaylogError]:
+        groups = self.hosts.group([(r[0], r[1]) for r in requests])
+        out: list[Any] = [None] * len(requests)
+        for key, indexes in groups.items():
+            part = [requests[i] for i in indexes]
+            if key == 0:
+                got = await ReplicaHost.epoch_end_offsets(self, part)
+            else:
+                try:
+                    got = await self.hosts.handles[key].epoch_end_offsets.remote(part)
+                except ray.exceptions.RayActorError as e:
+                    got = [NotLeaderError(f"its replica host is unavailable: {e}")] * len(part)
+            for i, answer in zip(indexes, got, strict=True):
+                out[i] = answer
+        return out
+
+
+@ray.remote(num_cpus=0, max_concurrency=MAX_CONCURRENCY)
+class ReplicaHostActor(ReplicaHost):
+    """A process of a broker node, besides the broker actor, that serves some of the
+    broker's replicas (or one replica, for a dedicated topic): started by the broker, a
+    child of it, told its replicas' states by it only. It serves while its broker renews
+    its lease (raylog/metadata/hosts.py) and its own stalls are confirmed by the broker."""
+
+    def __init__(self, broker: ray.actor.ActorHandle, name: str, directory: str,
+                 broker_incarnation: str, threshold_s: float) -> None:
+        ReplicaHost.__init__(self)
+        self.broker = broker
+        self.name = name
+        self.directory = Path(directory)
+        self.broker_incarnation = broker_incarnation
+        self.guard.threshold_s = threshold_s
+        self.lease = HostLease(threshold_s)
+
+    def _check(self) -> int:
+        problem = self.lease.problem()
+        if problem is not None:
+            raise BrokerStalledError(f"replica host {self.name} of broker {self.broker_id} "
+                                     f"serves nothing now: {problem}")
+        return ReplicaHost._check(self)
+
+    async def _ask_confirmation(self) -> bool:
+        return await self.broker.confirm_host.remote(self.name, self.incarnation)
+
+    def renew(self, broker_serving: bool, threshold_s: float) -> dict[str, Any]:
+        """The broker's word that it still speaks for this host (see HostLease)."""
+        self.lease.threshold_s = self.guard.threshold_s = threshold_s
+        self.lease.renew(broker_serving)
+        return {"incarnation": self.incarnation, "pid": os.getpid(),
+                "replicas": len(self.replicas)}
+
+    async def take(self, broker_incarnation: str, broker_id: int, broker_epoch: int,
+                   states: list[dict[str, Any]], brokers: dict[int, ray.actor.ActorHandle],
+                   full: bool, version: int, assigned: dict[TopicPartition, str] | None
+                   ) -> dict[str, Any]:
+        """The broker's :meth:`BrokerActor.apply` for the replicas this host serves."""
+        if broker_incarnation != self.broker_incarnation:
+            raise BrokerRestartedError(f"a word of incarnation {broker_incarnation} of broker "
+                                       f"{broker_id}; this host's is {self.broker_incarnation}")
+        self.broker_id = broker_id
+        self.broker_epoch = max(self.broker_epoch, broker_epoch)
+        return self._take(states, brokers, full, version, assigned)
+
+
+async def _forward(call: Any) -> Any:
+    """The answer of a request passed on to a replica host, its error as the host raised it
+    (not wrapped in Ray's)."""
+    try:
+        return await call
+    except RayTaskError as e:
+        cause: BaseException = e
+        while isinstance(cause, RayTaskError) and cause.cause is not None:
+            cause = cause.cause
+        if isinstance(cause, RaylogError | JavaCallError):
+            raise cause from None
+        raise
 
 
 def _count_out(topic: str, data: bytes) -> None:

@@ -108,6 +108,10 @@ class BrokerManager:
         self.down_since: dict[int, float] = {}  # broker -> when it went (monotonic s)
         self.sessions = BrokerSessions(settings.broker_session_timeout_s, SESSION_CHECK_S)
         self.channels: dict[int, BrokerChannel] = {}
+        # Per broker, the replica hosts (actors/replica_hosts.py) serving its replicas that
+        # its broker actor does not serve itself, as its answers to apply name them: the
+        # metadata gives clients these handles. Forgotten when the broker goes down.
+        self.routes: dict[int, dict[tuple[str, int], ray.actor.ActorHandle]] = {}
         self._sessions_task: asyncio.Task | None = None
 
     def start_sessions(self) -> None:
@@ -142,13 +146,30 @@ class BrokerManager:
         return watch.handle if watch is not None and watch.alive else None
 
     def leader(self, topic: str, partition: int) -> tuple[ray.actor.ActorHandle, int]:
-        """(the broker actor leading the partition, its leader epoch); UnknownTopicError,
-        UnknownPartitionError, LeaderNotAvailableError (retriable) when it has none alive."""
+        """(the actor serving the partition's leader replica: its broker's, or a replica host
+        of that broker; its leader epoch); UnknownTopicError, UnknownPartitionError,
+        LeaderNotAvailableError (retriable) when it has none alive."""
         p = self.access.state.topic(topic).partition(partition)
-        handle = self.handle(p.leader) if p.leader is not None else None
+        handle = self.handle_for(p.leader, (topic, partition)) \
+            if p.leader is not None else None
         if handle is None:
             raise LeaderNotAvailableError(f"{topic}-{partition} has no live leader right now")
         return handle, p.leader_epoch
+
+    def handle_for(self, broker: int, tp: tuple[str, int]) -> ray.actor.ActorHandle | None:
+        """The actor serving ``broker``'s replica of ``tp``: the replica host its broker
+        named, else the broker actor (which passes requests on to its hosts)."""
+        handle = self.handle(broker)
+        if handle is None:
+            return None
+        return self.routes.get(broker, {}).get(tp, handle)
+
+    def hosts(self, name: str, p: PartitionState) -> dict[int, ray.actor.ActorHandle]:
+        """The replica hosts serving the partition's replicas on live brokers, where a
+        broker's actor does not serve it itself (actors/replica_hosts.py)."""
+        live = self.live()
+        return {b: self.routes[b][name, p.partition] for b in p.replicas
+                if b in live and (name, p.partition) in self.routes.get(b, {})}
 
     def broker_epochs(self) -> dict[int, int]:
         """The broker epoch of each live broker whose process is the one the metadata log
@@ -271,6 +292,7 @@ class BrokerManager:
     async def on_down(self, watch: BrokerWatch) -> None:
         broker = watch.broker_id
         self.sessions.forget(broker)
+        self.routes.pop(broker, None)
         self.channel(broker).release()  # a client's request no longer waits for it
         if watch.health is Health.DEAD:
             self.registry.unserve(broker)
@@ -463,8 +485,11 @@ class BrokerManager:
         if watch is None or not watch.alive:
             return Outcome.DROPPED  # not alive: it is told everything when it is back
         handle = watch.handle
+        routes = self.routes.setdefault(broker, {})
         try:
             for stop in words.stops:
+                for tp in stop.replicas:
+                    routes.pop(tuple(tp), None)
                 await asyncio.wait_for(handle.stop_replicas.remote(
                     list(stop.replicas), stop.delete, stop.version), APPLY_TIMEOUT_S)
             if not words.partitions and not words.full:
@@ -492,6 +517,14 @@ class BrokerManager:
             # The broker failed to take it (a bug): the next word retries.
             logger.exception("broker %d failed to take the state of its replicas", broker)
             return Outcome.DROPPED
+        if words.full:
+            routes.clear()
+        for s in states:
+            answer = answers.get(f"{s['topic']}-{s['partition']}", {})
+            if answer.get("host") is not None:
+                routes[s["topic"], s["partition"]] = answer["host"]
+            else:
+                routes.pop((s["topic"], s["partition"]), None)
         failed = {k: v["error"] for k, v in answers.items() if "error" in v}
         if failed:
             logger.error("broker %d could not serve %s", broker, failed)

@@ -55,12 +55,16 @@ class Following:
 
 
 class ReplicaFetcher:
-    """Copies the partitions this broker follows from one leader broker."""
+    """Copies the partitions this process follows from one leader broker: from its broker
+    actor (``host`` None), or from one of the leader broker's replica hosts, which its
+    broker actor named in an answer (a redirect: actors/replica_hosts.py)."""
 
-    def __init__(self, broker: Any, leader_id: int, handle: ray.actor.ActorHandle) -> None:
-        self.broker = broker   # the BrokerActor: its replicas, its id, its broker epoch
+    def __init__(self, broker: Any, leader_id: int, handle: ray.actor.ActorHandle,
+                 host: str | None = None) -> None:
+        self.broker = broker   # the ReplicaHost: its replicas, its id, its broker epoch
         self.leader_id = leader_id
         self.handle = handle
+        self.host = host
         self.partitions: dict[tuple[str, int], Following] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -71,6 +75,14 @@ class ReplicaFetcher:
         """Copy ``tp`` (again) at ``leader_epoch``: truncate first, then fetch."""
         self.handle = handle
         self.partitions[tp] = Following(leader_epoch)
+        self._wake.set()
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def adopt(self, tp: tuple[str, int], following: Following) -> None:
+        """Copy ``tp`` from here on, where another fetcher of the same leader left it."""
+        following.paused_until = 0.0
+        self.partitions[tp] = following
         self._wake.set()
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run())
@@ -173,6 +185,14 @@ class ReplicaFetcher:
               answer: dict[str, Any]) -> None:
         error = answer.get("error")
         partition = hosted.partition
+        if answer.get("host") is not None:  # served by another process of the leader's node
+            self.broker.redirect(tp, following, self.leader_id, answer["host"])
+            return
+        if self.host is not None and isinstance(error, NotLeaderError):
+            # That host no longer serves it (the leader's broker placed it anew): ask the
+            # leader's broker where it is now.
+            self.broker.redirect(tp, following, self.leader_id, None)
+            return
         if error is None:
             before = (partition.log_end_offset, partition.high_watermark)
             partition.append_replicated(answer["data"], answer["high_watermark"],

@@ -1,4 +1,5 @@
-"""One partition replica inside a broker actor: the asyncio shell around a plain Partition.
+"""One partition replica inside a broker's process (the broker actor or one of its replica
+hosts): the asyncio shell around a plain Partition.
 
 A :class:`HostedReplica` owns a :class:`~raylog.replica.partition.Partition` and what only an event
 loop can do for it: callers that wait for something to change (a consumer's long poll, a
@@ -7,8 +8,9 @@ watermark moves or the role changes; an acks=all append waiting for its follower
 keyed by its last offset, woken only once the high watermark passed it (or the role, the
 epochs or the ISR changed, or the replica stopped), so an append does not wake every append
 still waiting; a leader's ISR changes go to the controller one at a time, each asked again
-until its answer is known. The broker actor runs every replica on one event loop, so a
-Partition never sees concurrent calls.
+until its answer is known. The process hosting it runs each of its replicas on its one event
+loop, so a Partition never sees concurrent calls; it holds the replica's directory lock while
+it has the replica open (no other process of the broker opens it meanwhile).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from raylog.errors import (
     RequestTimeoutError,
     StorageError,
 )
+from raylog.metadata.identity import DirectoryLock
 from raylog.metadata.topics import log_config
 from raylog.replica.partition import AlterIsr, LeaderAndIsr, Partition, Role
 from raylog.replica.producer_state import SequenceGap
@@ -50,6 +53,11 @@ METADATA_FILE = "partition.metadata"
 # failover (docs/producer.md): this wait, its first backoff (100 ms) and two round trips stay
 # under that. A gap that is only Ray's reordering and outlasts the wait costs one retry.
 SEQUENCE_WAIT_S = 0.5
+# Two processes of a broker node (its replica hosts) must never have one replica open: the
+# broker places each on one host, and each host also locks the replica's directory while it
+# has it open. A host that Ray restarts, or the hosts of a broker that restarted, may find
+# the lock still held for a moment by the process being replaced: they wait this long.
+LOCK_WAIT_S = 2.0
 ISR_RETRY_S = 0.5      # after the controller refused an ISR change, or did not answer
 ALTER_PARTITION_TIMEOUT_S = 30.0  # an ISR change not answered by then is asked again
 
@@ -109,11 +117,13 @@ def remove_partition_dir(directory: Path) -> None:
 
 
 class HostedReplica:
-    """A Partition and the futures of callers waiting for it to change. Only the broker's
-    event loop uses it."""
+    """A Partition and the futures of callers waiting for it to change. Only the event loop
+    of the process hosting it uses it."""
 
-    def __init__(self, partition: Partition, topic_id: str, configs: dict[str, Any]) -> None:
+    def __init__(self, partition: Partition, topic_id: str, configs: dict[str, Any],
+                 lock: DirectoryLock | None = None) -> None:
         self.partition = partition
+        self.lock = lock  # its directory's, while this process has it open
         self.topic_id = topic_id
         self.configs = dict(configs)  # the topic's overrides, as the controller sent them
         self.version = -1  # the metadata version of the last state taken (see Broker.apply)
@@ -134,10 +144,22 @@ class HostedReplica:
     def open(cls, data_dir: Path, topic: str, partition: int, topic_id: str,
              broker_id: int, configs: dict[str, Any]) -> HostedReplica:
         directory = open_partition_dir(data_dir, topic, partition, topic_id)
-        log = PartitionLog(directory, log_config(configs))
+        lock = DirectoryLock(directory)
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while not lock.acquire():
+            if time.monotonic() > deadline:
+                raise StorageError(f"{directory} is held by another process of this broker "
+                                   f"(its lock file names it)")
+            time.sleep(0.05)
+        try:
+            log = PartitionLog(directory, log_config(configs))
+        except BaseException:
+            lock.release()
+            raise
         # The broker's storage worker deletes what retention takes (actors/background.py).
         log.defer_deletions = True
-        hosted = cls(Partition(topic, partition, log, broker_id, configs), topic_id, configs)
+        hosted = cls(Partition(topic, partition, log, broker_id, configs), topic_id, configs,
+                     lock)
         logger.info("opened %s: %s", directory, log.recovery)
         return hosted
 
@@ -150,6 +172,11 @@ class HostedReplica:
     def stop(self) -> None:
         self.stopped = True
         self.notify()
+
+    def release(self) -> None:
+        """Its files are closed (or removed): another process may open it now."""
+        if self.lock is not None:
+            self.lock.release()
 
     @property
     def name(self) -> str:

@@ -66,7 +66,11 @@ class JavaApi:
                 brokers[str(broker)] = {"actor": broker_actor_name(where["node_id"]),
                                         "node_id": where["node_id"],
                                         "host": info.host if info is not None else None}
-            answer[name] = {"partitions": raw["partitions"], "brokers": brokers,
+            # Java reaches replicas through their brokers by name (a broker passes calls on
+            # to its replica hosts): the hosts' handles stay out of the JSON.
+            partitions = [{k: v for k, v in p.items() if k != "hosts"}
+                          for p in raw["partitions"]]
+            answer[name] = {"partitions": partitions, "brokers": brokers,
                             "compacted": log_config(raw["configs"]).compact,
                             "max_age_ms": round(METADATA_MAX_AGE_S * 1000)}
         return json.dumps(answer)

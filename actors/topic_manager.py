@@ -210,7 +210,8 @@ class TopicManager:
 
     async def metadata(self, names: list[str]) -> dict[str, dict[str, Any]]:
         """What clients need to reach each partition's replicas: per partition the leader,
-        leader epoch, replicas and ISR; per live broker among them its actor and node."""
+        leader epoch, replicas and ISR, and the replica hosts serving its replicas where their
+        broker actors do not; per live broker among them its actor and node."""
         await self._started()
         out = {}
         for name in names:
@@ -224,7 +225,8 @@ class TopicManager:
             out[name] = {"name": name, "topic_id": topic.topic_id, "configs": dict(topic.configs),
                          "partitions": [{"partition": p.partition, "leader": p.leader,
                                          "leader_epoch": p.leader_epoch,
-                                         "replicas": list(p.replicas), "isr": list(p.isr)}
+                                         "replicas": list(p.replicas), "isr": list(p.isr),
+                                         "hosts": self.brokers.hosts(name, p)}
                                         for p in topic.partitions],
                          "brokers": brokers}
         return out

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from common import RESULTS_DIR
 
-SCRIPTS = ("storage", "produce_consume", "groups", "replication", "density", "schemas",
-           "analytics", "mirror", "controller_restart", "compaction")
+SCRIPTS = ("storage", "produce_consume", "groups", "replication", "density", "broker_scaling",
+           "schemas", "analytics", "mirror", "controller_restart", "compaction")
 
 
 def other_sections(results_dir: Path = RESULTS_DIR) -> list[str]:

@@ -22,13 +22,22 @@ test) with SIGTERM: both end the command the same way, cleanly, its totals print
   them. A test that wants to interrupt a command it starts resets the child's SIGINT.
 - The handlers the process had before come back when the block ends.
 
-Python runs signal handlers in the main thread: enter the block there.
+Python runs signal handlers in the main thread: enter the block there. The kernel may
+deliver a process's signal to any of its threads (Ray's and gRPC's included); the main
+thread, asleep in :meth:`~StopSignals.wait`, would then not wake, and the handler would run
+only when its wait timed out. So the block owns Python's wakeup fd
+(:func:`signal.set_wakeup_fd`), which the C-level handler writes to in whichever thread
+took the signal, and the main thread waits on that socket, not on a lock.
 """
 
 from __future__ import annotations
 
+import contextlib
+import select
 import signal
+import socket
 import threading
+import time
 from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any
@@ -48,6 +57,8 @@ class StopSignals:
         self.received: signal.Signals | None = None
         self._requested = threading.Event()
         self._previous: dict[signal.Signals, Any] = {}
+        self._wakeup: tuple[socket.socket, socket.socket] | None = None
+        self._previous_wakeup_fd = -1
 
     def is_set(self) -> bool:
         """Whether a stop was asked for."""
@@ -55,12 +66,32 @@ class StopSignals:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Until a stop is asked for (True), or ``timeout`` seconds (False)."""
-        return self._requested.wait(timeout)
+        if self._wakeup is None or threading.current_thread() is not threading.main_thread():
+            return self._requested.wait(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        reader = self._wakeup[0]
+        while not self._requested.is_set():
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            # Readable once a signal came, whichever thread took it; its Python handler
+            # runs in this thread right after select returns.
+            if select.select([reader], [], [], left)[0]:
+                with contextlib.suppress(BlockingIOError):  # drained by an earlier wake
+                    reader.recv(4096)
+        return True
 
     def __enter__(self) -> StopSignals:
         for sig in SIGNALS:
             if signal.getsignal(sig) is not signal.SIG_IGN:
                 self._previous[sig] = signal.signal(sig, self._handle)
+        if threading.current_thread() is threading.main_thread():
+            reader, writer = socket.socketpair()
+            reader.setblocking(False)
+            writer.setblocking(False)
+            self._wakeup = (reader, writer)
+            self._previous_wakeup_fd = signal.set_wakeup_fd(writer.fileno(),
+                                                            warn_on_full_buffer=False)
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -69,6 +100,11 @@ class StopSignals:
             # None: a handler set outside Python, which Python cannot set again.
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)
         self._previous.clear()
+        if self._wakeup is not None:
+            signal.set_wakeup_fd(self._previous_wakeup_fd)
+            for end in self._wakeup:
+                end.close()
+            self._wakeup = None
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self._requested.is_set():

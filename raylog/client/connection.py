@@ -104,8 +104,12 @@ class TopicMetadata:
         name, brokers = raw["name"], raw["brokers"]
         partitions = []
         for p in raw["partitions"]:
-            clients = {b: ReplicaClient(brokers[b]["handle"], name, p["partition"],
-                                        p["leader_epoch"], b, brokers[b]["node_id"])
+            # A replica's own host actor where its broker named one (a broker node runs
+            # several processes), else the broker's actor.
+            hosts = p.get("hosts", {})
+            clients = {b: ReplicaClient(hosts.get(b, brokers[b]["handle"]), name,
+                                        p["partition"], p["leader_epoch"], b,
+                                        brokers[b]["node_id"])
                        for b in p["replicas"] if b in brokers}
             partitions.append(PartitionMetadata(p["partition"], p["leader"], p["leader_epoch"],
                                                 tuple(p["replicas"]), tuple(p["isr"]), clients))

@@ -33,6 +33,9 @@ REPLICATION_DEFAULTS: dict[str, Any] = {
     "unclean_leader_election_enable": False,
     "replica_lag_time_max_ms": DEFAULT_REPLICA_LAG_TIME_MAX_MS,  # a follower this long behind
                                                                  # leaves the ISR
+    # raylog.replica.dedicated: each replica in a Ray actor of its own, on its broker's node
+    # (actors/replica_hosts.py); taken into account when a broker is next told its state.
+    "raylog_replica_dedicated": False,
 }
 _LOG_FIELDS = {f.name: f for f in dataclasses.fields(LogConfig)}
 
@@ -145,10 +148,9 @@ def normalize_configs(configs: Mapping[str, Any] | None) -> dict[str, Any]:
     check_int("replica_lag_time_max_ms",
               out.get("replica_lag_time_max_ms", DEFAULT_REPLICA_LAG_TIME_MAX_MS), 1,
               INT32_MAX, InvalidConfigError)
-    unclean = out.get("unclean_leader_election_enable", False)
-    if not isinstance(unclean, bool):
-        raise InvalidConfigError(
-            f"unclean_leader_election_enable must be true or false, got {unclean!r}")
+    for name in ("unclean_leader_election_enable", "raylog_replica_dedicated"):
+        if not isinstance(out.get(name, False), bool):
+            raise InvalidConfigError(f"{name} must be true or false, got {out[name]!r}")
     return out
 
 

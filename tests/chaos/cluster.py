@@ -2,7 +2,9 @@
 
 A head node (the controller's and the group members') and three broker nodes, made by
 tests/integration/restart_scenario.Nodes with ``$RAYLOG_FAILPOINTS_FILE`` in every node's
-environment. The run kills, pauses and removes its processes and nodes, so it has a cluster
+environment. The first broker node serves its replicas from two processes (the broker actor
+and a replica host, ``RAYLOG_BROKER_PROCESSES=2``), the others from one, so faults reach
+both shapes. The run kills, pauses and removes its processes and nodes, so it has a cluster
 of its own, in a process of its own (tests/chaos/__main__.py).
 
 Paused processes are written to ``paused.json`` in the run's directory (processes.py):
@@ -19,6 +21,7 @@ from typing import Any
 import ray
 
 from raylog import Admin
+from raylog.metadata.hosts import PROCESSES_ENV
 from raylog.util import faults
 from raylog.util.cluster_names import NAMESPACE, broker_actor_name
 from tests.chaos.processes import Pauses
@@ -38,7 +41,8 @@ class ChaosCluster:
         self.pauses = Pauses(root / "paused.json")
         self._removed: list[str] = []  # data directories whose node is gone
         self.nodes = Nodes(root, [f"b{i}" for i in range(brokers)],
-                           env={faults.FILE_ENV: str(self.failpoints_file)})
+                           env={faults.FILE_ENV: str(self.failpoints_file)},
+                           broker_env={"b0": {PROCESSES_ENV: "2"}})
         self.admin = Admin()
 
     @property

@@ -2,7 +2,8 @@
 
 A head node (the controller's) and three broker nodes, each a separate raylet on this machine
 with its own data directory (``RAYLOG_DATA_DIR`` in the raylet's environment, inherited by
-the replica actors it starts) and the ``raylog_broker`` resource.
+the replica actors it starts) and the ``raylog_broker`` resource. The first broker node
+serves its replicas from two processes (``RAYLOG_BROKER_PROCESSES=2``), the others from one.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ import raylog
 from raylog import Admin, Consumer, TopicPartition
 from raylog.client.connection import reset_default
 from raylog.client.remote import resolve
+from raylog.metadata.hosts import PROCESSES_ENV
 from raylog.metadata.limits import MAX_REPLICAS_ENV
 from raylog.util import faults
-from raylog.util.cluster_names import BROKER_RESOURCE, DATA_DIR_ENV
+from raylog.util.cluster_names import BROKER_RESOURCE, DATA_DIR_ENV, NAMESPACE, broker_actor_name
 
 BROKERS = 3
 NODE_ARGS = {"num_cpus": 1, "object_store_memory": 200 * 1024 * 1024}
@@ -36,6 +38,7 @@ class TestCluster:
     root: Path
     data_dirs: dict[str, Path]  # broker node id -> its data directory (RAYLOG_DATA_DIR)
     raylog: raylog.RaylogCluster
+    processes_node: str  # the broker node with two replica-host processes
 
     def brokers(self) -> dict[int, dict]:
         """The controller's view: broker id -> node id, host, data directory, alive, ..."""
@@ -98,12 +101,13 @@ def ray_cluster(tmp_path_factory) -> Iterator[TestCluster]:
             data_dir = root / f"broker-{i}"
             node = cluster.add_node(**NODE_ARGS, resources={BROKER_RESOURCE: 1},
                                     env_vars={DATA_DIR_ENV: str(data_dir),
-                                              faults.FILE_ENV: str(root / "failpoints")})
+                                              faults.FILE_ENV: str(root / "failpoints"),
+                                              PROCESSES_ENV: "2" if i == 0 else "1"})
             data_dirs[node.node_id] = data_dir
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, log_to_driver=False)
         connection = raylog.init()
-        yield TestCluster(cluster, root, data_dirs, connection)
+        yield TestCluster(cluster, root, data_dirs, connection, next(iter(data_dirs)))
     finally:
         reset_default()
         ray.shutdown()
@@ -164,8 +168,23 @@ def consume_all(topic: str, partitions: int, expected: int, timeout_s: float = 6
 
 
 def leader_broker(admin: Admin, topic: str, partition: int):
-    """The broker actor leading a partition, as the controller gives it to clients."""
-    return admin._cluster.topic(topic, refresh=True).partitions[partition].leader_client().handle
+    """The broker actor leading a partition (of the node the controller's metadata names
+    for its leader: the process killed or stopped takes the node's replica hosts with it)."""
+    client = admin._cluster.topic(topic, refresh=True).partitions[partition].leader_client()
+    return ray.get_actor(broker_actor_name(client.node_id), namespace=NAMESPACE)
+
+
+def broker_processes(actor) -> list[int]:
+    """The process ids of a broker actor and of the replica hosts it started on its node: a
+    test that stops a broker the way a hung node would stops them all."""
+    node = ray._private.state.actors(actor._actor_id.hex())["Address"]["NodeID"]
+    pids = sorted(a["Pid"] for a in ray._private.state.actors().values()
+                  if a["State"] == "ALIVE" and a["Address"]["NodeID"] == node
+                  and any(kind in a["ActorClassName"]
+                          for kind in ("BrokerActor", "ReplicaHostActor")))
+    if not pids:
+        raise AssertionError(f"no broker process found on node {node}")
+    return pids
 
 
 def replica_info(admin: Admin, topic: str, partition: int, broker: int | None = None) -> dict:

@@ -41,13 +41,16 @@ def wait_for(condition, timeout: float = 60.0, what: str = "condition") -> Any:
 class Nodes:
     """A cluster_utils cluster: a head (the controller's) and broker nodes whose data
     directories the caller names, started in the order given. ``env`` is in the environment
-    of every node (and so of every actor), ``head_env`` in the head's only."""
+    of every node (and so of every actor), ``head_env`` in the head's only, ``broker_env``
+    in the named broker nodes' only (also when they are added back)."""
 
     def __init__(self, root: Path, broker_dirs: list[str],
                  head_env: dict[str, str] | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None,
+                 broker_env: dict[str, dict[str, str]] | None = None) -> None:
         self.root = root
         self.env = dict(env or {})
+        self.broker_env = dict(broker_env or {})
         self.cluster = Cluster(initialize_head=True, head_node_args={
             **NODE_ARGS, "include_dashboard": False,
             "env_vars": {DATA_DIR_ENV: str(root / "head"), **self.env, **(head_env or {})}})
@@ -61,7 +64,8 @@ class Nodes:
 
     def add_broker(self, name: str):
         node = self.cluster.add_node(**NODE_ARGS, resources={BROKER_RESOURCE: 1},
-                                     env_vars={DATA_DIR_ENV: str(self.root / name), **self.env})
+                                     env_vars={DATA_DIR_ENV: str(self.root / name), **self.env,
+                                               **self.broker_env.get(name, {})})
         self.brokers[name] = node
         return node
 

@@ -31,9 +31,8 @@ import ray
 from raylog import Admin, Consumer, Producer, TopicPartition
 from raylog.metadata.settings import ReplicationSettings
 from tests import history
-from tests.chaos.cluster import pid_of
 from tests.history import SLACK_S, summary
-from tests.integration.conftest import consume_all, leader_broker, wait_for
+from tests.integration.conftest import broker_processes, consume_all, leader_broker, wait_for
 from tests.integration.test_replication import create_replicated, fully_in_sync
 from tests.integration.workload import FINAL_READER, Sent
 
@@ -48,14 +47,17 @@ def admin(ray_cluster) -> Admin:
 
 
 @contextlib.contextmanager
-def stopped(pid: int) -> Iterator[float]:
-    """The process ``pid`` stopped (SIGSTOP) for the block, continued (SIGCONT) however the
-    block ends. Yields when it was stopped."""
-    os.kill(pid, signal.SIGSTOP)
+def stopped(pid: int | list[int]) -> Iterator[float]:
+    """The process ``pid`` (or each of a list) stopped (SIGSTOP) for the block, continued
+    (SIGCONT) however the block ends. Yields when it was stopped."""
+    pids = [pid] if isinstance(pid, int) else pid
+    for each in pids:
+        os.kill(each, signal.SIGSTOP)
     try:
         yield time.monotonic()
     finally:
-        os.kill(pid, signal.SIGCONT)
+        for each in pids:
+            os.kill(each, signal.SIGCONT)
 
 
 class Sends:
@@ -230,7 +232,7 @@ def test_clients_made_before_a_leader_stopped_move_to_its_successor(ray_cluster,
         sends = Sends(producer, topic_name)
         sends.send(0, "warm").future.result(timeout=60)
         read = read_until(consumer, {sends.sent[0].value}, [], timeout=60)
-        pid = pid_of(leader_broker(admin, topic_name, 0))
+        pid = broker_processes(leader_broker(admin, topic_name, 0))  # with its hosts
         with stopped(pid) as since:
             resumed = None
             while time.monotonic() - since < pause_s:

@@ -22,7 +22,12 @@ from raylog import Admin, Consumer, Producer, TopicPartition
 from raylog.client.remote import resolve
 from raylog.groups.coordinator import GroupCoordinator
 from raylog.metadata.topics import CONSUMER_OFFSETS_TOPIC
-from tests.integration.conftest import leader_broker, restart_controller, wait_for
+from tests.integration.conftest import (
+    broker_processes,
+    leader_broker,
+    restart_controller,
+    wait_for,
+)
 
 # The controller's wait for one answer of a leader (actors/groups.py, APPEND_ANSWER_S): the
 # pause outlasts it, so the controller sends the batch again while the first is unanswered.
@@ -47,10 +52,6 @@ class Committer:
 
     def commit(self, partition: int, offset: int) -> None:
         self.consumer.commit({TopicPartition(self.topic, partition): offset})
-
-
-def broker_pid(handle) -> int:
-    return ray._private.state.actors(handle._actor_id.hex())["Pid"]
 
 
 def offset_history(admin: Admin, partition: int, group_id: str, tp: TopicPartition) -> list:
@@ -99,9 +100,11 @@ def test_a_fenced_commit_on_its_way_is_not_applied_nor_appended_twice(ray_cluste
     ray.get(member.commit.remote(0, 10))
     assert admin.describe_group(group)["offsets"] == {f"{topic_name}:0": 10}
 
-    handle = leader_broker(admin, CONSUMER_OFFSETS_TOPIC, offsets_partition)
-    pid = broker_pid(handle)
-    os.kill(pid, signal.SIGSTOP)
+    # The leader's node hung: its broker and replica-host processes alike (the replica may
+    # be served by either).
+    pids = broker_processes(leader_broker(admin, CONSUMER_OFFSETS_TOPIC, offsets_partition))
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
     paused_at = time.monotonic()
     try:
         stale = member.commit.remote(0, 20)
@@ -114,7 +117,8 @@ def test_a_fenced_commit_on_its_way_is_not_applied_nor_appended_twice(ray_cluste
         # A pause the controller's send cannot outwait: it sends the batch again.
         time.sleep(max(0.0, paused_at + APPEND_ANSWER_S + 5 - time.monotonic()))
     finally:
-        os.kill(pid, signal.SIGCONT)
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
     wait_for(lambda: not held(admin, group), timeout=120,
              what="the stale commit's batch and the record restoring the offset")
     with pytest.raises(ray.exceptions.RayActorError):  # it died while its commit was out

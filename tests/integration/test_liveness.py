@@ -29,7 +29,7 @@ from raylog.errors import BrokerStalledError, FencedEpochError, NotLeaderError
 from raylog.metadata.sessions import stall_threshold_s
 from raylog.metadata.settings import DEFAULT_SESSION_TIMEOUT_MS
 from tests.history import summary
-from tests.integration.conftest import leader_broker, restarts, wait_for
+from tests.integration.conftest import broker_processes, leader_broker, restarts, wait_for
 from tests.integration.test_replication import (
     assert_replicas_identical,
     create_replicated,
@@ -50,17 +50,21 @@ def admin(ray_cluster) -> Admin:
 
 
 @contextlib.contextmanager
-def stopped(pid: int, at_least_s: float) -> Iterator[float]:
-    """The process ``pid`` stopped (SIGSTOP) for the block, and at least ``at_least_s`` in
-    all; continued (SIGCONT) however the block ends. Yields when it was stopped."""
-    os.kill(pid, signal.SIGSTOP)
+def stopped(pid: int | list[int], at_least_s: float) -> Iterator[float]:
+    """The process ``pid`` (or each of a list) stopped (SIGSTOP) for the block, and at least
+    ``at_least_s`` in all; continued (SIGCONT) however the block ends. Yields when it was
+    stopped."""
+    pids = [pid] if isinstance(pid, int) else pid
+    for each in pids:
+        os.kill(each, signal.SIGSTOP)
     since = time.monotonic()
     try:
         yield since
         # The pause is the scenario's: it lasts this long whatever was checked meanwhile.
         time.sleep(max(0.0, since + at_least_s - time.monotonic()))
     finally:
-        os.kill(pid, signal.SIGCONT)
+        for each in pids:
+            os.kill(each, signal.SIGCONT)
 
 
 def brokers_status(admin: Admin) -> dict[int, dict]:
@@ -91,9 +95,10 @@ def test_a_stopped_leader_is_fenced_its_partitions_fail_over_and_it_rejoins_as_f
         before = partition_states(admin, topic_name)
         victim = before[0]["leader"]
         led = [p["partition"] for p in before if p["leader"] == victim]
-        pid = ray.get(leader_broker(admin, topic_name, 0).identify.remote(), timeout=30)["pid"]
+        # The broker and its replica hosts: the whole broker stops, as on a hung node.
+        pids = broker_processes(leader_broker(admin, topic_name, 0))
         stale = admin._cluster.topic(topic_name, refresh=True).partitions[0].leader_client()
-        with stopped(pid, PAUSE_S):
+        with stopped(pids, PAUSE_S):
             # Made while it is stopped, at its old epoch: waiting in its inbox.
             queued = [stale.append(batch_of([b"queued-while-stopped"]), 1),
                       stale.fetch(0, 1 << 20, 0, 1)]
@@ -143,10 +148,9 @@ def test_a_broker_stalled_for_less_than_a_session_is_not_fenced(ray_cluster, adm
         load.wait_acknowledged(300)
         before = partition_states(admin, topic_name)
         actor = leader_broker(admin, topic_name, 0)
-        pid = ray.get(actor.identify.remote(), timeout=30)["pid"]
         # Longer than the broker's stall threshold (a third of the session), well short of
         # the three quarters of a session it takes to be fenced.
-        with stopped(pid, stall_threshold_s(SESSION_S) + 0.5):
+        with stopped(broker_processes(actor), stall_threshold_s(SESSION_S) + 0.5):
             pass
         load.wait_acknowledged(300)
         wait_for(lambda: ray.get(actor.watch.remote(None, 0), timeout=30)["serving"],

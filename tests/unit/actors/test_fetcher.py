@@ -160,3 +160,65 @@ def test_a_fetcher_with_nothing_to_ask_waits_instead_of_spinning(pair):
         fetcher.stop()
 
     asyncio.run(asyncio.wait_for(scenario(), 10))
+
+
+class _ActorId:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def hex(self) -> str:
+        return self.name
+
+
+class RedirectingLeaderBroker(FakeLeaderBroker):
+    """A leader broker whose partition 1 another process of its node serves: its fetches
+    of it are answered with that host's handle (actors/broker.py, BrokerActor)."""
+
+    def __init__(self, partitions, host) -> None:
+        super().__init__(partitions)
+        self.host = host
+
+    async def _replica_fetch(self, follower, requests, *rest):
+        own = [r for r in requests if r[1] != 1]
+        answers = iter(await super()._replica_fetch(follower, own, *rest))
+        return [{"data": b"", "error": RaylogError("elsewhere"), "host": self.host,
+                 "high_watermark": -1, "log_start_offset": -1, "log_end_offset": -1}
+                if r[1] == 1 else next(answers) for r in requests]
+
+
+class RedirectableFollower(FakeFollowerBroker):
+    """The follower side with the real redirect (ReplicaHost.redirect)."""
+
+    def __init__(self, replicas, leader) -> None:
+        super().__init__(replicas)
+        self.fetchers: dict = {}
+        self.brokers = {1: leader}
+
+    def redirect(self, tp, following, leader, host) -> None:
+        from actors.broker import ReplicaHost
+
+        ReplicaHost.redirect(self, tp, following, leader, host)
+
+
+def test_a_follower_fetches_from_the_leader_host_its_broker_names(pair):
+    leader, follower = pair
+    host = FakeLeaderBroker(leader.partitions)
+    host._actor_id = _ActorId("host-1")
+    broker = RedirectingLeaderBroker(leader.partitions, host)
+    follower = RedirectableFollower(follower.replicas, broker)
+
+    async def scenario() -> None:
+        fetcher = follower.fetchers[1, None] = ReplicaFetcher(follower, 1, broker)
+        for tp in follower.replicas:
+            fetcher.follow(tp, 0, broker)
+        await until(lambda: all(h.partition.log_end_offset == 3
+                                for h in follower.replicas.values()))
+        # Partition 1 moved to a fetcher of the leader's host; partition 0 stayed.
+        assert set(follower.fetchers) == {(1, None), (1, "host-1")}
+        assert list(follower.fetchers[1, "host-1"].partitions) == [(TOPIC, 1)]
+        assert list(follower.fetchers[1, None].partitions) == [(TOPIC, 0)]
+        assert host.fetches > 0
+        for f in follower.fetchers.values():
+            f.stop()
+
+    asyncio.run(scenario())

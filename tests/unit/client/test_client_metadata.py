@@ -37,6 +37,15 @@ def test_every_live_replica_gets_a_client_carrying_the_leader_epoch():
     assert p.leader_client().broker_id == 1
 
 
+def test_a_replica_another_process_of_its_broker_serves_is_called_there():
+    answer = raw()
+    answer["partitions"][0]["hosts"] = {1: "host-of-1"}  # broker 1 serves it from a host
+    p = TopicMetadata.from_controller(answer).partitions[0]
+    assert p.leader_client().handle == "host-of-1"
+    assert p.leader_client().node_id == "node-1"
+    assert p.clients[2].handle == "handle-2"  # its broker actor serves it itself
+
+
 def test_the_nearest_replica_is_an_in_sync_one_on_this_node_else_the_leader():
     p = TopicMetadata.from_controller(raw()).partitions[0]
     assert p.nearest_client("node-2").broker_id == 2   # a follower here: read it

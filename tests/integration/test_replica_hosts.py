@@ -1,0 +1,155 @@
+"""A broker node serving its replicas from several processes (actors/replica_hosts.py).
+
+The test cluster's first broker node runs two replica-host processes
+(``RAYLOG_BROKER_PROCESSES=2``, tests/integration/conftest.py): the broker actor and one
+replica host. Its replicas are spread over both, clients call the host serving each
+directly, a host killed under acks=all load costs no acknowledged record (its replicas come
+back on the restarted process and rejoin their ISRs), and a topic with
+``raylog.replica.dedicated=true`` gets an actor per replica on its broker's node.
+"""
+
+from __future__ import annotations
+
+import pytest
+import ray
+
+from raylog import Admin, Producer
+from raylog.errors import InvalidConfigError
+from raylog.util.cluster_names import NAMESPACE, broker_actor_name
+from tests.history import summary
+from tests.integration.conftest import consume_all, wait_for
+from tests.integration.test_replication import (
+    assert_replicas_identical,
+    create_replicated,
+    fully_in_sync,
+    partition_states,
+)
+from tests.integration.workload import Workload
+
+PARTITIONS = 8  # on the two-process broker: enough that both take some, whatever it held
+
+
+@pytest.fixture(scope="module")
+def admin(ray_cluster) -> Admin:
+    return Admin(cluster=ray_cluster.raylog)
+
+
+def two_process_broker(ray_cluster) -> tuple[int, str]:
+    """(broker id, node id) of the broker whose node runs two replica-host processes."""
+    node = ray_cluster.processes_node
+
+    def live() -> list[int]:  # an earlier test may have killed it: it comes back
+        return [b for b, info in ray_cluster.brokers().items()
+                if info["node_id"] == node and info["alive"]]
+
+    return wait_for(live, timeout=120, what=f"a live broker on node {node}")[0], node
+
+
+def hosts_of(ray_cluster, topic: str, broker: int) -> dict[int, object]:
+    """Partition -> the host actor the metadata names for ``broker``'s replica (only those
+    its broker actor does not serve itself)."""
+    raw = ray_cluster.raylog.controller.metadata([topic])[topic]
+    return {p["partition"]: p["hosts"][broker] for p in raw["partitions"]
+            if broker in p.get("hosts", {})}
+
+
+def pid_of(handle) -> int:
+    return ray._private.state.actors(handle._actor_id.hex())["Pid"]
+
+
+@pytest.mark.cluster
+def test_a_brokers_partitions_spread_over_its_two_processes_and_are_served(
+        ray_cluster, admin, topic_name):
+    broker, node = two_process_broker(ray_cluster)
+    create_replicated(admin, topic_name, partitions=PARTITIONS)
+    # Spread by load: some on the broker's own process, some on its replica host (how many
+    # each depends on what the broker held before, from earlier tests).
+    wait_for(lambda: 0 < len(hosts_of(ray_cluster, topic_name, broker)) < PARTITIONS,
+             timeout=60, what="partitions on both processes")
+    hosts = hosts_of(ray_cluster, topic_name, broker)
+    broker_actor = ray.get_actor(broker_actor_name(node), namespace=NAMESPACE)
+    broker_pid = ray.get(broker_actor.identify.remote(), timeout=30)["pid"]
+    assert {pid_of(h) for h in hosts.values()} - {broker_pid}, "the host is another process"
+    # Every replica is held, on whichever process serves it.
+    held = [r for r in admin.describe_replicas(topic_name) if r["broker_id"] == broker]
+    assert sorted(r["partition"] for r in held) == list(range(PARTITIONS))
+    with Producer(acks="all", cluster=ray_cluster.raylog) as producer:
+        futures = [producer.send(topic_name, f"v{i}".encode(), partition=i % PARTITIONS)
+                   for i in range(400)]
+        assert all(f.result(60).offset >= 0 for f in futures)
+    # Clients call the process serving each replica of the broker (the leader's too).
+    meta = ray_cluster.raylog.topic(topic_name, refresh=True)
+    for p in range(PARTITIONS):
+        client = meta.partitions[p].clients[broker]
+        assert client.handle._actor_id == hosts.get(p, broker_actor)._actor_id, p
+    records = consume_all(topic_name, PARTITIONS, 400)
+    assert sorted(r.value for r in records) == sorted(f"v{i}".encode() for i in range(400))
+    assert_replicas_identical(admin, topic_name, PARTITIONS)
+
+
+@pytest.mark.cluster
+def test_a_killed_replica_host_loses_nothing_acknowledged_and_its_replicas_come_back(
+        ray_cluster, admin, topic_name):
+    broker, _ = two_process_broker(ray_cluster)
+    create_replicated(admin, topic_name, partitions=PARTITIONS)
+    wait_for(lambda: hosts_of(ray_cluster, topic_name, broker), timeout=60,
+             what="a partition on the replica host")
+    host = next(iter(hosts_of(ray_cluster, topic_name, broker).values()))
+    on_host = sorted(hosts_of(ray_cluster, topic_name, broker))
+    pid = pid_of(host)
+    with Workload(topic_name, PARTITIONS) as load:
+        load.wait_acknowledged(300)
+        ray.kill(host, no_restart=False)  # a crash: Ray starts the process again
+
+        def moved_on() -> bool:  # its replicas are out of the ISRs and lead nothing
+            states = partition_states(admin, topic_name)
+            return all(states[p]["leader"] != broker and broker not in states[p]["isr"]
+                       for p in on_host)
+
+        wait_for(moved_on, timeout=60, what="the dead host's partitions failed over")
+        load.wait_acknowledged(300)  # acknowledged while the host is down
+        wait_for(lambda: fully_in_sync(admin, topic_name), timeout=120,
+                 what="the restarted host's replicas back in every ISR")
+        load.healthy()
+        load.wait_acknowledged(200)
+    anomalies = load.finish()
+    assert not anomalies, summary(anomalies)
+    assert pid_of(host) != pid, "Ray restarted the host process"
+    assert_replicas_identical(admin, topic_name, PARTITIONS)
+
+
+@pytest.mark.cluster
+def test_a_dedicated_topic_gets_an_actor_per_replica_on_its_brokers_node(
+        ray_cluster, admin, topic_name):
+    broker, node = two_process_broker(ray_cluster)
+    create_replicated(admin, topic_name, partitions=2, **{"raylog.replica.dedicated": True})
+    wait_for(lambda: len(hosts_of(ray_cluster, topic_name, broker)) == 2, timeout=60,
+             what="a host per replica")
+    for b in ray_cluster.broker_ids:  # on every broker, whatever its processes
+        wait_for(lambda b=b: len(hosts_of(ray_cluster, topic_name, b)) == 2, timeout=60,
+                 what=f"a host per replica on broker {b}")
+    hosts = hosts_of(ray_cluster, topic_name, broker)
+    assert len({h._actor_id for h in hosts.values()}) == 2
+    for handle in hosts.values():
+        record = ray._private.state.actors(handle._actor_id.hex())
+        assert record["Address"]["NodeID"] == node
+    with Producer(acks="all", cluster=ray_cluster.raylog) as producer:
+        futures = [producer.send(topic_name, f"d{i}".encode(), partition=i % 2)
+                   for i in range(100)]
+        assert all(f.result(60).offset >= 0 for f in futures)
+    assert len(consume_all(topic_name, 2, 100)) == 100
+    assert_replicas_identical(admin, topic_name, 2)
+    admin.delete_topic(topic_name)
+
+    def hosts_gone() -> bool:
+        return all(ray._private.state.actors(h._actor_id.hex())["State"] == "DEAD"
+                   for h in hosts.values())
+
+    wait_for(hosts_gone, timeout=60, what="the dedicated hosts stopped with their topic")
+
+
+@pytest.mark.cluster
+def test_the_dedicated_config_is_validated(admin, topic_name):
+    with pytest.raises(InvalidConfigError, match="dedicated"):
+        admin.create_topic(topic_name, configs={"raylog.replica.dedicated": "maybe"})
+    assert topic_name not in admin.list_topics()
