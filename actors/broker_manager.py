@@ -305,19 +305,27 @@ class BrokerManager:
                     ) -> tuple[list[Partition], asyncio.Future | None]:
         """The one way leaderships, ISRs and replicas change: under the metadata lock, ask
         ``decide`` about each of ``partitions()`` (read under the lock) given the live
-        brokers (but ``without``), and commit every change it decides; then, with ``tell``,
-        push the changed partitions to their live replicas (but ``skip``). Returns the
-        partitions changed and the brokers being told (:meth:`push`'s future; None without
-        ``tell``). An error of ``decide`` or ``partitions`` leaves the changes committed
-        before it, and pushes nothing."""
-        changed = []
+        brokers (but ``without``), and commit every change it decides, all in one commit (one
+        fsync of the metadata log, however many partitions); then, with ``tell``, push the
+        changed partitions to their live replicas (but ``skip``). Returns the partitions
+        changed and the brokers being told (:meth:`push`'s future; None without ``tell``).
+        An error of ``decide`` or ``partitions`` commits the changes decided before it, and
+        pushes nothing."""
+        changes: list[tuple[TopicState, PartitionState, election.Change]] = []
         async with self.access.lock:
             live = self.live() - {without}
-            for topic, p in partitions():
-                change = decide(topic, p, live)
-                if change is not None:
-                    self.access.commit_change(topic, p, change)
-                    changed.append((topic, p))
+            decided: set[int] = set()
+            try:
+                for topic, p in partitions():
+                    if id(p) in decided:
+                        continue  # listed twice: its change is decided
+                    change = decide(topic, p, live)
+                    if change is not None:
+                        changes.append((topic, p, change))
+                        decided.add(id(p))
+            finally:
+                self.access.commit_changes(changes)
+        changed = [(topic, p) for topic, p, _ in changes]
         return changed, (await self.push(changed, skip=skip) if tell else None)
 
     async def broker_down(self, broker: int) -> None:

@@ -20,7 +20,6 @@ import heapq
 import itertools
 import json
 import logging
-import os
 import shutil
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -94,16 +93,7 @@ def open_partition_dir(data_dir: Path, topic: str, partition: int, topic_id: str
 
 
 def write_marker(directory: Path, content: dict[str, Any]) -> None:
-    marker = directory / METADATA_FILE
-    tmp = marker.with_name(METADATA_FILE + ".tmp")
-    fd = files.create(tmp, os.O_WRONLY | os.O_TRUNC)
-    try:
-        os.write(fd, json.dumps(content).encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    files.replace(tmp, marker)
-    files.fsync_dir(directory)
+    files.write_atomic(directory / METADATA_FILE, json.dumps(content).encode())
 
 
 def remove_partition_dir(directory: Path) -> None:

@@ -29,6 +29,7 @@ import os
 import platform
 import shutil
 import statistics
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -314,18 +315,36 @@ def result_document(figures: Mapping[str, float], targets: Mapping[str, float], 
     }
 
 
+def source_tree(revision: str, root: Path) -> Path:
+    """The repository's code at ``revision`` (``git archive``), in a new directory under
+    ``root``: a benchmark comparing two versions runs one of them with it on PYTHONPATH."""
+    tree = Path(tempfile.mkdtemp(prefix="tree-", dir=root))
+    archive = subprocess.run(["git", "-C", str(Path(__file__).resolve().parents[1]), "archive",
+                              revision], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    return tree
+
+
 def write_json(path: Path, document: Mapping[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=2) + "\n")
 
 
+BEFORE = "merge-preview"  # what a comparing benchmark measures as "before" by default
+
+
 def parse_args(doc: str, default_json: Path, quick_help: str,
-               argv: list[str] | None = None) -> argparse.Namespace:
-    """The options every benchmark takes: ``--quick`` and ``--json PATH``."""
+               argv: list[str] | None = None, compare: bool = False) -> argparse.Namespace:
+    """The options every benchmark takes: ``--quick`` and ``--json PATH``; with ``compare``
+    also ``--before REV``, the code a benchmark of a change measures as "before"."""
     parser = argparse.ArgumentParser(description=doc.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help=quick_help)
     parser.add_argument("--json", type=Path, default=default_json, metavar="PATH",
                         help=f"where to write the results (default: {default_json})")
+    if compare:
+        parser.add_argument("--before", default=BEFORE, metavar="REV",
+                            help=f"the commit whose code is measured as 'before' (default: "
+                                 f"{BEFORE})")
     return parser.parse_args(argv)
 
 
@@ -333,15 +352,17 @@ def run_benchmark(argv: list[str] | None, doc: str, default_json: Path, quick_he
                   modes: tuple[M, M], run: Callable[[M, Path], dict[str, Any]],
                   headline: Callable[[M, dict[str, Any]], str],
                   table: Callable[[dict[str, Any]], str],
-                  notes: Callable[[dict[str, Any]], str] | None = None) -> int:
-    """A benchmark's ``main``: parse ``--quick``/``--json``, run the quick or full mode of
+                  notes: Callable[[dict[str, Any]], str] | None = None,
+                  compare: bool = False) -> int:
+    """A benchmark's ``main``: parse ``--quick``/``--json`` (and ``--before`` with
+    ``compare``: then ``run`` is called with ``before=REV``), run the quick or full mode of
     ``modes`` in a scratch directory (removed afterwards), write the JSON and print the
     headline, the table and any notes."""
-    args = parse_args(doc, default_json, quick_help, argv)
+    args = parse_args(doc, default_json, quick_help, argv, compare)
     mode = modes[0] if args.quick else modes[1]
     root = Path(tempfile.mkdtemp(prefix="raylog-bench-"))
     try:
-        result = run(mode, root)
+        result = run(mode, root, before=args.before) if compare else run(mode, root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     write_json(args.json, result)

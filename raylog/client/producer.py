@@ -26,7 +26,7 @@ from raylog.client.connection import (
     cluster_or_default,
 )
 from raylog.client.futures import BatchResult, RecordFuture, TableFuture
-from raylog.client.remote import appended, discard, resolve, when_done
+from raylog.client.remote import Answer, appended, discard, when_done
 from raylog.client.sender_state import Alarms, OutgoingBatch, PartitionSender
 from raylog.client.tables import assign_sticky, partition_rows
 from raylog.errors import (
@@ -196,7 +196,8 @@ class Producer:
         self._progress = threading.Condition(self._lock)
         self._alarms = Alarms()  # ("linger" | "expire" | "retry", key), ("watch", None)
         self._sleeping_until: float | None = None  # the sender's idle wait ends (or None)
-        self._answered: collections.deque[ray.ObjectRef] = collections.deque()
+        # Requests finished, with their answers (read once, by Ray, for the callback).
+        self._answered: collections.deque[tuple[ray.ObjectRef, Answer]] = collections.deque()
         self._lingered: dict[tuple[str, int], None] = {}  # past linger_ms, waiting for room
         self._send_pending = False  # something in _sendable may be sendable now
         self._closed = False
@@ -841,12 +842,12 @@ class Producer:
                 self._nudge(slow_at)
         when_done(ref, self._answer)
 
-    def _answer(self, ref: ray.ObjectRef) -> None:
+    def _answer(self, ref: ray.ObjectRef, answer: Answer) -> None:
         """A request finished (called on a thread of Ray's): its batch is collected by the
         sender, or by a caller's thread that gets there first."""
         with self._lock:
             if ref in self._in_flight:  # not abandoned, expired or closed meanwhile
-                self._answered.append(ref)
+                self._answered.append((ref, answer))
                 self._nudge()
 
     def _collect_answered(self) -> None:
@@ -855,12 +856,12 @@ class Producer:
             with self._lock:
                 if not self._answered:
                     return
-                ref = self._answered.popleft()
+                ref, answer = self._answered.popleft()
                 batch = self._in_flight.pop(ref, None)
             if batch is None:
                 continue  # abandoned or expired since it was answered
             try:
-                info = appended(resolve(ref), batch.topic, batch.partition)
+                info = appended(answer.get(), batch.topic, batch.partition)
             except Exception as e:  # every failure ends in the batch's future
                 self._failed(batch, e)
                 continue

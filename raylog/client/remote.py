@@ -8,11 +8,12 @@ inside an actor (a bug) becomes InternalError. Unit tests replace them with fake
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import itertools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import ray
@@ -37,12 +38,36 @@ CONTROLLER_RETRIES = 30  # a restarting controller is back within seconds
 
 def resolve(ref: ray.ObjectRef | list[ray.ObjectRef], timeout: float | None = None) -> Any:
     """``ray.get`` with raylog's errors."""
-    try:
+    with _raylog_errors(timeout):
         return ray.get(ref, timeout=timeout)
+
+
+@contextlib.contextmanager
+def _raylog_errors(timeout: float | None) -> Iterator[None]:
+    """Raise Ray's errors of reading an answer as the raylog errors they stand for."""
+    try:
+        yield
     except (RayTaskError, RayActorError, ActorUnschedulableError) as e:
         raise unwrap(e) from e
     except GetTimeoutError as e:
         raise RequestTimeoutError(f"no answer within {timeout} s") from e
+
+
+class Answer:
+    """The answer of a finished request, as Ray read it into the future :func:`when_done`
+    waited on: :meth:`get` gives it without reading it again (a ``ray.get`` of the same
+    request would fetch and deserialize it a second time)."""
+
+    __slots__ = ("_future",)
+
+    def __init__(self, future: concurrent.futures.Future) -> None:
+        self._future = future
+
+    def get(self) -> Any:
+        """The answer, or the error the request ended with, raised as :func:`resolve`
+        would."""
+        with _raylog_errors(None):
+            return self._future.result(timeout=0)
 
 
 class _Reaper:
@@ -107,11 +132,12 @@ def wait_done(refs: list[ray.ObjectRef], timeout: float) -> list[ray.ObjectRef]:
     return done
 
 
-def when_done(ref: ray.ObjectRef, callback: Callable[[ray.ObjectRef], None]) -> None:
-    """Call ``callback(ref)`` once the request has finished (on a thread of Ray's, or at once
-    if it has): a client waits on its own condition, woken by answers, instead of in
-    ``ray.wait``, where nothing else could wake it."""
-    ref.future().add_done_callback(lambda _: callback(ref))
+def when_done(ref: ray.ObjectRef, callback: Callable[[ray.ObjectRef, Answer], None]) -> None:
+    """Call ``callback(ref, answer)`` once the request has finished (on a thread of Ray's, or
+    at once if it has): a client waits on its own condition, woken by answers, instead of in
+    ``ray.wait``, where nothing else could wake it. The caller reads the answer from
+    ``answer``, read once, not with :func:`resolve`."""
+    ref.future().add_done_callback(lambda future: callback(ref, Answer(future)))
 
 
 def unwrap(error: BaseException) -> BaseException:

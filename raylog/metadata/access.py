@@ -1,11 +1,13 @@
-"""The cluster metadata as the controller's managers see it: the state to read and the one way
-to change it.
+"""The cluster metadata as the controller's managers see it: the state to read and how to
+change it.
 
 The controller's parts (brokers and elections, topics, reassignments, groups) are given a
 :class:`MetadataAccess`, never the controller: they read ``state`` and change it only
 through :meth:`MetadataAccess.commit` (an event persisted to the metadata log, then
-applied). A change decided on a read of the state is made under ``lock``, so a decision
-and its event are never separated by another part's change.
+applied), or :meth:`MetadataAccess.commit_changes` (the leaderships and ISRs an election
+changes, persisted together with one fsync). A change decided on a read of the state is
+made under ``lock``, so a decision and its event are never separated by another part's
+change.
 
 Plain Python (asyncio's lock only): unit tests build one over an in-memory store.
 """
@@ -35,7 +37,8 @@ class EventLog(Protocol):
         ...
 
     def commit(self, state: MetadataState, events: list[dict[str, Any]]) -> None:
-        """Persist ``events`` (all or none), then apply them to ``state``."""
+        """Persist ``events`` (all or none if it raises; after a crash, whole events in
+        order), then apply them to ``state``."""
         ...
 
 
@@ -72,20 +75,28 @@ class MetadataAccess:
         holds ``lock`` if a read of the state decided it)."""
         self.log.commit(self.state, [event])
 
-    def commit_change(self, topic: TopicState, p: PartitionState,
-                      change: election.Change) -> None:
-        """Persist and apply a change of a partition's leader, ISR or replicas (lock held);
-        counted in the metrics, an unclean election logged."""
-        where = {"extra": {"topic": topic.name, "partition": p.partition}}
-        if change.unclean:
-            logger.warning("unclean election of broker %s (ISR was %s): records only the old "
-                           "ISR had are lost", change.leader, p.isr, **where)
-        counts = partition_change_counts(p.leader, p.isr, change.leader, change.isr)
-        self.commit(events.partition_changed(
+    def commit_changes(self, changes: list[tuple[TopicState, PartitionState, election.Change]]
+                       ) -> None:
+        """Persist and apply changes of partitions' leaders, ISRs or replicas (lock held), at
+        most one per partition, each decided on the partition's state before any of them:
+        one commit, so one fsync of the metadata log for a broker's hundreds of partitions.
+        Counted in the metrics, an unclean election logged."""
+        if not changes:
+            return
+        counted = []
+        for topic, p, change in changes:
+            if change.unclean:
+                logger.warning("unclean election of broker %s (ISR was %s): records only the "
+                               "old ISR had are lost", change.leader, p.isr,
+                               extra={"topic": topic.name, "partition": p.partition})
+            counted.append((topic.name, partition_change_counts(p.leader, p.isr,
+                                                                change.leader, change.isr)))
+        self.log.commit(self.state, [events.partition_changed(
             topic.name, p.partition, leader=change.leader, leader_epoch=change.leader_epoch,
-            isr=change.isr, replicas=change.replicas))
-        for name, count in counts.items():
-            recorder().inc(name, count, topic=topic.name)
+            isr=change.isr, replicas=change.replicas) for topic, p, change in changes])
+        for topic_name, counts in counted:
+            for name, count in counts.items():
+                recorder().inc(name, count, topic=topic_name)
 
     # -- reads -----------------------------------------------------------------------------------
 

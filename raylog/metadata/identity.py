@@ -29,7 +29,7 @@ import re
 from pathlib import Path
 
 from raylog.errors import StorageError
-from raylog.storage.files import fsync_dir
+from raylog.storage import files
 
 IDENTITY_FILE = "meta.properties"
 LOCK_FILE = ".lock"
@@ -92,14 +92,7 @@ def read_identity(directory: Path) -> BrokerIdentity | None:
 
 def write_identity(directory: Path, identity: BrokerIdentity) -> None:
     """Write the identity atomically: a crash leaves the old file or the new, never half."""
-    path = directory / IDENTITY_FILE
-    tmp = directory / (IDENTITY_FILE + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(identity.to_text())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(directory)
+    files.write_atomic(Path(directory) / IDENTITY_FILE, identity.to_text().encode())
 
 
 class DirectoryLock:

@@ -38,7 +38,7 @@ from raylog.storage import files
 from raylog.util.arguments import settings_from_environ
 
 SUFFIX = ".snapshot"
-TMP_SUFFIX = ".tmp"
+TMP_SUFFIX = files.TMP_SUFFIX  # of a snapshot being written
 CORRUPT_SUFFIX = ".corrupt"  # an unusable snapshot set aside by the store
 MAGIC = b"RLMS"
 VERSION = 0
@@ -109,17 +109,7 @@ def write_snapshot(directory: Path, state: MetadataState) -> Path:
     crc = crc32c(body, crc32c(head[_CRC_FROM:_CRC_TO]))
     head = _HEADER.pack(MAGIC, VERSION, state.applied, len(body), crc)
     path = snapshot_path(directory, state.applied)
-    tmp = path.with_name(path.name + TMP_SUFFIX)
-    fd = files.create(tmp, os.O_WRONLY | os.O_TRUNC)
-    try:
-        data = memoryview(head + body)
-        while data:
-            data = data[files.write(fd, data):]
-        files.fsync(fd)
-    finally:
-        os.close(fd)
-    files.replace(tmp, path)
-    files.fsync_dir(Path(directory))
+    files.write_atomic(path, head + body)
     return path
 
 

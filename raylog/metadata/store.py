@@ -87,7 +87,13 @@ class MetadataStore:
     def append_all(self, events: list[dict[str, Any]]) -> int:
         """Persist ``events`` in order, all of them fsynced when this returns, at the cost of
         one write and one fsync (one per megabyte of events); return the first one's offset.
-        All or nothing: if it raises (StorageError), none of them is in the log."""
+        All or nothing: if it raises (StorageError), none of them is in the log.
+
+        After a crash: the events of one batch (a CRC over them all; recovery cuts a torn
+        batch whole) are all there or none is. A list longer than one batch (BATCH_BYTES:
+        thousands of partition changes) may come back as a prefix of whole batches, so a
+        list is either one whose every prefix is a state of its own (each event stands
+        alone, as one partition's change does), or short enough for one batch."""
         first = self.log.log_end_offset
         now = wall_clock_ms()
         builder = BatchBuilder(BATCH_BYTES, codec=Codec.NONE)
@@ -111,7 +117,8 @@ class MetadataStore:
         self._bytes_since_snapshot += len(batch)
 
     def commit(self, state: MetadataState, events: list[dict[str, Any]]) -> None:
-        """Persist ``events`` (one fsync), then apply them to ``state``, then take a snapshot
+        """Persist ``events`` (one fsync, see :meth:`append_all` for what a crash keeps of
+        them), then apply them to ``state``, then take a snapshot
         if one is due. ``state`` is the one :meth:`load` gave, with every event appended
         since applied; the caller checked that the events fit it. If persisting raises
         (StorageError), nothing was kept or applied."""

@@ -36,7 +36,6 @@ import collections
 import dataclasses
 import json
 import logging
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -287,15 +286,9 @@ class ProducerSnapshots:
     def write(self, offset: int, states: ProducerStates) -> None:
         """Snapshot ``states`` as of ``offset``; keep the newest KEEP_SNAPSHOTS."""
         body = json.dumps(states.to_json(), separators=(",", ":")).encode()
-        path = self._path(offset)
-        tmp = path.with_name(path.name + ".tmp")
-        fd = files.create(tmp, os.O_WRONLY | os.O_TRUNC)
-        try:
-            os.write(fd, b"%08x\n" % crc32c.crc32c(body) + body)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        files.replace(tmp, path)
+        # The directory is synced once, after the older snapshots' deletions too.
+        files.write_atomic(self._path(offset), b"%08x\n" % crc32c.crc32c(body) + body,
+                           sync_dir=False)
         for old in self.offsets()[:-KEEP_SNAPSHOTS]:
             files.remove(self._path(old))
         files.fsync_dir(self.directory)

@@ -7,7 +7,6 @@ fsynced: a crash leaves either the old or the new content, never a mix.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from raylog.storage import files
@@ -22,16 +21,8 @@ class Checkpoint:
         self.path = Path(path)
 
     def write(self, entries: list[str]) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        data = "\n".join([VERSION, str(len(entries)), *entries, ""]).encode()
-        fd = files.create(tmp, os.O_WRONLY | os.O_TRUNC)
-        try:
-            files.write(fd, data)
-            files.fsync(fd)
-        finally:
-            os.close(fd)
-        files.replace(tmp, self.path)
-        files.fsync_dir(self.path.parent)
+        files.write_atomic(self.path,
+                           "\n".join([VERSION, str(len(entries)), *entries, ""]).encode())
 
     def read(self) -> list[str] | None:
         """The entries, or None if the file is missing or not a whole checkpoint."""

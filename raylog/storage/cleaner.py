@@ -45,7 +45,7 @@ from raylog.records.payload import EXPLICIT_SCHEMA, decode, encode, offsets_of
 from raylog.storage import files
 from raylog.storage.checkpoint import Checkpoint
 from raylog.storage.config import LogConfig
-from raylog.storage.segment import LOG_SUFFIX, LogSegment
+from raylog.storage.segment import LOG_SUFFIX, LogSegment, log_bases, segment_files
 
 CLEANED_SUFFIX = ".cleaned"  # a pass's output while it is written
 SWAP_SUFFIX = ".swap"  # the output, durable, while it replaces the segments it covers
@@ -270,30 +270,39 @@ def _swap_in(directory: Path, segments: list[LogSegment],
         segments[i:i + len(group)] = [cleaned]
 
 
-def finish_interrupted_cleaning(directory: Path, index_interval_bytes: int) -> None:
+def finish_interrupted_cleaning(directory: Path, index_interval_bytes: int,
+                                names: set[str]) -> None:
     """Discard compaction output never swapped in; complete the swaps a crash interrupted.
-    Runs when a log opens, before its segments are listed."""
-    discarded = list(directory.glob(f"*{CLEANED_SUFFIX}"))
-    for path in discarded:
-        files.remove(path)
+    Runs when a log opens, before its segments are taken from ``names``, the directory's
+    listing, which it keeps true (names removed leave it, renamed ones change in it)."""
+    discarded = [name for name in names if name.endswith(CLEANED_SUFFIX)]
+    for name in discarded:
+        files.remove(directory / name)
     if discarded:
         files.fsync_dir(directory)
-    for path in sorted(directory.glob(f"*{LOG_SUFFIX}{SWAP_SUFFIX}")):
-        base = int(path.name.split(".")[0])
+    names.difference_update(discarded)
+    for name in sorted(n for n in names if n.endswith(LOG_SUFFIX + SWAP_SUFFIX)):
+        base = int(name.split(".")[0])
         swapped = LogSegment(directory, base, index_interval_bytes, suffix=SWAP_SUFFIX)
         swapped.recover()
-        for old in directory.glob(f"*{LOG_SUFFIX}"):
-            old_base = int(old.name[: -len(LOG_SUFFIX)])
+        for old_base in log_bases(names):
             if base <= old_base < max(swapped.next_offset, base + 1):
                 LogSegment(directory, old_base, 1).delete()
+                names.difference_update(segment_files(old_base))
         swapped.rename_suffix("")
         swapped.close()
+        for final, swap in zip(segment_files(base), segment_files(base, SWAP_SUFFIX),
+                               strict=True):
+            if swap in names:
+                names.discard(swap)
+                names.add(final)
     # What is left is index files of a swap whose segment file was already renamed.
-    leftovers = list(directory.glob(f"*{SWAP_SUFFIX}"))
-    for leftover in leftovers:
-        files.remove(leftover)
+    leftovers = [name for name in names if name.endswith(SWAP_SUFFIX)]
+    for name in leftovers:
+        files.remove(directory / name)
     if leftovers:  # the swaps above synced their own steps
         files.fsync_dir(directory)
+    names.difference_update(leftovers)
 
 
 def _paced(segment: LogSegment) -> Iterator[tuple[BatchHeader, bytes, int]]:

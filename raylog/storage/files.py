@@ -18,6 +18,9 @@ One module so that tests can replace these functions (they are looked up on the 
 each call) and record the order of operations, or simulate a power loss that drops every
 byte not yet followed by an fsync of its file and undoes every name change not yet followed
 by a sync of its directory (tests/unit/powerloss.py).
+
+Every file that is rewritten whole (checkpoints, snapshots, a broker's identity, a partition
+directory's marker) is written with :func:`write_atomic`, the one place of the pattern.
 """
 
 from __future__ import annotations
@@ -74,6 +77,32 @@ def remove(path: Path) -> None:
 def replace(source: Path, target: Path) -> None:
     """Rename ``source`` to ``target``, replacing it atomically if it exists."""
     os.replace(source, target)
+
+
+TMP_SUFFIX = ".tmp"  # of a file :func:`write_atomic` is writing: never counts
+
+
+def write_atomic(path: Path, data: bytes, *, sync_dir: bool = True) -> None:
+    """Replace the file ``path`` with ``data`` so that a crash leaves the old file or the
+    new one, whole, never a mix: ``data`` goes to ``path`` + TMP_SUFFIX, which is fsynced, then
+    renamed over ``path``. With ``sync_dir`` the directory is synced too, so the new file
+    is durable when this returns; a caller that changes more names in the directory first
+    (deleting older files) passes False and syncs once after them. A crash may leave the
+    ``.tmp`` file: its owner removes or overwrites it, it never counts. Raises OSError if
+    the disk refuses (``path`` is then unchanged)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    fd = create(tmp, os.O_WRONLY | os.O_TRUNC)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[write(fd, view):]
+        fsync(fd)
+    finally:
+        os.close(fd)
+    replace(tmp, path)
+    if sync_dir:
+        fsync_dir(path.parent)
 
 
 def make_dirs(path: Path) -> None:

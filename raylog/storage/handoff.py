@@ -100,10 +100,12 @@ def delete_retired(segments: list[LogSegment]) -> None:
             files.fsync_dir(directory)
 
 
-def remove_retired(directory: Path) -> None:
-    """When a log opens: remove the segments a crash left retired, durably."""
-    leftovers = list(directory.glob(f"*{DELETED_SUFFIX}"))
-    for path in leftovers:
-        files.remove(path)
+def remove_retired(directory: Path, names: set[str]) -> None:
+    """When a log opens: remove the segments a crash left retired, durably. ``names`` is
+    the directory's listing, kept true: the names removed leave it."""
+    leftovers = [name for name in names if name.endswith(DELETED_SUFFIX)]
+    for name in leftovers:
+        files.remove(directory / name)
     if leftovers:
         files.fsync_dir(directory)
+    names.difference_update(leftovers)

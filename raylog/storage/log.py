@@ -63,7 +63,7 @@ from raylog.storage.handoff import (
     remove_retired,
     retire,
 )
-from raylog.storage.segment import LOG_SUFFIX, LogSegment
+from raylog.storage.segment import LogSegment, log_bases
 from raylog.util.clocks import wall_clock_ms
 
 logger = logging.getLogger(__name__)
@@ -148,17 +148,18 @@ class PartitionLog:
     # -- opening -----------------------------------------------------------------------------
 
     def _open(self) -> RecoveryInfo:
-        marker = self.directory / CLEAN_SHUTDOWN_FILE
-        clean = marker.exists()
+        # The directory is listed once: each step below keeps the listing true.
+        names = set(os.listdir(self.directory))
+        clean = CLEAN_SHUTDOWN_FILE in names
         if clean:
             # Gone for good before anything changes: a crash from here on, during this open
             # or after appends, must not find a marker vouching for unchecked segments.
-            files.remove(marker)
+            files.remove(self.directory / CLEAN_SHUTDOWN_FILE)
             files.fsync_dir(self.directory)
-        remove_retired(self.directory)
-        finish_interrupted_cleaning(self.directory, self.config.index_interval_bytes)
-        bases = sorted(int(p.name[: -len(LOG_SUFFIX)]) for p in self.directory.glob("*.log")
-                       if p.name[: -len(LOG_SUFFIX)].isdigit())
+            names.discard(CLEAN_SHUTDOWN_FILE)
+        remove_retired(self.directory, names)
+        finish_interrupted_cleaning(self.directory, self.config.index_interval_bytes, names)
+        bases = log_bases(names)
         recovery_point = (self._recovery_checkpoint.read() or 0) if not clean else None
         recovered = truncated = dropped = 0
         previous_end = 0

@@ -43,6 +43,18 @@ def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
 
 
+def log_bases(names: set[str] | list[str]) -> list[int]:
+    """The base offsets of the segments among a directory's file ``names``, in order."""
+    return sorted(int(name[:-len(LOG_SUFFIX)]) for name in names
+                  if name.endswith(LOG_SUFFIX) and name[:-len(LOG_SUFFIX)].isdigit())
+
+
+def segment_files(base_offset: int, suffix: str = "") -> tuple[str, str, str]:
+    """The names of a segment's three files (the log, its index, its time index)."""
+    stem = segment_name(base_offset)
+    return tuple(stem + ext + suffix for ext in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX))
+
+
 class IndexMismatchError(CorruptRecordError):
     """An index entry disagrees with the batches; the segment rebuilds its indexes."""
 

@@ -28,6 +28,7 @@ from raylog.client import connection as connection_module
 from raylog.client import membership as membership_module
 from raylog.client import remote as remote_module
 from raylog.client.connection import RaylogCluster
+from raylog.client.remote import Answer
 from raylog.errors import (
     ActorUnavailableError,
     FencedEpochError,
@@ -57,8 +58,8 @@ def wait_done(refs: list, timeout: float) -> list:
     return list(done)
 
 
-def when_done(ref: concurrent.futures.Future, callback: Callable[[Any], None]) -> None:
-    ref.add_done_callback(lambda _: callback(ref))
+def when_done(ref: concurrent.futures.Future, callback: Callable[[Any, Answer], None]) -> None:
+    ref.add_done_callback(lambda _: callback(ref, Answer(ref)))
 
 
 def wait_until(condition: Callable[[], object], timeout_s: float = 30.0) -> None:

@@ -9,7 +9,9 @@ from __future__ import annotations
 import ast
 import asyncio
 import json
+import os
 import pathlib
+import shutil
 from typing import Any
 
 import pytest
@@ -22,8 +24,10 @@ from raylog.client.connection import METADATA_MAX_AGE_S
 from raylog.errors import InvalidArgumentError, UnknownTopicError
 from raylog.metadata import election
 from raylog.metadata import state as events
-from raylog.metadata.access import MemoryLog, MetadataAccess
+from raylog.metadata.access import EventLog, MemoryLog, MetadataAccess
 from raylog.metadata.settings import ReplicationSettings
+from raylog.metadata.store import MetadataStore
+from raylog.storage import files
 from raylog.util.typecheck import served_by
 
 
@@ -54,11 +58,12 @@ class FakeChannel:
         return self._taken()
 
 
-def cluster(brokers=(1, 2, 3), replicas=((1, 2, 3), (2, 3, 1))) -> tuple[
-        MetadataAccess, BrokerManager, dict[int, FakeChannel]]:
+def cluster(brokers=(1, 2, 3), replicas=((1, 2, 3), (2, 3, 1)), log: EventLog | None = None
+            ) -> tuple[MetadataAccess, BrokerManager, dict[int, FakeChannel]]:
     """Topic ``t`` with a partition per ``replicas`` (all in sync, the first leading) over
-    live ``brokers``, each with a recording channel."""
-    access = MetadataAccess(MemoryLog())
+    live ``brokers``, each with a recording channel; the metadata in ``log`` (default: in
+    memory)."""
+    access = MetadataAccess(MemoryLog() if log is None else log)
     access.commit(events.cluster_created("c"))
     for broker in brokers:
         access.commit(events.broker_registered(broker))
@@ -99,6 +104,110 @@ def test_a_broker_down_moves_its_leaderships_commits_and_tells_the_live_replicas
         assert 1 in manager.down_since
 
     asyncio.run(scenario())
+
+
+class CountingLog(MemoryLog):
+    def __init__(self) -> None:
+        super().__init__()
+        self.commits = 0
+
+    def commit(self, state, events) -> None:
+        self.commits += 1
+        super().commit(state, events)
+
+
+def test_the_changes_of_one_election_are_one_commit():
+    async def scenario() -> None:
+        access, manager, _ = cluster(replicas=[(1, 2, 3)] * 40, log=CountingLog())
+        commits, before = access.log.commits, len(access.log.events)
+        manager.watches[1].alive = False
+        await manager.broker_down(1)
+        assert access.log.commits == commits + 1
+        assert len(access.log.events) == before + 40
+        assert {p.leader for _, p in access.partitions()} == {2}
+
+    asyncio.run(scenario())
+
+
+def test_a_refused_decision_commits_the_changes_decided_before_it():
+    async def scenario() -> None:
+        access, manager, channels = cluster()
+
+        def second_refused(topic, p, live):
+            if p.partition == 1:
+                raise UnknownTopicError("gone")
+            return election.Change(p.leader, p.leader_epoch, [p.leader])
+
+        with pytest.raises(UnknownTopicError):
+            await manager.elect(access.partitions, second_refused)
+        assert [p.isr for _, p in access.partitions()] == [[1], [2, 3, 1]]
+        assert MetadataAccess(access.log).state.topic("t").partitions[0].isr == [1]
+        assert told(channels) == {}
+
+    asyncio.run(scenario())
+
+
+LEADS = [(1, 2, 3)] * 200  # broker 1 leads 200 partitions
+
+
+def log_fsyncs(monkeypatch) -> list[str]:
+    synced: list[str] = []
+    real = files.fsync
+
+    def recording(fd: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if path.endswith(".log"):
+            synced.append(path)
+        real(fd)
+
+    monkeypatch.setattr(files, "fsync", recording)
+    return synced
+
+
+def test_a_broker_down_syncs_the_metadata_log_once_for_all_it_led(tmp_path, monkeypatch):
+    store = MetadataStore(tmp_path / "meta")
+    try:
+        access, manager, _ = cluster(replicas=LEADS, log=store)
+        manager.watches[1].alive = False
+        synced = log_fsyncs(monkeypatch)
+        asyncio.run(manager.broker_down(1))
+        assert len(synced) == 1
+        assert {p.leader for _, p in access.partitions()} == {2}
+    finally:
+        store.close()
+
+
+def test_a_failover_torn_by_a_crash_comes_back_whole_or_not_at_all(tmp_path):
+    """The metadata log's recovery cuts a torn batch whole: cut anywhere in the write of a
+    failover's changes, the log reopens with all of them or none."""
+    store = MetadataStore(tmp_path / "meta")
+    try:
+        _, manager, _ = cluster(replicas=LEADS, log=store)
+        manager.watches[1].alive = False
+        segment = store.log.active_segment.path
+        before = segment.stat().st_size
+        asyncio.run(manager.broker_down(1))
+        after = segment.stat().st_size
+        shutil.copytree(tmp_path / "meta", tmp_path / "crash")  # open: a crash image
+    finally:
+        store.close()
+    seen = []
+    for cut in range(before, after, max((after - before) // 10, 1)):
+        copy = tmp_path / f"cut-{cut}"
+        shutil.copytree(tmp_path / "crash", copy)
+        os.truncate(copy / segment.name, cut)
+        reopened = MetadataStore(copy)
+        try:
+            seen.append({p.leader for p in reopened.load().topic("t").partitions})
+        finally:
+            reopened.close()
+    assert len(seen) >= 10 and all(leaders == {1} for leaders in seen)
+    os.truncate(tmp_path / "crash" / segment.name, after)
+    reopened = MetadataStore(tmp_path / "crash")
+    try:
+        assert {p.leader for p in reopened.load().topic("t").partitions} == {2}
+    finally:
+        reopened.close()
 
 
 def test_elect_pushes_nothing_when_a_decision_is_refused():

@@ -117,14 +117,9 @@ class FakeCluster:
         pass
 
 
-def fake_resolve(ref: concurrent.futures.Future, timeout: float | None = None) -> object:
-    return ref.result(timeout)
-
-
 @pytest.fixture
 def leader(monkeypatch) -> FakeLeader:
     monkeypatch.setattr(producer_module, "when_done", fake_remote.when_done)
-    monkeypatch.setattr(producer_module, "resolve", fake_resolve)
     return FakeLeader()
 
 
@@ -165,6 +160,56 @@ def test_close_with_a_timeout_resolves_every_future(leader):
     with pytest.raises(RequestTimeoutError):
         producer.close(timeout=0.2)
     assert all(isinstance(f.exception(timeout=1), ClientClosedError) for f in futures)
+
+
+class CountingRef:
+    """A request whose answer counts its reads, as Ray's are: the future Ray completes for
+    ``when_done`` reads (fetches and deserializes) it once, each ``ray.get`` once more."""
+
+    def __init__(self, answer: concurrent.futures.Future) -> None:
+        self.answer = answer
+        self.reads = 0
+
+    def read(self) -> object:
+        self.reads += 1
+        return self.answer.result()
+
+    def future(self) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+
+        def completed(_: concurrent.futures.Future) -> None:
+            try:
+                future.set_result(self.read())
+            except Exception as e:
+                future.set_exception(e)
+
+        self.answer.add_done_callback(completed)
+        return future
+
+
+def test_each_append_answer_is_read_once(monkeypatch):
+    """The answer the callback was woken with is the one used: no second read of it."""
+    refs: list[CountingRef] = []
+
+    class Leader(FakeLeader):
+        def append(self, data: bytes, acks: object, timeout_ms: int) -> CountingRef:
+            refs.append(CountingRef(super().append(data, acks, timeout_ms)))
+            return refs[-1]
+
+    # Ray's when_done (remote.py's), and any ray.get of the producer's reads the ref again.
+    monkeypatch.setattr(producer_module, "resolve", lambda ref, timeout=None: ref.read(),
+                        raising=False)
+    leader = Leader()
+    producer = producer_for(leader)
+    futures = [producer.send("t", b"v%d" % i) for i in range(50)]
+    producer.flush()
+    assert [f.result(timeout=5).offset for f in futures] == list(range(50))
+    assert refs and [ref.reads for ref in refs] == [1] * len(refs)
+    leader.mode = "refuse"  # an error is read once too, and raised as the leader's
+    with pytest.raises(RecordTooLargeError):
+        producer.send("t", b"refused").result(timeout=5)
+    assert refs[-1].reads == 1
+    producer.close()
 
 
 def test_lost_answers_are_retried_without_duplicates_or_reordering(leader):

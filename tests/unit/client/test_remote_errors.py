@@ -3,12 +3,13 @@ the exceptions are built directly."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 
 import pytest
 from ray.exceptions import ActorUnschedulableError
 
-from raylog.client.remote import unwrap
+from raylog.client.remote import Answer, unwrap
 from raylog.errors import ActorUnavailableError, InvalidRecordError, OffsetNotAvailableError
 from raylog.util.interop import ERROR_MARK, error_json, java_error
 
@@ -39,3 +40,13 @@ def test_a_new_leader_not_sure_yet_of_its_committed_offsets_is_retriable_everywh
     assert error_json(error) == {"type": "OffsetNotAvailableError", "retriable": True,
                                  "message": "t-0: not yet"}
     assert ERROR_MARK + json.dumps(error_json(error)) + ERROR_MARK in str(java_error(error))
+
+
+def test_an_answer_read_from_its_future_raises_as_resolve_would():
+    future: concurrent.futures.Future = concurrent.futures.Future()
+    future.set_exception(ActorUnschedulableError("the node is gone"))
+    with pytest.raises(ActorUnavailableError):
+        Answer(future).get()
+    answered: concurrent.futures.Future = concurrent.futures.Future()
+    answered.set_result(42)
+    assert Answer(answered).get() == 42

@@ -213,3 +213,29 @@ def test_a_crash_leaves_a_prefix_that_includes_every_flushed_batch(tmp_path_fact
     assert len(records) >= flushed_end
     reopened.close()
     log.close()
+
+
+def test_opening_a_log_lists_its_directory_once(tmp_path, monkeypatch):
+    """Leftovers of retention and compaction are found in the one listing the opening takes,
+    and so are the segments."""
+    log, values = write_log(tmp_path / "log", 30)
+    segments = len(log.segments)
+    log.close()
+    directory = tmp_path / "log"
+    for leftover in ("00000000000000000999.log.deleted", "00000000000000000999.log.cleaned",
+                     "00000000000000000999.index.swap"):
+        (directory / leftover).write_bytes(b"left by a crash")
+    listed: list[str] = []
+    for name in ("listdir", "scandir"):
+        real = getattr(os, name)
+        monkeypatch.setattr(os, name, lambda path=".", _real=real, _name=name: (
+            listed.append(_name) if Path(path) == directory else None, _real(path))[1])
+    log = PartitionLog(directory, CONFIG, clock=FakeClock(NOW))
+    monkeypatch.undo()
+    try:
+        assert len(listed) == 1, listed
+        assert len(log.segments) == segments > 1
+        assert [r.value for r in all_records(log)] == values
+        assert not [p for p in directory.iterdir() if "999" in p.name]
+    finally:
+        log.close()
