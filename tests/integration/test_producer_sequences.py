@@ -33,7 +33,7 @@ from raylog.client.remote import ReplicaClient, resolve
 from raylog.errors import ActorUnavailableError, InvalidRecordError, OutOfOrderSequenceError
 from raylog.records import iter_headers, parse_header, read_records
 from raylog.records.header import BatchHeader
-from tests.integration.conftest import replica_info, wait_for
+from tests.integration.conftest import leader_broker, replica_info, wait_for
 from tests.integration.test_replication import kill_and_wait_for_failover, partition_states
 
 DELIVERY_TIMEOUT_MS = 120_000
@@ -178,7 +178,9 @@ def test_after_a_failover_that_lost_an_acks_1_tail_the_next_send_succeeds_prompt
     ``killed-for-good``: the producer's next batch goes to the dead broker first, where it may
     have been appended before the process died: renumbered, it could land twice, so at the
     epoch bump it fails instead (at once, not at its delivery timeout); the send after it
-    lands under the new epoch."""
+    lands under the new epoch. A leader served by a replica host (the test cluster's first
+    broker node runs one) is the second case in both: the host dies with its broker and
+    comes back as another actor, so the producer's handle to it is dead for good."""
     admin = Admin(cluster=ray_cluster.raylog)
     admin.create_topic(topic_name, partitions=1, replication_factor=2)
     wait_for(lambda: len(partition_states(admin, topic_name)[0]["isr"]) == 2, timeout=60,
@@ -186,8 +188,10 @@ def test_after_a_failover_that_lost_an_acks_1_tail_the_next_send_succeeds_prompt
     leader = partition_states(admin, topic_name)[0]["leader"]
     (follower,) = [b for b in partition_states(admin, topic_name)[0]["replicas"]
                    if b != leader]
-    follower_actor = admin._cluster.topic(topic_name, refresh=True).partitions[0] \
-        .clients[follower].handle
+    clients = admin._cluster.topic(topic_name, refresh=True).partitions[0].clients
+    follower_actor = clients[follower].handle
+    on_host = clients[leader].handle._actor_id != \
+        leader_broker(admin, topic_name, 0)._actor_id
     producer = Producer(cluster=ray_cluster.raylog, acks=1, linger_ms=0,
                         delivery_timeout_ms=DELIVERY_TIMEOUT_MS)
     try:
@@ -215,7 +219,7 @@ def test_after_a_failover_that_lost_an_acks_1_tail_the_next_send_succeeds_prompt
         assert new_end <= tail[-1], (
             f"the scenario did not lose the acks=1 tail (the new leader ends at {new_end}, "
             f"the tail was acknowledged up to {tail[-1]}): nothing to test")
-        if for_good:
+        if for_good or on_host:
             unknown = producer.send(topic_name, b"sent-to-the-dead-broker", partition=0)
             assert isinstance(unknown.exception(PROMPTLY_S), ActorUnavailableError)
         after = producer.send(topic_name, b"after-failover", partition=0)
