@@ -284,3 +284,32 @@ class CorruptSnapshotError(StorageError):
     than its header says), its checksum does not match, or it does not decode to a state.
     The store then loads the previous snapshot and replays more of the log; it raises this
     only when no usable snapshot covers the events the log no longer holds."""
+
+
+class InconsistentGroupProtocolError(RaylogError):
+    """A member cannot join a consumer group as it asks: it speaks another group protocol
+    than the group's members (a Kafka client joining a group of raylog's own consumers, or
+    the other way round: one group is served one way), or it offers no partition assignment
+    strategy raylog's coordinator assigns with (Kafka's INCONSISTENT_GROUP_PROTOCOL)."""
+
+
+class RebalanceInProgressError(RaylogError):
+    """A Kafka member's group is rebalancing (a member joined, left or timed out, or its
+    topics changed) and the member has not joined again yet: it rejoins, as Kafka's
+    REBALANCE_IN_PROGRESS tells it."""
+
+    retriable = True
+
+
+class MemberIdRequiredError(RaylogError):
+    """A Kafka client's first JoinGroup (version 4 and later): it is given ``member_id`` and
+    joins again with it (Kafka's MEMBER_ID_REQUIRED)."""
+
+    retriable = True
+
+    def __init__(self, message: str, member_id: str) -> None:
+        super().__init__(message)
+        self.member_id = member_id
+
+    def __reduce__(self) -> tuple:  # crosses Ray with its member id
+        return type(self), (str(self), self.member_id)
