@@ -1,0 +1,73 @@
+"""What the gateway's handlers need from a raylog cluster: the seam between the Kafka
+protocol and Ray.
+
+:class:`Backend` is the interface. ``raylog/kafka/gateway/cluster.py`` implements it over a
+connected :class:`~raylog.client.connection.RaylogCluster` (raylog's clients, so Ray);
+unit tests pass a fake. Every method is a coroutine and never blocks the event loop.
+Errors are raylog's (raylog/errors.py); handlers turn them into Kafka codes
+(raylog/kafka/gateway/errors.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple, Protocol, TypeVar
+
+from raylog.client.connection import TopicMetadata
+from raylog.replica.partition import FetchResult
+from raylog.storage.log import AppendInfo
+
+T = TypeVar("T")
+
+
+class Broker(NamedTuple):
+    """A raylog broker as Kafka clients see it: its id and where its listener is."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+class Backend(Protocol):
+    cluster_id: str
+
+    async def brokers(self) -> list[Broker]:
+        """The live brokers that have a listener, by id."""
+
+    async def controller_id(self) -> int:
+        """The broker Kafka clients send admin requests to (any of them will do: every
+        listener reaches the controller)."""
+
+    async def topic(self, name: str, max_age_s: float = 300.0) -> TopicMetadata:
+        """Metadata of a topic no older than ``max_age_s`` (UnknownTopicError,
+        InvalidTopicError)."""
+
+    async def list_topics(self) -> list[str]:
+        """The user topics (internal ones are not shown to Kafka clients)."""
+
+    def forget(self, name: str) -> None:
+        """The cached metadata of ``name`` is stale: the next request for it asks again."""
+
+    async def append(self, topic: TopicMetadata, partition: int, batch: bytes, acks: int,
+                     timeout_ms: int) -> AppendInfo:
+        """Append a raylog batch on the partition's leader."""
+
+    async def fetch(self, topic: TopicMetadata, partition: int, offset: int, max_bytes: int,
+                    max_wait_ms: int, min_bytes: int) -> FetchResult:
+        """Batches from ``offset`` below the high watermark, from the leader."""
+
+    async def list_offset(self, topic: TopicMetadata, partition: int,
+                          spec: str | int) -> tuple[int, int] | None:
+        """(offset, timestamp) for "earliest", "latest" or a timestamp (ms)."""
+
+    async def delete_records(self, topic: TopicMetadata, partition: int, offset: int) -> int:
+        """Records below ``offset`` (-1: the high watermark) deleted; the new log start."""
+
+    async def blocking(self, call: Callable[..., T], *args: Any) -> T:
+        """Run a blocking call (the controller client's) off the event loop."""
+
+    @property
+    def controller(self) -> Any:
+        """The controller client (raylog.client.remote.ControllerClient); its calls
+        block: make them through :meth:`blocking`."""

@@ -1,0 +1,203 @@
+"""The gateway's :class:`~raylog.kafka.gateway.backend.Backend` over a running raylog
+cluster, through raylog's clients (raylog/client/): the controller client for metadata
+and admin changes, the replica clients for appends, fetches, offsets and deletions.
+
+Replica calls are Ray ObjectRefs, awaited on the listener's event loop; controller calls
+block, and run on a small thread pool of their own. Topic metadata comes from the
+connection's cache (``RaylogCluster``); a request that asks for it fresher (Metadata) or
+finds it stale (a partition error that means the leader moved) asks the controller, one
+request per topic at a time however many wait for it.
+
+Where each broker's listener is (what Metadata advertises) is an :class:`Advertiser`'s
+answer: :class:`OneAddress` for a single listener speaking for every broker (``raylog
+gateway``), :class:`NodeListeners` for one listener actor per broker node (``raylog start
+--kafka-port``), each found by its name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
+
+import ray
+
+from raylog.client.connection import REQUEST_SLACK_S, RaylogCluster, TopicMetadata
+from raylog.client.remote import discard, unwrap
+from raylog.errors import LeaderNotAvailableError, RaylogError, RequestTimeoutError
+from raylog.kafka.gateway.backend import Broker
+from raylog.replica.partition import FetchResult
+from raylog.storage.log import AppendInfo
+from raylog.util.cluster_names import NAMESPACE
+
+T = TypeVar("T")
+
+BROKERS_MAX_AGE_S = 1.0  # the live brokers, as the controller knows them, this fresh
+CALL_TIMEOUT_S = 30.0  # a replica call that asks for no wait of its own
+LISTENER_PREFIX = "raylog-kafka-"  # + broker id: the name of a broker node's listener actor
+
+
+def listener_actor_name(broker_id: int) -> str:
+    return f"{LISTENER_PREFIX}{broker_id}"
+
+
+class Advertiser(Protocol):
+    async def addresses(self, broker_ids: list[int]) -> dict[int, tuple[str, int]]:
+        """(host, port) of the listener speaking for each of these brokers that has one."""
+
+
+class OneAddress:
+    """One listener speaks for every broker: each is advertised at its address."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+
+    async def addresses(self, broker_ids: list[int]) -> dict[int, tuple[str, int]]:
+        return {b: (self.host, self.port) for b in broker_ids}
+
+
+class NodeListeners:
+    """A listener actor per broker node, named ``listener_actor_name(broker id)``; each is
+    asked where it listens, and the answer kept for ``max_age_s``. A broker without a live
+    listener is left out (its partitions then have no reachable leader)."""
+
+    def __init__(self, max_age_s: float = 10.0) -> None:
+        self.max_age_s = max_age_s
+        self._known: dict[int, tuple[float, tuple[str, int] | None]] = {}
+
+    async def addresses(self, broker_ids: list[int]) -> dict[int, tuple[str, int]]:
+        now = time.monotonic()
+        stale = [b for b in broker_ids
+                 if b not in self._known or now - self._known[b][0] > self.max_age_s]
+        if stale:
+            found = await asyncio.gather(*(self._ask(b) for b in stale))
+            for broker, address in zip(stale, found, strict=True):
+                self._known[broker] = (now, address)
+        return {b: self._known[b][1] for b in broker_ids if self._known[b][1] is not None}
+
+    async def _ask(self, broker_id: int) -> tuple[str, int] | None:
+        try:
+            handle = ray.get_actor(listener_actor_name(broker_id), namespace=NAMESPACE)
+            host, port = await asyncio.wait_for(handle.address.remote(), CALL_TIMEOUT_S)
+        except (ValueError, TimeoutError, ray.exceptions.RayError):
+            return None  # no listener there (yet, or any more)
+        return host, port
+
+
+async def _resolve(ref: Awaitable[T], timeout: float) -> T:
+    """An awaited replica call with raylog's errors (raylog/client/remote.py's rules)."""
+    try:
+        return await asyncio.wait_for(ref, timeout)
+    except RaylogError:
+        raise
+    except TimeoutError as e:
+        raise RequestTimeoutError(f"no answer within {timeout:g} s") from e
+    except Exception as e:
+        raise unwrap(e) from e
+
+
+class ClusterBackend:
+    """Backend over ``cluster`` (a connected RaylogCluster) with ``advertiser`` saying where
+    each broker's listener is. Used from one event loop."""
+
+    def __init__(self, cluster: RaylogCluster, advertiser: Advertiser,
+                 cluster_id: str, threads: int = 8) -> None:
+        self.cluster = cluster
+        self.advertiser = advertiser
+        self.cluster_id = cluster_id
+        self._pool = concurrent.futures.ThreadPoolExecutor(threads, "raylog-kafka-admin")
+        self._brokers: tuple[float, list[Broker]] | None = None
+        self._brokers_asked: asyncio.Future | None = None
+        self._topics_asked: dict[str, asyncio.Future] = {}
+
+    @classmethod
+    def connect(cls, cluster: RaylogCluster, advertiser: Advertiser) -> ClusterBackend:
+        """A backend for ``cluster``, asking its controller for the cluster id (blocks)."""
+        return cls(cluster, advertiser, cluster.controller.ready()["cluster_id"])
+
+    @property
+    def controller(self) -> Any:
+        return self.cluster.controller
+
+    async def blocking(self, call: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, call, *args)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- brokers and topics --------------------------------------------------------------------
+
+    async def brokers(self) -> list[Broker]:
+        if self._brokers is not None and \
+                time.monotonic() - self._brokers[0] < BROKERS_MAX_AGE_S:
+            return self._brokers[1]
+        if self._brokers_asked is None:  # one question at a time, shared by every asker
+            self._brokers_asked = asyncio.ensure_future(self._ask_brokers())
+            self._brokers_asked.add_done_callback(lambda _: self._forget_brokers_asked())
+        return await asyncio.shield(self._brokers_asked)
+
+    def _forget_brokers_asked(self) -> None:
+        self._brokers_asked = None
+
+    async def _ask_brokers(self) -> list[Broker]:
+        asked = time.monotonic()
+        live = (await self.blocking(self.controller.ready))["brokers"]
+        found = await self.advertiser.addresses(sorted(live))
+        brokers = [Broker(b, host, port) for b, (host, port) in sorted(found.items())]
+        self._brokers = (asked, brokers)
+        return brokers
+
+    async def controller_id(self) -> int:
+        brokers = await self.brokers()
+        return brokers[0].node_id if brokers else -1
+
+    async def topic(self, name: str, max_age_s: float = 300.0) -> TopicMetadata:
+        meta = self.cluster.cached(name) if type(name) is str else None
+        if meta is not None and time.monotonic() - meta.fetched_at < max_age_s:
+            return meta
+        asked = self._topics_asked.get(name)
+        if asked is None:
+            asked = asyncio.ensure_future(self.blocking(self.cluster.topic, name, True))
+            self._topics_asked[name] = asked
+            asked.add_done_callback(lambda _: self._topics_asked.pop(name, None))
+        return await asyncio.shield(asked)
+
+    async def list_topics(self) -> list[str]:
+        return await self.blocking(self.controller.list_topics, False)
+
+    def forget(self, name: str) -> None:
+        self.cluster.refresh_soon(name)
+
+    # -- a partition's leader ------------------------------------------------------------------
+
+    @staticmethod
+    def _leader(topic: TopicMetadata, partition: int) -> Any:
+        if not 0 <= partition < topic.num_partitions:
+            raise LeaderNotAvailableError(f"{topic.name} has no partition {partition}")
+        return topic.partitions[partition].leader_client()
+
+    async def append(self, topic: TopicMetadata, partition: int, batch: bytes, acks: int,
+                     timeout_ms: int) -> AppendInfo:
+        ref = self._leader(topic, partition).append(batch, acks, timeout_ms)
+        return await _resolve(ref, timeout_ms / 1000 + REQUEST_SLACK_S)
+
+    def append_unacknowledged(self, topic: TopicMetadata, partition: int,
+                              batch: bytes) -> None:
+        """acks=0: send the append, read no answer."""
+        discard(self._leader(topic, partition).append(batch, 1))
+
+    async def fetch(self, topic: TopicMetadata, partition: int, offset: int, max_bytes: int,
+                    max_wait_ms: int, min_bytes: int) -> FetchResult:
+        ref = self._leader(topic, partition).fetch(offset, max_bytes, max_wait_ms, min_bytes)
+        return await _resolve(ref, max_wait_ms / 1000 + REQUEST_SLACK_S)
+
+    async def list_offset(self, topic: TopicMetadata, partition: int,
+                          spec: str | int) -> tuple[int, int] | None:
+        ref = self._leader(topic, partition).list_offset(spec)
+        return await _resolve(ref, CALL_TIMEOUT_S)
+
+    async def delete_records(self, topic: TopicMetadata, partition: int, offset: int) -> int:
+        ref = self._leader(topic, partition).delete_records(offset)
+        return await _resolve(ref, CALL_TIMEOUT_S)
