@@ -152,6 +152,7 @@ class ControllerActor:
     kafka_sync_group = served_by("kafka_groups", KafkaGroupService.sync_group)
     kafka_heartbeat = served_by("kafka_groups", KafkaGroupService.heartbeat)
     kafka_leave_group = served_by("kafka_groups", KafkaGroupService.leave_group)
+    kafka_committed = served_by("kafka_groups", KafkaGroupService.committed)
     kafka_describe_groups = served_by("kafka_groups", KafkaGroupService.describe_groups)
     kafka_list_groups = served_by("kafka_groups", KafkaGroupService.list_groups)
 

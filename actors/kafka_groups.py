@@ -147,6 +147,18 @@ class KafkaGroupService:
             await self.groups._membership_changed(group_id, wait=True)
         return [m for m, error in outcomes.items() if error is not None]
 
+    async def committed(self, group_id: str, partitions: list[tuple[str, int]] | None
+                        ) -> dict[tuple[str, int], tuple[int, str] | None]:
+        """The group's committed (offset, metadata) of each partition (None: never
+        committed); every partition it has committed when ``partitions`` is None."""
+        check_id("group_id", group_id, InvalidArgumentError)
+        await self.groups._ready()
+        coordinator = self.groups.coordinator
+        if partitions is None:
+            partitions = list(coordinator.offsets.get(group_id, {}))
+        return {(tp.topic, tp.partition): (om.offset, om.metadata) if om else None
+                for tp, om in coordinator.committed(group_id, partitions).items()}
+
     async def describe_groups(self, group_ids: list[str]) -> list[dict[str, Any]]:
         """Kafka's view of each group (state Dead for a group nobody knows)."""
         await self.groups._ready()

@@ -64,6 +64,11 @@ class Backend(Protocol):
     async def delete_records(self, topic: TopicMetadata, partition: int, offset: int) -> int:
         """Records below ``offset`` (-1: the high watermark) deleted; the new log start."""
 
+    async def controller_call(self, method: str, *args: Any, timeout_s: float) -> Any:
+        """The controller's RPC ``method`` (a name of the controller actor's API), awaited
+        on the event loop with no thread held: for calls that may wait long (a JoinGroup
+        waits for its round). RequestTimeoutError after ``timeout_s``; raylog's errors."""
+
     async def blocking(self, call: Callable[..., T], *args: Any) -> T:
         """Run a blocking call (the controller client's) off the event loop."""
 

@@ -124,6 +124,14 @@ class ClusterBackend:
     async def blocking(self, call: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, call, *args)
 
+    async def controller_call(self, method: str, *args: Any, timeout_s: float) -> Any:
+        ref = getattr(self.controller.handle, method).remote(*args)
+        try:
+            return await _resolve(ref, timeout_s)
+        except RequestTimeoutError:
+            discard(ref)  # its answer, if it ever comes, goes unread
+            raise
+
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
 

@@ -49,10 +49,32 @@ class Code(enum.IntEnum):
     OFFSET_NOT_AVAILABLE = 78
     INVALID_RECORD = 87
     RESOURCE_NOT_FOUND = 91
+    # consumer groups (raylog/kafka/gateway/groups.py)
+    COORDINATOR_LOAD_IN_PROGRESS = 14
+    NOT_COORDINATOR = 16
+    ILLEGAL_GENERATION = 22
+    INCONSISTENT_GROUP_PROTOCOL = 23
+    INVALID_GROUP_ID = 24
+    UNKNOWN_MEMBER_ID = 25
+    INVALID_SESSION_TIMEOUT = 26
+    REBALANCE_IN_PROGRESS = 27
+    NON_EMPTY_GROUP = 68
+    GROUP_ID_NOT_FOUND = 69
+    MEMBER_ID_REQUIRED = 79
 
 
 # Most specific first: the first class an error is an instance of gives its code.
 _CODES: tuple[tuple[type[BaseException], Code], ...] = (
+    # consumer groups (raylog/kafka/gateway/groups.py)
+    (e.UnknownMemberError, Code.UNKNOWN_MEMBER_ID),
+    (e.IllegalGenerationError, Code.ILLEGAL_GENERATION),
+    (e.NotPartitionOwnerError, Code.ILLEGAL_GENERATION),  # the member rejoins
+    (e.RebalanceInProgressError, Code.REBALANCE_IN_PROGRESS),
+    (e.RejoinRequiredError, Code.REBALANCE_IN_PROGRESS),
+    (e.MemberIdRequiredError, Code.MEMBER_ID_REQUIRED),
+    (e.InconsistentGroupProtocolError, Code.INCONSISTENT_GROUP_PROTOCOL),
+    (e.GroupNotEmptyError, Code.NON_EMPTY_GROUP),
+    (e.UnknownGroupError, Code.GROUP_ID_NOT_FOUND),
     (e.UnknownTopicError, Code.UNKNOWN_TOPIC_OR_PARTITION),
     (e.UnknownPartitionError, Code.UNKNOWN_TOPIC_OR_PARTITION),
     (e.InvalidTopicError, Code.INVALID_TOPIC_EXCEPTION),
