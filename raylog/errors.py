@@ -284,3 +284,31 @@ class CorruptSnapshotError(StorageError):
     than its header says), its checksum does not match, or it does not decode to a state.
     The store then loads the previous snapshot and replays more of the log; it raises this
     only when no usable snapshot covers the events the log no longer holds."""
+
+
+class UnsupportedMessageFormatError(InvalidRecordError):
+    """Kafka records in a message format older than record batches v2 (magic 0 or 1):
+    raylog translates only v2 batches, as every Kafka client since 0.11 writes them."""
+
+    kafka_code = 43  # UNSUPPORTED_FOR_MESSAGE_FORMAT
+
+
+class InvalidKafkaBatchError(InvalidRecordError):
+    """A well-framed Kafka batch (its CRC matches) that raylog will not store: offset deltas
+    other than 0..n-1, no records, a control batch from a client, a header name that is not
+    UTF-8."""
+
+    kafka_code = 87  # INVALID_RECORD
+
+
+class InvalidTimestampError(InvalidRecordError):
+    """A Kafka record's timestamp is negative: raylog's records carry times >= 0 ms."""
+
+    kafka_code = 32  # INVALID_TIMESTAMP
+
+
+class TransactionsUnsupportedError(RaylogError):
+    """A transactional Kafka batch: raylog has no transactions yet (a later issue), so it
+    refuses such writes rather than show records a transaction may abort."""
+
+    kafka_code = 48  # INVALID_TXN_STATE
