@@ -10,7 +10,7 @@ Errors are raylog's (raylog/errors.py); handlers turn them into Kafka codes
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from raylog.client.connection import TopicMetadata
@@ -49,9 +49,15 @@ class Backend(Protocol):
     def forget(self, name: str) -> None:
         """The cached metadata of ``name`` is stale: the next request for it asks again."""
 
-    async def append(self, topic: TopicMetadata, partition: int, batch: bytes, acks: int,
-                     timeout_ms: int) -> AppendInfo:
-        """Append a raylog batch on the partition's leader."""
+    def append(self, topic: TopicMetadata, partition: int, batch: bytes, acks: int,
+               timeout_ms: int) -> Awaitable[AppendInfo]:
+        """Send a raylog batch to the partition's leader now (appends sent by one caller
+        reach a leader in the order sent); await the answer. Raises at once when the
+        partition has no leader (LeaderNotAvailableError)."""
+
+    def append_unacknowledged(self, topic: TopicMetadata, partition: int,
+                              batch: bytes) -> None:
+        """acks=0: send the batch to the leader, read no answer."""
 
     async def fetch(self, topic: TopicMetadata, partition: int, offset: int, max_bytes: int,
                     max_wait_ms: int, min_bytes: int) -> FetchResult:

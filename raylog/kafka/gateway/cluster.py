@@ -186,10 +186,10 @@ class ClusterBackend:
             raise LeaderNotAvailableError(f"{topic.name} has no partition {partition}")
         return topic.partitions[partition].leader_client()
 
-    async def append(self, topic: TopicMetadata, partition: int, batch: bytes, acks: int,
-                     timeout_ms: int) -> AppendInfo:
+    def append(self, topic: TopicMetadata, partition: int, batch: bytes, acks: int,
+               timeout_ms: int) -> Awaitable[AppendInfo]:
         ref = self._leader(topic, partition).append(batch, acks, timeout_ms)
-        return await _resolve(ref, timeout_ms / 1000 + REQUEST_SLACK_S)
+        return _resolve(ref, timeout_ms / 1000 + REQUEST_SLACK_S)
 
     def append_unacknowledged(self, topic: TopicMetadata, partition: int,
                               batch: bytes) -> None:

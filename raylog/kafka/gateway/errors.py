@@ -1,18 +1,17 @@
-"""Kafka's error codes, and the code each raylog error is answered with.
+"""Kafka's error codes by name, as the gateway's handlers answer them.
 
-A Kafka client decides what to do from the code alone: NOT_LEADER_OR_FOLLOWER and
-LEADER_NOT_AVAILABLE make it refresh its metadata and retry, UNKNOWN_TOPIC_OR_PARTITION
-makes it wait for the topic or fail, and so on (Kafka's ``Errors.java``). So the mapping
-below keeps raylog's meaning: a retriable raylog error becomes a retriable Kafka code.
-An error that carries its own code (``kafka_code``, as the records translation's do) is
-answered with it. Plain Python.
+Which code a raylog error is answered with is decided in one place,
+raylog/kafka/error_codes.py (``code_of`` here is it); a client decides what to do from the
+code alone: NOT_LEADER_OR_FOLLOWER and LEADER_NOT_AVAILABLE make it refresh its metadata
+and retry, UNKNOWN_TOPIC_OR_PARTITION makes it wait for the topic or fail (Kafka's
+``Errors.java``). Plain Python.
 """
 
 from __future__ import annotations
 
 import enum
 
-from raylog import errors as e
+from raylog.kafka.error_codes import kafka_error_code
 
 
 class Code(enum.IntEnum):
@@ -63,57 +62,9 @@ class Code(enum.IntEnum):
     MEMBER_ID_REQUIRED = 79
 
 
-# Most specific first: the first class an error is an instance of gives its code.
-_CODES: tuple[tuple[type[BaseException], Code], ...] = (
-    # consumer groups (raylog/kafka/gateway/groups.py)
-    (e.UnknownMemberError, Code.UNKNOWN_MEMBER_ID),
-    (e.IllegalGenerationError, Code.ILLEGAL_GENERATION),
-    (e.NotPartitionOwnerError, Code.ILLEGAL_GENERATION),  # the member rejoins
-    (e.RebalanceInProgressError, Code.REBALANCE_IN_PROGRESS),
-    (e.RejoinRequiredError, Code.REBALANCE_IN_PROGRESS),
-    (e.MemberIdRequiredError, Code.MEMBER_ID_REQUIRED),
-    (e.InconsistentGroupProtocolError, Code.INCONSISTENT_GROUP_PROTOCOL),
-    (e.GroupNotEmptyError, Code.NON_EMPTY_GROUP),
-    (e.UnknownGroupError, Code.GROUP_ID_NOT_FOUND),
-    (e.UnknownTopicError, Code.UNKNOWN_TOPIC_OR_PARTITION),
-    (e.UnknownPartitionError, Code.UNKNOWN_TOPIC_OR_PARTITION),
-    (e.InvalidTopicError, Code.INVALID_TOPIC_EXCEPTION),
-    (e.TopicExistsError, Code.TOPIC_ALREADY_EXISTS),
-    (e.InvalidPartitionsError, Code.INVALID_PARTITIONS),
-    (e.InvalidReplicationFactorError, Code.INVALID_REPLICATION_FACTOR),
-    (e.NoBrokersError, Code.INVALID_REPLICATION_FACTOR),
-    (e.InvalidConfigError, Code.INVALID_CONFIG),
-    (e.NotLeaderError, Code.NOT_LEADER_OR_FOLLOWER),  # BrokerStalledError too
-    (e.LeaderNotAvailableError, Code.LEADER_NOT_AVAILABLE),
-    (e.ActorUnavailableError, Code.NOT_LEADER_OR_FOLLOWER),
-    (e.FencedEpochError, Code.FENCED_LEADER_EPOCH),
-    (e.UnknownLeaderEpochError, Code.UNKNOWN_LEADER_EPOCH),
-    (e.NotEnoughReplicasAfterAppendError, Code.NOT_ENOUGH_REPLICAS_AFTER_APPEND),
-    (e.NotEnoughReplicasError, Code.NOT_ENOUGH_REPLICAS),
-    (e.RequestTimeoutError, Code.REQUEST_TIMED_OUT),
-    (e.RecordTooLargeError, Code.MESSAGE_TOO_LARGE),
-    (e.CorruptRecordError, Code.CORRUPT_MESSAGE),
-    (e.InvalidRecordError, Code.INVALID_RECORD),
-    (e.OffsetNotAvailableError, Code.OFFSET_NOT_AVAILABLE),
-    (e.OffsetOutOfRangeError, Code.OFFSET_OUT_OF_RANGE),
-    (e.UnknownProducerIdError, Code.UNKNOWN_PRODUCER_ID),
-    (e.OutOfOrderSequenceError, Code.OUT_OF_ORDER_SEQUENCE_NUMBER),
-    (e.InvalidProducerEpochError, Code.INVALID_PRODUCER_EPOCH),
-    (e.StorageError, Code.KAFKA_STORAGE_ERROR),
-    (e.NoClusterError, Code.REQUEST_TIMED_OUT),  # the controller restarts: try again
-    (e.InvalidArgumentError, Code.INVALID_REQUEST),
-)
-
-
-def code_of(error: BaseException) -> Code:
-    """The Kafka code to answer ``error`` with (UNKNOWN_SERVER_ERROR for anything else)."""
-    own = getattr(error, "kafka_code", None)
-    if isinstance(own, int):
-        return Code(own) if own in Code._value2member_map_ else own  # type: ignore[return-value]
-    for cls, code in _CODES:
-        if isinstance(error, cls):
-            return code
-    return Code.UNKNOWN_SERVER_ERROR
+def code_of(error: BaseException) -> int:
+    """The Kafka code to answer ``error`` with (raylog/kafka/error_codes.py decides)."""
+    return kafka_error_code(error)
 
 
 def refreshes_metadata(code: int) -> bool:

@@ -10,8 +10,16 @@ from collections.abc import Callable
 from typing import Any
 
 from raylog.client.connection import PartitionMetadata, TopicMetadata
-from raylog.errors import TopicExistsError, UnknownTopicError
+from raylog.errors import (
+    LeaderNotAvailableError,
+    OffsetOutOfRangeError,
+    TopicExistsError,
+    UnknownTopicError,
+)
 from raylog.kafka.gateway.backend import Broker
+from raylog.records import parse_header, stamp
+from raylog.replica.partition import FetchResult
+from raylog.storage import AppendInfo
 
 
 @dataclasses.dataclass
@@ -34,6 +42,9 @@ class FakeBackend:
         self.topics: dict[str, TopicMetadata] = {}
         self.controller = FakeController(self)
         self.calls: list[tuple] = []  # every call that would reach the cluster's data
+        self.logs: dict[tuple[str, int], list[bytes]] = {}  # stamped batches
+        self.fail_appends: BaseException | None = None  # raised by every append when set
+        self.unanswered: list[asyncio.Future] = []  # acks=0 appends
 
     def add_topic(self, name: str, partitions: int = 1, leader: int | None = 1,
                   topic_id: str = "0123456789abcdef0123456789abcdef") -> None:
@@ -57,6 +68,70 @@ class FakeBackend:
 
     def forget(self, name: str) -> None:
         pass
+
+    def _log(self, topic: TopicMetadata, partition: int) -> list[bytes]:
+        if topic.partitions[partition].leader is None:
+            raise LeaderNotAvailableError(f"{topic.name}-{partition} has no leader")
+        return self.logs.setdefault((topic.name, partition), [])
+
+    @staticmethod
+    def _end(log: list[bytes]) -> int:
+        if not log:
+            return 0
+        last = parse_header(log[-1])
+        return last.base_offset + last.last_offset_delta + 1
+
+    def append(self, topic: TopicMetadata, partition: int, batch: bytes, acks: int,
+               timeout_ms: int):
+        self.calls.append(("append", topic.name, partition, acks))
+        log = self._log(topic, partition)
+        failure = self.fail_appends
+
+        async def answer() -> AppendInfo:
+            if failure is not None:
+                raise failure
+            header = parse_header(batch)
+            base = self._end(log)
+            stamped = bytearray(batch)
+            stamp(stamped, base, 3)
+            log.append(bytes(stamped))
+            return AppendInfo(base, base + header.last_offset_delta, header.max_timestamp,
+                              header.record_count)
+
+        return answer()
+
+    def append_unacknowledged(self, topic: TopicMetadata, partition: int,
+                              batch: bytes) -> None:
+        self.unanswered.append(asyncio.ensure_future(self.append(topic, partition, batch, 0, 0)))
+
+    async def fetch(self, topic: TopicMetadata, partition: int, offset: int, max_bytes: int,
+                    max_wait_ms: int, min_bytes: int) -> FetchResult:
+        self.calls.append(("fetch", topic.name, partition, offset))
+        log = self._log(topic, partition)
+        end = self._end(log)
+        if not 0 <= offset <= end:
+            raise OffsetOutOfRangeError(f"offset {offset} outside [0, {end}]")
+        data = b"".join(b for b in log
+                        if (h := parse_header(b)).base_offset + h.last_offset_delta >= offset)
+        if not data and max_wait_ms > 0:
+            await asyncio.sleep(max_wait_ms / 1000)
+        return FetchResult(data, end, 0, end)
+
+    async def list_offset(self, topic: TopicMetadata, partition: int, spec: str | int):
+        log = self._log(topic, partition)
+        if spec == "earliest":
+            return 0, -1
+        if spec == "latest":
+            return self._end(log), -1
+        for batch in log:
+            h = parse_header(batch)
+            if h.max_timestamp >= spec:
+                return h.base_offset, h.max_timestamp
+        return None
+
+    async def delete_records(self, topic: TopicMetadata, partition: int, offset: int) -> int:
+        self.calls.append(("delete_records", topic.name, partition, offset))
+        return offset
 
     async def blocking(self, call: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.to_thread(call, *args)
