@@ -144,9 +144,10 @@ class ClassicGroups:
     def join(self, group_id: str, member_id: str, client_id: str, client_host: str,
              protocol_type: str, protocols: Iterable[Protocol], session_timeout_ms: int,
              rebalance_timeout_ms: int, existing_topics: Mapping[str, int],
-             require_member_id: bool) -> dict[str, JoinAnswer]:
-        """A JoinGroup: the member is parked in the group's round; returns the answers of
-        the parked members if this join ended the round (this member's among them).
+             require_member_id: bool) -> tuple[str, dict[str, JoinAnswer]]:
+        """A JoinGroup: the member is parked in the group's round; returns its member id
+        and the answers of the parked members if this join ended the round (its own among
+        them).
         Raises InconsistentGroupProtocolError, MemberIdRequiredError (first join, with
         ``require_member_id``) and UnknownMemberError (an id the group does not know)."""
         protocols = tuple(protocols)
@@ -190,7 +191,7 @@ class ClassicGroups:
         state.parked.add(member.member_id)
         if state.started_ms is None:
             state.started_ms = now
-        return self._try_complete(state, existing_topics)
+        return member.member_id, self._try_complete(state, existing_topics)
 
     def _try_complete(self, state: _Round, existing_topics: Mapping[str, int]
                       ) -> dict[str, JoinAnswer]:

@@ -45,8 +45,9 @@ class Kafka:
 
     def join(self, member_id: str = "", protocols=RANGE, client_id: str = "c",
              require: bool = False, session_ms: int = SESSION_MS) -> dict[str, JoinAnswer]:
-        answers = self.classic.join("g", member_id, client_id, "/127.0.0.1", "consumer",
+        joined, answers = self.classic.join("g", member_id, client_id, "/127.0.0.1", "consumer",
                                     protocols, session_ms, REBALANCE_MS, TOPICS, require)
+        assert joined == member_id or not member_id
         self.persist()
         return answers
 
