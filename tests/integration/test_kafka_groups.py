@@ -1,0 +1,200 @@
+"""Kafka consumer groups through the Kafka listener, on the session's multi-node cluster:
+real confluent-kafka (librdkafka) consumers in one group, living in raylog's coordinator.
+
+Two consumers split the partitions with one owner each; commits resume; a consumer that
+closes leaves its partitions to the other at once, one whose process is killed after its
+session timeout; a Kafka consumer's commits are raylog's (its native Consumer reads them,
+and the other way round); the group shows in ``raylog groups``; a native consumer cannot
+join a Kafka group. Records are produced with raylog's own Producer.
+
+Every test starts and stops its own listener on loopback, speaking for every broker.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer as KafkaConsumer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+from raylog import Admin, Consumer, Producer, TopicPartition
+from raylog.errors import InconsistentGroupProtocolError
+from raylog.kafka.gateway.cluster import ClusterBackend, OneAddress
+from raylog.kafka.gateway.listener import KafkaListener, ListenerThread
+from tests.children import Child
+from tests.integration.conftest import wait_for
+from tests.integration.test_cli import run
+
+PARTITIONS = 4
+REPO = Path(__file__).resolve().parents[2]
+SESSION_MS = 6000
+
+
+@pytest.fixture
+def gateway(ray_cluster) -> Iterator[str]:
+    """A listener on loopback for this test: its bootstrap address."""
+    advertiser = OneAddress("127.0.0.1", 0)
+    backend = ClusterBackend.connect(ray_cluster.raylog, advertiser)
+    running = ListenerThread(KafkaListener(backend, host="127.0.0.1", port=0))
+    host, port = running.start()
+    advertiser.port = port
+    try:
+        yield f"{host}:{port}"
+    finally:
+        running.stop()
+        backend.close()
+
+
+@pytest.fixture
+def topic(ray_cluster, topic_name) -> str:
+    Admin().create_topic(topic_name, partitions=PARTITIONS, replication_factor=3)
+    return topic_name
+
+
+@pytest.fixture
+def group() -> str:
+    return f"g-{uuid.uuid4().hex[:10]}"
+
+
+def produce(topic: str, n: int, start: int = 0) -> None:
+    with Producer() as producer:
+        for i in range(start, start + n):
+            producer.send(topic, f"v{i}".encode(), key=f"k{i}".encode())
+        producer.flush()
+
+
+def kafka_consumer(bootstrap: str, group: str, **config) -> KafkaConsumer:
+    return KafkaConsumer({"bootstrap.servers": bootstrap, "group.id": group,
+                          "session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": 500,
+                          "partition.assignment.strategy": "range",
+                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                          **config})
+
+
+def owned(consumer: KafkaConsumer) -> set[tuple[str, int]]:
+    return {(tp.topic, tp.partition) for tp in consumer.assignment()}
+
+
+def poll_until(consumers: list[KafkaConsumer], condition, what: str,
+               timeout: float = 120.0, records: dict | None = None) -> None:
+    """Poll every consumer in turn (rebalances happen inside poll) until ``condition()``;
+    records read go to ``records[consumer index]``."""
+    def step() -> bool:
+        for i, consumer in enumerate(consumers):
+            message = consumer.poll(0.1)
+            if message is not None and message.error() is None and records is not None:
+                records.setdefault(i, []).append(message)
+        return condition()
+
+    wait_for(step, timeout=timeout, interval=0, what=what)
+
+
+def all_partitions(topic: str) -> set[tuple[str, int]]:
+    return {(topic, p) for p in range(PARTITIONS)}
+
+
+def test_two_consumers_split_commit_resume_and_one_leaving_gives_the_other_all(
+        gateway, topic, group):
+    produce(topic, 200)
+    a, b = kafka_consumer(gateway, group), kafka_consumer(gateway, group)
+    try:
+        a.subscribe([topic])
+        b.subscribe([topic])
+        records: dict[int, list] = {}
+        poll_until([a, b], lambda: owned(a) and owned(b) and
+                   owned(a) | owned(b) == all_partitions(topic) and
+                   sum(len(r) for r in records.values()) >= 200,
+                   "both consumers to own partitions and read every record", records=records)
+        assert not owned(a) & owned(b)
+        described = Admin().describe_group(group)
+        members = {m["member_id"]: m for m in described["members"]}
+        assert len(members) == 2 and all(m["kafka"] for m in members.values())
+        owners = [set(map(tuple, m["owned"])) for m in members.values()]
+        assert sorted(map(sorted, owners)) == sorted([sorted(owned(a)), sorted(owned(b))])
+        # every record was read by the consumer owning its partition, once
+        for i, consumer in enumerate([a, b]):
+            for message in records.get(i, []):
+                assert (message.topic(), message.partition()) in owned(consumer)
+        assert sum(len(r) for r in records.values()) == 200
+        a.commit(asynchronous=False)
+        b.commit(asynchronous=False)
+
+        # raylog's own Consumer of the group sees the Kafka consumers' commits
+        with Consumer(group_id=group) as native:
+            committed = native.committed([TopicPartition(topic, p) for p in range(PARTITIONS)])
+        assert sum(committed.values()) == 200
+        kafka_view = a.committed([KafkaTopicPartition(topic, p) for p in range(PARTITIONS)],
+                                 timeout=30)
+        assert {tp.partition: tp.offset for tp in kafka_view} == {
+            tp.partition: offset for tp, offset in committed.items()}
+        assert group in {g["group_id"] for g in Admin().list_groups()}
+        with pytest.raises(InconsistentGroupProtocolError):
+            Consumer(group_id=group).subscribe([topic])
+
+        a.close()  # LeaveGroup: b takes everything, without waiting for a session
+        poll_until([b], lambda: owned(b) == all_partitions(topic), "b to take all")
+        produce(topic, 40, start=200)
+        resumed: dict[int, list] = {}
+        poll_until([b], lambda: len(resumed.get(0, [])) >= 40, "b to read the new records",
+                   records=resumed)
+        # resumed from the commits: only the 40 new records, none read again
+        assert sorted(m.value() for m in resumed[0]) == sorted(
+            f"v{i}".encode() for i in range(200, 240))
+    finally:
+        b.close()
+        a.close()
+
+
+def test_a_killed_consumer_loses_its_partitions_after_its_session(gateway, topic, group):
+    produce(topic, 20)
+    with Child([sys.executable, "-m", "tests.integration.kafka_group_member", gateway, group,
+                topic], cwd=REPO) as member:
+        wait_for(lambda: json.loads(member.lines[-1]) if member.lines else None,
+                 timeout=120, what="the child member to own partitions")
+        survivor = kafka_consumer(gateway, group)
+        try:
+            survivor.subscribe([topic])
+
+            def split() -> bool:  # (the child's line comes after its poll: it may lag)
+                theirs = {tuple(tp) for tp in json.loads(member.lines[-1])}
+                return bool(theirs) and bool(owned(survivor)) and \
+                    not theirs & owned(survivor) and \
+                    theirs | owned(survivor) == all_partitions(topic)
+
+            poll_until([survivor], split, "the two members to split the partitions")
+            members = Admin().describe_group(group)["members"]
+            assert sorted(len(m["owned"]) for m in members) == [2, 2]
+            member.kill()  # SIGKILL: no LeaveGroup, its heartbeats just stop
+            poll_until([survivor], lambda: owned(survivor) == all_partitions(topic),
+                       "the survivor to take every partition after the session timeout")
+            members = Admin().describe_group(group)["members"]
+            assert len(members) == 1
+        finally:
+            survivor.close()
+
+
+def test_a_native_commit_is_read_by_a_kafka_consumer_and_the_cli_shows_the_group(
+        gateway, topic, group):
+    produce(topic, 30)
+    with Consumer(group_id=group) as native:  # a commit outside any membership
+        native.commit({TopicPartition(topic, 0): 3})
+    consumer = kafka_consumer(gateway, group)
+    try:
+        consumer.subscribe([topic])
+        records: dict[int, list] = {}
+        poll_until([consumer], lambda: owned(consumer) == all_partitions(topic),
+                   "the consumer to own every partition", records=records)
+        first = consumer.committed([KafkaTopicPartition(topic, 0)], timeout=30)[0]
+        assert first.offset == 3
+        code, text = run("groups", "describe", group, "--json")
+        assert code == 0
+        assert [m["kafka"] for m in json.loads(text)["members"]] == [True]
+        code, text = run("groups", "list")
+        assert code == 0 and group in text
+    finally:
+        consumer.close()
