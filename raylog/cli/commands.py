@@ -455,6 +455,9 @@ def build_parser() -> argparse.ArgumentParser:
     from raylog.cli.mirror import add_commands as add_mirror_commands
 
     add_mirror_commands(commands, group_actions)
+    from raylog.cli.gateway import add_parser as add_gateway_parser
+
+    add_gateway_parser(commands)
     _address_anywhere(commands)
     # Added after --address went everywhere: every argument after `bench` is the suite's.
     bench = commands.add_parser("bench", add_help=False, prefix_chars="\0",
@@ -515,6 +518,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
             from raylog.cli.records import cmd_consume
 
             return cmd_consume(args, out)
+        if args.run == "gateway":
+            from raylog.cli.gateway import cmd_gateway
+
+            return cmd_gateway(args, out)
         if args.run in ("schemas", "registry"):
             from raylog.cli import schemas as schema_commands
 

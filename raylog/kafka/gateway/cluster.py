@@ -8,10 +8,13 @@ connection's cache (``RaylogCluster``); a request that asks for it fresher (Meta
 finds it stale (a partition error that means the leader moved) asks the controller, one
 request per topic at a time however many wait for it.
 
-Where each broker's listener is (what Metadata advertises) is an :class:`Advertiser`'s
-answer: :class:`OneAddress` for a single listener speaking for every broker (``raylog
-gateway``), :class:`NodeListeners` for one listener actor per broker node (``raylog start
---kafka-port``), each found by its name.
+Which listener speaks for each broker (what Metadata advertises) is an :class:`Advertiser`'s
+answer: :class:`NodeListeners` for one listener actor per broker node (``raylog start
+--kafka-port``), each the Kafka broker with its raylog broker's id, found by its name;
+:class:`OneAddress` for a single listener speaking for the whole cluster (``raylog
+gateway``), which is then one Kafka broker leading every partition. (Advertising every
+broker id at one address would not do: librdkafka before 2.x's later releases keeps one
+broker per address and moves the id between them, so it never reaches most partitions.)
 """
 
 from __future__ import annotations
@@ -44,18 +47,23 @@ def listener_actor_name(broker_id: int) -> str:
 
 
 class Advertiser(Protocol):
-    async def addresses(self, broker_ids: list[int]) -> dict[int, tuple[str, int]]:
-        """(host, port) of the listener speaking for each of these brokers that has one."""
+    async def addresses(self, broker_ids: list[int]) -> dict[int, Broker]:
+        """The Kafka broker (listener) speaking for each of these live raylog brokers that
+        has one."""
 
 
 class OneAddress:
-    """One listener speaks for every broker: each is advertised at its address."""
+    """One listener at ``host:port`` speaks for every broker, as one Kafka broker whose id
+    is the lowest live raylog broker's."""
 
     def __init__(self, host: str, port: int) -> None:
         self.host, self.port = host, port
 
-    async def addresses(self, broker_ids: list[int]) -> dict[int, tuple[str, int]]:
-        return {b: (self.host, self.port) for b in broker_ids}
+    async def addresses(self, broker_ids: list[int]) -> dict[int, Broker]:
+        if not broker_ids:
+            return {}
+        one = Broker(min(broker_ids), self.host, self.port)
+        return dict.fromkeys(broker_ids, one)
 
 
 class NodeListeners:
@@ -67,7 +75,7 @@ class NodeListeners:
         self.max_age_s = max_age_s
         self._known: dict[int, tuple[float, tuple[str, int] | None]] = {}
 
-    async def addresses(self, broker_ids: list[int]) -> dict[int, tuple[str, int]]:
+    async def addresses(self, broker_ids: list[int]) -> dict[int, Broker]:
         now = time.monotonic()
         stale = [b for b in broker_ids
                  if b not in self._known or now - self._known[b][0] > self.max_age_s]
@@ -75,7 +83,8 @@ class NodeListeners:
             found = await asyncio.gather(*(self._ask(b) for b in stale))
             for broker, address in zip(stale, found, strict=True):
                 self._known[broker] = (now, address)
-        return {b: self._known[b][1] for b in broker_ids if self._known[b][1] is not None}
+        return {b: Broker(b, *self._known[b][1]) for b in broker_ids
+                if self._known[b][1] is not None}
 
     async def _ask(self, broker_id: int) -> tuple[str, int] | None:
         try:
@@ -108,7 +117,7 @@ class ClusterBackend:
         self.advertiser = advertiser
         self.cluster_id = cluster_id
         self._pool = concurrent.futures.ThreadPoolExecutor(threads, "raylog-kafka-admin")
-        self._brokers: tuple[float, list[Broker]] | None = None
+        self._brokers: tuple[float, dict[int, Broker]] | None = None
         self._brokers_asked: asyncio.Future | None = None
         self._topics_asked: dict[str, asyncio.Future] = {}
 
@@ -129,7 +138,7 @@ class ClusterBackend:
 
     # -- brokers and topics --------------------------------------------------------------------
 
-    async def brokers(self) -> list[Broker]:
+    async def brokers(self) -> dict[int, Broker]:
         if self._brokers is not None and \
                 time.monotonic() - self._brokers[0] < BROKERS_MAX_AGE_S:
             return self._brokers[1]
@@ -141,17 +150,16 @@ class ClusterBackend:
     def _forget_brokers_asked(self) -> None:
         self._brokers_asked = None
 
-    async def _ask_brokers(self) -> list[Broker]:
+    async def _ask_brokers(self) -> dict[int, Broker]:
         asked = time.monotonic()
         live = (await self.blocking(self.controller.ready))["brokers"]
-        found = await self.advertiser.addresses(sorted(live))
-        brokers = [Broker(b, host, port) for b, (host, port) in sorted(found.items())]
+        brokers = await self.advertiser.addresses(sorted(live))
         self._brokers = (asked, brokers)
         return brokers
 
     async def controller_id(self) -> int:
         brokers = await self.brokers()
-        return brokers[0].node_id if brokers else -1
+        return min(b.node_id for b in brokers.values()) if brokers else -1
 
     async def topic(self, name: str, max_age_s: float = 300.0) -> TopicMetadata:
         meta = self.cluster.cached(name) if type(name) is str else None

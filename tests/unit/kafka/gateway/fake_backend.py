@@ -52,8 +52,8 @@ class FakeBackend:
                       for i in range(partitions))
         self.topics[name] = TopicMetadata(name, topic_id, parts, {}, 0.0)
 
-    async def brokers(self) -> list[Broker]:
-        return list(self.broker_list)
+    async def brokers(self) -> dict[int, Broker]:
+        return {b.node_id: b for b in self.broker_list}
 
     async def controller_id(self) -> int:
         return min(b.node_id for b in self.broker_list)
