@@ -206,3 +206,34 @@ def test_the_raylog_gateway_command_serves_until_sigterm(ray_cluster, topic):
             sorted(k for k, _, _, _ in records)
         assert command.stop(signal.SIGTERM) == 0
         assert command.wait_for_line("Kafka listener stopped after", timeout=10)
+
+
+def test_topics_administered_with_confluent_kafka_admin(gateway, ray_cluster):
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        NewPartitions,
+        NewTopic,
+    )
+
+    name = f"admin-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": gateway})
+    admin.create_topics([NewTopic(name, 2, 2, config={"retention.ms": "3600000"})])[name] \
+        .result(60)
+    described = Admin().describe_topic(name)
+    assert len(described["partitions"]) == 2
+    assert len(described["partitions"][0]["replicas"]) == 2
+    resource = ConfigResource(ConfigResource.Type.TOPIC, name)
+    configs = admin.describe_configs([resource])[resource].result(60)
+    assert configs["retention.ms"].value == "3600000"
+    change = ConfigResource(ConfigResource.Type.TOPIC, name, incremental_configs=[
+        ConfigEntry("retention.ms", "60000",
+                    incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([change])[change].result(60)
+    assert Admin().describe_configs(name)[name]["retention.ms"]["value"] == 60000
+    admin.create_partitions([NewPartitions(name, 3)])[name].result(60)
+    assert len(Admin().describe_topic(name)["partitions"]) == 3
+    admin.delete_topics([name])[name].result(60)
+    assert name not in Admin().list_topics()

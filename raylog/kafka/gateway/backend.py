@@ -76,6 +76,11 @@ class Backend(Protocol):
         """Run a blocking call (the controller client's) off the event loop."""
 
     @property
+    def admin(self) -> Any:
+        """raylog's Admin client (raylog.client.admin.Admin) of this cluster; its calls
+        block: make them through :meth:`blocking`."""
+
+    @property
     def controller(self) -> Any:
         """The controller client (raylog.client.remote.ControllerClient); its calls
         block: make them through :meth:`blocking`."""

@@ -27,6 +27,7 @@ from typing import Any, Protocol, TypeVar
 
 import ray
 
+from raylog.client.admin import Admin
 from raylog.client.connection import REQUEST_SLACK_S, RaylogCluster, TopicMetadata
 from raylog.client.remote import discard, unwrap
 from raylog.errors import LeaderNotAvailableError, RaylogError, RequestTimeoutError
@@ -117,6 +118,7 @@ class ClusterBackend:
         self.advertiser = advertiser
         self.cluster_id = cluster_id
         self._pool = concurrent.futures.ThreadPoolExecutor(threads, "raylog-kafka-admin")
+        self._admin = Admin(cluster=cluster)
         self._brokers: tuple[float, dict[int, Broker]] | None = None
         self._brokers_asked: asyncio.Future | None = None
         self._topics_asked: dict[str, asyncio.Future] = {}
@@ -129,6 +131,10 @@ class ClusterBackend:
     @property
     def controller(self) -> Any:
         return self.cluster.controller
+
+    @property
+    def admin(self) -> Admin:
+        return self._admin
 
     async def blocking(self, call: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, call, *args)
