@@ -289,6 +289,15 @@ def cmd_start(args: argparse.Namespace, out: TextIO) -> int:
     cluster = connect(args, create=True)
     out.write(f"raylog controller running ({len(cluster.controller.list_topics())} "
               f"topics)\n")
+    if args.kafka_port is not None:
+        from raylog.session import start_kafka_listeners
+
+        listeners = start_kafka_listeners(args.kafka_port, args.auto_create_topics)
+        for node, (host, port) in sorted(listeners.items()):
+            out.write(f"Kafka listener of broker node {_short(node)} on {host}:{port}\n")
+        if not listeners:
+            out.write("no broker node is up: no Kafka listener started (run this again "
+                      "once brokers joined)\n")
     return 0
 
 
@@ -441,6 +450,12 @@ def build_parser() -> argparse.ArgumentParser:
     start = commands.add_parser("start",
                                 help="start the raylog controller on a running Ray cluster")
     start.set_defaults(run="start")
+    start.add_argument("--kafka-port", type=int_in(0, 65535), default=None,
+                       help="also start a Kafka protocol listener on every broker node, on "
+                            "this port (0: any free one), each advertising its node")
+    start.add_argument("--auto-create-topics", action="store_true",
+                       help="with --kafka-port: create a topic a Kafka client asks metadata "
+                            "of (auto.create.topics.enable; default off)")
 
     demo = commands.add_parser("demo", help="page views from simulated services, end to end")
     demo.set_defaults(run="demo")

@@ -237,3 +237,47 @@ def test_topics_administered_with_confluent_kafka_admin(gateway, ray_cluster):
     assert len(Admin().describe_topic(name)["partitions"]) == 3
     admin.delete_topics([name])[name].result(60)
     assert name not in Admin().list_topics()
+
+
+@pytest.fixture
+def node_listeners(ray_cluster) -> Iterator[dict[str, tuple[str, int]]]:
+    """A listener actor on every broker node (``raylog start --kafka-port 0``); killed after."""
+    import ray
+
+    from raylog.kafka.gateway.cluster import listener_actor_name
+    from raylog.session import start_kafka_listeners
+    from raylog.util.cluster_names import NAMESPACE
+
+    listeners = start_kafka_listeners(0)
+    try:
+        yield listeners
+    finally:
+        for node in listeners:
+            ray.kill(ray.get_actor(listener_actor_name(node), namespace=NAMESPACE))
+
+
+def test_a_listener_per_broker_node_advertises_each_broker_at_its_node(node_listeners, topic,
+                                                                       ray_cluster):
+    from confluent_kafka.admin import AdminClient
+
+    brokers = ray_cluster.brokers()
+    assert set(node_listeners) == {b["node_id"] for b in brokers.values() if b["alive"]}
+    host, port = next(iter(node_listeners.values()))
+    bootstrap = f"{host}:{port}"
+    described = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=30)
+    assert {b: (m.host, m.port) for b, m in described.brokers.items()} == \
+        {b: node_listeners[info["node_id"]] for b, info in brokers.items() if info["alive"]}
+    meta = ray_cluster.raylog.topic(topic, refresh=True)
+    assert {p: m.leader for p, m in described.topics[topic].partitions.items()} == \
+        {p.partition: p.leader for p in meta.partitions}
+    # Every client reaches every partition at its leader's node, old librdkafka too.
+    records = kafka_records(60)
+    delivered = produce_with_confluent(bootstrap, topic, records)
+    assert len(delivered) == 60
+    got = consume_with_confluent(bootstrap, topic, 60)
+    assert sorted(m.key() for m in got) == sorted(k for k, _, _, _ in records)
+    if shutil.which("kcat"):
+        out = subprocess.run(["kcat", "-b", bootstrap, "-C", "-t", topic, "-e", "-q",
+                              "-o", "beginning", "-f", "%k\\n"], capture_output=True,
+                             text=True, check=True, timeout=60).stdout
+        assert sorted(out.split()) == sorted(k.decode() for k, _, _, _ in records)

@@ -40,11 +40,11 @@ T = TypeVar("T")
 
 BROKERS_MAX_AGE_S = 1.0  # the live brokers, as the controller knows them, this fresh
 CALL_TIMEOUT_S = 30.0  # a replica call that asks for no wait of its own
-LISTENER_PREFIX = "raylog-kafka-"  # + broker id: the name of a broker node's listener actor
+LISTENER_PREFIX = "raylog-kafka-"  # + Ray node id: the name of a broker node's listener
 
 
-def listener_actor_name(broker_id: int) -> str:
-    return f"{LISTENER_PREFIX}{broker_id}"
+def listener_actor_name(node_id: str) -> str:
+    return f"{LISTENER_PREFIX}{node_id}"
 
 
 class Advertiser(Protocol):
@@ -68,28 +68,39 @@ class OneAddress:
 
 
 class NodeListeners:
-    """A listener actor per broker node, named ``listener_actor_name(broker id)``; each is
-    asked where it listens, and the answer kept for ``max_age_s``. A broker without a live
-    listener is left out (its partitions then have no reachable leader)."""
+    """A listener actor on every broker node, named ``listener_actor_name(node id)``
+    (actors/gateway.py): each raylog broker is the Kafka broker with its id at the listener
+    of the node serving it. The node of each broker comes from the controller; each
+    listener is asked where it listens; both answers are kept for ``max_age_s``. A broker
+    whose node has no live listener is left out (its partitions then have no reachable
+    leader, and clients wait for one)."""
 
-    def __init__(self, max_age_s: float = 10.0) -> None:
+    def __init__(self, controller: Any, max_age_s: float = 10.0) -> None:
+        self.controller = controller
         self.max_age_s = max_age_s
-        self._known: dict[int, tuple[float, tuple[str, int] | None]] = {}
+        self._nodes: tuple[float, dict[int, str]] | None = None  # broker id -> node id
+        self._known: dict[str, tuple[float, tuple[str, int] | None]] = {}  # node -> address
 
     async def addresses(self, broker_ids: list[int]) -> dict[int, Broker]:
         now = time.monotonic()
-        stale = [b for b in broker_ids
-                 if b not in self._known or now - self._known[b][0] > self.max_age_s]
+        if self._nodes is None or now - self._nodes[0] > self.max_age_s or \
+                any(b not in self._nodes[1] for b in broker_ids):
+            status = await asyncio.to_thread(self.controller.cluster_status)
+            self._nodes = (now, {b["broker_id"]: b["node_id"] for b in status["brokers"]
+                                 if b["node_id"] is not None})
+        nodes = {b: self._nodes[1][b] for b in broker_ids if b in self._nodes[1]}
+        stale = sorted({n for n in nodes.values()
+                        if n not in self._known or now - self._known[n][0] > self.max_age_s})
         if stale:
-            found = await asyncio.gather(*(self._ask(b) for b in stale))
-            for broker, address in zip(stale, found, strict=True):
-                self._known[broker] = (now, address)
-        return {b: Broker(b, *self._known[b][1]) for b in broker_ids
-                if self._known[b][1] is not None}
+            found = await asyncio.gather(*(self._ask(n) for n in stale))
+            for node, address in zip(stale, found, strict=True):
+                self._known[node] = (now, address)
+        return {b: Broker(b, *self._known[n][1]) for b, n in nodes.items()
+                if self._known[n][1] is not None}
 
-    async def _ask(self, broker_id: int) -> tuple[str, int] | None:
+    async def _ask(self, node_id: str) -> tuple[str, int] | None:
         try:
-            handle = ray.get_actor(listener_actor_name(broker_id), namespace=NAMESPACE)
+            handle = ray.get_actor(listener_actor_name(node_id), namespace=NAMESPACE)
             host, port = await asyncio.wait_for(handle.address.remote(), CALL_TIMEOUT_S)
         except (ValueError, TimeoutError, ray.exceptions.RayError):
             return None  # no listener there (yet, or any more)
