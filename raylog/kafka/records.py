@@ -9,8 +9,8 @@ into Kafka batches for a Fetch answer: same base offset and offset range (also o
 batches, whose offsets have gaps), leader epoch, timestamps, producer fields, any codec.
 
 The per-record work (varints, copying keys and values into columns and out of them) is done
-by ``raylog.kafka._records``, a small C extension built by ``pip install``, or by
-``records_py`` where it was not built; both give the same bytes. Everything else is a few
+by ``records_c`` (``_records.c``, a small C extension built by ``pip install``), or by
+``records_py`` where that was not built; both give the same bytes. Everything else is a few
 numpy and Arrow calls per batch. Functions here keep no state: safe from several threads.
 """
 
@@ -35,8 +35,8 @@ from raylog.records.header import iter_headers
 from raylog.records.payload import HEADER_ENTRY, PAYLOAD_SCHEMA, decode, empty_headers, encode
 
 try:
-    from raylog.kafka import _records as _native
-except ImportError:  # not built (a source checkout without `pip install -e .`)
+    from raylog.kafka import records_c as _native
+except ImportError:  # _records.c not built (a checkout without `pip install -e .`)
     _native = None
 
 # What does the per-record work: the C extension when it is there.

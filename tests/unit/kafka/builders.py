@@ -23,7 +23,7 @@ CODERS = {"python": records_py}
 if records._native is not None:
     CODERS["c"] = records._native
 # Both implementations must be tested: a missing C build fails here, not silently skips.
-CODER_NAMES = ["python"]
+CODER_NAMES = ["python", "c"]
 
 
 @contextlib.contextmanager
