@@ -19,9 +19,9 @@ from raylog.records import BatchBuilder, stamp
 # A record as the tests write it: (timestamp, key, value, headers).
 Rec = tuple[int, bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]]
 
-CODERS = {"python": records_py}
+CODERS_BY_NAME = {"python": records_py}
 if records._native is not None:
-    CODERS["c"] = records._native
+    CODERS_BY_NAME["c"] = records._native
 # Both implementations must be tested: a missing C build fails here, not silently skips.
 CODER_NAMES = ["python", "c"]
 
@@ -29,10 +29,10 @@ CODER_NAMES = ["python", "c"]
 @contextlib.contextmanager
 def using(name: str) -> Iterator[None]:
     """Run the block with ``name``'s implementation of the per-record work."""
-    if name not in CODERS:
+    if name not in CODERS_BY_NAME:
         pytest.fail("raylog.kafka._records (the C helper) is not built: pip install -e .")
     saved = records.coder
-    records.coder = CODERS[name]
+    records.coder = CODERS_BY_NAME[name]
     try:
         yield
     finally:
