@@ -23,7 +23,7 @@ from raylog.records import Codec, TimestampType, encode, parse_header, read_reco
 from raylog.records.payload import EXPLICIT_SCHEMA, check_payload
 from tests.unit.kafka.builders import (
     CODER_NAMES,
-    CODERS_BY_NAME,
+    coder_module,
     kafka_batch,
     raylog_batch,
     read_kafka,
@@ -243,7 +243,7 @@ def test_both_implementations_read_garbage_alike():
     """Mutated records: the C helper and records_py give the same columns, or both refuse."""
     rng = np.random.default_rng(11)
     good = kafka_batch(MIXED)[HEADER_SIZE:]
-    coders = [CODERS_BY_NAME[name] for name in CODER_NAMES]
+    coders = [coder_module(name) for name in CODER_NAMES]
     for _ in range(2000):
         body = bytearray(good)
         for pos in rng.integers(0, len(body), int(rng.integers(1, 4))):
