@@ -6,7 +6,8 @@ BIN := $(VENV)/bin
 
 .PHONY: demo test lint bench install kcat
 
-$(BIN)/.installed: pyproject.toml
+# setup.py builds raylog/kafka/_records.c: installing again recompiles it.
+$(BIN)/.installed: pyproject.toml setup.py raylog/kafka/_records.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
