@@ -100,7 +100,7 @@ async def handle_find_coordinator(ctx: Context, version: int, request: Any) -> A
                    node_id=-1, host="", port=-1)
     brokers = await ctx.backend.brokers()
     node = await ctx.backend.controller_id()
-    found = [b for b in brokers if b.node_id == node]
+    found = [b for b in brokers.values() if b.node_id == node]
     if not found:
         return cls(throttle_time_ms=0, error_code=Code.COORDINATOR_NOT_AVAILABLE,
                    error_message="no broker with a listener is up", node_id=-1, host="",
