@@ -43,6 +43,7 @@ from actors.broker_manager import BrokerManager
 from actors.groups import GroupService
 from actors.hosting import background
 from actors.java_api import JavaApi
+from actors.kafka_groups import KafkaGroupService
 from actors.partition_moves import PartitionMoves
 from actors.topic_manager import CALL_TIMEOUT_S, TopicManager
 from raylog.metadata import MetadataStore
@@ -103,6 +104,7 @@ class ControllerActor:
         self.groups = GroupService(self.access, self.brokers.leader,
                                    self.topics.ensure_internal_topic,
                                    expiry_every_s=RECONCILE_INTERVAL_S)
+        self.kafka_groups = KafkaGroupService(self.groups)
         self.java = JavaApi(self.topics, self.brokers)
         self._steps: dict[str, asyncio.Task] = {}  # the reconcile steps running
         self._loop: asyncio.Task | None = None
@@ -143,6 +145,16 @@ class ControllerActor:
     delete_group = served_by("groups", GroupService.delete_group)
     reset_offsets = served_by("groups", GroupService.reset_offsets)
     group_history = served_by("groups", GroupService.group_history)
+
+    # -- the API: Kafka clients' consumer groups (the gateway's; offsets as above) ---------------
+
+    kafka_join_group = served_by("kafka_groups", KafkaGroupService.join_group)
+    kafka_sync_group = served_by("kafka_groups", KafkaGroupService.sync_group)
+    kafka_heartbeat = served_by("kafka_groups", KafkaGroupService.heartbeat)
+    kafka_leave_group = served_by("kafka_groups", KafkaGroupService.leave_group)
+    kafka_committed = served_by("kafka_groups", KafkaGroupService.committed)
+    kafka_describe_groups = served_by("kafka_groups", KafkaGroupService.describe_groups)
+    kafka_list_groups = served_by("kafka_groups", KafkaGroupService.list_groups)
 
     # -- the API: the Spark connector (JSON in and out; a RaylogError leaves as JavaCallError) --
 

@@ -36,6 +36,7 @@ from raylog.errors import (
     UnknownTopicError,
 )
 from raylog.groups.assignors import ASSIGNORS
+from raylog.groups.classic import ClassicGroups, JoinAnswer
 from raylog.groups.coordinator import OFFSETS_TOPIC_PARTITIONS, GroupCoordinator, OffsetAndMetadata
 from raylog.groups.store import GroupStore
 from raylog.metadata.access import MetadataAccess
@@ -182,6 +183,13 @@ class GroupService:
         # expire_members runs every expiry_every_s: a longer gap is the controller's own.
         self._own_stalls = OwnStalls(expiry_every_s, expiry_every_s + CONTROLLER_STALL_S)
         self.coordinator = GroupCoordinator(wall_clock_ms)
+        self.classic = ClassicGroups(self.coordinator)  # Kafka members' protocol over it
+        # Told the answers of Kafka members' rounds that ended by time or by members
+        # leaving (actors/kafka_groups.py answers their parked JoinGroups).
+        self.rounds_ended: Callable[[str, dict[str, JoinAnswer]], None] = \
+            lambda group_id, answers: None
+        # Told when a group's grants may change (a Kafka member's SyncGroup waits on it).
+        self.grants_may_change: Callable[[str], None] = lambda group_id: None
         self.store: GroupStore | None = None
         self._loaded: asyncio.Task | None = None
         self.generations_at_load: dict[str, int] = {}  # for metrics: what was there before
@@ -237,6 +245,8 @@ class GroupService:
         """Create __consumer_offsets if missing (which waits until the brokers serving it
         are known), then replay it into a new coordinator."""
         self.coordinator = GroupCoordinator(wall_clock_ms)  # nothing of a failed attempt
+        self.coordinator.grants_may_change.append(lambda g: self.grants_may_change(g))
+        self.classic = ClassicGroups(self.coordinator)
         self.store = None
         self._poke_watches()  # the old coordinator's watches end
         await self._ensure_topic(CONSUMER_OFFSETS_TOPIC, OFFSETS_TOPIC_PARTITIONS,
@@ -391,11 +401,15 @@ class GroupService:
             logger.warning("the controller did not run for %.1f s: not counted against the "
                            "group members' sessions", stalled)
             self.coordinator.credit(int(stalled * 1000))
-        expired = self.coordinator.expire(self._topics())
+        # Sessions, and Kafka members' rounds: past their rebalance timeout, or ended.
+        expired, ended = self.classic.expire(self._topics())
         if expired:
             self._poke_watches()
         for group_id, member_id in expired:
             logger.info("member %s of group %s timed out", member_id, group_id)
+            await self._membership_changed(group_id, wait=False)
+        for group_id, answers in ended.items():
+            self.rounds_ended(group_id, answers)
             await self._membership_changed(group_id, wait=False)
 
     # -- offsets ---------------------------------------------------------------------------------

@@ -284,3 +284,64 @@ class CorruptSnapshotError(StorageError):
     than its header says), its checksum does not match, or it does not decode to a state.
     The store then loads the previous snapshot and replays more of the log; it raises this
     only when no usable snapshot covers the events the log no longer holds."""
+
+
+class UnsupportedMessageFormatError(InvalidRecordError):
+    """Kafka records in a message format older than record batches v2 (magic 0 or 1):
+    raylog translates only v2 batches, as every Kafka client since 0.11 writes them."""
+
+    kafka_code = 43  # UNSUPPORTED_FOR_MESSAGE_FORMAT
+
+
+class InvalidKafkaBatchError(InvalidRecordError):
+    """A well-framed Kafka batch (its CRC matches) that raylog will not store: offset deltas
+    other than 0..n-1, no records, a control batch from a client, a header name that is not
+    UTF-8."""
+
+    kafka_code = 87  # INVALID_RECORD
+
+
+class InvalidTimestampError(InvalidRecordError):
+    """A Kafka record's timestamp is negative: raylog's records carry times >= 0 ms."""
+
+    kafka_code = 32  # INVALID_TIMESTAMP
+
+
+class TransactionsUnsupportedError(RaylogError):
+    """A transactional Kafka batch: raylog has no transactions yet (a later issue), so it
+    refuses such writes rather than show records a transaction may abort."""
+
+    kafka_code = 48  # INVALID_TXN_STATE
+
+
+class InconsistentGroupProtocolError(RaylogError):
+    """A member cannot join a consumer group as it asks: it speaks another group protocol
+    than the group's members (a Kafka client joining a group of raylog's own consumers, or
+    the other way round: one group is served one way), or it offers no partition assignment
+    strategy raylog's coordinator assigns with (Kafka's INCONSISTENT_GROUP_PROTOCOL)."""
+
+    kafka_code = 23  # INCONSISTENT_GROUP_PROTOCOL
+
+
+class RebalanceInProgressError(RaylogError):
+    """A Kafka member's group is rebalancing (a member joined, left or timed out, or its
+    topics changed) and the member has not joined again yet: it rejoins, as Kafka's
+    REBALANCE_IN_PROGRESS tells it."""
+
+    kafka_code = 27  # REBALANCE_IN_PROGRESS
+    retriable = True
+
+
+class MemberIdRequiredError(RaylogError):
+    """A Kafka client's first JoinGroup (version 4 and later): it is given ``member_id`` and
+    joins again with it (Kafka's MEMBER_ID_REQUIRED)."""
+
+    kafka_code = 79  # MEMBER_ID_REQUIRED
+    retriable = True
+
+    def __init__(self, message: str, member_id: str) -> None:
+        super().__init__(message)
+        self.member_id = member_id
+
+    def __reduce__(self) -> tuple:  # crosses Ray with its member id
+        return type(self), (str(self), self.member_id)

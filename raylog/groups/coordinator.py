@@ -75,13 +75,18 @@ class GroupCoordinator:
         self._persisted: dict[str, dict[str, Any]] = {}  # group record replayed per group
         # Per group, the partitions whose committed offset is on its way to the log (count).
         self.held: dict[str, collections.Counter[TopicPartition]] = {}
+        # Called with a group id when what holds grants back in it may have gone (its group
+        # record became durable, a held partition was let go): a Kafka member's SyncGroup
+        # waiting for its assignment looks again.
+        self.grants_may_change: list[Callable[[str], None]] = []
 
     # -- membership ------------------------------------------------------------------------------
 
     def join(self, group_id: str, member_id: str | None, client_id: str,
              topics: Iterable[str] | None, pattern: str | None, session_timeout_ms: int,
              assignor: str, existing_topics: Mapping[str, int],
-             actor_id: str | None = None, claims: Iterable[TopicPartition] = ()) -> Member:
+             actor_id: str | None = None, claims: Iterable[TopicPartition] = (),
+             kafka: bool = False) -> Member:
         group = self.groups.get(group_id)
         if group is None or (not group.members and not group.pending):
             # A group starts (again) above any generation it ever had.
@@ -91,7 +96,7 @@ class GroupCoordinator:
         member_id = member_id or f"{client_id}-{uuid.uuid4().hex[:12]}"
         return group.join(member_id, client_id, topics, pattern, session_timeout_ms,
                           self.clock(), existing_topics, actor_id, claims,
-                          self.held.get(group_id, ()))
+                          self.held.get(group_id, ()), kafka)
 
     def group(self, group_id: str) -> Group:
         try:
@@ -115,6 +120,11 @@ class GroupCoordinator:
     def membership_durable(self, group_id: str, generation: int) -> None:
         """The group record of ``generation`` is in the log."""
         self.generations[group_id] = max(generation, self.generations.get(group_id, 0))
+        self._grants_may_change(group_id)
+
+    def _grants_may_change(self, group_id: str) -> None:
+        for call in self.grants_may_change:
+            call(group_id)
 
     def leave(self, group_id: str, member_id: str,
               existing_topics: Mapping[str, int]) -> bool:
@@ -191,6 +201,7 @@ class GroupCoordinator:
             del held[tp]
         if not held:
             del self.held[group_id]
+        self._grants_may_change(group_id)
 
     def apply_commit(self, group_id: str,
                      offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
@@ -286,7 +297,8 @@ class GroupCoordinator:
                 continue
             pending = [PendingMember(member_id, m["client_id"], m["session_timeout_ms"],
                                      min(m.get("expires_ms", now + m["session_timeout_ms"]),
-                                         now + m["session_timeout_ms"]))
+                                         now + m["session_timeout_ms"]),
+                                     m.get("kafka", False))
                        for member_id, m in members.items()]
             self.groups[group_id] = Group(group_id, record.get("assignor", "cooperative_sticky"),
                                           record["generation"], pending)

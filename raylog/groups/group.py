@@ -40,6 +40,7 @@ from collections.abc import Container, Iterable, Mapping
 
 from raylog.errors import (
     IllegalGenerationError,
+    InconsistentGroupProtocolError,
     NotPartitionOwnerError,
     RejoinRequiredError,
     UnknownMemberError,
@@ -70,6 +71,7 @@ class PendingMember:
     client_id: str
     session_timeout_ms: int
     expires_ms: int  # then its session is over, and whatever it owned is free
+    kafka: bool = False  # a Kafka client's, through the gateway (classic.py)
 
 
 @dataclasses.dataclass
@@ -82,6 +84,7 @@ class Member:
     session_timeout_ms: int
     last_seen_ms: int
     actor_id: str | None = None      # set when the member lives in a Ray actor
+    kafka: bool = False              # a Kafka client's, through the gateway (classic.py)
     generation: int = 0              # the generation this member was last told
     durable_from: int = 0            # the group record naming it from this generation on
     owned: set[TopicPartition] = dataclasses.field(default_factory=set)
@@ -89,7 +92,8 @@ class Member:
 
     def describe(self) -> dict:
         return {"member_id": self.member_id, "client_id": self.client_id,
-                "actor_id": self.actor_id, "generation": self.generation,
+                "actor_id": self.actor_id, "kafka": self.kafka,
+                "generation": self.generation,
                 "topics": sorted(self.topics), "owned": sorted(self.owned),
                 "target": sorted(self.target)}
 
@@ -137,13 +141,18 @@ class Group:
              pattern: str | None, session_timeout_ms: int, now: int,
              existing_topics: Mapping[str, int], actor_id: str | None = None,
              claims: Iterable[TopicPartition] = (),
-             held: Container[TopicPartition] = frozenset()) -> Member:
+             held: Container[TopicPartition] = frozenset(), kafka: bool = False) -> Member:
         """Add (or re-subscribe) a member; the assignment is recomputed.
 
         A pending member (known before a restart) keeps the ``claims`` it names that nobody
         else owns and that are not ``held``; any other joiner's claims are ignored: it owns
         nothing yet, and nothing until a group record naming it is durable.
+
+        ``kafka``: the member is a Kafka client's (the gateway's classic protocol, see
+        classic.py). A group is served one way: a member of the other kind is refused with
+        InconsistentGroupProtocolError while the group has members (pending ones included).
         """
+        self.check_kind(member_id, kafka)
         if pattern is not None:
             try:
                 re.compile(pattern)
@@ -154,7 +163,7 @@ class Group:
         new = member is None
         if new:
             member = Member(member_id, client_id, frozenset(), pattern, requested,
-                            session_timeout_ms, now, actor_id)
+                            session_timeout_ms, now, actor_id, kafka)
             self.members[member_id] = member
             if self.pending.pop(member_id, None) is not None:
                 new = False  # named by the durable record it came back from
@@ -171,6 +180,37 @@ class Group:
         if new:
             member.durable_from = self.generation
         return member
+
+    def check_kind(self, member_id: str, kafka: bool) -> None:
+        """Refuse a member of the other kind than the group's other members."""
+        others = [m.kafka for m in self.members.values() if m.member_id != member_id] + \
+            [p.kafka for p in self.pending.values() if p.member_id != member_id]
+        if others and others[0] != kafka:
+            theirs, mine = ("Kafka clients", "raylog consumer") if others[0] else \
+                ("raylog consumers", "Kafka client")
+            raise InconsistentGroupProtocolError(
+                f"group {self.group_id!r} has members that are {theirs}; a {mine} cannot "
+                f"join it (a group is served either to Kafka clients or to raylog's own "
+                f"consumers): use another group id")
+
+    def release(self, member_id: str, partitions: Iterable[TopicPartition]) -> None:
+        """The member gave these partitions up (a Kafka member does so before it joins
+        again): they are free at once."""
+        member = self.member(member_id)
+        released = sorted(member.owned & {TopicPartition(*tp) for tp in partitions})
+        for tp in released:
+            self._free(tp, member)
+        if released:
+            self._record()
+
+    def reassign(self, existing_topics: Mapping[str, int], assignor: str | None = None
+                 ) -> None:
+        """A new generation, its targets computed again (with ``assignor`` from now on)."""
+        if assignor is not None:
+            if assignor not in ASSIGNORS:
+                raise ValueError(f"unknown assignor {assignor!r}; known: {sorted(ASSIGNORS)}")
+            self.assignor = assignor
+        self._reassign(existing_topics)
 
     def remove(self, member_id: str, existing_topics: Mapping[str, int]) -> bool:
         """A member left, died or timed out: its partitions are free at once."""
@@ -214,6 +254,9 @@ class Group:
         out.update({p.member_id: {"client_id": p.client_id, "session_timeout_ms":
                                   p.session_timeout_ms, "expires_ms": p.expires_ms}
                     for p in self.pending.values()})
+        for member in [*self.members.values(), *self.pending.values()]:
+            if member.kafka:  # (said only when true: records of before read the same)
+                out[member.member_id]["kafka"] = True
         return out
 
     def topics_changed(self, existing_topics: Mapping[str, int]) -> None:

@@ -24,10 +24,10 @@ LAYERS: dict[str, tuple[list[str], set[str]]] = {
     # the raylog package's names and raylog.init, which may start the controller
     "entry point": (["raylog", "raylog.session"], {"actors", "clients", "core"}),
     "actors": (["actors"], {"clients", "core"}),
-    "clients": (["raylog.client", "raylog.schemas.client"], {"core"}),
+    "clients": (["raylog.client", "raylog.schemas.client", "raylog.kafka.gateway"], {"core"}),
     "core": (["raylog.errors", "raylog.types", "raylog.util", "raylog.records",
               "raylog.storage", "raylog.replica", "raylog.metadata", "raylog.groups",
-              "raylog.schemas"], set()),
+              "raylog.schemas", "raylog.kafka"], set()),
 }
 
 def module_name(root: Path, path: Path) -> str:

@@ -421,8 +421,8 @@ def test_describe_reports_members_and_state():
     assert out["generation"] == 1 and out["assignor"] == "cooperative_sticky"
     (member,) = out["members"]
     assert member == {"member_id": "a", "client_id": "client", "actor_id": "actor-1",
-                      "generation": 1, "topics": ["t"], "owned": sorted(range_of(2)),
-                      "target": sorted(range_of(2))}
+                      "kafka": False, "generation": 1, "topics": ["t"],
+                      "owned": sorted(range_of(2)), "target": sorted(range_of(2))}
 
 
 # -- random sequences ----------------------------------------------------------------------------

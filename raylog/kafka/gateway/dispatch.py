@@ -1,0 +1,112 @@
+"""The dispatch table: which handler answers each Kafka API, at which versions.
+
+A handler is a coroutine function::
+
+    async def handle_x(ctx: Context, version: int, request: Any) -> ApiMessage | None
+
+``ctx`` is the request's :class:`Context` (the cluster seam ``ctx.backend``, the settings,
+the connection and its per-connection state); ``version`` is the request's API version,
+within the range the handler was registered for; ``request`` is the decoded body, a
+kafka-python message whose fields are attributes named as in Kafka's JSON specs
+(``request.topics[0].partition_data``). It returns the response body, built with
+``response_class(API_KEY, version)(...)`` (raylog/kafka/gateway/protocol.py), which the
+listener frames with the request's correlation id; or None for a request that gets no
+answer (Produce with acks=0). Errors of single partitions or topics are answered inside the
+response with their Kafka codes (:func:`~raylog.kafka.gateway.errors.code_of`); an exception
+that escapes a handler closes the client's connection (there is no generic error answer in
+Kafka's protocol), and is logged.
+
+Handlers of one connection run concurrently (up to ``settings.max_in_flight``), started in
+request order; their answers go out in request order whatever order they finish in. A
+handler whose effects must keep request order (Produce's appends) takes
+``ctx.connection.order`` (a FIFO lock) while it issues them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kafka.protocol.api_message import ApiMessage
+
+from raylog.kafka.gateway.backend import Backend
+from raylog.kafka.gateway.settings import GatewaySettings
+
+
+@dataclasses.dataclass
+class Connection:
+    """One client connection: where it comes from, the FIFO lock handlers keep request
+    order with, and ``state``, where a handler module keeps per-connection state under its
+    own name. Used from the listener's event loop only."""
+
+    peer: str
+    order: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
+    state: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+    """What a handler gets besides its request: the cluster, the settings, the dispatch
+    table, the connection and the request header's correlation and client ids."""
+
+    backend: Backend
+    settings: GatewaySettings
+    dispatch: Dispatch
+    connection: Connection
+    client_id: str | None
+    correlation_id: int
+
+
+Handler = Callable[[Context, int, Any], Awaitable[ApiMessage | None]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Api:
+    key: int
+    min_version: int
+    max_version: int
+    handler: Handler
+
+    def serves(self, version: int) -> bool:
+        return self.min_version <= version <= self.max_version
+
+
+class Dispatch:
+    """API key -> :class:`Api`. Built once, before the listener starts; read-only after."""
+
+    def __init__(self) -> None:
+        self._apis: dict[int, Api] = {}
+
+    def add(self, key: int, min_version: int, max_version: int, handler: Handler) -> None:
+        """Serve API ``key`` at versions [min_version, max_version] with ``handler``."""
+        if key in self._apis:
+            raise ValueError(f"API key {key} has a handler already")
+        if not 0 <= min_version <= max_version:
+            raise ValueError(f"bad version range {min_version}-{max_version} for key {key}")
+        self._apis[key] = Api(key, min_version, max_version, handler)
+
+    def get(self, key: int) -> Api | None:
+        return self._apis.get(key)
+
+    def ranges(self) -> list[tuple[int, int, int]]:
+        """(key, min version, max version) of every API served, by key: what ApiVersions
+        answers."""
+        return [(a.key, a.min_version, a.max_version)
+                for a in sorted(self._apis.values(), key=lambda a: a.key)]
+
+
+# The modules whose ``register(dispatch)`` adds their handlers: to add an API, write its
+# handler in a module of this package and name the module here.
+HANDLER_MODULES = ("versions", "metadata", "produce", "fetch", "admin", "groups")
+
+
+def default_dispatch() -> Dispatch:
+    """The table of every API the gateway serves."""
+    import importlib
+
+    dispatch = Dispatch()
+    for name in HANDLER_MODULES:
+        importlib.import_module(f"raylog.kafka.gateway.{name}").register(dispatch)
+    return dispatch

@@ -1,0 +1,211 @@
+"""Fetch (key 1, versions 4-12), ListOffsets (key 2, versions 1-7) and DeleteRecords
+(key 21, versions 0-2).
+
+Fetch reads each partition from its leader and answers its stored batches as Kafka v2
+batches with the same offsets (``to_kafka``); a fetch from an offset inside a batch gets
+the whole batch (raylog serves whole batches; Kafka's clients skip the records before
+their offset). Fetch sessions are declined: every answer has session id 0, so clients
+send full requests. ``last_stable_offset`` is the high watermark (no transactions), and
+both isolation levels read the same records.
+
+min_bytes and max_wait_ms are the request's, as in Kafka: a first pass reads every
+partition without waiting; if that is less than min_bytes, every partition is asked again
+to wait up to max_wait_ms for data, and the answer goes out when the first has some (or at
+max_wait_ms). ``max_bytes`` bounds the answer, except that the first partition with data
+is always answered whole (as Kafka does, so a batch larger than the limit is not stuck).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from raylog.errors import FencedEpochError, RaylogError, UnknownPartitionError
+from raylog.kafka.gateway.dispatch import Context, Dispatch
+from raylog.kafka.gateway.errors import Code, code_of, refreshes_metadata
+from raylog.kafka.gateway.protocol import response_class
+from raylog.kafka.records import to_kafka
+from raylog.types import EARLIEST, LATEST
+
+FETCH_KEY = 1
+LIST_OFFSETS_KEY = 2
+DELETE_RECORDS_KEY = 21
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3  # ListOffsets v7: the record with the largest timestamp (not served)
+
+
+class _Read:
+    """One partition's part of a Fetch: what was asked and what was read."""
+
+    __slots__ = ("code", "data", "high_watermark", "index", "log_start", "max_bytes",
+                 "offset", "topic")
+
+    def __init__(self, topic: str, index: int, offset: int, max_bytes: int) -> None:
+        self.topic, self.index, self.offset, self.max_bytes = topic, index, offset, max_bytes
+        self.code = Code.NONE
+        self.data = b""
+        self.high_watermark = self.log_start = -1
+
+
+async def _leader_topic(ctx: Context, name: str, index: int, client_epoch: int = -1) -> Any:
+    """The topic's metadata for a request on partition ``index`` from a client that knows
+    leader epoch ``client_epoch`` (-1: none): refreshed if the client knows a newer epoch;
+    FencedEpochError if it knows an older one (it refreshes its metadata)."""
+    meta = await ctx.backend.topic(name)
+    if not 0 <= index < meta.num_partitions:
+        raise UnknownPartitionError(f"{name} has no partition {index}")
+    if client_epoch > meta.partitions[index].leader_epoch:
+        meta = await ctx.backend.topic(name, 0.0)
+    if 0 <= client_epoch < meta.partitions[index].leader_epoch:
+        raise FencedEpochError(f"{name}-{index}: the client's leader epoch {client_epoch} is "
+                               f"older than {meta.partitions[index].leader_epoch}")
+    return meta
+
+
+def _failed(ctx: Context, name: str, error: RaylogError) -> int:
+    code = code_of(error)
+    if refreshes_metadata(code):
+        ctx.backend.forget(name)
+    return code
+
+
+async def _read(ctx: Context, read: _Read, epoch: int, max_wait_ms: int,
+                min_bytes: int) -> None:
+    try:
+        meta = await _leader_topic(ctx, read.topic, read.index, epoch)
+        result = await ctx.backend.fetch(meta, read.index, read.offset, read.max_bytes,
+                                         max_wait_ms, min_bytes)
+    except RaylogError as e:
+        read.code = _failed(ctx, read.topic, e)
+        return
+    read.code = Code.NONE
+    read.data = result.data
+    read.high_watermark, read.log_start = result.high_watermark, result.log_start_offset
+
+
+async def handle_fetch(ctx: Context, version: int, request: Any) -> Any:
+    started = time.monotonic()
+    reads = [(_Read(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes),
+              p.current_leader_epoch)
+             for t in request.topics for p in t.partitions]
+    await asyncio.gather(*(_read(ctx, r, epoch, 0, 0) for r, epoch in reads))
+    got = sum(len(r.data) for r, _ in reads)
+    remaining_ms = request.max_wait_ms - (time.monotonic() - started) * 1000
+    if reads and got < request.min_bytes and remaining_ms > 0 and \
+            all(r.code == Code.NONE for r, _ in reads):
+        await _wait_for_data(ctx, reads, int(remaining_ms))
+    return _fetch_answer(version, request, [r for r, _ in reads])
+
+
+async def _wait_for_data(ctx: Context, reads: list[tuple[_Read, int]], wait_ms: int) -> None:
+    """Ask every partition again to wait for data; keep what the first to answer with data
+    brought (and whatever else came by then)."""
+    waits = {}
+    for read, epoch in reads:
+        again = _Read(read.topic, read.index, read.offset, read.max_bytes)
+        waits[asyncio.ensure_future(_read(ctx, again, epoch, wait_ms, 1))] = (read, again)
+    pending = set(waits)
+    deadline = time.monotonic() + wait_ms / 1000
+    try:
+        while pending:
+            done, pending = await asyncio.wait(pending, timeout=deadline - time.monotonic(),
+                                               return_when=asyncio.FIRST_COMPLETED)
+            if not done:
+                return
+            arrived = False
+            for task in done:
+                read, again = waits[task]
+                read.code, read.data = again.code, again.data
+                read.high_watermark, read.log_start = again.high_watermark, again.log_start
+                arrived = arrived or bool(again.data) or again.code != Code.NONE
+            if arrived:
+                return
+    finally:
+        for task in pending:
+            task.cancel()
+
+
+def _fetch_answer(version: int, request: Any, reads: list[_Read]) -> Any:
+    cls = response_class(FETCH_KEY, version)
+    topic_cls = cls.FetchableTopicResponse
+    part_cls = topic_cls.PartitionData
+    budget = request.max_bytes
+    topics: dict[str, list[Any]] = {}
+    for read in reads:
+        records = b""
+        if read.data and (budget > 0 or budget == request.max_bytes):
+            try:
+                records = to_kafka(read.data)
+            except RaylogError as e:
+                read.code = code_of(e)
+            budget -= len(records)
+        topics.setdefault(read.topic, []).append(part_cls(
+            partition_index=read.index, error_code=read.code,
+            high_watermark=read.high_watermark, last_stable_offset=read.high_watermark,
+            log_start_offset=read.log_start, aborted_transactions=None,
+            preferred_read_replica=-1, records=records))
+    return cls(throttle_time_ms=0, error_code=Code.NONE, session_id=0, responses=[
+        topic_cls(topic=name, partitions=parts) for name, parts in topics.items()])
+
+
+# -- ListOffsets and DeleteRecords -----------------------------------------------------------
+
+
+async def handle_list_offsets(ctx: Context, version: int, request: Any) -> Any:
+    cls = response_class(LIST_OFFSETS_KEY, version)
+    topic_cls = cls.ListOffsetsTopicResponse
+    part_cls = topic_cls.ListOffsetsPartitionResponse
+
+    async def one(name: str, p: Any) -> Any:
+        code, offset, timestamp, epoch = Code.NONE, -1, -1, -1
+        try:
+            meta = await _leader_topic(ctx, name, p.partition_index, p.current_leader_epoch)
+            epoch = meta.partitions[p.partition_index].leader_epoch
+            if p.timestamp == MAX_TIMESTAMP:
+                code = Code.UNSUPPORTED_VERSION
+            else:
+                spec = {LATEST_TIMESTAMP: LATEST, EARLIEST_TIMESTAMP: EARLIEST}.get(
+                    p.timestamp, p.timestamp)
+                found = await ctx.backend.list_offset(meta, p.partition_index, spec)
+                if found is not None:
+                    offset, timestamp = found
+        except RaylogError as e:
+            code = _failed(ctx, name, e)
+        return part_cls(partition_index=p.partition_index, error_code=code,
+                        timestamp=timestamp, offset=offset, leader_epoch=epoch)
+
+    topics = []
+    for t in request.topics:
+        parts = await asyncio.gather(*(one(t.name, p) for p in t.partitions))
+        topics.append(topic_cls(name=t.name, partitions=list(parts)))
+    return cls(throttle_time_ms=0, topics=topics)
+
+
+async def handle_delete_records(ctx: Context, version: int, request: Any) -> Any:
+    cls = response_class(DELETE_RECORDS_KEY, version)
+    topic_cls = cls.DeleteRecordsTopicResult
+    part_cls = topic_cls.DeleteRecordsPartitionResult
+
+    async def one(name: str, p: Any) -> Any:
+        try:
+            meta = await _leader_topic(ctx, name, p.partition_index)
+            low = await ctx.backend.delete_records(meta, p.partition_index, p.offset)
+        except RaylogError as e:
+            return part_cls(partition_index=p.partition_index, low_watermark=-1,
+                            error_code=_failed(ctx, name, e))
+        return part_cls(partition_index=p.partition_index, low_watermark=low,
+                        error_code=Code.NONE)
+
+    topics = []
+    for t in request.topics:
+        parts = await asyncio.gather(*(one(t.name, p) for p in t.partitions))
+        topics.append(topic_cls(name=t.name, partitions=list(parts)))
+    return cls(throttle_time_ms=0, topics=topics)
+
+
+def register(dispatch: Dispatch) -> None:
+    dispatch.add(FETCH_KEY, 4, 12, handle_fetch)
+    dispatch.add(LIST_OFFSETS_KEY, 1, 7, handle_list_offsets)
+    dispatch.add(DELETE_RECORDS_KEY, 0, 2, handle_delete_records)

@@ -1,0 +1,280 @@
+"""The Kafka protocol listener: asyncio, one task per connection.
+
+A connection carries frames, each a 4-byte big-endian length and that many bytes of request
+(header and body, raylog/kafka/gateway/protocol.py). For each connection the listener:
+
+- reads a frame's length, refuses (closes the connection) a length below a request header's
+  or above ``request_max_bytes`` before reading the body, then reads the body;
+- answers an ApiVersions request of an unsupported version at once, in the v0 format with
+  UNSUPPORTED_VERSION and the served ranges (so a newer client learns what to ask);
+- closes the connection on an API key it does not serve, a version outside the served range,
+  or a body that does not decode: Kafka's brokers do the same, as the client could not read
+  any answer to such a request;
+- otherwise starts the API's handler (raylog/kafka/gateway/dispatch.py) as a task, at most
+  ``max_in_flight`` at once (it stops reading until one is answered), and writes the answers
+  in request order, whatever order the handlers finish in;
+- closes the connection when nothing arrived and nothing was in flight for
+  ``connections_max_idle_ms``, and when the client closes its end.
+
+Whatever one connection sends, only that connection is closed: no other connection sees it,
+the listener goes on accepting, and nothing reaches the cluster from a request that was not
+decoded whole. All of it runs on one event loop; nothing here blocks it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Awaitable
+
+from raylog.kafka.gateway import versions
+from raylog.kafka.gateway.backend import Backend
+from raylog.kafka.gateway.dispatch import Api, Connection, Context, Dispatch, default_dispatch
+from raylog.kafka.gateway.protocol import (
+    FIXED_HEADER,
+    MalformedRequest,
+    Request,
+    decode_request,
+    encode_response,
+    frame_size,
+    peek_header,
+)
+from raylog.kafka.gateway.settings import GatewaySettings
+
+logger = logging.getLogger(__name__)
+
+_LENGTH_BYTES = 4
+
+
+class _Closing(Exception):
+    """This connection is to be closed: said why, at debug level (a client's doing)."""
+
+
+class KafkaListener:
+    """Serves Kafka's protocol on ``host:port`` over ``backend`` until :meth:`close`.
+
+    ``port`` 0 takes a free port: :attr:`port` tells which, once :meth:`start` returned.
+    Counters (read from any thread): ``connections`` open now, ``accepted`` in all,
+    ``answered`` requests, ``refused`` connections closed for bad input or idleness.
+    Its coroutines run on the event loop that called :meth:`start`.
+    """
+
+    def __init__(self, backend: Backend, settings: GatewaySettings | None = None,
+                 dispatch: Dispatch | None = None, host: str = "127.0.0.1",
+                 port: int = 9092) -> None:
+        self.backend = backend
+        self.settings = settings or GatewaySettings()
+        self.dispatch = dispatch or default_dispatch()
+        self.host = host
+        self.port = port
+        self.connections = 0
+        self.accepted = 0
+        self.answered = 0
+        self.refused = 0
+        self._server: asyncio.base_events.Server | None = None
+        self._serving: set[asyncio.Task] = set()
+
+    async def start(self) -> tuple[str, int]:
+        """Listen; returns (host, port) listened on."""
+        self._server = await asyncio.start_server(self._accept, self.host, self.port,
+                                                  backlog=1024)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.host, self.port
+
+    async def close(self) -> None:
+        """Stop accepting and close every connection (their handlers are cancelled)."""
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._serving):
+            task.cancel()
+        if self._serving:
+            await asyncio.wait(self._serving)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def _accept(self, reader: asyncio.StreamReader,
+                      writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self._serving.add(task)
+        self.connections += 1
+        self.accepted += 1
+        peer = writer.get_extra_info("peername")
+        conn = Connection(peer=f"{peer[0]}:{peer[1]}" if peer else "?")
+        try:
+            await self._serve(reader, writer, conn)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bug: this connection ends, the listener goes on
+            logger.exception("Kafka connection from %s failed", conn.peer)
+        finally:
+            self.connections -= 1
+            self._serving.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):  # the peer may be gone already
+                await writer.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     conn: Connection) -> None:
+        answers: asyncio.Queue[Awaitable[bytes | None] | None] = asyncio.Queue(
+            self.settings.max_in_flight)
+        state = _ConnectionState()
+        reading = asyncio.create_task(self._read(reader, conn, answers, state))
+        writing = asyncio.create_task(self._write(writer, conn, answers, state))
+        try:
+            await asyncio.wait({reading, writing}, return_when=asyncio.FIRST_COMPLETED)
+            if reading.done() and not writing.done():
+                # What was asked before the end goes out (a client may send its last
+                # requests and half-close), then the connection closes.
+                await answers.put(None)
+                await writing
+        finally:
+            for task in (reading, writing, *state.handlers):
+                task.cancel()
+            for task in (reading, writing):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+    async def _read(self, reader: asyncio.StreamReader, conn: Connection,
+                    answers: asyncio.Queue, state: _ConnectionState) -> None:
+        try:
+            while True:
+                size = frame_size(await self._read_exactly(reader, _LENGTH_BYTES, state))
+                if size < FIXED_HEADER.size or size > self.settings.request_max_bytes:
+                    raise _Closing(f"a frame of {size} bytes (at most "
+                                   f"{self.settings.request_max_bytes})")
+                frame = await self._read_exactly(reader, size, state)
+                answer = self._start(frame, conn, state)
+                state.in_flight += 1
+                await answers.put(answer)  # waits while max_in_flight are unanswered
+        except asyncio.IncompleteReadError:
+            return  # the client closed its end (perhaps mid-frame)
+        except ConnectionError:
+            return
+        except (_Closing, MalformedRequest) as e:
+            self.refused += 1
+            logger.debug("closing Kafka connection from %s: %s", conn.peer, e)
+
+    async def _read_exactly(self, reader: asyncio.StreamReader, n: int,
+                            state: _ConnectionState) -> bytes:
+        """``n`` bytes, or _Closing once the connection was idle for too long: nothing
+        received and nothing in flight for connections_max_idle_ms."""
+        idle_s = self.settings.connections_max_idle_ms / 1000
+        while True:
+            wait = state.last_active + idle_s - time.monotonic()
+            if wait <= 0 and state.in_flight == 0:
+                raise _Closing(f"idle for {idle_s:g} s")
+            try:
+                # readexactly consumes nothing until all n bytes are there: a timeout
+                # loses none of them
+                data = await asyncio.wait_for(reader.readexactly(n), max(wait, 0.05))
+            except TimeoutError:
+                continue
+            state.last_active = time.monotonic()
+            return data
+
+    def _start(self, frame: bytes, conn: Connection,
+               state: _ConnectionState) -> Awaitable[bytes | None]:
+        """The answer to one frame, to be awaited in order: the handler's task, or a done
+        future; raises MalformedRequest to close the connection."""
+        api_key, api_version, correlation_id = peek_header(frame)
+        api = self.dispatch.get(api_key)
+        if api is None:
+            raise MalformedRequest(f"API key {api_key} is not served")
+        if not api.serves(api_version):
+            if api_key != versions.API_KEY:
+                raise MalformedRequest(f"API key {api_key} is not served at version "
+                                       f"{api_version} (served: {api.min_version}-"
+                                       f"{api.max_version})")
+            done = asyncio.get_running_loop().create_future()
+            done.set_result(versions.unsupported_answer(self.dispatch, correlation_id))
+            return done
+        request = decode_request(frame)
+        ctx = Context(self.backend, self.settings, self.dispatch, conn, request.client_id,
+                      correlation_id)
+        task = asyncio.create_task(self._handle(api, ctx, request))
+        state.handlers.add(task)
+        task.add_done_callback(state.handlers.discard)
+        return task
+
+    async def _handle(self, api: Api, ctx: Context, request: Request) -> bytes | None:
+        body = await api.handler(ctx, request.api_version, request.body)
+        if body is None:
+            return None
+        return encode_response(body, request.api_version, request.correlation_id)
+
+    async def _write(self, writer: asyncio.StreamWriter, conn: Connection,
+                     answers: asyncio.Queue, state: _ConnectionState) -> None:
+        while True:
+            pending = await answers.get()
+            if pending is None:
+                return
+            try:
+                frame = await pending
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("a handler failed on a request from %s: closing its "
+                                 "connection", conn.peer)
+                self.refused += 1
+                return
+            state.in_flight -= 1
+            state.last_active = time.monotonic()
+            self.answered += 1
+            if frame is not None:
+                writer.write(frame)
+                await writer.drain()
+
+
+class _ConnectionState:
+    """The listener's bookkeeping of one connection (its event loop only)."""
+
+    __slots__ = ("handlers", "in_flight", "last_active")
+
+    def __init__(self) -> None:
+        self.handlers: set[asyncio.Task] = set()
+        self.in_flight = 0  # requests read and not answered
+        self.last_active = time.monotonic()
+
+
+class ListenerThread:
+    """A :class:`KafkaListener` on an event loop of its own thread: for a foreground
+    command (whose main thread waits for a signal) and for tests that talk to it from the
+    outside. ``start`` returns (host, port) once it listens; ``stop`` closes it and ends the
+    thread. Both are called from one outside thread."""
+
+    def __init__(self, listener: KafkaListener) -> None:
+        self.listener = listener
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
+                                        name="raylog-kafka-listener")
+
+    def start(self) -> tuple[str, int]:
+        self._thread.start()
+        return asyncio.run_coroutine_threadsafe(self.listener.start(), self._loop).result()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if not self._thread.is_alive():
+            return
+        asyncio.run_coroutine_threadsafe(self._close(), self._loop).result(timeout)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout)
+        self._loop.close()
+
+    async def _close(self) -> None:
+        """Close the listener, then end what its handlers left running (a metadata
+        refresh a closed connection had asked for)."""
+        await self.listener.close()
+        rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in rest:
+            task.cancel()
+        await asyncio.gather(*rest, return_exceptions=True)
+
+    def __enter__(self) -> ListenerThread:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
