@@ -198,3 +198,75 @@ def test_stopping_twice_signals_nothing_more(kafka_peer, fake_cluster):
     cluster.stop()
     cluster.stop()
     assert FakeProcess.started[0].signals == [signal.SIGTERM, signal.SIGKILL]
+
+
+# -- the report's Kafka figures, ratios and table (figures invented) ----------------------------
+
+def kafka_runs() -> tuple[dict, dict]:
+    from tests.unit.benchmarks.test_benchmarks import made_up_runs
+
+    single, matrix = made_up_runs()
+    single |= {"kafka_produce_records_per_s": 600_000.0, "kafka_consume_records_per_s": 5e6,
+               "kafka_client_raylog_produce_records_per_s": None,
+               "kafka_latency": {"p50_ms": 2.0, "p99_ms": 10.0, "p999_ms": 30.0},
+               "kafka_analytics": {"records": 500_000,
+                                   "spark_count_raylog_records_per_s": 9e6,
+                                   "spark_count_kafka_records_per_s": 3e6,
+                                   "spark_sum_raylog_records_per_s": 2e6,
+                                   "spark_sum_kafka_records_per_s": 1e6,
+                                   "ray_data_raylog_records_per_s": 1e6,
+                                   "ray_data_kafka_records_per_s": 4e6}}
+    matrix |= {"kafka": {"available": True, "rf3_acksall_records_per_s": 300_000.0}}
+    return single, matrix
+
+
+@pytest.fixture
+def report(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import suite_report
+
+    return suite_report
+
+
+def test_kafka_ratios_sit_beside_their_raw_figures(report):
+    figures = report.headline_figures(*kafka_runs())
+    assert figures["vs_kafka_produce"] == 2.0            # 1.2M / 600k
+    assert figures["vs_kafka_consume"] == 0.5
+    assert figures["vs_kafka_rf3_acksall"] == 2.0        # 600k / 300k
+    assert figures["vs_kafka_e2e_p99"] == 2.5            # 25 ms / 10 ms: lower is better
+    assert figures["vs_kafka_spark_count"] == 3.0
+    assert figures["vs_kafka_ray_data_read"] == 0.25
+    assert figures["kafka_e2e_p99_ms"] == 10.0 and figures["analytics_records"] == 500_000
+    targets = report.targets_report(figures)
+    assert targets["vs_kafka_spark_count"]["met"] is True   # at least 3x
+    assert targets["vs_kafka_e2e_p99"]["met"] is False      # above 1.5x
+    assert targets["vs_kafka_ray_data_read"]["met"] is False
+
+
+def test_kafka_ratios_are_none_when_kafka_did_not_run(report):
+    from tests.unit.benchmarks.test_benchmarks import made_up_runs
+
+    figures = report.headline_figures(*made_up_runs())
+    assert all(figures[name] is None for name in report.KAFKA_RATIOS)
+    assert report.targets_report(figures)["vs_kafka_produce"]["met"] is None
+
+
+def test_the_kafka_table_and_note(report):
+    figures = report.headline_figures(*kafka_runs())
+    results = {**figures, "targets": report.targets_report(figures),
+               "kafka": {"available": True, "version": "4.4.0", "roles": "combined",
+                         "heap": "-Xmx1G -Xms1G", "jvm": "-XX:+UseG1GC",
+                         "listeners": "loopback", "log_dirs": "scratch", "fsync": "no flush",
+                         "overrides": {"offsets.topic.replication.factor": "1"},
+                         "workload": "Clients: confluent-kafka.",
+                         "latency_offered_records_per_s": 10_000}}
+    table = report.kafka_table(results)
+    assert "| produce, 1 producer, 100 B, rf 1 (records/s) | 1,200,000 | 600,000 | 2.00x | " \
+           ">= 1: met |" in table
+    assert "| end-to-end p99 at 10,000 records/s, linger 0 (ms; lower is better) | 25.00 | " \
+           "10.00 | 2.50x | <= 1.5: **missed** |" in table
+    assert "confluent-kafka -> raylog" not in table  # no listener yet: no row
+    note = report.kafka_note(results["kafka"])
+    assert "Apache Kafka 4.4.0" in note and "`offsets.topic.replication.factor=1`" in note
+    assert report.kafka_note({"available": False, "reason": "java is not installed"}) == \
+        "Apache Kafka: **not measured**: java is not installed"
