@@ -490,25 +490,31 @@ def latency_and_curve(mode: Mode, cluster: Any, steps: Steps, kafka: Any = None
     return out
 
 
-def kafka_latency(mode: Mode, kafka: Any) -> dict[str, Any]:
-    """Kafka's end-to-end latency, as raylog's first run (linger.ms=0), after a warm-up."""
+def kafka_latency(mode: Mode, kafka: Any) -> list[dict[str, Any]]:
+    """Kafka's end-to-end latency as raylog's runs: linger.ms=0, then raylog's default
+    linger (librdkafka's too), after a warm-up run."""
     import ray
     from suite_kafka import KafkaLatencyProbe, measure_kafka_latency
 
+    from raylog.client.producer import ProducerConfig
+
     kafka.create_topic("latency", PARTITIONS, 1)
     probe = KafkaLatencyProbe.remote(kafka.bootstrap, "latency", PARTITIONS)
+    runs = []
     try:
-        settings = {"linger.ms": 0}
         measure_kafka_latency(probe, kafka.bootstrap, "latency", mode.latency_rate, 1.0,
-                              settings)
-        latencies = measure_kafka_latency(probe, kafka.bootstrap, "latency",
-                                          mode.latency_rate, mode.latency_seconds, settings)
+                              {"linger.ms": ProducerConfig().linger_ms})
+        for linger_ms in (0, ProducerConfig().linger_ms):
+            latencies = measure_kafka_latency(probe, kafka.bootstrap, "latency",
+                                              mode.latency_rate, mode.latency_seconds,
+                                              {"linger.ms": linger_ms})
+            runs.append({"linger_ms": linger_ms, "offered_records_per_s": mode.latency_rate,
+                         **latency_summary(latencies.tolist())})
     finally:
         with contextlib.suppress(ray.exceptions.RayError):
             ray.get(probe.close.remote(), timeout=30)
         ray.kill(probe, no_restart=True)
-    return {"linger_ms": 0, "offered_records_per_s": mode.latency_rate,
-            **latency_summary(latencies.tolist())}
+    return runs
 
 
 # -- three brokers: the replication matrix -----------------------------------------------------

@@ -25,8 +25,9 @@ import ray
 STAMP_BYTES = 8
 PRODUCER_SETTINGS = {"acks": "1", "linger.ms": 5, "compression.type": "lz4",
                      "enable.idempotence": False}
+PROBE_POLL_S = 0.1
 CONSUME_BATCH = 500          # messages per Consumer.consume, as raylog's max_poll_records
-PROBE_TIMEOUT_S = 60.0
+PROBE_TIMEOUT_S = 300.0     # librdkafka at linger.ms=0 falls behind 10,000/s here
 
 
 def producer(bootstrap: str, **settings: Any) -> Any:
@@ -122,7 +123,12 @@ class KafkaLatencyProbe:
         deadline = time.monotonic() + PROBE_TIMEOUT_S
         try:
             while len(self.received) < expected and time.monotonic() < deadline:
-                messages = self.consumer.consume(10_000, 0.1)
+                # consume(n, timeout) waits for n messages or the timeout: poll returns at
+                # the first one, as raylog's poll does, then consume(n, 0) takes the rest
+                first = self.consumer.poll(PROBE_POLL_S)
+                if first is None:
+                    continue
+                messages = [first, *self.consumer.consume(10_000, 0)]
                 now = time.monotonic_ns()
                 for m in messages:
                     if m.error() is not None:
@@ -154,7 +160,7 @@ class _Sender:
         self.client.poll(0)
 
     def flush(self) -> None:
-        if remaining := self.client.flush(60):
+        if remaining := self.client.flush(PROBE_TIMEOUT_S):
             raise RuntimeError(f"{remaining:,} records still queued after flush")
 
 
@@ -180,17 +186,19 @@ def measure_kafka_latency(probe: Any, bootstrap: str, topic: str, rate: int, sec
 
 def spark_configs(lib: Any) -> dict[str, str]:
     """Spark settings putting the Kafka source's jars (those pyspark lacks) on the driver's
-    and executors' classpaths; raylog's session() appends its own connector after them."""
+    and the executors' JVM classpaths, beside Spark's own jars. Not ``spark.jars``: classes
+    loaded by the task's class loader there failed to deserialize their partitions on RayDP's
+    executors (a ClassCastException of Scala's List$SerializationProxy); RayDP starts its
+    executors with ``raydp.executor.extraClassPath``, not Spark's executor setting."""
     import os
     from pathlib import Path
 
     import pyspark
     from kafka_peer import spark_source_jars
 
-    jars = [str(j) for j in spark_source_jars(lib, Path(pyspark.__file__).parent / "jars")]
-    return {"spark.jars": ",".join(jars),
-            "spark.driver.extraClassPath": os.pathsep.join(jars),
-            "spark.executor.extraClassPath": os.pathsep.join(jars),
+    jars = os.pathsep.join(str(j) for j in spark_source_jars(
+        lib, Path(pyspark.__file__).parent / "jars"))
+    return {"spark.driver.extraClassPath": jars, "raydp.executor.extraClassPath": jars,
             "spark.ui.showConsoleProgress": "false"}
 
 
