@@ -212,10 +212,11 @@ def single_node(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
                     if redis is not None:
                         produce_steps["redis"] = \
                             lambda: timed(lambda: redis_produce(redis, peer_values))[0]
+                    kafka_cpu: dict[str, list[float]] = {}
                     if kafka is not None:  # the raylog worker's values: seed 0
                         produce_steps |= kafka_produce_steps(
                             kafka.bootstrap, make_values(mode.records, 100, seed=0),
-                            raylog_listener_bootstrap(cluster), kafka)
+                            raylog_listener_bootstrap(cluster), kafka, kafka_cpu)
                     seconds = alternate(mode.rounds, produce_steps)
                 rates = best_rates(seconds, {"raylog": mode.records,
                                              "raylog_arrow": mode.arrow_records,
@@ -230,6 +231,8 @@ def single_node(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
                 out["queue_produce_records_per_s"] = rates["queue"]
                 out["redis_produce_records_per_s"] = rates.get("redis")
                 out["kafka_produce_records_per_s"] = rates.get("kafka")
+                out["kafka_produce_records_per_cpu_s"] = (
+                    mode.records / min(kafka_cpu["produce"][1:]) if kafka is not None else None)
                 out["kafka_client_raylog_produce_records_per_s"] = rates.get(
                     "kafka_client_raylog")
 
@@ -310,9 +313,11 @@ def single_node(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
 
 
 def kafka_produce_steps(bootstrap: str, values: list[bytes], listener: str | None,
-                        kafka: Any) -> dict[str, Callable[[], float]]:
+                        kafka: Any, cpu_seconds: dict[str, list[float]]
+                        ) -> dict[str, Callable[[], float]]:
     """Produce rounds of confluent-kafka to Kafka and (``listener``: raylog's Kafka-protocol
-    address, once there is one) to raylog; each checks that its topic grew by every value."""
+    address, once there is one) to raylog; each checks that its topic grew by every value
+    and appends the driver's CPU seconds to ``cpu_seconds["produce"]`` (or ``["listener"]``)."""
     from suite_kafka import end_offsets, kafka_produce, producer
 
     from common import timed
@@ -324,7 +329,10 @@ def kafka_produce_steps(bootstrap: str, values: list[bytes], listener: str | Non
 
         def run() -> float:
             before = end_offsets(address, topic, PARTITIONS)
+            cpu_start = time.process_time()
             seconds, _ = timed(lambda: kafka_produce(client, topic, values))
+            cpu_seconds.setdefault(topic if address == bootstrap else "listener", []).append(
+                time.process_time() - cpu_start)
             if (grown := end_offsets(address, topic, PARTITIONS) - before) != len(values):
                 raise RuntimeError(f"{topic} at {address} grew by {grown:,} records, "
                                    f"{len(values):,} were sent")
@@ -723,17 +731,21 @@ def kafka_info(mode: Mode, kafka: dict[str, Any]) -> dict[str, Any]:
     import confluent_kafka
     from suite_kafka import PRODUCER_SETTINGS
 
-    return {**kafka, "latency_offered_records_per_s": mode.latency_rate,
-            "client": f"confluent-kafka {confluent_kafka.version()[0]} (librdkafka "
-                      f"{confluent_kafka.libversion()[0]})",
+    client = (f"confluent-kafka {confluent_kafka.__version__} (librdkafka "
+              f"{confluent_kafka.libversion()[0]})")
+    return {**kafka, "latency_offered_records_per_s": mode.latency_rate, "client": client,
             "workload": (
-                f"Clients: confluent-kafka {confluent_kafka.version()[0]} (librdkafka "
-                f"{confluent_kafka.libversion()[0]}) in the driver; producer settings "
+                f"Clients: {client} in the driver; producer settings "
                 f"{PRODUCER_SETTINGS} (raylog's defaults where both have one; acks=all for rf "
                 f"3), `produce` per record, then `flush`; the consumer assigned every partition "
                 f"from the beginning, `consume(500)` until every record, `len` of each value. "
-                f"Latency: a confluent-kafka consumer in its own process (a Ray actor), "
-                f"linger.ms=0, as raylog's linger_ms=0 run. Spark: one RayDP session (1 "
+                f"Latency: a confluent-kafka consumer in its own process (a Ray actor) "
+                f"taking each record as `poll` returns it; linger.ms=0 and 5 as raylog's two "
+                f"runs, measured after raylog's (not alternated); the ratio is of the linger 5 "
+                f"runs, as librdkafka at linger.ms=0 sends one request per record, which "
+                f"Kafka answers one at a time per connection, and falls behind 10,000/s here. "
+                f"Records per CPU-second: the driver's CPU time (librdkafka's threads "
+                f"included) over the produce round. Spark: one RayDP session (1 "
                 f"executor, 1 core, 1 GB) reading `format(\"kafka\")` (Spark's own source) and "
                 f"`format(\"raylog\")`, {mode.analytics_records:,} records; Ray Data: "
                 f"`ray.data.read_kafka` and `raylog.data.read_topic`, every block read as Arrow "

@@ -123,6 +123,7 @@ def kafka_figures(single: Mapping[str, Any], matrix: Mapping[str, Any],
     linger0, latency = single.get("kafka_latency") or ({}, {})
     out: dict[str, Any] = {
         "kafka_produce_records_per_s": single.get("kafka_produce_records_per_s"),
+        "kafka_produce_records_per_cpu_s": single.get("kafka_produce_records_per_cpu_s"),
         "kafka_client_raylog_produce_records_per_s":
             single.get("kafka_client_raylog_produce_records_per_s"),
         "kafka_consume_records_per_s": single.get("kafka_consume_records_per_s"),
@@ -245,6 +246,9 @@ def kafka_table(results: Mapping[str, Any]) -> str:
                          f"{_ms(results.get(ours + '_p999_ms'))}",
                          f"{_ms(results.get(theirs + '_p50_ms'))} / "
                          f"{_ms(results.get(theirs + '_p999_ms'))}", "-", "-"])
+    rows.insert(1, ["producer process: records per CPU-second",
+                    _rate(results.get("single_node", {}).get("produce_records_per_cpu_s")),
+                    _rate(results.get("kafka_produce_records_per_cpu_s")), "-", "-"])
     if results.get("kafka_client_raylog_produce_records_per_s") is not None:
         rows.insert(1, ["produce, confluent-kafka -> raylog's Kafka listener (records/s)",
                         _rate(results["kafka_client_raylog_produce_records_per_s"]), "-",
