@@ -207,6 +207,7 @@ def kafka_runs() -> tuple[dict, dict]:
 
     single, matrix = made_up_runs()
     single |= {"kafka_produce_records_per_s": 600_000.0, "kafka_consume_records_per_s": 5e6,
+               "kafka_produce_records_per_cpu_s": 2e6,
                "kafka_client_raylog_produce_records_per_s": None,
                "kafka_latency": [{"p50_ms": 900.0, "p99_ms": 2500.0, "p999_ms": 2600.0},
                                  {"p50_ms": 2.0, "p99_ms": 4.5, "p999_ms": 30.0}],
@@ -270,6 +271,7 @@ def test_the_kafka_table_and_note(report):
     assert "| end-to-end p99 at 10,000 records/s, linger 0 (ms; lower is better) | 25.00 | " \
            "2500.00 | 0.01x | - |" in table
     assert "| end-to-end p50 / p99.9, linger 5 ms (ms) | 4.00 / 12.00 | 2.00 / 30.00 |" in table
+    assert "| producer process: records per CPU-second | - | 2,000,000 | - | - |" in table
     assert "confluent-kafka -> raylog" not in table  # no listener yet: no row
     note = report.kafka_note(results["kafka"])
     assert "Apache Kafka 4.4.0" in note and "`offsets.topic.replication.factor=1`" in note
