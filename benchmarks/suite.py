@@ -805,6 +805,9 @@ def main(argv: list[str] | None = None) -> int:
     if not results["redis"]["available"]:
         print(f"NOTE: Redis Streams not measured: {results['redis']['reason']}",
               file=sys.stderr)
+    if not results["kafka"]["available"]:
+        print(f"NOTE: Apache Kafka not measured: {results['kafka']['reason']}",
+              file=sys.stderr)
     print(f"wrote {', '.join(str(p) for p in written)} ({results['wall_seconds']:.0f} s)")
     return 0
 

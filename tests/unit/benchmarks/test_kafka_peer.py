@@ -277,3 +277,21 @@ def test_the_kafka_table_and_note(report):
     assert "Apache Kafka 4.4.0" in note and "`offsets.topic.replication.factor=1`" in note
     assert report.kafka_note({"available": False, "reason": "java is not installed"}) == \
         "Apache Kafka: **not measured**: java is not installed"
+
+
+def test_without_java_the_suite_runs_without_kafka(kafka_peer, monkeypatch, capsys):
+    monkeypatch.setattr(kafka_peer.shutil, "which", lambda name: None)
+    with kafka_peer.kafka_or_none(1) as (cluster, reason):
+        assert cluster is None and "java is not installed" in reason
+    assert "NOTE: Kafka not measured: java is not installed" in capsys.readouterr().err
+
+
+def test_a_kafka_that_cannot_start_is_a_reason_not_an_error(kafka_peer, monkeypatch, tmp_path):
+    def broken(nodes, lib):
+        raise RuntimeError("Kafka node 1 exited (1): address in use")
+
+    monkeypatch.setattr(kafka_peer, "missing_tools", lambda: None)
+    monkeypatch.setattr(kafka_peer, "fetch", lambda pom: tmp_path)
+    monkeypatch.setattr(kafka_peer, "KafkaCluster", broken)
+    with kafka_peer.kafka_or_none(3) as (cluster, reason):
+        assert cluster is None and "address in use" in reason
