@@ -4,8 +4,9 @@ Run from the repository root (or as ``raylog bench``)::
 
     .venv/bin/python benchmarks/suite.py [--quick] [--out DIR] [--publish]
 
-``--quick`` takes about two minutes on this shared 2-core machine (it must stay under six);
-the full run (more records, rounds and curve points) about five. It writes ``results.json``,
+``--quick`` takes about two minutes on this shared 2-core machine without Kafka, about five
+with it (Kafka's rounds, its 3 nodes and a Spark session; it must stay under six); the full
+run (more records, rounds and curve points) about twice that. It writes ``results.json``,
 ``results.md`` (Markdown tables) and ``throughput.png``, ``latency.png``, ``curve.png`` into
 DIR (default ``benchmarks/results/suite``); ``--publish`` also regenerates
 ``benchmarks/RESULTS.md``, its plots in ``benchmarks/plots/`` and the README's benchmark
@@ -774,7 +775,8 @@ def publish(results: dict[str, Any], out: Path, argv: list[str]) -> None:
     if "--out" in shown:  # where this run wrote its files says nothing about the figures
         del shown[shown.index("--out"):shown.index("--out") + 2]
     command = " ".join(["python benchmarks/suite.py", *shown])
-    commands = ["make bench  # installs redis-server if it can, then runs the suite",
+    commands = ["make bench  # installs redis-server if it can, fetches Kafka's jars with "
+                "Maven, then runs the suite",
                 f".venv/bin/{command}"]
     (REPO / "benchmarks" / "RESULTS.md").write_text(
         results_document(results, "plots", commands, other_sections()))

@@ -475,8 +475,9 @@ def readme_section(results: Mapping[str, Any], plots_dir: str, commands: Sequenc
         README_START,
         results_markdown(results).split("\n\n### How each figure")[0].rstrip(),
         "\n".join(f"![{name}]({plots_dir}/{name})" for name in PLOTS),
-        "Reproduce (a 3-broker `ray.cluster_utils.Cluster` and an embedded node are started "
-        "and stopped by the suite; `make bench` installs `redis-server` when it can):\n\n"
+        "Reproduce (a 3-broker `ray.cluster_utils.Cluster` and an embedded node, and Apache "
+        "Kafka's one node and 3 nodes, are started and stopped by the suite; `make bench` "
+        "installs `redis-server` when it can and fetches Kafka's jars with Maven):\n\n"
         "```sh\n" + "\n".join(commands) + "\n```",
         "How each figure is measured, and what bounds the targets missed: "
         "[`benchmarks/RESULTS.md`](benchmarks/RESULTS.md).",
