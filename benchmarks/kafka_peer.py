@@ -265,7 +265,8 @@ class KafkaCluster:
     def settings(self) -> dict[str, Any]:
         """What the report says of this cluster."""
         return {"version": self.version, "nodes": self.nodes,
-                "roles": "broker,controller (combined; a static KRaft quorum of every node)",
+                "roles": "process.roles=broker,controller; every node a voter of a static "
+                         "KRaft quorum",
                 "heap": f"-Xmx{HEAP} -Xms{HEAP}", "jvm": " ".join(JVM_OPTIONS),
                 "listeners": "PLAINTEXT on 127.0.0.1, free ports",
                 "log_dirs": "a scratch directory on local disk",

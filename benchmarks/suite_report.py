@@ -264,7 +264,8 @@ def kafka_note(kafka: Mapping[str, Any]) -> str:
             f"benchmarks/kafka/pom.xml): one node, and 3 nodes for rf 3, each a combined "
             f"broker+controller ({kafka['roles']}), {kafka['heap']}, {kafka['jvm']}, "
             f"{kafka['listeners']}, data in {kafka['log_dirs']}; {kafka['fsync']}; settings "
-            f"changed from Kafka's defaults: only the internal topics' replication "
+            f"changed from Kafka's defaults: only the internal topics' replication (on one "
+            f"node; 3 replicas, min.isr 2 on 3 nodes) and the initial rebalance delay "
             f"({', '.join(f'`{k}={v}`' for k, v in kafka['overrides'].items())}). "
             f"{kafka['workload']}")
 
