@@ -39,7 +39,9 @@ lint: install
 
 # The benchmark suite (benchmarks/suite.py) next to its peers. Redis Streams is one: Debian's
 # redis-server is installed when it is missing and this can (root, apt); otherwise the suite
-# runs without it and says so. BENCH_ARGS="--out DIR --publish" for other runs.
+# runs without it and says so. Apache Kafka is another: its jars (and Spark's Kafka source)
+# are fetched with Maven into a cache by benchmarks/kafka_peer.py; without java or mvn the
+# suite runs without Kafka and says so. BENCH_ARGS="--out DIR --publish" for other runs.
 BENCH_ARGS ?= --quick
 
 $(BIN)/.bench-installed: $(BIN)/.installed
@@ -52,4 +54,5 @@ bench: install $(BIN)/.bench-installed
 	    { apt-get install -y redis-server > /dev/null 2>&1 || \
 	      { apt-get update > /dev/null && apt-get install -y redis-server > /dev/null; }; }; } || \
 	  echo "redis-server is missing and cannot be installed here: the suite runs without Redis"
+	$(BIN)/python benchmarks/kafka_peer.py fetch
 	$(BIN)/python benchmarks/suite.py $(BENCH_ARGS)

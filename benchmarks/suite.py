@@ -4,8 +4,9 @@ Run from the repository root (or as ``raylog bench``)::
 
     .venv/bin/python benchmarks/suite.py [--quick] [--out DIR] [--publish]
 
-``--quick`` takes about two minutes on this shared 2-core machine (it must stay under six);
-the full run (more records, rounds and curve points) about five. It writes ``results.json``,
+``--quick`` takes about two minutes on this shared 2-core machine without Kafka, about five
+with it (Kafka's rounds, its 3 nodes and a Spark session; it must stay under six); the full
+run (more records, rounds and curve points) about twice that. It writes ``results.json``,
 ``results.md`` (Markdown tables) and ``throughput.png``, ``latency.png``, ``curve.png`` into
 DIR (default ``benchmarks/results/suite``); ``--publish`` also regenerates
 ``benchmarks/RESULTS.md``, its plots in ``benchmarks/plots/`` and the README's benchmark
@@ -31,6 +32,15 @@ one node   ``raylog.init(address="local")``: an embedded single-node Ray cluster
            3 with acks=all (``min.insync.replicas=2``), and one cell (100 B, 1 producer) of
            replication factor 3 with acks=all to a topic with ``flush.messages=1`` (every
            replica fsyncs each append before it counts), all cells alternated round by round.
+
+Apache Kafka (kafka_peer.py, suite_kafka.py) runs beside raylog when Java and Maven (or its
+cached jars) are here: one combined broker+controller next to the single node, alternated
+round by round with raylog's produce and consume and measured at the same offered latency
+load, then Spark (``format("kafka")`` against ``format("raylog")``, one RayDP session) and
+Ray Data (``read_kafka`` against ``read_topic``) over the same ``analytics_records`` records
+on both; and 3 nodes next to the 3 brokers, one cell of rf 3 acks=all alternated with the
+matrix. Its ratios are ``vs_kafka_*`` in results.json. Without Java or Maven the suite says
+so and runs without Kafka.
 
 Every figure is the best of its timed rounds after one warm-up round; the JSON keeps every
 round's seconds. Checks outside the timed regions: each produce round grew its topic by
@@ -68,6 +78,7 @@ DEFAULT_OUT = RESULTS_DIR / "suite"
 PARTITIONS = 6
 KEEP = {"retention.ms": -1}
 # The 3 brokers' topics: name -> (replication factor, configs).
+KAFKA_RF3 = "kafka-100B-1p-rf3"   # the matrix's step of Kafka's 3 nodes
 MATRIX_TOPICS = {
     "rf1": (1, KEEP),
     "rf3": (3, {**KEEP, "min.insync.replicas": 2}),
@@ -92,6 +103,7 @@ class Mode:
     curve_seconds: float
     matrix_records: int     # per producer per round, 100 B (a tenth of that for 1 KB)
     matrix_rounds: int
+    analytics_records: int  # Spark and Ray Data on raylog and on Kafka (when Kafka runs)
 
 
 KIB = 1024
@@ -99,14 +111,14 @@ QUICK = Mode("quick", records=1_000_000, arrow_records=2_000_000, peer_records=4
              consume_records=1_000_000, rounds=3, latency_rate=10_000, latency_seconds=4,
              curve_linger_ms=(0, 5, 50), curve_batch_sizes=(16 * KIB, 256 * KIB, 4096 * KIB),
              curve_records=300_000, curve_rate=50_000, curve_seconds=1.5,
-             matrix_records=250_000, matrix_rounds=1)
+             matrix_records=250_000, matrix_rounds=1, analytics_records=500_000)
 FULL = Mode("full", records=3_000_000, arrow_records=6_000_000, peer_records=1_000_000,
             consume_records=3_000_000, rounds=3, latency_rate=10_000, latency_seconds=15,
             curve_linger_ms=(0, 1, 5, 20, 50, 100),
             curve_batch_sizes=(16 * KIB, 64 * KIB, 256 * KIB, 1024 * KIB, 4096 * KIB,
                                8192 * KIB),  # 8 MiB: a topic's max.message.bytes
             curve_records=1_000_000, curve_rate=50_000, curve_seconds=4,
-            matrix_records=600_000, matrix_rounds=3)
+            matrix_records=600_000, matrix_rounds=3, analytics_records=2_000_000)
 
 
 class Steps:
@@ -135,6 +147,7 @@ def single_node(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
     import pyarrow as pa
     import ray
     from groups import ConsumeGroups
+    from kafka_peer import kafka_or_none
     from produce_consume import (
         CONSUMER_SETTINGS,
         QUEUE_BATCH,
@@ -145,6 +158,12 @@ def single_node(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
         queue_put,
     )
     from ray.util.queue import Queue
+    from suite_kafka import (
+        kafka_consume,
+        kafka_produce,
+        producer,
+        raylog_listener_bootstrap,
+    )
     from suite_peers import redis_consume, redis_info, redis_or_none, redis_produce
     from suite_raylog import make_values, produce_round, start_workers, stop_workers
 
@@ -153,7 +172,7 @@ def single_node(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
     from raylog.client.connection import reset_default
     from raylog.util.cluster_names import DATA_DIR_ENV
 
-    from common import binary_array, generate_values, input_frozen, timed
+    from common import binary_array, generate_values, input_frozen, split_values, timed
 
     out: dict[str, Any] = {}
     try:
@@ -161,8 +180,11 @@ def single_node(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
         node = ray.get_runtime_context().get_node_id()
         queue = Queue(maxsize=0, actor_options={"num_cpus": 0})
         workers = start_workers(1, node)
-        with redis_or_none() as (redis, missing), input_frozen():
+        with redis_or_none() as (redis, missing), \
+                kafka_or_none(1) as (kafka, kafka_missing), input_frozen():
             out["redis"] = redis_info(redis, missing)
+            out["kafka"] = {"available": False, "reason": kafka_missing} if kafka is None \
+                else {"available": True, **kafka.settings}
             with steps.step("producing: raylog send and send_batch, Redis XADD, Ray queue"):
                 peer_values = make_values(mode.peer_records, 100, seed=1)
                 chunks = [peer_values[i:i + QUEUE_BATCH]
@@ -191,22 +213,39 @@ def single_node(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
                     if redis is not None:
                         produce_steps["redis"] = \
                             lambda: timed(lambda: redis_produce(redis, peer_values))[0]
+                    kafka_cpu: dict[str, list[float]] = {}
+                    if kafka is not None:  # the raylog worker's values: seed 0
+                        produce_steps |= kafka_produce_steps(
+                            kafka.bootstrap, make_values(mode.records, 100, seed=0),
+                            raylog_listener_bootstrap(cluster), kafka, kafka_cpu)
                     seconds = alternate(mode.rounds, produce_steps)
                 rates = best_rates(seconds, {"raylog": mode.records,
                                              "raylog_arrow": mode.arrow_records,
                                              "queue": mode.peer_records,
-                                             "redis": mode.peer_records})
+                                             "redis": mode.peer_records,
+                                             "kafka": mode.records,
+                                             "kafka_client_raylog": mode.records})
                 out["produce_seconds"] = seconds
                 out["produce_records_per_s"] = rates["raylog"]
                 out["produce_records_per_cpu_s"] = mode.records / min(cpu[1:])
                 out["produce_arrow_records_per_s"] = rates["raylog_arrow"]
                 out["queue_produce_records_per_s"] = rates["queue"]
                 out["redis_produce_records_per_s"] = rates.get("redis")
+                out["kafka_produce_records_per_s"] = rates.get("kafka")
+                out["kafka_produce_records_per_cpu_s"] = (
+                    mode.records / min(kafka_cpu["produce"][1:]) if kafka is not None else None)
+                out["kafka_client_raylog_produce_records_per_s"] = rates.get(
+                    "kafka_client_raylog")
 
             with steps.step("consuming: one raylog consumer and a group of 3, Redis XRANGE, "
                             "Ray queue"):
-                groups = ConsumeGroups(cluster, generate_values(mode.consume_records, seed=2),
+                consume_values = generate_values(mode.consume_records, seed=2)
+                groups = ConsumeGroups(cluster, consume_values,
                                        single=False)  # one consumer reads in the driver
+                if kafka is not None:  # the same records, before any round
+                    kafka.create_topic("consume", PARTITIONS, 1)
+                    kafka_produce(producer(kafka.bootstrap), "consume",
+                                  split_values(consume_values.tobytes()))
                 try:
                     def queue_get_step() -> float:
                         seconds, got = timed(lambda: queue_get(queue, mode.peer_records))
@@ -238,21 +277,35 @@ def single_node(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
                         "queue": queue_get_step}
                     if redis is not None:
                         consume_steps["redis"] = redis_read
+                    if kafka is not None:
+                        def kafka_read() -> float:
+                            seconds, (seen, size) = timed(lambda: kafka_consume(
+                                kafka.bootstrap, "consume", PARTITIONS, mode.consume_records))
+                            if (seen, size) != (mode.consume_records, 100 * mode.consume_records):
+                                raise RuntimeError(f"Kafka: read {seen:,} records, {size:,} bytes")
+                            return seconds
+                        consume_steps["kafka"] = kafka_read
                     seconds = alternate(mode.rounds, consume_steps)
                 finally:
                     groups.close()
                 rates = best_rates(seconds, {"raylog": mode.consume_records,
                                              "raylog_group": mode.consume_records,
                                              "queue": mode.peer_records,
-                                             "redis": mode.peer_records})
+                                             "redis": mode.peer_records,
+                                             "kafka": mode.consume_records})
                 out["consume_seconds"] = seconds
                 out["consume_records_per_s"] = rates["raylog"]
                 out["consume_group_records_per_s"] = rates["raylog_group"]
                 out["queue_consume_records_per_s"] = rates["queue"]
                 out["redis_consume_records_per_s"] = rates.get("redis")  # None: not measured
+                out["kafka_consume_records_per_s"] = rates.get("kafka")
             stop_workers(workers)
             queue.shutdown()
-            out.update(latency_and_curve(mode, cluster, steps))
+            out.update(latency_and_curve(mode, cluster, steps, kafka))
+            if kafka is not None:
+                with steps.step(f"Spark and Ray Data: raylog and Kafka, "
+                                f"{mode.analytics_records:,} records"):
+                    out["kafka_analytics"] = analytics_vs_kafka(mode, cluster, kafka)
     finally:
         reset_default()
         ray.shutdown()
@@ -260,7 +313,128 @@ def single_node(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
     return out
 
 
-def latency_and_curve(mode: Mode, cluster: Any, steps: Steps) -> dict[str, Any]:
+def kafka_produce_steps(bootstrap: str, values: list[bytes], listener: str | None,
+                        kafka: Any, cpu_seconds: dict[str, list[float]]
+                        ) -> dict[str, Callable[[], float]]:
+    """Produce rounds of confluent-kafka to Kafka and (``listener``: raylog's Kafka-protocol
+    address, once there is one) to raylog; each checks that its topic grew by every value
+    and appends the driver's CPU seconds to ``cpu_seconds["produce"]`` (or ``["listener"]``)."""
+    from suite_kafka import end_offsets, kafka_produce, producer
+
+    from common import timed
+
+    kafka.create_topic("produce", PARTITIONS, 1)
+
+    def step(address: str, topic: str) -> Callable[[], float]:
+        client = producer(address)
+
+        def run() -> float:
+            before = end_offsets(address, topic, PARTITIONS)
+            cpu_start = time.process_time()
+            seconds, _ = timed(lambda: kafka_produce(client, topic, values))
+            cpu_seconds.setdefault(topic if address == bootstrap else "listener", []).append(
+                time.process_time() - cpu_start)
+            if (grown := end_offsets(address, topic, PARTITIONS) - before) != len(values):
+                raise RuntimeError(f"{topic} at {address} grew by {grown:,} records, "
+                                   f"{len(values):,} were sent")
+            return seconds
+        return run
+
+    steps = {"kafka": step(bootstrap, "produce")}
+    if listener is not None:
+        steps["kafka_client_raylog"] = step(listener, "produce")
+    return steps
+
+
+def analytics_vs_kafka(mode: Mode, cluster: Any, kafka: Any) -> dict[str, Any]:
+    """Spark (one RayDP session: format("kafka") and format("raylog")) and Ray Data
+    (read_kafka and read_topic) over the same records on both, rounds alternated."""
+    import pyarrow as pa
+    import ray
+    from analytics import scan_dataset, sum_lengths
+    from kafka_peer import SPARK_POM, fetch
+    from produce_consume import Topic, produce_table
+    from suite_kafka import kafka_frame, kafka_produce, producer, read_kafka_dataset, spark_configs
+
+    from raylog import Producer
+    from raylog.integrations import ray_data
+    from raylog.integrations import spark as raylog_spark
+
+    from common import binary_array, generate_values, split_values, timed
+
+    records, topic = mode.analytics_records, "analytics"
+    rows = generate_values(records, seed=4)
+    Topic(cluster, topic)
+    with Producer() as fill:
+        produce_table(fill, topic, pa.table({"value": binary_array(rows)}))
+    kafka.create_topic(topic, PARTITIONS, 1)
+    kafka_produce(producer(kafka.bootstrap, **{"linger.ms": 50}), topic,
+                  split_values(rows.tobytes()))
+    ray.data.DataContext.get_current().enable_progress_bars = False
+
+    def check(name: str, found: int, expected: int) -> None:
+        if found != expected:
+            raise RuntimeError(f"{name}: {found:,}, {expected:,} expected")
+
+    def count(make: Callable[[], Any], name: str) -> Callable[[], float]:
+        def run() -> float:
+            seconds, rows = timed(lambda: make().count())
+            check(f"{name} count()", rows, records)
+            return seconds
+        return run
+
+    def total(make: Callable[[], Any], name: str) -> Callable[[], float]:
+        def run() -> float:
+            seconds, size = timed(lambda: sum_lengths(make()))
+            check(f"{name} sum(length(value))", size, 100 * records)
+            return seconds
+        return run
+
+    def scan(make: Callable[[], Any], name: str) -> Callable[[], float]:
+        def run() -> float:
+            seconds, (rows, size) = timed(lambda: scan_dataset(make()))
+            check(f"{name} rows", rows, records)
+            check(f"{name} value bytes", size, 100 * records)
+            return seconds
+        return run
+
+    seconds = alternate(mode.rounds, {
+        "ray_data_raylog": scan(lambda: ray_data.read_topic(topic, cluster=cluster),
+                                "read_topic"),
+        "ray_data_kafka": scan(lambda: read_kafka_dataset(kafka.bootstrap, topic),
+                               "read_kafka")})
+    started = time.perf_counter()
+    spark = raylog_spark.session("raylog-bench-kafka", executors=1, cores=1, memory="1GB",
+                                 configs=spark_configs(fetch(SPARK_POM)))
+    try:
+        session_seconds = time.perf_counter() - started
+        spark.sparkContext.setLogLevel("ERROR")
+
+        def on_raylog() -> Any:
+            return spark.read.format("raylog").option("subscribe", topic).load()
+
+        def on_kafka() -> Any:
+            return kafka_frame(spark, kafka.bootstrap, topic)
+
+        seconds |= alternate(mode.rounds, {
+            "spark_count_raylog": count(on_raylog, 'format("raylog")'),
+            "spark_count_kafka": count(on_kafka, 'format("kafka")'),
+            "spark_sum_raylog": total(on_raylog, 'format("raylog")'),
+            "spark_sum_kafka": total(on_kafka, 'format("kafka")')})
+        spark_version = spark.version
+    finally:
+        raylog_spark.stop()
+    rates = best_rates(seconds, dict.fromkeys(seconds, records))
+    return {"records": records, "seconds": seconds,
+            **{f"{name}_records_per_s": rate for name, rate in rates.items()},
+            "spark": {"version": spark_version, "session_start_seconds": session_seconds,
+                      "executors": 1, "cores": 1, "memory": "1GB",
+                      "kafka_source": "org.apache.spark:spark-sql-kafka-0-10_2.12 "
+                                      "(benchmarks/kafka/spark/pom.xml)"}}
+
+
+def latency_and_curve(mode: Mode, cluster: Any, steps: Steps, kafka: Any = None
+                      ) -> dict[str, Any]:
     import ray
     from produce_consume import Topic, produce_records
     from suite_raylog import LatencyProbe, make_values, measure_latency
@@ -292,6 +466,8 @@ def latency_and_curve(mode: Mode, cluster: Any, steps: Steps) -> dict[str, Any]:
                 runs[0]["p50_ms"], runs[0]["p99_ms"], runs[0]["p999_ms"])
             out["e2e_default_p50_ms"], out["e2e_default_p99_ms"], out["e2e_default_p999_ms"] = (
                 runs[1]["p50_ms"], runs[1]["p99_ms"], runs[1]["p999_ms"])
+            if kafka is not None:
+                out["kafka_latency"] = kafka_latency(mode, kafka)
 
         with steps.step("the latency/throughput curve"):
             values = make_values(mode.curve_records, 100, seed=3)
@@ -323,13 +499,41 @@ def latency_and_curve(mode: Mode, cluster: Any, steps: Steps) -> dict[str, Any]:
     return out
 
 
+def kafka_latency(mode: Mode, kafka: Any) -> list[dict[str, Any]]:
+    """Kafka's end-to-end latency as raylog's runs: linger.ms=0, then raylog's default
+    linger (librdkafka's too), after a warm-up run."""
+    import ray
+    from suite_kafka import KafkaLatencyProbe, measure_kafka_latency
+
+    from raylog.client.producer import ProducerConfig
+
+    kafka.create_topic("latency", PARTITIONS, 1)
+    probe = KafkaLatencyProbe.remote(kafka.bootstrap, "latency", PARTITIONS)
+    runs = []
+    try:
+        measure_kafka_latency(probe, kafka.bootstrap, "latency", mode.latency_rate, 1.0,
+                              {"linger.ms": ProducerConfig().linger_ms})
+        for linger_ms in (0, ProducerConfig().linger_ms):
+            latencies = measure_kafka_latency(probe, kafka.bootstrap, "latency",
+                                              mode.latency_rate, mode.latency_seconds,
+                                              {"linger.ms": linger_ms})
+            runs.append({"linger_ms": linger_ms, "offered_records_per_s": mode.latency_rate,
+                         **latency_summary(latencies.tolist())})
+    finally:
+        with contextlib.suppress(ray.exceptions.RayError):
+            ray.get(probe.close.remote(), timeout=30)
+        ray.kill(probe, no_restart=True)
+    return runs
+
+
 # -- three brokers: the replication matrix -----------------------------------------------------
 
 def replicated(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
     import ray
+    from kafka_peer import kafka_or_none
     from ray.cluster_utils import Cluster
     from replication import NODE_ARGS, in_sync, wait_until
-    from suite_raylog import produce_round, start_workers, stop_workers
+    from suite_raylog import make_values, produce_round, start_workers, stop_workers
 
     import raylog
     from raylog import Admin
@@ -338,6 +542,7 @@ def replicated(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
 
     sizes = {100: mode.matrix_records, 1000: mode.matrix_records // 10}
     cluster = None
+    kafka_stack = contextlib.ExitStack()
     try:
         with steps.step("starting 3 brokers (ray.cluster_utils.Cluster)"):
             cluster = Cluster(initialize_head=True, head_node_args={
@@ -356,6 +561,7 @@ def replicated(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
             workers = start_workers(3, ray.get_runtime_context().get_node_id())
             ray.get([w.prepare.remote(count, size, seed)
                      for seed, w in enumerate(workers) for size, count in sizes.items()])
+            kafka, kafka_missing = kafka_stack.enter_context(kafka_or_none(3))
         with steps.step("the replication matrix: 100 B and 1 KB, 1 and 3 producers, "
                         "rf 1 acks=1 and rf 3 acks=all; rf 3 acks=all flush.messages=1"):
             cells = {}
@@ -375,14 +581,21 @@ def replicated(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
                     return run["seconds"]
                 return step
 
-            seconds = alternate(mode.matrix_rounds, {name: cell_step(name) for name in cells})
+            matrix_steps = {name: cell_step(name) for name in cells}
+            if kafka is not None:  # the first worker's values: seed 0
+                matrix_steps[KAFKA_RF3] = kafka_rf3_step(
+                    kafka, make_values(mode.matrix_records, 100, seed=0))
+            seconds = alternate(mode.matrix_rounds, matrix_steps)
             stop_workers(workers)
             check_matrix(admin, cells, runs)
     finally:
+        kafka_stack.close()
         reset_default()
         ray.shutdown()
         if cluster is not None:
             cluster.shutdown()
+    kafka_seconds = seconds.pop(KAFKA_RF3, None)
+    kafka_settings = kafka.settings if kafka is not None else {}
     rates = best_rates(seconds, {name: runs[name][0]["records"] for name in cells})
     out_cells = {name: {"value_bytes": size, "producers": producers,
                         "replication_factor": MATRIX_TOPICS[topic][0], "acks": acks,
@@ -394,7 +607,31 @@ def replicated(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
     return {"cells": list(out_cells.values()), "seconds": seconds,
             "rf1_acks1_records_per_s": out_cells["100B-1p-rf1"]["records_per_s"],
             "rf3_acksall_records_per_s": out_cells["100B-1p-rf3"]["records_per_s"],
-            "rf3_acksall_fsync_records_per_s": out_cells["100B-1p-rf3fsync"]["records_per_s"]}
+            "rf3_acksall_fsync_records_per_s": out_cells["100B-1p-rf3fsync"]["records_per_s"],
+            "kafka": {"available": False, "reason": kafka_missing} if kafka is None else {
+                "available": True, **kafka_settings,
+                "rf3_acksall_seconds": kafka_seconds,
+                "rf3_acksall_records_per_s": Timing(mode.matrix_records,
+                                                    kafka_seconds).best_rate}}
+
+
+def kafka_rf3_step(kafka: Any, values: list[bytes]) -> Callable[[], float]:
+    """confluent-kafka, acks=all, to a topic of replication factor 3 (min.insync.replicas=2)
+    on Kafka's 3 nodes; checks the topic grew by every value."""
+    from suite_kafka import end_offsets, kafka_produce, producer
+
+    from common import timed
+
+    kafka.create_topic("rf3", PARTITIONS, 3, {"min.insync.replicas": "2"})
+    client = producer(kafka.bootstrap, acks="all")
+
+    def run() -> float:
+        before = end_offsets(kafka.bootstrap, "rf3", PARTITIONS)
+        seconds, _ = timed(lambda: kafka_produce(client, "rf3", values))
+        if (grown := end_offsets(kafka.bootstrap, "rf3", PARTITIONS) - before) != len(values):
+            raise RuntimeError(f"Kafka rf3 grew by {grown:,} records, {len(values):,} sent")
+        return seconds
+    return run
 
 
 def check_matrix(admin: Any, cells: dict[str, tuple[Any, ...]],
@@ -454,7 +691,9 @@ def run(mode: Mode) -> dict[str, Any]:
 
     started, load_at_start = time.perf_counter(), os.getloadavg()
     root = Path(tempfile.mkdtemp(prefix="raylog-bench-suite-"))
-    steps = Steps(6)
+    from kafka_peer import missing_tools
+
+    steps = Steps(6 if missing_tools() else 7)
     try:
         single = single_node(mode, root, steps)
         matrix = replicated(mode, root, steps)
@@ -470,11 +709,12 @@ def run(mode: Mode) -> dict[str, Any]:
         "commit": _commit(),
         "config": dataclasses.asdict(mode),
         "single_node": {k: v for k, v in single.items()
-                        if k not in figures and k not in ("redis", "latency", "curve")},
+                        if k not in figures and k not in ("redis", "kafka", "latency", "curve")},
         "replicated": matrix,
         "latency": single["latency"],
         "curve": single["curve"],
         "redis": single["redis"],
+        "kafka": kafka_info(mode, single["kafka"]),
         "queue": {"workload": "`put_nowait_batch` / `get_nowait_batch` of 1,000 values, "
                               "`maxsize=0`, from the driver"},
         "method": method(ProducerConfig()),
@@ -483,6 +723,34 @@ def run(mode: Mode) -> dict[str, Any]:
                                         "end": os.getloadavg()[0]}},
         "wall_seconds": time.perf_counter() - started,
     }
+
+
+def kafka_info(mode: Mode, kafka: dict[str, Any]) -> dict[str, Any]:
+    """What the report says of Kafka: its version and settings, the clients, the workloads."""
+    if not kafka.get("available"):
+        return kafka
+    import confluent_kafka
+    from suite_kafka import PRODUCER_SETTINGS
+
+    client = (f"confluent-kafka {confluent_kafka.__version__} (librdkafka "
+              f"{confluent_kafka.libversion()[0]})")
+    return {**kafka, "latency_offered_records_per_s": mode.latency_rate, "client": client,
+            "workload": (
+                f"Clients: {client} in the driver; producer settings "
+                f"{PRODUCER_SETTINGS} (raylog's defaults where both have one; acks=all for rf "
+                f"3), `produce` per record, then `flush`; the consumer assigned every partition "
+                f"from the beginning, `consume(500)` until every record, `len` of each value. "
+                f"Latency: a confluent-kafka consumer in its own process (a Ray actor) "
+                f"taking each record as `poll` returns it; linger.ms=0 and 5 as raylog's two "
+                f"runs, measured after raylog's (not alternated); the ratio is of the linger 5 "
+                f"runs, as librdkafka at linger.ms=0 sends one request per record, which "
+                f"Kafka answers one at a time per connection, and falls behind 10,000/s here. "
+                f"Records per CPU-second: the driver's CPU time (librdkafka's threads "
+                f"included) over the produce round. Spark: one RayDP session (1 "
+                f"executor, 1 core, 1 GB) reading `format(\"kafka\")` (Spark's own source) and "
+                f"`format(\"raylog\")`, {mode.analytics_records:,} records; Ray Data: "
+                f"`ray.data.read_kafka` and `raylog.data.read_topic`, every block read as Arrow "
+                f"with its value bytes summed. Topics of {PARTITIONS} partitions on both")}
 
 
 def _commit() -> str | None:
@@ -507,7 +775,8 @@ def publish(results: dict[str, Any], out: Path, argv: list[str]) -> None:
     if "--out" in shown:  # where this run wrote its files says nothing about the figures
         del shown[shown.index("--out"):shown.index("--out") + 2]
     command = " ".join(["python benchmarks/suite.py", *shown])
-    commands = ["make bench  # installs redis-server if it can, then runs the suite",
+    commands = ["make bench  # installs redis-server if it can, fetches Kafka's jars with "
+                "Maven, then runs the suite",
                 f".venv/bin/{command}"]
     (REPO / "benchmarks" / "RESULTS.md").write_text(
         results_document(results, "plots", commands, other_sections()))
@@ -537,6 +806,9 @@ def main(argv: list[str] | None = None) -> int:
     print((args.out / "results.md").read_text())
     if not results["redis"]["available"]:
         print(f"NOTE: Redis Streams not measured: {results['redis']['reason']}",
+              file=sys.stderr)
+    if not results["kafka"]["available"]:
+        print(f"NOTE: Apache Kafka not measured: {results['kafka']['reason']}",
               file=sys.stderr)
     print(f"wrote {', '.join(str(p) for p in written)} ({results['wall_seconds']:.0f} s)")
     return 0

@@ -1,0 +1,218 @@
+"""Apache Kafka's side of the suite's workloads, with the client a Python user would pick:
+confluent-kafka (librdkafka) for producing, consuming and the latency probe, Spark's own
+``format("kafka")`` source, and ``ray.data.read_kafka``. kafka_peer.py starts the brokers.
+
+The producer's settings are raylog's defaults where both have one (acks=1, linger.ms=5,
+LZ4), librdkafka's otherwise (batch.size 1,000,000 bytes, idempotence off). It runs in the
+suite's driver and serves librdkafka's queue when it is full (``BufferError``), as a user's
+loop must. The consumer is assigned every partition from the beginning and touches every
+value (``len``), as raylog's.
+
+KAFKA_LISTENER_HOOK: once raylog has a Kafka-protocol listener (branch kwire-gateway), the
+same ``kafka_produce`` against its bootstrap address gives "confluent-kafka -> raylog"; the
+suite passes ``raylog_listener_bootstrap(cluster)`` when that returns an address.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import ray
+
+STAMP_BYTES = 8
+PRODUCER_SETTINGS = {"acks": "1", "linger.ms": 5, "compression.type": "lz4",
+                     "enable.idempotence": False}
+PROBE_POLL_S = 0.1
+CONSUME_BATCH = 500          # messages per Consumer.consume, as raylog's max_poll_records
+PROBE_TIMEOUT_S = 300.0     # librdkafka at linger.ms=0 falls behind 10,000/s here
+
+
+def producer(bootstrap: str, **settings: Any) -> Any:
+    from confluent_kafka import Producer
+
+    return Producer({"bootstrap.servers": bootstrap, **PRODUCER_SETTINGS, **settings})
+
+
+def kafka_produce(client: Any, topic: str, values: list[bytes]) -> None:
+    """``produce`` every value (no key), serving the client's queue when full; then flush."""
+    produce, poll = client.produce, client.poll
+    for i, value in enumerate(values):
+        while True:
+            try:
+                produce(topic, value)
+                break
+            except BufferError:  # the queue is full until librdkafka has sent some
+                poll(0.005)
+        if not i & 0x3FF:
+            poll(0)
+    if remaining := client.flush(120):
+        raise RuntimeError(f"{remaining:,} records still queued after flush")
+
+
+def end_offsets(bootstrap: str, topic: str, partitions: int) -> int:
+    """The sum of ``topic``'s high watermarks."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "raylog-bench-offsets"})
+    try:
+        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+                   for p in range(partitions))
+    finally:
+        consumer.close()
+
+
+def kafka_consume(bootstrap: str, topic: str, partitions: int, count: int) -> tuple[int, int]:
+    """Read ``count`` records of ``topic`` from the beginning of every partition; (records,
+    value bytes) read."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "raylog-bench-consume",
+                         "enable.auto.commit": False, "enable.partition.eof": False})
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        seen = size = 0
+        deadline = time.monotonic() + 300
+        while seen < count:
+            for message in consumer.consume(CONSUME_BATCH, 1.0):
+                if message.error() is not None:
+                    raise RuntimeError(f"Kafka consumer: {message.error()}")
+                size += len(message.value())
+                seen += 1
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"read {seen:,} of {count:,} records from Kafka in 300 s")
+        return seen, size
+    finally:
+        consumer.close()
+
+
+# -- end-to-end latency ----------------------------------------------------------------------
+
+@ray.remote(num_cpus=0, max_restarts=0)
+class KafkaLatencyProbe:
+    """suite_raylog.LatencyProbe's twin on Kafka: a confluent-kafka consumer of every
+    partition in its own process; ``arm`` assigns it at the high watermarks and starts a
+    polling thread, ``latencies`` waits for that thread."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        from confluent_kafka import Consumer
+
+        self.topic, self.partitions = topic, partitions
+        self.consumer = Consumer({"bootstrap.servers": bootstrap,
+                                  "group.id": "raylog-bench-latency",
+                                  "enable.auto.commit": False,
+                                  "fetch.wait.max.ms": 100})
+        self.thread: threading.Thread | None = None
+        self.received: list[int] = []
+        self.error: BaseException | None = None
+
+    def arm(self, expected: int) -> None:
+        from confluent_kafka import TopicPartition
+
+        ends = [TopicPartition(self.topic, p) for p in range(self.partitions)]
+        for tp in ends:  # positions fixed now, before any record is sent
+            tp.offset = self.consumer.get_watermark_offsets(tp, timeout=30)[1]
+        self.consumer.assign(ends)
+        self.received, self.error = [], None
+        self.thread = threading.Thread(target=self._poll, args=(expected,), daemon=True)
+        self.thread.start()
+
+    def _poll(self, expected: int) -> None:
+        deadline = time.monotonic() + PROBE_TIMEOUT_S
+        try:
+            while len(self.received) < expected and time.monotonic() < deadline:
+                # consume(n, timeout) waits for n messages or the timeout: poll returns at
+                # the first one, as raylog's poll does, then consume(n, 0) takes the rest
+                first = self.consumer.poll(PROBE_POLL_S)
+                if first is None:
+                    continue
+                messages = [first, *self.consumer.consume(10_000, 0)]
+                now = time.monotonic_ns()
+                for m in messages:
+                    if m.error() is not None:
+                        raise RuntimeError(str(m.error()))
+                    self.received.append(now - int.from_bytes(m.value()[:STAMP_BYTES], "big"))
+        except BaseException as e:  # reported by latencies(), in the driver
+            self.error = e
+
+    def latencies(self) -> bytes:
+        if self.thread is not None:
+            self.thread.join(PROBE_TIMEOUT_S + 10)
+        if self.error is not None:
+            raise self.error
+        return np.array(self.received, np.int64).tobytes()
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+class _Sender:
+    """A confluent-kafka producer in suite_raylog.paced_send's shape (``send``, ``flush``):
+    ``poll(0)`` after each send serves librdkafka's callbacks in the caller's thread."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def send(self, topic: str, value: bytes) -> None:
+        self.client.produce(topic, value)
+        self.client.poll(0)
+
+    def flush(self) -> None:
+        if remaining := self.client.flush(PROBE_TIMEOUT_S):
+            raise RuntimeError(f"{remaining:,} records still queued after flush")
+
+
+def measure_kafka_latency(probe: Any, bootstrap: str, topic: str, rate: int, seconds: float,
+                          settings: dict[str, Any]) -> np.ndarray:
+    """Latencies (ms) of one paced run through a new confluent-kafka producer, as
+    suite_raylog.measure_latency does through a raylog one."""
+    from suite_raylog import paced_send
+
+    count = int(rate * seconds)
+    client = producer(bootstrap, **settings)
+    client.produce(topic, bytes(STAMP_BYTES) + b"warm-up")  # metadata, not counted
+    client.flush(30)
+    ray.get(probe.arm.remote(count))
+    paced_send(_Sender(client), topic, rate, seconds)
+    latencies = np.frombuffer(ray.get(probe.latencies.remote()), np.int64) / 1e6
+    if len(latencies) != count:
+        raise RuntimeError(f"the Kafka probe received {len(latencies):,} of {count:,} records")
+    return latencies
+
+
+# -- Spark and Ray Data --------------------------------------------------------------------------
+
+def spark_configs(lib: Any) -> dict[str, str]:
+    """Spark settings putting the Kafka source's jars (those pyspark lacks) on the driver's
+    and the executors' JVM classpaths, beside Spark's own jars. Not ``spark.jars``: classes
+    loaded by the task's class loader there failed to deserialize their partitions on RayDP's
+    executors (a ClassCastException of Scala's List$SerializationProxy); RayDP starts its
+    executors with ``raydp.executor.extraClassPath``, not Spark's executor setting."""
+    import os
+    from pathlib import Path
+
+    import pyspark
+    from kafka_peer import spark_source_jars
+
+    jars = os.pathsep.join(str(j) for j in spark_source_jars(
+        lib, Path(pyspark.__file__).parent / "jars"))
+    return {"spark.driver.extraClassPath": jars, "raydp.executor.extraClassPath": jars,
+            "spark.ui.showConsoleProgress": "false"}
+
+
+def kafka_frame(spark: Any, bootstrap: str, topic: str) -> Any:
+    return (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic).option("startingOffsets", "earliest")
+            .option("endingOffsets", "latest").load())
+
+
+def read_kafka_dataset(bootstrap: str, topic: str) -> Any:
+    return ray.data.read_kafka(topic, bootstrap_servers=bootstrap)
+
+
+def raylog_listener_bootstrap(cluster: Any) -> str | None:
+    """raylog's Kafka-protocol listener's address, once main has one (KAFKA_LISTENER_HOOK):
+    None until then, and the suite measures confluent-kafka -> raylog only when it is not."""
+    return None
