@@ -40,6 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from raylog.errors import CorruptRecordError
 from raylog.records.header import BatchHeader, stamp, validate_batch
 from raylog.records.payload import EXPLICIT_SCHEMA, decode, encode, offsets_of
 from raylog.storage import files
@@ -89,25 +90,32 @@ class CleaningPass:
     def build(self) -> None:
         """Map the dirty keys, then write a cleaned segment for each run of segments that
         shrink (``outputs``: first index, count, the ``.cleaned`` segment, fsynced). On
-        failure, its own files are removed and the error raised."""
+        failure, its own files are removed and the error raised.
+
+        Each batch is decoded once to learn which of its records stay (the dirty segments'
+        keys are held meanwhile, as Arrow arrays), and once more only if some but not all of
+        them stay (to re-encode it): batches kept whole are copied byte for byte, batches
+        kept of none skipped."""
         stats = self.stats
         try:
-            newest = newest_offsets(batch for r in self.readers[self.first_dirty:]
-                                    for batch in _paced(r))
+            dirty = [_scan(r) for r in self.readers[self.first_dirty:]]
+            newest = newest_offsets(dirty)
             horizon = self.now - self.config.delete_retention_ms
-            shrinks = []
-            for reader in self.readers:
+            masks = []
+            for i, reader in enumerate(self.readers):
                 stats.segments_read += 1
-                shrinks.append(_shrinks(reader, newest, reader.max_timestamp < horizon))
+                scan = dirty[i - self.first_dirty] if i >= self.first_dirty else _scan(reader)
+                masks.append(scan.keep(newest, reader.max_timestamp < horizon))
+            del dirty
+            shrinks = [not mask.all() for mask in masks]
             for first, count in _runs(self.readers, shrinks, self.config.segment_bytes):
                 group = self.readers[first:first + count]
                 cleaned = LogSegment(self.directory, group[0].base_offset,
                                      self.config.index_interval_bytes, create=True,
                                      suffix=CLEANED_SUFFIX)
                 self.outputs.append((first, count, cleaned))
-                for reader in group:
-                    _copy_cleaned(reader, cleaned, newest, reader.max_timestamp < horizon,
-                                  stats)
+                for reader, mask in zip(group, masks[first:first + count], strict=True):
+                    _copy_cleaned(reader, cleaned, mask, stats)
                 cleaned.flush()
                 stats.bytes_before += sum(reader.size for reader in group)
                 stats.bytes_after += cleaned.size
@@ -314,68 +322,98 @@ def _paced(segment: LogSegment) -> Iterator[tuple[BatchHeader, bytes, int]]:
         time.sleep(0)
 
 
-def newest_offsets(batches: Iterable[tuple[BatchHeader, bytes | memoryview, int]]
-                   ) -> dict[bytes, int]:
-    """Map each key to the offset of its newest record in ``batches`` (in offset order)."""
-    newest: dict[bytes, int] = {}
-    for header, buf, pos in batches:
-        payload = decode(header, buf, pos)
-        newest.update(zip(payload.column(1).to_pylist(), offsets_of(header, payload).tolist(),
-                          strict=True))
-    newest.pop(None, None)
-    return newest
+@dataclasses.dataclass
+class _Scan:
+    """What a pass learnt of one segment's batches in one read: each batch's base offset
+    and record count, and per record its key, offset and whether it is a keyed tombstone
+    (value None)."""
+
+    batches: list[tuple[int, int]]
+    keys: pa.ChunkedArray
+    offsets: np.ndarray
+    tombstones: np.ndarray
+
+    def keep(self, newest: pa.Table, drop_tombstones: bool) -> np.ndarray:
+        """Which records compaction keeps: those with no newer record of their key in
+        ``newest`` (keyless ones too), and, with ``drop_tombstones``, no keyed tombstone.
+        Vectorised (Arrow's kernels, which let other threads run meanwhile)."""
+        keep = np.ones(len(self.offsets), dtype=bool)
+        if newest.num_rows and len(self.offsets):
+            slot = pc.index_in(self.keys, value_set=newest.column(0).combine_chunks())
+            latest = pc.take(newest.column(1), slot)  # null: not in newest (or no key)
+            keep = pc.fill_null(pc.equal(latest, pa.array(self.offsets)), True) \
+                .to_numpy(zero_copy_only=False)
+        if drop_tombstones:
+            keep &= ~self.tombstones
+        return keep
 
 
-def _kept(header: BatchHeader, buf: bytes | memoryview, pos: int, newest: dict[bytes, int],
-          drop_tombstones: bool) -> tuple[pa.RecordBatch, np.ndarray, np.ndarray]:
-    """The batch's payload, offsets, and which of its records compaction keeps: those with
-    no newer record of their key in ``newest`` (keyless ones too), and, with
-    ``drop_tombstones``, no keyed tombstone."""
-    payload = decode(header, buf, pos)
-    offsets = offsets_of(header, payload)
-    keys = payload.column(1).to_pylist()
-    keep = np.fromiter(
-        (key is None or newest.get(key, offset) == offset for key, offset in
-         zip(keys, offsets.tolist(), strict=True)),
-        dtype=bool, count=len(keys),
-    )
-    if drop_tombstones:
-        keep &= ~pc.is_null(payload.column(2)).to_numpy(zero_copy_only=False) | \
-            pc.is_null(payload.column(1)).to_numpy(zero_copy_only=False)
-    return payload, offsets, keep
-
-
-def _shrinks(segment: LogSegment, newest: dict[bytes, int], drop_tombstones: bool) -> bool:
-    """Whether cleaning ``segment`` against ``newest`` removes any record."""
-    return any(not _kept(header, buf, pos, newest, drop_tombstones)[2].all()
-               for header, buf, pos in _paced(segment))
-
-
-def _copy_cleaned(segment: LogSegment, cleaned: LogSegment, newest: dict[bytes, int],
-                  drop_tombstones: bool, stats: CleanerStats) -> None:
+def _scan(segment: LogSegment) -> _Scan:
+    batches, keys, offsets, tombstones = [], [], [], []
     for header, buf, pos in _paced(segment):
-        stats.records_read += header.record_count
-        out = clean_batch(header, buf, pos, newest, drop_tombstones)
+        payload = decode(header, buf, pos)
+        batches.append((header.base_offset, header.record_count))
+        key = payload.column(1).combine_chunks()
+        keys.append(key)
+        offsets.append(offsets_of(header, payload))
+        tombstones.append(pc.and_(pc.is_null(payload.column(2)), pc.is_valid(key))
+                          .to_numpy(zero_copy_only=False))
+    return _Scan(batches, pa.chunked_array(keys, pa.binary()),
+                 np.concatenate(offsets) if offsets else np.empty(0, np.int64),
+                 np.concatenate(tombstones) if tombstones else np.empty(0, bool))
+
+
+def newest_offsets(scans: Iterable[_Scan]) -> pa.Table:
+    """Each key of ``scans`` (segments in offset order) beside the offset of its newest
+    record there: a table of two columns, key and offset."""
+    scans = list(scans)
+    keys = pa.chunked_array([chunk for scan in scans for chunk in scan.keys.chunks],
+                            pa.binary())
+    offsets = np.concatenate([scan.offsets for scan in scans]) if scans else \
+        np.empty(0, np.int64)
+    table = pa.table({"key": keys, "offset": offsets})
+    table = table.filter(pc.is_valid(table.column(0)))
+    return table.group_by("key", use_threads=False).aggregate([("offset", "max")])
+
+
+def _copy_cleaned(segment: LogSegment, cleaned: LogSegment, keep: np.ndarray,
+                  stats: CleanerStats) -> None:
+    """Append to ``cleaned`` what ``keep`` keeps of each batch of ``segment`` (``keep``:
+    the segment's records in order, as :func:`_scan` read them)."""
+    at = 0
+    for header, buf, pos in _paced(segment):
+        n = header.record_count
+        stats.records_read += n
+        out = clean_batch(header, buf, pos, keep[at:at + n])
+        at += n
         if out is None:
-            stats.records_removed += header.record_count
+            stats.records_removed += n
             continue
         out_header = validate_batch(out)
         cleaned.append_stored(out_header, out)
-        stats.records_removed += header.record_count - out_header.record_count
+        stats.records_removed += n - out_header.record_count
+    if at != len(keep):
+        raise CorruptRecordError(f"{segment.path} changed while it was cleaned: {at} records "
+                                 f"read, {len(keep)} before")
 
 
-def clean_batch(header: BatchHeader, buf: bytes | memoryview, pos: int,
-                newest: dict[bytes, int], drop_tombstones: bool) -> bytes | memoryview | None:
-    """The batch at ``buf[pos:]`` with superseded records removed (see :func:`_kept`).
+def clean_batch(header: BatchHeader, buf: bytes | memoryview, pos: int, keep: np.ndarray
+                ) -> bytes | memoryview | None:
+    """The batch at ``buf[pos:]`` with the records ``keep`` does not keep removed.
 
-    Returns the original bytes when nothing is removed and None when nothing is left.
+    Returns the original bytes when nothing is removed (without decoding them) and None
+    when nothing is left.
     """
-    payload, offsets, keep = _kept(header, buf, pos, newest, drop_tombstones)
+    if len(keep) != header.record_count:
+        raise CorruptRecordError(f"batch at offset {header.base_offset} changed while it was "
+                                 f"cleaned")
     kept = int(keep.sum())
     if kept == len(keep):
         return memoryview(buf)[pos:pos + header.size]
     if kept == 0:
         return None
+    payload = decode(header, buf, pos)
+    offsets = offsets_of(header, payload)
     columns = payload.select(range(4)).filter(pa.array(keep))
     deltas = pa.array((offsets[keep] - header.base_offset).astype(np.int32))
     table = pa.Table.from_arrays([*columns.columns, deltas], schema=EXPLICIT_SCHEMA)

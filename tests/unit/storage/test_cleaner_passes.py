@@ -4,14 +4,16 @@ flush, the deletion of retired segments) while its owner goes on using it."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 
+import pyarrow as pa
 import pytest
 
-from raylog.errors import InvalidConfigError
+from raylog.errors import CorruptRecordError, InvalidConfigError
 from raylog.metadata.topics import log_config, normalize_configs
-from raylog.storage import LogConfig, PartitionLog
+from raylog.storage import LogConfig, PartitionLog, cleaner
 from raylog.storage.cleaner import CLEANED_SUFFIX
 from raylog.storage.handoff import DELETED_SUFFIX, delete_retired
 from raylog.storage.log import RECOVERY_POINT_FILE
@@ -220,6 +222,33 @@ def test_a_pass_planned_before_a_truncation_is_discarded(tmp_path):
     assert log.segments == segments and newest(log) == expected
     assert not list(tmp_path.glob(f"*{CLEANED_SUFFIX}"))
     assert log.start_compaction() is not None  # the next pass may come
+
+
+def test_a_segment_that_changed_between_a_pass_s_two_reads_fails_the_pass(monkeypatch,
+                                                                         tmp_path):
+    """A pass reads each segment once to decide what stays and again to copy it: if the
+    second read does not find the records of the first (the file changed under the pass's
+    descriptor), the pass fails cleanly and leaves nothing behind."""
+    log = PartitionLog(tmp_path, CONFIG, clock=FakeClock(NOW))
+    write(log, [b"k%d" % (i % 7) for i in range(300)], "old")
+    log.roll()
+    expected = newest(log)
+    scan = cleaner._scan
+
+    def short_scan(segment):  # the first read saw one batch fewer than the second sees
+        found = scan(segment)
+        count = found.batches.pop()[1]
+        return dataclasses.replace(found, keys=pa.chunked_array(found.keys.chunks[:-1]),
+                                   offsets=found.offsets[:-count],
+                                   tombstones=found.tombstones[:-count])
+
+    monkeypatch.setattr(cleaner, "_scan", short_scan)
+    job = log.start_compaction()
+    with pytest.raises(CorruptRecordError, match="changed while it was cleaned"):
+        job.build()
+    assert log.finish_compaction(job).segments_cleaned == 0
+    assert newest(log) == expected
+    assert not list(tmp_path.glob(f"*{CLEANED_SUFFIX}"))
 
 
 def test_retired_segments_left_by_a_crash_are_removed_at_open(tmp_path):
