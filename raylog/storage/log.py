@@ -781,7 +781,10 @@ class PartitionLog:
         self._closed = True
 
     def delete(self) -> None:
-        """Close and remove the whole directory (the partition is being deleted)."""
+        """Close and remove the whole directory (the partition is being deleted). A flush
+        job in flight writes no checkpoint after it (the directory may be made again, for
+        a new topic of the same name)."""
+        self._recovery_checkpoint.truncated()
         for segment in self._segments + self.take_retired():
             segment.close()
         self._closed = True

@@ -290,3 +290,18 @@ def test_a_flush_on_another_thread_checkpoints_unless_the_log_was_truncated(tmp_
     else:
         assert job.done and checkpoint == 50 and log.recovery_point == 50
         assert log.synced_end_offset == 50
+
+
+def test_a_flush_job_writes_no_checkpoint_into_a_deleted_log_s_directory(tmp_path):
+    """The directory of a deleted partition may be made again for a new topic of the same
+    name: a flush job planned before the deletion must not write its recovery point there."""
+    clock = FakeClock(NOW)
+    log = PartitionLog(tmp_path / "t-0", CONFIG.replace(cleanup_policy="delete", flush_ms=1000),
+                       clock=clock)
+    write(log, [b"k%d" % i for i in range(10)], "v")
+    clock.advance(1000)
+    job = log.start_flush()
+    log.delete()
+    (tmp_path / "t-0").mkdir()  # a new topic's replica, same name
+    job.run()
+    assert not job.done and not (tmp_path / "t-0" / RECOVERY_POINT_FILE).exists()
