@@ -1,5 +1,6 @@
-"""Starting raylog's controller: called by ``raylog.init`` (raylog/session.py), and so by
-``raylog start`` and the demo. The clients never start actors; they find them by name
+"""Starting raylog's controller (called by ``raylog.init``, raylog/session.py, and so by
+``raylog start`` and the demo) and the Kafka listeners of the broker nodes (``raylog start
+--kafka-port``). The clients never start actors; they find them by name
 (raylog/util/cluster_names.py)."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ import ray
 
 from raylog.util.cluster_names import (
     ACTOR_RUNTIME_ENV,
+    BROKER_RESOURCE,
     CONTROLLER_NAME,
     HEAD_RESOURCE,
     NAMESPACE,
@@ -34,3 +36,26 @@ def start_controller() -> ray.actor.ActorHandle:
         resources={HEAD_RESOURCE: 0.001},
         runtime_env=ACTOR_RUNTIME_ENV,
     ).remote()
+
+
+def start_kafka_listeners(port: int, settings: dict | None = None,
+                          timeout_s: float = 120.0) -> dict[str, tuple[str, int]]:
+    """A Kafka listener actor (actors/gateway.py) on every live broker node that has none,
+    listening on ``port`` (0: a free port each); returns node id -> (host, port) of every
+    broker node's listener. Safe to repeat: a node's running listener is kept (with the
+    port and settings it was started with)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from actors.gateway import KafkaListenerActor
+    from raylog.kafka.gateway.cluster import listener_actor_name
+
+    nodes = [n["NodeID"] for n in ray.nodes()
+             if n.get("Alive") and n.get("Resources", {}).get(BROKER_RESOURCE, 0) > 0]
+    handles = {node: KafkaListenerActor.options(
+        name=listener_actor_name(node), namespace=NAMESPACE, lifetime="detached",
+        get_if_exists=True, max_restarts=-1, max_task_retries=0,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+        runtime_env=ACTOR_RUNTIME_ENV).remote(port, dict(settings or {}))
+        for node in nodes}
+    addresses = ray.get([h.address.remote() for h in handles.values()], timeout=timeout_s)
+    return dict(zip(handles, [tuple(a) for a in addresses], strict=True))

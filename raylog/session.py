@@ -39,3 +39,13 @@ def init(address: str | None = None, *, start_local: bool = True, create: bool =
 
 
 connection.connect_default_with(init)
+
+
+def start_kafka_listeners(port: int, auto_create_topics: bool = False
+                          ) -> dict[str, tuple[str, int]]:
+    """A Kafka listener on every broker node of the connected cluster (``raylog start
+    --kafka-port``), each advertising its node as the Kafka broker with its raylog broker's
+    id; node id -> (host, port) of each. Call after :func:`init`."""
+    from actors.launch import start_kafka_listeners as start
+
+    return start(port, {"auto_create_topics_enable": auto_create_topics})

@@ -289,6 +289,15 @@ def cmd_start(args: argparse.Namespace, out: TextIO) -> int:
     cluster = connect(args, create=True)
     out.write(f"raylog controller running ({len(cluster.controller.list_topics())} "
               f"topics)\n")
+    if args.kafka_port is not None:
+        from raylog.session import start_kafka_listeners
+
+        listeners = start_kafka_listeners(args.kafka_port, args.auto_create_topics)
+        for node, (host, port) in sorted(listeners.items()):
+            out.write(f"Kafka listener of broker node {_short(node)} on {host}:{port}\n")
+        if not listeners:
+            out.write("no broker node is up: no Kafka listener started (run this again "
+                      "once brokers joined)\n")
     return 0
 
 
@@ -441,6 +450,12 @@ def build_parser() -> argparse.ArgumentParser:
     start = commands.add_parser("start",
                                 help="start the raylog controller on a running Ray cluster")
     start.set_defaults(run="start")
+    start.add_argument("--kafka-port", type=int_in(0, 65535), default=None,
+                       help="also start a Kafka protocol listener on every broker node, on "
+                            "this port (0: any free one), each advertising its node")
+    start.add_argument("--auto-create-topics", action="store_true",
+                       help="with --kafka-port: create a topic a Kafka client asks metadata "
+                            "of (auto.create.topics.enable; default off)")
 
     demo = commands.add_parser("demo", help="page views from simulated services, end to end")
     demo.set_defaults(run="demo")
@@ -455,6 +470,9 @@ def build_parser() -> argparse.ArgumentParser:
     from raylog.cli.mirror import add_commands as add_mirror_commands
 
     add_mirror_commands(commands, group_actions)
+    from raylog.cli.gateway import add_parser as add_gateway_parser
+
+    add_gateway_parser(commands)
     _address_anywhere(commands)
     # Added after --address went everywhere: every argument after `bench` is the suite's.
     bench = commands.add_parser("bench", add_help=False, prefix_chars="\0",
@@ -515,6 +533,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
             from raylog.cli.records import cmd_consume
 
             return cmd_consume(args, out)
+        if args.run == "gateway":
+            from raylog.cli.gateway import cmd_gateway
+
+            return cmd_gateway(args, out)
         if args.run in ("schemas", "registry"):
             from raylog.cli import schemas as schema_commands
 

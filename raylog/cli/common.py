@@ -56,3 +56,23 @@ def connect(args: argparse.Namespace, create: bool = False):
     import raylog
 
     return raylog.init(args.address, start_local=False, create=create)
+
+
+def connect_or_embed(args: argparse.Namespace,
+                     out: TextIO) -> tuple[Any, Callable[[], None] | None]:
+    """For a command serving a cluster in the foreground (``registry``, ``gateway``): with
+    ``--embedded``, an embedded local cluster it starts (saying where its data is) and the
+    call that stops it; else the cluster of ``--address`` and None."""
+    if not args.embedded:
+        return connect(args), None
+    import os
+
+    import ray
+
+    import raylog
+    from raylog.util.cluster_names import DATA_DIR_ENV, raylog_home
+
+    cluster = raylog.init("local", start_local=True, create=True)
+    where = os.environ.get(DATA_DIR_ENV) or f"{raylog_home()} (brokers/, controller/)"
+    out.write(f"embedded local cluster, data in {where}\n")
+    return cluster, ray.shutdown

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from raylog.cli.common import connect, int_in, json_flag, print_json
+from raylog.cli.common import connect, connect_or_embed, int_in, json_flag, print_json
 
 DEFAULT_PORT = 8081  # Confluent Schema Registry's
 
@@ -145,19 +144,9 @@ def cmd_schemas(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_registry(args: argparse.Namespace, out: TextIO) -> int:
-    import raylog
     from raylog.schemas.client import SchemaRegistry
-    from raylog.util.cluster_names import DATA_DIR_ENV, raylog_home
 
-    if args.embedded:
-        import ray
-
-        cluster = raylog.init("local", start_local=True, create=True)
-        where = os.environ.get(DATA_DIR_ENV) or f"{raylog_home()} (brokers/, controller/)"
-        out.write(f"embedded local cluster, data in {where}\n")
-        on_stop = ray.shutdown
-    else:
-        cluster, on_stop = connect(args), None
+    cluster, on_stop = connect_or_embed(args, out)
     registry = SchemaRegistry(cluster)
     loaded = registry.ready()
     out.write(f"schema registry: {loaded['subjects']} subjects, highest id {loaded['max_id']}\n")

@@ -9,12 +9,14 @@ into Kafka batches for a Fetch answer: same base offset and offset range (also o
 batches, whose offsets have gaps), leader epoch, timestamps, producer fields, any codec.
 
 The per-record work (varints, copying keys and values into columns and out of them) is done
-by ``raylog.kafka._records``, a small C extension built by ``pip install``, or by
-``records_py`` where it was not built; both give the same bytes. Everything else is a few
+by ``records_c`` (``_records.c``, a small C extension built by ``pip install``), or by
+``records_py`` where that was not built; both give the same bytes. Everything else is a few
 numpy and Arrow calls per batch. Functions here keep no state: safe from several threads.
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import pyarrow as pa
@@ -35,16 +37,27 @@ from raylog.records.header import iter_headers
 from raylog.records.payload import HEADER_ENTRY, PAYLOAD_SCHEMA, decode, empty_headers, encode
 
 try:
-    from raylog.kafka import _records as _native
-except ImportError:  # not built (a source checkout without `pip install -e .`)
+    from raylog.kafka import records_c as _native
+except ImportError:  # _records.c not built (a checkout without `pip install -e .`)
     _native = None
 
 # What does the per-record work: the C extension when it is there.
 coder = _native if _native is not None else records_py
 
-__all__ = ["KafkaBatch", "KafkaCodec", "kafka_batches", "to_kafka", "to_raylog"]
+__all__ = ["KafkaBatch", "KafkaCodec", "kafka_batches", "kafka_to_raylog", "to_kafka", "to_raylog"]
 
 _MAX_TIMESTAMP = 2**63 - 1
+# Arrays are immutable: the headers column of n records without headers is built once per n.
+_no_headers = functools.lru_cache(maxsize=64)(empty_headers)
+_dense_deltas = np.arange(1 << 14, dtype=np.int64)  # grown (replaced, never changed) as needed
+
+
+def _dense(n: int) -> np.ndarray:
+    """The offset deltas 0..n-1 of a producer's batch of ``n`` records."""
+    global _dense_deltas
+    if n > len(_dense_deltas):
+        _dense_deltas = np.arange(n, dtype=np.int64)
+    return _dense_deltas[:n]
 
 
 def _binary(n: int, offsets: bytes, valid: bytes, data: bytes, type_: pa.DataType) -> pa.Array:
@@ -63,7 +76,7 @@ def _binary(n: int, offsets: bytes, valid: bytes, data: bytes, type_: pa.DataTyp
 def _headers(n: int, c: Columns) -> pa.Array:
     m = len(c.hvalue_valid)
     if not m:
-        return empty_headers(n)
+        return _no_headers(n)
     names = _binary(m, c.name_offsets, b"\x01" * m, c.name_data, pa.string())
     try:
         names.validate(full=True)
@@ -75,7 +88,8 @@ def _headers(n: int, c: Columns) -> pa.Array:
     return pa.ListArray.from_arrays(offsets, entries)
 
 
-def _timestamps(batch: KafkaBatch, n: int, deltas: np.ndarray) -> np.ndarray:
+def _timestamps(batch: KafkaBatch, n: int, deltas: np.ndarray) -> tuple[np.ndarray, int]:
+    """The records' timestamps and the largest of them."""
     if batch.attributes & TIMESTAMP_TYPE_BIT:
         # LogAppendTime: every record's time is the batch's max_timestamp (Kafka's rule).
         lowest = highest = batch.max_timestamp
@@ -87,8 +101,8 @@ def _timestamps(batch: KafkaBatch, n: int, deltas: np.ndarray) -> np.ndarray:
             f"Kafka batch has record timestamps from {lowest} to {highest} ms: raylog's are "
             f"in [0, 2**63)")
     if batch.attributes & TIMESTAMP_TYPE_BIT:
-        return np.full(n, batch.max_timestamp, np.int64)
-    return deltas + np.int64(batch.base_timestamp)
+        return np.full(n, batch.max_timestamp, np.int64), highest
+    return deltas + np.int64(batch.base_timestamp), highest
 
 
 def to_raylog(batch: KafkaBatch, codec: Codec = Codec.LZ4) -> bytes:
@@ -101,10 +115,10 @@ def to_raylog(batch: KafkaBatch, codec: Codec = Codec.LZ4) -> bytes:
     n = batch.record_count
     c = coder.decode_records(decompress(batch.codec, batch.records), n)
     deltas = np.frombuffer(c.offset_deltas, np.int64)
-    if not np.array_equal(deltas, np.arange(n, dtype=np.int64)):
+    if not (deltas == _dense(n)).all():
         raise InvalidKafkaBatchError(
             f"Kafka batch's offset deltas are not 0..{n - 1}: a producer's records are dense")
-    timestamps = _timestamps(batch, n, np.frombuffer(c.timestamp_deltas, np.int64))
+    timestamps, highest = _timestamps(batch, n, np.frombuffer(c.timestamp_deltas, np.int64))
     columns = pa.RecordBatch.from_arrays(
         [
             pa.array(timestamps, pa.int64()),
@@ -117,7 +131,7 @@ def to_raylog(batch: KafkaBatch, codec: Codec = Codec.LZ4) -> bytes:
     return encode(columns, codec=codec, timestamp_type=batch.timestamp_type,
                   producer_id=batch.producer_id, producer_epoch=batch.producer_epoch,
                   base_sequence=batch.base_sequence, first_timestamp=int(timestamps[0]),
-                  max_timestamp=int(timestamps.max()))
+                  max_timestamp=highest)
 
 
 def _chunk(column: pa.ChunkedArray | pa.Array) -> pa.Array:

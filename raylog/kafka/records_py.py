@@ -62,6 +62,8 @@ def _varint(buf, pos: int, end: int) -> tuple[int, int]:
         pos += 1
         raw |= (byte & 0x7F) << shift
         if byte < 0x80:
+            if raw >> 64:
+                raise CorruptRecordError("varint of more than 64 bits in a Kafka record")
             return (raw >> 1) ^ -(raw & 1), pos
         shift += 7
 

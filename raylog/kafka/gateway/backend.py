@@ -32,8 +32,10 @@ class Broker(NamedTuple):
 class Backend(Protocol):
     cluster_id: str
 
-    async def brokers(self) -> list[Broker]:
-        """The live brokers that have a listener, by id."""
+    async def brokers(self) -> dict[int, Broker]:
+        """Each live raylog broker with a listener speaking for it -> that listener as a
+        Kafka broker (its own id when each broker node has a listener; one Kafka broker
+        for all when one listener speaks for the whole cluster)."""
 
     async def controller_id(self) -> int:
         """The broker Kafka clients send admin requests to (any of them will do: every
@@ -77,6 +79,11 @@ class Backend(Protocol):
 
     async def blocking(self, call: Callable[..., T], *args: Any) -> T:
         """Run a blocking call (the controller client's) off the event loop."""
+
+    @property
+    def admin(self) -> Any:
+        """raylog's Admin client (raylog.client.admin.Admin) of this cluster; its calls
+        block: make them through :meth:`blocking`."""
 
     @property
     def controller(self) -> Any:

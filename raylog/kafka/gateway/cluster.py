@@ -8,10 +8,13 @@ connection's cache (``RaylogCluster``); a request that asks for it fresher (Meta
 finds it stale (a partition error that means the leader moved) asks the controller, one
 request per topic at a time however many wait for it.
 
-Where each broker's listener is (what Metadata advertises) is an :class:`Advertiser`'s
-answer: :class:`OneAddress` for a single listener speaking for every broker (``raylog
-gateway``), :class:`NodeListeners` for one listener actor per broker node (``raylog start
---kafka-port``), each found by its name.
+Which listener speaks for each broker (what Metadata advertises) is an :class:`Advertiser`'s
+answer: :class:`NodeListeners` for one listener actor per broker node (``raylog start
+--kafka-port``), each the Kafka broker with its raylog broker's id, found by its name;
+:class:`OneAddress` for a single listener speaking for the whole cluster (``raylog
+gateway``), which is then one Kafka broker leading every partition. (Advertising every
+broker id at one address would not do: librdkafka before 2.x's later releases keeps one
+broker per address and moves the id between them, so it never reaches most partitions.)
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any, Protocol, TypeVar
 
 import ray
 
+from raylog.client.admin import Admin
 from raylog.client.connection import REQUEST_SLACK_S, RaylogCluster, TopicMetadata
 from raylog.client.remote import discard, unwrap
 from raylog.errors import LeaderNotAvailableError, RaylogError, RequestTimeoutError
@@ -36,50 +40,67 @@ T = TypeVar("T")
 
 BROKERS_MAX_AGE_S = 1.0  # the live brokers, as the controller knows them, this fresh
 CALL_TIMEOUT_S = 30.0  # a replica call that asks for no wait of its own
-LISTENER_PREFIX = "raylog-kafka-"  # + broker id: the name of a broker node's listener actor
+LISTENER_PREFIX = "raylog-kafka-"  # + Ray node id: the name of a broker node's listener
 
 
-def listener_actor_name(broker_id: int) -> str:
-    return f"{LISTENER_PREFIX}{broker_id}"
+def listener_actor_name(node_id: str) -> str:
+    return f"{LISTENER_PREFIX}{node_id}"
 
 
 class Advertiser(Protocol):
-    async def addresses(self, broker_ids: list[int]) -> dict[int, tuple[str, int]]:
-        """(host, port) of the listener speaking for each of these brokers that has one."""
+    async def addresses(self, broker_ids: list[int]) -> dict[int, Broker]:
+        """The Kafka broker (listener) speaking for each of these live raylog brokers that
+        has one."""
 
 
 class OneAddress:
-    """One listener speaks for every broker: each is advertised at its address."""
+    """One listener at ``host:port`` speaks for every broker, as one Kafka broker whose id
+    is the lowest live raylog broker's."""
 
     def __init__(self, host: str, port: int) -> None:
         self.host, self.port = host, port
 
-    async def addresses(self, broker_ids: list[int]) -> dict[int, tuple[str, int]]:
-        return {b: (self.host, self.port) for b in broker_ids}
+    async def addresses(self, broker_ids: list[int]) -> dict[int, Broker]:
+        if not broker_ids:
+            return {}
+        one = Broker(min(broker_ids), self.host, self.port)
+        return dict.fromkeys(broker_ids, one)
 
 
 class NodeListeners:
-    """A listener actor per broker node, named ``listener_actor_name(broker id)``; each is
-    asked where it listens, and the answer kept for ``max_age_s``. A broker without a live
-    listener is left out (its partitions then have no reachable leader)."""
+    """A listener actor on every broker node, named ``listener_actor_name(node id)``
+    (actors/gateway.py): each raylog broker is the Kafka broker with its id at the listener
+    of the node serving it. The node of each broker comes from the controller; each
+    listener is asked where it listens; both answers are kept for ``max_age_s``. A broker
+    whose node has no live listener is left out (its partitions then have no reachable
+    leader, and clients wait for one)."""
 
-    def __init__(self, max_age_s: float = 10.0) -> None:
+    def __init__(self, controller: Any, max_age_s: float = 10.0) -> None:
+        self.controller = controller
         self.max_age_s = max_age_s
-        self._known: dict[int, tuple[float, tuple[str, int] | None]] = {}
+        self._nodes: tuple[float, dict[int, str]] | None = None  # broker id -> node id
+        self._known: dict[str, tuple[float, tuple[str, int] | None]] = {}  # node -> address
 
-    async def addresses(self, broker_ids: list[int]) -> dict[int, tuple[str, int]]:
+    async def addresses(self, broker_ids: list[int]) -> dict[int, Broker]:
         now = time.monotonic()
-        stale = [b for b in broker_ids
-                 if b not in self._known or now - self._known[b][0] > self.max_age_s]
+        if self._nodes is None or now - self._nodes[0] > self.max_age_s or \
+                any(b not in self._nodes[1] for b in broker_ids):
+            status = await asyncio.to_thread(self.controller.cluster_status)
+            self._nodes = (now, {b["broker_id"]: b["node_id"] for b in status["brokers"]
+                                 if b["node_id"] is not None})
+        nodes = {b: self._nodes[1][b] for b in broker_ids if b in self._nodes[1]}
+        stale = sorted({n for n in nodes.values()
+                        if n not in self._known or now - self._known[n][0] > self.max_age_s})
         if stale:
-            found = await asyncio.gather(*(self._ask(b) for b in stale))
-            for broker, address in zip(stale, found, strict=True):
-                self._known[broker] = (now, address)
-        return {b: self._known[b][1] for b in broker_ids if self._known[b][1] is not None}
+            found = await asyncio.gather(*(self._ask(n) for n in stale))
+            for node, address in zip(stale, found, strict=True):
+                self._known[node] = (now, address)
+        return {b: Broker(b, *self._known[n][1]) for b, n in nodes.items()
+                if self._known[n][1] is not None}
 
-    async def _ask(self, broker_id: int) -> tuple[str, int] | None:
+    async def _ask(self, node_id: str) -> tuple[str, int] | None:
         try:
-            handle = ray.get_actor(listener_actor_name(broker_id), namespace=NAMESPACE)
+            handle = ray.get_actor(listener_actor_name(node_id), namespace=NAMESPACE)
             host, port = await asyncio.wait_for(handle.address.remote(), CALL_TIMEOUT_S)
         except (ValueError, TimeoutError, ray.exceptions.RayError):
             return None  # no listener there (yet, or any more)
@@ -108,7 +129,8 @@ class ClusterBackend:
         self.advertiser = advertiser
         self.cluster_id = cluster_id
         self._pool = concurrent.futures.ThreadPoolExecutor(threads, "raylog-kafka-admin")
-        self._brokers: tuple[float, list[Broker]] | None = None
+        self._admin = Admin(cluster=cluster)
+        self._brokers: tuple[float, dict[int, Broker]] | None = None
         self._brokers_asked: asyncio.Future | None = None
         self._topics_asked: dict[str, asyncio.Future] = {}
 
@@ -120,6 +142,10 @@ class ClusterBackend:
     @property
     def controller(self) -> Any:
         return self.cluster.controller
+
+    @property
+    def admin(self) -> Admin:
+        return self._admin
 
     async def blocking(self, call: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, call, *args)
@@ -137,7 +163,7 @@ class ClusterBackend:
 
     # -- brokers and topics --------------------------------------------------------------------
 
-    async def brokers(self) -> list[Broker]:
+    async def brokers(self) -> dict[int, Broker]:
         if self._brokers is not None and \
                 time.monotonic() - self._brokers[0] < BROKERS_MAX_AGE_S:
             return self._brokers[1]
@@ -149,17 +175,16 @@ class ClusterBackend:
     def _forget_brokers_asked(self) -> None:
         self._brokers_asked = None
 
-    async def _ask_brokers(self) -> list[Broker]:
+    async def _ask_brokers(self) -> dict[int, Broker]:
         asked = time.monotonic()
         live = (await self.blocking(self.controller.ready))["brokers"]
-        found = await self.advertiser.addresses(sorted(live))
-        brokers = [Broker(b, host, port) for b, (host, port) in sorted(found.items())]
+        brokers = await self.advertiser.addresses(sorted(live))
         self._brokers = (asked, brokers)
         return brokers
 
     async def controller_id(self) -> int:
         brokers = await self.brokers()
-        return brokers[0].node_id if brokers else -1
+        return min(b.node_id for b in brokers.values()) if brokers else -1
 
     async def topic(self, name: str, max_age_s: float = 300.0) -> TopicMetadata:
         meta = self.cluster.cached(name) if type(name) is str else None

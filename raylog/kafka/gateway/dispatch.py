@@ -99,7 +99,7 @@ class Dispatch:
 
 # The modules whose ``register(dispatch)`` adds their handlers: to add an API, write its
 # handler in a module of this package and name the module here.
-HANDLER_MODULES = ("versions", "metadata", "produce", "fetch", "groups")
+HANDLER_MODULES = ("versions", "metadata", "produce", "fetch", "admin", "groups")
 
 
 def default_dispatch() -> Dispatch:

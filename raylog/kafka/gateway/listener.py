@@ -258,10 +258,19 @@ class ListenerThread:
     def stop(self, timeout: float = 10.0) -> None:
         if not self._thread.is_alive():
             return
-        asyncio.run_coroutine_threadsafe(self.listener.close(), self._loop).result(timeout)
+        asyncio.run_coroutine_threadsafe(self._close(), self._loop).result(timeout)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout)
         self._loop.close()
+
+    async def _close(self) -> None:
+        """Close the listener, then end what its handlers left running (a metadata
+        refresh a closed connection had asked for)."""
+        await self.listener.close()
+        rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in rest:
+            task.cancel()
+        await asyncio.gather(*rest, return_exceptions=True)
 
     def __enter__(self) -> ListenerThread:
         self.start()

@@ -1,10 +1,12 @@
 """Metadata (key 3, versions 0-12) and DescribeCluster (key 60, versions 0-1): the brokers
 and where each partition is led.
 
-Each raylog broker is the Kafka broker with the same id, at the address of the listener
-that speaks for it (``Backend.brokers``). Leaders, replicas, ISR and leader epochs are
-raylog's own, read from the controller no older than ``METADATA_MAX_AGE_S``: a client asks
-for metadata after a NOT_LEADER_OR_FOLLOWER, and must then learn the new leader, not the
+Each raylog broker is answered as the Kafka broker whose listener speaks for it
+(``Backend.brokers``): with a listener per broker node, the Kafka broker with the same id
+at that node's listener; with one listener for the cluster, that one. Leaders are the
+Kafka broker speaking for raylog's leader; replicas, ISR and leader epochs are raylog's
+own, read from the controller no older than ``METADATA_MAX_AGE_S``: a client asks for
+metadata after a NOT_LEADER_OR_FOLLOWER, and must then learn the new leader, not the
 gateway's stale view. A partition whose leader has no listener (its broker is down) is
 answered with LEADER_NOT_AVAILABLE and leader -1, as Kafka does.
 
@@ -46,22 +48,22 @@ async def handle_metadata(ctx: Context, version: int, request: Any) -> Any:
     cls = response_class(METADATA_KEY, version)
     brokers, controller = await asyncio.gather(ctx.backend.brokers(),
                                                ctx.backend.controller_id())
-    listed = {b.node_id for b in brokers}
+    listed = sorted(set(brokers.values()))
     wanted = request.topics
     if wanted is None or (version == 0 and not wanted):
         names = await ctx.backend.list_topics()
     else:
         names = [t.name for t in wanted]
     allow_create = version < 4 or request.allow_auto_topic_creation
-    answers = await asyncio.gather(*(_topic(ctx, cls, name, listed, allow_create)
+    answers = await asyncio.gather(*(_topic(ctx, cls, name, brokers, allow_create)
                                      for name in names))
     return cls(throttle_time_ms=0, brokers=[
         cls.MetadataResponseBroker(node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
-        for b in brokers], cluster_id=ctx.backend.cluster_id, controller_id=controller,
+        for b in listed], cluster_id=ctx.backend.cluster_id, controller_id=controller,
         topics=list(answers), authorized_operations=None)
 
 
-async def _topic(ctx: Context, cls: Any, name: str | None, listed: set[int],
+async def _topic(ctx: Context, cls: Any, name: str | None, brokers: dict[int, Broker],
                  allow_create: bool) -> Any:
     topic_cls = cls.MetadataResponseTopic
     if name is None:
@@ -83,21 +85,22 @@ async def _topic(ctx: Context, cls: Any, name: str | None, listed: set[int],
                          authorized_operations=None)
     return topic_cls(error_code=Code.NONE, name=name, topic_id=topic_uuid(meta.topic_id),
                      is_internal=name.startswith("__"),
-                     partitions=partitions(topic_cls.MetadataResponsePartition, meta, listed),
+                     partitions=partitions(topic_cls.MetadataResponsePartition, meta, brokers),
                      authorized_operations=None)
 
 
-def partitions(cls: Any, meta: TopicMetadata, listed: set[int]) -> list[Any]:
-    """Each partition of ``meta`` as Kafka's metadata says it; ``listed``: the brokers the
-    answer names (a leader outside them cannot be reached)."""
+def partitions(cls: Any, meta: TopicMetadata, brokers: dict[int, Broker]) -> list[Any]:
+    """Each partition of ``meta`` as Kafka's metadata says it; ``brokers``: the Kafka broker
+    speaking for each reachable raylog broker (a leader without one cannot be reached)."""
     out = []
     for p in meta.partitions:
-        led = p.leader is not None and p.leader in listed
-        out.append(cls(error_code=Code.NONE if led else Code.LEADER_NOT_AVAILABLE,
-                       partition_index=p.partition, leader_id=p.leader if led else -1,
+        leader = brokers.get(p.leader) if p.leader is not None else None
+        out.append(cls(error_code=Code.NONE if leader else Code.LEADER_NOT_AVAILABLE,
+                       partition_index=p.partition,
+                       leader_id=leader.node_id if leader else -1,
                        leader_epoch=p.leader_epoch, replica_nodes=list(p.replicas),
                        isr_nodes=list(p.isr),
-                       offline_replicas=[b for b in p.replicas if b not in listed]))
+                       offline_replicas=[b for b in p.replicas if b not in brokers]))
     return out
 
 
@@ -121,7 +124,7 @@ async def handle_describe_cluster(ctx: Context, version: int, request: Any) -> A
                                                ctx.backend.controller_id())
     return cls(throttle_time_ms=0, error_code=Code.NONE, error_message=None, endpoint_type=1,
                cluster_id=ctx.backend.cluster_id, controller_id=controller,
-               brokers=[_described(cls, b) for b in brokers],
+               brokers=[_described(cls, b) for b in sorted(set(brokers.values()))],
                cluster_authorized_operations=NO_OPERATIONS)
 
 

@@ -17,7 +17,7 @@ BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
 
 @pytest.mark.parametrize("script", ["storage", "produce_consume", "groups", "analytics", "density",
                                     "replication", "schemas", "controller_restart",
-                                    "compaction"])
+                                    "compaction", "kafka_records"])
 def test_each_benchmark_explains_its_options(script):
     done = subprocess.run([sys.executable, str(BENCHMARKS / f"{script}.py"), "--help"],
                           capture_output=True, text=True, timeout=120)
@@ -35,6 +35,21 @@ def test_storage_benchmark_writes_its_figures(tmp_path):
                  "read_records_per_s", "read_arrow_records_per_s"):
         assert figures[name] > 0, name
     assert "| (c) read to Arrow |" in done.stdout
+
+
+def test_kafka_records_benchmark_measures_every_codec_and_shape(monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import kafka_records
+
+    result = kafka_records.run(kafka_records.Mode("tiny", records=2000, repetitions=1),
+                               tmp_path)
+    for direction in ("to_raylog", "to_kafka"):
+        for codec in ("none", "gzip", "snappy", "lz4", "zstd"):
+            for shape in kafka_records.SHAPES:
+                assert result[f"{direction}_{codec}_{shape}_records_per_s"] > 0
+        assert result[f"{direction}_python_none_1000_records_per_s"] > 0
+    assert set(result["targets"]) == set(kafka_records.TARGETS)
+    assert "| to_kafka | zstd | 16kb |" in kafka_records.table(result)
 
 
 # -- the suite's pure parts: percentiles, targets, the report, a missing Redis ------------------

@@ -82,5 +82,14 @@ def test_a_bomb_stops_at_the_limit(codec):
         decompress(codec, bomb, limit=(1 << 20) - 1)
 
 
+def test_a_zstd_bomb_without_its_size_stops_at_the_limit():
+    streamed = zstandard.ZstdCompressor().compressobj()
+    bomb = streamed.compress(bytes(3 << 20)) + streamed.flush()
+    assert zstandard.frame_content_size(bomb) == -1
+    assert len(decompress(KafkaCodec.ZSTD, bomb, limit=3 << 20)) == 3 << 20
+    with pytest.raises(CorruptRecordError, match="more than"):
+        decompress(KafkaCodec.ZSTD, bomb, limit=(2 << 20) + 5)
+
+
 def test_gzip_members_from_the_standard_library():
     assert decompress(KafkaCodec.GZIP, gzip.compress(DATA, mtime=0)) == DATA

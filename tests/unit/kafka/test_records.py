@@ -23,6 +23,7 @@ from raylog.records import Codec, TimestampType, encode, parse_header, read_reco
 from raylog.records.payload import EXPLICIT_SCHEMA, check_payload
 from tests.unit.kafka.builders import (
     CODER_NAMES,
+    coder_module,
     kafka_batch,
     raylog_batch,
     read_kafka,
@@ -215,6 +216,7 @@ def test_records_that_disagree_with_their_batch_are_corrupt(coder):
         "a length past the end": rebuilt(b"\x7e" + good[1:], 3),
         "not a varint": rebuilt(b"\xff" * 12, 1),
         "a negative key length": rebuilt(b"\x08\x00\x00\x00\x03\x00", 1),
+        "a varint past 64 bits": rebuilt(b"\x1e\x00" + b"\xff" * 9 + b"\x02\x00\x01\x01\x00", 1),
     }
     for name, data in cases.items():
         (batch,) = kafka_batches(data)
@@ -235,6 +237,25 @@ def test_random_record_bytes_raise_only_typed_errors(coder):
         with using(coder), contextlib.suppress(CorruptRecordError, InvalidKafkaBatchError,
                                                InvalidTimestampError):
             to_raylog(batch)
+
+
+def test_both_implementations_read_garbage_alike():
+    """Mutated records: the C helper and records_py give the same columns, or both refuse."""
+    rng = np.random.default_rng(11)
+    good = kafka_batch(MIXED)[HEADER_SIZE:]
+    coders = [coder_module(name) for name in CODER_NAMES]
+    for _ in range(2000):
+        body = bytearray(good)
+        for pos in rng.integers(0, len(body), int(rng.integers(1, 4))):
+            body[pos] = int(rng.integers(0, 256))
+        count = int(rng.choice([len(MIXED), len(MIXED) - 1, len(MIXED) + 1]))
+        outcomes = []
+        for coder in coders:
+            try:
+                outcomes.append(coder.decode_records(bytes(body), count))
+            except CorruptRecordError:
+                outcomes.append("corrupt")
+        assert all(o == outcomes[0] for o in outcomes), bytes(body).hex()
 
 
 def test_both_implementations_write_the_same_bytes():

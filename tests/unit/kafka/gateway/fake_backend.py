@@ -11,12 +11,19 @@ from typing import Any
 
 from raylog.client.connection import PartitionMetadata, TopicMetadata
 from raylog.errors import (
+    InvalidPartitionsError,
     LeaderNotAvailableError,
     OffsetOutOfRangeError,
     TopicExistsError,
     UnknownTopicError,
 )
 from raylog.kafka.gateway.backend import Broker
+from raylog.metadata.topics import (
+    canonical_config_name,
+    described_configs,
+    normalize_configs,
+    validate_topic_name,
+)
 from raylog.records import parse_header, stamp
 from raylog.replica.partition import FetchResult
 from raylog.storage import AppendInfo
@@ -34,6 +41,55 @@ class FakeController:
         return {"name": name}
 
 
+@dataclasses.dataclass
+class FakeAdmin:
+    """raylog's Admin as the gateway calls it, over the fake's topics and configs."""
+
+    backend: FakeBackend
+
+    def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1,
+                     configs: dict[str, Any] | None = None) -> dict[str, Any]:
+        validate_topic_name(name)
+        configs = normalize_configs(configs)
+        if name in self.backend.topics:
+            raise TopicExistsError(f"topic {name!r} already exists")
+        if partitions < 1:
+            raise InvalidPartitionsError(f"partitions must be >= 1, got {partitions}")
+        self.backend.add_topic(name, partitions)
+        self.backend.configs[name] = configs
+        return {"name": name}
+
+    def delete_topic(self, name: str) -> None:
+        if self.backend.topics.pop(name, None) is None:
+            raise UnknownTopicError(f"unknown topic {name!r}")
+
+    def add_partitions(self, name: str, total: int) -> dict[str, Any]:
+        topic = self.backend.topics.get(name)
+        if topic is None:
+            raise UnknownTopicError(f"unknown topic {name!r}")
+        if total <= topic.num_partitions:
+            raise InvalidPartitionsError(f"{name} has {topic.num_partitions} partitions")
+        self.backend.add_topic(name, total)
+        return {"name": name}
+
+    def describe_configs(self, names: list[str]) -> dict[str, dict[str, dict[str, Any]]]:
+        for name in names:
+            if name not in self.backend.topics:
+                raise UnknownTopicError(f"unknown topic {name!r}")
+        return {n: described_configs(self.backend.configs.get(n, {})) for n in names}
+
+    def alter_configs(self, name: str, set_configs: dict[str, Any],
+                      delete_configs: list[str]) -> dict[str, Any]:
+        if name not in self.backend.topics:
+            raise UnknownTopicError(f"unknown topic {name!r}")
+        configs = self.backend.configs.setdefault(name, {})
+        updates = normalize_configs(set_configs)
+        for key in delete_configs:
+            configs.pop(canonical_config_name(key), None)
+        configs.update(updates)
+        return {"name": name}
+
+
 class FakeBackend:
     cluster_id = "fake-cluster"
 
@@ -41,6 +97,8 @@ class FakeBackend:
         self.broker_list = brokers or [Broker(1, "127.0.0.1", 9092), Broker(2, "127.0.0.1", 9093)]
         self.topics: dict[str, TopicMetadata] = {}
         self.controller = FakeController(self)
+        self.admin = FakeAdmin(self)
+        self.configs: dict[str, dict[str, Any]] = {}  # topic -> overrides
         self.calls: list[tuple] = []  # every call that would reach the cluster's data
         self.logs: dict[tuple[str, int], list[bytes]] = {}  # stamped batches
         self.fail_appends: BaseException | None = None  # raised by every append when set
@@ -52,8 +110,8 @@ class FakeBackend:
                       for i in range(partitions))
         self.topics[name] = TopicMetadata(name, topic_id, parts, {}, 0.0)
 
-    async def brokers(self) -> list[Broker]:
-        return list(self.broker_list)
+    async def brokers(self) -> dict[int, Broker]:
+        return {b.node_id: b for b in self.broker_list}
 
     async def controller_id(self) -> int:
         return min(b.node_id for b in self.broker_list)

@@ -268,3 +268,23 @@ def test_thousands_of_connections_are_each_served(listener):
             sock.close()
     wait_until(lambda: listener.listener.connections == 0)
     _still_serves(listener)
+
+
+def test_one_listener_for_the_whole_cluster_is_one_kafka_broker(backend):
+    """As ``raylog gateway`` advertises (OneAddress): one Kafka broker leads everything,
+    replicas and ISR stay raylog's."""
+    from raylog.kafka.gateway.cluster import OneAddress
+
+    async def brokers():
+        return await OneAddress("127.0.0.1", 9092).addresses([2, 1])
+
+    backend.brokers = brokers
+    backend.add_topic("led-by-2", leader=2)
+    with serve(backend) as running:
+        answer = wire.call(address(running), MetadataRequest[12](topics=None), 12)
+    assert [(b.node_id, b.host, b.port) for b in answer.brokers] == [(1, "127.0.0.1", 9092)]
+    assert answer.controller_id == 1
+    for topic in answer.topics:
+        for p in topic.partitions:
+            assert (p.error_code, p.leader_id, p.replica_nodes, p.offline_replicas) == \
+                (Code.NONE, 1, [1, 2], [])
