@@ -8,11 +8,16 @@ and the other way round); the group shows in ``raylog groups``; a native consume
 join a Kafka group. Records are produced with raylog's own Producer.
 
 Every test starts and stops its own listener on loopback, speaking for every broker.
+The Java client (kafka-clients 4.x from Maven Central, fetched once into a cache directory)
+runs a small program compiled at test time (java/KafkaGroupMember.java).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
@@ -31,6 +36,13 @@ from tests.integration.conftest import wait_for
 from tests.integration.test_cli import run
 
 PARTITIONS = 4
+JAVA_CLIENT = "4.1.0"  # kafka-clients, from Maven Central
+JAVA_LIB = Path(os.environ.get("RAYLOG_TEST_KAFKA_JAVA_LIB", Path.home() / ".cache" /
+                               "raylog-tests" / f"kafka-java-{JAVA_CLIENT}"))
+POM = f"""<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>
+<groupId>raylog-tests</groupId><artifactId>kafka-java</artifactId><version>1</version>
+<dependencies><dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-clients</artifactId>
+<version>{JAVA_CLIENT}</version></dependency></dependencies></project>"""
 REPO = Path(__file__).resolve().parents[2]
 SESSION_MS = 6000
 
@@ -59,6 +71,22 @@ def topic(ray_cluster, topic_name) -> str:
 @pytest.fixture
 def group() -> str:
     return f"g-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="module")
+def java_member(tmp_path_factory) -> list[str]:
+    """The command running java/KafkaGroupMember.java on kafka-clients, compiled here."""
+    if not list(JAVA_LIB.glob("kafka-clients-*.jar")):
+        build = tmp_path_factory.mktemp("kafka-java-pom")
+        (build / "pom.xml").write_text(POM)
+        subprocess.run(["mvn", "-q", "dependency:copy-dependencies",
+                        f"-DoutputDirectory={JAVA_LIB}"], cwd=build, check=True, timeout=600)
+    classes = tmp_path_factory.mktemp("kafka-java-classes")
+    subprocess.run(["javac", "-cp", f"{JAVA_LIB}/*", "-d", str(classes),
+                    str(REPO / "tests" / "integration" / "java" / "KafkaGroupMember.java")],
+                   check=True, timeout=300)
+    return [shutil.which("java") or "java", "-cp", f"{classes}:{JAVA_LIB}/*",
+            "KafkaGroupMember"]
 
 
 def produce(topic: str, n: int, start: int = 0) -> None:
@@ -198,3 +226,35 @@ def test_a_native_commit_is_read_by_a_kafka_consumer_and_the_cli_shows_the_group
         assert code == 0 and group in text
     finally:
         consumer.close()
+
+
+def test_a_java_consumer_and_a_librdkafka_consumer_share_a_group(gateway, topic, group,
+                                                                   java_member):
+    """Both clients take the empty leader for "not me", sync, and get the coordinator's
+    assignment; the Java client's default assignors give range."""
+    produce(topic, 20)
+
+    def java_owned(member: Child) -> set[tuple[str, int]]:
+        lines = [line for line in member.lines if line.startswith("owned ")]
+        text = lines[-1].removeprefix("owned ").strip() if lines else ""
+        return {(t, int(p)) for t, p in (x.rsplit(":", 1) for x in text.split(",") if x)}
+
+    with Child([*java_member, gateway, group, topic], cwd=REPO) as java:
+        wait_for(lambda: java_owned(java) == all_partitions(topic), timeout=120,
+                 what="the Java member to own every partition")
+        consumer = kafka_consumer(gateway, group)
+        try:
+            consumer.subscribe([topic])
+
+            def split() -> bool:  # (the Java member's line comes after its poll)
+                theirs = java_owned(java)
+                return bool(theirs) and bool(owned(consumer)) and \
+                    not theirs & owned(consumer) and \
+                    theirs | owned(consumer) == all_partitions(topic)
+
+            poll_until([consumer], split, "the Java and librdkafka members to split")
+            described = Admin().describe_group(group)
+            assert described["assignor"] == "range"
+            assert sorted(len(m["owned"]) for m in described["members"]) == [2, 2]
+        finally:
+            consumer.close()

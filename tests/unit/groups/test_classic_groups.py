@@ -359,3 +359,33 @@ def test_describe_in_kafka_terms():
                for m in out["members"])
     k.classic.leave("g", [a, b], TOPICS)
     assert k.classic.state("g") == "Empty"
+
+
+def test_new_partitions_start_a_round_that_assigns_them():
+    k = Kafka()
+    a, b, generation = stable_pair(k)
+    k.sync(a, generation)
+    k.sync(b, generation)
+    grown = {"t": 6}
+    k.coordinator.topics_changed(grown)
+    _, answers = k.classic.expire(grown)
+    assert answers == {}
+    with pytest.raises(RebalanceInProgressError):
+        k.classic.heartbeat("g", a, generation)
+    for member_id in (a, b):
+        k.classic.join("g", member_id, "c", "h", "consumer", RANGE, SESSION_MS, REBALANCE_MS,
+                       grown, True)
+    k.persist()
+    new = k.coordinator.groups["g"].members[a].generation
+    owned = k.sync(a, new) + k.sync(b, new)
+    assert sorted(owned) == sorted(TopicPartition("t", p) for p in range(6))
+
+
+def test_a_subscription_to_a_topic_that_does_not_exist_yet_is_assigned_once_it_does():
+    k = Kafka()
+    a = k.new_member()
+    (answer,) = k.join(a, protocols=(Protocol("range", ("t", "later")),)).values()
+    assert k.sync(a, answer.generation) == sorted(all_partitions())
+    k.coordinator.topics_changed({**TOPICS, "later": 1})
+    with pytest.raises(RebalanceInProgressError):
+        k.classic.heartbeat("g", a, answer.generation)
