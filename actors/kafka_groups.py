@@ -31,7 +31,7 @@ from typing import Any
 from actors.groups import WRITE_WAIT_S, GroupService
 from raylog.errors import InvalidArgumentError, RebalanceInProgressError
 from raylog.groups.classic import JoinAnswer, Protocol
-from raylog.metadata.topics import topic_names
+from raylog.metadata.topics import topic_names, topic_partitions
 from raylog.util.arguments import INT32_MAX, check_id, check_int
 
 logger = logging.getLogger(__name__)
@@ -64,27 +64,32 @@ class KafkaGroupService:
 
     async def join_group(self, group_id: str, member_id: str, client_id: str,
                          client_host: str, protocol_type: str,
-                         protocols: list[tuple[str, list[str], bytes]],
+                         protocols: list[tuple[str, list[str], bytes, list[tuple[str, int]]]],
                          session_timeout_ms: int, rebalance_timeout_ms: int,
                          require_member_id: bool) -> dict[str, Any]:
-        """A Kafka JoinGroup: ``protocols`` are (name, subscribed topics, metadata) in the
-        member's order of preference. Returns member_id, generation, protocol and leader
-        once the round ends; raises MemberIdRequiredError (with the id to join with),
-        UnknownMemberError, InconsistentGroupProtocolError, RebalanceInProgressError."""
+        """A Kafka JoinGroup: ``protocols`` are (name, subscribed topics, metadata, the
+        partitions the member says it owns) in the member's order of preference. Returns
+        member_id, generation, protocol and leader once the round ends; raises
+        MemberIdRequiredError (with the id to join with), UnknownMemberError,
+        InconsistentGroupProtocolError, RebalanceInProgressError."""
         check_id("group_id", group_id, InvalidArgumentError)
         if member_id:
             check_id("member_id", member_id, InvalidArgumentError)
         check_id("client_id", client_id or "-", InvalidArgumentError)
-        for name, topics, _ in protocols:
+        offers = []
+        for name, topics, metadata, owned in protocols:
             check_id("protocol name", name, InvalidArgumentError)
-            topic_names(topics, "the subscription")
+            offers.append(Protocol(name, tuple(topic_names(topics, "the subscription",
+                                                           allow_empty=True)),
+                                   bytes(metadata),
+                                   tuple(topic_partitions(owned, "the owned partitions"))))
         check_int("session_timeout_ms", session_timeout_ms, 1, INT32_MAX)
         check_int("rebalance_timeout_ms", rebalance_timeout_ms, 0, INT32_MAX)
         await self.groups._ready()
         classic = self.groups.classic
         member_id, answers = classic.join(
             group_id, member_id, client_id or "-", client_host, protocol_type,
-            [Protocol(n, tuple(t), bytes(m)) for n, t, m in protocols], session_timeout_ms,
+            offers, session_timeout_ms,
             rebalance_timeout_ms, self.groups._topics(), require_member_id)
         key = (group_id, member_id)
         earlier = self._parked.pop(key, None)

@@ -14,22 +14,30 @@ shape of the protocol those clients speak:
   the group has joined or the round's rebalance timeout (the largest of its members') has
   passed; members that did not join by then are removed. Then every parked JoinGroup is
   answered with the same generation.
-- **Eager.** The protocols served are Kafka's eager ones (``range``, ``roundrobin``): a
-  member gives up every partition before it joins, so a JoinGroup releases what it owned,
-  and once a round ends nothing of the group is owned. The round's protocol is the one
-  most members name first among those every member offers. A member offering none of them
-  (only ``cooperative-sticky``, say) is refused with InconsistentGroupProtocolError.
+- **Eager and cooperative.** The protocols served are ``range`` and ``roundrobin``
+  (Kafka's eager ones) and ``cooperative-sticky``. The round's protocol is the one most
+  members name first among those every member offers; a member offering none of them, or
+  none every other member offers, is refused with InconsistentGroupProtocolError. How a
+  member joins is its client's rule, from what it offers: one offering only cooperative
+  protocols keeps its partitions across a rebalance, and its JoinGroup names them
+  (``Protocol.owned``): what the coordinator counts as its own and the member no longer
+  names is released, nothing is ever added. Any other member gives up every partition
+  before it joins, so its JoinGroup releases everything it owned.
 - **The coordinator assigns.** No member is the leader (the leader id answered is empty,
   which no member id is), so every member sends an empty SyncGroup and is answered its
-  assignment: the partitions the coordinator *grants* it then (its target, once its group
-  record is durable and none of them is held by a commit on its way). Not everything may be
-  grantable at once; :meth:`ClassicGroups.sync` says whether it was (the caller waits for
+  assignment: what it owns of its target, once the coordinator has *granted* it every
+  free partition of it (after its group record is durable, and none is held by a commit on
+  its way). A partition of its target that another member still owns is left out (only a
+  cooperative round has such: that member is answered an assignment without it, gives it
+  up and joins again, and the round that follows grants it). Until the free ones are
+  granted :meth:`ClassicGroups.sync` says the answer is not complete (the caller waits for
   the coordinator's ``grants_may_change`` and asks again, up to a deadline, then answers
   what it has and calls :meth:`ClassicGroups.partial`, which starts another round).
 - **Generations.** A commit, heartbeat or sync names the generation its member was told;
   one from another generation is refused (IllegalGenerationError); a member's generation
   moves only when a round ends, so a member that has not rejoined yet still commits what it
-  owns under its old generation (as eager members do, before they rejoin).
+  owns under its old generation (as eager members do, before they rejoin), and a
+  cooperative member commits a partition it is giving up under the new one.
 - **Member ids.** A first JoinGroup without a member id is given one
   (MemberIdRequiredError, when the client speaks JoinGroup v4+) that it joins with next;
   a JoinGroup naming an id the group does not know is refused (UnknownMemberError).
@@ -63,8 +71,10 @@ from raylog.groups.group import Group, Member
 from raylog.types import TopicPartition
 
 PROTOCOL_TYPE = "consumer"
-# Kafka's eager assignors served, in the order preferred on a tie: the raylog assignor each is.
-ASSIGNORS = {"range": "range", "roundrobin": "round_robin"}
+# The Kafka assignors served, in the order preferred on a tie: the raylog assignor each is.
+ASSIGNORS = {"range": "range", "roundrobin": "round_robin",
+             "cooperative-sticky": "cooperative_sticky"}
+COOPERATIVE = frozenset({"cooperative-sticky"})  # a member offering only these keeps its own
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +85,7 @@ class Protocol:
     name: str
     topics: tuple[str, ...]
     metadata: bytes = b""
+    owned: tuple[TopicPartition, ...] = ()  # the partitions the member says it owns
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,8 +170,8 @@ class ClassicGroups:
         if not any(p.name in ASSIGNORS for p in protocols):
             raise InconsistentGroupProtocolError(
                 f"group {group_id!r}: member offers {[p.name for p in protocols]}; raylog's "
-                f"coordinator assigns with the eager {sorted(ASSIGNORS)} only (cooperative "
-                f"protocols are not served): set partition.assignment.strategy to one of them")
+                f"coordinator assigns with {list(ASSIGNORS)} only: set "
+                f"partition.assignment.strategy to one of them")
         now = self.coordinator.clock()
         group = self.coordinator.groups.get(group_id)
         if group is not None:
@@ -177,9 +188,13 @@ class ClassicGroups:
                                   member_id not in group.pending)):
             raise UnknownMemberError(f"member {member_id!r} is not in group {group_id!r}; "
                                      f"join with no member id")
-        if group is not None and member_id in group.members:
-            group.release(member_id, group.members[member_id].owned)  # eager: it revoked all
         chosen = next(p for p in protocols if p.name in ASSIGNORS)
+        if group is not None and member_id in group.members:
+            owned = group.members[member_id].owned
+            if all(p.name in COOPERATIVE for p in protocols):  # it keeps what it names
+                group.release(member_id, owned - {TopicPartition(*tp) for tp in chosen.owned})
+            else:  # eager: it gave everything up before joining
+                group.release(member_id, owned)
         # Each member's own subscription (raylog's assignors are per member, so no union is
         # needed); topics that do not exist yet are assigned once they do.
         member = self.coordinator.join(
@@ -239,12 +254,15 @@ class ClassicGroups:
 
     def sync(self, group_id: str, member_id: str, generation: int
              ) -> tuple[list[TopicPartition], bool]:
-        """A SyncGroup: grant what can be granted of the member's target now; returns the
-        partitions it owns and whether that is its whole target (else ask again when the
-        coordinator's grants may change, or give up and call :meth:`partial`)."""
+        """A SyncGroup: grant what can be granted of the member's target now; returns its
+        assignment (what it owns of its target) and whether every free partition of the
+        target is in it (else ask again when the coordinator's grants may change, or give
+        up and call :meth:`partial`). Partitions another member owns are not waited for."""
         member = self._check(group_id, member_id, generation)
         beat = self.coordinator.heartbeat(group_id, member_id, member.owned)
-        return sorted(beat.owned), not beat.pending
+        group = self.coordinator.groups[group_id]
+        free = [tp for tp in member.target - member.owned if tp not in group.owner]
+        return sorted(beat.owned - beat.revoke), not free and not group.pending
 
     def partial(self, group_id: str, existing_topics: Mapping[str, int]) -> None:
         """A member was answered less than its target: a new round (everyone rejoins, and

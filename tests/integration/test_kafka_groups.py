@@ -258,3 +258,35 @@ def test_a_java_consumer_and_a_librdkafka_consumer_share_a_group(gateway, topic,
             assert sorted(len(m["owned"]) for m in described["members"]) == [2, 2]
         finally:
             consumer.close()
+
+
+def test_cooperative_sticky_consumers_hand_partitions_over_without_stopping(
+        gateway, topic, group):
+    """librdkafka's cooperative protocol: the first member keeps reading the partitions it
+    keeps while the second joins (its assignment shrinks, never empties), and no partition
+    has two owners in the coordinator at any point the test looks."""
+    produce(topic, 20)
+    a = kafka_consumer(gateway, group, **{"partition.assignment.strategy": "cooperative-sticky"})
+    b = kafka_consumer(gateway, group, **{"partition.assignment.strategy": "cooperative-sticky"})
+    try:
+        a.subscribe([topic])
+        poll_until([a], lambda: owned(a) == all_partitions(topic), "a to own everything")
+        first = sorted(owned(a))
+        b.subscribe([topic])
+        sizes = []
+
+        def split() -> bool:
+            sizes.append(len(owned(a)))
+            members = Admin().describe_group(group)["members"]
+            held = [tuple(tp) for m in members for tp in m["owned"]]
+            assert len(held) == len(set(held)), members  # one owner per partition
+            return bool(owned(b)) and not owned(a) & owned(b) and \
+                owned(a) | owned(b) == all_partitions(topic)
+
+        poll_until([a, b], split, "a and b to split the partitions")
+        assert min(sizes) > 0  # a never gave everything up
+        assert owned(a) < set(first)  # sticky: a kept part of what it had
+        assert Admin().describe_group(group)["assignor"] == "cooperative_sticky"
+    finally:
+        a.close()
+        b.close()

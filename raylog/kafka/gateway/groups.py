@@ -8,8 +8,9 @@ encode, and forward. So:
 
 - FindCoordinator answers with a broker this gateway speaks for (every listener reaches the
   coordinator): the client sends its group requests back here.
-- JoinGroup decodes each offered protocol's ConsumerProtocolSubscription (its topics) and
-  waits, with no thread held, until the round ends. The leader answered is empty, so no
+- JoinGroup decodes each offered protocol's ConsumerProtocolSubscription (its topics, and
+  the partitions a cooperative member says it owns) and waits, with no thread held, until
+  the round ends. The leader answered is empty, so no
   member assigns: every member sends SyncGroup and is answered its assignment, a
   ConsumerProtocolAssignment (version 0) of the partitions the coordinator granted it.
 - OffsetCommit and OffsetFetch are raylog's own commits (``commit_offsets``,
@@ -64,13 +65,17 @@ def group_code(error: RaylogError) -> int:
 
 # -- the consumer protocol's embedded data --------------------------------------------------------
 
-def subscription(metadata: bytes) -> list[str]:
-    """The topics of a ConsumerProtocolSubscription (any version; a newer one is read as the
+def subscription(metadata: bytes) -> tuple[list[str], list[tuple[str, int]]]:
+    """The topics of a ConsumerProtocolSubscription and the partitions it says its member
+    owns (v1+; a cooperative member names them), of any version (a newer one is read as the
     newest known, as Kafka's clients do). ValueError if it does not decode."""
     try:
-        return list(ConsumerProtocolSubscription.decode(bytes(metadata)).topics)
+        decoded = ConsumerProtocolSubscription.decode(bytes(metadata))
     except Exception as e:  # kafka-python raises what its codecs hit (struct, index, ...)
         raise ValueError(f"not a consumer subscription: {type(e).__name__}: {e}") from e
+    owned = [(tp.topic, p) for tp in getattr(decoded, "owned_partitions", None) or ()
+             for p in tp.partitions]
+    return list(decoded.topics), owned
 
 
 def assignment(partitions: list[tuple[str, int]]) -> bytes:
@@ -95,7 +100,7 @@ async def handle_find_coordinator(ctx: Context, version: int, request: Any) -> A
                    node_id=-1, host="", port=-1)
     brokers = await ctx.backend.brokers()
     node = await ctx.backend.controller_id()
-    found = [b for b in brokers if b.node_id == node]
+    found = [b for b in brokers.values() if b.node_id == node]
     if not found:
         return cls(throttle_time_ms=0, error_code=Code.COORDINATOR_NOT_AVAILABLE,
                    error_message="no broker with a listener is up", node_id=-1, host="",
@@ -113,7 +118,8 @@ async def handle_join_group(ctx: Context, version: int, request: Any) -> Any:
     protocols = []
     for offer in request.protocols:
         try:
-            protocols.append((offer.name, subscription(offer.metadata), bytes(offer.metadata)))
+            topics, owned = subscription(offer.metadata)
+            protocols.append((offer.name, topics, bytes(offer.metadata), owned))
         except ValueError as e:
             logger.info("group %s: protocol %s of member %r: %s", request.group_id, offer.name,
                         request.member_id, e)

@@ -20,7 +20,7 @@ from raylog.errors import (
 )
 from tests.unit.actors.test_group_service import ALL, FakeLeader, group_service, until
 
-RANGE = [("range", ["t"], b"subscription")]
+RANGE = [("range", ["t"], b"subscription", [])]
 
 
 class Clock:

@@ -23,6 +23,11 @@ TOPICS = {"t": 4}
 SESSION_MS = 10_000
 REBALANCE_MS = 30_000
 RANGE = (Protocol("range", ("t",), b"sub"),)
+COOPERATIVE = "cooperative-sticky"
+
+
+def cooperative(*owned: TopicPartition) -> tuple[Protocol, ...]:
+    return (Protocol(COOPERATIVE, ("t",), b"sub", owned),)
 
 
 class Clock:
@@ -56,9 +61,9 @@ class Kafka:
         if self.durable and group is not None:
             self.coordinator.membership_durable("g", group.generation)
 
-    def new_member(self, client_id: str = "c") -> str:
+    def new_member(self, client_id: str = "c", protocols=RANGE) -> str:
         with pytest.raises(MemberIdRequiredError) as e:
-            self.join(client_id=client_id, require=True)
+            self.join(client_id=client_id, require=True, protocols=protocols)
         return e.value.member_id
 
     def sync(self, member_id: str, generation: int) -> list[TopicPartition]:
@@ -126,10 +131,10 @@ def test_the_round_takes_the_protocol_most_members_prefer():
     assert {x.protocol for x in answers.values()} == {"range"}
 
 
-def test_a_member_offering_only_cooperative_sticky_is_refused_clearly():
+def test_a_member_offering_no_served_protocol_is_refused_clearly():
     k = Kafka()
-    with pytest.raises(InconsistentGroupProtocolError, match="cooperative"):
-        k.join(protocols=(Protocol("cooperative-sticky", ("t",)),))
+    with pytest.raises(InconsistentGroupProtocolError, match="cooperative-sticky"):
+        k.join(protocols=(Protocol("sticky", ("t",)), Protocol("my-own", ("t",))))
     with pytest.raises(InconsistentGroupProtocolError, match="protocol type"):
         k.classic.join("g", "", "c", "h", "connect", RANGE, SESSION_MS, REBALANCE_MS, TOPICS,
                        False)
@@ -389,3 +394,61 @@ def test_a_subscription_to_a_topic_that_does_not_exist_yet_is_assigned_once_it_d
     k.coordinator.topics_changed({**TOPICS, "later": 1})
     with pytest.raises(RebalanceInProgressError):
         k.classic.heartbeat("g", a, answer.generation)
+
+
+def test_cooperative_members_keep_their_partitions_and_hand_over_in_two_rounds():
+    k = Kafka()
+    a = k.new_member("a", cooperative())
+    (first,) = k.join(a, protocols=cooperative()).values()
+    mine = k.sync(a, first.generation)
+    assert mine == sorted(all_partitions())
+    b = k.new_member("b", cooperative())
+    assert k.join(b, protocols=cooperative()) == {}
+    with pytest.raises(RebalanceInProgressError):
+        k.classic.heartbeat("g", a, first.generation)
+    answers = k.join(a, protocols=cooperative(*mine))  # a keeps reading what it names
+    assert {x.protocol for x in answers.values()} == {COOPERATIVE}
+    second = answers[a].generation
+    assert len(k.coordinator.groups["g"].members[a].owned) == 4  # nothing released
+    kept = k.sync(a, second)  # a's assignment: what it keeps; it gives the rest up
+    assert len(kept) == 2 and set(kept) < set(mine)
+    assert k.sync(b, second) == []  # b's partitions are a's until a gives them up
+    assert all(n == 1 for n in k.owners().values())
+    given_up = sorted(set(mine) - set(kept))
+    # a commits what it gives up, in the new generation, before it lets go
+    k.coordinator.check_commit("g", a, second, {given_up[0]: OffsetAndMetadata(3)})
+    k.join(a, protocols=cooperative(*kept))  # gave them up: joins again naming the rest
+    assert set(k.coordinator.groups["g"].members[a].owned) == set(kept)
+    with pytest.raises(RebalanceInProgressError):
+        k.classic.heartbeat("g", b, second)
+    third = k.join(b, protocols=cooperative())[b].generation
+    assert k.sync(a, third) == kept  # sticky: a keeps its half
+    assert k.sync(b, third) == given_up
+    assert all(n == 1 for n in k.owners().values())
+
+
+def test_a_cooperative_member_never_gains_what_it_only_names():
+    k = Kafka()
+    a = k.new_member("a", cooperative())
+    (first,) = k.join(a, protocols=cooperative()).values()
+    k.sync(a, first.generation)
+    b = k.new_member("b", cooperative())
+    k.join(b, protocols=cooperative(TopicPartition("t", 0)))  # claims what is a's
+    assert not k.coordinator.groups["g"].members[b].owned
+
+
+def test_an_eager_member_in_a_cooperative_round_gives_everything_up():
+    k = Kafka()
+    both = (Protocol("range", ("t",)), Protocol(COOPERATIVE, ("t",)))  # Java's default
+    a = k.new_member("a")
+    (first,) = k.join(a, protocols=both).values()
+    assert first.protocol == "range"
+    k.sync(a, first.generation)
+    b = k.new_member("b", cooperative())
+    k.join(b, protocols=cooperative())
+    answers = k.join(a, protocols=both)  # a's client is eager (range has no cooperative form)
+    assert {x.protocol for x in answers.values()} == {COOPERATIVE}
+    assert not k.coordinator.groups["g"].members[a].owned
+    generation = answers[a].generation
+    owned = k.sync(a, generation) + k.sync(b, generation)
+    assert sorted(owned) == sorted(all_partitions())

@@ -51,7 +51,7 @@ def test_subscriptions_of_every_version_decode(version):
     if version >= 3:
         fields["rack_id"] = "r1"
     data = ConsumerProtocolSubscription(**fields, version=version).encode(version=version)
-    assert subscription(data) == ["a", "b"]
+    assert subscription(data) == (["a", "b"], [("a", 0)] if version >= 1 else [])
 
 
 def test_a_subscription_as_kafka_lays_it_out_and_a_newer_version_decode():
@@ -59,11 +59,11 @@ def test_a_subscription_as_kafka_lays_it_out_and_a_newer_version_decode():
         return struct.pack(">h", len(s)) + s.encode()
 
     v0 = struct.pack(">hi", 0, 2) + string("orders") + string("x") + struct.pack(">i", -1)
-    assert subscription(v0) == ["orders", "x"]
+    assert subscription(v0) == (["orders", "x"], [])
     # a future version: Kafka's rule is to read it as the newest known one
     v4 = struct.pack(">hi", 4, 1) + string("t") + struct.pack(">i", -1) + \
         struct.pack(">i", 0) + struct.pack(">i", -1) + struct.pack(">h", -1) + b"more"
-    assert subscription(v4) == ["t"]
+    assert subscription(v4) == (["t"], [])
     with pytest.raises(ValueError):
         subscription(v0[:7])
 
@@ -270,9 +270,24 @@ def test_old_clients_join_without_the_member_id_round_trip(gateway):
         ("t", p) for p in ALL]
 
 
-def test_cooperative_sticky_only_is_refused(gateway):
+def test_a_cooperative_member_keeps_what_its_subscription_names(gateway):
+    addr, backend = gateway
+    member_id = join(addr, protocols=[("cooperative-sticky", sub("t"))]).member_id
+    answer = join(addr, member_id, protocols=[("cooperative-sticky", sub("t"))])
+    assert answer.protocol_name == "cooperative-sticky"
+    assert sync(addr, member_id, answer.generation_id) == [("t", p) for p in ALL]
+    owned = ConsumerProtocolSubscription(
+        topics=["t"], user_data=None, owned_partitions=[
+            ConsumerProtocolSubscription.TopicPartition(topic="t", partitions=[0, 1, 2])],
+        version=1).encode(version=1)
+    join(addr, member_id, protocols=[("cooperative-sticky", owned)])  # gave t-3 up
+    member = backend.groups.coordinator.groups["g"].members[member_id]
+    assert sorted(member.owned) == [("t", 0), ("t", 1), ("t", 2)]
+
+
+def test_unserved_and_undecodable_protocols_and_unknown_members_are_refused(gateway):
     addr, _ = gateway
-    answer = join(addr, protocols=[("cooperative-sticky", sub("t"))])
+    answer = join(addr, protocols=[("sticky", sub("t"))])
     assert answer.error_code == Code.INCONSISTENT_GROUP_PROTOCOL
     answer = join(addr, protocols=[("range", b"\x00\x00\x00")])  # not a subscription
     assert answer.error_code == Code.INCONSISTENT_GROUP_PROTOCOL
