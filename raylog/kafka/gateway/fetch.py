@@ -13,6 +13,15 @@ partition without waiting; if that is less than min_bytes, every partition is as
 to wait up to max_wait_ms for data, and the answer goes out when the first has some (or at
 max_wait_ms). ``max_bytes`` bounds the answer, except that the first partition with data
 is always answered whole (as Kafka does, so a batch larger than the limit is not stuck).
+
+Read-ahead: a Kafka consumer sends one Fetch at a time per connection and waits for its
+answer, so each answer would cost it a round trip to the brokers. When a partition's answer
+had records, the listener asks that partition's leader for what follows at once
+(``_Prefetch``, one read per partition per connection); the client's next Fetch from that
+offset takes it instead of asking again. Only a read-ahead that found records is used (an
+empty one would carry an old high watermark): otherwise the partition is read afresh.
+Records below the high watermark never change, so what was read ahead is what a fresh read
+would return.
 """
 
 from __future__ import annotations
@@ -26,6 +35,8 @@ from raylog.kafka.gateway.dispatch import Context, Dispatch
 from raylog.kafka.gateway.errors import Code, code_of, refreshes_metadata
 from raylog.kafka.gateway.protocol import response_class
 from raylog.kafka.records import to_kafka
+from raylog.records import iter_headers
+from raylog.replica.partition import FetchResult
 from raylog.types import EARLIEST, LATEST
 
 FETCH_KEY = 1
@@ -64,6 +75,56 @@ async def _leader_topic(ctx: Context, name: str, index: int, client_epoch: int =
     return meta
 
 
+class _Prefetch:
+    """A connection's reads ahead: (topic, partition) -> (offset, the read's task). Used
+    from the listener's event loop only; kept in the connection's state."""
+
+    KEY = "fetch.prefetch"
+
+    def __init__(self) -> None:
+        self.reads: dict[tuple[str, int], tuple[int, asyncio.Task]] = {}
+
+    @classmethod
+    def of(cls, ctx: Context) -> _Prefetch:
+        found = ctx.connection.state.get(cls.KEY)
+        if found is None:
+            found = ctx.connection.state[cls.KEY] = cls()
+        return found
+
+    def take(self, topic: str, index: int, offset: int) -> asyncio.Task | None:
+        """The read ahead from exactly ``offset``, if one was made; any other is dropped."""
+        entry = self.reads.pop((topic, index), None)
+        if entry is None:
+            return None
+        if entry[0] != offset:
+            entry[1].cancel()
+            return None
+        return entry[1]
+
+    def start(self, ctx: Context, meta: Any, read: _Read) -> None:
+        """Read what follows ``read``'s records, from its leader."""
+        last = None
+        for _, header in iter_headers(read.data, verify=False):
+            last = header
+        if last is None:
+            return
+        offset = last.base_offset + last.last_offset_delta + 1
+        task = asyncio.ensure_future(ctx.backend.fetch(meta, read.index, offset,
+                                                       read.max_bytes, 0, 0))
+        task.add_done_callback(_drop_result_error)
+        old = self.reads.pop((read.topic, read.index), None)
+        if old is not None:
+            old[1].cancel()
+        self.reads[(read.topic, read.index)] = (offset, task)
+
+
+def _drop_result_error(task: asyncio.Task) -> None:
+    """A read ahead's error is not this connection's problem (the partition is read afresh
+    when asked): retrieve it so that asyncio does not report it as never retrieved."""
+    if not task.cancelled():
+        task.exception()
+
+
 def _failed(ctx: Context, name: str, error: RaylogError) -> int:
     code = code_of(error)
     if refreshes_metadata(code):
@@ -75,14 +136,30 @@ async def _read(ctx: Context, read: _Read, epoch: int, max_wait_ms: int,
                 min_bytes: int) -> None:
     try:
         meta = await _leader_topic(ctx, read.topic, read.index, epoch)
-        result = await ctx.backend.fetch(meta, read.index, read.offset, read.max_bytes,
-                                         max_wait_ms, min_bytes)
+        result = await _read_ahead_of(ctx, read) if max_wait_ms == 0 else None
+        if result is None:
+            result = await ctx.backend.fetch(meta, read.index, read.offset, read.max_bytes,
+                                             max_wait_ms, min_bytes)
     except RaylogError as e:
         read.code = _failed(ctx, read.topic, e)
         return
     read.code = Code.NONE
     read.data = result.data
     read.high_watermark, read.log_start = result.high_watermark, result.log_start_offset
+    if read.data:
+        _Prefetch.of(ctx).start(ctx, meta, read)
+
+
+async def _read_ahead_of(ctx: Context, read: _Read) -> FetchResult | None:
+    """What was read ahead from ``read``'s offset, if it found records; else None."""
+    task = _Prefetch.of(ctx).take(read.topic, read.index, read.offset)
+    if task is None:
+        return None
+    try:
+        result = await task
+    except RaylogError:
+        return None  # read afresh: the error, if it persists, is answered then
+    return result if result.data else None
 
 
 async def handle_fetch(ctx: Context, version: int, request: Any) -> Any:

@@ -246,3 +246,22 @@ def test_a_produce_request_of_the_wrong_shape_closes_the_connection(addr, backen
         sock.sendall(struct.pack(">i", len(body)) + body)
         assert wire.closed(sock)
     assert backend.calls == []
+
+
+def test_a_connection_reads_ahead_and_never_answers_a_stale_empty_read(addr, backend):
+    wire.call(addr, produce(kafka_batch(RECORDS)), 9)
+    with wire.connect(addr) as sock:
+        sock.sendall(wire.frame(fetch(0), 12, correlation_id=1))
+        first = wire.response(sock, 1, 12)[1].responses[0].partitions[0]
+        assert [r[0] for _, recs in read_kafka(first.records) for r in recs] == [0, 1, 2]
+        # what follows offset 2 was asked for at once (and found nothing yet)
+        assert ("fetch", "orders", 0, 3) in backend.calls
+        wire.call(addr, produce(kafka_batch(RECORDS[:2])), 9)
+        sock.sendall(wire.frame(fetch(3), 12, correlation_id=2))
+        second = wire.response(sock, 1, 12)[1].responses[0].partitions[0]
+        assert second.high_watermark == 5
+        assert [r[0] for _, recs in read_kafka(second.records) for r in recs] == [3, 4]
+        # a fetch from another offset drops the read ahead and reads afresh
+        sock.sendall(wire.frame(fetch(1), 12, correlation_id=3))
+        third = wire.response(sock, 1, 12)[1].responses[0].partitions[0]
+        assert [r[0] for _, recs in read_kafka(third.records) for r in recs] == [0, 1, 2, 3, 4]

@@ -1,0 +1,265 @@
+"""Kafka clients through raylog's Kafka listener, against raylog's own clients, same run.
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/gateway.py [--quick] [--json PATH]
+
+``--quick`` (200,000 records per step) takes about a minute on a 2-core machine, the full run
+(1,000,000) a few. The script prints a Markdown table
+and writes JSON (default ``benchmarks/results/gateway.json``).
+
+Setup: ``raylog.init(address="local", data_dir=<temporary directory>)`` starts an embedded
+single-node Ray cluster whose node is a broker; ``raylog gateway --address <it> --port 0``
+runs in a process of its own, as a user runs it. Two topics of 6 partitions, replication
+factor 1: ``native`` written by raylog's Producer, ``kafka`` by confluent-kafka through the
+listener. Data: the 100-byte page views of ``common.py``, keyless, generated before timing.
+
+Measurements, alternating one repetition of each per round (the machine is shared) after a
+warm-up round; best and median of the timed rounds (``time.perf_counter``):
+
+native_produce   raylog ``Producer()`` defaults (acks=1, LZ4): ``send`` each value, ``flush``.
+gateway_produce  confluent-kafka ``Producer`` (acks=1, lz4, linger.ms=5, idempotence off as
+                 raylog's default producer): ``produce`` each value (``poll(0)`` every
+                 10,000), ``flush``.
+native_consume   a new raylog ``Consumer`` assigned the ``native`` topic's partitions from
+                 offset 0, polling until it has the first n records (n per repetition).
+gateway_consume  a new confluent-kafka ``Consumer`` (``assign`` from offset 0, no group
+                 use) through the listener, ``consume(1000)`` until it has n records.
+
+Each ratio is gateway / native (target >= 0.5). Checks, outside the timed regions: each
+produce grew its topic by exactly n records; each consume read n records of 100 bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer as KafkaConsumer
+from confluent_kafka import Producer as KafkaProducer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+import raylog
+from raylog import Admin, Consumer, Producer, TopicPartition
+from raylog.client.connection import reset_default
+from raylog.util.cluster_names import DATA_DIR_ENV
+
+from common import (
+    RECORD_BYTES,
+    RESULTS_DIR,
+    Timing,
+    alternate,
+    describe_data,
+    generate_values,
+    machine_info,
+    markdown_table,
+    rate_figures,
+    result_document,
+    run_benchmark,
+    split_values,
+    target_cells,
+)
+
+DEFAULT_JSON = RESULTS_DIR / "gateway.json"
+PARTITIONS = 6
+STALL_S = 30.0
+RATIOS = {"produce_ratio": ("gateway_produce_records_per_s", "native_produce_records_per_s"),
+          "consume_ratio": ("gateway_consume_records_per_s", "native_consume_records_per_s")}
+TARGETS = {"produce_ratio": 0.5, "consume_ratio": 0.5}
+KAFKA_PRODUCER = {"acks": 1, "compression.type": "lz4", "linger.ms": 5,
+                  "enable.idempotence": False, "queue.buffering.max.messages": 2_000_000}
+
+
+@dataclasses.dataclass(frozen=True)
+class Mode:
+    name: str
+    records: int      # per repetition of every step
+    repetitions: int  # timed rounds, after one warm-up round
+
+
+QUICK = Mode("quick", records=200_000, repetitions=3)
+FULL = Mode("full", records=1_000_000, repetitions=3)
+
+
+class Gateway:
+    """``raylog gateway`` in a process of its own; ``bootstrap`` once it listens."""
+
+    def __init__(self, ray_address: str) -> None:
+        raylog_script = os.path.join(os.path.dirname(sys.executable), "raylog")
+        self.process = subprocess.Popen(
+            [raylog_script, "gateway", "--address", ray_address, "--port", "0"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 120
+        for line in self.process.stdout:
+            found = re.search(r"advertised as (\S+)", line)
+            if found:
+                self.bootstrap = found.group(1)
+                return
+            if time.monotonic() > deadline:
+                break
+        self.process.kill()
+        raise RuntimeError("raylog gateway did not start listening")
+
+    def stop(self) -> str:
+        self.process.terminate()
+        out, _ = self.process.communicate(timeout=60)
+        return out.strip()
+
+
+class Steps:
+    def __init__(self, mode: Mode, values: list[bytes], bootstrap: str) -> None:
+        self.mode, self.values, self.bootstrap = mode, values, bootstrap
+        admin = Admin()
+        for name in ("native", "kafka"):
+            admin.create_topic(name, PARTITIONS, 1, {"retention.ms": -1})
+        self.native = [TopicPartition("native", p) for p in range(PARTITIONS)]
+        self.kafka = [TopicPartition("kafka", p) for p in range(PARTITIONS)]
+        self.producer = Producer()
+        self.kafka_producer = KafkaProducer({"bootstrap.servers": bootstrap,
+                                             **KAFKA_PRODUCER})
+        self._probe = Consumer()
+        self._probe.assign(self.native + self.kafka)
+
+    def _records(self, tps: list[TopicPartition]) -> int:
+        return sum(self._probe.end_offsets(tps).values())
+
+    def _check_grew(self, tps: list[TopicPartition], before: int) -> None:
+        grown = self._records(tps) - before
+        if grown != len(self.values):
+            raise RuntimeError(f"{tps[0].topic}: {len(self.values):,} records sent, the "
+                               f"topic grew by {grown:,}")
+
+    def native_produce(self) -> float:
+        before = self._records(self.native)
+        send, started = self.producer.send, time.perf_counter()
+        for value in self.values:
+            send("native", value)
+        self.producer.flush()
+        elapsed = time.perf_counter() - started
+        self._check_grew(self.native, before)
+        return elapsed
+
+    def gateway_produce(self) -> float:
+        before = self._records(self.kafka)
+        producer, failed = self.kafka_producer, []
+        started = time.perf_counter()
+        for i, value in enumerate(self.values):
+            producer.produce("kafka", value, on_delivery=lambda e, m: e and failed.append(e))
+            if i % 10_000 == 0:
+                producer.poll(0)
+        left = producer.flush(STALL_S * 4)
+        elapsed = time.perf_counter() - started
+        if left or failed:
+            raise RuntimeError(f"confluent-kafka: {left} undelivered, errors {failed[:3]}")
+        self._check_grew(self.kafka, before)
+        return elapsed
+
+    def native_consume(self) -> float:
+        n, seen, size = len(self.values), 0, 0
+        started = time.perf_counter()
+        with Consumer(auto_offset_reset="earliest") as consumer:
+            consumer.assign(self.native)
+            while seen < n:
+                records = consumer.poll(timeout_ms=int(STALL_S * 1000))
+                if not records:
+                    raise RuntimeError(f"native consume stalled at {seen:,}")
+                seen += len(records)
+                size += sum(len(r.value) for r in records)
+            elapsed = time.perf_counter() - started
+        if seen < n or size != seen * RECORD_BYTES:
+            raise RuntimeError(f"native consume read {seen:,} records of {size:,} bytes")
+        return elapsed
+
+    def gateway_consume(self) -> float:
+        n, seen, size = len(self.values), 0, 0
+        consumer = KafkaConsumer({"bootstrap.servers": self.bootstrap, "group.id": "bench",
+                                  "enable.auto.commit": False, "fetch.wait.max.ms": 100})
+        started = time.perf_counter()
+        consumer.assign([KafkaTopicPartition("kafka", p, 0) for p in range(PARTITIONS)])
+        last = time.monotonic()
+        while seen < n:
+            messages = consumer.consume(1000, timeout=1.0)
+            for m in messages:
+                if m.error() is None:
+                    seen += 1
+                    size += len(m.value())
+            if messages:
+                last = time.monotonic()
+            elif time.monotonic() - last > STALL_S:
+                raise RuntimeError(f"confluent-kafka consume stalled at {seen:,}")
+        elapsed = time.perf_counter() - started
+        consumer.close()
+        if size != seen * RECORD_BYTES:
+            raise RuntimeError(f"gateway consume read {seen:,} records of {size:,} bytes")
+        return elapsed
+
+    def close(self) -> None:
+        self.producer.close()
+        self._probe.close()
+        self.kafka_producer.flush(STALL_S)
+        self.kafka_producer = None  # gone before the listener stops: no reconnect noise
+
+
+def run(mode: Mode, root: Path) -> dict[str, Any]:
+    started, load = time.perf_counter(), os.getloadavg()
+    values = split_values(generate_values(mode.records).tobytes())
+    os.environ[DATA_DIR_ENV] = str(root / "data")
+    raylog.init(address="local", data_dir=root / "data")
+    import ray
+
+    gateway = Gateway(ray.get_runtime_context().gcs_address)
+    try:
+        steps = Steps(mode, values, gateway.bootstrap)
+        try:
+            seconds = alternate(mode.repetitions, {
+                "native_produce": steps.native_produce,
+                "gateway_produce": steps.gateway_produce,
+                "native_consume": steps.native_consume,
+                "gateway_consume": steps.gateway_consume})
+        finally:
+            steps.close()
+    finally:
+        gateway_said = gateway.stop()
+        reset_default()
+        ray.shutdown()
+    figures: dict[str, float] = {}
+    for name, secs in seconds.items():
+        figures.update(rate_figures(f"{name}_records_per_s", Timing(mode.records, secs)))
+    for ratio, (ours, theirs) in RATIOS.items():
+        figures[ratio] = figures[ours] / figures[theirs]
+        figures[f"{ratio}_median"] = figures[f"{ours}_median"] / figures[f"{theirs}_median"]
+    return result_document(
+        figures, TARGETS, mode=mode.name,
+        data={"description": describe_data("timestamps taken at send"),
+              "records": mode.records},
+        sections={"config": {"partitions": PARTITIONS, "kafka_producer": KAFKA_PRODUCER},
+                  "seconds": seconds, "gateway_output": gateway_said},
+        machine=machine_info(), started=started, load_at_start=load)
+
+
+def table(result: dict[str, Any]) -> str:
+    rows = []
+    for name in ("native_produce", "gateway_produce", "native_consume", "gateway_consume"):
+        key = f"{name}_records_per_s"
+        rows.append([name, f"{result[key]:,.0f}", f"{result[key + '_median']:,.0f}", "-", "-"])
+    for ratio in RATIOS:
+        rows.append([ratio, f"{result[ratio]:.2f}", f"{result[ratio + '_median']:.2f}",
+                     *target_cells(ratio, result["targets"])])
+    return markdown_table(["figure", "best", "median", "target", "met"], rows, "lrrrl")
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_benchmark(argv, __doc__, DEFAULT_JSON, "200,000 records per step",
+                         (QUICK, FULL), run,
+                         lambda mode, r: f"Kafka listener vs native clients ({mode.name})",
+                         table)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
