@@ -17,12 +17,13 @@ shape of the protocol those clients speak:
 - **Eager and cooperative.** The protocols served are ``range`` and ``roundrobin``
   (Kafka's eager ones) and ``cooperative-sticky``. The round's protocol is the one most
   members name first among those every member offers; a member offering none of them, or
-  none every other member offers, is refused with InconsistentGroupProtocolError. How a
-  member joins is its client's rule, from what it offers: one offering only cooperative
-  protocols keeps its partitions across a rebalance, and its JoinGroup names them
-  (``Protocol.owned``): what the coordinator counts as its own and the member no longer
-  names is released, nothing is ever added. Any other member gives up every partition
-  before it joins, so its JoinGroup releases everything it owned.
+  none every other member offers, is refused with InconsistentGroupProtocolError. A
+  JoinGroup names the partitions its member still owns (``Protocol.owned``, from its
+  subscription): a cooperative member keeps its partitions across a rebalance and names
+  them, an eager one gives everything up before it joins and names none. What the
+  coordinator counts as the member's and the member does not name is released; nothing is
+  ever added. (Never releasing what a member says it still reads is what keeps one owner
+  per partition; which kind of client it is does not matter.)
 - **The coordinator assigns.** No member is the leader (the leader id answered is empty,
   which no member id is), so every member sends an empty SyncGroup and is answered its
   assignment: what it owns of its target, once the coordinator has *granted* it every
@@ -74,7 +75,6 @@ PROTOCOL_TYPE = "consumer"
 # The Kafka assignors served, in the order preferred on a tie: the raylog assignor each is.
 ASSIGNORS = {"range": "range", "roundrobin": "round_robin",
              "cooperative-sticky": "cooperative_sticky"}
-COOPERATIVE = frozenset({"cooperative-sticky"})  # a member offering only these keeps its own
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,12 +189,9 @@ class ClassicGroups:
             raise UnknownMemberError(f"member {member_id!r} is not in group {group_id!r}; "
                                      f"join with no member id")
         chosen = next(p for p in protocols if p.name in ASSIGNORS)
-        if group is not None and member_id in group.members:
+        if group is not None and member_id in group.members:  # it keeps what it names
             owned = group.members[member_id].owned
-            if all(p.name in COOPERATIVE for p in protocols):  # it keeps what it names
-                group.release(member_id, owned - {TopicPartition(*tp) for tp in chosen.owned})
-            else:  # eager: it gave everything up before joining
-                group.release(member_id, owned)
+            group.release(member_id, owned - {TopicPartition(*tp) for tp in chosen.owned})
         # Each member's own subscription (raylog's assignors are per member, so no union is
         # needed); topics that do not exist yet are assigned once they do.
         member = self.coordinator.join(

@@ -32,7 +32,7 @@ from raylog.errors import InconsistentGroupProtocolError
 from raylog.kafka.gateway.cluster import ClusterBackend, OneAddress
 from raylog.kafka.gateway.listener import KafkaListener, ListenerThread
 from tests.children import Child
-from tests.integration.conftest import wait_for
+from tests.integration.conftest import restart_controller, wait_for
 from tests.integration.test_cli import run
 
 PARTITIONS = 4
@@ -287,6 +287,39 @@ def test_cooperative_sticky_consumers_hand_partitions_over_without_stopping(
         assert min(sizes) > 0  # a never gave everything up
         assert owned(a) < set(first)  # sticky: a kept part of what it had
         assert Admin().describe_group(group)["assignor"] == "cooperative_sticky"
+    finally:
+        a.close()
+        b.close()
+
+
+def test_members_rejoin_a_restarted_coordinator_and_split_again(gateway, topic, group):
+    """The controller (the coordinator) is killed and restarted: its Kafka members come back
+    pending, are told to rejoin (or find the coordinator again), and the group splits again
+    with one owner per partition."""
+    produce(topic, 20)
+    a, b = kafka_consumer(gateway, group), kafka_consumer(gateway, group)
+    try:
+        a.subscribe([topic])
+        b.subscribe([topic])
+
+        def split() -> bool:
+            return bool(owned(a)) and bool(owned(b)) and not owned(a) & owned(b) and \
+                owned(a) | owned(b) == all_partitions(topic)
+
+        poll_until([a, b], split, "a and b to split the partitions")
+        before = Admin().describe_group(group)["generation"]
+        restart_controller()
+
+        def split_again() -> bool:
+            if not split():
+                return False
+            described = Admin().describe_group(group)
+            held = [tuple(tp) for m in described["members"] for tp in m["owned"]]
+            return described["generation"] > before and len(described["members"]) == 2 \
+                and sorted(held) == sorted(all_partitions(topic))
+
+        poll_until([a, b], split_again, "the group to split again after the restart",
+                   timeout=180)
     finally:
         a.close()
         b.close()

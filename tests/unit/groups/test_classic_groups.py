@@ -452,3 +452,13 @@ def test_an_eager_member_in_a_cooperative_round_gives_everything_up():
     generation = answers[a].generation
     owned = k.sync(a, generation) + k.sync(b, generation)
     assert sorted(owned) == sorted(all_partitions())
+
+
+def test_what_a_joining_member_names_is_never_released_whatever_it_offers():
+    k = Kafka()
+    a = k.new_member()
+    (first,) = k.join(a).values()
+    k.sync(a, first.generation)
+    still = TopicPartition("t", 2)
+    k.join(a, protocols=(Protocol("range", ("t",), b"", (still,)),))  # it says it reads t-2
+    assert k.coordinator.groups["g"].members[a].owned == {still}
