@@ -167,6 +167,27 @@ def consume_all(topic: str, partitions: int, expected: int, timeout_s: float = 6
     return records
 
 
+@contextlib.contextmanager
+def kafka_listener(cluster: raylog.RaylogCluster) -> Iterator[str]:
+    """A Kafka listener on loopback speaking for every broker of ``cluster`` (as ``raylog
+    gateway`` does), stopped after the block: its bootstrap address."""
+    from raylog.kafka.gateway.cluster import ClusterBackend, OneAddress
+    from raylog.kafka.gateway.listener import KafkaListener, ListenerThread
+
+    advertiser = OneAddress("127.0.0.1", 0)
+    backend = ClusterBackend.connect(cluster, advertiser)
+    try:
+        running = ListenerThread(KafkaListener(backend, host="127.0.0.1", port=0))
+        host, port = running.start()
+        advertiser.port = port
+        try:
+            yield f"{host}:{port}"
+        finally:
+            running.stop()
+    finally:
+        backend.close()
+
+
 def leader_broker(admin: Admin, topic: str, partition: int):
     """The broker actor leading a partition (of the node the controller's metadata names
     for its leader: the process killed or stopped takes the node's replica hosts with it)."""

@@ -81,16 +81,35 @@ async def handle_create_topics(ctx: Context, version: int, request: Any) -> Any:
             ctx.backend.forget(topic.name)
         return partitions, replicas
 
+    async def configs_of(name: str) -> list[Any]:
+        """The created topic's configs, as v5+ answers them: Kafka's Java AdminClient reads
+        the list of every topic created without error (null made it fail)."""
+        if request.validate_only:  # nothing was created to describe
+            return []
+        described = await ctx.backend.blocking(admin.describe_configs, [name])
+        return [cls.CreatableTopicResult.CreatableTopicConfigs(
+            name=key, value=config_text(info["value"]), read_only=False,
+            config_source=DEFAULT_CONFIG if info["is_default"] else DYNAMIC_TOPIC_CONFIG,
+            is_sensitive=False) for key, info in described[name].items()]
+
     async def one(topic: Any) -> Any:
+        configs: list[Any] = []
+        config_code = Code.NONE
         try:
             partitions, replicas = await create(topic)
             error = None
         except RaylogError as e:
             partitions, replicas, error = -1, -1, e
+        if error is None and version >= 5:
+            try:
+                configs = await configs_of(topic.name)
+            except RaylogError as e:  # created all the same: only its configs are not told
+                config_code = _outcome(e)[0]
         code, message = _outcome(error)
         return cls.CreatableTopicResult(name=topic.name, error_code=code,
                                          error_message=message, num_partitions=partitions,
-                                         replication_factor=replicas, configs=None)
+                                         replication_factor=replicas, configs=configs,
+                                         topic_config_error_code=config_code)
 
     results = await asyncio.gather(*(one(t) for t in request.topics))
     return cls(throttle_time_ms=0, topics=list(results))

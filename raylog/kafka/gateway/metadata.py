@@ -31,8 +31,6 @@ from raylog.kafka.gateway.protocol import response_class
 METADATA_KEY = 3
 DESCRIBE_CLUSTER_KEY = 60
 METADATA_MAX_AGE_S = 1.0  # a Metadata request sees the controller's state this fresh
-NO_OPERATIONS = -(2**31)  # DescribeCluster's authorized operations: not asked for
-# (Metadata's are kafka-python bit fields: None encodes the same)
 UNKNOWN_TOPIC_ID = 100  # a topic named by id only, which this gateway does not look up
 
 
@@ -125,7 +123,7 @@ async def handle_describe_cluster(ctx: Context, version: int, request: Any) -> A
     return cls(throttle_time_ms=0, error_code=Code.NONE, error_message=None, endpoint_type=1,
                cluster_id=ctx.backend.cluster_id, controller_id=controller,
                brokers=[_described(cls, b) for b in sorted(set(brokers.values()))],
-               cluster_authorized_operations=NO_OPERATIONS)
+               authorized_operations=None)  # a kafka-python bit field: None is -2**31, not asked
 
 
 def _described(cls: Any, broker: Broker) -> Any:

@@ -52,6 +52,9 @@ def test_create_topics(addr, backend, version):
     assert (result.name, result.error_code) == ("fresh", Code.NONE)
     assert backend.topics["fresh"].num_partitions == 3
     assert backend.configs["fresh"] == {"retention_ms": 1000}
+    if version >= 5:  # the created topic's configs: the Java AdminClient reads them
+        configs = {c.name: c.value for c in result.configs}
+        assert configs["retention.ms"] == "1000" and len(configs) > 1
     again = wire.call(addr, create("fresh"), version).topics[0]
     assert again.error_code == Code.TOPIC_ALREADY_EXISTS
     if version >= 1:

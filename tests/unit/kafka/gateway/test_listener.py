@@ -102,6 +102,18 @@ def test_metadata_names_brokers_leaders_and_epochs(listener, backend, version):
         assert topic.topic_id.hex == backend.topics["orders"].topic_id
 
 
+@pytest.mark.parametrize("version", [0, 1])
+def test_describe_cluster_names_the_brokers(listener, backend, version):
+    """(Kafka's Java AdminClient asks it before listing groups or nodes.)"""
+    from kafka.protocol.admin import DescribeClusterRequest
+
+    answer = wire.call(address(listener), DescribeClusterRequest[version](
+        include_cluster_authorized_operations=False), version)
+    assert (answer.error_code, answer.cluster_id) == (Code.NONE, "fake-cluster")
+    assert sorted((b.broker_id, b.port) for b in answer.brokers) == [(1, 9092), (2, 9093)]
+    assert answer.controller_id in (1, 2)
+
+
 def test_metadata_of_all_topics_and_of_an_unknown_one(listener):
     everything = wire.call(address(listener), MetadataRequest[1](topics=None), 1)
     assert [t.name for t in everything.topics] == ["orders"]
