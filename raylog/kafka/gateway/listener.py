@@ -106,7 +106,10 @@ class KafkaListener:
         try:
             await self._serve(reader, writer, conn)
         except asyncio.CancelledError:
-            raise
+            # close() ends this connection: the task ends here, not cancelled. asyncio's
+            # streams (Python 3.11) ask the finished task for its exception, which a
+            # cancelled task raises, and print a traceback for a clean stop.
+            return
         except Exception:  # a bug: this connection ends, the listener goes on
             logger.exception("Kafka connection from %s failed", conn.peer)
         finally:

@@ -178,6 +178,29 @@ def test_pipelined_requests_are_answered_in_request_order(backend):
         assert [wire.response(sock, 18, 1)[0] for _ in range(5)] == [0, 1, 2, 3, 4]
 
 
+def test_a_stop_while_a_request_waits_ends_its_connection_quietly(backend):
+    """A connection whose request still waits (a long-polling Fetch) when the listener
+    stops ends without an error reported on the loop."""
+    dispatch = Dispatch()
+    waiting = []
+
+    async def forever(ctx, version, request):
+        waiting.append(1)
+        await asyncio.sleep(3600)
+
+    dispatch.add(18, 0, 3, forever)
+    running = serve(backend, dispatch=dispatch)
+    reported = []
+    running.start()
+    running._loop.call_soon_threadsafe(
+        running._loop.set_exception_handler, lambda loop, context: reported.append(context))
+    with wire.connect(address(running)) as sock:
+        sock.sendall(wire.frame(ApiVersionsRequest[1](), 1, correlation_id=1))
+        wait_until(lambda: waiting)
+        running.stop()
+    assert reported == []
+
+
 # -- bad input ------------------------------------------------------------------------------
 
 
