@@ -195,7 +195,7 @@ class RedirectableFollower(FakeFollowerBroker):
         self.brokers = {1: leader}
 
     def redirect(self, tp, following, leader, host) -> None:
-        from actors.broker import ReplicaHost
+        from actors.serving import ReplicaHost
 
         ReplicaHost.redirect(self, tp, following, leader, host)
 

@@ -24,8 +24,9 @@ SCRIPT = textwrap.dedent("""
     import json, sys
     from pathlib import Path
 
-    import actors.broker as broker
-    broker.forgo_pandas()  # as BrokerActor.__init__ does first
+    import actors.broker  # noqa: F401 (what a broker process imports)
+    from actors.serving import forgo_pandas
+    forgo_pandas()  # as ReplicaHost.__init__ does first
     from actors.hosting import HostedReplica
     from raylog.replica.partition import LeaderAndIsr
     from raylog.records.kafka_columns import kafka_table

@@ -1,0 +1,711 @@
+"""Serving replicas from one process: :class:`ReplicaHost`, the part the broker actor and
+its replica hosts share (actors/broker.py). A process hosts replicas, which it opens in
+the role the controller says, and serves to producers (:meth:`~ReplicaHost.produce`) and
+consumers (:meth:`~ReplicaHost.fetch`, :meth:`~ReplicaHost.list_offset`,
+:meth:`~ReplicaHost.read_kafka_table`) where it leads, to consumers where it follows (reads
+from the nearest replica, below its high watermark), to other brokers' fetchers
+(:meth:`~ReplicaHost.replica_fetch`, :meth:`~ReplicaHost.epoch_end_offsets`) where it
+leads, while its own fetchers (actors/fetcher.py) copy those it follows.
+
+Every request carries the leader epoch the caller knows. A process that finds its event
+loop made no progress for long enough that the controller may have fenced it (stopped,
+stuck on a disk, paused: raylog/metadata/sessions.py) serves no leader or consumer request
+until its state is confirmed (the broker's by the controller, a host's by its broker:
+:meth:`ReplicaHost._confirm`), and answers no request whose processing spanned such a stall.
+
+A process holds many replicas, so a replica costs a directory, a few open files and some
+memory, not a Ray worker process (about 0.4% of a core idle and 60 MB each:
+benchmarks/density.py). A process's replicas run on its one event loop, one call at a time
+between awaits; their slow storage work (compaction passes, ``flush.ms`` flushes,
+deleting the segments retention took) runs on the process's background thread
+(actors/background.py), planned and finished on the loop.
+"""
+
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.abc
+import json
+import logging
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import ray
+
+from actors import at, log_what_matters
+from actors.background import StorageWorker
+from actors.fetcher import ReplicaFetcher
+from actors.hosting import (
+    METADATA_FILE,
+    HostedReplica,
+    partition_dir_owner,
+    remove_partition_dir,
+    wait_any,
+)
+from raylog.errors import (
+    BrokerStalledError,
+    InvalidArgumentError,
+    NotLeaderError,
+    RaylogError,
+    StorageError,
+)
+from raylog.metadata.sessions import StallGuard, stall_threshold_s
+from raylog.metadata.settings import DEFAULT_SESSION_TIMEOUT_MS
+from raylog.records.header import iter_headers
+from raylog.records.kafka_columns import ipc_bytes, kafka_table, spark_table
+from raylog.replica.isr import NO_BROKER_EPOCH
+from raylog.replica.partition import (
+    EARLIEST,
+    LATEST,
+    AlterIsr,
+    FetchResult,
+    LeaderAndIsr,
+    Role,
+    Transition,
+)
+from raylog.storage import AppendInfo
+from raylog.util.cluster_names import (
+    CONTROLLER_NAME,
+    NAMESPACE,
+)
+from raylog.util.interop import error_json, java_call
+from raylog.util.metrics import recorder
+
+logger = logging.getLogger(__name__)
+
+MAINTENANCE_INTERVAL_S = 1.0
+IDLE_MAINTENANCE_INTERVAL_S = 30.0
+HW_CHECKPOINT_INTERVAL_S = 5.0
+MAX_CONCURRENCY = 10_000  # long polls: consumers' and followers' fetches, watches
+TICK_S = 0.25             # the stall guard's ticker: the event loop's progress, when idle
+CONFIRM_TIMEOUT_S = 150.0  # the controller confirming (it tells this broker its state first)
+CONFIRM_RETRY_S = 0.5      # after the controller could not confirm yet
+
+
+def forgo_pandas() -> None:
+    """Make ``import pandas`` fail in this process, unless it is imported already.
+
+    pyarrow imports pandas, if it can, the first time anything is converted to or from Arrow
+    (to ask whether it is a Series): some 30 MB, for nothing: a broker never builds or
+    returns pandas objects. pandas is an optional dependency of pyarrow, which works without
+    it. Only broker processes do this (a Ray actor has its process to itself).
+    """
+    if "pandas" not in sys.modules and not any(isinstance(f, _NoPandas) for f in sys.meta_path):
+        sys.meta_path.insert(0, _NoPandas())
+
+
+class _NoPandas(importlib.abc.MetaPathFinder):
+    """An import finder that refuses pandas (and its submodules)."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> None:
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError(f"a broker process does not import {name}", name=name)
+
+
+TopicPartition = tuple[str, int]
+
+
+class ReplicaHost:
+    """Serves replicas from one process: the replicas this process hosts, the fetchers of
+    those it follows, its stall guard and its maintenance. The broker actor is one
+    (host 0 of its node); a :class:`~actors.broker.ReplicaHostActor` is another, started
+    by the broker (actors/replica_hosts.py). A subclass says who confirms its state after a stall
+    (:meth:`_ask_confirmation`) and may refuse requests for more reasons (:meth:`_check`).
+
+    Not thread-safe and need not be: an async actor runs its calls on one event loop."""
+
+    def __init__(self) -> None:
+        forgo_pandas()
+        log_what_matters()
+        self.node_id = ray.get_runtime_context().get_node_id()
+        # A new value every time this process starts (Ray restarts it after a crash): the
+        # controller (or the broker, for its hosts) sees it lost its in-memory state.
+        self.incarnation = uuid.uuid4().hex[:16]
+        self.directory: Path | None = None
+        self.broker_id: int | None = None  # set by the controller's first apply
+        # This broker's broker epoch, from the controller (who records every start of a
+        # broker's process): it goes with every fetch, so a leader tells this process from
+        # an earlier one of the same broker (KIP-903). Unknown until the controller says.
+        self.broker_epoch = NO_BROKER_EPOCH
+        self.replicas: dict[TopicPartition, HostedReplica] = {}
+        self.failed: dict[TopicPartition, str] = {}  # replicas that could not open
+        # By (leader broker id, the leader's host: None for its broker actor, else the
+        # host actor's id): a leader broker's replicas may live on several hosts.
+        self.fetchers: dict[tuple[int, str | None], ReplicaFetcher] = {}
+        self.brokers: dict[int, ray.actor.ActorHandle] = {}  # live brokers, from the controller
+        # The controller's metadata version of each word it sends: calls can arrive out of
+        # order, and an older word never undoes a newer one (a stale full push must not
+        # remove a replica added since, nor configs go back).
+        self.version = -1          # the newest seen
+        self._gone: dict[TopicPartition, int] = {}  # replicas stopped, at that version
+        self._controller: ray.actor.ActorHandle | None = None
+        self._status = asyncio.Event()
+        self._wake_maintenance = asyncio.Event()
+        # Its own stalls (the controller tells the session timeout with its health checks).
+        self.guard = StallGuard(stall_threshold_s(DEFAULT_SESSION_TIMEOUT_MS / 1000),
+                                on_stall=self._stalled)
+        self._confirming: asyncio.Task | None = None
+        # An async actor's __init__ runs on its event loop: maintenance starts with every
+        # incarnation, including the ones Ray restarts without the controller asking.
+        self._storage = StorageWorker()  # compaction, flushes, deletions: off this loop
+        self._maintenance = asyncio.get_event_loop().create_task(self._maintain())
+        self._ticker = asyncio.get_event_loop().create_task(self._tick())
+
+    def _check(self) -> int:
+        """Before serving a leader or consumer request: the stall guard's check."""
+        return self.guard.check()
+
+    # -- its own stalls ------------------------------------------------------------------------
+
+    async def _tick(self) -> None:
+        """Keep the stall guard's view of the event loop fresh while no request comes."""
+        while True:
+            await asyncio.sleep(TICK_S)
+            self.guard.observe()
+
+    def _stalled(self) -> None:
+        """The event loop did not run for long enough that the controller may have fenced
+        this broker: from now on it serves nothing until its state is confirmed."""
+        logger.warning("broker %s stalled for %.1f s: serving nothing until its state is "
+                       "confirmed", self.broker_id, self.guard.last_stall_s)
+        if self._confirming is None or self._confirming.done():
+            self._confirming = asyncio.get_running_loop().create_task(self._confirm())
+
+    async def _confirm(self) -> None:
+        """Ask until this process's state is confirmed after its latest stall."""
+        while not self.guard.serving:
+            generation = self.guard.generation
+            if self.broker_id is None:  # told nothing yet: it serves nothing anyway
+                self.guard.confirmed(generation)
+                break
+            try:
+                confirmed = await asyncio.wait_for(self._ask_confirmation(), CONFIRM_TIMEOUT_S)
+            except Exception as e:  # unreachable, restarting, slow: ask again
+                if isinstance(e, ray.exceptions.RayActorError):
+                    self._controller = None  # created again: look it up anew
+                logger.info("broker %s: its state is not confirmed yet: %r", self.broker_id, e)
+                await asyncio.sleep(CONFIRM_RETRY_S)
+                continue
+            if confirmed:
+                self.guard.confirmed(generation)
+                if self.guard.serving:
+                    logger.info("broker %s: state confirmed, serving again", self.broker_id)
+            else:
+                await asyncio.sleep(CONFIRM_RETRY_S)
+
+    async def _ask_confirmation(self) -> bool:
+        """Whether this process's state is confirmed after a stall (a subclass asks)."""
+        raise NotImplementedError
+
+    # -- what the controller says (through the broker) ----------------------------------------
+
+    def _take(self, states: list[dict[str, Any]], brokers: dict[int, ray.actor.ActorHandle],
+              full: bool, version: int, assigned: dict[TopicPartition, str] | None
+              ) -> dict[str, Any]:
+        """Hold the replicas ``states`` describe (opening those not open yet) in the role
+        each says. ``brokers``: the live brokers' actors, for following leaders. With
+        ``full``, ``assigned`` is every replica of this broker (its topic id): any other
+        this process holds is stopped and its files removed. ``version``: the controller's
+        metadata version when it sent this; anything older than what this process has seen
+        is not allowed to undo it. Answers per replica its state, or the error."""
+        newest = version >= self.version
+        self.version = max(self.version, version)
+        self.brokers = dict(brokers) if full and newest else {**self.brokers, **brokers}
+        for (leader, host), fetcher in self.fetchers.items():  # a broker created again
+            if host is None and leader in self.brokers:
+                fetcher.handle = self.brokers[leader]
+        answers = {}
+        for state in states:
+            tp = (state["topic"], state["partition"])
+            if self._gone.get(tp, -1) > version:
+                continue  # stopped by a newer word than this one
+            try:
+                answers[f"{tp[0]}-{tp[1]}"] = self._apply_one(tp, state, version)
+            except (RaylogError, OSError) as e:
+                logger.exception("the replica could not be served", **at(*tp))
+                self.failed[tp] = repr(e)
+                self._status.set()
+                answers[f"{tp[0]}-{tp[1]}"] = {"error": repr(e)}
+        if full and newest and assigned is not None:
+            self._remove_strays(assigned, version)
+        return answers
+
+    def _apply_one(self, tp: TopicPartition, state: dict[str, Any],
+                   version: int) -> dict[str, Any]:
+        hosted = self.replicas.get(tp)
+        if hosted is not None and hosted.topic_id != state["topic_id"]:
+            self._stop(tp, delete=False)  # a new topic of that name: the old one is gone
+            hosted = None
+        if hosted is None:
+            hosted = HostedReplica.open(self.directory, tp[0], tp[1], state["topic_id"],
+                                        self.broker_id, state["configs"])
+            self.replicas[tp] = hosted
+            self.failed.pop(tp, None)
+        partition = hosted.partition
+        try:
+            if version >= hosted.version:
+                hosted.version = version
+                hosted.update_configs(state["configs"])
+            transition = partition.apply(LeaderAndIsr.from_dict(state))
+            self._react(tp, hosted, transition)
+        finally:
+            # Whatever happened, the fetchers copy exactly what this replica follows now.
+            self._fetch_as_told(tp, partition)
+        return {"role": partition.role.value, "leader_epoch": partition.leader_epoch,
+                "log_end_offset": partition.log_end_offset,
+                "high_watermark": partition.high_watermark}
+
+    def _react(self, tp: TopicPartition, hosted: HostedReplica, transition: Transition) -> None:
+        """After the controller spoke: log a change of role and wake the replica's waiters
+        (an acks=all append of a former leader fails)."""
+        partition = hosted.partition
+        if transition not in (Transition.STALE, Transition.UNCHANGED, Transition.UPDATED):
+            logger.info("%s: %s at leader epoch %d (leader %s, ISR %s)", hosted.name,
+                        transition.value, partition.leader_epoch, partition.leader_id,
+                        list(partition.isr))
+        if transition is not Transition.UNCHANGED:
+            hosted.notify()
+
+    def _fetch_as_told(self, tp: TopicPartition, partition: Any) -> None:
+        """Follow ``tp`` from its leader's broker at its leader epoch, and from no other.
+        Idempotent: a partition already followed at that epoch goes on where it is (from
+        the leader's broker actor, or from the leader's host it was sent to); one whose
+        leader's broker is not known yet starts when a later apply brings its handle."""
+        wanted = partition.leader_id if partition.role is Role.FOLLOWER else None
+        followed = False
+        for (leader, _), fetcher in self.fetchers.items():
+            following = fetcher.partitions.get(tp)
+            if following is not None and (leader != wanted or
+                                          following.leader_epoch != partition.leader_epoch):
+                fetcher.forget(tp)
+            elif following is not None:
+                followed = True
+        if wanted is None or followed:
+            return
+        handle = self.brokers.get(wanted)
+        if handle is None:
+            logger.info("leader broker %s is not reachable yet", wanted, **at(*tp))
+            return
+        fetcher = self.fetchers.get((wanted, None))
+        if fetcher is None:
+            fetcher = self.fetchers[wanted, None] = ReplicaFetcher(self, wanted, handle)
+        fetcher.follow(tp, partition.leader_epoch, handle)
+
+    def redirect(self, tp: TopicPartition, following: Any, leader: int,
+                 host: ray.actor.ActorHandle | None) -> None:
+        """The leader's broker says another process of its node serves ``tp`` (``host``),
+        or its host no longer does (None: ask the broker again): copy it from there, going
+        on where it was."""
+        for fetcher in self.fetchers.values():
+            fetcher.forget(tp)
+        key = (leader, None if host is None else host._actor_id.hex())
+        handle = host if host is not None else self.brokers.get(leader)
+        if handle is None:
+            return  # the leader's broker is not known now: the controller's next word says
+        fetcher = self.fetchers.get(key)
+        if fetcher is None:
+            fetcher = self.fetchers[key] = ReplicaFetcher(self, leader, handle, key[1])
+        fetcher.adopt(tp, following)
+
+    async def stop_replicas(self, replicas: list[tuple[str, int]], delete: bool = False,
+                            version: int = 0) -> None:
+        """Stop serving these replicas; with ``delete``, remove their files (the topic was
+        deleted, or the replica moved to another broker). ``version`` as for apply."""
+        self.version = max(self.version, version)
+        for topic, partition in replicas:
+            hosted = self.replicas.get((topic, partition))
+            if hosted is not None and hosted.version > version:
+                continue  # re-created by a newer word
+            self._gone[(topic, partition)] = version
+            try:
+                self._stop((topic, partition), delete)
+            except OSError:  # one replica's files must not keep the others
+                logger.exception("stopping the replica failed", **at(topic, partition))
+
+    def _stop(self, tp: TopicPartition, delete: bool) -> None:
+        for fetcher in self.fetchers.values():
+            fetcher.forget(tp)
+        hosted = self.replicas.pop(tp, None)
+        self.failed.pop(tp, None)
+        directory = self.directory / f"{tp[0]}-{tp[1]}"
+        if hosted is not None:
+            hosted.stop()
+            try:
+                if delete:
+                    hosted.partition.log.delete()
+                else:
+                    hosted.partition.close()
+            finally:
+                hosted.release()
+        if delete:
+            remove_partition_dir(directory)
+            logger.info("removed %s", directory)
+
+    def _remove_strays(self, assigned: dict[TopicPartition, str], version: int) -> None:
+        """Remove replicas this process holds but the broker is not assigned (any more)."""
+        for tp in [tp for tp, h in self.replicas.items()
+                   if assigned.get(tp) != h.topic_id and h.version <= version]:
+            self._gone[tp] = version
+            try:
+                self._stop(tp, delete=True)
+            except OSError:
+                logger.exception("removing the replica failed", **at(*tp))
+
+    def _remove_stray_dirs(self, assigned: dict[TopicPartition, str]) -> None:
+        """Remove the partition directories of the broker's data directory that are not
+        assigned to it (the broker only: its hosts' replicas are all assigned)."""
+        for marker in self.directory.glob(f"*/{METADATA_FILE}"):
+            directory = marker.parent
+            name, _, number = directory.name.rpartition("-")
+            if not number.isdigit() or (name, int(number)) in self.replicas:
+                continue
+            try:
+                owner = partition_dir_owner(directory)
+            except StorageError:
+                continue  # never guess whose data it is
+            if assigned.get((name, int(number))) != owner:
+                logger.warning("%s is not assigned to broker %s: removing it", directory,
+                               self.broker_id)
+                remove_partition_dir(directory)
+
+    async def update_configs(self, topic: str, configs: dict[str, Any],
+                             version: int = 0) -> None:
+        """New configs of ``topic`` (``version`` as for apply: an older word is ignored)."""
+        self.version = max(self.version, version)
+        for (name, _), hosted in self.replicas.items():
+            if name == topic and version >= hosted.version:
+                hosted.version = version
+                hosted.update_configs(configs)
+        self._wake_maintenance.set()
+
+    async def describe(self, topic: str | None = None) -> list[dict[str, Any]]:
+        """Every replica this broker holds (of ``topic``), as its Partition describes it."""
+        return [{**h.partition.describe(), "broker_id": self.broker_id,
+                 "node_id": self.node_id}
+                for (name, _), h in sorted(self.replicas.items())
+                if topic is None or name == topic]
+
+    async def close(self) -> None:
+        """Close every replica cleanly (producer snapshots, clean-shutdown markers)."""
+        for tp in list(self.replicas):
+            self._stop(tp, delete=False)
+        for fetcher in self.fetchers.values():
+            fetcher.stop()
+
+    # -- producers and consumers ---------------------------------------------------------------
+
+    def _hosted(self, topic: str, partition: int) -> HostedReplica:
+        """The replica a leader or consumer request is for (BrokerStalledError while this
+        broker waits for the controller to confirm it after a stall)."""
+        self._check()
+        hosted = self.replicas.get((topic, partition))
+        if hosted is None:
+            raise NotLeaderError(f"broker {self.broker_id} holds no replica of "
+                                 f"{topic}-{partition}")
+        return hosted
+
+    async def produce(self, topic: str, partition: int, leader_epoch: int, batch: bytes,
+                      acks: int | str = 1, timeout_ms: int = 30_000) -> AppendInfo:
+        """Append a producer's batch to a partition this broker leads (see
+        HostedReplica.produce)."""
+        started = time.monotonic()
+        hosted = self._hosted(topic, partition)  # checks the stall guard
+        since = self.guard.generation
+        info = await hosted.produce(batch, acks, leader_epoch, timeout_ms / 1000)
+        self.guard.check_since(since)  # stalled meanwhile: it may have been fenced
+        metrics = recorder()
+        metrics.observe("raylog_produce_latency_ms", (time.monotonic() - started) * 1000,
+                        topic=topic)
+        metrics.inc("raylog_bytes_in", len(batch), topic=topic)
+        metrics.inc("raylog_records_in", info.record_count, topic=topic)
+        return info
+
+    async def fetch(self, topic: str, partition: int, leader_epoch: int, offset: int,
+                    max_bytes: int = 8 << 20, max_wait_ms: int = 0, min_bytes: int = 1
+                    ) -> FetchResult:
+        """Batches from ``offset`` below the high watermark; waits up to ``max_wait_ms`` for
+        at least ``min_bytes`` to be there."""
+        started = time.monotonic()
+        hosted = self._hosted(topic, partition)  # checks the stall guard
+        since = self.guard.generation
+        result = hosted.partition.fetch(offset, max_bytes, leader_epoch)
+        deadline = started + max_wait_ms / 1000
+        while len(result.data) < min_bytes:
+            if not await hosted.wait(deadline - time.monotonic()):
+                break
+            hosted = self._hosted(topic, partition)
+            result = hosted.partition.fetch(offset, max_bytes, leader_epoch)
+        self.guard.check_since(since)
+        recorder().observe("raylog_fetch_latency_ms", (time.monotonic() - started) * 1000,
+                           topic=topic)
+        _count_out(topic, result.data)
+        return result
+
+    async def delete_records(self, topic: str, partition: int, leader_epoch: int,
+                             offset: int) -> int:
+        return self._hosted(topic, partition).partition.delete_records(offset, leader_epoch)
+
+    async def list_offset(self, topic: str, partition: int, leader_epoch: int,
+                          spec: str | int) -> tuple[int, int] | None:
+        return self._hosted(topic, partition).partition.list_offset(spec, leader_epoch)
+
+    async def read_kafka_table(self, topic: str, partition: int, leader_epoch: int,
+                               start: int, end: int, max_wait_ms: int = 10_000) -> pa.Table:
+        """Records [start, end) with the columns of Spark's Kafka source (KAFKA_SCHEMA). A
+        follower whose high watermark is still short of ``end`` (the range was planned from
+        the leader's) waits for it, up to ``max_wait_ms``."""
+        p = await self._reading(topic, partition, leader_epoch, end, max_wait_ms)
+        if isinstance(p, ray.actor.ActorHandle):
+            return await p.read_kafka_table.remote(topic, partition, leader_epoch, start, end, 0)
+        table = kafka_table(p.read_table(start, end, leader_epoch), topic, partition)
+        metrics = recorder()
+        metrics.inc("raylog_bytes_out", table.nbytes, topic=topic)
+        metrics.inc("raylog_records_out", table.num_rows, topic=topic)
+        return table
+
+    async def _reading(self, topic: str, partition: int, leader_epoch: int, end: int,
+                       max_wait_ms: int) -> Any:
+        """The partition to read a range ending at ``end`` from, or the leader's broker to
+        ask instead. A replica whose high watermark is short of ``end`` waits for it up to
+        ``max_wait_ms``: a follower (it may lag up to replica.lag.time.max.ms), or a new
+        leader that has those records but does not know yet that they are committed (the
+        range was planned from the old leader's high watermark, KIP-207; past the wait, the
+        read fails with the retriable OffsetNotAvailableError). A follower still short of
+        ``end``, or out of sync, hands the range to its leader, from whose high watermark it
+        was planned. A caller never sees the detour."""
+        hosted = self._hosted(topic, partition)  # checks the stall guard
+        since = self.guard.generation
+        deadline = time.monotonic() + max_wait_ms / 1000
+        while hosted.partition.awaits_high_watermark(end):
+            if not await hosted.wait(deadline - time.monotonic()):
+                break
+            hosted = self._hosted(topic, partition)
+        self.guard.check_since(since)  # the read that follows does not wait
+        p = hosted.partition
+        if p.role is Role.FOLLOWER and (p.high_watermark < end or p.replica_id not in p.isr) \
+                and p.leader_epoch == leader_epoch and p.leader_id in self.brokers:
+            return self.brokers[p.leader_id]
+        return p
+
+    # -- the Java connector (raylog/util/interop.py: JSON and Arrow IPC in and out) ----------------
+
+    @java_call
+    async def java_offsets(self, requests: str) -> str:
+        """Offsets of partitions this broker leads, for Spark's planning: ``requests`` is a
+        JSON list of ``[topic, partition, leader epoch (-1: any), timestamp or null]``; the
+        answer a JSON list of ``{"log_start", "high_watermark", "timestamp_offset"}`` (the
+        first offset at or after the timestamp, null if none, and the log's size in bytes,
+        which sizes Spark's tasks) or ``{"error": ...}`` each."""
+        answers = []
+        for topic, partition, epoch, timestamp in json.loads(requests):
+            try:
+                p = self._hosted(topic, partition).partition
+                epoch = None if epoch < 0 else epoch
+                start, _ = p.list_offset(EARLIEST, epoch)
+                high, _ = p.list_offset(LATEST, epoch)
+                found = None if timestamp is None else p.list_offset(int(timestamp), epoch)
+                answers.append({"log_start": start, "high_watermark": high,
+                                "timestamp_offset": None if found is None else found[0],
+                                "size_bytes": p.log.size_bytes})
+            except RaylogError as e:
+                answers.append({"error": error_json(e)})
+        return json.dumps(answers)
+
+    @java_call
+    async def java_read(self, topic: str, partition: int, span: list[int], columns: str) -> bytes:
+        """Records [start, end) as an Arrow IPC stream in Spark's layout, holding only
+        ``columns`` (comma-separated names of Spark's Kafka source columns), where ``span``
+        is ``[leader epoch, start, end]`` (a Java call takes at most five arguments): a Spark
+        task's columnar reader builds its ColumnarBatches straight from it."""
+        leader_epoch, start, end = (int(v) for v in span)
+        names = [c for c in columns.split(",") if c]
+        p = await self._reading(topic, partition, leader_epoch, end, 10_000)
+        if isinstance(p, ray.actor.ActorHandle):
+            return await p.java_read.remote(topic, partition, span, columns)
+        try:
+            table = spark_table(p.read_table(start, end, leader_epoch), topic, partition, names)
+        except ValueError as e:
+            raise InvalidArgumentError(str(e)) from e
+        data = ipc_bytes(table)
+        metrics = recorder()
+        metrics.inc("raylog_bytes_out", len(data), topic=topic)
+        metrics.inc("raylog_records_out", table.num_rows, topic=topic)
+        return data
+
+    @java_call
+    async def java_read_batches(self, topic: str, partition: int, span: list[int]) -> bytes:
+        """The stored batches holding records [start, end) of a partition, as they are on
+        disk, where ``span`` is ``[leader epoch, start, end]``: a Spark task's reader checks
+        their CRCs and decodes them itself (io.raylog.spark.BatchDecoder), so the broker only
+        reads the file and the bytes cross compressed."""
+        leader_epoch, start, end = (int(v) for v in span)
+        p = await self._reading(topic, partition, leader_epoch, end, 10_000)
+        if isinstance(p, ray.actor.ActorHandle):
+            return await p.java_read_batches.remote(topic, partition, span)
+        data = p.read_batches(start, end, leader_epoch)
+        _count_out(topic, data)
+        return data
+
+    # -- other brokers' fetchers -----------------------------------------------------------------
+
+    async def replica_fetch(self, follower: int, requests: list[tuple[str, int, int, int, int]],
+                            max_bytes: int, partition_max_bytes: int, max_wait_ms: int,
+                            follower_epoch: int = NO_BROKER_EPOCH) -> list[dict[str, Any]]:
+        """A follower broker, in its process at broker epoch ``follower_epoch``, fetches
+        ``(topic, partition, leader epoch, its log end, its high watermark)`` for each
+        partition it follows from this broker. Each fetch counts for the ISR and the high
+        watermark; the answer holds batches from that log end (up to this log's end) and
+        this high watermark, or the error. Waits up to ``max_wait_ms`` while there is
+        neither data nor a high watermark the follower lacks."""
+        try:
+            since = self._check()
+        except BrokerStalledError as e:  # per partition, as the follower's fetcher reads them
+            return [_error_answer(e, self.replicas.get((t, p))) for t, p, *_ in requests]
+        answers: list[dict[str, Any] | None] = [None] * len(requests)
+        serving = []
+        for i, (topic, partition, epoch, offset, known_hw) in enumerate(requests):
+            hosted = self.replicas.get((topic, partition))
+            try:
+                if hosted is None:
+                    raise NotLeaderError(f"broker {self.broker_id} holds no replica of "
+                                         f"{topic}-{partition}")
+                before = hosted.partition.high_watermark
+                hosted.partition.follower_fetched(follower, epoch, offset, follower_epoch)
+                hosted.maybe_propose_isr(self._propose_isr)
+                if hosted.partition.high_watermark != before:
+                    hosted.notify()  # acks=all appends and consumers waiting for it
+                serving.append((i, hosted, epoch, offset, known_hw))
+            except RaylogError as e:
+                answers[i] = _error_answer(e, hosted)
+        deadline = time.monotonic() + max_wait_ms / 1000
+        failed_early = any(a is not None for a in answers)
+        while True:
+            budget, ready = max_bytes, failed_early
+            for i, hosted, epoch, offset, known_hw in serving:
+                partition = hosted.partition
+                try:
+                    partition.check_leader(epoch)
+                    if budget > 0:
+                        result = partition.read_for_follower(
+                            offset, min(partition_max_bytes, budget))
+                        data = result.data
+                    else:  # the request's bytes are spent: the positions only, no read
+                        data = b""
+                except RaylogError as e:
+                    answers[i] = _error_answer(e, hosted)
+                    ready = True
+                    continue
+                budget -= len(data)
+                log = partition.log
+                answers[i] = {"data": data, "high_watermark": log.high_watermark,
+                              "log_start_offset": log.log_start_offset,
+                              "log_end_offset": log.log_end_offset, "error": None}
+                ready = ready or bool(data) or log.high_watermark > known_hw
+            if ready or not await wait_any([s[1] for s in serving],
+                                           deadline - time.monotonic()):
+                try:
+                    self.guard.check_since(since)
+                except BrokerStalledError as e:
+                    return [_error_answer(e, self.replicas.get((t, p)))
+                            for t, p, *_ in requests]
+                return answers
+
+    async def epoch_end_offsets(self, requests: list[tuple[str, int, int, int]]
+                                ) -> list[tuple[int, int] | RaylogError]:
+        """For a follower's truncation, per ``(topic, partition, leader epoch, epoch)``: where
+        ``epoch`` ended in this leader's log (Kafka's OffsetForLeaderEpoch), or the error."""
+        out: list[tuple[int, int] | RaylogError] = []
+        for topic, partition, leader_epoch, epoch in requests:
+            try:
+                out.append(tuple(self._hosted(topic, partition).partition.end_offset_for_epoch(
+                    leader_epoch, epoch)))
+            except RaylogError as e:
+                out.append(e)
+        return out
+
+    # -- the ISR, maintenance --------------------------------------------------------------------
+
+    def _controller_handle(self) -> ray.actor.ActorHandle:
+        if self._controller is None:
+            self._controller = ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
+        return self._controller
+
+    async def _propose_isr(self, request: AlterIsr) -> dict[str, Any]:
+        """Ask the controller for an ISR change (HostedReplica puts the deadline on it)."""
+        try:
+            return await self._controller_handle().alter_partition.remote(
+                request.topic, request.partition, request.leader, request.leader_epoch,
+                request.partition_epoch, list(request.isr), request.broker_epochs)
+        except ray.exceptions.RayActorError:
+            self._controller = None  # killed for good and created again: look it up anew
+            raise
+
+    async def _maintain(self) -> None:
+        """Flush by time, enforce retention, compact (the three handed to the background
+        thread), checkpoint high watermarks and let leaders shrink their ISR. Replicas with
+        nothing to do are skipped; an idle broker wakes every IDLE_MAINTENANCE_INTERVAL_S
+        (time-based retention)."""
+        last_full = time.monotonic()
+        while True:
+            busy = any(h.active or h.partition.log.time_work_pending()
+                       for h in self.replicas.values())
+            if busy:
+                await asyncio.sleep(MAINTENANCE_INTERVAL_S)
+            else:
+                self._wake_maintenance.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake_maintenance.wait(),
+                                           IDLE_MAINTENANCE_INTERVAL_S)
+            full = time.monotonic() - last_full >= IDLE_MAINTENANCE_INTERVAL_S
+            if full:
+                last_full = time.monotonic()
+            for hosted in list(self.replicas.values()):
+                if full or hosted.active or hosted.partition.log.time_work_pending():
+                    try:
+                        self._upkeep(hosted)
+                    except Exception:  # one replica's failure must not stop the others'
+                        logger.exception("maintenance of %s failed", hosted.name)
+                await asyncio.sleep(0)  # let requests in between replicas
+
+    def _upkeep(self, hosted: HostedReplica) -> None:
+        partition = hosted.partition
+        log = partition.log
+        hosted.active = hosted.behind()
+        self._storage.flush(log)
+        if partition.enforce_retention():
+            hosted.notify()
+        self._storage.delete_retired(log)
+        if log.config.compact and partition.role is not Role.OFFLINE:
+            self._storage.compact(log, log.high_watermark)
+        if time.monotonic() - hosted.last_hw_checkpoint >= HW_CHECKPOINT_INTERVAL_S:
+            log.checkpoint_high_watermark()
+            hosted.last_hw_checkpoint = time.monotonic()
+        hosted.maybe_propose_isr(self._propose_isr)
+
+
+def _count_out(topic: str, data: bytes) -> None:
+    """Bytes and records of the stored batches a reader is sent (whole batches: a read from
+    the middle of one still carries all of it)."""
+    metrics = recorder()
+    metrics.inc("raylog_bytes_out", len(data), topic=topic)
+    if data:
+        try:
+            records = sum(h.record_count for _, h in iter_headers(data, verify=False))
+        except RaylogError:  # the reader is told of a damaged batch; nothing to count
+            return
+        metrics.inc("raylog_records_out", records, topic=topic)
+
+
+def _error_answer(error: RaylogError, hosted: HostedReplica | None) -> dict[str, Any]:
+    log = hosted.partition.log if hosted is not None else None
+    return {"data": b"", "error": error,
+            "high_watermark": log.high_watermark if log else -1,
+            "log_start_offset": log.log_start_offset if log else -1,
+            "log_end_offset": log.log_end_offset if log else -1}
+
