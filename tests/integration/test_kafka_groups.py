@@ -8,16 +8,14 @@ and the other way round); the group shows in ``raylog groups``; a native consume
 join a Kafka group. Records are produced with raylog's own Producer.
 
 Every test starts and stops its own listener on loopback, speaking for every broker.
-The Java client (kafka-clients 4.x from Maven Central, fetched once into a cache directory)
-runs a small program compiled at test time (java/KafkaGroupMember.java).
+The Java client (kafka-clients from Maven Central, tests/java/kafka-clients/pom.xml, fetched
+once into a cache directory by java_deps) runs a small program compiled at test time
+(tests/java/kafka-clients/src/KafkaGroupMember.java).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
@@ -29,20 +27,12 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from raylog import Admin, Consumer, Producer, TopicPartition
 from raylog.errors import InconsistentGroupProtocolError
-from raylog.kafka.gateway.cluster import ClusterBackend, OneAddress
-from raylog.kafka.gateway.listener import KafkaListener, ListenerThread
 from tests.children import Child
-from tests.integration.conftest import restart_controller, wait_for
+from tests.integration.conftest import kafka_listener, restart_controller, wait_for
+from tests.integration.java_deps import compile_java, java_command, maven_jars
 from tests.integration.test_cli import run
 
 PARTITIONS = 4
-JAVA_CLIENT = "4.1.0"  # kafka-clients, from Maven Central
-JAVA_LIB = Path(os.environ.get("RAYLOG_TEST_KAFKA_JAVA_LIB", Path.home() / ".cache" /
-                               "raylog-tests" / f"kafka-java-{JAVA_CLIENT}"))
-POM = f"""<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>
-<groupId>raylog-tests</groupId><artifactId>kafka-java</artifactId><version>1</version>
-<dependencies><dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-clients</artifactId>
-<version>{JAVA_CLIENT}</version></dependency></dependencies></project>"""
 REPO = Path(__file__).resolve().parents[2]
 SESSION_MS = 6000
 
@@ -50,16 +40,8 @@ SESSION_MS = 6000
 @pytest.fixture
 def gateway(ray_cluster) -> Iterator[str]:
     """A listener on loopback for this test: its bootstrap address."""
-    advertiser = OneAddress("127.0.0.1", 0)
-    backend = ClusterBackend.connect(ray_cluster.raylog, advertiser)
-    running = ListenerThread(KafkaListener(backend, host="127.0.0.1", port=0))
-    host, port = running.start()
-    advertiser.port = port
-    try:
-        yield f"{host}:{port}"
-    finally:
-        running.stop()
-        backend.close()
+    with kafka_listener(ray_cluster.raylog) as bootstrap:
+        yield bootstrap
 
 
 @pytest.fixture
@@ -74,19 +56,11 @@ def group() -> str:
 
 
 @pytest.fixture(scope="module")
-def java_member(tmp_path_factory) -> list[str]:
-    """The command running java/KafkaGroupMember.java on kafka-clients, compiled here."""
-    if not list(JAVA_LIB.glob("kafka-clients-*.jar")):
-        build = tmp_path_factory.mktemp("kafka-java-pom")
-        (build / "pom.xml").write_text(POM)
-        subprocess.run(["mvn", "-q", "dependency:copy-dependencies",
-                        f"-DoutputDirectory={JAVA_LIB}"], cwd=build, check=True, timeout=600)
-    classes = tmp_path_factory.mktemp("kafka-java-classes")
-    subprocess.run(["javac", "-cp", f"{JAVA_LIB}/*", "-d", str(classes),
-                    str(REPO / "tests" / "integration" / "java" / "KafkaGroupMember.java")],
-                   check=True, timeout=300)
-    return [shutil.which("java") or "java", "-cp", f"{classes}:{JAVA_LIB}/*",
-            "KafkaGroupMember"]
+def java_member() -> list[str]:
+    """The command running KafkaGroupMember (tests/java/kafka-clients/src/) on kafka-clients,
+    without its arguments."""
+    jars = maven_jars("kafka-clients")
+    return java_command(compile_java("kafka-clients", jars), jars, "KafkaGroupMember")
 
 
 def produce(topic: str, n: int, start: int = 0) -> None:
