@@ -100,6 +100,13 @@ def all_partitions(topic: str) -> set[tuple[str, int]]:
     return {(topic, p) for p in range(PARTITIONS)}
 
 
+def split_between(topic: str, *owners: set[tuple[str, int]]) -> bool:
+    """Every owner holds partitions of ``topic``, no partition has two, and none is left."""
+    every = set().union(*owners)
+    return all(owners) and sum(map(len, owners)) == len(every) and \
+        every == all_partitions(topic)
+
+
 def test_two_consumers_split_commit_resume_and_one_leaving_gives_the_other_all(
         gateway, topic, group):
     produce(topic, 200)
@@ -164,9 +171,7 @@ def test_a_killed_consumer_loses_its_partitions_after_its_session(gateway, topic
 
             def split() -> bool:  # (the child's line comes after its poll: it may lag)
                 theirs = {tuple(tp) for tp in json.loads(member.lines[-1])}
-                return bool(theirs) and bool(owned(survivor)) and \
-                    not theirs & owned(survivor) and \
-                    theirs | owned(survivor) == all_partitions(topic)
+                return split_between(topic, theirs, owned(survivor))
 
             poll_until([survivor], split, "the two members to split the partitions")
             members = Admin().describe_group(group)["members"]
@@ -221,10 +226,7 @@ def test_a_java_consumer_and_a_librdkafka_consumer_share_a_group(gateway, topic,
             consumer.subscribe([topic])
 
             def split() -> bool:  # (the Java member's line comes after its poll)
-                theirs = java_owned(java)
-                return bool(theirs) and bool(owned(consumer)) and \
-                    not theirs & owned(consumer) and \
-                    theirs | owned(consumer) == all_partitions(topic)
+                return split_between(topic, java_owned(java), owned(consumer))
 
             poll_until([consumer], split, "the Java and librdkafka members to split")
             described = Admin().describe_group(group)
@@ -254,8 +256,7 @@ def test_cooperative_sticky_consumers_hand_partitions_over_without_stopping(
             members = Admin().describe_group(group)["members"]
             held = [tuple(tp) for m in members for tp in m["owned"]]
             assert len(held) == len(set(held)), members  # one owner per partition
-            return bool(owned(b)) and not owned(a) & owned(b) and \
-                owned(a) | owned(b) == all_partitions(topic)
+            return split_between(topic, owned(a), owned(b))
 
         poll_until([a, b], split, "a and b to split the partitions")
         assert min(sizes) > 0  # a never gave everything up
@@ -277,8 +278,7 @@ def test_members_rejoin_a_restarted_coordinator_and_split_again(gateway, topic, 
         b.subscribe([topic])
 
         def split() -> bool:
-            return bool(owned(a)) and bool(owned(b)) and not owned(a) & owned(b) and \
-                owned(a) | owned(b) == all_partitions(topic)
+            return split_between(topic, owned(a), owned(b))
 
         poll_until([a, b], split, "a and b to split the partitions")
         before = Admin().describe_group(group)["generation"]
