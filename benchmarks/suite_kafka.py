@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 import ray
-from suite_raylog import STAMP_BYTES, StampedProbe, paced_send
+from suite_raylog import STAMP_BYTES, StampedProbe, paced_send, probe_latencies
 
 PRODUCER_SETTINGS = {"acks": "1", "linger.ms": 5, "compression.type": "lz4",
                      "enable.idempotence": False}
@@ -154,10 +154,7 @@ def measure_kafka_latency(probe: Any, bootstrap: str, topic: str, rate: int, sec
     client.flush(30)
     ray.get(probe.arm.remote(count))
     paced_send(_Sender(client), topic, rate, seconds)
-    latencies = np.frombuffer(ray.get(probe.latencies.remote()), np.int64) / 1e6
-    if len(latencies) != count:
-        raise RuntimeError(f"the Kafka probe received {len(latencies):,} of {count:,} records")
-    return latencies
+    return probe_latencies(probe, count)
 
 
 # -- Spark and Ray Data --------------------------------------------------------------------------

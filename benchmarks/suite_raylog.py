@@ -207,6 +207,11 @@ def measure_latency(probe: Any, topic: str, rate: int, seconds: float,
         producer.send(topic, bytes(STAMP_BYTES) + b"warm-up").result(30)  # metadata, not counted
         ray.get(probe.arm.remote(count))  # at the end, past the warm-up record
         paced_send(producer, topic, rate, seconds)
+    return probe_latencies(probe, count)
+
+
+def probe_latencies(probe: Any, count: int) -> np.ndarray:
+    """The latencies (ms) a probe actor took since its ``arm``: all ``count`` records'."""
     latencies = np.frombuffer(ray.get(probe.latencies.remote()), np.int64) / 1e6
     if len(latencies) != count:
         raise RuntimeError(f"the probe received {len(latencies):,} of {count:,} records")
