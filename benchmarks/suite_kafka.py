@@ -15,14 +15,13 @@ suite passes ``raylog_listener_bootstrap(cluster)`` when that returns an address
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
 import numpy as np
 import ray
+from suite_raylog import STAMP_BYTES, StampedProbe, paced_send, probe_latencies
 
-STAMP_BYTES = 8
 PRODUCER_SETTINGS = {"acks": "1", "linger.ms": 5, "compression.type": "lz4",
                      "enable.idempotence": False}
 PROBE_POLL_S = 0.1
@@ -91,22 +90,21 @@ def kafka_consume(bootstrap: str, topic: str, partitions: int, count: int) -> tu
 # -- end-to-end latency ----------------------------------------------------------------------
 
 @ray.remote(num_cpus=0, max_restarts=0)
-class KafkaLatencyProbe:
+class KafkaLatencyProbe(StampedProbe):
     """suite_raylog.LatencyProbe's twin on Kafka: a confluent-kafka consumer of every
-    partition in its own process; ``arm`` assigns it at the high watermarks and starts a
-    polling thread, ``latencies`` waits for that thread."""
+    partition in its own process; ``arm`` assigns it at the high watermarks and starts the
+    polling thread."""
+
+    timeout_s = PROBE_TIMEOUT_S
 
     def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
         from confluent_kafka import Consumer
 
+        super().__init__(Consumer({"bootstrap.servers": bootstrap,
+                                   "group.id": "raylog-bench-latency",
+                                   "enable.auto.commit": False,
+                                   "fetch.wait.max.ms": 100}))
         self.topic, self.partitions = topic, partitions
-        self.consumer = Consumer({"bootstrap.servers": bootstrap,
-                                  "group.id": "raylog-bench-latency",
-                                  "enable.auto.commit": False,
-                                  "fetch.wait.max.ms": 100})
-        self.thread: threading.Thread | None = None
-        self.received: list[int] = []
-        self.error: BaseException | None = None
 
     def arm(self, expected: int) -> None:
         from confluent_kafka import TopicPartition
@@ -115,37 +113,19 @@ class KafkaLatencyProbe:
         for tp in ends:  # positions fixed now, before any record is sent
             tp.offset = self.consumer.get_watermark_offsets(tp, timeout=30)[1]
         self.consumer.assign(ends)
-        self.received, self.error = [], None
-        self.thread = threading.Thread(target=self._poll, args=(expected,), daemon=True)
-        self.thread.start()
+        self._start(expected)
 
-    def _poll(self, expected: int) -> None:
-        deadline = time.monotonic() + PROBE_TIMEOUT_S
-        try:
-            while len(self.received) < expected and time.monotonic() < deadline:
-                # consume(n, timeout) waits for n messages or the timeout: poll returns at
-                # the first one, as raylog's poll does, then consume(n, 0) takes the rest
-                first = self.consumer.poll(PROBE_POLL_S)
-                if first is None:
-                    continue
-                messages = [first, *self.consumer.consume(10_000, 0)]
-                now = time.monotonic_ns()
-                for m in messages:
-                    if m.error() is not None:
-                        raise RuntimeError(str(m.error()))
-                    self.received.append(now - int.from_bytes(m.value()[:STAMP_BYTES], "big"))
-        except BaseException as e:  # reported by latencies(), in the driver
-            self.error = e
+    def _fetch(self) -> list[Any]:
+        # consume(n, timeout) waits for n messages or the timeout: poll returns at the
+        # first one, as raylog's poll does, then consume(n, 0) takes the rest
+        first = self.consumer.poll(PROBE_POLL_S)
+        return [] if first is None else [first, *self.consumer.consume(10_000, 0)]
 
-    def latencies(self) -> bytes:
-        if self.thread is not None:
-            self.thread.join(PROBE_TIMEOUT_S + 10)
-        if self.error is not None:
-            raise self.error
-        return np.array(self.received, np.int64).tobytes()
-
-    def close(self) -> None:
-        self.consumer.close()
+    @staticmethod
+    def _stamp(message: Any) -> int:
+        if message.error() is not None:
+            raise RuntimeError(str(message.error()))
+        return int.from_bytes(message.value()[:STAMP_BYTES], "big")
 
 
 class _Sender:
@@ -168,18 +148,13 @@ def measure_kafka_latency(probe: Any, bootstrap: str, topic: str, rate: int, sec
                           settings: dict[str, Any]) -> np.ndarray:
     """Latencies (ms) of one paced run through a new confluent-kafka producer, as
     suite_raylog.measure_latency does through a raylog one."""
-    from suite_raylog import paced_send
-
     count = int(rate * seconds)
     client = producer(bootstrap, **settings)
     client.produce(topic, bytes(STAMP_BYTES) + b"warm-up")  # metadata, not counted
     client.flush(30)
     ray.get(probe.arm.remote(count))
     paced_send(_Sender(client), topic, rate, seconds)
-    latencies = np.frombuffer(ray.get(probe.latencies.remote()), np.int64) / 1e6
-    if len(latencies) != count:
-        raise RuntimeError(f"the Kafka probe received {len(latencies):,} of {count:,} records")
-    return latencies
+    return probe_latencies(probe, count)
 
 
 # -- Spark and Ray Data --------------------------------------------------------------------------

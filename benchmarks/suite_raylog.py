@@ -104,52 +104,82 @@ def produce_round(workers: list[Any], topic: str, size: int, settings: dict[str,
 
 # -- end-to-end latency ----------------------------------------------------------------------
 
-@ray.remote(num_cpus=0, max_restarts=0)
-class LatencyProbe:
-    """A consumer of every partition of one topic, in its own process, measuring each
-    record's time from its send call to its receipt here. ``arm`` positions it at the end
-    and starts a polling thread; ``latencies`` waits for that thread."""
+class StampedProbe:
+    """What a latency probe does whatever its client: a polling thread, started by
+    ``_start``, takes each record's time from its send (the stamp its value starts with) to
+    its receipt, until ``expected`` records have come or ``timeout_s`` has passed;
+    ``latencies`` waits for that thread and raises what it raised. A subclass gives
+    ``_fetch`` (the records of one poll) and ``_stamp`` (a record's send time); the receipt
+    time is taken once per poll, before any record is looked at."""
 
-    def __init__(self, topic: str, partitions: int) -> None:
-        raylog.init()
-        self.consumer = Consumer(auto_offset_reset="latest", enable_auto_commit=False,
-                                 max_poll_records=10_000)
-        self.partitions = [TopicPartition(topic, p) for p in range(partitions)]
-        self.consumer.assign(self.partitions)
+    timeout_s = PROBE_TIMEOUT_S
+
+    def __init__(self, consumer: Any) -> None:
+        self.consumer = consumer
         self.thread: threading.Thread | None = None
         self.received: list[int] = []
         self.error: BaseException | None = None
 
-    def arm(self, expected: int) -> None:
-        self.consumer.seek_to_end()
-        for tp in self.partitions:
-            self.consumer.position(tp)  # resolved now, before any record is sent
-        self.received = []
-        self.error = None
+    def _fetch(self) -> list[Any]:
+        raise NotImplementedError
+
+    @staticmethod
+    def _stamp(record: Any) -> int:
+        raise NotImplementedError
+
+    def _start(self, expected: int) -> None:
+        self.received, self.error = [], None
         self.thread = threading.Thread(target=self._poll, args=(expected,), daemon=True)
         self.thread.start()
 
     def _poll(self, expected: int) -> None:
-        deadline = time.monotonic() + PROBE_TIMEOUT_S
+        deadline = time.monotonic() + self.timeout_s
+        stamp = self._stamp
         try:
             while len(self.received) < expected and time.monotonic() < deadline:
-                records = self.consumer.poll(timeout_ms=PROBE_POLL_MS)
+                records = self._fetch()
                 now = time.monotonic_ns()
-                self.received.extend(now - int.from_bytes(r.value[:STAMP_BYTES], "big")
-                                     for r in records)
+                self.received.extend(now - stamp(r) for r in records)
         except BaseException as e:  # reported by latencies(), in the driver
             self.error = e
 
     def latencies(self) -> bytes:
         """The latencies (ns, int64) of the records received since ``arm``."""
         if self.thread is not None:
-            self.thread.join(PROBE_TIMEOUT_S + 10)
+            self.thread.join(self.timeout_s + 10)
         if self.error is not None:
             raise self.error
         return np.array(self.received, np.int64).tobytes()
 
     def close(self) -> None:
         self.consumer.close()
+
+
+@ray.remote(num_cpus=0, max_restarts=0)
+class LatencyProbe(StampedProbe):
+    """A raylog consumer of every partition of one topic, in its own process, measuring each
+    record's time from its send call to its receipt here. ``arm`` positions it at the end
+    and starts the polling thread."""
+
+    def __init__(self, topic: str, partitions: int) -> None:
+        raylog.init()
+        super().__init__(Consumer(auto_offset_reset="latest", enable_auto_commit=False,
+                                  max_poll_records=10_000))
+        self.partitions = [TopicPartition(topic, p) for p in range(partitions)]
+        self.consumer.assign(self.partitions)
+
+    def arm(self, expected: int) -> None:
+        self.consumer.seek_to_end()
+        for tp in self.partitions:
+            self.consumer.position(tp)  # resolved now, before any record is sent
+        self._start(expected)
+
+    def _fetch(self) -> list[Any]:
+        return self.consumer.poll(timeout_ms=PROBE_POLL_MS)
+
+    @staticmethod
+    def _stamp(record: Any) -> int:
+        return int.from_bytes(record.value[:STAMP_BYTES], "big")
 
 
 def paced_send(producer: Producer, topic: str, rate: int, seconds: float) -> int:
@@ -177,6 +207,11 @@ def measure_latency(probe: Any, topic: str, rate: int, seconds: float,
         producer.send(topic, bytes(STAMP_BYTES) + b"warm-up").result(30)  # metadata, not counted
         ray.get(probe.arm.remote(count))  # at the end, past the warm-up record
         paced_send(producer, topic, rate, seconds)
+    return probe_latencies(probe, count)
+
+
+def probe_latencies(probe: Any, count: int) -> np.ndarray:
+    """The latencies (ms) a probe actor took since its ``arm``: all ``count`` records'."""
     latencies = np.frombuffer(ray.get(probe.latencies.remote()), np.int64) / 1e6
     if len(latencies) != count:
         raise RuntimeError(f"the probe received {len(latencies):,} of {count:,} records")

@@ -1,5 +1,5 @@
 """Jars from Maven Central and small Java programs, for the tests that run real Java Kafka
-clients (tests/integration/test_kafka_clients.py).
+clients (tests/integration/test_kafka_clients.py, test_kafka_groups.py).
 
 A pom under ``tests/java/<name>/`` names what to fetch; ``mvn dependency:copy-dependencies``
 copies its runtime jars into a cache directory named by the pom's hash

@@ -25,10 +25,8 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from kafka.partitioner.default import murmur2
 
 from raylog import Admin, Consumer, Producer, TopicPartition
-from raylog.kafka.gateway.cluster import ClusterBackend, OneAddress
-from raylog.kafka.gateway.listener import KafkaListener, ListenerThread
 from tests.children import Child
-from tests.integration.conftest import consume_all, wait_for
+from tests.integration.conftest import consume_all, kafka_listener, wait_for
 
 PARTITIONS = 3
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
@@ -37,16 +35,8 @@ CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 @pytest.fixture
 def gateway(ray_cluster) -> Iterator[str]:
     """A listener on loopback for this test: its bootstrap address."""
-    advertiser = OneAddress("127.0.0.1", 0)
-    backend = ClusterBackend.connect(ray_cluster.raylog, advertiser)
-    running = ListenerThread(KafkaListener(backend, host="127.0.0.1", port=0))
-    host, port = running.start()
-    advertiser.port = port
-    try:
-        yield f"{host}:{port}"
-    finally:
-        running.stop()
-        backend.close()
+    with kafka_listener(ray_cluster.raylog) as bootstrap:
+        yield bootstrap
 
 
 @pytest.fixture

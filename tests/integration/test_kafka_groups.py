@@ -8,16 +8,14 @@ and the other way round); the group shows in ``raylog groups``; a native consume
 join a Kafka group. Records are produced with raylog's own Producer.
 
 Every test starts and stops its own listener on loopback, speaking for every broker.
-The Java client (kafka-clients 4.x from Maven Central, fetched once into a cache directory)
-runs a small program compiled at test time (java/KafkaGroupMember.java).
+The Java client (kafka-clients from Maven Central, tests/java/kafka-clients/pom.xml, fetched
+once into a cache directory by java_deps) runs a small program compiled at test time
+(tests/java/kafka-clients/src/KafkaGroupMember.java).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
@@ -29,20 +27,12 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from raylog import Admin, Consumer, Producer, TopicPartition
 from raylog.errors import InconsistentGroupProtocolError
-from raylog.kafka.gateway.cluster import ClusterBackend, OneAddress
-from raylog.kafka.gateway.listener import KafkaListener, ListenerThread
 from tests.children import Child
-from tests.integration.conftest import restart_controller, wait_for
+from tests.integration.conftest import kafka_listener, restart_controller, wait_for
+from tests.integration.java_deps import compile_java, java_command, maven_jars
 from tests.integration.test_cli import run
 
 PARTITIONS = 4
-JAVA_CLIENT = "4.1.0"  # kafka-clients, from Maven Central
-JAVA_LIB = Path(os.environ.get("RAYLOG_TEST_KAFKA_JAVA_LIB", Path.home() / ".cache" /
-                               "raylog-tests" / f"kafka-java-{JAVA_CLIENT}"))
-POM = f"""<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>
-<groupId>raylog-tests</groupId><artifactId>kafka-java</artifactId><version>1</version>
-<dependencies><dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-clients</artifactId>
-<version>{JAVA_CLIENT}</version></dependency></dependencies></project>"""
 REPO = Path(__file__).resolve().parents[2]
 SESSION_MS = 6000
 
@@ -50,16 +40,8 @@ SESSION_MS = 6000
 @pytest.fixture
 def gateway(ray_cluster) -> Iterator[str]:
     """A listener on loopback for this test: its bootstrap address."""
-    advertiser = OneAddress("127.0.0.1", 0)
-    backend = ClusterBackend.connect(ray_cluster.raylog, advertiser)
-    running = ListenerThread(KafkaListener(backend, host="127.0.0.1", port=0))
-    host, port = running.start()
-    advertiser.port = port
-    try:
-        yield f"{host}:{port}"
-    finally:
-        running.stop()
-        backend.close()
+    with kafka_listener(ray_cluster.raylog) as bootstrap:
+        yield bootstrap
 
 
 @pytest.fixture
@@ -74,19 +56,11 @@ def group() -> str:
 
 
 @pytest.fixture(scope="module")
-def java_member(tmp_path_factory) -> list[str]:
-    """The command running java/KafkaGroupMember.java on kafka-clients, compiled here."""
-    if not list(JAVA_LIB.glob("kafka-clients-*.jar")):
-        build = tmp_path_factory.mktemp("kafka-java-pom")
-        (build / "pom.xml").write_text(POM)
-        subprocess.run(["mvn", "-q", "dependency:copy-dependencies",
-                        f"-DoutputDirectory={JAVA_LIB}"], cwd=build, check=True, timeout=600)
-    classes = tmp_path_factory.mktemp("kafka-java-classes")
-    subprocess.run(["javac", "-cp", f"{JAVA_LIB}/*", "-d", str(classes),
-                    str(REPO / "tests" / "integration" / "java" / "KafkaGroupMember.java")],
-                   check=True, timeout=300)
-    return [shutil.which("java") or "java", "-cp", f"{classes}:{JAVA_LIB}/*",
-            "KafkaGroupMember"]
+def java_member() -> list[str]:
+    """The command running KafkaGroupMember (tests/java/kafka-clients/src/) on kafka-clients,
+    without its arguments."""
+    jars = maven_jars("kafka-clients")
+    return java_command(compile_java("kafka-clients", jars), jars, "KafkaGroupMember")
 
 
 def produce(topic: str, n: int, start: int = 0) -> None:
@@ -124,6 +98,13 @@ def poll_until(consumers: list[KafkaConsumer], condition, what: str,
 
 def all_partitions(topic: str) -> set[tuple[str, int]]:
     return {(topic, p) for p in range(PARTITIONS)}
+
+
+def split_between(topic: str, *owners: set[tuple[str, int]]) -> bool:
+    """Every owner holds partitions of ``topic``, no partition has two, and none is left."""
+    every = set().union(*owners)
+    return all(owners) and sum(map(len, owners)) == len(every) and \
+        every == all_partitions(topic)
 
 
 def test_two_consumers_split_commit_resume_and_one_leaving_gives_the_other_all(
@@ -190,9 +171,7 @@ def test_a_killed_consumer_loses_its_partitions_after_its_session(gateway, topic
 
             def split() -> bool:  # (the child's line comes after its poll: it may lag)
                 theirs = {tuple(tp) for tp in json.loads(member.lines[-1])}
-                return bool(theirs) and bool(owned(survivor)) and \
-                    not theirs & owned(survivor) and \
-                    theirs | owned(survivor) == all_partitions(topic)
+                return split_between(topic, theirs, owned(survivor))
 
             poll_until([survivor], split, "the two members to split the partitions")
             members = Admin().describe_group(group)["members"]
@@ -247,10 +226,7 @@ def test_a_java_consumer_and_a_librdkafka_consumer_share_a_group(gateway, topic,
             consumer.subscribe([topic])
 
             def split() -> bool:  # (the Java member's line comes after its poll)
-                theirs = java_owned(java)
-                return bool(theirs) and bool(owned(consumer)) and \
-                    not theirs & owned(consumer) and \
-                    theirs | owned(consumer) == all_partitions(topic)
+                return split_between(topic, java_owned(java), owned(consumer))
 
             poll_until([consumer], split, "the Java and librdkafka members to split")
             described = Admin().describe_group(group)
@@ -280,8 +256,7 @@ def test_cooperative_sticky_consumers_hand_partitions_over_without_stopping(
             members = Admin().describe_group(group)["members"]
             held = [tuple(tp) for m in members for tp in m["owned"]]
             assert len(held) == len(set(held)), members  # one owner per partition
-            return bool(owned(b)) and not owned(a) & owned(b) and \
-                owned(a) | owned(b) == all_partitions(topic)
+            return split_between(topic, owned(a), owned(b))
 
         poll_until([a, b], split, "a and b to split the partitions")
         assert min(sizes) > 0  # a never gave everything up
@@ -303,8 +278,7 @@ def test_members_rejoin_a_restarted_coordinator_and_split_again(gateway, topic, 
         b.subscribe([topic])
 
         def split() -> bool:
-            return bool(owned(a)) and bool(owned(b)) and not owned(a) & owned(b) and \
-                owned(a) | owned(b) == all_partitions(topic)
+            return split_between(topic, owned(a), owned(b))
 
         poll_until([a, b], split, "a and b to split the partitions")
         before = Admin().describe_group(group)["generation"]

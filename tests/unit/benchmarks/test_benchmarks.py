@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -215,3 +216,86 @@ def test_raylog_bench_hands_every_argument_to_the_suite(capfd):
     assert "usage: suite.py" in capfd.readouterr().out
     assert main(["bench", "--bogus"]) == 2  # the suite's exit status is the command's
     assert "suite.py: error: unrecognized arguments: --bogus" in capfd.readouterr().err
+
+
+# -- the latency probes' polling loop (suite_raylog.StampedProbe), over fake consumers -----------
+
+class _RaylogRecord:
+    def __init__(self, value: bytes) -> None:
+        self.value = value
+
+
+class _RaylogConsumer:
+    """raylog's Consumer.poll: the records of one poll at a time."""
+
+    def __init__(self, polls: list[list]) -> None:
+        self.polls = polls
+
+    def poll(self, timeout_ms: int) -> list:
+        return self.polls.pop(0) if self.polls else []
+
+
+class _KafkaMessage:
+    def __init__(self, value: bytes, error: str | None = None) -> None:
+        self._value, self._error = value, error
+
+    def value(self) -> bytes:
+        return self._value
+
+    def error(self) -> str | None:
+        return self._error
+
+
+class _KafkaConsumer:
+    """confluent-kafka's poll (the first message or None) and consume (the rest)."""
+
+    def __init__(self, messages: list) -> None:
+        self.messages = messages
+
+    def poll(self, timeout: float):
+        return self.messages.pop(0) if self.messages else None
+
+    def consume(self, n: int, timeout: float) -> list:
+        taken, self.messages = self.messages[:n], self.messages[n:]
+        return taken
+
+
+def _probe(remote_class, consumer):
+    """The class behind a probe actor, made without its client or Ray, over ``consumer``."""
+    import suite_raylog
+
+    probe = object.__new__(remote_class.__ray_actor_class__)
+    suite_raylog.StampedProbe.__init__(probe, consumer)
+    return probe
+
+
+def test_both_latency_probes_time_each_record_from_the_stamp_its_value_starts_with(
+        monkeypatch):
+    import numpy as np
+
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import suite_kafka
+    import suite_raylog
+
+    sent = time.monotonic_ns() - 5_000_000  # sent 5 ms ago
+    value = sent.to_bytes(suite_raylog.STAMP_BYTES, "big") + b"filler"
+    probes = [_probe(suite_raylog.LatencyProbe, _RaylogConsumer(
+                  [[_RaylogRecord(value)] * 2, [], [_RaylogRecord(value)]])),
+              _probe(suite_kafka.KafkaLatencyProbe, _KafkaConsumer(
+                  [_KafkaMessage(value) for _ in range(3)]))]
+    for probe in probes:
+        probe._start(3)
+        latencies = np.frombuffer(probe.latencies(), np.int64)
+        assert len(latencies) == 3
+        assert all(5_000_000 <= ns <= time.monotonic_ns() - sent for ns in latencies)
+
+
+def test_a_kafka_message_with_an_error_fails_the_probe(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import suite_kafka
+
+    probe = _probe(suite_kafka.KafkaLatencyProbe, _KafkaConsumer(
+        [_KafkaMessage(bytes(8)), _KafkaMessage(b"", error="broker down")]))
+    probe._start(2)
+    with pytest.raises(RuntimeError, match="broker down"):
+        probe.latencies()

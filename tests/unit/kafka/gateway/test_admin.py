@@ -15,18 +15,10 @@ from raylog.kafka.gateway.errors import Code
 from raylog.kafka.gateway.listener import KafkaListener, ListenerThread
 from raylog.kafka.gateway.settings import GatewaySettings
 from tests.unit.kafka.gateway import wire
-from tests.unit.kafka.gateway.fake_backend import FakeBackend
 
 C = CreateTopicsRequest
 D = DescribeConfigsRequest
 A = IncrementalAlterConfigsRequest
-
-
-@pytest.fixture
-def backend():
-    fake = FakeBackend()
-    fake.add_topic("orders", partitions=2)
-    return fake
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ from raylog.kafka.gateway.listener import KafkaListener, ListenerThread
 from raylog.kafka.gateway.protocol import response_class
 from raylog.kafka.gateway.settings import GatewaySettings
 from tests.unit.kafka.gateway import wire
-from tests.unit.kafka.gateway.fake_backend import FakeBackend
 
 
 def wait_until(condition, timeout: float = 10.0) -> None:
@@ -24,13 +23,6 @@ def wait_until(condition, timeout: float = 10.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.01)
-
-
-@pytest.fixture
-def backend():
-    fake = FakeBackend()
-    fake.add_topic("orders", partitions=2)
-    return fake
 
 
 def serve(backend, settings=None, dispatch=None) -> ListenerThread:

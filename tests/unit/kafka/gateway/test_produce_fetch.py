@@ -17,18 +17,10 @@ from raylog.kafka.gateway.listener import KafkaListener, ListenerThread
 from raylog.records import parse_header, read_records
 from tests.unit.kafka.builders import kafka_batch, read_kafka
 from tests.unit.kafka.gateway import wire
-from tests.unit.kafka.gateway.fake_backend import FakeBackend
 
 RECORDS = [(1_700_000_000_000, b"k1", b"v1", [("h", b"x")]),
            (1_700_000_000_001, None, b"v2", []),
            (1_700_000_000_002, b"k3", None, [("a", None), ("b", b"")])]
-
-
-@pytest.fixture
-def backend():
-    fake = FakeBackend()
-    fake.add_topic("orders", partitions=2)
-    return fake
 
 
 @pytest.fixture
