@@ -30,8 +30,11 @@ native_consume   a new raylog ``Consumer`` assigned the ``native`` topic's parti
 gateway_consume  a new confluent-kafka ``Consumer`` (``assign`` from offset 0, no group
                  use) through the listener, ``consume(1000)`` until it has n records.
 
-Each ratio is gateway / native (target >= 0.5). Checks, outside the timed regions: each
-produce grew its topic by exactly n records; each consume read n records of 100 bytes.
+Each ratio is gateway / native (target >= 0.5). ``kafka_records_compiled`` in the JSON says
+whether the listener's record translation was the compiled one (``python -m
+raylog.kafka.build`` in a worktree): the pure-Python one makes the listener the bound.
+Checks, outside the timed regions: each produce grew its topic by exactly n records; each
+consume read n records of 100 bytes.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 import raylog
 from raylog import Admin, Consumer, Producer, TopicPartition
 from raylog.client.connection import reset_default
+from raylog.kafka.records import compiled
 from raylog.util.cluster_names import DATA_DIR_ENV
 
 from common import (
@@ -249,7 +253,8 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
         figures, TARGETS, mode=mode.name,
         data={"description": describe_data("timestamps taken at send"),
               "records": mode.records},
-        sections={"config": {"partitions": PARTITIONS, "kafka_producer": KAFKA_PRODUCER},
+        sections={"config": {"partitions": PARTITIONS, "kafka_producer": KAFKA_PRODUCER,
+                             "kafka_records_compiled": compiled()},
                   "seconds": seconds, "gateway_output": gateway_said},
         machine=machine_info(), started=started, load_at_start=load)
 
