@@ -20,14 +20,24 @@ warm-up round; best and median of the timed rounds (``time.perf_counter``):
 native_produce   raylog ``Producer()`` defaults (acks=1, LZ4): ``send`` each value, ``flush``.
 gateway_produce  confluent-kafka ``Producer`` (acks=1, lz4, linger.ms=5, idempotence off as
                  raylog's default producer): ``produce`` each value (``poll(0)`` every
-                 10,000), ``flush``.
+                 10,000), ``flush``. Delivery reports only for failures
+                 (``delivery.report.only.error``, one producer-wide ``on_delivery``): the
+                 native producer calls nothing per record either, and a Python callback
+                 per record cost confluent-kafka's client 1 of its 1.4 CPU seconds per
+                 400,000 records (measured); the topic's growth is checked after.
 native_consume   a new raylog ``Consumer`` assigned the ``native`` topic's partitions from
                  offset 0, polling until it has the first n records (n per repetition).
 gateway_consume  a new confluent-kafka ``Consumer`` (``assign`` from offset 0, no group
                  use) through the listener, ``consume(1000)`` until it has n records.
+                 ``fetch.queue.backoff.ms`` 10 (default 1000): librdkafka resumes fetching
+                 a partition soon after its queue drains, as raylog's Consumer does
+                 (``KAFKA_CONSUMER``).
 
-Each ratio is gateway / native (target >= 0.5). Checks, outside the timed regions: each
-produce grew its topic by exactly n records; each consume read n records of 100 bytes.
+Each ratio is gateway / native (target >= 0.5). ``kafka_records_compiled`` in the JSON says
+whether the listener's record translation was the compiled one (``python -m
+raylog.kafka.build`` in a worktree): the pure-Python one makes the listener the bound.
+Checks, outside the timed regions: each produce grew its topic by exactly n records; each
+consume read n records of 100 bytes.
 """
 
 from __future__ import annotations
@@ -48,6 +58,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 import raylog
 from raylog import Admin, Consumer, Producer, TopicPartition
 from raylog.client.connection import reset_default
+from raylog.kafka.records import compiled
 from raylog.util.cluster_names import DATA_DIR_ENV
 
 from common import (
@@ -73,7 +84,15 @@ RATIOS = {"produce_ratio": ("gateway_produce_records_per_s", "native_produce_rec
           "consume_ratio": ("gateway_consume_records_per_s", "native_consume_records_per_s")}
 TARGETS = {"produce_ratio": 0.5, "consume_ratio": 0.5}
 KAFKA_PRODUCER = {"acks": 1, "compression.type": "lz4", "linger.ms": 5,
-                  "enable.idempotence": False, "queue.buffering.max.messages": 2_000_000}
+                  "enable.idempotence": False, "queue.buffering.max.messages": 2_000_000,
+                  "delivery.report.only.error": True}
+
+# fetch.queue.backoff.ms: librdkafka stops fetching a partition whose queue holds more than
+# queued.min.messages (100,000) and looks again only after this long (1 s by default);
+# raylog's Consumer resumes as soon as poll drains its buffer below max_buffered_records.
+# With the default, 1.1 s gaps between Fetches were measured (the listener idle).
+KAFKA_CONSUMER = {"group.id": "bench", "enable.auto.commit": False, "fetch.wait.max.ms": 100,
+                  "fetch.queue.backoff.ms": 10}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,7 +140,9 @@ class Steps:
         self.native = [TopicPartition("native", p) for p in range(PARTITIONS)]
         self.kafka = [TopicPartition("kafka", p) for p in range(PARTITIONS)]
         self.producer = Producer()
+        self.failed: list[Any] = []
         self.kafka_producer = KafkaProducer({"bootstrap.servers": bootstrap,
+                                             "on_delivery": self._delivery_failed,
                                              **KAFKA_PRODUCER})
         self._probe = Consumer()
         self._probe.assign(self.native + self.kafka)
@@ -135,6 +156,9 @@ class Steps:
             raise RuntimeError(f"{tps[0].topic}: {len(self.values):,} records sent, the "
                                f"topic grew by {grown:,}")
 
+    def _delivery_failed(self, error: Any, message: Any) -> None:
+        self.failed.append(error)
+
     def native_produce(self) -> float:
         before = self._records(self.native)
         send, started = self.producer.send, time.perf_counter()
@@ -147,10 +171,11 @@ class Steps:
 
     def gateway_produce(self) -> float:
         before = self._records(self.kafka)
-        producer, failed = self.kafka_producer, []
+        producer, failed = self.kafka_producer, self.failed
+        failed.clear()
         started = time.perf_counter()
         for i, value in enumerate(self.values):
-            producer.produce("kafka", value, on_delivery=lambda e, m: e and failed.append(e))
+            producer.produce("kafka", value)
             if i % 10_000 == 0:
                 producer.poll(0)
         left = producer.flush(STALL_S * 4)
@@ -178,8 +203,7 @@ class Steps:
 
     def gateway_consume(self) -> float:
         n, seen, size = len(self.values), 0, 0
-        consumer = KafkaConsumer({"bootstrap.servers": self.bootstrap, "group.id": "bench",
-                                  "enable.auto.commit": False, "fetch.wait.max.ms": 100})
+        consumer = KafkaConsumer({"bootstrap.servers": self.bootstrap, **KAFKA_CONSUMER})
         started = time.perf_counter()
         consumer.assign([KafkaTopicPartition("kafka", p, 0) for p in range(PARTITIONS)])
         last = time.monotonic()
@@ -238,7 +262,9 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
         figures, TARGETS, mode=mode.name,
         data={"description": describe_data("timestamps taken at send"),
               "records": mode.records},
-        sections={"config": {"partitions": PARTITIONS, "kafka_producer": KAFKA_PRODUCER},
+        sections={"config": {"partitions": PARTITIONS, "kafka_producer": KAFKA_PRODUCER,
+                             "kafka_consumer": KAFKA_CONSUMER,
+                             "kafka_records_compiled": compiled()},
                   "seconds": seconds, "gateway_output": gateway_said},
         machine=machine_info(), started=started, load_at_start=load)
 

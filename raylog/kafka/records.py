@@ -44,7 +44,14 @@ except ImportError:  # _records.c not built (a checkout without `pip install -e 
 # What does the per-record work: the C extension when it is there.
 coder = _native if _native is not None else records_py
 
-__all__ = ["KafkaBatch", "KafkaCodec", "kafka_batches", "kafka_to_raylog", "to_kafka", "to_raylog"]
+__all__ = ["KafkaBatch", "KafkaCodec", "compiled", "kafka_batches", "kafka_to_raylog",
+           "to_kafka", "to_raylog"]
+
+
+def compiled() -> bool:
+    """Whether the per-record work is the C extension's (the pure-Python twin is several
+    times slower: a listener or benchmark says so)."""
+    return coder is not records_py
 
 _MAX_TIMESTAMP = 2**63 - 1
 # Arrays are immutable: the headers column of n records without headers is built once per n.

@@ -30,6 +30,7 @@ import threading
 import time
 from collections.abc import Awaitable
 
+from raylog.kafka import records
 from raylog.kafka.gateway import versions
 from raylog.kafka.gateway.backend import Backend
 from raylog.kafka.gateway.dispatch import Api, Connection, Context, Dispatch, default_dispatch
@@ -78,7 +79,13 @@ class KafkaListener:
         self._serving: set[asyncio.Task] = set()
 
     async def start(self) -> tuple[str, int]:
-        """Listen; returns (host, port) listened on."""
+        """Listen; returns (host, port) listened on. Warns when the records' translation is
+        the pure-Python one: measured, it made the listener the bound of a produce (4 CPU
+        µs per record, against 1.3 with the compiled one) and of a consume."""
+        if not records.compiled():
+            logger.warning("raylog.kafka's compiled record translation (_records.c) is not "
+                           "built here: Kafka clients will be several times slower; build it "
+                           "with `python -m raylog.kafka.build` (or `pip install -e .`)")
         self._server = await asyncio.start_server(self._accept, self.host, self.port,
                                                   backlog=1024)
         self.port = self._server.sockets[0].getsockname()[1]

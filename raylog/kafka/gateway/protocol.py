@@ -104,12 +104,15 @@ def response_class(api_key: int, api_version: int) -> type[ApiMessage]:
     return RESPONSES[api_key][api_version]
 
 
-def encode_response(response: ApiMessage, api_version: int, correlation_id: int) -> bytes:
-    """``response`` as a whole frame: length, response header, body."""
+def encode_response(response: ApiMessage, api_version: int,
+                    correlation_id: int) -> bytes | bytearray:
+    """``response`` as a whole frame: length, response header, body. A bytearray as
+    kafka-python encodes it, not copied again into bytes: a Fetch answer is megabytes, and
+    its copies were most of the listener's CPU in a consume (py-spy)."""
     if api_version != response.API_VERSION:
         response.API_VERSION = api_version  # before the header, which has no version
     response.with_header(correlation_id=correlation_id)
-    return bytes(response.encode(header=True, framed=True))
+    return response.encode(header=True, framed=True)
 
 
 def frame_size(prefix: bytes) -> int:

@@ -315,3 +315,18 @@ def test_one_listener_for_the_whole_cluster_is_one_kafka_broker(backend):
         for p in topic.partitions:
             assert (p.error_code, p.leader_id, p.replica_nodes, p.offline_replicas) == \
                 (Code.NONE, 1, [1, 2], [])
+
+
+# -- the compiled translation ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_listener_without_the_compiled_translation_warns(backend, monkeypatch, caplog,
+                                                           compiled):
+    from raylog.kafka import records, records_py
+
+    monkeypatch.setattr(records, "coder", object() if compiled else records_py)
+    with caplog.at_level("WARNING", logger="raylog.kafka.gateway.listener"), serve(backend):
+        pass
+    warned = [r for r in caplog.records if "_records.c" in r.getMessage()]
+    assert bool(warned) is not compiled
