@@ -162,3 +162,15 @@ def sigint_ignored() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def sigint_handled() -> Iterator[None]:
+    """SIGINT at Python's default handler while the block runs, whatever this process
+    inherited: a test run started in the background by a script (``make test &``,
+    ``nohup``) starts with SIGINT ignored, and a command keeps an inherited ignore."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

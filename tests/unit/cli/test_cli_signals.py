@@ -19,13 +19,14 @@ import pytest
 from raylog.cli.signals import StopSignals
 from raylog.mirror.flight_client import SourceClient, batch_views
 from raylog.mirror.protocol import Ticket
-from tests.children import Child, sigint_ignored
+from tests.children import Child, sigint_handled, sigint_ignored
 from tests.unit.mirror.test_mirror_flight import TOKEN
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@sigint_handled()
 def test_either_signal_asks_for_a_stop_once(sig):
     before = signal.getsignal(sig)
     stops = []
@@ -40,6 +41,7 @@ def test_either_signal_asks_for_a_stop_once(sig):
     assert signal.getsignal(sig) is before
 
 
+@sigint_handled()
 def test_a_second_signal_can_be_handled_otherwise():
     seconds = []
     with StopSignals(on_second=lambda: seconds.append(1)) as stop:
