@@ -167,6 +167,23 @@ def consume_all(topic: str, partitions: int, expected: int, timeout_s: float = 6
     return records
 
 
+@pytest.fixture
+def gateway(ray_cluster) -> Iterator[str]:
+    """A Kafka listener on loopback for this test (each test starts and stops its own): its
+    bootstrap address."""
+    with kafka_listener(ray_cluster.raylog) as bootstrap:
+        yield bootstrap
+
+
+@pytest.fixture
+def topic(ray_cluster, topic_name, request) -> str:
+    """A fresh topic of the test module's ``PARTITIONS`` partitions (3 if it names none),
+    replicated on three brokers."""
+    Admin().create_topic(topic_name, partitions=getattr(request.module, "PARTITIONS", 3),
+                         replication_factor=3)
+    return topic_name
+
+
 @contextlib.contextmanager
 def kafka_listener(cluster: raylog.RaylogCluster) -> Iterator[str]:
     """A Kafka listener on loopback speaking for every broker of ``cluster`` (as ``raylog

@@ -4,7 +4,8 @@ small program compiled at test time, tests/java/kafka-clients/), Debian's kcat (
 librdkafka) and Ray Data's ``read_kafka``/``write_kafka``. Spark's own ``format("kafka")`` is in
 test_spark_kafka_source.py.
 
-One listener on loopback for the module, speaking for every broker of the session's cluster.
+Every test starts and stops its own listener on loopback, speaking for every broker of the
+session's cluster (conftest.gateway).
 Every record is compared whole: key, value, headers, timestamp, partition and offset.
 """
 
@@ -24,7 +25,7 @@ from kafka.partitioner.default import murmur2
 
 from raylog import Admin, Consumer, Producer, TopicPartition
 from tests.children import Child
-from tests.integration.conftest import consume_all, kafka_listener, wait_for
+from tests.integration.conftest import consume_all, wait_for
 from tests.integration.java_deps import (
     compile_java,
     java_command,
@@ -37,19 +38,6 @@ PARTITIONS = 3
 BASE_TS = time.time_ns() // 1_000_000 - 3_600_000  # an hour ago: inside any retention
 JAVA_TIMEOUT_S = 240
 EPOCH = datetime.datetime(1970, 1, 1)
-
-
-@pytest.fixture(scope="module")
-def gateway(ray_cluster) -> Iterator[str]:
-    """One listener on loopback for the module: its bootstrap address."""
-    with kafka_listener(ray_cluster.raylog) as bootstrap:
-        yield bootstrap
-
-
-@pytest.fixture
-def topic(ray_cluster, topic_name) -> str:
-    Admin().create_topic(topic_name, partitions=PARTITIONS, replication_factor=3)
-    return topic_name
 
 
 def record(i: int) -> tuple[bytes, bytes, list[tuple[str, bytes]], int]:

@@ -26,23 +26,10 @@ from kafka.partitioner.default import murmur2
 
 from raylog import Admin, Consumer, Producer, TopicPartition
 from tests.children import Child
-from tests.integration.conftest import consume_all, kafka_listener, wait_for
+from tests.integration.conftest import consume_all, wait_for
 
 PARTITIONS = 3
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
-
-
-@pytest.fixture
-def gateway(ray_cluster) -> Iterator[str]:
-    """A listener on loopback for this test: its bootstrap address."""
-    with kafka_listener(ray_cluster.raylog) as bootstrap:
-        yield bootstrap
-
-
-@pytest.fixture
-def topic(ray_cluster, topic_name) -> str:
-    Admin().create_topic(topic_name, partitions=PARTITIONS, replication_factor=3)
-    return topic_name
 
 
 def kafka_records(n: int) -> list[tuple[bytes, bytes, list[tuple[str, bytes]], int]]:

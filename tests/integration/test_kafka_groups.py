@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,26 +27,13 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from raylog import Admin, Consumer, Producer, TopicPartition
 from raylog.errors import InconsistentGroupProtocolError
 from tests.children import Child
-from tests.integration.conftest import kafka_listener, restart_controller, wait_for
+from tests.integration.conftest import restart_controller, wait_for
 from tests.integration.java_deps import compile_java, java_command, maven_jars
 from tests.integration.test_cli import run
 
 PARTITIONS = 4
 REPO = Path(__file__).resolve().parents[2]
 SESSION_MS = 6000
-
-
-@pytest.fixture
-def gateway(ray_cluster) -> Iterator[str]:
-    """A listener on loopback for this test: its bootstrap address."""
-    with kafka_listener(ray_cluster.raylog) as bootstrap:
-        yield bootstrap
-
-
-@pytest.fixture
-def topic(ray_cluster, topic_name) -> str:
-    Admin().create_topic(topic_name, partitions=PARTITIONS, replication_factor=3)
-    return topic_name
 
 
 @pytest.fixture

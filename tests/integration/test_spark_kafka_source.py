@@ -11,15 +11,11 @@ scenarios), since an executor placed on a removed node takes the session down wi
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 
-from raylog import Admin
-from tests.integration.conftest import kafka_listener
 from tests.integration.java_deps import spark_kafka_jars
 from tests.integration.test_kafka_clients import (
-    PARTITIONS,
     java_partition,
     native_rows,
     produce_native,
@@ -27,19 +23,6 @@ from tests.integration.test_kafka_clients import (
 )
 
 pytestmark = [pytest.mark.cluster]
-
-
-@pytest.fixture(scope="module")
-def gateway(ray_cluster) -> Iterator[str]:
-    """One listener on loopback for the module: its bootstrap address."""
-    with kafka_listener(ray_cluster.raylog) as bootstrap:
-        yield bootstrap
-
-
-@pytest.fixture
-def topic(ray_cluster, topic_name) -> str:
-    Admin().create_topic(topic_name, partitions=PARTITIONS, replication_factor=3)
-    return topic_name
 
 
 @pytest.fixture(scope="module")
