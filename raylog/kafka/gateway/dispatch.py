@@ -31,7 +31,9 @@ from typing import Any
 
 from kafka.protocol.api_message import ApiMessage
 
+from raylog.errors import RaylogError
 from raylog.kafka.gateway.backend import Backend
+from raylog.kafka.gateway.errors import code_of, refreshes_metadata
 from raylog.kafka.gateway.settings import GatewaySettings
 
 
@@ -57,6 +59,14 @@ class Context:
     connection: Connection
     client_id: str | None
     correlation_id: int
+
+    def error_code(self, topic: str, error: RaylogError) -> int:
+        """Kafka's code for ``error`` on ``topic``. One that says this gateway's metadata of
+        the topic is stale makes its next request for it ask the controller."""
+        code = code_of(error)
+        if refreshes_metadata(code):
+            self.backend.forget(topic)
+        return code
 
 
 Handler = Callable[[Context, int, Any], Awaitable[ApiMessage | None]]

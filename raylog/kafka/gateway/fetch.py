@@ -32,7 +32,7 @@ from typing import Any
 
 from raylog.errors import FencedEpochError, RaylogError, UnknownPartitionError
 from raylog.kafka.gateway.dispatch import Context, Dispatch
-from raylog.kafka.gateway.errors import Code, code_of, refreshes_metadata
+from raylog.kafka.gateway.errors import Code, code_of
 from raylog.kafka.gateway.protocol import response_class
 from raylog.kafka.records import to_kafka
 from raylog.records import iter_headers
@@ -125,13 +125,6 @@ def _drop_result_error(task: asyncio.Task) -> None:
         task.exception()
 
 
-def _failed(ctx: Context, name: str, error: RaylogError) -> int:
-    code = code_of(error)
-    if refreshes_metadata(code):
-        ctx.backend.forget(name)
-    return code
-
-
 async def _read(ctx: Context, read: _Read, epoch: int, max_wait_ms: int,
                 min_bytes: int) -> None:
     try:
@@ -141,7 +134,7 @@ async def _read(ctx: Context, read: _Read, epoch: int, max_wait_ms: int,
             result = await ctx.backend.fetch(meta, read.index, read.offset, read.max_bytes,
                                              max_wait_ms, min_bytes)
     except RaylogError as e:
-        read.code = _failed(ctx, read.topic, e)
+        read.code = ctx.error_code(read.topic, e)
         return
     read.code = Code.NONE
     read.data = result.data
@@ -249,7 +242,7 @@ async def handle_list_offsets(ctx: Context, version: int, request: Any) -> Any:
                 if found is not None:
                     offset, timestamp = found
         except RaylogError as e:
-            code = _failed(ctx, name, e)
+            code = ctx.error_code(name, e)
         return part_cls(partition_index=p.partition_index, error_code=code,
                         timestamp=timestamp, offset=offset, leader_epoch=epoch)
 
@@ -271,7 +264,7 @@ async def handle_delete_records(ctx: Context, version: int, request: Any) -> Any
             low = await ctx.backend.delete_records(meta, p.partition_index, p.offset)
         except RaylogError as e:
             return part_cls(partition_index=p.partition_index, low_watermark=-1,
-                            error_code=_failed(ctx, name, e))
+                            error_code=ctx.error_code(name, e))
         return part_cls(partition_index=p.partition_index, low_watermark=low,
                         error_code=Code.NONE)
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from raylog.errors import RaylogError, UnknownPartitionError
 from raylog.kafka.gateway.dispatch import Context, Dispatch
-from raylog.kafka.gateway.errors import Code, code_of, refreshes_metadata
+from raylog.kafka.gateway.errors import Code
 from raylog.kafka.gateway.protocol import response_class
 from raylog.kafka.records import kafka_batches, to_raylog
 from raylog.records.header import MAX_PRODUCER_EPOCH, random_producer_id
@@ -95,10 +95,7 @@ async def _send(ctx: Context, request: Any, name: str,
         return asyncio.gather(*(ctx.backend.append(meta, data.index, batch, request.acks,
                                                    request.timeout_ms) for batch in batches))
     except RaylogError as e:
-        code = code_of(e)
-        if refreshes_metadata(code):
-            ctx.backend.forget(name)
-        raise _Refused(code, str(e)) from e
+        raise _Refused(ctx.error_code(name, e), str(e)) from e
 
 
 async def _nothing() -> list[AppendInfo]:
@@ -115,11 +112,9 @@ async def _answer(ctx: Context, cls: Any, name: str, index: int,
     try:
         infos = await pending
     except RaylogError as e:
-        code = code_of(e)
-        if refreshes_metadata(code):
-            ctx.backend.forget(name)
-        return answer(index=index, error_code=code, base_offset=-1, log_append_time_ms=-1,
-                      log_start_offset=-1, record_errors=[], error_message=str(e))
+        return answer(index=index, error_code=ctx.error_code(name, e), base_offset=-1,
+                      log_append_time_ms=-1, log_start_offset=-1, record_errors=[],
+                      error_message=str(e))
     base = infos[0].base_offset if infos else -1
     return answer(index=index, error_code=Code.NONE, base_offset=base, log_append_time_ms=-1,
                   log_start_offset=-1, record_errors=[], error_message=None)
