@@ -32,7 +32,7 @@ kcat:
 	  echo "kcat is missing and cannot be installed here: its test is skipped"
 
 test: install kcat
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=30
 
 lint: install
 	$(BIN)/ruff check .

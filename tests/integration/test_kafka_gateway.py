@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -33,10 +34,13 @@ CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
 
 def kafka_records(n: int) -> list[tuple[bytes, bytes, list[tuple[str, bytes]], int]]:
-    """(key, value, headers, timestamp) of n records with distinct keys."""
+    """(key, value, headers, timestamp) of n records with distinct keys and distinct
+    timestamps of the last minute: older ones would be past the topic's retention (7 days,
+    by the newest timestamp of a segment, as Kafka's) and deleted before they are read."""
+    base = int(time.time() * 1000) - 60_000
     return [(f"key-{i}".encode(), f"value-{i}-".encode() * 3, [("n", str(i).encode()),
                                                                 ("empty", b"")],
-             1_700_000_000_000 + i) for i in range(n)]
+             base + i) for i in range(n)]
 
 
 def produce_with_confluent(bootstrap: str, topic: str, records: list, **config) -> dict:
