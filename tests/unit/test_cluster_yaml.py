@@ -24,6 +24,7 @@ raylog with Python 3.11 and Java 17.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -206,15 +207,38 @@ def test_ray_up_starts_raylog_on_the_head(path):
     """After `ray start --head`, the head runs `raylog start` against that cluster, with
     the token the cluster needs; and `raylog` commands there are told which cluster."""
     config = prepared(path)
-    commands = config["head_start_ray_commands"]
-    starts = [i for i, c in enumerate(commands) if re.search(r"\braylog\b.*\bstart$", c.strip())]
-    assert starts, "head_start_ray_commands must run `raylog start`"
-    assert starts[0] > max(i for i, c in enumerate(commands) if "ray start --head" in c)
+    args = raylog_start(config["head_start_ray_commands"], "localhost:6379")
+    assert args.kafka_port == KAFKA_PORT
+    assert "export RAY_ADDRESS=localhost:6379" in "\n".join(config["head_setup_commands"])
+
+
+@pytest.mark.parametrize("path", CONFIGS)
+def test_every_broker_starts_its_kafka_listener_when_it_joins(path):
+    """A broker joining after the head's `raylog start` (every broker, at `ray up`; a
+    replaced one later) starts its own node's Kafka listener against the head."""
+    config = prepared(path)
+    args = raylog_start(config["worker_start_ray_commands"], "$RAY_HEAD_IP:6379")
+    assert args.kafka_port == KAFKA_PORT
+    assert not args.auto_create_topics
+
+
+KAFKA_PORT = 9092
+
+
+def raylog_start(commands: list[str], address: str) -> argparse.Namespace:
+    """The arguments of the `raylog start` that follows `ray start` in ``commands``, as
+    raylog's own command line parses them, checked to reach ``address`` with the token."""
+    from raylog.cli.commands import build_parser
+
+    starts = [i for i, c in enumerate(commands) if "raylog" in shlex.split(c)]
+    assert starts, "the start commands must run `raylog start`"
+    assert starts[0] > max(i for i, c in enumerate(commands) if "ray start" in c)
     words = shlex.split(commands[starts[0]])
-    assert words[words.index("--address") + 1] == "localhost:6379"
     assert "RAY_AUTH_MODE=token" in words
     assert any(w.startswith("RAY_AUTH_TOKEN_PATH=") for w in words)
-    assert "export RAY_ADDRESS=localhost:6379" in "\n".join(config["head_setup_commands"])
+    args = build_parser().parse_args(words[words.index("raylog") + 1:])
+    assert (args.run, args.address) == ("start", address)
+    return args
 
 
 # --- the data directory ---------------------------------------------------------------------
