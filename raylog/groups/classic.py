@@ -59,6 +59,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 
 from raylog.errors import (
+    FencedInstanceIdError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     MemberIdRequiredError,
@@ -155,12 +156,14 @@ class ClassicGroups:
     def join(self, group_id: str, member_id: str, client_id: str, client_host: str,
              protocol_type: str, protocols: Iterable[Protocol], session_timeout_ms: int,
              rebalance_timeout_ms: int, existing_topics: Mapping[str, int],
-             require_member_id: bool) -> tuple[str, dict[str, JoinAnswer]]:
+             require_member_id: bool, instance_id: str | None = None
+             ) -> tuple[str, dict[str, JoinAnswer]]:
         """A JoinGroup: the member is parked in the group's round; returns its member id
         and the answers of the parked members if this join ended the round (its own among
-        them).
-        Raises InconsistentGroupProtocolError, MemberIdRequiredError (first join, with
-        ``require_member_id``) and UnknownMemberError (an id the group does not know)."""
+        them). ``instance_id``: the member's ``group.instance.id`` (static membership).
+        Raises InconsistentGroupProtocolError, MemberIdRequiredError (first join of a
+        dynamic member, with ``require_member_id``), UnknownMemberError (an id the group
+        does not know) and FencedInstanceIdError (an id its instance no longer has)."""
         protocols = tuple(protocols)
         if protocol_type != PROTOCOL_TYPE:
             raise InconsistentGroupProtocolError(
@@ -172,11 +175,62 @@ class ClassicGroups:
                 f"group {group_id!r}: member offers {[p.name for p in protocols]}; raylog's "
                 f"coordinator assigns with {list(ASSIGNORS)} only: set "
                 f"partition.assignment.strategy to one of them")
-        now = self.coordinator.clock()
         group = self.coordinator.groups.get(group_id)
         if group is not None:
             group.check_kind(member_id, kafka=True)
             self._check_common(group, member_id, protocols)
+            if member_id in group.fenced:
+                raise group.fenced_error(member_id)
+        known = group.instance(instance_id) if group is not None and instance_id else None
+        if known is not None and member_id != known:
+            if member_id:  # an id the instance no longer (or never) had
+                raise FencedInstanceIdError(
+                    f"group {group_id!r}: static member {instance_id!r} has member id "
+                    f"{known!r}, not {member_id!r}")
+            return self._replace(group, known, f"{client_id}-{uuid.uuid4()}", client_id,
+                                 client_host, protocols, session_timeout_ms,
+                                 rebalance_timeout_ms, existing_topics)
+        return self._join(group_id, member_id, client_id, client_host, protocols,
+                          session_timeout_ms, rebalance_timeout_ms, existing_topics,
+                          require_member_id and not instance_id, instance_id)
+
+    def _replace(self, group: Group, old_id: str, new_id: str, client_id: str,
+                 client_host: str, protocols: tuple[Protocol, ...], session_timeout_ms: int,
+                 rebalance_timeout_ms: int, existing_topics: Mapping[str, int]
+                 ) -> tuple[str, dict[str, JoinAnswer]]:
+        """A known static member joins with no member id (a new incarnation, e.g. its
+        process restarted): it takes the old member's place under a new id (the old one is
+        fenced) and keeps what it owns. If the group is not rebalancing and the member
+        subscribes to the same topics with the round's protocol, it is answered at once with
+        the current generation (nobody else rebalances); otherwise it joins the round as
+        any member would."""
+        state = self._round(group)
+        replaced = group.replace(old_id, new_id)
+        joiner = state.joiners.pop(old_id, None)
+        if old_id in state.parked:
+            state.parked.discard(old_id)
+            state.parked.add(new_id)
+        offer = next((p for p in protocols if p.name == state.protocol), None)
+        if isinstance(replaced, Member) and joiner is not None and \
+                not state.rebalancing() and offer is not None and \
+                frozenset(offer.topics) == replaced.requested:
+            replaced.client_id, replaced.session_timeout_ms = client_id, session_timeout_ms
+            replaced.last_seen_ms = self.coordinator.clock()
+            replaced.generation = group.generation
+            state.joiners[new_id] = _Joiner(protocols, rebalance_timeout_ms, client_host)
+            return new_id, {new_id: JoinAnswer(new_id, group.generation, state.protocol)}
+        return self._join(group.group_id, new_id, client_id, client_host, protocols,
+                          session_timeout_ms, rebalance_timeout_ms, existing_topics, False,
+                          replaced.instance_id)
+
+    def _join(self, group_id: str, member_id: str, client_id: str, client_host: str,
+              protocols: tuple[Protocol, ...], session_timeout_ms: int,
+              rebalance_timeout_ms: int, existing_topics: Mapping[str, int],
+              require_member_id: bool, instance_id: str | None
+              ) -> tuple[str, dict[str, JoinAnswer]]:
+        """A join that parks the member in the group's round (join's doc)."""
+        now = self.coordinator.clock()
+        group = self.coordinator.groups.get(group_id)
         if not member_id:
             member_id = f"{client_id}-{uuid.uuid4()}"
             if require_member_id:
@@ -196,7 +250,7 @@ class ClassicGroups:
         # needed); topics that do not exist yet are assigned once they do.
         member = self.coordinator.join(
             group_id, member_id, client_id, list(chosen.topics), None, session_timeout_ms,
-            ASSIGNORS[chosen.name], existing_topics, kafka=True)
+            ASSIGNORS[chosen.name], existing_topics, kafka=True, instance_id=instance_id)
         group = self.coordinator.groups[group_id]
         state = self._round(group)
         state.joiners[member.member_id] = _Joiner(protocols, rebalance_timeout_ms, client_host)
@@ -286,21 +340,47 @@ class ClassicGroups:
             raise RebalanceInProgressError(f"group {group_id!r} is rebalancing: join again")
         return member
 
-    def leave(self, group_id: str, member_ids: Iterable[str],
+    def leave(self, group_id: str, members: Iterable[tuple[str, str | None]],
               existing_topics: Mapping[str, int]
-              ) -> tuple[dict[str, UnknownMemberError | None], dict[str, JoinAnswer]]:
-        """A LeaveGroup of one member or several (v3+): each one's outcome, and the answers
-        of a round its leaving ended."""
-        outcomes: dict[str, UnknownMemberError | None] = {}
-        for member_id in member_ids:
-            left = self.coordinator.leave(group_id, member_id, existing_topics)
-            outcomes[member_id] = None if left else UnknownMemberError(
-                f"member {member_id!r} is not in group {group_id!r}")
-            state = self.rounds.get(group_id)
-            if state is not None:
-                state.parked.discard(member_id)
-                state.joiners.pop(member_id, None)
+              ) -> tuple[list[UnknownMemberError | None], dict[str, JoinAnswer]]:
+        """A LeaveGroup of one member or several (v3+), each (member id, instance id or
+        None): each one's outcome in order (None: it left), and the answers of a round its
+        leaving ended. A static member is named by its instance id, with its member id or
+        with none (an admin's removal); an id its instance no longer has is
+        FencedInstanceIdError, an instance the group does not know UnknownMemberError."""
+        outcomes: list[UnknownMemberError | None] = []
+        for member_id, instance_id in members:
+            try:
+                left = self._leave(group_id, member_id, instance_id, existing_topics)
+            except UnknownMemberError as e:
+                outcomes.append(e)
+            else:
+                outcomes.append(None)
+                state = self.rounds.get(group_id)
+                if state is not None:
+                    state.parked.discard(left)
+                    state.joiners.pop(left, None)
         return outcomes, self._settle(group_id, existing_topics)
+
+    def _leave(self, group_id: str, member_id: str, instance_id: str | None,
+               existing_topics: Mapping[str, int]) -> str:
+        """Remove one member; returns its id (raises UnknownMemberError if none left)."""
+        group = self.coordinator.groups.get(group_id)
+        if instance_id:
+            known = group.instance(instance_id) if group is not None else None
+            if known is None:
+                raise UnknownMemberError(
+                    f"no static member {instance_id!r} in group {group_id!r}")
+            if member_id and member_id != known:
+                raise FencedInstanceIdError(
+                    f"group {group_id!r}: static member {instance_id!r} has member id "
+                    f"{known!r}, not {member_id!r}")
+            member_id = known
+        elif group is not None and member_id in group.fenced:
+            raise group.fenced_error(member_id)
+        if not self.coordinator.leave(group_id, member_id, existing_topics):
+            raise UnknownMemberError(f"member {member_id!r} is not in group {group_id!r}")
+        return member_id
 
     def _settle(self, group_id: str, existing_topics: Mapping[str, int]
                 ) -> dict[str, JoinAnswer]:
@@ -383,7 +463,8 @@ class ClassicGroups:
             joiner = state.joiners.get(member.member_id) if state is not None else None
             metadata = next((p.metadata for p in joiner.protocols if p.name == protocol),
                             b"") if joiner is not None else b""
-            members.append({"member_id": member.member_id, "client_id": member.client_id,
+            members.append({"member_id": member.member_id, "instance_id": member.instance_id,
+                            "client_id": member.client_id,
                             "client_host": joiner.client_host if joiner else "",
                             "metadata": metadata, "owned": sorted(member.owned)})
         return {"group_id": group_id, "state": self.state(group_id),

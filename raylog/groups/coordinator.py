@@ -86,7 +86,7 @@ class GroupCoordinator:
              topics: Iterable[str] | None, pattern: str | None, session_timeout_ms: int,
              assignor: str, existing_topics: Mapping[str, int],
              actor_id: str | None = None, claims: Iterable[TopicPartition] = (),
-             kafka: bool = False) -> Member:
+             kafka: bool = False, instance_id: str | None = None) -> Member:
         group = self.groups.get(group_id)
         if group is None or (not group.members and not group.pending):
             # A group starts (again) above any generation it ever had.
@@ -96,7 +96,7 @@ class GroupCoordinator:
         member_id = member_id or f"{client_id}-{uuid.uuid4().hex[:12]}"
         return group.join(member_id, client_id, topics, pattern, session_timeout_ms,
                           self.clock(), existing_topics, actor_id, claims,
-                          self.held.get(group_id, ()), kafka)
+                          self.held.get(group_id, ()), kafka, instance_id)
 
     def group(self, group_id: str) -> Group:
         try:
@@ -298,7 +298,7 @@ class GroupCoordinator:
             pending = [PendingMember(member_id, m["client_id"], m["session_timeout_ms"],
                                      min(m.get("expires_ms", now + m["session_timeout_ms"]),
                                          now + m["session_timeout_ms"]),
-                                     m.get("kafka", False))
+                                     m.get("kafka", False), m.get("instance_id"))
                        for member_id, m in members.items()]
             self.groups[group_id] = Group(group_id, record.get("assignor", "cooperative_sticky"),
                                           record["generation"], pending)

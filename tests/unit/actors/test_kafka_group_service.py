@@ -177,7 +177,8 @@ def test_leave_answers_unknown_members_and_ends_a_round(monkeypatch):
         b = await new_member(kafka, "b")
         parked = join(kafka, b)
         await asyncio.sleep(0.05)
-        assert await kafka.leave_group("g", [a, "nobody"]) == ["nobody"]
+        outcomes = await kafka.leave_group("g", [(a, None), ("nobody", None)])
+        assert outcomes[0] is None and isinstance(outcomes[1], UnknownMemberError)
         answer = await asyncio.wait_for(parked, 5)
         assert answer["member_id"] == b
         (described,) = await kafka.describe_groups(["g"])
