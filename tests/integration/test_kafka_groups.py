@@ -283,3 +283,52 @@ def test_members_rejoin_a_restarted_coordinator_and_split_again(gateway, topic, 
     finally:
         a.close()
         b.close()
+
+
+def test_a_static_member_restarted_gets_its_partitions_back_without_a_rebalance(
+        gateway, topic, group):
+    """Static membership (``group.instance.id``): a member that closes (sending no
+    LeaveGroup, as static members do) and comes back under the same instance id within its
+    session gets the partitions it had, in the same generation; the other member is never
+    told to rebalance (no revocation). One that does not come back loses its partitions
+    after its session."""
+    produce(topic, 20)
+    revoked: list[list] = []
+
+    def static(instance: str) -> KafkaConsumer:
+        return kafka_consumer(gateway, group, **{"group.instance.id": instance})
+
+    a, b = static("ia"), static("ib")
+    a2 = None
+    try:
+        a.subscribe([topic])
+        b.subscribe([topic], on_revoke=lambda _, partitions: revoked.append(partitions))
+        poll_until([a, b], lambda: split_between(topic, owned(a), owned(b)),
+                   "a and b to split the partitions")
+        before = Admin().describe_group(group)
+        assert {m["instance_id"] for m in before["members"]} == {"ia", "ib"}
+        mine, theirs = owned(a), owned(b)
+        revoked.clear()
+
+        a.close()
+        a2 = static("ia")
+        a2.subscribe([topic])
+        poll_until([a2, b], lambda: owned(a2) == mine, "the restarted a to get its partitions")
+        after = Admin().describe_group(group)
+        assert after["generation"] == before["generation"]
+        assert {m["instance_id"]: m["member_id"] for m in after["members"]}["ib"] == \
+            {m["instance_id"]: m["member_id"] for m in before["members"]}["ib"]
+        for _ in range(20):  # b goes on reading, never told to give anything up
+            b.poll(0.1)
+            a2.poll(0.1)
+        assert owned(b) == theirs and revoked == []
+        assert Admin().describe_group(group)["generation"] == before["generation"]
+
+        a2.close()  # and now it does not come back: b takes all after a2's session
+        poll_until([b], lambda: owned(b) == all_partitions(topic),
+                   "b to take every partition after the static member's session")
+    finally:
+        b.close()
+        if a2 is not None:
+            a2.close()
+        a.close()
