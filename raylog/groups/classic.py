@@ -43,9 +43,17 @@ shape of the protocol those clients speak:
   (MemberIdRequiredError, when the client speaks JoinGroup v4+) that it joins with next;
   a JoinGroup naming an id the group does not know is refused (UnknownMemberError).
 
+- **Static members** (``group.instance.id``, KIP-345). A JoinGroup naming an instance the
+  group knows, with no member id, is the instance's new incarnation: it takes the old
+  member's place under a new id (:meth:`Group.replace`: same partitions, target and
+  generation) and the old id is fenced (FencedInstanceIdError, wherever it is used). With
+  no round on and its subscription unchanged it is answered at once, in the current
+  generation, and nobody else rebalances; otherwise it joins the round. A static member
+  first joins with no MemberIdRequiredError round trip, sends no LeaveGroup when it closes
+  (it leaves when its session runs out) and can be removed by instance id.
+
 Parked members are alive (their JoinGroup is open): their sessions do not run while they
-wait; it starts again when their round ends. Static membership (``group.instance.id``) is
-not served: such a member is a dynamic one.
+wait; it starts again when their round ends.
 
 Plain Python with the coordinator's clock; the caller's event loop is its only user (not
 thread-safe). It returns the answers a step completes (:class:`JoinAnswer` by member id);
