@@ -128,16 +128,18 @@ class KafkaGroupService:
                 if not future.done():
                     future.set_exception(group.fenced_error(key[1]))
 
-    async def sync_group(self, group_id: str, member_id: str, generation: int
-                         ) -> list[tuple[str, int]]:
+    async def sync_group(self, group_id: str, member_id: str, generation: int,
+                         instance_id: str | None = None) -> list[tuple[str, int]]:
         """A Kafka SyncGroup: the partitions the member owns in ``generation`` (its whole
-        target, unless SYNC_WAIT_S passed first: then a new round starts)."""
+        target, unless SYNC_WAIT_S passed first: then a new round starts). A static member
+        names its ``instance_id`` (FencedInstanceIdError if the instance has another id)."""
         await self.groups._ready()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + SYNC_WAIT_S
         while True:
             event = self._grants.setdefault(group_id, asyncio.Event())
-            owned, complete = self.groups.classic.sync(group_id, member_id, generation)
+            owned, complete = self.groups.classic.sync(group_id, member_id, generation,
+                                                       instance_id or None)
             left = deadline - loop.time()
             if complete or left <= 0:
                 break
@@ -151,11 +153,13 @@ class KafkaGroupService:
             await self.groups._membership_changed(group_id, wait=False)
         return [tuple(tp) for tp in owned]
 
-    async def heartbeat(self, group_id: str, member_id: str, generation: int) -> None:
-        """A Kafka Heartbeat; raises RebalanceInProgressError, IllegalGenerationError or
-        UnknownMemberError for the member to act on."""
+    async def heartbeat(self, group_id: str, member_id: str, generation: int,
+                        instance_id: str | None = None) -> None:
+        """A Kafka Heartbeat (of static member ``instance_id``); raises
+        RebalanceInProgressError, IllegalGenerationError, UnknownMemberError or
+        FencedInstanceIdError for the member to act on."""
         await self.groups._ready()
-        self.groups.classic.heartbeat(group_id, member_id, generation)
+        self.groups.classic.heartbeat(group_id, member_id, generation, instance_id or None)
 
     async def leave_group(self, group_id: str, members: list[tuple[str, str | None]]
                           ) -> list[UnknownMemberError | None]:

@@ -189,18 +189,29 @@ class ClassicGroups:
             self._check_common(group, member_id, protocols)
             if member_id in group.fenced:
                 raise group.fenced_error(member_id)
-        known = group.instance(instance_id) if group is not None and instance_id else None
-        if known is not None and member_id != known:
-            if member_id:  # an id the instance no longer (or never) had
-                raise FencedInstanceIdError(
-                    f"group {group_id!r}: static member {instance_id!r} has member id "
-                    f"{known!r}, not {member_id!r}")
+        known = self._instance(group, instance_id, member_id)
+        if known is not None and member_id != known:  # (so no member id: a new incarnation)
             return self._replace(group, known, f"{client_id}-{uuid.uuid4()}", client_id,
                                  client_host, protocols, session_timeout_ms,
                                  rebalance_timeout_ms, existing_topics)
         return self._join(group_id, member_id, client_id, client_host, protocols,
                           session_timeout_ms, rebalance_timeout_ms, existing_topics,
                           require_member_id and not instance_id, instance_id)
+
+    @staticmethod
+    def _instance(group: Group | None, instance_id: str | None, member_id: str
+                  ) -> str | None:
+        """The member id static member ``instance_id`` has now (None: the group has no such
+        member, or no instance id is given); FencedInstanceIdError if ``member_id`` is given
+        and is another one."""
+        if group is None or not instance_id:
+            return None
+        known = group.instance(instance_id)
+        if known is not None and member_id and member_id != known:
+            raise FencedInstanceIdError(
+                f"group {group.group_id!r}: static member {instance_id!r} has member id "
+                f"{known!r}, not {member_id!r}")
+        return known
 
     def _replace(self, group: Group, old_id: str, new_id: str, client_id: str,
                  client_host: str, protocols: tuple[Protocol, ...], session_timeout_ms: int,
@@ -311,13 +322,13 @@ class ClassicGroups:
 
     # -- SyncGroup, Heartbeat, LeaveGroup -------------------------------------------------------
 
-    def sync(self, group_id: str, member_id: str, generation: int
-             ) -> tuple[list[TopicPartition], bool]:
+    def sync(self, group_id: str, member_id: str, generation: int,
+             instance_id: str | None = None) -> tuple[list[TopicPartition], bool]:
         """A SyncGroup: grant what can be granted of the member's target now; returns its
         assignment (what it owns of its target) and whether every free partition of the
         target is in it (else ask again when the coordinator's grants may change, or give
         up and call :meth:`partial`). Partitions another member owns are not waited for."""
-        member = self._check(group_id, member_id, generation)
+        member = self._check(group_id, member_id, generation, instance_id)
         beat = self.coordinator.heartbeat(group_id, member_id, member.owned)
         group = self.coordinator.groups[group_id]
         free = [tp for tp in member.target - member.owned if tp not in group.owner]
@@ -330,13 +341,16 @@ class ClassicGroups:
         if group is not None and group.members:
             group.reassign(existing_topics)
 
-    def heartbeat(self, group_id: str, member_id: str, generation: int) -> None:
+    def heartbeat(self, group_id: str, member_id: str, generation: int,
+                  instance_id: str | None = None) -> None:
         """A Heartbeat: the member is alive; raises what it must do otherwise (rejoin on
         RebalanceInProgressError, IllegalGenerationError, UnknownMemberError)."""
-        self._check(group_id, member_id, generation, touch=True)
+        self._check(group_id, member_id, generation, instance_id, touch=True)
 
-    def _check(self, group_id: str, member_id: str, generation: int, touch: bool = False
-               ) -> Member:
+    def _check(self, group_id: str, member_id: str, generation: int,
+               instance_id: str | None = None, touch: bool = False) -> Member:
+        # (a restarted coordinator forgot group.fenced; the instance's member id it knows)
+        self._instance(self.coordinator.groups.get(group_id), instance_id, member_id)
         group, member = self._member(group_id, member_id)
         if touch:
             member.last_seen_ms = self.coordinator.clock()
@@ -375,14 +389,10 @@ class ClassicGroups:
         """Remove one member; returns its id (raises UnknownMemberError if none left)."""
         group = self.coordinator.groups.get(group_id)
         if instance_id:
-            known = group.instance(instance_id) if group is not None else None
+            known = self._instance(group, instance_id, member_id)
             if known is None:
                 raise UnknownMemberError(
                     f"no static member {instance_id!r} in group {group_id!r}")
-            if member_id and member_id != known:
-                raise FencedInstanceIdError(
-                    f"group {group_id!r}: static member {instance_id!r} has member id "
-                    f"{known!r}, not {member_id!r}")
             member_id = known
         elif group is not None and member_id in group.fenced:
             raise group.fenced_error(member_id)

@@ -149,7 +149,7 @@ async def handle_sync_group(ctx: Context, version: int, request: Any) -> Any:
     try:
         owned = await ctx.backend.controller_call(
             "kafka_sync_group", request.group_id, request.member_id, request.generation_id,
-            timeout_s=COMMIT_TIMEOUT_S)
+            request.group_instance_id if version >= 3 else None, timeout_s=COMMIT_TIMEOUT_S)
     except RaylogError as e:
         return cls(throttle_time_ms=0, error_code=group_code(e), assignment=b"")
     return cls(throttle_time_ms=0, error_code=Code.NONE, assignment=assignment(owned))
@@ -160,6 +160,7 @@ async def handle_heartbeat(ctx: Context, version: int, request: Any) -> Any:
     try:
         await ctx.backend.controller_call("kafka_heartbeat", request.group_id,
                                           request.member_id, request.generation_id,
+                                          request.group_instance_id if version >= 3 else None,
                                           timeout_s=CALL_TIMEOUT_S)
     except RaylogError as e:
         return cls(throttle_time_ms=0, error_code=group_code(e))

@@ -621,3 +621,21 @@ def test_describe_shows_instance_ids():
     members = {m["member_id"]: m for m in k.classic.describe("g")["members"]}
     assert members[a]["instance_id"] == "ia" and members[b]["instance_id"] == "ib"
     assert k.coordinator.describe("g")["members"][0]["instance_id"] in {"ia", "ib"}
+
+
+def test_a_restarted_coordinator_fences_an_old_id_by_the_instance_id_its_requests_name():
+    k = Kafka()
+    a, _b, generation = static_pair(k)
+    a2, _ = k.static_join("ia")
+    restarted = k.restarted()  # it never saw a replaced: only the record naming a2
+    with pytest.raises(FencedInstanceIdError):
+        restarted.classic.heartbeat("g", a, generation, "ia")
+    with pytest.raises(FencedInstanceIdError):
+        restarted.classic.sync("g", a, generation, "ia")
+    with pytest.raises(FencedInstanceIdError):
+        restarted.static_join("ia", a)
+    with pytest.raises(UnknownMemberError) as e:
+        restarted.classic.heartbeat("g", a, generation)  # (no instance id: just unknown)
+    assert type(e.value) is UnknownMemberError
+    with pytest.raises(RebalanceInProgressError):  # a2 itself is told to rejoin
+        restarted.classic.heartbeat("g", a2, generation, "ia")
