@@ -259,8 +259,7 @@ class Group:
         member = self.members.pop(member_id, None) or self.pending.pop(member_id, None)
         if member is None:
             return False
-        if member.instance_id is not None:  # its earlier ids are simply unknown now
-            self.fenced = {old: i for old, i in self.fenced.items() if i != member.instance_id}
+        self._forget_instance(member)
         if isinstance(member, PendingMember):
             self._reassign(existing_topics)
             return True
@@ -268,6 +267,11 @@ class Group:
             self._free(tp, member)
         self._reassign(existing_topics)
         return True
+
+    def _forget_instance(self, member: Member | PendingMember) -> None:
+        """A static member is gone: its earlier ids are simply unknown from now on."""
+        if member.instance_id is not None:
+            self.fenced = {old: i for old, i in self.fenced.items() if i != member.instance_id}
 
     def credit(self, ms: int, now: int) -> None:
         """Add ``ms`` to every member's session (never past ``now``): the coordinator's host
@@ -285,7 +289,7 @@ class Group:
             self.remove(member_id, existing_topics)
         gone = [p.member_id for p in self.pending.values() if now > p.expires_ms]
         for member_id in gone:
-            del self.pending[member_id]
+            self._forget_instance(self.pending.pop(member_id))
         if gone:
             self._reassign(existing_topics)  # a new generation, persisted without them
         return expired + gone

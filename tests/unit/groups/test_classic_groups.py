@@ -639,3 +639,20 @@ def test_a_restarted_coordinator_fences_an_old_id_by_the_instance_id_its_request
     assert type(e.value) is UnknownMemberError
     with pytest.raises(RebalanceInProgressError):  # a2 itself is told to rejoin
         restarted.classic.heartbeat("g", a2, generation, "ia")
+
+
+def test_once_a_static_member_is_gone_its_replaced_ids_are_unknown_not_fenced():
+    k = Kafka()
+    a, b, generation = static_pair(k)
+    a2, _ = k.static_join("ia")
+    with pytest.raises(FencedInstanceIdError):
+        k.classic.heartbeat("g", a, generation)
+    for _ in range(3):  # a2 is never heard from again: its session runs out
+        k.clock.now += SESSION_MS // 2
+        k.classic.heartbeat("g", b, generation)
+        k.classic.expire(TOPICS)
+    assert set(k.coordinator.groups["g"].members) == {b}
+    for member_id in (a, a2):
+        with pytest.raises(UnknownMemberError) as e:
+            k.classic.heartbeat("g", member_id, generation)
+        assert type(e.value) is UnknownMemberError
