@@ -67,7 +67,6 @@ import uuid
 from collections.abc import Iterable, Mapping
 
 from raylog.errors import (
-    FencedInstanceIdError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     MemberIdRequiredError,
@@ -206,12 +205,7 @@ class ClassicGroups:
         and is another one."""
         if group is None or not instance_id:
             return None
-        known = group.instance(instance_id)
-        if known is not None and member_id and member_id != known:
-            raise FencedInstanceIdError(
-                f"group {group.group_id!r}: static member {instance_id!r} has member id "
-                f"{known!r}, not {member_id!r}")
-        return known
+        return group.check_instance(instance_id, member_id)
 
     def _replace(self, group: Group, old_id: str, new_id: str, client_id: str,
                  client_host: str, protocols: tuple[Protocol, ...], session_timeout_ms: int,

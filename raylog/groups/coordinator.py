@@ -156,14 +156,19 @@ class GroupCoordinator:
     # -- offsets ---------------------------------------------------------------------------------
 
     def check_commit(self, group_id: str, member_id: str | None, generation: int,
-                     offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> CommitTicket:
-        """Accept a commit for persisting, or refuse it (CommitFailedError, RejoinRequired)."""
+                     offsets: Mapping[TopicPartition, OffsetAndMetadata],
+                     instance_id: str | None = None) -> CommitTicket:
+        """Accept a commit for persisting, or refuse it (CommitFailedError, RejoinRequired;
+        FencedInstanceIdError when a Kafka static member's ``instance_id`` has another
+        member id)."""
         mark = ownership_mark()
         if member_id is None and group_id not in self.groups:
             # A commit outside any membership (admin, micro-batches).
             return CommitTicket(group_id, None, dict(offsets), None, None, mark)
         # As for heartbeats: a member of a group known only from disk is told to rejoin.
         group = self.group(group_id)
+        if instance_id and member_id is not None:
+            group.check_instance(instance_id, member_id)
         group.check_commit(member_id, generation, offsets)
         member = group.members[member_id] if member_id is not None else None
         return CommitTicket(group_id, member_id, dict(offsets), group, member, mark)

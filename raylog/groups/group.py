@@ -198,6 +198,16 @@ class Group:
         return next((m.member_id for m in [*self.members.values(), *self.pending.values()]
                      if m.instance_id == instance_id), None)
 
+    def check_instance(self, instance_id: str, member_id: str) -> str | None:
+        """The member id static member ``instance_id`` has now (None: the group has no such
+        member); FencedInstanceIdError if ``member_id`` is given and is another one."""
+        known = self.instance(instance_id)
+        if known is not None and member_id and member_id != known:
+            raise FencedInstanceIdError(
+                f"group {self.group_id!r}: static member {instance_id!r} has member id "
+                f"{known!r}, not {member_id!r}")
+        return known
+
     def replace(self, old_id: str, new_id: str) -> Member | PendingMember:
         """A static member's new incarnation takes its place under ``new_id``: the same
         member (what it owns, its target, its generation), so nothing moves; ``old_id`` is

@@ -214,8 +214,10 @@ async def handle_offset_commit(ctx: Context, version: int, request: Any) -> Any:
     code: int = Code.NONE
     if entries:
         try:
-            await ctx.backend.controller_call("commit_offsets", request.group_id, member_id,
-                                              generation, entries, timeout_s=COMMIT_TIMEOUT_S)
+            await ctx.backend.controller_call(
+                "commit_offsets", request.group_id, member_id, generation, entries,
+                request.group_instance_id if version >= 7 else None,
+                timeout_s=COMMIT_TIMEOUT_S)
         except RaylogError as e:
             code = group_code(e)
     for topic, partition, _, _ in entries:

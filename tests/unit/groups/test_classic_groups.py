@@ -634,6 +634,8 @@ def test_a_restarted_coordinator_fences_an_old_id_by_the_instance_id_its_request
         restarted.classic.sync("g", a, generation, "ia")
     with pytest.raises(FencedInstanceIdError):
         restarted.static_join("ia", a)
+    with pytest.raises(FencedInstanceIdError):
+        restarted.coordinator.check_commit("g", a, generation, {}, "ia")
     with pytest.raises(UnknownMemberError) as e:
         restarted.classic.heartbeat("g", a, generation)  # (no instance id: just unknown)
     assert type(e.value) is UnknownMemberError

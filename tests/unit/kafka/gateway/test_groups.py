@@ -148,7 +148,7 @@ def heartbeat(addr, member_id: str, generation: int, version: int = 3,
 
 
 def commit(addr, member_id: str, generation: int, offsets: dict[tuple[str, int], int],
-           version: int = 8):
+           version: int = 8, instance: str | None = None):
     topics = {}
     for (topic, partition), offset in offsets.items():
         fields = {"partition_index": partition, "committed_offset": offset,
@@ -162,7 +162,7 @@ def commit(addr, member_id: str, generation: int, offsets: dict[tuple[str, int],
                   OffsetCommitRequest.OffsetCommitRequestTopic(name=t, partitions=ps)
                   for t, ps in topics.items()]}
     if version >= 7:
-        fields["group_instance_id"] = None
+        fields["group_instance_id"] = instance
     if version <= 4:
         fields["retention_time_ms"] = -1
     answer = wire.call(addr, OffsetCommitRequest[version](**fields), version)
@@ -319,6 +319,10 @@ def test_static_members_rejoin_without_a_rebalance_and_fence_their_old_ids(gatew
     assert restarted.generation_id == generation
     a2 = restarted.member_id
     assert sync(addr, a2, generation) == owned[a]
+    assert commit(addr, a2, generation, {owned[a][0]: 5}, instance="i-a") == {
+        owned[a][0]: Code.NONE}
+    assert commit(addr, a2, generation, {owned[a][0]: 6}, instance="i-b") == {
+        owned[a][0]: Code.FENCED_INSTANCE_ID}  # a2 is not i-b's member id
     assert heartbeat(addr, b, generation, instance="i-b") == Code.NONE
     assert heartbeat(addr, a, generation, instance="i-a") == Code.FENCED_INSTANCE_ID
     assert commit(addr, a, generation, {owned[a][0]: 7}) == {
