@@ -415,8 +415,11 @@ class GroupService:
     # -- offsets ---------------------------------------------------------------------------------
 
     async def commit_offsets(self, group_id: str, member_id: str | None, generation: int,
-                             offsets: list[tuple[str, int, int, str]]) -> None:
-        """Commit (topic, partition, offset, metadata) entries for a member of a group.
+                             offsets: list[tuple[str, int, int, str]],
+                             instance_id: str | None = None) -> None:
+        """Commit (topic, partition, offset, metadata) entries for a member of a group
+        (a Kafka static member names its ``instance_id``: FencedInstanceIdError if the
+        instance has another member id).
 
         Refused (nothing stored) for a stale generation or partitions the member does not
         own, and not applied (UnknownMemberError, NotPartitionOwnerError) if the member left
@@ -429,7 +432,8 @@ class GroupService:
         store = await self._ready()
         entries = {TopicPartition(t, p): OffsetAndMetadata(o, m, wall_clock_ms())
                    for t, p, o, m in offsets}
-        ticket = self.coordinator.check_commit(group_id, member_id, generation, entries)
+        ticket = self.coordinator.check_commit(group_id, member_id, generation, entries,
+                                               instance_id or None)
         await store.commit(ticket, WRITE_WAIT_S)
 
     async def committed_offsets(self, group_id: str, partitions: list[tuple[str, int]]

@@ -29,7 +29,7 @@ import logging
 from typing import Any
 
 from actors.groups import WRITE_WAIT_S, GroupService
-from raylog.errors import InvalidArgumentError, RebalanceInProgressError
+from raylog.errors import InvalidArgumentError, RebalanceInProgressError, UnknownMemberError
 from raylog.groups.classic import JoinAnswer, Protocol
 from raylog.metadata.topics import topic_names, topic_partitions
 from raylog.util.arguments import INT32_MAX, check_id, check_int
@@ -66,15 +66,20 @@ class KafkaGroupService:
                          client_host: str, protocol_type: str,
                          protocols: list[tuple[str, list[str], bytes, list[tuple[str, int]]]],
                          session_timeout_ms: int, rebalance_timeout_ms: int,
-                         require_member_id: bool) -> dict[str, Any]:
+                         require_member_id: bool, instance_id: str | None = None
+                         ) -> dict[str, Any]:
         """A Kafka JoinGroup: ``protocols`` are (name, subscribed topics, metadata, the
-        partitions the member says it owns) in the member's order of preference. Returns
-        member_id, generation, protocol and leader once the round ends; raises
-        MemberIdRequiredError (with the id to join with), UnknownMemberError,
+        partitions the member says it owns) in the member's order of preference;
+        ``instance_id`` a static member's ``group.instance.id``. Returns member_id,
+        generation, protocol and leader once the round ends (at once for a static member's
+        new incarnation that changes nothing); raises MemberIdRequiredError (with the id to
+        join with), UnknownMemberError, FencedInstanceIdError,
         InconsistentGroupProtocolError, RebalanceInProgressError."""
         check_id("group_id", group_id, InvalidArgumentError)
         if member_id:
             check_id("member_id", member_id, InvalidArgumentError)
+        if instance_id:
+            check_id("group_instance_id", instance_id, InvalidArgumentError)
         check_id("client_id", client_id or "-", InvalidArgumentError)
         offers = []
         for name, topics, metadata, owned in protocols:
@@ -90,7 +95,8 @@ class KafkaGroupService:
         member_id, answers = classic.join(
             group_id, member_id, client_id or "-", client_host, protocol_type,
             offers, session_timeout_ms,
-            rebalance_timeout_ms, self.groups._topics(), require_member_id)
+            rebalance_timeout_ms, self.groups._topics(), require_member_id, instance_id or None)
+        self._fence_parked(group_id)
         key = (group_id, member_id)
         earlier = self._parked.pop(key, None)
         if earlier is not None and not earlier.done():
@@ -112,16 +118,28 @@ class KafkaGroupService:
         return {"member_id": answer.member_id, "generation": answer.generation,
                 "protocol": answer.protocol, "leader": answer.leader}
 
-    async def sync_group(self, group_id: str, member_id: str, generation: int
-                         ) -> list[tuple[str, int]]:
+    def _fence_parked(self, group_id: str) -> None:
+        """Answer FENCED_INSTANCE_ID to the parked JoinGroups of member ids a static
+        member's new incarnation replaced."""
+        group = self.groups.coordinator.groups.get(group_id)
+        for key in [k for k in self._parked if k[0] == group_id]:
+            if group is not None and key[1] in group.fenced:
+                future = self._parked.pop(key)
+                if not future.done():
+                    future.set_exception(group.fenced_error(key[1]))
+
+    async def sync_group(self, group_id: str, member_id: str, generation: int,
+                         instance_id: str | None = None) -> list[tuple[str, int]]:
         """A Kafka SyncGroup: the partitions the member owns in ``generation`` (its whole
-        target, unless SYNC_WAIT_S passed first: then a new round starts)."""
+        target, unless SYNC_WAIT_S passed first: then a new round starts). A static member
+        names its ``instance_id`` (FencedInstanceIdError if the instance has another id)."""
         await self.groups._ready()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + SYNC_WAIT_S
         while True:
             event = self._grants.setdefault(group_id, asyncio.Event())
-            owned, complete = self.groups.classic.sync(group_id, member_id, generation)
+            owned, complete = self.groups.classic.sync(group_id, member_id, generation,
+                                                       instance_id or None)
             left = deadline - loop.time()
             if complete or left <= 0:
                 break
@@ -135,22 +153,28 @@ class KafkaGroupService:
             await self.groups._membership_changed(group_id, wait=False)
         return [tuple(tp) for tp in owned]
 
-    async def heartbeat(self, group_id: str, member_id: str, generation: int) -> None:
-        """A Kafka Heartbeat; raises RebalanceInProgressError, IllegalGenerationError or
-        UnknownMemberError for the member to act on."""
+    async def heartbeat(self, group_id: str, member_id: str, generation: int,
+                        instance_id: str | None = None) -> None:
+        """A Kafka Heartbeat (of static member ``instance_id``); raises
+        RebalanceInProgressError, IllegalGenerationError, UnknownMemberError or
+        FencedInstanceIdError for the member to act on."""
         await self.groups._ready()
-        self.groups.classic.heartbeat(group_id, member_id, generation)
+        self.groups.classic.heartbeat(group_id, member_id, generation, instance_id or None)
 
-    async def leave_group(self, group_id: str, member_ids: list[str]) -> list[str]:
-        """A Kafka LeaveGroup of these members; returns those the group did not know."""
+    async def leave_group(self, group_id: str, members: list[tuple[str, str | None]]
+                          ) -> list[UnknownMemberError | None]:
+        """A Kafka LeaveGroup of these members, each (member id, instance id or None; a
+        static member may be named by its instance id alone); returns each one's outcome in
+        order: None (it left), UnknownMemberError or FencedInstanceIdError."""
+        check_id("group_id", group_id, InvalidArgumentError)
         await self.groups._ready()
-        outcomes, answers = self.groups.classic.leave(group_id, member_ids,
-                                                      self.groups._topics())
+        outcomes, answers = self.groups.classic.leave(
+            group_id, [(m, i or None) for m, i in members], self.groups._topics())
         self.answer(group_id, answers)
-        if any(error is None for error in outcomes.values()):
+        if any(error is None for error in outcomes):
             self.groups._poke_watches()
             await self.groups._membership_changed(group_id, wait=True)
-        return [m for m, error in outcomes.items() if error is not None]
+        return outcomes
 
     async def committed(self, group_id: str, partitions: list[tuple[str, int]] | None
                         ) -> dict[tuple[str, int], tuple[int, str] | None]:

@@ -345,3 +345,12 @@ class MemberIdRequiredError(RaylogError):
 
     def __reduce__(self) -> tuple:  # crosses Ray with its member id
         return type(self), (str(self), self.member_id)
+
+
+class FencedInstanceIdError(UnknownMemberError):
+    """A Kafka static member's request under a member id its ``group.instance.id`` no longer
+    has: a newer incarnation of the instance joined with a new id and took its place
+    (KIP-345; Kafka's FENCED_INSTANCE_ID). The old incarnation must stop: it is not in the
+    group any more."""
+
+    kafka_code = 82  # FENCED_INSTANCE_ID

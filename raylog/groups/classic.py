@@ -43,9 +43,17 @@ shape of the protocol those clients speak:
   (MemberIdRequiredError, when the client speaks JoinGroup v4+) that it joins with next;
   a JoinGroup naming an id the group does not know is refused (UnknownMemberError).
 
+- **Static members** (``group.instance.id``, KIP-345). A JoinGroup naming an instance the
+  group knows, with no member id, is the instance's new incarnation: it takes the old
+  member's place under a new id (:meth:`Group.replace`: same partitions, target and
+  generation) and the old id is fenced (FencedInstanceIdError, wherever it is used). With
+  no round on and its subscription unchanged it is answered at once, in the current
+  generation, and nobody else rebalances; otherwise it joins the round. A static member
+  first joins with no MemberIdRequiredError round trip, sends no LeaveGroup when it closes
+  (it leaves when its session runs out) and can be removed by instance id.
+
 Parked members are alive (their JoinGroup is open): their sessions do not run while they
-wait; it starts again when their round ends. Static membership (``group.instance.id``) is
-not served: such a member is a dynamic one.
+wait; it starts again when their round ends.
 
 Plain Python with the coordinator's clock; the caller's event loop is its only user (not
 thread-safe). It returns the answers a step completes (:class:`JoinAnswer` by member id);
@@ -155,12 +163,14 @@ class ClassicGroups:
     def join(self, group_id: str, member_id: str, client_id: str, client_host: str,
              protocol_type: str, protocols: Iterable[Protocol], session_timeout_ms: int,
              rebalance_timeout_ms: int, existing_topics: Mapping[str, int],
-             require_member_id: bool) -> tuple[str, dict[str, JoinAnswer]]:
+             require_member_id: bool, instance_id: str | None = None
+             ) -> tuple[str, dict[str, JoinAnswer]]:
         """A JoinGroup: the member is parked in the group's round; returns its member id
         and the answers of the parked members if this join ended the round (its own among
-        them).
-        Raises InconsistentGroupProtocolError, MemberIdRequiredError (first join, with
-        ``require_member_id``) and UnknownMemberError (an id the group does not know)."""
+        them). ``instance_id``: the member's ``group.instance.id`` (static membership).
+        Raises InconsistentGroupProtocolError, MemberIdRequiredError (first join of a
+        dynamic member, with ``require_member_id``), UnknownMemberError (an id the group
+        does not know) and FencedInstanceIdError (an id its instance no longer has)."""
         protocols = tuple(protocols)
         if protocol_type != PROTOCOL_TYPE:
             raise InconsistentGroupProtocolError(
@@ -172,11 +182,68 @@ class ClassicGroups:
                 f"group {group_id!r}: member offers {[p.name for p in protocols]}; raylog's "
                 f"coordinator assigns with {list(ASSIGNORS)} only: set "
                 f"partition.assignment.strategy to one of them")
-        now = self.coordinator.clock()
         group = self.coordinator.groups.get(group_id)
         if group is not None:
             group.check_kind(member_id, kafka=True)
             self._check_common(group, member_id, protocols)
+            if member_id in group.fenced:
+                raise group.fenced_error(member_id)
+        known = self._instance(group, instance_id, member_id)
+        if known is not None and member_id != known:  # (so no member id: a new incarnation)
+            return self._replace(group, known, f"{client_id}-{uuid.uuid4()}", client_id,
+                                 client_host, protocols, session_timeout_ms,
+                                 rebalance_timeout_ms, existing_topics)
+        return self._join(group_id, member_id, client_id, client_host, protocols,
+                          session_timeout_ms, rebalance_timeout_ms, existing_topics,
+                          require_member_id and not instance_id, instance_id)
+
+    @staticmethod
+    def _instance(group: Group | None, instance_id: str | None, member_id: str
+                  ) -> str | None:
+        """The member id static member ``instance_id`` has now (None: the group has no such
+        member, or no instance id is given); FencedInstanceIdError if ``member_id`` is given
+        and is another one."""
+        if group is None or not instance_id:
+            return None
+        return group.check_instance(instance_id, member_id)
+
+    def _replace(self, group: Group, old_id: str, new_id: str, client_id: str,
+                 client_host: str, protocols: tuple[Protocol, ...], session_timeout_ms: int,
+                 rebalance_timeout_ms: int, existing_topics: Mapping[str, int]
+                 ) -> tuple[str, dict[str, JoinAnswer]]:
+        """A known static member joins with no member id (a new incarnation, e.g. its
+        process restarted): it takes the old member's place under a new id (the old one is
+        fenced) and keeps what it owns. If the group is not rebalancing and the member
+        subscribes to the same topics with the round's protocol, it is answered at once with
+        the current generation (nobody else rebalances); otherwise it joins the round as
+        any member would."""
+        state = self._round(group)
+        replaced = group.replace(old_id, new_id)
+        joiner = state.joiners.pop(old_id, None)
+        if old_id in state.parked:
+            state.parked.discard(old_id)
+            state.parked.add(new_id)
+        offer = next((p for p in protocols if p.name == state.protocol), None)
+        if isinstance(replaced, Member) and joiner is not None and \
+                not state.rebalancing() and offer is not None and \
+                frozenset(offer.topics) == replaced.requested:
+            replaced.client_id, replaced.session_timeout_ms = client_id, session_timeout_ms
+            replaced.last_seen_ms = self.coordinator.clock()
+            replaced.generation = group.generation
+            state.joiners[new_id] = _Joiner(protocols, rebalance_timeout_ms, client_host)
+            return new_id, {new_id: JoinAnswer(new_id, group.generation, state.protocol)}
+        return self._join(group.group_id, new_id, client_id, client_host, protocols,
+                          session_timeout_ms, rebalance_timeout_ms, existing_topics, False,
+                          replaced.instance_id)
+
+    def _join(self, group_id: str, member_id: str, client_id: str, client_host: str,
+              protocols: tuple[Protocol, ...], session_timeout_ms: int,
+              rebalance_timeout_ms: int, existing_topics: Mapping[str, int],
+              require_member_id: bool, instance_id: str | None
+              ) -> tuple[str, dict[str, JoinAnswer]]:
+        """A join that parks the member in the group's round (join's doc)."""
+        now = self.coordinator.clock()
+        group = self.coordinator.groups.get(group_id)
         if not member_id:
             member_id = f"{client_id}-{uuid.uuid4()}"
             if require_member_id:
@@ -196,7 +263,7 @@ class ClassicGroups:
         # needed); topics that do not exist yet are assigned once they do.
         member = self.coordinator.join(
             group_id, member_id, client_id, list(chosen.topics), None, session_timeout_ms,
-            ASSIGNORS[chosen.name], existing_topics, kafka=True)
+            ASSIGNORS[chosen.name], existing_topics, kafka=True, instance_id=instance_id)
         group = self.coordinator.groups[group_id]
         state = self._round(group)
         state.joiners[member.member_id] = _Joiner(protocols, rebalance_timeout_ms, client_host)
@@ -249,13 +316,13 @@ class ClassicGroups:
 
     # -- SyncGroup, Heartbeat, LeaveGroup -------------------------------------------------------
 
-    def sync(self, group_id: str, member_id: str, generation: int
-             ) -> tuple[list[TopicPartition], bool]:
+    def sync(self, group_id: str, member_id: str, generation: int,
+             instance_id: str | None = None) -> tuple[list[TopicPartition], bool]:
         """A SyncGroup: grant what can be granted of the member's target now; returns its
         assignment (what it owns of its target) and whether every free partition of the
         target is in it (else ask again when the coordinator's grants may change, or give
         up and call :meth:`partial`). Partitions another member owns are not waited for."""
-        member = self._check(group_id, member_id, generation)
+        member = self._check(group_id, member_id, generation, instance_id)
         beat = self.coordinator.heartbeat(group_id, member_id, member.owned)
         group = self.coordinator.groups[group_id]
         free = [tp for tp in member.target - member.owned if tp not in group.owner]
@@ -268,13 +335,16 @@ class ClassicGroups:
         if group is not None and group.members:
             group.reassign(existing_topics)
 
-    def heartbeat(self, group_id: str, member_id: str, generation: int) -> None:
+    def heartbeat(self, group_id: str, member_id: str, generation: int,
+                  instance_id: str | None = None) -> None:
         """A Heartbeat: the member is alive; raises what it must do otherwise (rejoin on
         RebalanceInProgressError, IllegalGenerationError, UnknownMemberError)."""
-        self._check(group_id, member_id, generation, touch=True)
+        self._check(group_id, member_id, generation, instance_id, touch=True)
 
-    def _check(self, group_id: str, member_id: str, generation: int, touch: bool = False
-               ) -> Member:
+    def _check(self, group_id: str, member_id: str, generation: int,
+               instance_id: str | None = None, touch: bool = False) -> Member:
+        # (a restarted coordinator forgot group.fenced; the instance's member id it knows)
+        self._instance(self.coordinator.groups.get(group_id), instance_id, member_id)
         group, member = self._member(group_id, member_id)
         if touch:
             member.last_seen_ms = self.coordinator.clock()
@@ -286,21 +356,43 @@ class ClassicGroups:
             raise RebalanceInProgressError(f"group {group_id!r} is rebalancing: join again")
         return member
 
-    def leave(self, group_id: str, member_ids: Iterable[str],
+    def leave(self, group_id: str, members: Iterable[tuple[str, str | None]],
               existing_topics: Mapping[str, int]
-              ) -> tuple[dict[str, UnknownMemberError | None], dict[str, JoinAnswer]]:
-        """A LeaveGroup of one member or several (v3+): each one's outcome, and the answers
-        of a round its leaving ended."""
-        outcomes: dict[str, UnknownMemberError | None] = {}
-        for member_id in member_ids:
-            left = self.coordinator.leave(group_id, member_id, existing_topics)
-            outcomes[member_id] = None if left else UnknownMemberError(
-                f"member {member_id!r} is not in group {group_id!r}")
-            state = self.rounds.get(group_id)
-            if state is not None:
-                state.parked.discard(member_id)
-                state.joiners.pop(member_id, None)
+              ) -> tuple[list[UnknownMemberError | None], dict[str, JoinAnswer]]:
+        """A LeaveGroup of one member or several (v3+), each (member id, instance id or
+        None): each one's outcome in order (None: it left), and the answers of a round its
+        leaving ended. A static member is named by its instance id, with its member id or
+        with none (an admin's removal); an id its instance no longer has is
+        FencedInstanceIdError, an instance the group does not know UnknownMemberError."""
+        outcomes: list[UnknownMemberError | None] = []
+        for member_id, instance_id in members:
+            try:
+                left = self._leave(group_id, member_id, instance_id, existing_topics)
+            except UnknownMemberError as e:
+                outcomes.append(e)
+            else:
+                outcomes.append(None)
+                state = self.rounds.get(group_id)
+                if state is not None:
+                    state.parked.discard(left)
+                    state.joiners.pop(left, None)
         return outcomes, self._settle(group_id, existing_topics)
+
+    def _leave(self, group_id: str, member_id: str, instance_id: str | None,
+               existing_topics: Mapping[str, int]) -> str:
+        """Remove one member; returns its id (raises UnknownMemberError if none left)."""
+        group = self.coordinator.groups.get(group_id)
+        if instance_id:
+            known = self._instance(group, instance_id, member_id)
+            if known is None:
+                raise UnknownMemberError(
+                    f"no static member {instance_id!r} in group {group_id!r}")
+            member_id = known
+        elif group is not None and member_id in group.fenced:
+            raise group.fenced_error(member_id)
+        if not self.coordinator.leave(group_id, member_id, existing_topics):
+            raise UnknownMemberError(f"member {member_id!r} is not in group {group_id!r}")
+        return member_id
 
     def _settle(self, group_id: str, existing_topics: Mapping[str, int]
                 ) -> dict[str, JoinAnswer]:
@@ -383,7 +475,8 @@ class ClassicGroups:
             joiner = state.joiners.get(member.member_id) if state is not None else None
             metadata = next((p.metadata for p in joiner.protocols if p.name == protocol),
                             b"") if joiner is not None else b""
-            members.append({"member_id": member.member_id, "client_id": member.client_id,
+            members.append({"member_id": member.member_id, "instance_id": member.instance_id,
+                            "client_id": member.client_id,
                             "client_host": joiner.client_host if joiner else "",
                             "metadata": metadata, "owned": sorted(member.owned)})
         return {"group_id": group_id, "state": self.state(group_id),

@@ -86,7 +86,7 @@ class GroupCoordinator:
              topics: Iterable[str] | None, pattern: str | None, session_timeout_ms: int,
              assignor: str, existing_topics: Mapping[str, int],
              actor_id: str | None = None, claims: Iterable[TopicPartition] = (),
-             kafka: bool = False) -> Member:
+             kafka: bool = False, instance_id: str | None = None) -> Member:
         group = self.groups.get(group_id)
         if group is None or (not group.members and not group.pending):
             # A group starts (again) above any generation it ever had.
@@ -96,7 +96,7 @@ class GroupCoordinator:
         member_id = member_id or f"{client_id}-{uuid.uuid4().hex[:12]}"
         return group.join(member_id, client_id, topics, pattern, session_timeout_ms,
                           self.clock(), existing_topics, actor_id, claims,
-                          self.held.get(group_id, ()), kafka)
+                          self.held.get(group_id, ()), kafka, instance_id)
 
     def group(self, group_id: str) -> Group:
         try:
@@ -156,14 +156,19 @@ class GroupCoordinator:
     # -- offsets ---------------------------------------------------------------------------------
 
     def check_commit(self, group_id: str, member_id: str | None, generation: int,
-                     offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> CommitTicket:
-        """Accept a commit for persisting, or refuse it (CommitFailedError, RejoinRequired)."""
+                     offsets: Mapping[TopicPartition, OffsetAndMetadata],
+                     instance_id: str | None = None) -> CommitTicket:
+        """Accept a commit for persisting, or refuse it (CommitFailedError, RejoinRequired;
+        FencedInstanceIdError when a Kafka static member's ``instance_id`` has another
+        member id)."""
         mark = ownership_mark()
         if member_id is None and group_id not in self.groups:
             # A commit outside any membership (admin, micro-batches).
             return CommitTicket(group_id, None, dict(offsets), None, None, mark)
         # As for heartbeats: a member of a group known only from disk is told to rejoin.
         group = self.group(group_id)
+        if instance_id and member_id is not None:
+            group.check_instance(instance_id, member_id)
         group.check_commit(member_id, generation, offsets)
         member = group.members[member_id] if member_id is not None else None
         return CommitTicket(group_id, member_id, dict(offsets), group, member, mark)
@@ -298,7 +303,7 @@ class GroupCoordinator:
             pending = [PendingMember(member_id, m["client_id"], m["session_timeout_ms"],
                                      min(m.get("expires_ms", now + m["session_timeout_ms"]),
                                          now + m["session_timeout_ms"]),
-                                     m.get("kafka", False))
+                                     m.get("kafka", False), m.get("instance_id"))
                        for member_id, m in members.items()]
             self.groups[group_id] = Group(group_id, record.get("assignor", "cooperative_sticky"),
                                           record["generation"], pending)

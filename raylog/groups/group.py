@@ -39,6 +39,7 @@ import re
 from collections.abc import Container, Iterable, Mapping
 
 from raylog.errors import (
+    FencedInstanceIdError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     NotPartitionOwnerError,
@@ -49,6 +50,7 @@ from raylog.groups.assignors import ASSIGNORS
 from raylog.types import TopicPartition
 
 _marks = itertools.count(1)
+MAX_FENCED = 1000  # replaced static member ids remembered per group (then: unknown)
 
 
 def ownership_mark() -> int:
@@ -72,6 +74,7 @@ class PendingMember:
     session_timeout_ms: int
     expires_ms: int  # then its session is over, and whatever it owned is free
     kafka: bool = False  # a Kafka client's, through the gateway (classic.py)
+    instance_id: str | None = None  # a Kafka static member's group.instance.id
 
 
 @dataclasses.dataclass
@@ -85,6 +88,7 @@ class Member:
     last_seen_ms: int
     actor_id: str | None = None      # set when the member lives in a Ray actor
     kafka: bool = False              # a Kafka client's, through the gateway (classic.py)
+    instance_id: str | None = None   # a Kafka static member's group.instance.id (KIP-345)
     generation: int = 0              # the generation this member was last told
     durable_from: int = 0            # the group record naming it from this generation on
     owned: set[TopicPartition] = dataclasses.field(default_factory=set)
@@ -93,6 +97,7 @@ class Member:
     def describe(self) -> dict:
         return {"member_id": self.member_id, "client_id": self.client_id,
                 "actor_id": self.actor_id, "kafka": self.kafka,
+                **({"instance_id": self.instance_id} if self.instance_id else {}),
                 "generation": self.generation,
                 "topics": sorted(self.topics), "owned": sorted(self.owned),
                 "target": sorted(self.target)}
@@ -122,6 +127,9 @@ class Group:
         self.pending: dict[str, PendingMember] = {p.member_id: p for p in pending}
         self.owner: dict[TopicPartition, str] = {}
         self.changed_at: dict[TopicPartition, int] = {}  # ownership_mark() of the last change
+        # Member ids a newer incarnation of their static instance replaced (replace()):
+        # old id -> instance id, so the old incarnation is told it is fenced.
+        self.fenced: dict[str, str] = {}
         # (generation, member -> owned partitions) after every change of ownership
         self.history: list[tuple[int, dict[str, frozenset[TopicPartition]]]] = []
 
@@ -141,7 +149,8 @@ class Group:
              pattern: str | None, session_timeout_ms: int, now: int,
              existing_topics: Mapping[str, int], actor_id: str | None = None,
              claims: Iterable[TopicPartition] = (),
-             held: Container[TopicPartition] = frozenset(), kafka: bool = False) -> Member:
+             held: Container[TopicPartition] = frozenset(), kafka: bool = False,
+             instance_id: str | None = None) -> Member:
         """Add (or re-subscribe) a member; the assignment is recomputed.
 
         A pending member (known before a restart) keeps the ``claims`` it names that nobody
@@ -151,6 +160,7 @@ class Group:
         ``kafka``: the member is a Kafka client's (the gateway's classic protocol, see
         classic.py). A group is served one way: a member of the other kind is refused with
         InconsistentGroupProtocolError while the group has members (pending ones included).
+        ``instance_id``: a Kafka static member's (see :meth:`replace`).
         """
         self.check_kind(member_id, kafka)
         if pattern is not None:
@@ -163,10 +173,12 @@ class Group:
         new = member is None
         if new:
             member = Member(member_id, client_id, frozenset(), pattern, requested,
-                            session_timeout_ms, now, actor_id, kafka)
+                            session_timeout_ms, now, actor_id, kafka, instance_id)
             self.members[member_id] = member
-            if self.pending.pop(member_id, None) is not None:
+            pending = self.pending.pop(member_id, None)
+            if pending is not None:
                 new = False  # named by the durable record it came back from
+                member.instance_id = member.instance_id or pending.instance_id
                 for tp in sorted(TopicPartition(*tp) for tp in claims):
                     if tp not in self.owner and tp not in held:
                         self._take(tp, member)
@@ -180,6 +192,46 @@ class Group:
         if new:
             member.durable_from = self.generation
         return member
+
+    def instance(self, instance_id: str) -> str | None:
+        """The member id the static member ``instance_id`` has now (pending ones too)."""
+        return next((m.member_id for m in [*self.members.values(), *self.pending.values()]
+                     if m.instance_id == instance_id), None)
+
+    def check_instance(self, instance_id: str, member_id: str) -> str | None:
+        """The member id static member ``instance_id`` has now (None: the group has no such
+        member); FencedInstanceIdError if ``member_id`` is given and is another one."""
+        known = self.instance(instance_id)
+        if known is not None and member_id and member_id != known:
+            raise FencedInstanceIdError(
+                f"group {self.group_id!r}: static member {instance_id!r} has member id "
+                f"{known!r}, not {member_id!r}")
+        return known
+
+    def replace(self, old_id: str, new_id: str) -> Member | PendingMember:
+        """A static member's new incarnation takes its place under ``new_id``: the same
+        member (what it owns, its target, its generation), so nothing moves; ``old_id`` is
+        fenced from now on (:meth:`member` raises FencedInstanceIdError for it), and any
+        commit of it on its way is not applied (the coordinator's ``fenced``)."""
+        old = self.members.get(old_id) or self.pending.get(old_id)
+        if old is None or old.instance_id is None:
+            raise ValueError(f"{old_id!r} is no static member of group {self.group_id!r}")
+        if isinstance(old, PendingMember):
+            del self.pending[old_id]
+            replaced: Member | PendingMember = dataclasses.replace(old, member_id=new_id)
+            self.pending[new_id] = replaced
+        else:
+            del self.members[old_id]
+            replaced = self.members[new_id] = dataclasses.replace(
+                old, member_id=new_id, owned=set(old.owned), target=set(old.target))
+            for tp in sorted(old.owned):
+                self.owner[tp] = new_id
+                self.changed_at[tp] = ownership_mark()
+            self._record()
+        self.fenced[old_id] = old.instance_id
+        while len(self.fenced) > MAX_FENCED:  # the oldest first
+            del self.fenced[next(iter(self.fenced))]
+        return replaced
 
     def check_kind(self, member_id: str, kafka: bool) -> None:
         """Refuse a member of the other kind than the group's other members."""
@@ -214,16 +266,22 @@ class Group:
 
     def remove(self, member_id: str, existing_topics: Mapping[str, int]) -> bool:
         """A member left, died or timed out: its partitions are free at once."""
-        member = self.members.pop(member_id, None)
+        member = self.members.pop(member_id, None) or self.pending.pop(member_id, None)
         if member is None:
-            if self.pending.pop(member_id, None) is None:
-                return False
+            return False
+        self._forget_instance(member)
+        if isinstance(member, PendingMember):
             self._reassign(existing_topics)
             return True
         for tp in sorted(member.owned):
             self._free(tp, member)
         self._reassign(existing_topics)
         return True
+
+    def _forget_instance(self, member: Member | PendingMember) -> None:
+        """A static member is gone: its earlier ids are simply unknown from now on."""
+        if member.instance_id is not None:
+            self.fenced = {old: i for old, i in self.fenced.items() if i != member.instance_id}
 
     def credit(self, ms: int, now: int) -> None:
         """Add ``ms`` to every member's session (never past ``now``): the coordinator's host
@@ -241,7 +299,7 @@ class Group:
             self.remove(member_id, existing_topics)
         gone = [p.member_id for p in self.pending.values() if now > p.expires_ms]
         for member_id in gone:
-            del self.pending[member_id]
+            self._forget_instance(self.pending.pop(member_id))
         if gone:
             self._reassign(existing_topics)  # a new generation, persisted without them
         return expired + gone
@@ -257,6 +315,8 @@ class Group:
         for member in [*self.members.values(), *self.pending.values()]:
             if member.kafka:  # (said only when true: records of before read the same)
                 out[member.member_id]["kafka"] = True
+            if member.instance_id is not None:
+                out[member.member_id]["instance_id"] = member.instance_id
         return out
 
     def topics_changed(self, existing_topics: Mapping[str, int]) -> None:
@@ -301,6 +361,8 @@ class Group:
         try:
             return self.members[member_id]
         except KeyError:
+            if member_id in self.fenced:
+                raise self.fenced_error(member_id) from None
             if member_id in self.pending:
                 raise RejoinRequiredError(
                     f"the coordinator of group {self.group_id!r} restarted: member "
@@ -308,6 +370,12 @@ class Group:
             raise UnknownMemberError(
                 f"member {member_id!r} is not in group {self.group_id!r} (it left, timed out "
                 f"or died); join again") from None
+
+    def fenced_error(self, member_id: str) -> FencedInstanceIdError:
+        """What a replaced static member's old id is told (see :meth:`replace`)."""
+        return FencedInstanceIdError(
+            f"member {member_id!r} of group {self.group_id!r} was replaced by a newer "
+            f"incarnation of static member {self.fenced[member_id]!r}")
 
     def heartbeat(self, member_id: str, owned: Iterable[TopicPartition], now: int,
                   held: Container[TopicPartition] = frozenset(),

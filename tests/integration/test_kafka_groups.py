@@ -193,16 +193,18 @@ def test_a_native_commit_is_read_by_a_kafka_consumer_and_the_cli_shows_the_group
         consumer.close()
 
 
+def java_owned(member: Child) -> set[tuple[str, int]]:
+    """The last assignment a KafkaGroupMember printed."""
+    lines = [line for line in member.lines if line.startswith("owned ")]
+    text = lines[-1].removeprefix("owned ").strip() if lines else ""
+    return {(t, int(p)) for t, p in (x.rsplit(":", 1) for x in text.split(",") if x)}
+
+
 def test_a_java_consumer_and_a_librdkafka_consumer_share_a_group(gateway, topic, group,
                                                                    java_member):
     """Both clients take the empty leader for "not me", sync, and get the coordinator's
     assignment; the Java client's default assignors give range."""
     produce(topic, 20)
-
-    def java_owned(member: Child) -> set[tuple[str, int]]:
-        lines = [line for line in member.lines if line.startswith("owned ")]
-        text = lines[-1].removeprefix("owned ").strip() if lines else ""
-        return {(t, int(p)) for t, p in (x.rsplit(":", 1) for x in text.split(",") if x)}
 
     with Child([*java_member, gateway, group, topic], cwd=REPO) as java:
         wait_for(lambda: java_owned(java) == all_partitions(topic), timeout=120,
@@ -283,3 +285,83 @@ def test_members_rejoin_a_restarted_coordinator_and_split_again(gateway, topic, 
     finally:
         a.close()
         b.close()
+
+
+def test_a_static_member_restarted_gets_its_partitions_back_without_a_rebalance(
+        gateway, topic, group):
+    """Static membership (``group.instance.id``): a member that closes (sending no
+    LeaveGroup, as static members do) and comes back under the same instance id within its
+    session gets the partitions it had, in the same generation; the other member is never
+    told to rebalance (no revocation). One that does not come back loses its partitions
+    after its session."""
+    produce(topic, 20)
+    revoked: list[list] = []
+
+    def static(instance: str) -> KafkaConsumer:
+        return kafka_consumer(gateway, group, **{"group.instance.id": instance})
+
+    a, b = static("ia"), static("ib")
+    a2 = None
+    try:
+        a.subscribe([topic])
+        b.subscribe([topic], on_revoke=lambda _, partitions: revoked.append(partitions))
+        poll_until([a, b], lambda: split_between(topic, owned(a), owned(b)),
+                   "a and b to split the partitions")
+        before = Admin().describe_group(group)
+        assert {m["instance_id"] for m in before["members"]} == {"ia", "ib"}
+        mine, theirs = owned(a), owned(b)
+        revoked.clear()
+
+        a.close()
+        a2 = static("ia")
+        a2.subscribe([topic])
+        poll_until([a2, b], lambda: owned(a2) == mine, "the restarted a to get its partitions")
+        after = Admin().describe_group(group)
+        assert after["generation"] == before["generation"]
+        assert {m["instance_id"]: m["member_id"] for m in after["members"]}["ib"] == \
+            {m["instance_id"]: m["member_id"] for m in before["members"]}["ib"]
+        for _ in range(20):  # b goes on reading, never told to give anything up
+            b.poll(0.1)
+            a2.poll(0.1)
+        assert owned(b) == theirs and revoked == []
+        assert Admin().describe_group(group)["generation"] == before["generation"]
+
+        a2.close()  # and now it does not come back: b takes all after a2's session
+        poll_until([b], lambda: owned(b) == all_partitions(topic),
+                   "b to take every partition after the static member's session")
+    finally:
+        b.close()
+        if a2 is not None:
+            a2.close()
+        a.close()
+
+
+def test_a_static_java_member_killed_and_restarted_gets_its_partitions_back(
+        gateway, topic, group, java_member):
+    """The Java client's static membership: a Java member (group.instance.id "ij") is killed
+    and started again under the same instance id; it gets its partitions back in the same
+    generation while a static librdkafka member keeps its own, never revoked."""
+    produce(topic, 20)
+    revoked: list[list] = []
+    consumer = kafka_consumer(gateway, group, **{"group.instance.id": "il"})
+    try:
+        with Child([*java_member, gateway, group, topic, "ij"], cwd=REPO) as java:
+            wait_for(lambda: java_owned(java) == all_partitions(topic), timeout=120,
+                     what="the Java member to own every partition")
+            consumer.subscribe([topic], on_revoke=lambda _, ps: revoked.append(ps))
+            poll_until([consumer], lambda: split_between(topic, java_owned(java),
+                                                         owned(consumer)),
+                       "the Java and librdkafka members to split")
+            before = Admin().describe_group(group)
+            theirs, mine = java_owned(java), owned(consumer)
+            revoked.clear()
+            java.kill()  # no LeaveGroup: a static member's partitions stay its own
+        with Child([*java_member, gateway, group, topic, "ij"], cwd=REPO) as java:
+            poll_until([consumer], lambda: java_owned(java) == theirs,
+                       "the restarted Java member to get its partitions back")
+            after = Admin().describe_group(group)
+            assert after["generation"] == before["generation"]
+            assert {m["instance_id"] for m in after["members"]} == {"ij", "il"}
+            assert owned(consumer) == mine and revoked == []
+    finally:
+        consumer.close()

@@ -60,6 +60,7 @@ class Code(enum.IntEnum):
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
     MEMBER_ID_REQUIRED = 79
+    FENCED_INSTANCE_ID = 82
 
 
 def code_of(error: BaseException) -> int:

@@ -129,6 +129,7 @@ async def handle_join_group(ctx: Context, version: int, request: Any) -> Any:
             "kafka_join_group", request.group_id, request.member_id, ctx.client_id or "",
             ctx.connection.peer, request.protocol_type, protocols,
             request.session_timeout_ms, rebalance_timeout_ms, version >= 4,
+            request.group_instance_id if version >= 5 else None,
             timeout_s=max(rebalance_timeout_ms, 0) / 1000 + JOIN_SLACK_S)
     except RaylogError as e:
         if isinstance(e, MemberIdRequiredError):
@@ -148,7 +149,7 @@ async def handle_sync_group(ctx: Context, version: int, request: Any) -> Any:
     try:
         owned = await ctx.backend.controller_call(
             "kafka_sync_group", request.group_id, request.member_id, request.generation_id,
-            timeout_s=COMMIT_TIMEOUT_S)
+            request.group_instance_id if version >= 3 else None, timeout_s=COMMIT_TIMEOUT_S)
     except RaylogError as e:
         return cls(throttle_time_ms=0, error_code=group_code(e), assignment=b"")
     return cls(throttle_time_ms=0, error_code=Code.NONE, assignment=assignment(owned))
@@ -159,6 +160,7 @@ async def handle_heartbeat(ctx: Context, version: int, request: Any) -> Any:
     try:
         await ctx.backend.controller_call("kafka_heartbeat", request.group_id,
                                           request.member_id, request.generation_id,
+                                          request.group_instance_id if version >= 3 else None,
                                           timeout_s=CALL_TIMEOUT_S)
     except RaylogError as e:
         return cls(throttle_time_ms=0, error_code=group_code(e))
@@ -167,20 +169,21 @@ async def handle_heartbeat(ctx: Context, version: int, request: Any) -> Any:
 
 async def handle_leave_group(ctx: Context, version: int, request: Any) -> Any:
     cls = response_class(LEAVE_GROUP_KEY, version)
-    member_ids = [m.member_id for m in request.members] if version >= 3 else \
-        [request.member_id]
+    # v3+ names members by id, by static instance id, or both (an admin removing static
+    # members names their instance ids alone).
+    members = [(m.member_id, m.group_instance_id) for m in request.members] \
+        if version >= 3 else [(request.member_id, None)]
     try:
-        unknown = set(await ctx.backend.controller_call(
-            "kafka_leave_group", request.group_id, member_ids, timeout_s=COMMIT_TIMEOUT_S))
+        outcomes = await ctx.backend.controller_call(
+            "kafka_leave_group", request.group_id, members, timeout_s=COMMIT_TIMEOUT_S)
     except RaylogError as e:
         return cls(throttle_time_ms=0, error_code=group_code(e), members=[])
+    codes = [Code.NONE if error is None else group_code(error) for error in outcomes]
     if version < 3:
-        code = Code.UNKNOWN_MEMBER_ID if unknown else Code.NONE
-        return cls(throttle_time_ms=0, error_code=code)
+        return cls(throttle_time_ms=0, error_code=codes[0])
     return cls(throttle_time_ms=0, error_code=Code.NONE, members=[
-        cls.MemberResponse(member_id=m, group_instance_id=None,
-                           error_code=Code.UNKNOWN_MEMBER_ID if m in unknown else Code.NONE)
-        for m in member_ids])
+        cls.MemberResponse(member_id=m, group_instance_id=i, error_code=code)
+        for (m, i), code in zip(members, codes, strict=True)])
 
 
 # -- offsets --------------------------------------------------------------------------------------
@@ -211,8 +214,10 @@ async def handle_offset_commit(ctx: Context, version: int, request: Any) -> Any:
     code: int = Code.NONE
     if entries:
         try:
-            await ctx.backend.controller_call("commit_offsets", request.group_id, member_id,
-                                              generation, entries, timeout_s=COMMIT_TIMEOUT_S)
+            await ctx.backend.controller_call(
+                "commit_offsets", request.group_id, member_id, generation, entries,
+                request.group_instance_id if version >= 7 else None,
+                timeout_s=COMMIT_TIMEOUT_S)
         except RaylogError as e:
             code = group_code(e)
     for topic, partition, _, _ in entries:
@@ -268,7 +273,7 @@ async def handle_describe_groups(ctx: Context, version: int, request: Any) -> An
                   protocol_type=d["protocol_type"], protocol_data=d["protocol"],
                   authorized_operations=None, members=[
                       group_cls.DescribedGroupMember(
-                          member_id=m["member_id"], group_instance_id=None,
+                          member_id=m["member_id"], group_instance_id=m["instance_id"],
                           client_id=m["client_id"], client_host=m["client_host"],
                           member_metadata=m["metadata"],
                           member_assignment=assignment(m["owned"]))

@@ -13,6 +13,7 @@ import actors.groups as groups_module
 import actors.kafka_groups as kafka_module
 from actors.kafka_groups import KafkaGroupService
 from raylog.errors import (
+    FencedInstanceIdError,
     IllegalGenerationError,
     MemberIdRequiredError,
     RebalanceInProgressError,
@@ -44,9 +45,10 @@ async def new_member(kafka: KafkaGroupService, client_id: str) -> str:
     return e.value.member_id
 
 
-def join(kafka: KafkaGroupService, member_id: str) -> asyncio.Task:
+def join(kafka: KafkaGroupService, member_id: str, instance: str | None = None
+         ) -> asyncio.Task:
     return asyncio.ensure_future(kafka.join_group(
-        "g", member_id, "c", "/127.0.0.1", "consumer", RANGE, 6_000, 60_000, True))
+        "g", member_id, "c", "/127.0.0.1", "consumer", RANGE, 6_000, 60_000, True, instance))
 
 
 def test_joins_wait_for_each_other_and_syncs_split_the_partitions(monkeypatch):
@@ -177,11 +179,47 @@ def test_leave_answers_unknown_members_and_ends_a_round(monkeypatch):
         b = await new_member(kafka, "b")
         parked = join(kafka, b)
         await asyncio.sleep(0.05)
-        assert await kafka.leave_group("g", [a, "nobody"]) == ["nobody"]
+        outcomes = await kafka.leave_group("g", [(a, None), ("nobody", None)])
+        assert outcomes[0] is None and isinstance(outcomes[1], UnknownMemberError)
         answer = await asyncio.wait_for(parked, 5)
         assert answer["member_id"] == b
         (described,) = await kafka.describe_groups(["g"])
         assert described["state"] == "CompletingRebalance"
         assert [m["member_id"] for m in described["members"]] == [b]
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_a_parked_join_of_a_replaced_static_member_is_answered_fenced(monkeypatch):
+    """A static member's new incarnation joins while its old one waits in a round: the old
+    JoinGroup is answered FENCED_INSTANCE_ID, the new one joins the round in its place."""
+    async def scenario() -> None:
+        leader = FakeLeader()
+        kafka, _ = kafka_service(monkeypatch, leader)
+        first = await join(kafka, "", "ia")  # static: no MEMBER_ID_REQUIRED, alone
+        a = first["member_id"]
+        c = await new_member(kafka, "c")
+        parked_c = join(kafka, c)
+        await join(kafka, a, "ia")
+        await asyncio.wait_for(parked_c, 5)
+        b = await new_member(kafka, "b")
+        parked_b = join(kafka, b)  # a round, which a joins (c has not yet)
+        old = join(kafka, a, "ia")
+        await asyncio.sleep(0.05)
+        assert not old.done() and not parked_b.done()
+        new = join(kafka, "", "ia")  # a's process restarted
+        with pytest.raises(FencedInstanceIdError):
+            await asyncio.wait_for(old, 5)
+        parked_c = join(kafka, c)  # the last one: the round ends
+        answers = [await asyncio.wait_for(t, 5) for t in (new, parked_b, parked_c)]
+        a2 = answers[0]["member_id"]
+        assert a2 != a and len({answer["generation"] for answer in answers}) == 1
+        assert set(kafka.groups.coordinator.groups["g"].members) == {a2, b, c}
+        await until(lambda: kafka.groups.store.idle())
+        owned = [tp for m in (a2, b, c)
+                 for tp in await kafka.sync_group("g", m, answers[0]["generation"])]
+        assert sorted(owned) == ALL
+        with pytest.raises(FencedInstanceIdError):
+            await kafka.heartbeat("g", a, answers[0]["generation"])
 
     asyncio.run(asyncio.wait_for(scenario(), 30))

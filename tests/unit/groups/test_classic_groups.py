@@ -8,6 +8,7 @@ from collections import Counter
 import pytest
 
 from raylog.errors import (
+    FencedInstanceIdError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     MemberIdRequiredError,
@@ -70,6 +71,23 @@ class Kafka:
         owned, complete = self.classic.sync("g", member_id, generation)
         assert complete
         return owned
+
+    def static_join(self, instance: str, member_id: str = "", protocols=RANGE,
+                    client_id: str = "c") -> tuple[str, dict[str, JoinAnswer]]:
+        """A JoinGroup v5+ with ``group.instance.id`` ``instance`` (member id as given)."""
+        joined, answers = self.classic.join("g", member_id, client_id, "/127.0.0.1", "consumer",
+                                            protocols, SESSION_MS, REBALANCE_MS, TOPICS, True,
+                                            instance)
+        self.persist()
+        return joined, answers
+
+    def restarted(self) -> Kafka:
+        """Another coordinator, at the same time, that replayed this one's group record."""
+        restarted = Kafka()
+        restarted.clock.now = self.clock.now
+        restarted.coordinator.load(*self.coordinator.group_record("g"))
+        restarted.coordinator.finish_load()
+        return restarted
 
     def owners(self) -> Counter:
         group = self.coordinator.groups["g"]
@@ -293,8 +311,8 @@ def test_leave_one_or_several_and_an_unknown_one():
     k = Kafka()
     a, b, generation = stable_pair(k)
     k.sync(a, generation)
-    outcomes, answers = k.classic.leave("g", [b, "nobody"], TOPICS)
-    assert outcomes[b] is None and isinstance(outcomes["nobody"], UnknownMemberError)
+    outcomes, answers = k.classic.leave("g", [(b, None), ("nobody", None)], TOPICS)
+    assert outcomes[0] is None and isinstance(outcomes[1], UnknownMemberError)
     assert answers == {}
     with pytest.raises(RebalanceInProgressError):
         k.classic.heartbeat("g", a, generation)
@@ -306,7 +324,7 @@ def test_a_leave_can_end_a_round():
     c = k.new_member()
     k.join(c)
     k.join(a)
-    _, answers = k.classic.leave("g", [b], TOPICS)  # the one everyone waited for
+    _, answers = k.classic.leave("g", [(b, None)], TOPICS)  # the one everyone waited for
     assert set(answers) == {a, c}
 
 
@@ -329,11 +347,7 @@ def test_after_a_restart_kafka_members_come_back_pending_and_rejoin():
     a, b, generation = stable_pair(k)
     k.sync(a, generation)
     k.sync(b, generation)
-    key, value = k.coordinator.group_record("g")
-    restarted = Kafka()
-    restarted.clock.now = k.clock.now
-    restarted.coordinator.load(key, value)
-    restarted.coordinator.finish_load()
+    restarted = k.restarted()
     group = restarted.coordinator.groups["g"]
     assert {p.kafka for p in group.pending.values()} == {True}
     with pytest.raises(InconsistentGroupProtocolError):  # still a Kafka group
@@ -362,7 +376,7 @@ def test_describe_in_kafka_terms():
     assert {m["member_id"] for m in out["members"]} == {a, b}
     assert all(m["metadata"] == b"sub" and m["client_host"] == "/127.0.0.1"
                for m in out["members"])
-    k.classic.leave("g", [a, b], TOPICS)
+    k.classic.leave("g", [(a, None), (b, None)], TOPICS)
     assert k.classic.state("g") == "Empty"
 
 
@@ -462,3 +476,185 @@ def test_what_a_joining_member_names_is_never_released_whatever_it_offers():
     still = TopicPartition("t", 2)
     k.join(a, protocols=(Protocol("range", ("t",), b"", (still,)),))  # it says it reads t-2
     assert k.coordinator.groups["g"].members[a].owned == {still}
+
+
+# -- static membership (group.instance.id, KIP-345) -----------------------------------------------
+
+def static_pair(k: Kafka) -> tuple[str, str, int]:
+    """Static members of instances "ia" and "ib" that joined one round and synced: (a, b,
+    generation). A static member's first join needs no MEMBER_ID_REQUIRED round trip."""
+    a, first = k.static_join("ia")
+    assert set(first) == {a}
+    b, parked = k.static_join("ib")
+    assert parked == {}
+    _, answers = k.static_join("ia", a)
+    generation = answers[a].generation
+    assert set(answers) == {a, b} and answers[b].generation == generation
+    k.sync(a, generation)
+    k.sync(b, generation)
+    return a, b, generation
+
+
+def test_a_static_members_new_incarnation_takes_its_partitions_back_without_a_rebalance():
+    k = Kafka()
+    a, b, generation = static_pair(k)
+    owned = {a: k.sync(a, generation), b: k.sync(b, generation)}
+    # a's process restarts: it joins with no member id, as an eager client naming nothing
+    a2, answers = k.static_join("ia")
+    assert a2 != a and set(answers) == {a2}  # answered at once, in the same generation
+    assert answers[a2].generation == generation
+    assert k.sync(a2, generation) == owned[a]
+    k.classic.heartbeat("g", b, generation)  # b is not told to rebalance
+    assert k.sync(b, generation) == owned[b]
+    assert k.classic.state("g") == "Stable"
+    assert k.coordinator.groups["g"].owner[owned[a][0]] == a2
+    assert all(n == 1 for n in k.owners().values())
+
+
+def test_the_replaced_member_id_is_fenced_everywhere():
+    k = Kafka()
+    a, b, generation = static_pair(k)
+    owned_a = k.sync(a, generation)
+    ticket = k.coordinator.check_commit("g", a, generation, {owned_a[0]: OffsetAndMetadata(1)})
+    a2, _ = k.static_join("ia")
+    # a commit of the old incarnation on its way when it was replaced is not applied
+    assert isinstance(k.coordinator.fenced(ticket), UnknownMemberError)
+    with pytest.raises(FencedInstanceIdError):
+        k.classic.heartbeat("g", a, generation)
+    with pytest.raises(FencedInstanceIdError):
+        k.classic.sync("g", a, generation)
+    with pytest.raises(FencedInstanceIdError):
+        k.coordinator.check_commit("g", a, generation, {owned_a[0]: OffsetAndMetadata(2)})
+    with pytest.raises(FencedInstanceIdError):
+        k.static_join("ia", a)  # the old incarnation joins again with its id
+    outcomes, _ = k.classic.leave("g", [(a, "ia"), (a, None)], TOPICS)
+    assert [type(e) for e in outcomes] == [FencedInstanceIdError, FencedInstanceIdError]
+    assert set(k.coordinator.groups["g"].members) == {a2, b}
+    k.coordinator.check_commit("g", a2, generation, {owned_a[0]: OffsetAndMetadata(3)})
+
+
+def test_a_static_member_rejoining_with_another_subscription_rebalances():
+    k = Kafka()
+    _a, b, generation = static_pair(k)
+    a2, answers = k.static_join("ia", protocols=(Protocol("range", ("t", "u"), b"sub"),))
+    assert answers == {}  # parked: a round, which b joins too
+    with pytest.raises(RebalanceInProgressError):
+        k.classic.heartbeat("g", b, generation)
+    _, answers = k.static_join("ib", b)
+    assert set(answers) == {a2, b} and answers[b].generation > generation
+
+
+def test_a_static_member_rejoining_during_a_round_joins_the_round():
+    k = Kafka()
+    _a, b, _generation = static_pair(k)
+    c = k.new_member("c")
+    k.join(c)  # a round starts
+    a2, answers = k.static_join("ia")
+    assert answers == {}
+    _, answers = k.static_join("ib", b)
+    assert set(answers) == {a2, b, c}
+    new = answers[a2].generation
+    owned = k.sync(a2, new) + k.sync(b, new) + k.sync(c, new)
+    assert sorted(owned) == sorted(all_partitions())
+
+
+def test_a_static_member_that_does_not_come_back_expires_and_the_group_rebalances():
+    k = Kafka()
+    a, b, generation = static_pair(k)
+    for _ in range(3):  # a closed without a LeaveGroup (static members do not leave)
+        k.clock.now += SESSION_MS // 2
+        k.classic.heartbeat("g", b, generation)
+        k.classic.expire(TOPICS)
+    group = k.coordinator.groups["g"]
+    assert set(group.members) == {b} and group.instance("ia") is None
+    with pytest.raises(RebalanceInProgressError):
+        k.classic.heartbeat("g", b, generation)
+    with pytest.raises(UnknownMemberError):
+        k.classic.heartbeat("g", a, generation)
+    a2, answers = k.static_join("ia")  # back later: a new member, in a round
+    assert answers == {} and a2 in group.members
+
+
+def test_leave_group_names_static_members_by_instance_id():
+    k = Kafka()
+    _a, b, _generation = static_pair(k)
+    outcomes, _ = k.classic.leave("g", [("", "ia"), ("", "nobody"), ("wrong", "ib")], TOPICS)
+    assert outcomes[0] is None
+    assert type(outcomes[1]) is UnknownMemberError
+    assert type(outcomes[2]) is FencedInstanceIdError
+    assert set(k.coordinator.groups["g"].members) == {b}
+    outcomes, _ = k.classic.leave("g", [(b, "ib")], TOPICS)
+    assert outcomes == [None] and not k.coordinator.groups["g"].members
+
+
+def test_static_members_survive_a_coordinator_restart_in_the_group_record():
+    k = Kafka()
+    a, b, generation = static_pair(k)
+    restarted = k.restarted()
+    group = restarted.coordinator.groups["g"]
+    assert {p.member_id: p.instance_id for p in group.pending.values()} == {a: "ia", b: "ib"}
+    # a's new incarnation takes the pending member's place; b rejoins with its id
+    a2, answers = restarted.static_join("ia")
+    assert answers == {} and group.instance("ia") == a2
+    with pytest.raises(FencedInstanceIdError):
+        restarted.classic.heartbeat("g", a, generation)
+    _, answers = restarted.static_join("ib", b)
+    assert set(answers) == {a2, b}
+    assert group.members[a2].instance_id == "ia"
+    # and the record written now names the new id
+    again = restarted.restarted().coordinator.groups["g"]
+    assert {p.member_id: p.instance_id for p in again.pending.values()} == {a2: "ia", b: "ib"}
+
+
+def test_a_group_record_without_instance_ids_reads_as_dynamic_members():
+    k = Kafka()
+    k.coordinator.load(b'["group", "g"]', b'{"generation": 3, "assignor": "range", "members": '
+                       b'{"m": {"client_id": "c", "session_timeout_ms": 10000, "kafka": true}}}')
+    k.coordinator.finish_load()
+    assert k.coordinator.groups["g"].pending["m"].instance_id is None
+    assert "instance_id" not in k.coordinator.groups["g"].membership()["m"]
+
+
+def test_describe_shows_instance_ids():
+    k = Kafka()
+    a, b, _ = static_pair(k)
+    members = {m["member_id"]: m for m in k.classic.describe("g")["members"]}
+    assert members[a]["instance_id"] == "ia" and members[b]["instance_id"] == "ib"
+    assert k.coordinator.describe("g")["members"][0]["instance_id"] in {"ia", "ib"}
+
+
+def test_a_restarted_coordinator_fences_an_old_id_by_the_instance_id_its_requests_name():
+    k = Kafka()
+    a, _b, generation = static_pair(k)
+    a2, _ = k.static_join("ia")
+    restarted = k.restarted()  # it never saw a replaced: only the record naming a2
+    with pytest.raises(FencedInstanceIdError):
+        restarted.classic.heartbeat("g", a, generation, "ia")
+    with pytest.raises(FencedInstanceIdError):
+        restarted.classic.sync("g", a, generation, "ia")
+    with pytest.raises(FencedInstanceIdError):
+        restarted.static_join("ia", a)
+    with pytest.raises(FencedInstanceIdError):
+        restarted.coordinator.check_commit("g", a, generation, {}, "ia")
+    with pytest.raises(UnknownMemberError) as e:
+        restarted.classic.heartbeat("g", a, generation)  # (no instance id: just unknown)
+    assert type(e.value) is UnknownMemberError
+    with pytest.raises(RebalanceInProgressError):  # a2 itself is told to rejoin
+        restarted.classic.heartbeat("g", a2, generation, "ia")
+
+
+def test_once_a_static_member_is_gone_its_replaced_ids_are_unknown_not_fenced():
+    k = Kafka()
+    a, b, generation = static_pair(k)
+    a2, _ = k.static_join("ia")
+    with pytest.raises(FencedInstanceIdError):
+        k.classic.heartbeat("g", a, generation)
+    for _ in range(3):  # a2 is never heard from again: its session runs out
+        k.clock.now += SESSION_MS // 2
+        k.classic.heartbeat("g", b, generation)
+        k.classic.expire(TOPICS)
+    assert set(k.coordinator.groups["g"].members) == {b}
+    for member_id in (a, a2):
+        with pytest.raises(UnknownMemberError) as e:
+            k.classic.heartbeat("g", member_id, generation)
+        assert type(e.value) is UnknownMemberError

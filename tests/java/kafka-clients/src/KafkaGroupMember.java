@@ -1,6 +1,7 @@
 // A Kafka group member on the Java client (kafka-clients 4.x), for tests: args BOOTSTRAP
-// GROUP TOPIC. It subscribes with the client's default assignors and polls until killed,
-// printing its sorted assignment ("topic:partition,...") each time it changes.
+// GROUP TOPIC [INSTANCE_ID]. It subscribes with the client's default assignors (a static
+// member with group.instance.id INSTANCE_ID if given) and polls until killed, printing its
+// sorted assignment ("topic:partition,...") each time it changes.
 
 import java.time.Duration;
 import java.util.List;
@@ -18,6 +19,9 @@ public class KafkaGroupMember {
         props.put("heartbeat.interval.ms", "500");
         props.put("enable.auto.commit", "false");
         props.put("auto.offset.reset", "earliest");
+        if (args.length > 3) {
+            props.put("group.instance.id", args[3]);
+        }
         try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(
                 props, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
             consumer.subscribe(List.of(args[2]));

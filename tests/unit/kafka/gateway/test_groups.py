@@ -109,7 +109,8 @@ def sub(*topics: str) -> bytes:
                                         version=0).encode(version=0)
 
 
-def join(addr, member_id: str = "", version: int = 5, protocols=None, group: str = "g"):
+def join(addr, member_id: str = "", version: int = 5, protocols=None, group: str = "g",
+         instance: str | None = None):
     protocols = protocols or [("range", sub("t"))]
     fields = {"group_id": group, "session_timeout_ms": 10_000, "member_id": member_id,
               "protocol_type": "consumer", "protocols": [
@@ -118,7 +119,7 @@ def join(addr, member_id: str = "", version: int = 5, protocols=None, group: str
     if version >= 1:
         fields["rebalance_timeout_ms"] = 20_000
     if version >= 5:
-        fields["group_instance_id"] = None
+        fields["group_instance_id"] = instance
     return wire.call(addr, JoinGroupRequest[version](**fields), version)
 
 
@@ -138,15 +139,16 @@ def sync(addr, member_id: str, generation: int, version: int = 3):
     return sorted(ConsumerProtocolAssignment.decode(answer.assignment).partitions())
 
 
-def heartbeat(addr, member_id: str, generation: int, version: int = 3) -> int:
+def heartbeat(addr, member_id: str, generation: int, version: int = 3,
+              instance: str | None = None) -> int:
     fields = {"group_id": "g", "generation_id": generation, "member_id": member_id}
     if version >= 3:
-        fields["group_instance_id"] = None
+        fields["group_instance_id"] = instance
     return wire.call(addr, HeartbeatRequest[version](**fields), version).error_code
 
 
 def commit(addr, member_id: str, generation: int, offsets: dict[tuple[str, int], int],
-           version: int = 8):
+           version: int = 8, instance: str | None = None):
     topics = {}
     for (topic, partition), offset in offsets.items():
         fields = {"partition_index": partition, "committed_offset": offset,
@@ -160,7 +162,7 @@ def commit(addr, member_id: str, generation: int, offsets: dict[tuple[str, int],
                   OffsetCommitRequest.OffsetCommitRequestTopic(name=t, partitions=ps)
                   for t, ps in topics.items()]}
     if version >= 7:
-        fields["group_instance_id"] = None
+        fields["group_instance_id"] = instance
     if version <= 4:
         fields["retention_time_ms"] = -1
     answer = wire.call(addr, OffsetCommitRequest[version](**fields), version)
@@ -293,3 +295,52 @@ def test_unserved_and_undecodable_protocols_and_unknown_members_are_refused(gate
     assert answer.error_code == Code.INCONSISTENT_GROUP_PROTOCOL
     answer = join(addr, member_id="made-up")
     assert answer.error_code == Code.UNKNOWN_MEMBER_ID
+
+
+def test_static_members_rejoin_without_a_rebalance_and_fence_their_old_ids(gateway):
+    addr, _ = gateway
+    first = join(addr, instance="i-a")  # a static member needs no MEMBER_ID_REQUIRED
+    assert first.error_code == Code.NONE and first.member_id
+    a = first.member_id
+    parked: dict = {}  # b's first join waits for a to join the round b started
+    thread = threading.Thread(target=lambda: parked.update(b=join(addr, instance="i-b")))
+    thread.start()
+    thread.join(0.3)
+    assert thread.is_alive()
+    again = join(addr, a, instance="i-a")
+    thread.join(10)
+    generation, b = again.generation_id, parked["b"].member_id
+    assert parked["b"].generation_id == generation
+    owned = {a: sync(addr, a, generation), b: sync(addr, b, generation)}
+
+    # a's process restarts: its new incarnation is answered at once, same generation
+    restarted = join(addr, instance="i-a")
+    assert restarted.error_code == Code.NONE and restarted.member_id != a
+    assert restarted.generation_id == generation
+    a2 = restarted.member_id
+    assert sync(addr, a2, generation) == owned[a]
+    assert commit(addr, a2, generation, {owned[a][0]: 5}, instance="i-a") == {
+        owned[a][0]: Code.NONE}
+    assert commit(addr, a2, generation, {owned[a][0]: 6}, instance="i-b") == {
+        owned[a][0]: Code.FENCED_INSTANCE_ID}  # a2 is not i-b's member id
+    assert heartbeat(addr, b, generation, instance="i-b") == Code.NONE
+    assert heartbeat(addr, a, generation, instance="i-a") == Code.FENCED_INSTANCE_ID
+    assert commit(addr, a, generation, {owned[a][0]: 7}) == {
+        owned[a][0]: Code.FENCED_INSTANCE_ID}
+    assert join(addr, a, instance="i-a").error_code == Code.FENCED_INSTANCE_ID
+
+    described = wire.call(addr, DescribeGroupsRequest[5](
+        groups=["g"], include_authorized_operations=False), 5).groups[0]
+    assert {m.member_id: m.group_instance_id for m in described.members} == {
+        a2: "i-a", b: "i-b"}
+
+    # an admin removes static members by instance id (removeMembersFromConsumerGroup)
+    left = wire.call(addr, LeaveGroupRequest[4](group_id="g", members=[
+        LeaveGroupRequest.MemberIdentity(member_id="", group_instance_id="i-a"),
+        LeaveGroupRequest.MemberIdentity(member_id="", group_instance_id="i-x"),
+        LeaveGroupRequest.MemberIdentity(member_id=a, group_instance_id="i-b")]), 4)
+    assert [(m.group_instance_id, m.error_code) for m in left.members] == [
+        ("i-a", Code.NONE), ("i-x", Code.UNKNOWN_MEMBER_ID),
+        ("i-b", Code.FENCED_INSTANCE_ID)]
+    assert heartbeat(addr, a2, generation, instance="i-a") == Code.UNKNOWN_MEMBER_ID
+    assert heartbeat(addr, b, generation, instance="i-b") == Code.REBALANCE_IN_PROGRESS
