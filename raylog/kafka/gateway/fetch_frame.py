@@ -2,10 +2,11 @@
 
 A Fetch answer is megabytes of records and a few bytes of everything else. kafka-python's
 generic encoder (``protocol.encode_response``) copies the records into its buffer, grows it
-and copies it out again; each of those buffers is fresh memory, and in a consume through
-the listener that was about a quarter of the listener's CPU (py-spy: its encode 8 ms for an
-11 MB answer; ``docs/kafka-protocol.md``). Here the small fields are packed with ``struct``
-and the records go out as the buffers ``to_kafka_pieces`` made: nothing is copied.
+and copies it out again, each time into fresh memory: 8 ms for an 11 MB answer of 100,000
+records (a plain copy of it: 0.6 ms), 16% of the listener's py-spy samples in a consume,
+and joining the translated batches first 8% more (``docs/kafka-protocol.md``). Here the
+small fields are packed with ``struct`` and the records go out as the buffers
+``to_kafka_pieces`` made: nothing is copied.
 
 The layout, per Kafka's ``FetchResponse.json`` (flexible from v12: compact arrays and
 strings, an empty tagged-field section after each struct and in the response header)::
