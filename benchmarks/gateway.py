@@ -28,10 +28,29 @@ gateway_produce  confluent-kafka ``Producer`` (acks=1, lz4, linger.ms=5, idempot
 native_consume   a new raylog ``Consumer`` assigned the ``native`` topic's partitions from
                  offset 0, polling until it has the first n records (n per repetition).
 gateway_consume  a new confluent-kafka ``Consumer`` (``assign`` from offset 0, no group
-                 use) through the listener, ``consume(1000)`` until it has n records.
-                 ``fetch.queue.backoff.ms`` 10 (default 1000): librdkafka resumes fetching
-                 a partition soon after its queue drains, as raylog's Consumer does
-                 (``KAFKA_CONSUMER``).
+                 use) through the listener, ``consume(num_messages=500)`` until it has n
+                 records (``KAFKA_CONSUME_BATCH``, below).
+
+What each consumer uses, and why (measured with 400,000 records, medians of 4 rounds,
+each configuration alternated in one run):
+
+- Records per call: 500 on both sides, raylog's ``max_poll_records`` default. Larger
+  batches make confluent-kafka slower, not faster: ``consume(1000)``, which this script
+  used before, took 0.45 s where ``consume(500)`` took 0.32 s and ``consume(100)`` 0.34 s;
+  ``consume(2000)`` 0.78 s, ``consume(10000)`` 2-3 s. It is the call's own CPU: with every
+  record already queued, draining 400,000 cost the process 0.13-0.14 CPU s with 500 and
+  0.31-0.34 s with 1000.
+- Fetch sizes and queues: each client's defaults. raylog's Consumer asks 8 MiB per
+  partition (``max_partition_fetch_bytes``) and buffers up to 200,000 records per
+  partition; librdkafka asks 1 MB (``max.partition.fetch.bytes``) and keeps 100,000
+  (``queued.min.messages``, at most 64 MB: ``queued.max.messages.kbytes``). Giving
+  confluent-kafka raylog's sizes did not make it faster (8 MiB: 0.46 s against 0.44 s;
+  200,000 records and 1 GB: 0.34 s against 0.32 s), so a Python user's defaults stay.
+- ``fetch.queue.backoff.ms`` 10 (default 1000): librdkafka stops fetching a partition whose
+  queue is full and looks again only after this long; with the default the listener sat
+  idle 1.1 s between Fetches. raylog's Consumer resumes as soon as ``poll`` drains its
+  buffer. ``fetch.wait.max.ms`` 100 (raylog's ``fetch_max_wait_ms`` is 500): it only
+  matters once a partition has nothing new.
 
 Each ratio is gateway / native (target >= 0.5). ``kafka_records_compiled`` in the JSON says
 whether the listener's record translation was the compiled one (``python -m
@@ -58,6 +77,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 import raylog
 from raylog import Admin, Consumer, Producer, TopicPartition
 from raylog.client.connection import reset_default
+from raylog.client.consumer import ConsumerConfig
 from raylog.kafka.records import compiled
 from raylog.util.cluster_names import DATA_DIR_ENV
 
@@ -93,6 +113,9 @@ KAFKA_PRODUCER = {"acks": 1, "compression.type": "lz4", "linger.ms": 5,
 # With the default, 1.1 s gaps between Fetches were measured (the listener idle).
 KAFKA_CONSUMER = {"group.id": "bench", "enable.auto.commit": False, "fetch.wait.max.ms": 100,
                   "fetch.queue.backoff.ms": 10}
+# Records per consume() call: raylog's Consumer returns at most max_poll_records (500) per
+# poll; larger batches measured slower with confluent-kafka (see the docstring).
+KAFKA_CONSUME_BATCH = ConsumerConfig().max_poll_records
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,7 +231,7 @@ class Steps:
         consumer.assign([KafkaTopicPartition("kafka", p, 0) for p in range(PARTITIONS)])
         last = time.monotonic()
         while seen < n:
-            messages = consumer.consume(1000, timeout=1.0)
+            messages = consumer.consume(KAFKA_CONSUME_BATCH, timeout=1.0)
             for m in messages:
                 if m.error() is None:
                     seen += 1
@@ -264,6 +287,7 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
               "records": mode.records},
         sections={"config": {"partitions": PARTITIONS, "kafka_producer": KAFKA_PRODUCER,
                              "kafka_consumer": KAFKA_CONSUMER,
+                             "kafka_consume_batch": KAFKA_CONSUME_BATCH,
                              "kafka_records_compiled": compiled()},
                   "seconds": seconds, "gateway_output": gateway_said},
         machine=machine_info(), started=started, load_at_start=load)

@@ -45,7 +45,7 @@ except ImportError:  # _records.c not built (a checkout without `pip install -e 
 coder = _native if _native is not None else records_py
 
 __all__ = ["KafkaBatch", "KafkaCodec", "compiled", "kafka_batches", "kafka_to_raylog",
-           "to_kafka", "to_raylog"]
+           "to_kafka", "to_kafka_pieces", "to_raylog"]
 
 
 def compiled() -> bool:
@@ -191,6 +191,14 @@ def to_kafka(data: bytes | bytearray | memoryview, codec: KafkaCodec = KafkaCode
     Each batch is verified as any reader verifies it (both CRCs, the Arrow payload); raises
     CorruptRecordError at the first bad one.
     """
+    return b"".join(to_kafka_pieces(data, codec))
+
+
+def to_kafka_pieces(data: bytes | bytearray | memoryview,
+                    codec: KafkaCodec = KafkaCodec.NONE) -> list[bytes]:
+    """As :func:`to_kafka`, not joined: each batch's 61 header bytes and its records, in
+    order. A Fetch answer writes them as they are (joining them was a copy of every byte
+    of the answer)."""
     out = []
     for pos, header in iter_headers(data, verify=True):
         payload = decode(header, data, pos)
@@ -210,7 +218,7 @@ def to_kafka(data: bytes | bytearray | memoryview, codec: KafkaCodec = KafkaCode
             record_count=n,
         ))
         out.append(records)
-    return b"".join(out)
+    return out
 
 
 def kafka_to_raylog(records: bytes | bytearray | memoryview,

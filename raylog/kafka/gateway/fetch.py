@@ -2,7 +2,8 @@
 (key 21, versions 0-2).
 
 Fetch reads each partition from its leader and answers its stored batches as Kafka v2
-batches with the same offsets (``to_kafka``); a fetch from an offset inside a batch gets
+batches with the same offsets (``to_kafka_pieces``), encoded by hand (``fetch_frame``:
+the records are not copied on the way out); a fetch from an offset inside a batch gets
 the whole batch (raylog serves whole batches; Kafka's clients skip the records before
 their offset). Fetch sessions are declined: every answer has session id 0, so clients
 send full requests. ``last_stable_offset`` is the high watermark (no transactions), and
@@ -33,8 +34,9 @@ from typing import Any
 from raylog.errors import FencedEpochError, RaylogError, UnknownPartitionError
 from raylog.kafka.gateway.dispatch import Context, Dispatch
 from raylog.kafka.gateway.errors import Code, code_of
+from raylog.kafka.gateway.fetch_frame import FetchAnswer, Partition
 from raylog.kafka.gateway.protocol import response_class
-from raylog.kafka.records import to_kafka
+from raylog.kafka.records import to_kafka_pieces
 from raylog.records import iter_headers
 from raylog.replica.partition import FetchResult
 from raylog.types import EARLIEST, LATEST
@@ -197,27 +199,23 @@ async def _wait_for_data(ctx: Context, reads: list[tuple[_Read, int]], wait_ms: 
             task.cancel()
 
 
-def _fetch_answer(version: int, request: Any, reads: list[_Read]) -> Any:
-    cls = response_class(FETCH_KEY, version)
-    topic_cls = cls.FetchableTopicResponse
-    part_cls = topic_cls.PartitionData
+def _fetch_answer(version: int, request: Any, reads: list[_Read]) -> FetchAnswer:
+    """The answer, encoded by hand (``fetch_frame``): its records go out as the translation
+    made them, not copied into kafka-python's buffer."""
     budget = request.max_bytes
-    topics: dict[str, list[Any]] = {}
+    topics: dict[str, list[Partition]] = {}
     for read in reads:
-        records = b""
+        records: list[bytes] = []
         if read.data and (budget > 0 or budget == request.max_bytes):
             try:
-                records = to_kafka(read.data)
+                records = to_kafka_pieces(read.data)
             except RaylogError as e:
                 read.code = code_of(e)
-            budget -= len(records)
-        topics.setdefault(read.topic, []).append(part_cls(
-            partition_index=read.index, error_code=read.code,
-            high_watermark=read.high_watermark, last_stable_offset=read.high_watermark,
-            log_start_offset=read.log_start, aborted_transactions=None,
-            preferred_read_replica=-1, records=records))
-    return cls(throttle_time_ms=0, error_code=Code.NONE, session_id=0, responses=[
-        topic_cls(topic=name, partitions=parts) for name, parts in topics.items()])
+            budget -= sum(len(piece) for piece in records)
+        topics.setdefault(read.topic, []).append(Partition(
+            index=read.index, error_code=read.code, high_watermark=read.high_watermark,
+            log_start_offset=read.log_start, records=records))
+    return FetchAnswer(version, list(topics.items()))
 
 
 # -- ListOffsets and DeleteRecords -----------------------------------------------------------

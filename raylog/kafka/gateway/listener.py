@@ -48,6 +48,7 @@ from raylog.kafka.gateway.settings import GatewaySettings
 logger = logging.getLogger(__name__)
 
 _LENGTH_BYTES = 4
+Buffer = bytes | bytearray | memoryview
 
 
 class _Closing(Exception):
@@ -128,7 +129,7 @@ class KafkaListener:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                      conn: Connection) -> None:
-        answers: asyncio.Queue[Awaitable[bytes | None] | None] = asyncio.Queue(
+        answers: asyncio.Queue[Awaitable[list[Buffer] | None] | None] = asyncio.Queue(
             self.settings.max_in_flight)
         state = _ConnectionState()
         reading = asyncio.create_task(self._read(reader, conn, answers, state))
@@ -186,7 +187,7 @@ class KafkaListener:
             return data
 
     def _start(self, frame: bytes, conn: Connection,
-               state: _ConnectionState) -> Awaitable[bytes | None]:
+               state: _ConnectionState) -> Awaitable[list[Buffer] | None]:
         """The answer to one frame, to be awaited in order: the handler's task, or a done
         future; raises MalformedRequest to close the connection."""
         api_key, api_version, correlation_id = peek_header(frame)
@@ -209,7 +210,7 @@ class KafkaListener:
         task.add_done_callback(state.handlers.discard)
         return task
 
-    async def _handle(self, api: Api, ctx: Context, request: Request) -> bytes | None:
+    async def _handle(self, api: Api, ctx: Context, request: Request) -> list[Buffer] | None:
         body = await api.handler(ctx, request.api_version, request.body)
         if body is None:
             return None
@@ -234,7 +235,10 @@ class KafkaListener:
             state.last_active = time.monotonic()
             self.answered += 1
             if frame is not None:
-                writer.write(frame)
+                # piece by piece: writelines would join them (Python 3.11), a copy of
+                # every byte of a Fetch answer
+                for piece in frame:
+                    writer.write(piece)
                 await writer.drain()
 
 

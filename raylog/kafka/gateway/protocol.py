@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-from typing import Any
+from typing import Any, Protocol
 
 import kafka.protocol.admin as _admin
 import kafka.protocol.consumer as _consumer
@@ -104,15 +104,26 @@ def response_class(api_key: int, api_version: int) -> type[ApiMessage]:
     return RESPONSES[api_key][api_version]
 
 
-def encode_response(response: ApiMessage, api_version: int,
-                    correlation_id: int) -> bytes | bytearray:
-    """``response`` as a whole frame: length, response header, body. A bytearray as
-    kafka-python encodes it, not copied again into bytes: a Fetch answer is megabytes, and
-    its copies were most of the listener's CPU in a consume (py-spy)."""
+class Encoded(Protocol):
+    """A response a handler encoded itself (Fetch's, ``fetch_frame.FetchAnswer``), returned
+    in place of a kafka-python message."""
+
+    def frame(self, correlation_id: int) -> list[bytes | bytearray | memoryview]:
+        """The whole frame as buffers to write in order."""
+
+
+def encode_response(response: ApiMessage | Encoded, api_version: int,
+                    correlation_id: int) -> list[bytes | bytearray | memoryview]:
+    """``response`` as a whole frame (length, response header, body), as buffers to write
+    in order: one bytearray as kafka-python encodes it (not copied again into bytes), or
+    the pieces of an answer that encoded itself (a Fetch answer is megabytes, and copies of
+    it were most of the listener's CPU in a consume: py-spy)."""
+    if not isinstance(response, ApiMessage):
+        return response.frame(correlation_id)
     if api_version != response.API_VERSION:
         response.API_VERSION = api_version  # before the header, which has no version
     response.with_header(correlation_id=correlation_id)
-    return response.encode(header=True, framed=True)
+    return [response.encode(header=True, framed=True)]
 
 
 def frame_size(prefix: bytes) -> int:

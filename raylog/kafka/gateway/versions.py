@@ -28,8 +28,9 @@ def answer(dispatch: Dispatch, version: int, code: int) -> Any:
     return cls(error_code=code, api_keys=keys, throttle_time_ms=0)
 
 
-def unsupported_answer(dispatch: Dispatch, correlation_id: int) -> bytes:
-    """The whole frame answering an ApiVersions request of a version not served."""
+def unsupported_answer(dispatch: Dispatch, correlation_id: int) -> list[Any]:
+    """The whole frame answering an ApiVersions request of a version not served, as
+    buffers (``encode_response``)."""
     return encode_response(answer(dispatch, 0, Code.UNSUPPORTED_VERSION), 0, correlation_id)
 
 
