@@ -214,10 +214,13 @@ def cmd_groups(args: argparse.Namespace, out: TextIO) -> int:
                   f"{group['lag']}\n")
         out.write(f"{'topic':<24}{'partition':>10}{'committed':>11}{'end':>11}{'lag':>9}  "
                   f"owner\n")
+        instances = {m["member_id"]: m.get("instance_id") for m in group["members"]}
         for p in group["partitions"]:
+            owner = p["owner"] or "-"
+            if instance := instances.get(p["owner"]):  # a static Kafka member
+                owner += f" (instance {instance})"
             out.write(f"{p['topic']:<24}{p['partition']:>10}{_dash(p['committed']):>11}"
-                      f"{_dash(p['end_offset']):>11}{_dash(p['lag']):>9}  "
-                      f"{p['owner'] or '-'}\n")
+                      f"{_dash(p['end_offset']):>11}{_dash(p['lag']):>9}  {owner}\n")
     elif args.action == "delete":
         admin.delete_group(args.group)
         out.write(f"deleted group {args.group}\n")

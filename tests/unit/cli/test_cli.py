@@ -244,3 +244,30 @@ def test_help_and_the_clients_import_no_heavy_modules():
     assert loaded(clients, "ray")
     assert not any(loaded(clients, m) for m in ("ray.data", "pandas", "pyspark", "raydp",
                                                   "fastavro"))
+
+
+class _GroupAdmin:
+    """An Admin of one group with a static Kafka member and a dynamic one."""
+
+    def __init__(self, cluster: object = None) -> None:
+        pass
+
+    def describe_group(self, group: str) -> dict:
+        return {"group_id": group, "state": "stable", "generation": 3, "lag": 0,
+                "members": [{"member_id": "m-static", "instance_id": "consumer-a"},
+                            {"member_id": "m-dynamic"}],
+                "partitions": [
+                    {"topic": "t", "partition": p, "committed": 5, "end_offset": 5, "lag": 0,
+                     "owner": owner} for p, owner in enumerate(["m-static", "m-dynamic", None])]}
+
+
+def test_groups_describe_names_a_static_members_instance(monkeypatch):
+    import raylog
+
+    monkeypatch.setattr(cli, "connect", lambda args: None)
+    monkeypatch.setattr(raylog, "Admin", _GroupAdmin)
+    out = io.StringIO()
+    assert main(["groups", "describe", "g", "--address", "h:1"], out=out) == 0
+    rows = out.getvalue().splitlines()[2:]
+    assert rows[0].endswith("m-static (instance consumer-a)")
+    assert rows[1].endswith("m-dynamic") and rows[2].endswith("-")
