@@ -43,6 +43,7 @@ from raylog.errors import (
 )
 from raylog.metadata.topics import check_partition, validate_topic_name
 from raylog.records import BatchBuilder, Codec, encode
+from raylog.records.append import PlainSend
 from raylog.records.builder import BATCH_OVERHEAD, RECORD_OVERHEAD, check_headers, record_size
 from raylog.records.partitioner import Partitioner, StickyPartitioner, key_partition
 from raylog.replica.producer_state import RECENT_BATCHES
@@ -205,6 +206,12 @@ class Producer:
         self._encode_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._submitting = threading.Lock()  # held by the one thread submitting batches
         self._caller_busy = False  # a send() sealed and submitted a batch since last look
+        if PlainSend is not None and self._plain:
+            # send() as one C call for the commonest record (see _append.c): it appends a
+            # keyless bytes value to its topic's open sticky batch without a Python frame or
+            # the lock, and calls the method below for everything else.
+            self.send = PlainSend(self._sticky_open, Producer.send.__get__(self),  # type: ignore[method-assign]
+                                  RecordFuture, RECORD_OVERHEAD)
         self._sender = threading.Thread(target=self._run, name="raylog-producer-sender",
                                         daemon=True)
         self._sender.start()
