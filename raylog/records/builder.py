@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from raylog.errors import InvalidRecordError
-from raylog.records.append import Columns
+from raylog.records.append import Columns, arrays
 from raylog.records.header import HEADER_SIZE, Codec, TimestampType
 from raylog.records.payload import HEADERS_TYPE, PAYLOAD_SCHEMA, empty_headers, encode
 
@@ -156,12 +156,13 @@ class BatchBuilder(Columns):
             if self.headers is not None else empty_headers(n)
         )
         keys = self.keys
+        timestamps, values = arrays(self.timestamps, self.values)
         return pa.RecordBatch.from_arrays(
             [
-                pa.array(self.timestamps, pa.int64()),
+                timestamps,
                 pa.array(keys, pa.binary()) if keys is not None and keys.count(None) < n
                 else pa.nulls(n, pa.binary()),
-                pa.array(self.values, pa.binary()),
+                values,
                 headers,
             ],
             schema=PAYLOAD_SCHEMA,

@@ -11,10 +11,11 @@ import importlib.util
 import time
 import types
 
+import pyarrow as pa
 import pytest
 
 from raylog.kafka.build import build
-from raylog.records import append_py
+from raylog.records import append, append_py
 
 OVERHEAD = 24
 
@@ -166,3 +167,34 @@ def test_plain_send_raises_what_its_fallback_raises(compiled):
 def test_plain_send_refuses_a_future_type_that_is_not_a_record_slot(compiled):
     with pytest.raises(TypeError, match="RecordSlot"):
         compiled.PlainSend({}, print, object, OVERHEAD)
+
+
+@pytest.mark.parametrize("values", [
+    [b"a", b"", b"bcd" * 50, b"\x00"],
+    [b"a", None, b""],                      # a null: left to pa.array
+    [],
+])
+def test_plain_columns_are_the_buffers_of_pa_array(compiled, values):
+    timestamps = [1_700_000_000_000 + i for i in range(len(values))]
+    buffers = compiled.plain_columns(timestamps, values)
+    if None in values:
+        assert buffers is None
+        return
+    stamps, offsets, data = map(pa.py_buffer, buffers)
+    n = len(values)
+    assert pa.Array.from_buffers(pa.int64(), n, [None, stamps]).equals(
+        pa.array(timestamps, pa.int64()))
+    assert pa.Array.from_buffers(pa.binary(), n, [None, offsets, data]).equals(
+        pa.array(values, pa.binary()))
+
+
+def test_arrays_gives_what_pa_array_gives():
+    for values in ([b"x", b"", b"yz"], [b"x", None]):
+        stamps, got = append.arrays([5, 6, 7][:len(values)], values)
+        assert stamps.equals(pa.array([5, 6, 7][:len(values)], pa.int64()))
+        assert got.equals(pa.array(values, pa.binary()))
+
+
+def test_plain_columns_refuses_lists_of_different_lengths(compiled):
+    with pytest.raises(ValueError, match="differ"):
+        compiled.plain_columns([1, 2], [b"a"])
