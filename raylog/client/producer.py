@@ -149,7 +149,10 @@ class Producer:
     leader was replaced meanwhile, or that outlived ``request_timeout_ms``, is given up and
     sent again (see ``_watch_attempts``). Keys go
     to ``murmur2(key) % partitions`` (the partition Kafka's clients choose); keyless records
-    stick to one partition per batch. Safe to use from several threads.
+    stick to one partition per batch. Safe to use from several threads. Where
+    raylog/records/_append.c is built, a producer without a partitioner or serializers has
+    ``send`` as one C call for a keyless bytes value (docs/producer.md, "How a record reaches
+    its batch"); every other call runs the method below.
 
     With ``acks`` 1 or ``"all"`` batches carry a producer id, epoch and per-partition
     sequence numbers (Kafka's idempotent producer; see ``sender_state``): a partition appends
