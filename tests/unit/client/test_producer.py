@@ -360,8 +360,8 @@ def send_path(request, monkeypatch) -> str:
     """The producer's send as one C call (PlainSend, _append.c), or its Python fast path."""
     if request.param == "compiled" and PlainSend is None:
         # CI installs the project, which builds it: there its absence is a failure.
-        missing = ("raylog.records._append (the C helper) is not built: pip install -e . or "
-                   "PYTHONPATH=$PWD python -m raylog.kafka.build")
+        missing = ("raylog.records._append (the C helper) is not built (pip install -e . or "
+                   "PYTHONPATH=$PWD python -m raylog.kafka.build) or RAYLOG_PURE_PYTHON is set")
         if os.environ.get("CI"):
             pytest.fail(missing)
         pytest.skip(missing)
