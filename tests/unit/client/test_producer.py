@@ -7,9 +7,11 @@ list guarded by the real ProducerStates; knobs make it hang, drop answers or ref
 from __future__ import annotations
 
 import concurrent.futures
+import gc
 import os
 import threading
 import time
+import weakref
 
 import pytest
 
@@ -430,3 +432,15 @@ def test_threads_sending_at_once_land_each_record_once_in_their_order(leader, se
         assert mine == sorted(mine)
     assert all(leader.values[f.result(0).offset] == v for v, f in futures.items())
     producer.close()
+
+
+def test_a_closed_producer_is_collected(leader, send_path):
+    """The compiled send refers back to its producer (its fallback): the collector must see
+    through it."""
+    producer = producer_for(leader)
+    producer.send("t", b"v").result(timeout=5)
+    producer.close()
+    gone = weakref.ref(producer)
+    del producer
+    gc.collect()
+    assert gone() is None
