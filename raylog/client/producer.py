@@ -209,10 +209,11 @@ class Producer:
         self._encode_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._submitting = threading.Lock()  # held by the one thread submitting batches
         self._caller_busy = False  # a send() sealed and submitted a batch since last look
-        if PlainSend is not None and self._plain:
+        if PlainSend is not None and self._plain and type(self).send is Producer.send:
             # send() as one C call for the commonest record (see _append.c): it appends a
             # keyless bytes value to its topic's open sticky batch without a Python frame or
-            # the lock, and calls the method below for everything else.
+            # the lock, and calls the method below for everything else. (Not for a subclass
+            # with a send of its own, which this instance attribute would hide.)
             self.send = PlainSend(self._sticky_open, Producer.send.__get__(self),  # type: ignore[method-assign]
                                   RecordFuture, RECORD_OVERHEAD)
         self._sender = threading.Thread(target=self._run, name="raylog-producer-sender",

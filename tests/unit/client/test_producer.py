@@ -444,3 +444,20 @@ def test_a_closed_producer_is_collected(leader, send_path):
     del producer
     gc.collect()
     assert gone() is None
+
+
+def test_a_subclass_send_is_not_hidden_by_the_c_send(leader, send_path):
+    class Counting(Producer):
+        sent = 0
+
+        def send(self, topic, value=None, **kwargs):
+            Counting.sent += 1
+            return super().send(topic, value, **kwargs)
+
+    producer = Counting(cluster=FakeCluster(leader), linger_ms=1, batch_size=4096)
+    try:
+        futures = [producer.send("t", b"v%d" % i) for i in range(50)]
+        assert Counting.sent == 50
+        assert [f.result(timeout=10).offset for f in futures] == list(range(50))
+    finally:
+        producer.close()
