@@ -6,8 +6,9 @@ BIN := $(VENV)/bin
 
 .PHONY: demo test lint bench install kcat
 
-# setup.py builds raylog/kafka/_records.c: installing again recompiles it.
-$(BIN)/.installed: pyproject.toml setup.py raylog/kafka/_records.c
+# setup.py builds raylog/kafka/_records.c and raylog/records/_append.c: installing again
+# recompiles them.
+$(BIN)/.installed: pyproject.toml setup.py raylog/kafka/_records.c raylog/records/_append.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'

@@ -170,6 +170,7 @@ def single_node(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
     import raylog
     from raylog import Consumer, Producer
     from raylog.client.connection import reset_default
+    from raylog.records.append import compiled as append_compiled
     from raylog.util.cluster_names import DATA_DIR_ENV
 
     from common import binary_array, generate_values, input_frozen, split_values, timed
@@ -228,6 +229,8 @@ def single_node(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
                 out["produce_seconds"] = seconds
                 out["produce_records_per_s"] = rates["raylog"]
                 out["produce_records_per_cpu_s"] = mode.records / min(cpu[1:])
+                # Whether send was the C call (raylog/records/_append.c built) or Python's.
+                out["produce_send_compiled"] = append_compiled()
                 out["produce_arrow_records_per_s"] = rates["raylog_arrow"]
                 out["queue_produce_records_per_s"] = rates["queue"]
                 out["redis_produce_records_per_s"] = rates.get("redis")
@@ -809,6 +812,10 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
     if not results["kafka"]["available"]:
         print(f"NOTE: Apache Kafka not measured: {results['kafka']['reason']}",
+              file=sys.stderr)
+    if not results["single_node"].get("produce_send_compiled", True):
+        print("NOTE: Producer.send ran in Python, about half as fast: build raylog/records/"
+              "_append.c (make install, or PYTHONPATH=$PWD python -m raylog.kafka.build)",
               file=sys.stderr)
     print(f"wrote {', '.join(str(p) for p in written)} ({results['wall_seconds']:.0f} s)")
     return 0

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 
 from raylog.errors import InvalidArgumentError, RequestTimeoutError
+from raylog.records.append import RecordSlot
 from raylog.types import RecordMetadata
 from raylog.util.arguments import check_timeout
 
@@ -82,15 +83,12 @@ class BatchResult:
         _run_callback(callback)
 
 
-class RecordFuture:
-    """The future RecordMetadata of one sent record."""
+class RecordFuture(RecordSlot):
+    """The future RecordMetadata of one sent record: ``RecordFuture(batch, index,
+    timestamp)``, the record's batch's BatchResult, its index there and its timestamp (the
+    fields are RecordSlot's, made in C without running Python where _append.c is built)."""
 
-    __slots__ = ("_batch", "_index", "_timestamp")
-
-    def __init__(self, batch: BatchResult, index: int, timestamp: int) -> None:
-        self._batch = batch
-        self._index = index
-        self._timestamp = timestamp
+    __slots__ = ()
 
     def done(self) -> bool:
         return self._batch.done()

@@ -43,6 +43,7 @@ from raylog.errors import (
 )
 from raylog.metadata.topics import check_partition, validate_topic_name
 from raylog.records import BatchBuilder, Codec, encode
+from raylog.records.append import PlainSend
 from raylog.records.builder import BATCH_OVERHEAD, RECORD_OVERHEAD, check_headers, record_size
 from raylog.records.partitioner import Partitioner, StickyPartitioner, key_partition
 from raylog.replica.producer_state import RECENT_BATCHES
@@ -148,7 +149,10 @@ class Producer:
     leader was replaced meanwhile, or that outlived ``request_timeout_ms``, is given up and
     sent again (see ``_watch_attempts``). Keys go
     to ``murmur2(key) % partitions`` (the partition Kafka's clients choose); keyless records
-    stick to one partition per batch. Safe to use from several threads.
+    stick to one partition per batch. Safe to use from several threads. Where
+    raylog/records/_append.c is built, a producer without a partitioner or serializers has
+    ``send`` as one C call for a keyless bytes value (docs/producer.md, "How a record reaches
+    its batch"); every other call runs the method below.
 
     With ``acks`` 1 or ``"all"`` batches carry a producer id, epoch and per-partition
     sequence numbers (Kafka's idempotent producer; see ``sender_state``): a partition appends
@@ -205,6 +209,13 @@ class Producer:
         self._encode_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._submitting = threading.Lock()  # held by the one thread submitting batches
         self._caller_busy = False  # a send() sealed and submitted a batch since last look
+        if PlainSend is not None and self._plain and type(self).send is Producer.send:
+            # send() as one C call for the commonest record (see _append.c): it appends a
+            # keyless bytes value to its topic's open sticky batch without a Python frame or
+            # the lock, and calls the method below for everything else. (Not for a subclass
+            # with a send of its own, which this instance attribute would hide.)
+            self.send = PlainSend(self._sticky_open, Producer.send.__get__(self),  # type: ignore[method-assign]
+                                  RecordFuture, RECORD_OVERHEAD)
         self._sender = threading.Thread(target=self._run, name="raylog-producer-sender",
                                         daemon=True)
         self._sender.start()

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from raylog.errors import InvalidRecordError
+from raylog.records.append import Columns, arrays
 from raylog.records.header import HEADER_SIZE, Codec, TimestampType
 from raylog.records.payload import HEADERS_TYPE, PAYLOAD_SCHEMA, empty_headers, encode
 
@@ -63,15 +64,18 @@ def check_headers(headers: Sequence[tuple[str, bytes]]) -> list[tuple[str, bytes
     return checked
 
 
-class BatchBuilder:
+class BatchBuilder(Columns):
     """Collects records for one partition and encodes them once into a batch.
 
-    Owns Python lists of the columns; ``build()`` turns them into Arrow arrays in bulk, so the
-    per-record cost is a few list appends. The key and headers lists exist only once a record
-    has a key or headers: a keyless record without headers costs two appends, which the
-    producer's hot path makes itself (while ``plain``: take ``room``, append to
-    ``timestamps`` and ``values``; see Producer.send); every other record goes through
-    :meth:`append`. The byte limit is a conservative bound on the encoded batch: a builder
+    Owns Python lists of the columns (its base, ``Columns``: C where built, see
+    raylog/records/append.py); ``build()`` turns them into Arrow arrays in bulk, so the
+    per-record cost is a few list appends. The ``keys`` and ``headers`` lists exist only once
+    a record has a key or headers: a keyless record without headers costs two appends, which
+    the producer's hot path makes itself (while ``plain``: take ``room``, append to
+    ``timestamps`` and ``values``; see Producer.send, and PlainSend in _append.c, which does
+    it in C); every other record goes through :meth:`append`, whose changes to the columns
+    are one call (``Columns._put``), so that the C path, which takes no lock, never sees a
+    record half added. The byte limit is a conservative bound on the encoded batch: a builder
     never produces a batch larger than ``max_bytes`` unless a single record alone exceeds it
     (the log then refuses it with RecordTooLargeError). Not safe for concurrent use; a
     builder builds one batch.
@@ -82,10 +86,7 @@ class BatchBuilder:
     >>> batch = b.build()
     """
 
-    __slots__ = (
-        "_capacity", "_codec", "_headers", "_keys", "_producer", "_timestamp_type", "max_bytes",
-        "plain", "room", "timestamps", "values",
-    )
+    __slots__ = ("_capacity", "_codec", "_producer", "_timestamp_type", "max_bytes")
 
     def __init__(
         self,
@@ -97,23 +98,17 @@ class BatchBuilder:
         producer_epoch: int = -1,
         base_sequence: int = -1,
     ) -> None:
+        super().__init__()
         self.max_bytes = max_bytes
         self._capacity = batch_capacity(max_bytes)
         self._codec = codec
         self._timestamp_type = timestamp_type
         self._producer = (producer_id, producer_epoch, base_sequence)
-        self.timestamps: list[int] = []
-        self.values: list[bytes | None] = []
-        # None until a record has a key (headers): then one entry per record.
-        self._keys: list[bytes | None] | None = None
-        self._headers: list[list[tuple[str, bytes | None]] | None] | None = None
-        self.plain = True  # no record so far had a key or headers
+        # The columns (Columns): timestamps, values, and keys and headers, None until a
+        # record has a key (headers), then one entry per record; plain while none has.
         # Record bytes (as record_size counts them) the batch can still take; below zero
         # only when a single record alone exceeds the capacity.
         self.room = self._capacity
-
-    def __len__(self) -> int:
-        return len(self.values)
 
     @property
     def estimated_size(self) -> int:
@@ -145,23 +140,9 @@ class BatchBuilder:
         if headers:
             headers = check_headers(headers)
             size = record_size(key, value, headers)
-        values = self.values
-        if size > self.room and values:
-            return 0
-        self.room -= size
-        self.timestamps.append(timestamp)
-        if key is not None or self._keys is not None:
-            if self._keys is None:
-                self._keys = [None] * len(values)
-                self.plain = False
-            self._keys.append(key)
-        if headers or self._headers is not None:
-            if self._headers is None:
-                self._headers = [None] * len(values)
-                self.plain = False
-            self._headers.append(headers or None)
-        values.append(value)
-        return len(values)
+        else:
+            headers = None
+        return self._put(size, timestamp, key, value, headers)
 
     def set_producer(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
         """Stamp the producer id, epoch and first sequence the batch will carry."""
@@ -171,16 +152,17 @@ class BatchBuilder:
         """The accumulated records as payload columns (PAYLOAD_SCHEMA)."""
         n = len(self.values)
         headers = (
-            pa.array([h or [] for h in self._headers], HEADERS_TYPE)
-            if self._headers is not None else empty_headers(n)
+            pa.array([h or [] for h in self.headers], HEADERS_TYPE)
+            if self.headers is not None else empty_headers(n)
         )
-        keys = self._keys
+        keys = self.keys
+        timestamps, values = arrays(self.timestamps, self.values)
         return pa.RecordBatch.from_arrays(
             [
-                pa.array(self.timestamps, pa.int64()),
+                timestamps,
                 pa.array(keys, pa.binary()) if keys is not None and keys.count(None) < n
                 else pa.nulls(n, pa.binary()),
-                pa.array(self.values, pa.binary()),
+                values,
                 headers,
             ],
             schema=PAYLOAD_SCHEMA,

@@ -7,8 +7,11 @@ list guarded by the real ProducerStates; knobs make it hang, drop answers or ref
 from __future__ import annotations
 
 import concurrent.futures
+import gc
+import os
 import threading
 import time
+import weakref
 
 import pytest
 
@@ -26,7 +29,8 @@ from raylog.errors import (
     RecordTooLargeError,
     RequestTimeoutError,
 )
-from raylog.records import parse_header
+from raylog.records import parse_header, read_records
+from raylog.records.append import PlainSend
 from raylog.replica.producer_state import ProducerStates, SequenceGap
 from raylog.storage import AppendInfo
 from tests.unit import fake_remote
@@ -350,4 +354,110 @@ def test_flush_waits_for_the_batches_it_covers_not_for_later_ones(leader):
     finally:
         stop.set()
         sender.join()
+        producer.close()
+
+
+@pytest.fixture(params=["compiled", "python"])
+def send_path(request, monkeypatch) -> str:
+    """The producer's send as one C call (PlainSend, _append.c), or its Python fast path."""
+    if request.param == "compiled" and PlainSend is None:
+        # CI installs the project, which builds it: there its absence is a failure.
+        missing = ("raylog.records._append (the C helper) is not built (pip install -e . or "
+                   "PYTHONPATH=$PWD python -m raylog.kafka.build) or RAYLOG_PURE_PYTHON is set")
+        if os.environ.get("CI"):
+            pytest.fail(missing)
+        pytest.skip(missing)
+    if request.param == "python":
+        monkeypatch.setattr(producer_module, "PlainSend", None)
+    return request.param
+
+
+def test_plain_records_and_the_others_interleave_in_order_on_either_send_path(leader,
+                                                                              send_path):
+    producer = producer_for(leader, batch_size=4096)
+    assert (type(producer.send).__name__ == "PlainSend") == (send_path == "compiled")
+    sent, futures = [], []
+    for i in range(400):
+        value = b"v%04d" % i
+        kwargs = {}
+        if i % 9 == 4:
+            kwargs["key"] = b"k%d" % i
+        elif i % 9 == 7:
+            kwargs["headers"] = [("h", b"%d" % i)]
+        elif i % 9 == 8:
+            kwargs["timestamp"] = 1_000 + i
+        before = time.time_ns() // 1_000_000
+        futures.append(producer.send("t", value, **kwargs))
+        sent.append((value, kwargs, before, time.time_ns() // 1_000_000))
+    producer.flush()
+    records = [r for batch in leader.log.batches for r in read_records(batch)]
+    assert len(records) == len(sent) and leader.appends > 1  # several batches
+    for offset, (record, (value, kwargs, before, after), future) in enumerate(
+            zip(records, sent, futures, strict=True)):
+        assert (record.offset, record.value) == (offset, value)
+        assert record.key == kwargs.get("key")
+        assert list(record.headers) == kwargs.get("headers", [])
+        if "timestamp" in kwargs:
+            assert record.timestamp == kwargs["timestamp"]
+        else:
+            assert before <= record.timestamp <= after
+        metadata = future.result(0)
+        assert (metadata.offset, metadata.timestamp) == (offset, record.timestamp)
+    producer.close()
+    with pytest.raises(ClientClosedError):  # the sticky batches went with close
+        producer.send("t", b"late")
+
+
+def test_threads_sending_at_once_land_each_record_once_in_their_order(leader, send_path):
+    """The compiled send takes no lock; records with headers, on the locked path, land in
+    the same batches meanwhile."""
+    producer = producer_for(leader, batch_size=4096)
+    futures: dict[bytes, object] = {}
+
+    def sender(thread: int) -> None:
+        for i in range(3000):
+            value = b"%d-%05d" % (thread, i)
+            headers = [("h", None)] if i % 7 == 0 else None
+            futures[value] = producer.send("t", value, headers=headers)
+
+    threads = [threading.Thread(target=sender, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    producer.flush()
+    assert sorted(leader.values) == sorted(futures)
+    for thread in range(4):
+        mine = [v for v in leader.values if v.startswith(b"%d-" % thread)]
+        assert mine == sorted(mine)
+    assert all(leader.values[f.result(0).offset] == v for v, f in futures.items())
+    producer.close()
+
+
+def test_a_closed_producer_is_collected(leader, send_path):
+    """The compiled send refers back to its producer (its fallback): the collector must see
+    through it."""
+    producer = producer_for(leader)
+    producer.send("t", b"v").result(timeout=5)
+    producer.close()
+    gone = weakref.ref(producer)
+    del producer
+    gc.collect()
+    assert gone() is None
+
+
+def test_a_subclass_send_is_not_hidden_by_the_c_send(leader, send_path):
+    class Counting(Producer):
+        sent = 0
+
+        def send(self, topic, value=None, **kwargs):
+            Counting.sent += 1
+            return super().send(topic, value, **kwargs)
+
+    producer = Counting(cluster=FakeCluster(leader), linger_ms=1, batch_size=4096)
+    try:
+        futures = [producer.send("t", b"v%d" % i) for i in range(50)]
+        assert Counting.sent == 50
+        assert [f.result(timeout=10).offset for f in futures] == list(range(50))
+    finally:
         producer.close()
