@@ -248,6 +248,9 @@ def single_node(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
                             kafka.bootstrap, make_values(mode.records, 100, seed=0),
                             listener, kafka, kafka_cpu)
                     seconds = alternate(mode.rounds, produce_steps)
+                    # the confluent-kafka clients go now, not after Kafka and the listener
+                    # stopped (they would try to reconnect until then)
+                    produce_steps.clear()
                 rates = best_rates(seconds, {"raylog": mode.records,
                                              "raylog_arrow": mode.arrow_records,
                                              "raylog_arrow_uncompressed": mode.arrow_records,
