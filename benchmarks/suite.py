@@ -5,7 +5,9 @@ Run from the repository root (or as ``raylog bench``)::
     .venv/bin/python benchmarks/suite.py [--quick] [--out DIR] [--publish]
 
 ``--quick`` takes about two minutes on this shared 2-core machine without Kafka, about five
-with it (Kafka's rounds, its 3 nodes and a Spark session; it must stay under six); the full
+with it (Kafka's rounds, its 3 nodes and a Spark session; it must stay under six; the
+listener's and the limits' rounds add about 50 s of that, added up from their rounds' seconds
+in a run); the full
 run (more records, rounds and curve points) about twice that. It writes ``results.json``,
 ``results.md`` (Markdown tables) and ``throughput.png``, ``latency.png``, ``curve.png`` into
 DIR (default ``benchmarks/results/suite``); ``--publish`` also regenerates
