@@ -66,6 +66,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -130,28 +131,41 @@ FULL = Mode("full", records=1_000_000, repetitions=3)
 
 
 class Gateway:
-    """``raylog gateway`` in a process of its own; ``bootstrap`` once it listens."""
+    """``raylog gateway`` in a process of its own; ``bootstrap`` once it listens. What it
+    prints after that is read by a thread (a full pipe would stop the listener) and
+    returned by ``stop``."""
 
     def __init__(self, ray_address: str) -> None:
         raylog_script = os.path.join(os.path.dirname(sys.executable), "raylog")
         self.process = subprocess.Popen(
             [raylog_script, "gateway", "--address", ray_address, "--port", "0"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.said: list[str] = []
         deadline = time.monotonic() + 120
         for line in self.process.stdout:
+            self.said.append(line)
             found = re.search(r"advertised as (\S+)", line)
             if found:
                 self.bootstrap = found.group(1)
+                self.reader = threading.Thread(target=self.said.extend,
+                                               args=(self.process.stdout,), daemon=True)
+                self.reader.start()
                 return
             if time.monotonic() > deadline:
                 break
         self.process.kill()
-        raise RuntimeError("raylog gateway did not start listening")
+        self.process.wait()
+        raise RuntimeError("raylog gateway did not start listening: " + "".join(self.said))
 
     def stop(self) -> str:
         self.process.terminate()
-        out, _ = self.process.communicate(timeout=60)
-        return out.strip()
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.reader.join(10)
+        return "".join(self.said).strip()
 
 
 class Steps:

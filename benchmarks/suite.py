@@ -5,7 +5,9 @@ Run from the repository root (or as ``raylog bench``)::
     .venv/bin/python benchmarks/suite.py [--quick] [--out DIR] [--publish]
 
 ``--quick`` takes about two minutes on this shared 2-core machine without Kafka, about five
-with it (Kafka's rounds, its 3 nodes and a Spark session; it must stay under six); the full
+with it (Kafka's rounds, its 3 nodes and a Spark session; it must stay under six; the
+listener's and the limits' rounds add about 50 s of that, added up from their rounds' seconds
+in a run); the full
 run (more records, rounds and curve points) about twice that. It writes ``results.json``,
 ``results.md`` (Markdown tables) and ``throughput.png``, ``latency.png``, ``curve.png`` into
 DIR (default ``benchmarks/results/suite``); ``--publish`` also regenerates
@@ -41,6 +43,17 @@ Ray Data (``read_kafka`` against ``read_topic``) over the same ``analytics_recor
 on both; and 3 nodes next to the 3 brokers, one cell of rf 3 acks=all alternated with the
 matrix. Its ratios are ``vs_kafka_*`` in results.json. Without Java or Maven the suite says
 so and runs without Kafka.
+
+raylog's Kafka listener (``raylog gateway`` in its own process, gateway.py's ``Gateway``)
+runs while Kafka does: confluent-kafka's produce and consume rounds run against it too,
+alternated with the others, beside confluent-kafka -> Kafka and raylog's own clients
+(``vs_kafka_listener_*``: listener / Kafka).
+
+The machine's limits beside them (issue 25): ``send_batch`` of the same Arrow table
+uncompressed, to a topic of its own; ``lz4`` alone compressing the batches ``send_batch``
+would compress, on one core (``vs_lz4_limit``: send_batch's rate over it), both alternated
+with the produce rounds; an empty async Ray actor call's round trip, right after the latency
+runs (``vs_actor_call_p50``: e2e p50 at ``linger_ms=0`` over the call's p50).
 
 Every figure is the best of its timed rounds after one warm-up round; the JSON keeps every
 round's seconds. Checks outside the timed regions: each produce round grew its topic by
@@ -107,6 +120,7 @@ class Mode:
 
 
 KIB = 1024
+ACTOR_CALLS = 2_000     # empty actor calls timed, one at a time, beside the latency runs
 QUICK = Mode("quick", records=1_000_000, arrow_records=2_000_000, peer_records=400_000,
              consume_records=1_000_000, rounds=3, latency_rate=10_000, latency_seconds=4,
              curve_linger_ms=(0, 5, 50), curve_batch_sizes=(16 * KIB, 256 * KIB, 4096 * KIB),
@@ -158,18 +172,21 @@ def single_node(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
         queue_put,
     )
     from ray.util.queue import Queue
-    from suite_kafka import (
-        kafka_consume,
-        kafka_produce,
-        producer,
-        raylog_listener_bootstrap,
-    )
+    from suite_kafka import kafka_consume, kafka_produce, producer, raylog_listener
     from suite_peers import redis_consume, redis_info, redis_or_none, redis_produce
-    from suite_raylog import make_values, produce_round, start_workers, stop_workers
+    from suite_raylog import (
+        compress_all,
+        make_values,
+        produce_round,
+        start_workers,
+        stop_workers,
+        uncompressed_payloads,
+    )
 
     import raylog
     from raylog import Consumer, Producer
     from raylog.client.connection import reset_default
+    from raylog.kafka.records import compiled
     from raylog.records.append import compiled as append_compiled
     from raylog.util.cluster_names import DATA_DIR_ENV
 
@@ -181,20 +198,29 @@ def single_node(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
         node = ray.get_runtime_context().get_node_id()
         queue = Queue(maxsize=0, actor_options={"num_cpus": 0})
         workers = start_workers(1, node)
+        # raylog's Kafka listener runs while Kafka does: confluent-kafka against both
         with redis_or_none() as (redis, missing), \
-                kafka_or_none(1) as (kafka, kafka_missing), input_frozen():
+                kafka_or_none(1) as (kafka, kafka_missing), \
+                (contextlib.nullcontext() if kafka is None else raylog_listener(
+                    ray.get_runtime_context().gcs_address)) as listener, \
+                input_frozen():
             out["redis"] = redis_info(redis, missing)
             out["kafka"] = {"available": False, "reason": kafka_missing} if kafka is None \
-                else {"available": True, **kafka.settings}
-            with steps.step("producing: raylog send and send_batch, Redis XADD, Ray queue"):
+                else {"available": True, **kafka.settings,
+                      "raylog_listener": listener_note(compiled())}
+            with steps.step("producing: raylog send and send_batch (LZ4 and uncompressed), "
+                            "lz4 alone, Redis XADD, Ray queue"):
                 peer_values = make_values(mode.peer_records, 100, seed=1)
                 chunks = [peer_values[i:i + QUEUE_BATCH]
                           for i in range(0, len(peer_values), QUEUE_BATCH)]
                 table = pa.table({"value": binary_array(generate_values(mode.arrow_records))})
+                payloads = uncompressed_payloads(table, PARTITIONS)  # what LZ4 compresses
                 ray.get(workers[0].prepare.remote(mode.records, 100, 0))
                 produced, arrowed = Topic(cluster, "produce"), Topic(cluster, "arrow")
+                raw = Topic(cluster, "arrow-uncompressed")
                 cpu: list[float] = []
-                with Producer() as arrow_producer:
+                with Producer() as arrow_producer, \
+                        Producer(compression_type="none") as raw_producer:
                     def raylog_send() -> float:
                         before = produced.end_offsets()
                         run = produce_round(workers, "produce", 100, {})
@@ -202,14 +228,19 @@ def single_node(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
                         cpu.append(run["cpu_seconds"])
                         return run["seconds"]
 
-                    def raylog_arrow() -> float:
-                        before = arrowed.end_offsets()
-                        seconds, _ = timed(lambda: produce_table(arrow_producer, "arrow", table))
-                        arrowed.check_grew(before, mode.arrow_records)
-                        return seconds
+                    def send_batch(client: Producer, topic: Topic) -> Callable[[], float]:
+                        def run() -> float:
+                            before = topic.end_offsets()
+                            seconds, _ = timed(lambda: produce_table(client, topic.name, table))
+                            topic.check_grew(before, mode.arrow_records)
+                            return seconds
+                        return run
 
                     produce_steps: dict[str, Callable[[], float]] = {
-                        "raylog": raylog_send, "raylog_arrow": raylog_arrow,
+                        "raylog": raylog_send,
+                        "raylog_arrow": send_batch(arrow_producer, arrowed),
+                        "raylog_arrow_uncompressed": send_batch(raw_producer, raw),
+                        "lz4_alone": lambda: timed(lambda: compress_all(payloads))[0],
                         "queue": lambda: timed(lambda: queue_put(queue, chunks))[0]}
                     if redis is not None:
                         produce_steps["redis"] = \
@@ -218,27 +249,34 @@ def single_node(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
                     if kafka is not None:  # the raylog worker's values: seed 0
                         produce_steps |= kafka_produce_steps(
                             kafka.bootstrap, make_values(mode.records, 100, seed=0),
-                            raylog_listener_bootstrap(cluster), kafka, kafka_cpu)
+                            listener, kafka, kafka_cpu)
                     seconds = alternate(mode.rounds, produce_steps)
+                    # the confluent-kafka clients go now, not after Kafka and the listener
+                    # stopped (they would try to reconnect until then)
+                    produce_steps.clear()
                 rates = best_rates(seconds, {"raylog": mode.records,
                                              "raylog_arrow": mode.arrow_records,
+                                             "raylog_arrow_uncompressed": mode.arrow_records,
+                                             "lz4_alone": mode.arrow_records,
                                              "queue": mode.peer_records,
                                              "redis": mode.peer_records,
                                              "kafka": mode.records,
-                                             "kafka_client_raylog": mode.records})
+                                             "kafka_listener": mode.records})
                 out["produce_seconds"] = seconds
                 out["produce_records_per_s"] = rates["raylog"]
                 out["produce_records_per_cpu_s"] = mode.records / min(cpu[1:])
                 # Whether send was the C call (raylog/records/_append.c built) or Python's.
                 out["produce_send_compiled"] = append_compiled()
                 out["produce_arrow_records_per_s"] = rates["raylog_arrow"]
+                out["produce_arrow_uncompressed_records_per_s"] = \
+                    rates["raylog_arrow_uncompressed"]
+                out["lz4_compress_records_per_s"] = rates["lz4_alone"]
                 out["queue_produce_records_per_s"] = rates["queue"]
                 out["redis_produce_records_per_s"] = rates.get("redis")
                 out["kafka_produce_records_per_s"] = rates.get("kafka")
                 out["kafka_produce_records_per_cpu_s"] = (
                     mode.records / min(kafka_cpu["produce"][1:]) if kafka is not None else None)
-                out["kafka_client_raylog_produce_records_per_s"] = rates.get(
-                    "kafka_client_raylog")
+                out["kafka_listener_produce_records_per_s"] = rates.get("kafka_listener")
 
             with steps.step("consuming: one raylog consumer and a group of 3, Redis XRANGE, "
                             "Ray queue"):
@@ -280,14 +318,19 @@ def single_node(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
                         "queue": queue_get_step}
                     if redis is not None:
                         consume_steps["redis"] = redis_read
-                    if kafka is not None:
-                        def kafka_read() -> float:
+                    def kafka_read(bootstrap: str) -> Callable[[], float]:
+                        def run() -> float:  # the same records in both "consume" topics
                             seconds, (seen, size) = timed(lambda: kafka_consume(
-                                kafka.bootstrap, "consume", PARTITIONS, mode.consume_records))
+                                bootstrap, "consume", PARTITIONS, mode.consume_records))
                             if (seen, size) != (mode.consume_records, 100 * mode.consume_records):
-                                raise RuntimeError(f"Kafka: read {seen:,} records, {size:,} bytes")
+                                raise RuntimeError(f"confluent-kafka at {bootstrap}: read "
+                                                   f"{seen:,} records, {size:,} bytes")
                             return seconds
-                        consume_steps["kafka"] = kafka_read
+                        return run
+
+                    if kafka is not None:
+                        consume_steps["kafka"] = kafka_read(kafka.bootstrap)
+                        consume_steps["kafka_listener"] = kafka_read(listener)
                     seconds = alternate(mode.rounds, consume_steps)
                 finally:
                     groups.close()
@@ -295,13 +338,15 @@ def single_node(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
                                              "raylog_group": mode.consume_records,
                                              "queue": mode.peer_records,
                                              "redis": mode.peer_records,
-                                             "kafka": mode.consume_records})
+                                             "kafka": mode.consume_records,
+                                             "kafka_listener": mode.consume_records})
                 out["consume_seconds"] = seconds
                 out["consume_records_per_s"] = rates["raylog"]
                 out["consume_group_records_per_s"] = rates["raylog_group"]
                 out["queue_consume_records_per_s"] = rates["queue"]
                 out["redis_consume_records_per_s"] = rates.get("redis")  # None: not measured
                 out["kafka_consume_records_per_s"] = rates.get("kafka")
+                out["kafka_listener_consume_records_per_s"] = rates.get("kafka_listener")
             stop_workers(workers)
             queue.shutdown()
             out.update(latency_and_curve(mode, cluster, steps, kafka))
@@ -316,12 +361,20 @@ def single_node(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
     return out
 
 
+def listener_note(compiled: bool) -> str:
+    """How raylog's Kafka listener ran in the suite."""
+    return ("`raylog gateway` in a process of its own (as a user runs it), speaking for the "
+            "single node's broker; record translation "
+            + ("compiled (raylog/kafka/_records.c)" if compiled else
+               "**pure Python** (the C extension was not built: `python -m raylog.kafka.build`)"))
+
+
 def kafka_produce_steps(bootstrap: str, values: list[bytes], listener: str | None,
                         kafka: Any, cpu_seconds: dict[str, list[float]]
                         ) -> dict[str, Callable[[], float]]:
     """Produce rounds of confluent-kafka to Kafka and (``listener``: raylog's Kafka-protocol
-    address, once there is one) to raylog; each checks that its topic grew by every value
-    and appends the driver's CPU seconds to ``cpu_seconds["produce"]`` (or ``["listener"]``)."""
+    address) to raylog; each checks that its topic grew by every value and appends the
+    driver's CPU seconds to ``cpu_seconds["produce"]`` (or ``["listener"]``)."""
     from suite_kafka import end_offsets, kafka_produce, producer
 
     from common import timed
@@ -345,7 +398,7 @@ def kafka_produce_steps(bootstrap: str, values: list[bytes], listener: str | Non
 
     steps = {"kafka": step(bootstrap, "produce")}
     if listener is not None:
-        steps["kafka_client_raylog"] = step(listener, "produce")
+        steps["kafka_listener"] = step(listener, "produce")
     return steps
 
 
@@ -440,7 +493,7 @@ def latency_and_curve(mode: Mode, cluster: Any, steps: Steps, kafka: Any = None
                       ) -> dict[str, Any]:
     import ray
     from produce_consume import Topic, produce_records
-    from suite_raylog import LatencyProbe, make_values, measure_latency
+    from suite_raylog import LatencyProbe, actor_call_latencies, make_values, measure_latency
 
     from raylog import Producer
     from raylog.client.producer import ProducerConfig
@@ -469,6 +522,10 @@ def latency_and_curve(mode: Mode, cluster: Any, steps: Steps, kafka: Any = None
                 runs[0]["p50_ms"], runs[0]["p99_ms"], runs[0]["p999_ms"])
             out["e2e_default_p50_ms"], out["e2e_default_p99_ms"], out["e2e_default_p999_ms"] = (
                 runs[1]["p50_ms"], runs[1]["p99_ms"], runs[1]["p999_ms"])
+            # the floor of a record's path through Ray, right after it was measured
+            calls = latency_summary(actor_call_latencies(ACTOR_CALLS))
+            out["actor_call"] = calls
+            out["actor_call_p50_ms"] = calls["p50_ms"]
             if kafka is not None:
                 out["kafka_latency"] = kafka_latency(mode, kafka)
 
@@ -666,7 +723,16 @@ def method(defaults: ProducerConfig) -> list[str]:
         "`flush()`; timed from the first send to the last flush's return. Records per "
         "CPU-second: the producing process's CPU time (all its threads, Ray's included) over "
         "the same span.",
-        "send_batch: the driver sends one Arrow table (`value` column only) and waits for it.",
+        "send_batch: the driver sends one Arrow table (`value` column only) and waits for it; "
+        "uncompressed: the same table from a producer with `compression_type=\"none\"` to a "
+        "topic of its own.",
+        "The machine's limits: `lz4` alone compressing the batches that send_batch would "
+        "compress (the same table cut by the producer's `partition_rows` at its default "
+        "batch_size, each batch's Arrow IPC stream compressed by raylog's `payload.compress`), "
+        "one after the other in the driver (one core), alternated with the produce rounds; "
+        f"an empty Ray actor call: {ACTOR_CALLS:,} calls, one at a time, of an async actor's "
+        "method that does nothing (the broker is an async actor), from the driver, right after "
+        "the latency runs; the ratio is the linger_ms=0 run's end-to-end p50 over its p50.",
         "One consumer: a `Consumer(auto_offset_reset=\"earliest\", max_poll_records=500)` in the "
         "driver (as the peers' readers), assigned the pre-filled topic's 6 partitions, polling "
         "until it has every record, touching every value (`len`). A group of 3: groups.py's "
@@ -742,7 +808,9 @@ def kafka_info(mode: Mode, kafka: dict[str, Any]) -> dict[str, Any]:
                 f"Clients: {client} in the driver; producer settings "
                 f"{PRODUCER_SETTINGS} (raylog's defaults where both have one; acks=all for rf "
                 f"3), `produce` per record, then `flush`; the consumer assigned every partition "
-                f"from the beginning, `consume(500)` until every record, `len` of each value. "
+                f"from the beginning, `consume(500)` until every record, `len` of each value; "
+                f"the same client, settings and values against raylog's Kafka listener (the "
+                f"listener rows), alternated round by round with the others. "
                 f"Latency: a confluent-kafka consumer in its own process (a Ray actor) "
                 f"taking each record as `poll` returns it; linger.ms=0 and 5 as raylog's two "
                 f"runs, measured after raylog's (not alternated); the ratio is of the linger 5 "

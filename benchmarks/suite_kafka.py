@@ -8,14 +8,15 @@ suite's driver and serves librdkafka's queue when it is full (``BufferError``), 
 loop must. The consumer is assigned every partition from the beginning and touches every
 value (``len``), as raylog's.
 
-KAFKA_LISTENER_HOOK: once raylog has a Kafka-protocol listener (branch kwire-gateway), the
-same ``kafka_produce`` against its bootstrap address gives "confluent-kafka -> raylog"; the
-suite passes ``raylog_listener_bootstrap(cluster)`` when that returns an address.
+The same ``kafka_produce`` and ``kafka_consume`` against raylog's Kafka-protocol listener
+(``raylog_listener``) give "confluent-kafka -> raylog".
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -187,7 +188,16 @@ def read_kafka_dataset(bootstrap: str, topic: str) -> Any:
     return ray.data.read_kafka(topic, bootstrap_servers=bootstrap)
 
 
-def raylog_listener_bootstrap(cluster: Any) -> str | None:
-    """raylog's Kafka-protocol listener's address, once main has one (KAFKA_LISTENER_HOOK):
-    None until then, and the suite measures confluent-kafka -> raylog only when it is not."""
-    return None
+@contextlib.contextmanager
+def raylog_listener(ray_address: str) -> Iterator[str]:
+    """raylog's Kafka listener for the Ray cluster at ``ray_address``, stopped after the
+    block: its bootstrap address. ``raylog gateway`` in a process of its own, as a user runs
+    it (gateway.py's ``Gateway``): in the driver it would share the interpreter lock with the
+    confluent-kafka loop it serves."""
+    from gateway import Gateway
+
+    gateway = Gateway(ray_address)
+    try:
+        yield gateway.bootstrap
+    finally:
+        gateway.stop()

@@ -13,6 +13,11 @@ topic, positioned at the end; the driver sends records at a fixed offered rate, 
 starting with the ``time.monotonic_ns()`` of its ``send`` call (CLOCK_MONOTONIC is one clock
 for every process of a Linux machine), and the probe takes the difference when ``poll``
 returns the record.
+
+The machine's limits beside them: an empty call to an async actor (the kind the broker is),
+one at a time, for the latency's floor; and ``lz4`` alone compressing the batches that
+``send_batch`` would compress (the same rows cut and framed as the producer cuts and frames
+them), one after the other on one core, for the columnar path's.
 """
 
 from __future__ import annotations
@@ -29,6 +34,10 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 import raylog
 from raylog import Consumer, Producer, TopicPartition
+from raylog.client.producer import ProducerConfig
+from raylog.client.tables import partition_rows
+from raylog.records.header import HEADER_SIZE, Codec
+from raylog.records.payload import compress, encode
 
 from common import RECORD_BYTES, generate_values, split_values
 
@@ -216,3 +225,46 @@ def probe_latencies(probe: Any, count: int) -> np.ndarray:
     if len(latencies) != count:
         raise RuntimeError(f"the probe received {len(latencies):,} of {count:,} records")
     return latencies
+
+
+# -- the machine's limits ----------------------------------------------------------------------
+
+@ray.remote(num_cpus=0, max_restarts=0)
+class EmptyActor:
+    """An async actor, as the broker is, whose method does nothing."""
+
+    async def call(self) -> None:
+        return None
+
+
+def actor_call_latencies(calls: int, warm_up: int = 100) -> list[float]:
+    """The round trip (ms) of each of ``calls`` empty calls to a new async actor on the
+    driver's node, one at a time, after ``warm_up`` calls not counted."""
+    node = ray.get_runtime_context().get_node_id()
+    actor = EmptyActor.options(
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
+    try:
+        for _ in range(warm_up):
+            ray.get(actor.call.remote())
+        clock, latencies = time.perf_counter_ns, []
+        for _ in range(calls):
+            start = clock()
+            ray.get(actor.call.remote())
+            latencies.append((clock() - start) / 1e6)
+        return latencies
+    finally:
+        ray.kill(actor, no_restart=True)
+
+
+def uncompressed_payloads(table: Any, partitions: int) -> list[bytes]:
+    """What ``send_batch(topic, table)`` would hand LZ4, with the producer's defaults: the
+    rows cut into batches as it cuts them, each batch's Arrow IPC stream."""
+    pieces = partition_rows(table, partitions, ProducerConfig().batch_size, partition=None,
+                            topic="lz4")
+    return [encode(columns, codec=Codec.NONE)[HEADER_SIZE:] for _, columns in pieces]
+
+
+def compress_all(payloads: list[bytes]) -> int:
+    """LZ4 every payload as a batch's is compressed, one after the other (one core); the
+    compressed bytes."""
+    return sum(len(compress(payload)) for payload in payloads)

@@ -100,9 +100,7 @@ def encode(
         writer.write(columns)
     payload = sink.getvalue()
     if codec == Codec.LZ4:
-        # Independent blocks compress faster than linked ones at the same ratio here.
-        payload = lz4.frame.compress(payload, compression_level=0, store_size=True,
-                                     block_linked=False)
+        payload = compress(payload)
     elif codec != Codec.NONE:
         raise ValueError(f"unknown codec {codec!r}")
     attributes = int(codec) | (int(timestamp_type) << 3) | (EXPLICIT_OFFSETS_BIT if explicit else 0)
@@ -118,6 +116,12 @@ def encode(
         base_sequence=base_sequence,
     )
     return header + payload
+
+
+def compress(data: bytes | pa.Buffer) -> bytes:
+    """``data`` (a batch's Arrow IPC stream) as an LZ4 batch's payload: one LZ4 frame."""
+    # Independent blocks compress faster than linked ones at the same ratio here.
+    return lz4.frame.compress(data, compression_level=0, store_size=True, block_linked=False)
 
 
 def _decompress(header: BatchHeader, payload: memoryview) -> pa.Buffer:

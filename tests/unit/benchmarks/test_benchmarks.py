@@ -74,7 +74,9 @@ def made_up_runs(redis: bool = True) -> tuple[dict, dict]:
               "redis_produce_records_per_s": 200_000.0 if redis else None,
               "redis_consume_records_per_s": 400_000.0 if redis else None,
               "queue_produce_records_per_s": 500_000.0, "queue_consume_records_per_s": 5e5,
-              "produce_records_per_cpu_s": 1.3e6}
+              "produce_records_per_cpu_s": 1.3e6,
+              "produce_arrow_uncompressed_records_per_s": 2e6,
+              "lz4_compress_records_per_s": 5e6, "actor_call_p50_ms": 1.5}
     matrix = {"cells": [{"value_bytes": 1000, "producers": 3, "replication_factor": 3,
                          "acks": "all", "records_per_s": 80_000.0}],
               "rf1_acks1_records_per_s": 1_000_000.0, "rf3_acksall_records_per_s": 600_000.0,
@@ -140,6 +142,85 @@ def test_results_lead_with_every_required_figure(suite_modules):
     del single["consume_records_per_s"]
     with pytest.raises(KeyError):  # a figure the run did not return fails, not a silent None
         report.headline_figures(single, matrix)
+
+
+def test_the_machines_limits_are_ratios_of_the_same_run(suite_modules):
+    report, _ = suite_modules
+    single, matrix = made_up_runs()
+    figures = report.headline_figures(single, matrix)
+    assert figures["vs_lz4_limit"] == 0.8  # send_batch 4 M/s, lz4 alone 5 M/s
+    assert figures["vs_actor_call_p50"] == 2.0  # e2e p50 3 ms (linger 0), a call 1.5 ms
+    targets = report.targets_report(figures)
+    assert targets["vs_lz4_limit"]["met"] is True  # at least 0.8
+    assert targets["vs_actor_call_p50"]["met"] is True
+    assert targets["produce_arrow_uncompressed_records_per_s"]["met"] is False  # 2 M < 10 M
+    single["e2e_p50_ms"] = 3.0 * 1.5  # exactly 3x: "within 3x" is met
+    assert report.targets_report(report.headline_figures(single, matrix))[
+        "vs_actor_call_p50"]["met"] is True
+    single["e2e_p50_ms"] = 5.0
+    assert report.targets_report(report.headline_figures(single, matrix))[
+        "vs_actor_call_p50"]["met"] is False
+
+
+def test_the_listener_is_compared_with_kafka_and_absent_without_it(suite_modules):
+    report, _ = suite_modules
+    single, matrix = made_up_runs()
+    figures = report.headline_figures(single, matrix)
+    assert figures["vs_kafka_listener_produce"] is None  # Kafka did not run
+    assert figures["kafka_listener_consume_records_per_s"] is None
+    single |= {"kafka_produce_records_per_s": 1e6, "kafka_consume_records_per_s": 4e5,
+               "kafka_listener_produce_records_per_s": 5e5,
+               "kafka_listener_consume_records_per_s": 6e5}
+    figures = report.headline_figures(single, matrix)
+    assert figures["vs_kafka_listener_produce"] == 0.5
+    assert figures["vs_kafka_listener_consume"] == 1.5
+    assert figures["vs_kafka_produce"] == 1.2  # raylog's own clients, unchanged
+
+
+def test_the_report_shows_the_listener_and_the_limits_beside_their_peers(suite_modules):
+    report, _ = suite_modules
+    results = made_up_results()
+    results |= {"kafka_listener_produce_records_per_s": 500_000.0,
+                "kafka_produce_records_per_s": 1_000_000.0, "vs_kafka_listener_produce": 0.5}
+    kafka = report.kafka_table(results)
+    lines = kafka.splitlines()
+    produce = next(i for i, line in enumerate(lines) if line.startswith("| produce, 1 producer"))
+    assert lines[produce + 1].startswith("| producer process: records per CPU-second")
+    assert "| produce as above, confluent-kafka -> raylog's Kafka listener (records/s) | " \
+        "500,000 | 1,000,000 | 0.50x | - |" in kafka
+    assert "| consume as above, confluent-kafka <- raylog's Kafka listener (records/s) | - | " \
+        "- | - | - |" in kafka
+    e2e = next(i for i, line in enumerate(lines) if "p99 at 10,000 records/s, linger 5" in line)
+    assert lines[e2e + 1].startswith("| end-to-end p50 / p99.9, linger 5 ms (ms) | 4.00 / 12.00")
+    limits = report.limits_table(results)
+    assert "| `send_batch` (Arrow), uncompressed, 100 B (records/s) | 2,000,000 | - | - | " \
+        ">= 10,000,000: **missed** |" in limits
+    assert "on one core | 4,000,000 | 5,000,000 | 0.80x | >= 0.8: met |" in limits
+    assert "p50 | 3.00 | 1.50 | 2.00x | <= 3: met |" in limits
+    assert limits in report.results_markdown(results)
+
+
+def test_lz4_alone_compresses_what_send_batch_would(monkeypatch):
+    import pyarrow as pa
+
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import suite_raylog
+
+    from raylog.records import payload
+    from raylog.records.header import HEADER_SIZE, Codec
+
+    values = [b"%08d" % i * 12 for i in range(3000)]
+    payloads = suite_raylog.uncompressed_payloads(pa.table({"value": values}), 6)
+    encoded = b"".join(payloads)
+    assert encoded.count(values[1234]) == 1  # every value once, framed as Arrow IPC
+    assert suite_raylog.compress_all(payloads) == sum(
+        len(payload.compress(p)) for p in payloads)
+    # what the producer puts after the header is that compression of the same stream
+    columns = pa.Table.from_pydict({"timestamp": [0] * 3, "key": [None] * 3,
+                                    "value": values[:3], "headers": [[]] * 3},
+                                   schema=payload.PAYLOAD_SCHEMA)
+    raw = payload.encode(columns, codec=Codec.NONE)[HEADER_SIZE:]
+    assert payload.encode(columns, codec=Codec.LZ4)[HEADER_SIZE:] == payload.compress(raw)
 
 
 def test_targets_say_met_missed_or_not_measured(suite_modules):
