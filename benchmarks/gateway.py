@@ -318,11 +318,19 @@ def table(result: dict[str, Any]) -> str:
     return markdown_table(["figure", "best", "median", "target", "met"], rows, "lrrrl")
 
 
+def headline(mode: Mode, result: dict[str, Any]) -> str:
+    config = result["config"]
+    return (f"Kafka listener against raylog's own clients, {mode.name} mode: "
+            f"{result['data']['records']:,} records of 100 bytes per step, {config['partitions']}"
+            f" partitions, best and median of {mode.repetitions} alternated rounds; "
+            f"confluent-kafka consuming {config['kafka_consume_batch']} per call; the listener's "
+            f"C helper {'built' if config['kafka_records_compiled'] else 'NOT built'}; "
+            f"{result['machine']['cpu_count']} CPUs")
+
+
 def main(argv: list[str] | None = None) -> int:
     return run_benchmark(argv, __doc__, DEFAULT_JSON, "200,000 records per step",
-                         (QUICK, FULL), run,
-                         lambda mode, r: f"Kafka listener vs native clients ({mode.name})",
-                         table)
+                         (QUICK, FULL), run, headline, table)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from pathlib import Path
 from common import RESULTS_DIR
 
 SCRIPTS = ("storage", "produce_consume", "groups", "replication", "density", "broker_scaling",
-           "schemas", "analytics", "mirror", "controller_restart", "compaction")
+           "schemas", "analytics", "mirror", "controller_restart", "compaction", "gateway")
 
 
 def other_sections(results_dir: Path = RESULTS_DIR) -> list[str]:
