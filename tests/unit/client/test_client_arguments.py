@@ -30,8 +30,6 @@ from raylog.integrations.ray_data import read_topic, write_dataset
 from raylog.integrations.ray_data.ranges import Timestamp
 from raylog.metadata.limits import PartitionLimits
 
-DEADLINE_S = 2.0  # a generous bound: each of these answers without any I/O
-
 
 class _NoController:
     def __getattr__(self, method):
@@ -72,10 +70,10 @@ def cluster() -> _Cluster:
 
 
 def refused(call: Callable[[], object], error: type[RaylogError]) -> RaylogError:
-    started = time.monotonic()
+    """The error ``call`` raises, with a message. At once, without I/O: the cluster fixture
+    fails the test on any controller call, and its leaders refuse every batch."""
     with pytest.raises(error) as info:
         call()
-    assert time.monotonic() - started < DEADLINE_S
     assert str(info.value)  # a message, naming the problem
     return info.value
 
@@ -246,7 +244,7 @@ def test_futures_refuse_bad_arguments(cluster):
         batch = producer.send_batch("t", pa.table({"value": [b"v"]}))
         refused(lambda: batch.result(timeout=-1), InvalidArgumentError)
         with pytest.raises(InvalidRecordError, match="refused by the test's leader"):
-            batch.result(timeout=DEADLINE_S)
+            batch.result(timeout=60)  # a bound on a hang, not a figure: it answers at once
 
 
 class _Listener:
