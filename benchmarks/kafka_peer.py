@@ -146,8 +146,13 @@ def free_ports(count: int) -> list[int]:
 
 
 def cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (as Kafka's Uuid)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (as Kafka's Uuid),
+    never starting with "-", which `kafka-storage format -t` would take for an option (Kafka's
+    own Uuid.randomUuid draws again then too; one id in 64 did, and the run lost Kafka)."""
+    while (ident := base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+           ).startswith("-"):
+        pass
+    return ident
 
 
 def node_properties(node_id: int, broker_ports: list[int], controller_ports: list[int],

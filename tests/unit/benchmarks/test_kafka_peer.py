@@ -41,6 +41,15 @@ def test_cluster_ids_are_kafka_uuids(kafka_peer):
     assert ident != kafka_peer.cluster_id()
 
 
+def test_a_cluster_id_never_starts_like_an_option(kafka_peer, monkeypatch):
+    """kafka-storage format -t -xyz... refuses the id: drawn again, as Kafka's Uuid does."""
+    import uuid
+
+    draws = iter([uuid.UUID(bytes=b"\xf8" + bytes(15)), uuid.UUID(bytes=bytes(16))])
+    monkeypatch.setattr(kafka_peer.uuid, "uuid4", lambda: next(draws))
+    assert kafka_peer.cluster_id() == "AAAAAAAAAAAAAAAAAAAAAA"
+
+
 def test_a_three_node_quorum_names_every_voter_and_replicates_internal_topics(kafka_peer,
                                                                               tmp_path):
     props = kafka_peer.node_properties(2, [9001, 9002, 9003], [9101, 9102, 9103], tmp_path)
