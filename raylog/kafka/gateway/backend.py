@@ -55,14 +55,11 @@ class Backend(Protocol):
                timeout_ms: int) -> Awaitable[AppendInfo]:
         """Send a raylog batch to the partition's leader now (appends sent by one caller
         reach a leader in the order sent); await the answer. Raises at once when the
-        partition has no leader (LeaderNotAvailableError). Called from the Produce handler's
-        sending thread (produce.py), not the event loop: it must not touch the loop; the
-        awaitable it returns is awaited on the loop."""
+        partition has no leader (LeaderNotAvailableError)."""
 
     def append_unacknowledged(self, topic: TopicMetadata, partition: int,
                               batch: bytes) -> None:
-        """acks=0: send the batch to the leader, read no answer (from the sending thread,
-        as ``append``)."""
+        """acks=0: send the batch to the leader, read no answer."""
 
     async def fetch(self, topic: TopicMetadata, partition: int, offset: int, max_bytes: int,
                     max_wait_ms: int, min_bytes: int) -> FetchResult:

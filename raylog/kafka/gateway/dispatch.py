@@ -72,20 +72,6 @@ class Context:
 Handler = Callable[[Context, int, Any], Awaitable[ApiMessage | None]]
 
 
-def after_earlier_appends(handler: Handler) -> Handler:
-    """``handler``, started once the appends of the connection's earlier requests were
-    sent (Produce holds ``ctx.connection.order`` until then): a read that follows a
-    Produce on one connection sees its records, as on a Kafka broker, which handles a
-    connection's requests one at a time."""
-
-    async def handle(ctx: Context, version: int, request: Any) -> ApiMessage | None:
-        async with ctx.connection.order:
-            pass
-        return await handler(ctx, version, request)
-
-    return handle
-
-
 @dataclasses.dataclass(frozen=True)
 class Api:
     key: int

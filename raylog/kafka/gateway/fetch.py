@@ -32,7 +32,7 @@ import time
 from typing import Any
 
 from raylog.errors import FencedEpochError, RaylogError, UnknownPartitionError
-from raylog.kafka.gateway.dispatch import Context, Dispatch, after_earlier_appends
+from raylog.kafka.gateway.dispatch import Context, Dispatch
 from raylog.kafka.gateway.errors import Code, code_of
 from raylog.kafka.gateway.fetch_frame import FetchAnswer, Partition
 from raylog.kafka.gateway.protocol import response_class
@@ -274,6 +274,6 @@ async def handle_delete_records(ctx: Context, version: int, request: Any) -> Any
 
 
 def register(dispatch: Dispatch) -> None:
-    dispatch.add(FETCH_KEY, 4, 12, after_earlier_appends(handle_fetch))
-    dispatch.add(LIST_OFFSETS_KEY, 1, 7, after_earlier_appends(handle_list_offsets))
-    dispatch.add(DELETE_RECORDS_KEY, 0, 2, after_earlier_appends(handle_delete_records))
+    dispatch.add(FETCH_KEY, 4, 12, handle_fetch)
+    dispatch.add(LIST_OFFSETS_KEY, 1, 7, handle_list_offsets)
+    dispatch.add(DELETE_RECORDS_KEY, 0, 2, handle_delete_records)

@@ -8,22 +8,11 @@ carry nothing else) are refused with UNSUPPORTED_FOR_MESSAGE_FORMAT, which is wh
 advertised at all: librdkafka before 2.11.1 turns compression off when a broker's Produce
 starts at v3.
 
-Where the work happens: the event loop decodes the request (produce_frame.py) and looks up
-the topics; each partition's records are then translated (``to_raylog``: decompressing,
-parsing, an Arrow payload, LZ4) and sent to the leader (the Ray call, which puts a batch of
-more than 100 KB into the object store: two round trips to the raylet) on one sending
-thread (``raylog-kafka-produce``; LZ4 runs there without the GIL); the event loop
-meanwhile reads, decodes and answers other requests. The leader's answers are awaited
-on the event loop.
-
-Order: a connection's Produce requests hand their partitions to the sending thread in
-request order (they hold the connection's FIFO lock until their records were sent), the
-one thread sends in the order handed, and appends sent in order reach a leader in order,
+Order: a connection's Produce requests send their appends in request order (they hold the
+connection's FIFO lock while sending), and appends sent in order reach a leader in order,
 so an idempotent producer's pipelined batches arrive in sequence. Its retries carry the
 same producer id, epoch and sequence, and the leader answers a duplicate with the first
-append's offsets (raylog/replica/producer_state.py). Fetch, ListOffsets and DeleteRecords
-wait for that lock before they read (``dispatch.after_earlier_appends``), so a read sees
-the records of the Produce requests before it on its connection, as on a Kafka broker.
+append's offsets (raylog/replica/producer_state.py).
 
 Idempotent producers get their id and epoch from InitProducerId: a new random producer id
 (raylog's writers pick theirs the same way) at epoch 0, or, when the producer names its
@@ -35,13 +24,10 @@ raylog has no transactions here), in InitProducerId and in Produce.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 from collections.abc import Awaitable
 from typing import Any
 
-from raylog.client.connection import TopicMetadata
 from raylog.errors import RaylogError, UnknownPartitionError
-from raylog.kafka.gateway.backend import Backend
 from raylog.kafka.gateway.dispatch import Context, Dispatch
 from raylog.kafka.gateway.errors import Code
 from raylog.kafka.gateway.protocol import response_class
@@ -52,11 +38,6 @@ from raylog.storage.log import AppendInfo
 PRODUCE_KEY = 0
 INIT_PRODUCER_ID_KEY = 22
 ACKS = (0, 1, -1)
-
-# A partition's records handed to the sending thread: done once they were sent, with the
-# leader's answers to await (or the error that kept them from being sent).
-Sent = asyncio.Future  # [list[Awaitable[AppendInfo]]]
-_sending_thread: concurrent.futures.ThreadPoolExecutor | None = None
 
 
 class _Refused(Exception):
@@ -73,7 +54,7 @@ async def handle_produce(ctx: Context, version: int, request: Any) -> Any:
         refused = Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     elif request.acks not in ACKS:
         refused = Code.INVALID_REQUIRED_ACKS
-    sent: list[tuple[str, list[tuple[int, Sent | _Refused]]]] = []
+    sent: list[tuple[str, list[tuple[int, Awaitable[list[AppendInfo]] | _Refused]]]] = []
     async with ctx.connection.order:  # appends leave in request order (module docstring)
         for topic in request.topic_data:
             partitions = []
@@ -87,11 +68,7 @@ async def handle_produce(ctx: Context, version: int, request: Any) -> Any:
                 except _Refused as e:
                     partitions.append((data.index, e))
             sent.append((topic.name, partitions))
-        # held until the sending thread sent them: the connection's next requests send
-        # (and read: dispatch.after_earlier_appends) after these
-        await asyncio.gather(*(p for _, parts in sent for _, p in parts
-                               if not isinstance(p, _Refused)), return_exceptions=True)
-    if request.acks == 0:  # no answer; what did not translate was not sent
+    if request.acks == 0:
         return None
     cls = response_class(PRODUCE_KEY, version)
     topics = []
@@ -102,52 +79,38 @@ async def handle_produce(ctx: Context, version: int, request: Any) -> Any:
     return cls(responses=topics, throttle_time_ms=0)
 
 
-async def _send(ctx: Context, request: Any, name: str, data: Any) -> Sent:
-    """Hand a partition's records to the sending thread. Raises _Refused when the topic or
-    partition is unknown (nothing is sent)."""
+async def _send(ctx: Context, request: Any, name: str,
+                data: Any) -> Awaitable[list[AppendInfo]]:
+    """Translate a partition's records and send them to its leader; the answers to await.
+    Raises _Refused when nothing was sent."""
     try:
         meta = await ctx.backend.topic(name)
         if not 0 <= data.index < meta.num_partitions:
             raise UnknownPartitionError(f"{name} has no partition {data.index}")
+        batches = [to_raylog(b) for b in kafka_batches(data.records or b"")]
+        if request.acks == 0:
+            for batch in batches:
+                ctx.backend.append_unacknowledged(meta, data.index, batch)
+            return _nothing()
+        return asyncio.gather(*(ctx.backend.append(meta, data.index, batch, request.acks,
+                                                   request.timeout_ms) for batch in batches))
     except RaylogError as e:
         raise _Refused(ctx.error_code(name, e), str(e)) from e
-    return asyncio.get_running_loop().run_in_executor(
-        _sender(), _translate_and_send, ctx.backend, meta, data.index, data.records or b"",
-        request.acks, request.timeout_ms)
 
 
-def _translate_and_send(backend: Backend, meta: TopicMetadata, index: int, records: Any,
-                        acks: int, timeout_ms: int) -> list[Awaitable[AppendInfo]]:
-    """On the sending thread: a partition's Kafka batches as raylog batches, sent to its
-    leader (all of them, or none when one does not translate: raises as to_raylog does);
-    the answers to await on the event loop."""
-    batches = [to_raylog(b) for b in kafka_batches(records)]
-    if acks == 0:
-        for batch in batches:
-            backend.append_unacknowledged(meta, index, batch)
-        return []
-    return [backend.append(meta, index, batch, acks, timeout_ms) for batch in batches]
-
-
-def _sender() -> concurrent.futures.ThreadPoolExecutor:
-    """The one thread that translates and sends every Produce's records (module docstring):
-    created at the first Produce, shared by every listener of the process."""
-    global _sending_thread
-    if _sending_thread is None:
-        _sending_thread = concurrent.futures.ThreadPoolExecutor(
-            1, thread_name_prefix="raylog-kafka-produce")
-    return _sending_thread
+async def _nothing() -> list[AppendInfo]:
+    return []
 
 
 async def _answer(ctx: Context, cls: Any, name: str, index: int,
-                  pending: Sent | _Refused) -> Any:
+                  pending: Awaitable[list[AppendInfo]] | _Refused) -> Any:
     answer = cls.TopicProduceResponse.PartitionProduceResponse
     if isinstance(pending, _Refused):
         return answer(index=index, error_code=pending.code, base_offset=-1,
                       log_append_time_ms=-1, log_start_offset=-1, record_errors=[],
                       error_message=pending.message)
     try:
-        infos = await asyncio.gather(*await pending)
+        infos = await pending
     except RaylogError as e:
         return answer(index=index, error_code=ctx.error_code(name, e), base_offset=-1,
                       log_append_time_ms=-1, log_start_offset=-1, record_errors=[],

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -103,7 +102,7 @@ class FakeBackend:
         self.calls: list[tuple] = []  # every call that would reach the cluster's data
         self.logs: dict[tuple[str, int], list[bytes]] = {}  # stamped batches
         self.fail_appends: BaseException | None = None  # raised by every append when set
-        self.append_threads: set[str] = set()  # the threads appends were sent from
+        self.unanswered: list[asyncio.Future] = []  # acks=0 appends
 
     def add_topic(self, name: str, partitions: int = 1, leader: int | None = 1,
                   topic_id: str = "0123456789abcdef0123456789abcdef") -> None:
@@ -143,35 +142,25 @@ class FakeBackend:
     def append(self, topic: TopicMetadata, partition: int, batch: bytes, acks: int,
                timeout_ms: int):
         self.calls.append(("append", topic.name, partition, acks))
-        self.append_threads.add(threading.current_thread().name)
         log = self._log(topic, partition)
         failure = self.fail_appends
-        info = self._stamped(log, batch) if failure is None else None  # sent now
 
         async def answer() -> AppendInfo:
             if failure is not None:
                 raise failure
-            return info
+            header = parse_header(batch)
+            base = self._end(log)
+            stamped = bytearray(batch)
+            stamp(stamped, base, 3)
+            log.append(bytes(stamped))
+            return AppendInfo(base, base + header.last_offset_delta, header.max_timestamp,
+                              header.record_count)
 
         return answer()
 
     def append_unacknowledged(self, topic: TopicMetadata, partition: int,
                               batch: bytes) -> None:
-        """Appended at once (called, as the real one, off the event loop)."""
-        self.calls.append(("append", topic.name, partition, 0))
-        self.append_threads.add(threading.current_thread().name)
-        log = self._log(topic, partition)
-        if self.fail_appends is None:
-            self._stamped(log, batch)
-
-    def _stamped(self, log: list[bytes], batch: bytes) -> AppendInfo:
-        header = parse_header(batch)
-        base = self._end(log)
-        stamped = bytearray(batch)
-        stamp(stamped, base, 3)
-        log.append(bytes(stamped))
-        return AppendInfo(base, base + header.last_offset_delta, header.max_timestamp,
-                          header.record_count)
+        self.unanswered.append(asyncio.ensure_future(self.append(topic, partition, batch, 0, 0)))
 
     async def fetch(self, topic: TopicMetadata, partition: int, offset: int, max_bytes: int,
                     max_wait_ms: int, min_bytes: int) -> FetchResult:

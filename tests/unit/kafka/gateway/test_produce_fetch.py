@@ -166,42 +166,6 @@ def test_pipelined_produces_are_appended_in_request_order(addr, backend):
         [b"%d" % i for i in range(20)]
 
 
-def test_records_are_translated_and_sent_off_the_event_loop(addr, backend):
-    assert partition_answer(wire.call(addr, produce(kafka_batch(RECORDS)), 9)).error_code == \
-        Code.NONE
-    assert {name.split("_")[0] for name in backend.append_threads} == \
-        {"raylog-kafka-produce"}
-
-
-@pytest.mark.parametrize("acks", [0, 1])
-def test_reads_after_a_produce_on_one_connection_see_its_records(addr, backend, acks):
-    L = ListOffsetsRequest
-    latest = L[7](replica_id=-1, isolation_level=0, topics=[
-        L.ListOffsetsTopic(name="orders", partitions=[L.ListOffsetsTopic.ListOffsetsPartition(
-            partition_index=0, current_leader_epoch=-1, timestamp=-1)])])
-    with wire.connect(addr) as sock:
-        sock.sendall(b"".join(wire.frame(produce(kafka_batch(RECORDS), acks=acks), 9,
-                                         correlation_id=i) for i in range(5))
-                     + wire.frame(latest, 7, correlation_id=5)
-                     + wire.frame(fetch(0), 12, correlation_id=6))
-        if acks:
-            assert [wire.response(sock, 0, 9)[0] for _ in range(5)] == list(range(5))
-        assert wire.response(sock, 2, 7)[1].topics[0].partitions[0].offset == 15
-        answer = wire.response(sock, 1, 12)[1]
-    assert len(read_kafka(answer.responses[0].partitions[0].records)) == 5
-
-
-def test_an_acks_0_batch_that_does_not_translate_is_not_stored(addr, backend):
-    with wire.connect(addr) as sock:
-        sock.sendall(wire.frame(produce(_corrupt(), acks=0), 9, correlation_id=1)
-                     + wire.frame(produce(kafka_batch(RECORDS), acks=0), 9, correlation_id=2)
-                     + wire.frame(fetch(0), 12, correlation_id=3))
-        correlation, answer = wire.response(sock, 1, 12)
-    assert correlation == 3
-    assert len(read_kafka(answer.responses[0].partitions[0].records)) == 1
-    assert len(backend.logs[("orders", 0)]) == 1
-
-
 @pytest.mark.parametrize("version", [0, 2, 3, 4])
 def test_init_producer_id(addr, version):
     fresh = wire.call(addr, InitProducerIdRequest[version](
