@@ -31,7 +31,7 @@ import time
 from collections.abc import Awaitable
 
 from raylog.kafka import records
-from raylog.kafka.gateway import versions
+from raylog.kafka.gateway import produce_frame, versions
 from raylog.kafka.gateway.backend import Backend
 from raylog.kafka.gateway.dispatch import Api, Connection, Context, Dispatch, default_dispatch
 from raylog.kafka.gateway.protocol import (
@@ -202,7 +202,10 @@ class KafkaListener:
             done = asyncio.get_running_loop().create_future()
             done.set_result(versions.unsupported_answer(self.dispatch, correlation_id))
             return done
-        request = decode_request(frame)
+        if produce_frame.decodes(api_key, api_version):  # records stay in the frame
+            request = produce_frame.decode(frame)
+        else:
+            request = decode_request(frame)
         ctx = Context(self.backend, self.settings, self.dispatch, conn, request.client_id,
                       correlation_id)
         task = asyncio.create_task(self._handle(api, ctx, request))
