@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import os
+
 import ray
 
 from raylog.util.cluster_names import (
@@ -38,6 +40,19 @@ def start_controller() -> ray.actor.ActorHandle:
     ).remote()
 
 
+def listener_runtime_env() -> dict:
+    """Every raylog actor's runtime environment, and Ray's inline-argument threshold a Kafka
+    listener's produce calls want (raylog/kafka/gateway/settings.py: this process's own
+    value if the user set one)."""
+    from raylog.kafka.gateway.settings import INLINE_SETTING, inline_appends
+
+    env_vars = dict(ACTOR_RUNTIME_ENV["env_vars"])
+    if INLINE_SETTING in os.environ:
+        env_vars[INLINE_SETTING] = os.environ[INLINE_SETTING]
+    inline_appends(env_vars)
+    return {**ACTOR_RUNTIME_ENV, "env_vars": env_vars}
+
+
 def start_kafka_listeners(port: int, settings: dict | None = None,
                           timeout_s: float = 120.0) -> dict[str, tuple[str, int]]:
     """A Kafka listener actor (actors/gateway.py) on every live broker node that has none,
@@ -55,7 +70,7 @@ def start_kafka_listeners(port: int, settings: dict | None = None,
         name=listener_actor_name(node), namespace=NAMESPACE, lifetime="detached",
         get_if_exists=True, max_restarts=-1, max_task_retries=0,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
-        runtime_env=ACTOR_RUNTIME_ENV).remote(port, dict(settings or {}))
+        runtime_env=listener_runtime_env()).remote(port, dict(settings or {}))
         for node in nodes}
     addresses = ray.get([h.address.remote() for h in handles.values()], timeout=timeout_s)
     return dict(zip(handles, [tuple(a) for a in addresses], strict=True))

@@ -12,7 +12,6 @@ start --kafka-port``. Imports nothing heavy until it runs.
 from __future__ import annotations
 
 import argparse
-import os
 import socket
 from typing import TextIO
 
@@ -64,27 +63,12 @@ def advertised(host: str, port: int, given: tuple[str, int] | None) -> tuple[str
     return host, port
 
 
-# Ray puts a call's argument of more than max_direct_call_object_size (100 KB by default)
-# into the object store: a copy and two blocking round trips to the raylet per call, a
-# third of the listener's CPU in a produce, where each Kafka batch (librdkafka's: 200-400 KB
-# once translated, 1 MB at most) is one call to its leader. Up to this size the batch goes
-# inline in the call instead (measured: docs/kafka-protocol.md, "Produce, second pass").
-INLINE_ARGUMENT_BYTES = 4 << 20
-_INLINE_SETTING = "RAY_max_direct_call_object_size"
-
-
-def inline_appends(environ: dict[str, str] | os._Environ = os.environ) -> None:
-    """Set this process's Ray calls to carry arguments up to INLINE_ARGUMENT_BYTES inline,
-    unless the user set it; before Ray starts in the process (Ray reads it then)."""
-    environ.setdefault(_INLINE_SETTING, str(INLINE_ARGUMENT_BYTES))
-
-
 def cmd_gateway(args: argparse.Namespace, out: TextIO) -> int:
     from raylog.cli.signals import StopSignals
     from raylog.errors import InvalidArgumentError
     from raylog.kafka.gateway.cluster import ClusterBackend, OneAddress
     from raylog.kafka.gateway.listener import KafkaListener, ListenerThread
-    from raylog.kafka.gateway.settings import GatewaySettings
+    from raylog.kafka.gateway.settings import GatewaySettings, inline_appends
 
     options = {}
     if args.idle_ms is not None:

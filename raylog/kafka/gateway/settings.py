@@ -4,12 +4,30 @@ refused when built (with the name and the value)."""
 from __future__ import annotations
 
 import dataclasses
+import os
+from collections.abc import MutableMapping
 
 from raylog.errors import InvalidConfigError
 
 DEFAULT_REQUEST_MAX_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
 DEFAULT_CONNECTIONS_MAX_IDLE_MS = 600_000  # Kafka's connections.max.idle.ms (10 min)
 DEFAULT_MAX_IN_FLIGHT = 32  # requests read from one connection and not yet answered
+
+# Ray puts a call's argument of more than max_direct_call_object_size (100 KB by default)
+# into the object store: a copy and two blocking round trips to the raylet per call, a
+# third of the listener's CPU in a produce, where each Kafka batch (librdkafka's: 200-400 KB
+# once translated, 1 MB at most) is one call to its leader. Up to this size the batch goes
+# inline in the call instead (measured: docs/kafka-protocol.md, "Produce, second pass").
+INLINE_ARGUMENT_BYTES = 4 << 20
+INLINE_SETTING = "RAY_max_direct_call_object_size"
+
+
+def inline_appends(environ: MutableMapping[str, str] = os.environ) -> None:
+    """Set a listener process's Ray calls to carry arguments up to INLINE_ARGUMENT_BYTES
+    inline, unless the user set it; before Ray starts in the process (Ray reads it then).
+    ``raylog gateway`` calls it on its own environment; the listener actors get it in theirs
+    (actors/launch.py)."""
+    environ.setdefault(INLINE_SETTING, str(INLINE_ARGUMENT_BYTES))
 
 
 @dataclasses.dataclass(frozen=True)
