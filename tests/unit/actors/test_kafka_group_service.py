@@ -51,6 +51,12 @@ def join(kafka: KafkaGroupService, member_id: str, instance: str | None = None
         "g", member_id, "c", "/127.0.0.1", "consumer", RANGE, 6_000, 60_000, True, instance))
 
 
+def parked(kafka: KafkaGroupService, member_id: str) -> bool:
+    """Whether ``member_id``'s JoinGroup waits in group g's round."""
+    state = kafka.groups.classic.rounds.get("g")
+    return state is not None and member_id in state.parked
+
+
 def test_joins_wait_for_each_other_and_syncs_split_the_partitions(monkeypatch):
     async def scenario() -> None:
         leader = FakeLeader()
@@ -58,12 +64,12 @@ def test_joins_wait_for_each_other_and_syncs_split_the_partitions(monkeypatch):
         a = await new_member(kafka, "a")
         first = await join(kafka, a)  # alone: answered at once
         b = await new_member(kafka, "b")
-        parked = join(kafka, b)
-        await asyncio.sleep(0.05)
-        assert not parked.done()  # b waits for a to join again
+        parked_join = join(kafka, b)
+        await until(lambda: parked(kafka, b))
+        assert not parked_join.done()  # b waits for a to join again
         with pytest.raises(RebalanceInProgressError):
             await kafka.heartbeat("g", a, first["generation"])
-        answers = await asyncio.gather(join(kafka, a), parked)
+        answers = await asyncio.gather(join(kafka, a), parked_join)
         generation = answers[0]["generation"]
         assert {x["generation"] for x in answers} == {generation}
         assert {x["leader"] for x in answers} == {""} and answers[0]["protocol"] == "range"
@@ -151,8 +157,8 @@ def test_a_round_ended_by_the_rebalance_timeout_answers_the_parked_joins(monkeyp
         a = await new_member(kafka, "a")
         first = await join(kafka, a)
         b = await new_member(kafka, "b")
-        parked = join(kafka, b)
-        await asyncio.sleep(0.05)
+        parked_join = join(kafka, b)
+        await until(lambda: parked(kafka, b))
         members = kafka.groups.coordinator.groups["g"].members
         start = clock.now
         while a in members:  # a heartbeats and never joins again; b's join stays open
@@ -161,7 +167,7 @@ def test_a_round_ended_by_the_rebalance_timeout_answers_the_parked_joins(monkeyp
                 await kafka.heartbeat("g", a, first["generation"])
             await kafka.groups.expire_members()
         assert clock.now - start > 60_000  # the rebalance timeout (b's session is 6 s)
-        answer = await asyncio.wait_for(parked, 5)
+        answer = await asyncio.wait_for(parked_join, 5)
         assert answer["member_id"] == b
         assert set(kafka.groups.coordinator.groups["g"].members) == {b}
         await until(lambda: kafka.groups.store.idle())
@@ -177,11 +183,11 @@ def test_leave_answers_unknown_members_and_ends_a_round(monkeypatch):
         a = await new_member(kafka, "a")
         await join(kafka, a)
         b = await new_member(kafka, "b")
-        parked = join(kafka, b)
-        await asyncio.sleep(0.05)
+        parked_join = join(kafka, b)
+        await until(lambda: parked(kafka, b))
         outcomes = await kafka.leave_group("g", [(a, None), ("nobody", None)])
         assert outcomes[0] is None and isinstance(outcomes[1], UnknownMemberError)
-        answer = await asyncio.wait_for(parked, 5)
+        answer = await asyncio.wait_for(parked_join, 5)
         assert answer["member_id"] == b
         (described,) = await kafka.describe_groups(["g"])
         assert described["state"] == "CompletingRebalance"
@@ -205,7 +211,7 @@ def test_a_parked_join_of_a_replaced_static_member_is_answered_fenced(monkeypatc
         b = await new_member(kafka, "b")
         parked_b = join(kafka, b)  # a round, which a joins (c has not yet)
         old = join(kafka, a, "ia")
-        await asyncio.sleep(0.05)
+        await until(lambda: parked(kafka, a) and parked(kafka, b))
         assert not old.done() and not parked_b.done()
         new = join(kafka, "", "ia")  # a's process restarted
         with pytest.raises(FencedInstanceIdError):
