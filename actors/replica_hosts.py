@@ -143,8 +143,10 @@ class HostSet:
             answers = await asyncio.wait_for(handle.take.remote(
                 broker.incarnation, broker.broker_id, broker.broker_epoch, states, brokers,
                 full, version, assigned), TAKE_TIMEOUT_S)
-        except (RayActorError, TimeoutError) as e:
-            reason = f"its replica host is unavailable ({type(e).__name__})"
+        except Exception as e:  # unavailable, or its take failed: its replicas, not the apply
+            reason = f"its replica host is unavailable ({type(e).__name__})" \
+                if isinstance(e, (RayActorError, TimeoutError)) \
+                else f"its replica host refused them: {e!r}"
             answers = {f"{s['topic']}-{s['partition']}": {"error": reason} for s in states}
         for state in states:
             tp = (state["topic"], state["partition"])
@@ -238,7 +240,10 @@ class HostSet:
         broker_id = self.broker.broker_id
         again, version = [], -1
         for tp in self.on_host(key):
-            state, told = self.states[tp]
+            kept = self.states.get(tp)
+            if kept is None:
+                continue  # released meanwhile: nothing to open
+            state, told = kept
             if state["leader"] == broker_id:
                 continue  # stays failed until the controller's next word on it
             again.append(state)
@@ -258,6 +263,9 @@ class HostSet:
                 "log_end_offset": -1}
 
     async def close(self) -> None:
+        for task in self._watches.values():  # no lease renewed for a closed broker
+            task.cancel()
+        self._watches.clear()
         for key in list(self.handles):
             handle = self.handles[key]
             try:
