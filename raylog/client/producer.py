@@ -214,7 +214,10 @@ class Producer:
             # keyless bytes value to its topic's open sticky batch without a Python frame or
             # the lock, and calls the method below for everything else. (Not for a subclass
             # with a send of its own, which this instance attribute would hide.)
-            self.send = PlainSend(self._sticky_open, Producer.send.__get__(self),  # type: ignore[method-assign]
+            # Its fallback is the general path, never send()'s Python shortcut below: that
+            # one writes a batch's columns field by field under the lock, which the C call
+            # does not take.
+            self.send = PlainSend(self._sticky_open, self._send_general,  # type: ignore[method-assign]
                                   RecordFuture, RECORD_OVERHEAD)
         self._sender = threading.Thread(target=self._run, name="raylog-producer-sender",
                                         daemon=True)
@@ -276,6 +279,13 @@ class Producer:
                         return RecordFuture(batch.result, len(values) - 1, timestamp)
             finally:
                 lock.release()
+        return self._send_general(topic, value, key, headers, partition, timestamp)
+
+    def _send_general(self, topic: str, value: Any = None, key: Any = None,
+                      headers: Sequence[tuple[str, bytes | None]] | Mapping[str, bytes | None]
+                      | None = None, partition: int | None = None,
+                      timestamp: int | None = None) -> RecordFuture:
+        """send() for every record its shortcut (or the C call) did not take."""
         if self._closed:
             raise ClientClosedError("send() on a closed producer")
         if self._serializers != (None, None):

@@ -461,3 +461,26 @@ def test_a_subclass_send_is_not_hidden_by_the_c_send(leader, send_path):
         assert [f.result(timeout=10).offset for f in futures] == list(range(50))
     finally:
         producer.close()
+
+
+def test_the_c_send_never_falls_back_on_the_python_shortcut(leader, send_path, monkeypatch):
+    """The C call takes no lock, so what it declines (keyword arguments, a batch's first
+    record, a full batch) must skip send()'s Python shortcut, which writes a batch's columns
+    field by field under the lock: it goes to the general path."""
+    shortcut_calls = []
+    python_send = Producer.send
+
+    def recorded(self, *args, **kwargs):
+        shortcut_calls.append(args)
+        return python_send(self, *args, **kwargs)
+
+    monkeypatch.setattr(Producer, "send", recorded)
+    producer = producer_for(leader)
+    try:
+        futures = [producer.send("t", b"a%d" % i) for i in range(20)]
+        futures += [producer.send("t", value=b"k%d" % i) for i in range(20)]
+        offsets = sorted(f.result(timeout=10).offset for f in futures)
+        assert offsets == list(range(40))
+        assert (shortcut_calls == []) == (send_path == "compiled")
+    finally:
+        producer.close()
