@@ -321,8 +321,9 @@ append_plain(PlainSend *self, PyObject *topic, PyObject *value)
         return NULL;
     }
     Columns *columns = (Columns *)builder;
-    Py_ssize_t room = columns->room - self->overhead - PyBytes_GET_SIZE(value);
-    if (room < 0 || !columns->plain) {
+    /* Compared before subtracting: a batch refused for good has room PY_SSIZE_T_MIN. */
+    Py_ssize_t size = self->overhead + PyBytes_GET_SIZE(value);
+    if (columns->room < size || !columns->plain) {
         Py_DECREF(builder);
         return NULL;
     }
@@ -337,7 +338,7 @@ append_plain(PlainSend *self, PyObject *topic, PyObject *value)
         columns->room = PY_SSIZE_T_MIN;  /* the columns no longer line up: see _put */
         goto fail;
     }
-    columns->room = room;
+    columns->room -= size;
     Py_ssize_t index = PyList_GET_SIZE(columns->values) - 1;
     Py_DECREF(builder);
     /* Last: allocating the future may run the garbage collector, and with it Python code
