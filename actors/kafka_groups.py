@@ -122,11 +122,12 @@ class KafkaGroupService:
         """Answer FENCED_INSTANCE_ID to the parked JoinGroups of member ids a static
         member's new incarnation replaced."""
         group = self.groups.coordinator.groups.get(group_id)
-        for key in [k for k in self._parked if k[0] == group_id]:
-            if group is not None and key[1] in group.fenced:
-                future = self._parked.pop(key)
-                if not future.done():
-                    future.set_exception(group.fenced_error(key[1]))
+        if group is None:
+            return
+        for old in list(group.fenced):  # a few replaced ids, not every parked join
+            future = self._parked.pop((group_id, old), None)
+            if future is not None and not future.done():
+                future.set_exception(group.fenced_error(old))
 
     async def sync_group(self, group_id: str, member_id: str, generation: int,
                          instance_id: str | None = None) -> list[tuple[str, int]]:

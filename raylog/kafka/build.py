@@ -27,7 +27,6 @@ EXTENSIONS = {
     "raylog.kafka._records": "raylog/kafka/_records.c",
     "raylog.records._append": "raylog/records/_append.c",
 }
-SOURCE = ROOT / EXTENSIONS["raylog.kafka._records"]
 MODULE = "raylog.kafka._records"
 
 
