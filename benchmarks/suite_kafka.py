@@ -5,8 +5,9 @@ confluent-kafka (librdkafka) for producing, consuming and the latency probe, Spa
 The producer's settings are raylog's defaults where both have one (acks=1, linger.ms=5,
 LZ4), librdkafka's otherwise (batch.size 1,000,000 bytes, idempotence off). It runs in the
 suite's driver and serves librdkafka's queue when it is full (``BufferError``), as a user's
-loop must. The consumer is assigned every partition from the beginning and touches every
-value (``len``), as raylog's.
+loop must. The consumer (gateway.py's settings: ``fetch.queue.backoff.ms`` 10, 500 records
+per ``consume``) is assigned every partition from the beginning and touches every value
+(``len``), as raylog's.
 
 The same ``kafka_produce`` and ``kafka_consume`` against raylog's Kafka-protocol listener
 (``raylog_listener``) give "confluent-kafka -> raylog".
@@ -26,7 +27,6 @@ from suite_raylog import STAMP_BYTES, StampedProbe, paced_send, probe_latencies
 PRODUCER_SETTINGS = {"acks": "1", "linger.ms": 5, "compression.type": "lz4",
                      "enable.idempotence": False}
 PROBE_POLL_S = 0.1
-CONSUME_BATCH = 500          # messages per Consumer.consume, as raylog's max_poll_records
 PROBE_TIMEOUT_S = 300.0     # librdkafka at linger.ms=0 falls behind 10,000/s here
 
 
@@ -68,15 +68,18 @@ def kafka_consume(bootstrap: str, topic: str, partitions: int, count: int) -> tu
     """Read ``count`` records of ``topic`` from the beginning of every partition; (records,
     value bytes) read."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+    from gateway import KAFKA_CONSUME_BATCH, KAFKA_CONSUMER
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "raylog-bench-consume",
-                         "enable.auto.commit": False, "enable.partition.eof": False})
+    # gateway.py's consumer: librdkafka's 1 s fetch.queue.backoff.ms left the broker idle
+    # between fetches, against Kafka as against raylog's listener.
+    consumer = Consumer({"bootstrap.servers": bootstrap, **KAFKA_CONSUMER,
+                         "group.id": "raylog-bench-consume", "enable.partition.eof": False})
     try:
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         seen = size = 0
         deadline = time.monotonic() + 300
         while seen < count:
-            for message in consumer.consume(CONSUME_BATCH, 1.0):
+            for message in consumer.consume(KAFKA_CONSUME_BATCH, 1.0):
                 if message.error() is not None:
                     raise RuntimeError(f"Kafka consumer: {message.error()}")
                 size += len(message.value())
