@@ -354,3 +354,53 @@ class FencedInstanceIdError(UnknownMemberError):
     group any more."""
 
     kafka_code = 82  # FENCED_INSTANCE_ID
+
+
+# Transactions (issue 26). Kafka's codes are those its clients expect for each case.
+
+class ProducerFencedError(InvalidProducerEpochError):
+    """A transactional producer was fenced: another producer initialised the same
+    transactional id since (a bumped epoch), so this one is a zombie. It must close; it can
+    write nothing more (Kafka's PRODUCER_FENCED)."""
+
+    kafka_code = 90  # PRODUCER_FENCED
+
+
+class InvalidTxnStateError(RaylogError):
+    """A transactional request that the transaction's state does not allow, e.g. adding a
+    partition to a transaction that is committing, or committing one that was never begun."""
+
+    kafka_code = 48  # INVALID_TXN_STATE
+
+
+class InvalidProducerIdMappingError(RaylogError):
+    """A transactional request whose producer id is not the one its transactional id has
+    (or whose transactional id the coordinator does not know)."""
+
+    kafka_code = 49  # INVALID_PRODUCER_ID_MAPPING
+
+
+class InvalidTransactionTimeoutError(RaylogError, ValueError):
+    """A transaction timeout outside (0, the coordinator's transaction.max.timeout.ms]."""
+
+    kafka_code = 50  # INVALID_TRANSACTION_TIMEOUT
+
+
+class ConcurrentTransactionsError(RaylogError):
+    """The transactional id's previous transaction is still completing (its markers are
+    being written): retry shortly."""
+
+    retriable = True
+    kafka_code = 51  # CONCURRENT_TRANSACTIONS
+
+
+class TransactionCoordinatorFencedError(RaylogError):
+    """A transaction marker or state write from a coordinator older than the one now in
+    charge (a smaller coordinator epoch): the older one must stop."""
+
+    kafka_code = 52  # TRANSACTION_COORDINATOR_FENCED
+
+
+class TransactionAbortedError(RaylogError):
+    """The transaction was aborted (by the producer, an operator, or its timeout); what it
+    wrote is never shown to read_committed readers."""
