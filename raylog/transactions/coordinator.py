@@ -41,7 +41,7 @@ from raylog.errors import (
 )
 from raylog.groups.coordinator import OFFSETS_TOPIC_PARTITIONS, GroupCoordinator
 from raylog.metadata.topics import CONSUMER_OFFSETS_TOPIC
-from raylog.records.header import random_producer_id
+from raylog.records.header import MAX_PRODUCER_EPOCH, NO_PRODUCER_EPOCH, random_producer_id
 from raylog.transactions.log import (
     TRANSACTION_STATE_PARTITIONS,
     Record,
@@ -49,7 +49,12 @@ from raylog.transactions.log import (
     partition_for,
     tombstone,
 )
-from raylog.transactions.state import MarkerWork, TransactionMetadata, TransactionState
+from raylog.transactions.state import (
+    MarkerWork,
+    TransactionMetadata,
+    TransactionState,
+    epoch_exhausted,
+)
 from raylog.types import TopicPartition
 from raylog.util.arguments import INT32_MAX, check_id, check_int, short_repr
 from raylog.util.clocks import wall_clock_ms
@@ -147,7 +152,8 @@ class TransactionCoordinator:
 
     # -- the producer's steps ------------------------------------------------------------------
 
-    async def init_producer_id(self, transactional_id: str, timeout_ms: int
+    async def init_producer_id(self, transactional_id: str, timeout_ms: int,
+                               expected: ProducerIdAndEpoch | None = None
                                ) -> ProducerIdAndEpoch:
         """The producer id and epoch of a transactional producer starting (again).
 
@@ -156,6 +162,11 @@ class TransactionCoordinator:
         epochs are used up. If the previous producer left a transaction ongoing, it is
         fenced and aborted, and the caller gets ConcurrentTransactionsError (retriable)
         until its markers are written; likewise while a decided end is being completed.
+
+        ``expected`` is the producer id and epoch of a producer initialising again to
+        recover from an error (KIP-360; Kafka's clients send it): it is bumped only if it
+        is still the id's producer, and a retry of that init gets the same answer; a
+        fenced producer gets ProducerFencedError instead of fencing the newer one.
         """
         tid = check_id("transactional_id", transactional_id, InvalidArgumentError)
         timeout_ms = self._check_timeout(timeout_ms)
@@ -164,6 +175,8 @@ class TransactionCoordinator:
         metadata = self.transactions.get(tid)
         if metadata is None:
             metadata = TransactionMetadata.new(tid, self._new_producer_id(), timeout_ms, now)
+        if expected is not None:
+            self._check_expected(metadata, ProducerIdAndEpoch(*expected))
         if metadata.state.preparing:
             raise ConcurrentTransactionsError(
                 f"transactional id {tid!r}: the previous transaction is "
@@ -174,14 +187,33 @@ class TransactionCoordinator:
             raise ConcurrentTransactionsError(
                 f"transactional id {tid!r}: the previous producer's transaction was open; it "
                 f"is fenced and being aborted; retry shortly")
-        if metadata.epoch_exhausted:
-            new = metadata.rotate(self._new_producer_id(), timeout_ms, now)
+        if metadata.epoch_exhausted and (expected is None or
+                                         expected.producer_epoch == metadata.producer_epoch):
+            new = metadata.rotate(self._new_producer_id(), timeout_ms, now,
+                                  keep_last_epoch=expected is not None)
         else:
-            new = metadata.bump_epoch(timeout_ms, now)
+            new = metadata.bump_epoch(timeout_ms, now, None if expected is None
+                                      else expected.producer_epoch)
         await self._apply(new)
         logger.info("transactional id %s: producer %d epoch %d", tid, new.producer_id,
                     new.producer_epoch)
         return ProducerIdAndEpoch(new.producer_id, new.producer_epoch)
+
+    @staticmethod
+    def _check_expected(metadata: TransactionMetadata, expected: ProducerIdAndEpoch) -> None:
+        """A recovering producer's id must be the transactional id's (any, for an id just
+        created: its producer may have lost the coordinator's state), or the one before a
+        rotation its init caused (a retry: its epoch was the last one)."""
+        check_int("expected producer_id", expected.producer_id)
+        check_int("expected producer_epoch", expected.producer_epoch, 0, MAX_PRODUCER_EPOCH)
+        if (metadata.producer_epoch != NO_PRODUCER_EPOCH
+                and expected.producer_id != metadata.producer_id
+                and not (expected.producer_id == metadata.previous_producer_id
+                         and epoch_exhausted(expected.producer_epoch))):
+            raise ProducerFencedError(
+                f"transactional id {metadata.transactional_id!r} belongs to producer "
+                f"{metadata.producer_id} now, not to producer {expected.producer_id}: that "
+                f"one was fenced")
 
     async def add_partitions(self, transactional_id: str, producer_id: int,
                              producer_epoch: int, partitions: Iterable[TopicPartition]) -> None:

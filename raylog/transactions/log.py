@@ -11,8 +11,11 @@ record per key, so a key must read the same in every version). The value is a JS
 with a ``version``: version 1 holds::
 
     {"version": 1, "producer_id": int, "producer_epoch": int, "last_producer_epoch": int,
-     "timeout_ms": int, "state": "ONGOING", "partitions": [[topic, partition], ...],
-     "groups": [group id, ...], "start_ms": int, "update_ms": int}
+     "previous_producer_id": int, "timeout_ms": int, "state": "ONGOING",
+     "partitions": [[topic, partition], ...], "groups": [group id, ...],
+     "start_ms": int, "update_ms": int}
+
+(``state`` is a TransactionState's name; times in ms since the epoch.)
 
 A value of another version, or a record that is not this, is refused with
 CorruptRecordError when loaded: the coordinator must not start on a state it cannot read
@@ -63,6 +66,7 @@ def encode(metadata: TransactionMetadata) -> Record:
         "producer_id": metadata.producer_id,
         "producer_epoch": metadata.producer_epoch,
         "last_producer_epoch": metadata.last_producer_epoch,
+        "previous_producer_id": metadata.previous_producer_id,
         "timeout_ms": metadata.timeout_ms,
         "state": metadata.state.name,
         "partitions": [list(tp) for tp in sorted(metadata.partitions)],
@@ -134,7 +138,7 @@ def _metadata(transactional_id: str, fields: dict[str, Any]) -> TransactionMetad
         transactional_id, _integer(fields, "producer_id"), _integer(fields, "producer_epoch"),
         _integer(fields, "last_producer_epoch"), _integer(fields, "timeout_ms"), state,
         frozenset(partitions), frozenset(groups), _integer(fields, "start_ms"),
-        _integer(fields, "update_ms"))
+        _integer(fields, "update_ms"), _integer(fields, "previous_producer_id"))
 
 
 class Loaded(NamedTuple):

@@ -20,8 +20,8 @@ import enum
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from raylog.errors import InvalidTxnStateError
-from raylog.records.header import MAX_PRODUCER_EPOCH, NO_PRODUCER_EPOCH
+from raylog.errors import InvalidTxnStateError, ProducerFencedError
+from raylog.records.header import MAX_PRODUCER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 from raylog.types import TopicPartition
 
 
@@ -94,7 +94,10 @@ class TransactionMetadata:
     ``start_ms`` is the time the transaction's first partition was added (-1 before), kept
     through PREPARE_* and COMPLETE_*; ``producer_epoch`` is -1 only before the first init.
     ``groups`` are the consumer groups whose offsets are in the transaction (their
-    ``__consumer_offsets`` partitions are among ``partitions``).
+    ``__consumer_offsets`` partitions are among ``partitions``). ``previous_producer_id``
+    is the producer id before the last init (another one after the epochs ran out), and
+    ``last_producer_epoch`` the epoch before it when a recovering producer asked for it
+    (-1 otherwise): a retry of that init is answered the same (KIP-360).
     """
 
     transactional_id: str
@@ -107,6 +110,7 @@ class TransactionMetadata:
     groups: frozenset[str] = frozenset()
     start_ms: int = -1
     update_ms: int = -1
+    previous_producer_id: int = NO_PRODUCER_ID
 
     @classmethod
     def new(cls, transactional_id: str, producer_id: int, timeout_ms: int, now_ms: int
@@ -130,25 +134,50 @@ class TransactionMetadata:
 
     # -- the steps -----------------------------------------------------------------------------
 
-    def bump_epoch(self, timeout_ms: int, now_ms: int) -> TransactionMetadata:
+    def bump_epoch(self, timeout_ms: int, now_ms: int, expected_epoch: int | None = None
+                   ) -> TransactionMetadata:
         """A producer initialised: the next epoch, which fences every older incarnation.
-        Only without an open transaction (an open one is fenced and aborted first)."""
-        if self.epoch_exhausted:
+        Only without an open transaction (an open one is fenced and aborted first).
+
+        ``expected_epoch`` is the epoch of a producer that initialises again to recover
+        (KIP-360): it must be the current epoch (the id's last epoch is then kept as
+        ``last_producer_epoch``), or the last one (a retry of that init, whose answer was
+        lost: the epoch stays); any other is a fenced producer's (ProducerFencedError).
+        Without it, ``last_producer_epoch`` is cleared: no older producer may recover.
+        """
+        epoch, last = self.producer_epoch + 1, NO_PRODUCER_EPOCH
+        if expected_epoch is not None:
+            if self.producer_epoch in (NO_PRODUCER_EPOCH, expected_epoch):
+                last = self.producer_epoch
+            elif expected_epoch == self.last_producer_epoch:
+                epoch, last = self.producer_epoch, self.last_producer_epoch
+            else:
+                raise ProducerFencedError(
+                    f"transactional id {self.transactional_id!r}: producer "
+                    f"{self.producer_id} epoch {expected_epoch} was fenced; the id is at "
+                    f"epoch {self.producer_epoch}")
+        if epoch != self.producer_epoch and self.epoch_exhausted:
             raise InvalidTxnStateError(
                 f"transactional id {self.transactional_id!r}: producer {self.producer_id} "
                 f"has used its last epoch ({self.producer_epoch}); it takes a new producer id")
-        return self._to(S.EMPTY, now_ms, producer_epoch=self.producer_epoch + 1,
-                        last_producer_epoch=NO_PRODUCER_EPOCH, timeout_ms=timeout_ms,
+        return self._to(S.EMPTY, now_ms, producer_epoch=epoch, last_producer_epoch=last,
+                        previous_producer_id=self.producer_id, timeout_ms=timeout_ms,
                         partitions=frozenset(), groups=frozenset(), start_ms=-1)
 
-    def rotate(self, producer_id: int, timeout_ms: int, now_ms: int) -> TransactionMetadata:
-        """A producer initialised after the epochs ran out: a new producer id, epoch 0."""
+    def rotate(self, producer_id: int, timeout_ms: int, now_ms: int,
+               keep_last_epoch: bool = False) -> TransactionMetadata:
+        """A producer initialised after the epochs ran out: a new producer id, epoch 0. The
+        old id becomes ``previous_producer_id``; with ``keep_last_epoch`` (a recovering
+        producer's init) its epoch is kept as ``last_producer_epoch``, so that a retry of
+        this init gets the same answer."""
         if producer_id == self.producer_id:
             raise InvalidTxnStateError(
                 f"transactional id {self.transactional_id!r}: a new producer id must differ "
                 f"from {self.producer_id}")
         return self._to(S.EMPTY, now_ms, producer_id=producer_id, producer_epoch=0,
-                        last_producer_epoch=NO_PRODUCER_EPOCH, timeout_ms=timeout_ms,
+                        last_producer_epoch=self.producer_epoch if keep_last_epoch
+                        else NO_PRODUCER_EPOCH,
+                        previous_producer_id=self.producer_id, timeout_ms=timeout_ms,
                         partitions=frozenset(), groups=frozenset(), start_ms=-1)
 
     def add(self, partitions: Iterable[TopicPartition], groups: Iterable[str], now_ms: int
@@ -208,6 +237,8 @@ class TransactionMetadata:
             "state": self.state.name,
             "producer_id": self.producer_id,
             "producer_epoch": self.producer_epoch,
+            "previous_producer_id": self.previous_producer_id,
+            "last_producer_epoch": self.last_producer_epoch,
             "timeout_ms": self.timeout_ms,
             "partitions": [f"{tp.topic}:{tp.partition}" for tp in sorted(self.partitions)],
             "groups": sorted(self.groups),

@@ -422,3 +422,55 @@ def test_describe_and_list():
         c.list_transactions(["OPEN"])
     with pytest.raises(TransactionalIdNotFoundError):
         c.describe("nobody")
+
+
+def test_a_recovering_producer_bumps_its_own_epoch_and_a_retry_gets_the_same_answer():
+    log = FakeLog()
+    c = coordinator(log)
+    first = run(c.init_producer_id("t", TIMEOUT))
+    bumped = run(c.init_producer_id("t", TIMEOUT, expected=first))
+    assert bumped == ProducerIdAndEpoch(100, 1)
+    assert c.transactions["t"].last_producer_epoch == 0
+    # Its answer was lost: the retry names epoch 0 again and gets epoch 1, not 2.
+    assert run(c.init_producer_id("t", TIMEOUT, expected=first)) == bumped
+    assert log.replay(1).transactions["t"].last_producer_epoch == 0  # survives a restart
+    # A plain init (a new incarnation) clears it: the old one can no longer recover.
+    newest = run(c.init_producer_id("t", TIMEOUT))
+    assert newest == ProducerIdAndEpoch(100, 2)
+    written = len(log.written)
+    with pytest.raises(ProducerFencedError, match="epoch 0 was fenced; the id is at epoch 2"):
+        run(c.init_producer_id("t", TIMEOUT, expected=first))
+    with pytest.raises(ProducerFencedError, match="epoch 1 was fenced"):
+        run(c.init_producer_id("t", TIMEOUT, expected=bumped))
+    with pytest.raises(ProducerFencedError, match="not to producer 55"):
+        run(c.init_producer_id("t", TIMEOUT, expected=ProducerIdAndEpoch(55, 2)))
+    assert len(log.written) == written and c.transactions["t"].producer_epoch == 2
+
+
+def test_a_recovering_producer_unknown_to_the_coordinator_gets_a_new_id():
+    c = coordinator()
+    assert run(c.init_producer_id("t", TIMEOUT, expected=ProducerIdAndEpoch(55, 3))) == (
+        ProducerIdAndEpoch(100, 0))
+
+
+def test_a_recovering_producer_at_its_last_epoch_gets_a_new_id_once():
+    c = coordinator()
+    run(c.init_producer_id("t", TIMEOUT))
+    m = c.transactions["t"]
+    c.transactions["t"] = dataclasses.replace(m, producer_epoch=MAX_PRODUCER_EPOCH - 1)
+    last = ProducerIdAndEpoch(100, MAX_PRODUCER_EPOCH - 1)
+    rotated = run(c.init_producer_id("t", TIMEOUT, expected=last))
+    assert rotated == ProducerIdAndEpoch(101, 0)
+    assert c.transactions["t"].previous_producer_id == 100
+    assert run(c.init_producer_id("t", TIMEOUT, expected=last)) == rotated  # a retry
+    with pytest.raises(ProducerFencedError):  # the old id at an epoch it never had last
+        run(c.init_producer_id("t", TIMEOUT, expected=ProducerIdAndEpoch(100, 3)))
+
+
+@pytest.mark.parametrize("expected", [(-5, 0), (100, -1), (100, MAX_PRODUCER_EPOCH + 1),
+                                      ("100", 0)])
+def test_a_bad_expected_producer_is_refused(expected):
+    c = coordinator()
+    run(c.init_producer_id("t", TIMEOUT))
+    with pytest.raises(InvalidArgumentError, match="expected producer"):
+        run(c.init_producer_id("t", TIMEOUT, expected=expected))
