@@ -404,3 +404,10 @@ class TransactionCoordinatorFencedError(RaylogError):
 class TransactionAbortedError(RaylogError):
     """The transaction was aborted (by the producer, an operator, or its timeout); what it
     wrote is never shown to read_committed readers."""
+
+
+class TransactionalIdNotFoundError(RaylogError):
+    """A transactional id the transaction coordinator does not know (never initialised, or
+    expired): what ``raylog transactions describe`` and an operator's abort answer for it."""
+
+    kafka_code = 105  # TRANSACTIONAL_ID_NOT_FOUND

@@ -1,0 +1,166 @@
+"""The records of ``__transaction_state``, and the coordinator's state replayed from them.
+
+``__transaction_state`` is a compacted internal topic keyed by transactional id: each
+record is a transactional id's whole :class:`TransactionMetadata` after a step, so the last
+record of a key is its state, and a tombstone (value None) says the id expired. All records
+of an id go to one partition (:func:`partition_for`, the hash groups use for
+``__consumer_offsets``), so their order in the log is the order the coordinator decided.
+
+The key is ``["txn", transactional_id]`` as JSON; it never changes (compaction keeps one
+record per key, so a key must read the same in every version). The value is a JSON object
+with a ``version``: version 1 holds::
+
+    {"version": 1, "producer_id": int, "producer_epoch": int, "last_producer_epoch": int,
+     "previous_producer_id": int, "timeout_ms": int, "state": "ONGOING",
+     "partitions": [[topic, partition], ...], "groups": [group id, ...],
+     "start_ms": int, "update_ms": int}
+
+(``state`` is a TransactionState's name; times in ms since the epoch.)
+
+A value of another version, or a record that is not this, is refused with
+CorruptRecordError when loaded: the coordinator must not start on a state it cannot read
+(skipping a record could drop a decided commit whose markers are not all written).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+from raylog.errors import CorruptRecordError
+from raylog.records.partitioner import key_partition
+from raylog.transactions.state import (
+    PERSISTED,
+    MarkerWork,
+    TransactionMetadata,
+    TransactionState,
+)
+from raylog.types import TopicPartition
+
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+TRANSACTION_STATE_PARTITIONS = 8  # as __consumer_offsets (Kafka's default is 50)
+VALUE_VERSION = 1
+_KIND = "txn"
+
+Record = tuple[bytes, bytes | None]  # key, value (None: a tombstone)
+
+
+def partition_for(transactional_id: str, partitions: int = TRANSACTION_STATE_PARTITIONS
+                  ) -> int:
+    """The partition of __transaction_state that holds a transactional id's records."""
+    return key_partition(transactional_id.encode(), partitions)
+
+
+def encode_key(transactional_id: str) -> bytes:
+    return json.dumps([_KIND, transactional_id]).encode()
+
+
+def encode(metadata: TransactionMetadata) -> Record:
+    """The record that persists ``metadata``."""
+    if metadata.state not in PERSISTED:
+        raise ValueError(f"{metadata.state.name} is never written to "
+                         f"{TRANSACTION_STATE_TOPIC}")
+    value = {
+        "version": VALUE_VERSION,
+        "producer_id": metadata.producer_id,
+        "producer_epoch": metadata.producer_epoch,
+        "last_producer_epoch": metadata.last_producer_epoch,
+        "previous_producer_id": metadata.previous_producer_id,
+        "timeout_ms": metadata.timeout_ms,
+        "state": metadata.state.name,
+        "partitions": [list(tp) for tp in sorted(metadata.partitions)],
+        "groups": sorted(metadata.groups),
+        "start_ms": metadata.start_ms,
+        "update_ms": metadata.update_ms,
+    }
+    return encode_key(metadata.transactional_id), json.dumps(value).encode()
+
+
+def tombstone(transactional_id: str) -> Record:
+    """The record that removes an expired transactional id."""
+    return encode_key(transactional_id), None
+
+
+def decode_key(key: bytes) -> str:
+    try:
+        kind, transactional_id = json.loads(key)
+    except (ValueError, TypeError) as e:
+        raise CorruptRecordError(f"{TRANSACTION_STATE_TOPIC}: unreadable key "
+                                 f"{key[:80]!r}: {e}") from e
+    if kind != _KIND or not isinstance(transactional_id, str) or not transactional_id:
+        raise CorruptRecordError(f"{TRANSACTION_STATE_TOPIC}: {key[:80]!r} is not the key "
+                                 f"of a transactional id")
+    return transactional_id
+
+
+def decode(key: bytes, value: bytes) -> TransactionMetadata:
+    """The metadata a record holds (its value not None)."""
+    transactional_id = decode_key(key)
+    try:
+        fields = json.loads(value)
+    except ValueError as e:
+        raise CorruptRecordError(f"{TRANSACTION_STATE_TOPIC}: the record of "
+                                 f"{transactional_id!r} is not JSON: {e}") from e
+    version = fields.get("version") if isinstance(fields, dict) else None
+    if version != VALUE_VERSION:
+        raise CorruptRecordError(
+            f"{TRANSACTION_STATE_TOPIC}: the record of {transactional_id!r} has version "
+            f"{version!r}; this raylog reads version {VALUE_VERSION} (a newer raylog wrote "
+            f"it, or it is not a transaction record)")
+    try:
+        return _metadata(transactional_id, fields)
+    except (KeyError, ValueError, TypeError) as e:
+        raise CorruptRecordError(f"{TRANSACTION_STATE_TOPIC}: the record of "
+                                 f"{transactional_id!r} is malformed: {e!r}") from e
+
+
+def _integer(fields: dict[str, Any], name: str) -> int:
+    value = fields[name]
+    if type(value) is not int:
+        raise TypeError(f"{name} is {value!r}, not an integer")
+    return value
+
+
+def _metadata(transactional_id: str, fields: dict[str, Any]) -> TransactionMetadata:
+    state = TransactionState[fields["state"]]
+    if state not in PERSISTED:
+        raise ValueError(f"state {state.name} is never written")
+    partitions = []
+    for topic, partition in fields["partitions"]:
+        if not isinstance(topic, str) or type(partition) is not int:
+            raise TypeError(f"partition {[topic, partition]!r}")
+        partitions.append(TopicPartition(topic, partition))
+    groups = fields["groups"]
+    if not all(isinstance(g, str) for g in groups):
+        raise TypeError(f"groups {groups!r}")
+    return TransactionMetadata(
+        transactional_id, _integer(fields, "producer_id"), _integer(fields, "producer_epoch"),
+        _integer(fields, "last_producer_epoch"), _integer(fields, "timeout_ms"), state,
+        frozenset(partitions), frozenset(groups), _integer(fields, "start_ms"),
+        _integer(fields, "update_ms"), _integer(fields, "previous_producer_id"))
+
+
+class Loaded(NamedTuple):
+    """The coordinator's state replayed from __transaction_state: every live transactional
+    id's metadata, and the marker work of those whose end was decided but not completed (a
+    new coordinator writes those markers, then calls ``markers_done``)."""
+
+    transactions: dict[str, TransactionMetadata]
+    pending: list[MarkerWork]
+
+
+def load(records: Iterable[Record], coordinator_epoch: int) -> Loaded:
+    """Replay records of __transaction_state in offset order: the last record of each key
+    wins, a tombstone removes the id. Raises CorruptRecordError on any record it cannot
+    read (nothing is loaded then)."""
+    transactions: dict[str, TransactionMetadata] = {}
+    for key, value in records:
+        if value is None:
+            transactions.pop(decode_key(key), None)
+        else:
+            metadata = decode(key, value)
+            transactions[metadata.transactional_id] = metadata
+    pending = [m.marker_work(coordinator_epoch) for m in transactions.values()
+               if m.state.preparing]
+    return Loaded(transactions, pending)
