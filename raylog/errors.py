@@ -404,3 +404,15 @@ class TransactionCoordinatorFencedError(RaylogError):
 class TransactionAbortedError(RaylogError):
     """The transaction was aborted (by the producer, an operator, or its timeout); what it
     wrote is never shown to read_committed readers."""
+
+
+class InvalidBatchAttributesError(CorruptRecordError):
+    """A batch whose transaction attributes contradict each other or its header: a control
+    batch (transaction marker) not marked transactional or holding other than one record, a
+    transactional batch without a producer id and epoch, or a producer's batch claiming to be
+    a marker (only a transaction coordinator writes those)."""
+
+
+class CorruptTxnIndexError(CorruptRecordError):
+    """An aborted-transaction index file (``.txnindex``) that is not whole entries in order
+    within its segment's offsets; the log rebuilds it from the batches, which are the truth."""

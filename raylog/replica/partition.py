@@ -44,6 +44,7 @@ from raylog.errors import (
     CorruptRecordError,
     FencedEpochError,
     InvalidArgumentError,
+    InvalidBatchAttributesError,
     NotLeaderError,
     OffsetNotAvailableError,
     OffsetOutOfRangeError,
@@ -272,6 +273,10 @@ class Partition:
         if acks in ("all", -1):
             self.replica_set.check_enough_replicas(self.configs["min_insync_replicas"])
         header = parse_header(batch)
+        if header.control:
+            raise InvalidBatchAttributesError(
+                f"{self.name}: a producer's batch claims to be a transaction marker; only a "
+                f"transaction coordinator writes those (write_marker)")
         duplicate = self.producers.check(header)
         if duplicate is not None:
             return duplicate  # a retry of a batch already appended: answer it again
@@ -517,9 +522,11 @@ class Partition:
         (the first and last may hold offsets outside the range: the reader trims them), for
         readers that check and decode batches themselves (the Spark connector).
 
-        Raises OffsetOutOfRangeError as :meth:`read_table` does.
+        Transaction markers (control batches) are left out: the connector would read their
+        record as data. Raises OffsetOutOfRangeError as :meth:`read_table` does.
         """
-        return b"".join(self._readable(start, end, leader_epoch))
+        return b"".join(_without(chunk, _is_control)
+                        for chunk in self._readable(start, end, leader_epoch))
 
     def awaits_high_watermark(self, end: int) -> bool:
         """Whether a range read ending at ``end`` is worth waiting for here: the high
@@ -614,3 +621,21 @@ def _intact(header: BatchHeader, batch: bytes) -> bool:
     except CorruptRecordError:
         return False
     return True
+
+
+def _is_control(header: BatchHeader) -> bool:
+    return header.control
+
+
+def _without(chunk: bytes, drop: Callable[[BatchHeader], bool]) -> bytes:
+    """``chunk`` (whole batches) without the batches ``drop`` picks; ``chunk`` itself when
+    none is dropped."""
+    kept, keep_from, dropped = [], 0, False
+    for pos, header in iter_headers(chunk, verify=False):
+        if drop(header):
+            kept.append(chunk[keep_from:pos])
+            keep_from, dropped = pos + header.size, True
+    if not dropped:
+        return chunk
+    kept.append(chunk[keep_from:])
+    return b"".join(kept)
