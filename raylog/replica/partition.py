@@ -331,9 +331,15 @@ class Partition:
 
         Raises ProducerFencedError (a producer epoch older than the producer's here),
         TransactionCoordinatorFencedError (a coordinator epoch older than the producer's last
-        marker's), NotLeaderError, the epoch errors, NotEnoughReplicasError, or the log's.
+        marker's), InvalidArgumentError, NotLeaderError, the epoch errors,
+        NotEnoughReplicasError, or the log's.
         """
         self.check_leader(leader_epoch)
+        if marker_type not in (MarkerType.ABORT, MarkerType.COMMIT) or \
+                type(coordinator_epoch) is not int:
+            raise InvalidArgumentError(f"{self.name}: a marker is MarkerType.ABORT or COMMIT "
+                                       f"with an int coordinator epoch, got {marker_type!r}, "
+                                       f"{coordinator_epoch!r}")
         self.replica_set.check_enough_replicas(self.configs["min_insync_replicas"])
         marker = Marker(MarkerType(marker_type), coordinator_epoch)
         if not self.producers.check_marker(producer_id, producer_epoch, marker):

@@ -82,6 +82,8 @@ def test_write_marker_failure_modes(leader):
     leader.write_marker(7, 3, ABORT, coordinator_epoch=5, leader_epoch=0)
     with pytest.raises(ProducerFencedError):
         leader.append(txn_batch([b"z"], 7, producer_epoch=2, base_sequence=2), leader_epoch=0)
+    with pytest.raises(InvalidArgumentError):
+        leader.write_marker(7, 3, 2, coordinator_epoch=5, leader_epoch=0)
     with pytest.raises(NotLeaderError):
         follow(leader, 2, 1)
         leader.write_marker(7, 3, ABORT, coordinator_epoch=5, leader_epoch=1)
