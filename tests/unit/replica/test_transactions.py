@@ -16,10 +16,11 @@ from raylog.errors import (
     TransactionCoordinatorFencedError,
 )
 from raylog.records import iter_headers, read_records
-from raylog.replica.partition import Partition
+from raylog.replica.partition import LeaderAndIsr, Partition
 from raylog.storage import LogConfig, PartitionLog
 from raylog.storage.txn_index import AbortedTxn
 from tests.unit.logutil import batch_of
+from tests.unit.powerloss import PowerLoss
 from tests.unit.replica.test_partition import follow, lead, new_partition, sync
 from tests.unit.txnutil import ABORT, COMMIT, marker, txn_batch
 
@@ -193,3 +194,23 @@ def test_read_committed_tables_and_batches_leave_aborted_records_out(leader):
     assert [h.base_offset for _, h in iter_headers(data)] == [0, 4, 7]
     # read_uncommitted (the default) shows the aborted records, never the markers.
     assert leader.read_table(0, 9, 0).column("offset").to_pylist() == [0, 1, 3, 4, 5, 7]
+
+
+def test_a_power_loss_after_a_snapshot_keeps_the_entries_before_it(tmp_path, monkeypatch):
+    """Every append synced (flush.messages=1), and the abort marker rolls a new segment, so
+    the snapshot written right after it says "replay from after the marker": its index entry
+    must be on disk before that snapshot, or a power loss would lose it for good."""
+    root = tmp_path / "disk"
+    power = PowerLoss(monkeypatch, root)
+    config = LogConfig(retention_ms=None, flush_messages=1, segment_bytes=1024)
+    p = Partition("t", 0, PartitionLog(root / "t-0", config), 1)
+    p.apply(LeaderAndIsr(1, 0, 0, (1,), (1,)))
+    p.append(txn_batch([b"aborted"], 7), leader_epoch=0)  # fills a segment: the marker rolls
+    p.write_marker(7, 0, ABORT, 0, leader_epoch=0)
+    assert p.log.active_segment.base_offset == 1 and p.snapshots.offsets() == [2]
+    copy = power.crash_copy() / "t-0"
+    p.log.close()
+    again = Partition("t", 0, PartitionLog(copy, config), 1)
+    assert again.log.log_end_offset == 2
+    assert again.log.aborted_transactions(0, 2) == [AbortedTxn(7, 0, 1, 2)]
+    again.log.close()
