@@ -26,6 +26,12 @@ when a log opens, discards output that never reached ``.swap`` and completes a s
 interrupted. The boundary is written after the swap: a crash before leaves more to clean,
 never less.
 
+Transactions (txn_cleaning.py, Kafka's rules): aborted records go and never supersede,
+undecided ones stay untouched and hold the clean boundary back, and markers stay while
+their transaction's records may be read, then go (with their aborted-transaction index
+entries) once ``delete_retention_ms`` old. The output segments carry the
+aborted-transaction entries of the segments they replace.
+
 Memory: the key map holds every distinct key of the dirty segments.
 """
 
@@ -47,6 +53,7 @@ from raylog.storage import files
 from raylog.storage.checkpoint import Checkpoint
 from raylog.storage.config import LogConfig
 from raylog.storage.segment import LOG_SUFFIX, LogSegment, log_bases, segment_files
+from raylog.storage.txn_cleaning import Transactions
 
 CLEANED_SUFFIX = ".cleaned"  # a pass's output while it is written
 SWAP_SUFFIX = ".swap"  # the output, durable, while it replaces the segments it covers
@@ -98,14 +105,22 @@ class CleaningPass:
         kept of none skipped."""
         stats = self.stats
         try:
-            dirty = [_scan(r) for r in self.readers[self.first_dirty:]]
+            txns = Transactions.read(self.readers)
+            if txns.first_undecided is not None:  # cleaned again once they are decided
+                self.end = min(self.end, max(txns.first_undecided,
+                                             self.readers[0].base_offset))
+            dirty = [_scan(r, txns) for r in self.readers[self.first_dirty:]]
             newest = newest_offsets(dirty)
             horizon = self.now - self.config.delete_retention_ms
             masks = []
             for i, reader in enumerate(self.readers):
                 stats.segments_read += 1
-                scan = dirty[i - self.first_dirty] if i >= self.first_dirty else _scan(reader)
-                masks.append(scan.keep(newest, reader.max_timestamp < horizon))
+                scan = dirty[i - self.first_dirty] if i >= self.first_dirty else \
+                    _scan(reader, txns)
+                old_enough = reader.max_timestamp < horizon
+                masks.append(scan.keep(newest, old_enough))
+                if txns:
+                    txns.decide_markers(scan.batches, scan.offsets, masks[-1], old_enough)
             del dirty
             shrinks = [not mask.all() for mask in masks]
             for first, count in _runs(self.readers, shrinks, self.config.segment_bytes):
@@ -116,6 +131,10 @@ class CleaningPass:
                 self.outputs.append((first, count, cleaned))
                 for reader, mask in zip(group, masks[first:first + count], strict=True):
                     _copy_cleaned(reader, cleaned, mask, stats)
+                for reader in group:  # the entries of the abort markers it keeps
+                    for entry in reader.txn_index.entries:
+                        if entry.last_offset not in txns.removed_markers:
+                            cleaned.txn_index.append(entry)
                 cleaned.flush()
                 stats.bytes_before += sum(reader.size for reader in group)
                 stats.bytes_after += cleaned.size
@@ -332,6 +351,7 @@ class _Scan:
     keys: pa.ChunkedArray
     offsets: np.ndarray
     tombstones: np.ndarray
+    discard: np.ndarray  # records that go whatever their keys (aborted transactions')
 
     def keep(self, newest: pa.Table, drop_tombstones: bool) -> np.ndarray:
         """Which records compaction keeps: those with no newer record of their key in
@@ -345,22 +365,28 @@ class _Scan:
                 .to_numpy(zero_copy_only=False)
         if drop_tombstones:
             keep &= ~self.tombstones
-        return keep
+        return keep & ~self.discard
 
 
-def _scan(segment: LogSegment) -> _Scan:
-    batches, keys, offsets, tombstones = [], [], [], []
+def _scan(segment: LogSegment, txns: Transactions) -> _Scan:
+    batches, keys, offsets, tombstones, discard = [], [], [], [], []
     for header, buf, pos in _paced(segment):
         payload = decode(header, buf, pos)
-        batches.append((header.base_offset, header.record_count))
-        key = payload.column(1).combine_chunks()
+        n = header.record_count
+        batches.append((header.base_offset, n))
+        # Markers and undecided or aborted records neither supersede nor are superseded:
+        # without a key, compaction keeps them (the aborted ones are discarded below).
+        key = pa.nulls(n, pa.binary()) if txns and txns.unkeyed(header) else \
+            payload.column(1).combine_chunks()
         keys.append(key)
         offsets.append(offsets_of(header, payload))
         tombstones.append(pc.and_(pc.is_null(payload.column(2)), pc.is_valid(key))
                           .to_numpy(zero_copy_only=False))
+        discard.append(np.full(n, bool(txns) and txns.discarded(header)))
     return _Scan(batches, pa.chunked_array(keys, pa.binary()),
                  np.concatenate(offsets) if offsets else np.empty(0, np.int64),
-                 np.concatenate(tombstones) if tombstones else np.empty(0, bool))
+                 np.concatenate(tombstones) if tombstones else np.empty(0, bool),
+                 np.concatenate(discard) if discard else np.empty(0, bool))
 
 
 def newest_offsets(scans: Iterable[_Scan]) -> pa.Table:
@@ -425,6 +451,7 @@ def clean_batch(header: BatchHeader, buf: bytes | memoryview, pos: int, keep: np
         producer_epoch=header.producer_epoch,
         base_sequence=header.base_sequence,
         last_offset_delta=header.last_offset_delta,
+        transactional=header.transactional,
     ))
     stamp(out, header.base_offset, header.leader_epoch)
     return out
