@@ -27,7 +27,7 @@ from raylog import Admin, Consumer, Producer, TopicPartition
 from raylog.cli import main
 from raylog.client.remote import resolve
 from raylog.errors import NotEnoughReplicasError
-from raylog.metadata.settings import REPLACE_AFTER_ENV
+from raylog.metadata.settings import REPLACE_AFTER_ENV, SESSION_TIMEOUT_ENV
 from raylog.records import BatchBuilder
 from tests.history import summary
 from tests.integration.conftest import replica_records
@@ -35,6 +35,14 @@ from tests.integration.restart_scenario import Nodes, wait_for
 from tests.integration.workload import Workload
 
 TOPIC = "orders"
+# The controller's settings on these clusters (in the head's environment). A broker machine
+# taken away answers nothing, and Ray calls its node dead only after some 15 s of missed
+# heartbeats: the controller fences it when its broker session runs out, 5 s here (Kafka's
+# 9 s default allows for real networks; these nodes are processes of one machine, whose
+# brokers answer every 1.25 s). Its replicas move to the spare broker 5 s after it went.
+SESSION_MS = 5000
+REPLACE_AFTER_S = 5
+HEAD_ENV = {SESSION_TIMEOUT_ENV: str(SESSION_MS)}
 
 
 def states(admin: Admin, topic: str = TOPIC) -> list[dict]:
@@ -59,7 +67,8 @@ def cli(*argv: str) -> str:
 
 
 def node_removed(root: Path) -> dict[str, Any]:
-    nodes = Nodes(root, ["b0", "b1", "b2", "b3"], head_env={REPLACE_AFTER_ENV: "15"})
+    nodes = Nodes(root, ["b0", "b1", "b2", "b3"],
+                  head_env={**HEAD_ENV, REPLACE_AFTER_ENV: str(REPLACE_AFTER_S)})
     try:
         admin = Admin()
         admin.create_topic(TOPIC, partitions=3, replication_factor=3,
@@ -92,7 +101,7 @@ def node_removed(root: Path) -> dict[str, Any]:
 
 
 def two_down(root: Path) -> dict[str, Any]:
-    nodes = Nodes(root, ["b0", "b1", "b2"])
+    nodes = Nodes(root, ["b0", "b1", "b2"], head_env=HEAD_ENV)
     try:
         admin = Admin()
         admin.create_topic(TOPIC, partitions=1, replication_factor=3,
@@ -157,7 +166,7 @@ def two_down(root: Path) -> dict[str, Any]:
 
 
 def divergent(root: Path) -> dict[str, Any]:
-    nodes = Nodes(root, ["b0", "b1", "b2"])
+    nodes = Nodes(root, ["b0", "b1", "b2"], head_env=HEAD_ENV)
     try:
         admin = Admin()
         admin.create_topic(TOPIC, partitions=1, replication_factor=3, configs={
