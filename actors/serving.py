@@ -29,9 +29,12 @@ import contextlib
 import importlib.abc
 import json
 import logging
+import math
+import os
 import sys
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +54,7 @@ from actors.hosting import (
 from raylog.errors import (
     BrokerStalledError,
     InvalidArgumentError,
+    InvalidConfigError,
     NotLeaderError,
     RaylogError,
     StorageError,
@@ -70,6 +74,7 @@ from raylog.replica.partition import (
     Transition,
 )
 from raylog.storage import AppendInfo
+from raylog.util.arguments import settings_from_environ
 from raylog.util.cluster_names import (
     CONTROLLER_NAME,
     NAMESPACE,
@@ -80,7 +85,8 @@ from raylog.util.metrics import recorder
 logger = logging.getLogger(__name__)
 
 MAINTENANCE_INTERVAL_S = 1.0
-IDLE_MAINTENANCE_INTERVAL_S = 30.0
+IDLE_MAINTENANCE_ENV = "RAYLOG_IDLE_MAINTENANCE_S"
+DEFAULT_IDLE_MAINTENANCE_S = 30.0
 HW_CHECKPOINT_INTERVAL_S = 5.0
 MAX_CONCURRENCY = 10_000  # long polls: consumers' and followers' fetches, watches
 TICK_S = 0.25             # the stall guard's ticker: the event loop's progress, when idle
@@ -109,6 +115,19 @@ class _NoPandas(importlib.abc.MetaPathFinder):
 
 
 TopicPartition = tuple[str, int]
+
+
+def idle_maintenance_s(environ: Mapping[str, str] = os.environ) -> float:
+    """How often a process with nothing to do looks at every replica it hosts anyway (time-based
+    retention and flushes, and what became due after its last write: a compaction, the
+    deletion of retired segments): ``$RAYLOG_IDLE_MAINTENANCE_S`` of its node, default 30 s.
+    InvalidConfigError for a value that is not a positive number of seconds."""
+    must_be = "a number of seconds > 0"
+    found = settings_from_environ(environ, {"s": (IDLE_MAINTENANCE_ENV, float, must_be)})
+    value = found.get("s", DEFAULT_IDLE_MAINTENANCE_S)
+    if not math.isfinite(value) or value <= 0:
+        raise InvalidConfigError(f"{IDLE_MAINTENANCE_ENV} must be {must_be}, got {value!r}")
+    return value
 
 
 class ReplicaHost:
@@ -147,6 +166,7 @@ class ReplicaHost:
         self._controller: ray.actor.ActorHandle | None = None
         self._status = asyncio.Event()
         self._wake_maintenance = asyncio.Event()
+        self._idle_maintenance_s = idle_maintenance_s()
         # Its own stalls (the controller tells the session timeout with its health checks).
         self.guard = StallGuard(stall_threshold_s(DEFAULT_SESSION_TIMEOUT_MS / 1000),
                                 on_stall=self._stalled)
@@ -649,8 +669,8 @@ class ReplicaHost:
     async def _maintain(self) -> None:
         """Flush by time, enforce retention, compact (the three handed to the background
         thread), checkpoint high watermarks and let leaders shrink their ISR. Replicas with
-        nothing to do are skipped; an idle broker wakes every IDLE_MAINTENANCE_INTERVAL_S
-        (time-based retention)."""
+        nothing to do are skipped; an idle broker wakes every ``$RAYLOG_IDLE_MAINTENANCE_S``
+        (:func:`idle_maintenance_s`: time-based retention, and what became due since)."""
         last_full = time.monotonic()
         while True:
             busy = any(h.active or h.partition.log.time_work_pending()
@@ -661,8 +681,8 @@ class ReplicaHost:
                 self._wake_maintenance.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake_maintenance.wait(),
-                                           IDLE_MAINTENANCE_INTERVAL_S)
-            full = time.monotonic() - last_full >= IDLE_MAINTENANCE_INTERVAL_S
+                                           self._idle_maintenance_s)
+            full = time.monotonic() - last_full >= self._idle_maintenance_s
             if full:
                 last_full = time.monotonic()
             for hosted in list(self.replicas.values()):

@@ -64,9 +64,12 @@ class LocalCluster:
     """A head-only raylog cluster; ``address`` once started. Use as a context manager."""
 
     def __init__(self, root: Path, *, num_cpus: int = 1,
-                 object_store_bytes: int = 200 * 1024 * 1024) -> None:
+                 object_store_bytes: int = 200 * 1024 * 1024, grace_s: float = GRACE_S) -> None:
+        """``grace_s``: how long :meth:`stop` lets ``ray start`` stop gracefully before it
+        kills the rest (0 for a cluster whose data is thrown away with it)."""
         self.root = Path(root)
         self.num_cpus, self.object_store_bytes = num_cpus, object_store_bytes
+        self.grace_s = grace_s
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         # Short: Ray's socket paths must fit in 107 bytes.
@@ -109,7 +112,7 @@ class LocalCluster:
         if self._head is not None:
             # Ray's workers run in process groups of their own, as children of the raylet.
             workers = _children_of_group(self._head.pid)
-            _stop(self._head, timeout_s=GRACE_S)
+            _stop(self._head, timeout_s=self.grace_s)
             _reap(workers)
             self._head = None
         shutil.rmtree(self._ray_dir, ignore_errors=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-# The seed `make test` runs: one round of every kind of fault (about 150 s of faults). It
+# The seed `make test` runs: one round of every kind of fault (about 135 s of faults). It
 # found, before issue 22's items 7 and 8 landed, every partition stalled while a broker was
 # paused (hung brokers were not fenced) and futures resolved late while the controller hung
 # (the producer's sender waited on a metadata refresh).

@@ -48,9 +48,10 @@ BROKER_FAULTS = set(FAULTS) - CONTROLLER_FAULTS - MEMBER_FAULTS  # each targets 
 HOLDS_S = {  # (shortest, longest) hold of the faults that last
     # Longer than a broker session (9 s) plus a failover: a hung broker must be fenced and
     # its partitions failed over before it resumes (issue 22, item 7).
-    "broker_pause": (16.0, 25.0),
-    # Past the groups' 10 s session timeout at times; produce goes on meanwhile (item 8).
-    "controller_pause": (5.0, 25.0),
+    "broker_pause": (16.0, 20.0),
+    # Past the groups' 10 s session timeout at times (half of the holds); produce goes on
+    # meanwhile (item 8).
+    "controller_pause": (5.0, 15.0),
     "controller_isr_kill": (8.0, 15.0),  # long enough for the follower to rejoin the ISR
     # Longer than the producers' delivery timeout (20 s) plus the slack: a producer that
     # waits on the hung controller (say, for metadata) resolves its futures late.

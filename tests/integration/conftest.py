@@ -20,6 +20,7 @@ import ray
 from ray.cluster_utils import Cluster
 
 import raylog
+from actors.serving import IDLE_MAINTENANCE_ENV
 from raylog import Admin, Consumer, TopicPartition
 from raylog.client.connection import reset_default
 from raylog.client.remote import resolve
@@ -89,7 +90,9 @@ def ray_cluster(tmp_path_factory) -> Iterator[TestCluster]:
     root = tmp_path_factory.mktemp("raylog-cluster")
     # The controller's limit of replicas per broker, below what 10,000 partitions put on each
     # of the three (test_bad_input provokes it); the machine's memory would allow more.
-    # Metrics reach the nodes' Prometheus endpoints every 2 s (Ray's default: 10 s).
+    # Metrics reach the nodes' Prometheus endpoints every 2 s (Ray's default: 10 s). An idle
+    # broker looks at its replicas every 5 s (default 30 s): a compaction or a deletion that
+    # became due after the last write is done within seconds, not half a minute.
     cluster = Cluster(initialize_head=True, head_node_args={
         **NODE_ARGS, "include_dashboard": False,
         "_system_config": {"metrics_report_interval_ms": 2000},
@@ -102,7 +105,8 @@ def ray_cluster(tmp_path_factory) -> Iterator[TestCluster]:
             node = cluster.add_node(**NODE_ARGS, resources={BROKER_RESOURCE: 1},
                                     env_vars={DATA_DIR_ENV: str(data_dir),
                                               faults.FILE_ENV: str(root / "failpoints"),
-                                              PROCESSES_ENV: "2" if i == 0 else "1"})
+                                              PROCESSES_ENV: "2" if i == 0 else "1",
+                                              IDLE_MAINTENANCE_ENV: "5"})
             data_dirs[node.node_id] = data_dir
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, log_to_driver=False)

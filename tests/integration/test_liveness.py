@@ -40,8 +40,10 @@ from tests.integration.workload import Workload
 from tests.unit.logutil import batch_of
 
 PARTITIONS = 3
-PAUSE_S = 15.0  # longer than a session
 SESSION_S = DEFAULT_SESSION_TIMEOUT_MS / 1000
+# A session and a third (12 s): a stopped broker is fenced within it, and a controller that
+# counted its own pause against the brokers would fence them all.
+PAUSE_S = SESSION_S * 4 / 3
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +85,7 @@ def same_log_ends(admin: Admin, topic: str) -> bool:
 @pytest.mark.cluster
 def test_a_stopped_leader_is_fenced_its_partitions_fail_over_and_it_rejoins_as_follower(
         ray_cluster, admin, topic_name):
-    """SIGSTOP the broker leading partition 0 for 15 s under acks=all load. Within its
+    """SIGSTOP the broker leading partition 0 for 12 s under acks=all load. Within its
     session it is fenced and its partitions move to in-sync replicas: a producer that asks
     the controller now gets partition 0's new leader and is acknowledged while the old one is
     still stopped (the pause lasts until it is). Requests made to the stopped broker at its
@@ -164,7 +166,7 @@ def test_a_broker_stalled_for_less_than_a_session_is_not_fenced(ray_cluster, adm
 @pytest.mark.cluster
 def test_a_stopped_controller_stops_no_produce_or_fetch_and_fences_nobody(
         ray_cluster, admin, topic_name):
-    """SIGSTOP the controller for 15 s, longer than a broker session, under acks=all load:
+    """SIGSTOP the controller for 12 s, longer than a broker session, under acks=all load:
     producers are acknowledged and consumers read meanwhile (neither needs the controller
     while nothing fails); when it resumes it does not count its own pause against the
     brokers, and fences none."""

@@ -64,7 +64,9 @@ def source(tmp_path_factory) -> Iterator[tuple[LocalCluster, FlightEndpoint, Sou
     root = tmp_path_factory.mktemp("mirror-source")
     token = root / "flight-token"
     token.write_text("mirror-test-token\n")
-    with LocalCluster(root / "cluster") as cluster, \
+    # Killed at the end without ray start's grace (which it always outwaits): its data goes
+    # with the test's directory.
+    with LocalCluster(root / "cluster", grace_s=0) as cluster, \
             FlightEndpoint(cluster, token, root / "flight.log") as endpoint:
         driver = SourceDriver(cluster)
         try:

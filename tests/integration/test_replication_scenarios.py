@@ -1,5 +1,7 @@
-"""Replication when whole broker machines go: each scenario on a cluster of its own
-(replication_scenario.py), in a process of its own."""
+"""Replication when whole broker machines go, on clusters of their own
+(replication_scenario.py), each in a process of its own: a dead broker machine on one; two
+replicas gone, then a divergent follower, on another (a fixture runs that scenario once for
+the module; both of its tests fail if it fails)."""
 
 from __future__ import annotations
 
@@ -18,11 +20,17 @@ def test_a_dead_broker_machine_fails_over_and_its_replicas_are_rebuilt_elsewhere
     assert all(result["gone"] not in replicas for replicas in result["replicas"])
 
 
+@pytest.fixture(scope="module")
+def two_down_divergent(tmp_path_factory) -> dict:
+    return run_scenario("two-down-divergent", tmp_path_factory.mktemp("two-down-divergent"),
+                        module=MODULE)
+
+
 @pytest.mark.cluster
-def test_two_replicas_gone_refuse_acks_all_until_one_is_back(tmp_path):
+def test_two_replicas_gone_refuse_acks_all_until_one_is_back(two_down_divergent):
     """(d) min.insync.replicas=2 and one replica left: refused, appending nothing; accepted
     again (the waiting sends land, in order) once a replica is back in sync."""
-    result = run_scenario("two-down", tmp_path, module=MODULE)
+    result = two_down_divergent["two-down"]
     assert "min_insync_replicas=2" in result["refused"]
     # The command line showed it meanwhile: the partition under-replicated, 2 brokers down.
     assert "Partition: 0" in result["described"] and "UnderReplicated" in result["described"]
@@ -34,7 +42,7 @@ def test_two_replicas_gone_refuse_acks_all_until_one_is_back(tmp_path):
 
 
 @pytest.mark.cluster
-def test_a_follower_with_divergent_records_truncates_to_the_right_point(tmp_path):
+def test_a_follower_with_divergent_records_truncates_to_the_right_point(two_down_divergent):
     """(e) The old leader's records that no other replica had are cut, exactly them."""
-    result = run_scenario("divergent", tmp_path, module=MODULE)
+    result = two_down_divergent["divergent"]
     assert result["old_leader"] != result["new_leader"]

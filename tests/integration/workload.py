@@ -31,6 +31,11 @@ from tests import history
 from tests.integration.conftest import consume_all, wait_for
 
 DELIVERY_TIMEOUT_MS = 20_000
+# Per producer. Enough that every fault finds batches in flight and sends queued behind them
+# (three producers, 750 sends/s in all); more only makes every check after the faults read
+# and compare more records (at 1,000 a test's 60 s made some 80,000) and starves the two
+# cores the brokers recover on.
+SENDS_PER_SECOND = 250
 FINAL_READER = 1  # the reader id of finish()'s pass over the whole topic
 
 
@@ -119,7 +124,7 @@ class Workload:
     """Producers and a live consumer on ``topic`` until :meth:`finish`."""
 
     def __init__(self, topic: str, partitions: int, producers: int = 3,
-                 sends_per_second: float = 1000, keyed: bool = True,
+                 sends_per_second: float = SENDS_PER_SECOND, keyed: bool = True,
                  producer_settings: dict[str, Any] | None = None,
                  reader_nodes: list[str] = ()) -> None:
         self.topic = topic
