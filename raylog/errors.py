@@ -404,3 +404,17 @@ class TransactionCoordinatorFencedError(RaylogError):
 class TransactionAbortedError(RaylogError):
     """The transaction was aborted (by the producer, an operator, or its timeout); what it
     wrote is never shown to read_committed readers."""
+
+
+class AuthenticationError(RaylogError):
+    """A client's SASL authentication failed (a wrong password, an unknown user, a
+    malformed or out-of-turn message). The message says why, for the listener's log; the
+    client is told only that authentication failed."""
+
+    kafka_code = 58  # SASL_AUTHENTICATION_FAILED
+
+
+class SecurityConfigError(InvalidConfigError):
+    """A Kafka listener's security settings cannot work: an unknown protocol or mechanism,
+    a certificate or key file missing or unreadable, a key not matching its certificate.
+    Refused when the listener is configured, before it listens."""

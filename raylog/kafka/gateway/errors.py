@@ -61,6 +61,10 @@ class Code(enum.IntEnum):
     GROUP_ID_NOT_FOUND = 69
     MEMBER_ID_REQUIRED = 79
     FENCED_INSTANCE_ID = 82
+    # logging in (raylog/kafka/gateway/sasl.py)
+    UNSUPPORTED_SASL_MECHANISM = 33
+    ILLEGAL_SASL_STATE = 34
+    SASL_AUTHENTICATION_FAILED = 58
 
 
 def code_of(error: BaseException) -> int:
