@@ -209,7 +209,10 @@ class ScramServer:
         if attributes.get("c") != _b64(self._gs2_header.encode()):
             raise AuthenticationError("SCRAM channel binding data does not match the "
                                       "client-first message")
-        if attributes.get("r") != self._nonce_sent:
+        # Kafka checks that the nonce ends with the server's, not that it equals it:
+        # librdkafka 2.0 (Debian's kcat) sends its own nonce again in front of it. The
+        # server's part, fresh per exchange, is what a replay could not have.
+        if not attributes.get("r", "").endswith(self._nonce_sent):
             raise AuthenticationError("the SCRAM nonce does not match the server's")
         try:
             proof = base64.b64decode(proof_part, validate=True)

@@ -320,9 +320,12 @@ class KafkaListener:
             if frame is not None:
                 # piece by piece: writelines would join them (Python 3.11), a copy of
                 # every byte of a Fetch answer
-                for piece in frame:
-                    writer.write(piece)
-                await writer.drain()
+                try:
+                    for piece in frame:
+                        writer.write(piece)
+                    await writer.drain()
+                except ConnectionError:  # the client went away (TLS says so on write)
+                    return
             if conn.close_after_answer:  # a failed login: its answer out, then closed
                 self.refused += 1
                 return

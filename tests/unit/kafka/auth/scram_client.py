@@ -20,12 +20,15 @@ class ScramClient:
     def first(self) -> bytes:
         return f"n,,{self._bare}".encode()
 
-    def final(self, server_first: bytes) -> bytes:
+    def final(self, server_first: bytes, repeat_nonce: bool = False) -> bytes:
+        """The client-final message; ``repeat_nonce``: with its own nonce again before the
+        server's, as librdkafka 2.0 sends it."""
         fields = dict(part.split("=", 1) for part in server_first.decode().split(","))
         m = self.mechanism
         self._salted = m.salted_password(self.password, base64.b64decode(fields["s"]),
                                          int(fields["i"]))
-        without_proof = f"c=biws,r={fields['r']}"
+        nonce = (self.nonce if repeat_nonce else "") + fields["r"]
+        without_proof = f"c=biws,r={nonce}"
         self._auth_message = f"{self._bare},{server_first.decode()},{without_proof}".encode()
         client_key = m.hmac(self._salted, b"Client Key")
         signature = m.hmac(m.hash(client_key), self._auth_message)

@@ -135,6 +135,16 @@ def test_bad_client_final_messages_are_refused(field, value, why):
         server.final(tamper(final, field, value))
 
 
+def test_a_nonce_ending_with_the_servers_is_taken_as_kafka_takes_it():
+    """librdkafka 2.0 (kcat's) sends its own nonce again before the server's."""
+    mechanism = Mechanism.SCRAM_SHA_512
+    server = server_for({"alice": make_credential("pw", mechanism)}, mechanism)
+    client = ScramClient(mechanism, "alice", "pw")
+    final = client.final(server.first(client.first()), repeat_nonce=True)
+    assert b",r=" + client.nonce.encode() * 2 in b"," + final
+    assert client.verify(server.final(final))
+
+
 def test_messages_out_of_turn_are_refused():
     mechanism = Mechanism.SCRAM_SHA_256
     server = server_for({"alice": make_credential("pw", mechanism)}, mechanism)
