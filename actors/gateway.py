@@ -53,12 +53,14 @@ class KafkaListenerActor:
         cluster = await asyncio.to_thread(connect)
         backend = await asyncio.to_thread(ClusterBackend.connect, cluster,
                                           NodeListeners(cluster.controller))
-        credentials = None
+        credentials = write_users = None
         if security.uses_sasl:
             self.users = CredentialFollower(cluster)
             credentials = await asyncio.to_thread(self.users.start)
+            write_users = self.users.topic.write
         self.listener = KafkaListener(backend, settings, host="0.0.0.0", port=self.port,
-                                      security=security, credentials=credentials)
+                                      security=security, credentials=credentials,
+                                      write_users=write_users)
         _, port = await self.listener.start()
         host = ray.util.get_node_ip_address()
         logger.info("Kafka listener of node %s on %s:%d", ray.get_runtime_context().get_node_id(),

@@ -80,6 +80,9 @@ def add_security_options(parser: argparse.ArgumentParser, prefix: str = "") -> N
     option("ssl-client-auth", default="none", choices=["none", "requested", "required"],
            help="ssl.client.auth: ask clients for a certificate (mTLS); its subject is "
                 "the principal")
+    option("super-users", default="", metavar="User:A;User:B",
+           help="super.users: principals that may describe and alter users over Kafka's "
+                "protocol (kafka-configs, AdminClient); default none")
     option("max-connections-per-ip", type=int_in(1), default=None, metavar="N",
            help="max.connections.per.ip: close connections from one address beyond N "
                 "(default: no limit)")
@@ -92,7 +95,8 @@ def security_from(args: argparse.Namespace):
     return ListenerSecurity(security_protocol=args.security_protocol,
                             sasl_enabled_mechanisms=args.sasl_mechanisms,
                             ssl_certfile=args.ssl_certfile, ssl_keyfile=args.ssl_keyfile,
-                            ssl_cafile=args.ssl_cafile, ssl_client_auth=args.ssl_client_auth)
+                            ssl_cafile=args.ssl_cafile, ssl_client_auth=args.ssl_client_auth,
+                            super_users=args.super_users)
 
 
 def advertised(host: str, port: int, given: tuple[str, int] | None) -> tuple[str, int]:
@@ -129,9 +133,9 @@ def cmd_gateway(args: argparse.Namespace, out: TextIO) -> int:
     running = None
     try:
         credentials = users.start() if users is not None else None
-        running = ListenerThread(KafkaListener(backend, settings, host=args.host,
-                                               port=args.port, security=security,
-                                               credentials=credentials))
+        running = ListenerThread(KafkaListener(
+            backend, settings, host=args.host, port=args.port, security=security,
+            credentials=credentials, write_users=users.topic.write if users else None))
         try:
             host, port = running.start()
         except OSError as e:

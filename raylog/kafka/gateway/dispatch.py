@@ -68,7 +68,9 @@ class Connection:
 @dataclasses.dataclass(frozen=True)
 class Context:
     """What a handler gets besides its request: the cluster, the settings, the dispatch
-    table, the connection and the request header's correlation and client ids."""
+    table, the connection and the request header's correlation and client ids; ``users``,
+    the listener's :class:`~raylog.kafka.gateway.scram_users.UserAdmin` (None on a listener
+    without credentials)."""
 
     backend: Backend
     settings: GatewaySettings
@@ -76,6 +78,7 @@ class Context:
     connection: Connection
     client_id: str | None
     correlation_id: int
+    users: Any = None
 
     def error_code(self, topic: str, error: RaylogError) -> int:
         """Kafka's code for ``error`` on ``topic``. One that says this gateway's metadata of
@@ -126,7 +129,8 @@ class Dispatch:
 
 # The modules whose ``register(dispatch)`` adds their handlers: to add an API, write its
 # handler in a module of this package and name the module here.
-HANDLER_MODULES = ("versions", "metadata", "produce", "fetch", "admin", "groups", "sasl")
+HANDLER_MODULES = ("versions", "metadata", "produce", "fetch", "admin", "groups", "sasl",
+                   "scram_users")
 
 
 def default_dispatch() -> Dispatch:

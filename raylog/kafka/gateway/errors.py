@@ -65,6 +65,10 @@ class Code(enum.IntEnum):
     UNSUPPORTED_SASL_MECHANISM = 33
     ILLEGAL_SASL_STATE = 34
     SASL_AUTHENTICATION_FAILED = 58
+    # users (raylog/kafka/gateway/scram_users.py)
+    CLUSTER_AUTHORIZATION_FAILED = 31
+    DUPLICATE_RESOURCE = 92
+    UNACCEPTABLE_CREDENTIAL = 93
 
 
 def code_of(error: BaseException) -> int:

@@ -38,7 +38,7 @@ import secrets
 import struct
 import threading
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 
 from raylog.errors import AuthenticationError, SecurityConfigError
 from raylog.kafka import records
@@ -58,6 +58,7 @@ from raylog.kafka.gateway.protocol import (
     peek_header,
 )
 from raylog.kafka.gateway.sasl import ALLOWED_BEFORE_LOGIN, SaslSession, Stage
+from raylog.kafka.gateway.scram_users import Records, UserAdmin
 from raylog.kafka.gateway.security import ListenerSecurity
 from raylog.kafka.gateway.settings import GatewaySettings
 
@@ -76,7 +77,8 @@ class KafkaListener:
 
     ``port`` 0 takes a free port: :attr:`port` tells which, once :meth:`start` returned.
     ``security`` (default PLAINTEXT) says whether it speaks TLS and asks for logins;
-    ``credentials`` are what logins are checked against (needed with SASL).
+    ``credentials`` are what logins are checked against (needed with SASL);
+    ``write_users`` writes records to ``__raylog_users`` (AlterUserScramCredentials).
     Counters (read from any thread): ``connections`` open now, ``accepted`` in all,
     ``answered`` requests, ``refused`` connections closed for bad input or idleness,
     ``authentication_failures``.
@@ -86,7 +88,8 @@ class KafkaListener:
     def __init__(self, backend: Backend, settings: GatewaySettings | None = None,
                  dispatch: Dispatch | None = None, host: str = "127.0.0.1",
                  port: int = 9092, security: ListenerSecurity | None = None,
-                 credentials: CredentialStore | None = None) -> None:
+                 credentials: CredentialStore | None = None,
+                 write_users: Callable[[Records], None] | None = None) -> None:
         self.backend = backend
         self.settings = settings or GatewaySettings()
         self.dispatch = dispatch or default_dispatch()
@@ -97,6 +100,8 @@ class KafkaListener:
             raise SecurityConfigError(f"a {self.security.security_protocol} listener needs "
                                       f"the users' credentials to check logins against")
         self.credentials = credentials
+        self.users = None if credentials is None else UserAdmin(
+            credentials, write_users, frozenset(self.security.super_users))
         self.throttle = FailureThrottle(self.security.failed_authentication_delay_ms,
                                         self.security.failed_authentication_max_delay_ms)
         self._per_address = ConnectionLimit(self.settings.max_connections_per_ip)
@@ -268,7 +273,7 @@ class KafkaListener:
         else:
             request = decode_request(frame)
         ctx = Context(self.backend, self.settings, self.dispatch, conn, request.client_id,
-                      correlation_id)
+                      correlation_id, self.users)
         return self._track(self._handle(api, ctx, request), state)
 
     @staticmethod

@@ -12,6 +12,9 @@ files, as Kafka's broker settings name them (``security.protocol`` per listener,
   PEM; in the certfile if not given), ``ssl_cafile`` (the CAs client certificates must chain
   to), ``ssl_client_auth`` (required, requested or none: Kafka's ``ssl.client.auth``;
   requested and required need ``ssl_cafile``); only with a TLS protocol.
+- ``super_users`` (Kafka's ``super.users``: principals such as ``User:admin``, a list or
+  one string separated by ";"): who may describe and alter users over Kafka's protocol
+  (raylog/kafka/gateway/scram_users.py); none by default.
 - ``failed_authentication_delay_ms`` (Kafka's ``connection.failed.authentication.delay.ms``,
   100) and ``failed_authentication_max_delay_ms`` (5000): a failed login is answered after a
   delay that doubles with the client address's recent failures, up to the maximum
@@ -49,6 +52,7 @@ class ListenerSecurity:
     ssl_client_auth: str = "none"
     failed_authentication_delay_ms: int = 100
     failed_authentication_max_delay_ms: int = 5000
+    super_users: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.security_protocol not in PROTOCOLS:
@@ -65,6 +69,7 @@ class ListenerSecurity:
                 f"failed_authentication_delay_ms ({self.failed_authentication_delay_ms}) is "
                 f"above failed_authentication_max_delay_ms "
                 f"({self.failed_authentication_max_delay_ms})")
+        self._check_super_users()
         if self.uses_tls:
             self.ssl_context()  # loads the files: a bad one is refused now, not per client
 
@@ -99,6 +104,17 @@ class ListenerSecurity:
             raise SecurityConfigError(f"sasl.enabled.mechanisms: unknown or none "
                                       f"{unknown or list(given)!r} (known: "
                                       f"{', '.join(MECHANISMS)})")
+
+    def _check_super_users(self) -> None:
+        given = self.super_users
+        if isinstance(given, str):  # Kafka's spelling: "User:alice;User:bob"
+            given = [p.strip() for p in given.split(";") if p.strip()]
+        object.__setattr__(self, "super_users", tuple(given))
+        bad = [p for p in self.super_users
+               if not isinstance(p, str) or not p.startswith("User:") or p == "User:"]
+        if bad:
+            raise SecurityConfigError(f"super.users must be principals such as User:alice, "
+                                      f"got {bad!r}")
 
     def _check_tls(self) -> None:
         if self.ssl_client_auth not in CLIENT_AUTH:
@@ -156,4 +172,5 @@ class ListenerSecurity:
         values = dataclasses.asdict(self)
         if values["sasl_enabled_mechanisms"] is not None:
             values["sasl_enabled_mechanisms"] = list(values["sasl_enabled_mechanisms"])
+        values["super_users"] = list(values["super_users"])
         return values

@@ -48,13 +48,15 @@ class UsersTopic:
 
     def put(self, user: str, credentials: list[Credential]) -> None:
         """Store ``user``'s credentials (one per mechanism; others it has stay)."""
-        self._write([encode(user, credential) for credential in credentials])
+        self.write([encode(user, credential) for credential in credentials])
 
     def delete(self, user: str, mechanisms: list[Mechanism]) -> None:
         """Delete ``user``'s credentials of ``mechanisms`` (tombstones)."""
-        self._write([(record_key(user, m), None) for m in mechanisms])
+        self.write([(record_key(user, m), None) for m in mechanisms])
 
-    def _write(self, records: list[tuple[bytes, bytes | None]]) -> None:
+    def write(self, records: list[tuple[bytes, bytes | None]]) -> None:
+        """Append ``records`` (key, value or None) to the topic, acknowledged by every
+        in-sync replica; raises what failed."""
         from raylog.client.producer import Producer
 
         with Producer(cluster=self.cluster, acks="all", linger_ms=0) as producer:
@@ -119,10 +121,11 @@ class CredentialFollower:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._reader: _Reader | None = None
+        self.topic: UsersTopic | None = None  # for writing, once started
 
     def start(self) -> CredentialStore:
         """Read the topic to its end, then follow it on a thread; the store."""
-        UsersTopic(self.cluster)  # creates the topic if missing
+        self.topic = UsersTopic(self.cluster)  # creates the topic if missing
         self._reader = _Reader(self.cluster)
         self._reader.read_to_end(self.store)
         self._thread = threading.Thread(target=self._follow, daemon=True,

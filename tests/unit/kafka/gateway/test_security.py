@@ -46,8 +46,16 @@ def test_a_tls_listener_gets_a_server_context(pki):
 
 
 def test_settings_round_trip_as_a_dict(pki):
-    security = tls(pki, sasl_enabled_mechanisms=("PLAIN",))
+    security = tls(pki, sasl_enabled_mechanisms=("PLAIN",), super_users=["User:admin"])
     assert ListenerSecurity(**security.to_dict()) == security
+
+
+def test_super_users_are_principals_as_kafka_writes_them():
+    assert ListenerSecurity(super_users="User:admin; User:CN=ops,O=acme").super_users == \
+        ("User:admin", "User:CN=ops,O=acme")
+    for bad in ("admin", "User:", ["Group:ops"]):
+        with pytest.raises(SecurityConfigError, match=r"super\.users must be principals"):
+            ListenerSecurity(super_users=bad)
 
 
 @pytest.mark.parametrize("settings, message", [
