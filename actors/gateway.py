@@ -72,4 +72,5 @@ class KafkaListenerActor:
         if listener is None:
             return {}
         return {"connections": listener.connections, "accepted": listener.accepted,
-                "answered": listener.answered, "refused": listener.refused}
+                "answered": listener.answered, "refused": listener.refused,
+                "authentication_failures": listener.authentication_failures}
