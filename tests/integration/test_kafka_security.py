@@ -281,6 +281,10 @@ def test_the_listener_actors_serve_sasl_ssl(ray_cluster, pki, topic, users):
         assert len(consume(config, topic, 30)) == 30
         bad = client_config(f"{host}:{port}", node_pki, "SCRAM-SHA-256", password="no")
         assert produce(bad, topic, 1, timeout_ms=REFUSED_TIMEOUT_MS)[0] == 0
+        handles = [ray.get_actor(listener_actor_name(n), namespace=NAMESPACE)
+                   for n in listeners]
+        wait_for(lambda: sum(ray.get(h.stats.remote())["authentication_failures"]
+                             for h in handles) >= 1, what="the failed login counted")
     finally:
         for node in listeners:
             ray.kill(ray.get_actor(listener_actor_name(node), namespace=NAMESPACE))

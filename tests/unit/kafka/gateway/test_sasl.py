@@ -117,6 +117,7 @@ def test_a_wrong_password_or_unknown_user_fails_late_and_closes(backend, credent
                 Code.SASL_AUTHENTICATION_FAILED
             assert wire.closed(sock)
         assert running.listener.throttle.failures("127.0.0.1") == 3
+        assert eventually(lambda: running.listener.authentication_failures == 3)
         # the listener goes on: the next client logs in
         with wire.connect(address(running)) as sock:
             assert scram_login(sock, Mechanism.SCRAM_SHA_256, "alice", "wonderland") \
@@ -327,8 +328,14 @@ def test_connections_beyond_the_cap_per_address_are_closed(backend):
             sock.close()
 
 
-def settles_to(running: ListenerThread, count: int) -> bool:
+def eventually(condition) -> bool:
+    """Whether ``condition()`` holds within 10 s (the listener's side of a close lags the
+    client's)."""
     deadline = time.monotonic() + 10
-    while running.listener.connections != count and time.monotonic() < deadline:
+    while not condition() and time.monotonic() < deadline:
         time.sleep(0.01)
-    return running.listener.connections == count
+    return condition()
+
+
+def settles_to(running: ListenerThread, count: int) -> bool:
+    return eventually(lambda: running.listener.connections == count)
