@@ -114,6 +114,8 @@ class CredentialFollower:
     """:attr:`store`, following ``__raylog_users``. ``start`` and ``close`` from one
     thread; the store is read from any (it locks)."""
 
+    retry_s = 1.0  # after a failed poll
+
     def __init__(self, cluster: Any, poll_ms: int = 500) -> None:
         self.cluster = cluster
         self.poll_ms = poll_ms
@@ -128,6 +130,7 @@ class CredentialFollower:
         self.topic = UsersTopic(self.cluster)  # creates the topic if missing
         self._reader = _Reader(self.cluster)
         self._reader.read_to_end(self.store)
+        logger.info("read %s: %d users", USERS_TOPIC, len(self.store.users()))
         self._thread = threading.Thread(target=self._follow, daemon=True,
                                         name="raylog-users-follower")
         self._thread.start()
@@ -139,7 +142,11 @@ class CredentialFollower:
                 self._reader.apply(self.store, self.poll_ms)
             except RaylogError as e:  # a leader moving, a broker restarting: try again
                 logger.warning("following %s: %s; retrying", USERS_TOPIC, e)
-                self._stop.wait(1.0)
+                self._stop.wait(self.retry_s)
+            except Exception:  # a bug: said, and retried, since a follower that stopped
+                # would keep a deleted user able to log in
+                logger.exception("following %s failed; retrying", USERS_TOPIC)
+                self._stop.wait(self.retry_s)
 
     def close(self) -> None:
         self._stop.set()
