@@ -24,10 +24,13 @@ logger = logging.getLogger(__name__)
 
 @ray.remote(num_cpus=0)
 class KafkaListenerActor:
-    def __init__(self, port: int, settings: dict[str, Any]) -> None:
+    def __init__(self, port: int, settings: dict[str, Any],
+                 security: dict[str, Any] | None = None) -> None:
         self.port = port
         self.settings = settings
+        self.security = security or {}
         self.listener: Any = None
+        self.users: Any = None  # the CredentialFollower of a SASL listener
         self._starting: asyncio.Task | None = None
 
     async def address(self) -> tuple[str, int]:
@@ -40,13 +43,24 @@ class KafkaListenerActor:
         from raylog.client.connection import connect
         from raylog.kafka.gateway.cluster import ClusterBackend, NodeListeners
         from raylog.kafka.gateway.listener import KafkaListener
+        from raylog.kafka.gateway.security import ListenerSecurity
         from raylog.kafka.gateway.settings import GatewaySettings
+        from raylog.kafka.gateway.users import CredentialFollower
 
+        # checked on this node: the files are this node's
+        security = ListenerSecurity(**self.security)
+        settings = GatewaySettings(**self.settings)
         cluster = await asyncio.to_thread(connect)
         backend = await asyncio.to_thread(ClusterBackend.connect, cluster,
                                           NodeListeners(cluster.controller))
-        self.listener = KafkaListener(backend, GatewaySettings(**self.settings),
-                                      host="0.0.0.0", port=self.port)
+        credentials = write_users = None
+        if security.uses_sasl:
+            self.users = CredentialFollower(cluster)
+            credentials = await asyncio.to_thread(self.users.start)
+            write_users = self.users.topic.write
+        self.listener = KafkaListener(backend, settings, host="0.0.0.0", port=self.port,
+                                      security=security, credentials=credentials,
+                                      write_users=write_users)
         _, port = await self.listener.start()
         host = ray.util.get_node_ip_address()
         logger.info("Kafka listener of node %s on %s:%d", ray.get_runtime_context().get_node_id(),
@@ -58,4 +72,5 @@ class KafkaListenerActor:
         if listener is None:
             return {}
         return {"connections": listener.connections, "accepted": listener.accepted,
-                "answered": listener.answered, "refused": listener.refused}
+                "answered": listener.answered, "refused": listener.refused,
+                "authentication_failures": listener.authentication_failures}

@@ -54,11 +54,15 @@ def listener_runtime_env() -> dict:
 
 
 def start_kafka_listeners(port: int, settings: dict | None = None,
+                          security: dict | None = None,
                           timeout_s: float = 120.0) -> dict[str, tuple[str, int]]:
     """A Kafka listener actor (actors/gateway.py) on every live broker node that has none,
-    listening on ``port`` (0: a free port each); returns node id -> (host, port) of every
+    listening on ``port`` (0: a free port each) with ``settings`` (GatewaySettings) and
+    ``security`` (ListenerSecurity, as dicts); returns node id -> (host, port) of every
     broker node's listener. Safe to repeat: a node's running listener is kept (with the
-    port and settings it was started with)."""
+    port and settings it was started with). A listener that cannot start (its security
+    files missing on its node) is killed, so that a corrected call starts it again, and its
+    error raised."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from actors.gateway import KafkaListenerActor
@@ -70,7 +74,18 @@ def start_kafka_listeners(port: int, settings: dict | None = None,
         name=listener_actor_name(node), namespace=NAMESPACE, lifetime="detached",
         get_if_exists=True, max_restarts=-1, max_task_retries=0,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
-        runtime_env=listener_runtime_env()).remote(port, dict(settings or {}))
+        runtime_env=listener_runtime_env()).remote(port, dict(settings or {}),
+                                                   dict(security or {}))
         for node in nodes}
-    addresses = ray.get([h.address.remote() for h in handles.values()], timeout=timeout_s)
-    return dict(zip(handles, [tuple(a) for a in addresses], strict=True))
+    asked = {node: h.address.remote() for node, h in handles.items()}
+    addresses = {}
+    failed: list[BaseException] = []
+    for node, ref in asked.items():
+        try:
+            addresses[node] = tuple(ray.get(ref, timeout=timeout_s))
+        except ray.exceptions.RayTaskError as e:
+            ray.kill(handles[node])
+            failed.append(e.as_instanceof_cause())
+    if failed:
+        raise failed[0]
+    return addresses

@@ -131,14 +131,14 @@ FULL = Mode("full", records=1_000_000, repetitions=3)
 
 
 class Gateway:
-    """``raylog gateway`` in a process of its own; ``bootstrap`` once it listens. What it
-    prints after that is read by a thread (a full pipe would stop the listener) and
-    returned by ``stop``."""
+    """``raylog gateway`` in a process of its own (``options``: more of its options);
+    ``bootstrap`` once it listens. What it prints after that is read by a thread (a full
+    pipe would stop the listener) and returned by ``stop``."""
 
-    def __init__(self, ray_address: str) -> None:
+    def __init__(self, ray_address: str, *options: str) -> None:
         raylog_script = os.path.join(os.path.dirname(sys.executable), "raylog")
         self.process = subprocess.Popen(
-            [raylog_script, "gateway", "--address", ray_address, "--port", "0"],
+            [raylog_script, "gateway", "--address", ray_address, "--port", "0", *options],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.said: list[str] = []
         deadline = time.monotonic() + 120

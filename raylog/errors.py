@@ -423,3 +423,17 @@ class InvalidBatchAttributesError(CorruptRecordError):
 class CorruptTxnIndexError(CorruptRecordError):
     """An aborted-transaction index file (``.txnindex``) that is not whole entries in order
     within its segment's offsets; the log rebuilds it from the batches, which are the truth."""
+
+
+class AuthenticationError(RaylogError):
+    """A client's SASL authentication failed (a wrong password, an unknown user, a
+    malformed or out-of-turn message). The message says why, for the listener's log; the
+    client is told only that authentication failed."""
+
+    kafka_code = 58  # SASL_AUTHENTICATION_FAILED
+
+
+class SecurityConfigError(InvalidConfigError):
+    """A Kafka listener's security settings cannot work: an unknown protocol or mechanism,
+    a certificate or key file missing or unreadable, a key not matching its certificate.
+    Refused when the listener is configured, before it listens."""

@@ -10,10 +10,14 @@ the clients never start actors, they find them by name. Importing this module al
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from raylog.client import connection
 from raylog.client.connection import RaylogCluster
 from raylog.util.arguments import check_bool
+
+if TYPE_CHECKING:
+    from raylog.kafka.gateway.security import ListenerSecurity
 
 
 def init(address: str | None = None, *, start_local: bool = True, create: bool = True,
@@ -41,11 +45,17 @@ def init(address: str | None = None, *, start_local: bool = True, create: bool =
 connection.connect_default_with(init)
 
 
-def start_kafka_listeners(port: int, auto_create_topics: bool = False
+def start_kafka_listeners(port: int, auto_create_topics: bool = False, *,
+                          security: ListenerSecurity | None = None,
+                          max_connections_per_ip: int | None = None
                           ) -> dict[str, tuple[str, int]]:
     """A Kafka listener on every broker node of the connected cluster (``raylog start
     --kafka-port``), each advertising its node as the Kafka broker with its raylog broker's
-    id; node id -> (host, port) of each. Call after :func:`init`."""
+    id; node id -> (host, port) of each. ``security`` (a ListenerSecurity, default
+    PLAINTEXT; its files must be at the same paths on every broker node) is checked again on
+    each node. Call after :func:`init`."""
     from actors.launch import start_kafka_listeners as start
 
-    return start(port, {"auto_create_topics_enable": auto_create_topics})
+    return start(port, {"auto_create_topics_enable": auto_create_topics,
+                        "max_connections_per_ip": max_connections_per_ip},
+                 security.to_dict() if security is not None else None)

@@ -293,9 +293,13 @@ def cmd_start(args: argparse.Namespace, out: TextIO) -> int:
     out.write(f"raylog controller running ({len(cluster.controller.list_topics())} "
               f"topics)\n")
     if args.kafka_port is not None:
+        from raylog.cli.gateway import security_from
         from raylog.session import start_kafka_listeners
 
-        listeners = start_kafka_listeners(args.kafka_port, args.auto_create_topics)
+        security = security_from(args)  # refused here, before any listener starts
+        listeners = start_kafka_listeners(args.kafka_port, args.auto_create_topics,
+                                          security=security,
+                                          max_connections_per_ip=args.max_connections_per_ip)
         for node, (host, port) in sorted(listeners.items()):
             out.write(f"Kafka listener of broker node {_short(node)} on {host}:{port}\n")
         if not listeners:
@@ -459,6 +463,9 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--auto-create-topics", action="store_true",
                        help="with --kafka-port: create a topic a Kafka client asks metadata "
                             "of (auto.create.topics.enable; default off)")
+    from raylog.cli.gateway import add_security_options
+
+    add_security_options(start, prefix="kafka-")  # --kafka-security-protocol, ...
 
     demo = commands.add_parser("demo", help="page views from simulated services, end to end")
     demo.set_defaults(run="demo")
@@ -476,6 +483,9 @@ def build_parser() -> argparse.ArgumentParser:
     from raylog.cli.gateway import add_parser as add_gateway_parser
 
     add_gateway_parser(commands)
+    from raylog.cli.users import add_parser as add_users_parser
+
+    add_users_parser(commands)
     _address_anywhere(commands)
     # Added after --address went everywhere: every argument after `bench` is the suite's.
     bench = commands.add_parser("bench", add_help=False, prefix_chars="\0",
@@ -540,6 +550,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
             from raylog.cli.gateway import cmd_gateway
 
             return cmd_gateway(args, out)
+        if args.run == "users":
+            from raylog.cli.users import cmd_users
+
+            return cmd_users(args, out, stdin)
         if args.run in ("schemas", "registry"):
             from raylog.cli import schemas as schema_commands
 

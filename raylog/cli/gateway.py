@@ -7,6 +7,11 @@ an embedded local cluster (as ``raylog registry --embedded``) and stops it on th
 Runs until SIGINT or SIGTERM (raylog/cli/signals.py), then says how many requests it
 answered. For one listener per broker node, each advertising its own node, see ``raylog
 start --kafka-port``. Imports nothing heavy until it runs.
+
+Security (docs/security.md) takes the same options on both commands, named after Kafka's
+broker settings; ``raylog start`` prefixes them with ``--kafka-`` (``--kafka-security-protocol``,
+``--kafka-ssl-certfile``, ...), as its ``--kafka-port``. Bad settings are refused before
+anything connects (SecurityConfigError).
 """
 
 from __future__ import annotations
@@ -51,6 +56,47 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     gateway.add_argument("--request-max-bytes", type=int_in(1), default=None,
                          help="refuse larger requests (socket.request.max.bytes; default "
                               "104857600)")
+    add_security_options(gateway)
+
+
+def add_security_options(parser: argparse.ArgumentParser, prefix: str = "") -> None:
+    """The listener's security options (``prefix`` "kafka-" on ``raylog start``), each
+    stored under its unprefixed name for :func:`security_from`."""
+    def option(name: str, **kwargs) -> None:
+        parser.add_argument(f"--{prefix}{name}", dest=name.replace("-", "_"), **kwargs)
+
+    option("security-protocol", default="PLAINTEXT",
+           choices=["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"],
+           help="Kafka's security.protocol of the listener (default PLAINTEXT)")
+    option("sasl-mechanisms", default=None, metavar="M[,M...]",
+           help="sasl.enabled.mechanisms: of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (default "
+                "the two SCRAM ones); users: `raylog users add`")
+    option("ssl-certfile", default=None, metavar="PEM",
+           help="the listener's certificate chain (with SSL or SASL_SSL)")
+    option("ssl-keyfile", default=None, metavar="PEM",
+           help="its private key (default: in --ssl-certfile)")
+    option("ssl-cafile", default=None, metavar="PEM",
+           help="the CAs client certificates must chain to (with --ssl-client-auth)")
+    option("ssl-client-auth", default="none", choices=["none", "requested", "required"],
+           help="ssl.client.auth: ask clients for a certificate (mTLS); its subject is "
+                "the principal")
+    option("super-users", default="", metavar="User:A;User:B",
+           help="super.users: principals that may describe and alter users over Kafka's "
+                "protocol (kafka-configs, AdminClient); default none")
+    option("max-connections-per-ip", type=int_in(1), default=None, metavar="N",
+           help="max.connections.per.ip: close connections from one address beyond N "
+                "(default: no limit)")
+
+
+def security_from(args: argparse.Namespace):
+    """The ListenerSecurity the options say; SecurityConfigError if they cannot work."""
+    from raylog.kafka.gateway.security import ListenerSecurity
+
+    return ListenerSecurity(security_protocol=args.security_protocol,
+                            sasl_enabled_mechanisms=args.sasl_mechanisms,
+                            ssl_certfile=args.ssl_certfile, ssl_keyfile=args.ssl_keyfile,
+                            ssl_cafile=args.ssl_cafile, ssl_client_auth=args.ssl_client_auth,
+                            super_users=args.super_users)
 
 
 def advertised(host: str, port: int, given: tuple[str, int] | None) -> tuple[str, int]:
@@ -69,19 +115,27 @@ def cmd_gateway(args: argparse.Namespace, out: TextIO) -> int:
     from raylog.kafka.gateway.cluster import ClusterBackend, OneAddress
     from raylog.kafka.gateway.listener import KafkaListener, ListenerThread
     from raylog.kafka.gateway.settings import GatewaySettings, inline_appends
+    from raylog.kafka.gateway.users import CredentialFollower
 
+    security = security_from(args)
     options = {}
     if args.idle_ms is not None:
         options["connections_max_idle_ms"] = args.idle_ms
     if args.request_max_bytes is not None:
         options["request_max_bytes"] = args.request_max_bytes
-    settings = GatewaySettings(auto_create_topics_enable=args.auto_create_topics, **options)
+    settings = GatewaySettings(auto_create_topics_enable=args.auto_create_topics,
+                               max_connections_per_ip=args.max_connections_per_ip, **options)
     inline_appends()
     cluster, on_stop = connect_or_embed(args, out)
+    users = CredentialFollower(cluster) if security.uses_sasl else None
     advertiser = OneAddress(args.host, args.port)
     backend = ClusterBackend.connect(cluster, advertiser)
-    running = ListenerThread(KafkaListener(backend, settings, host=args.host, port=args.port))
+    running = None
     try:
+        credentials = users.start() if users is not None else None
+        running = ListenerThread(KafkaListener(
+            backend, settings, host=args.host, port=args.port, security=security,
+            credentials=credentials, write_users=users.topic.write if users else None))
         try:
             host, port = running.start()
         except OSError as e:
@@ -89,12 +143,15 @@ def cmd_gateway(args: argparse.Namespace, out: TextIO) -> int:
                                        f"{e.strerror}") from None
         advertiser.host, advertiser.port = advertised(host, port, args.advertise)
         with StopSignals() as stop:
-            out.write(f"Kafka listener on {host}:{port}, advertised as "
-                      f"{advertiser.host}:{advertiser.port}\n")
+            out.write(f"Kafka listener on {host}:{port} ({security.security_protocol}), "
+                      f"advertised as {advertiser.host}:{advertiser.port}\n")
             out.flush()
             stop.wait()
     finally:
-        running.stop()
+        if running is not None:
+            running.stop()
+        if users is not None:
+            users.close()
         backend.close()
         if on_stop is not None:
             on_stop()

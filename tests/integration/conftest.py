@@ -189,16 +189,17 @@ def topic(ray_cluster, topic_name, request) -> str:
 
 
 @contextlib.contextmanager
-def kafka_listener(cluster: raylog.RaylogCluster) -> Iterator[str]:
+def kafka_listener(cluster: raylog.RaylogCluster, **security: object) -> Iterator[str]:
     """A Kafka listener on loopback speaking for every broker of ``cluster`` (as ``raylog
-    gateway`` does), stopped after the block: its bootstrap address."""
+    gateway`` does), stopped after the block: its bootstrap address. ``security``: the
+    KafkaListener's ``security`` (a ListenerSecurity) and ``credentials``, if any."""
     from raylog.kafka.gateway.cluster import ClusterBackend, OneAddress
     from raylog.kafka.gateway.listener import KafkaListener, ListenerThread
 
     advertiser = OneAddress("127.0.0.1", 0)
     backend = ClusterBackend.connect(cluster, advertiser)
     try:
-        running = ListenerThread(KafkaListener(backend, host="127.0.0.1", port=0))
+        running = ListenerThread(KafkaListener(backend, host="127.0.0.1", port=0, **security))
         host, port = running.start()
         advertiser.port = port
         try:

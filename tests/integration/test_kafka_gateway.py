@@ -82,9 +82,12 @@ def test_confluent_kafka_records_are_read_identically_by_raylog(gateway, topic, 
         assert (r.partition, r.offset) == delivered[key]
 
 
-def consume_with_confluent(bootstrap: str, topic: str, expected: int) -> list:
+def consume_with_confluent(bootstrap: str, topic: str, expected: int, **config) -> list:
+    """``expected`` records of ``topic`` read from offset 0 (``config``: the consumer's
+    further settings, as a login's)."""
     consumer = KafkaConsumer({"bootstrap.servers": bootstrap, "group.id": "unused",
-                              "enable.auto.commit": False, "enable.partition.eof": False})
+                              "enable.auto.commit": False, "enable.partition.eof": False,
+                              **config})
     consumer.assign([KafkaTopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     got = []
     try:

@@ -14,7 +14,11 @@ Modules:
   implementation through raylog's clients (Ray); unit tests use a fake.
 - ``errors``: Kafka's error codes and the one each raylog error is answered with.
 - one module per group of APIs (``versions``, ``metadata``, ...), each with a
-  ``register(dispatch)``.
+  ``register(dispatch)``; ``sasl`` (the logins) and ``scram_users`` (the user APIs) among
+  them.
+- ``security``: a listener's security settings (TLS files, SASL mechanisms, super users);
+  ``users``: the SCRAM credentials in ``__raylog_users`` and the follower that keeps a
+  listener's copy current (docs/security.md).
 
 How to add a handler:
 

@@ -32,6 +32,7 @@ from typing import Any
 from kafka.protocol.api_message import ApiMessage
 
 from raylog.errors import RaylogError
+from raylog.kafka.auth.principal import ANONYMOUS, Principal
 from raylog.kafka.gateway.backend import Backend
 from raylog.kafka.gateway.errors import code_of, refreshes_metadata
 from raylog.kafka.gateway.settings import GatewaySettings
@@ -41,17 +42,35 @@ from raylog.kafka.gateway.settings import GatewaySettings
 class Connection:
     """One client connection: where it comes from, the FIFO lock handlers keep request
     order with, and ``state``, where a handler module keeps per-connection state under its
-    own name. Used from the listener's event loop only."""
+    own name. Used from the listener's event loop only.
+
+    Who it is: ``principal`` (``User:ANONYMOUS`` until a login or a client certificate
+    says otherwise; raylog/kafka/auth/principal.py), what later checks (ACLs) read.
+    ``authenticated`` is False on a SASL listener until the login succeeded (``sasl``, its
+    :class:`~raylog.kafka.gateway.sasl.SaslSession`, runs it); until then the listener
+    serves only the login's APIs. A handler sets ``close_after_answer`` to have the
+    connection closed once its answer is written (a failed login)."""
 
     peer: str
     order: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
     state: dict[str, Any] = dataclasses.field(default_factory=dict)
+    principal: Principal = ANONYMOUS
+    authenticated: bool = True
+    sasl: Any = None
+    close_after_answer: bool = False
+
+    def login(self, principal: Principal) -> None:
+        """The connection is ``principal`` from now on, and may ask any API."""
+        self.principal = principal
+        self.authenticated = True
 
 
 @dataclasses.dataclass(frozen=True)
 class Context:
     """What a handler gets besides its request: the cluster, the settings, the dispatch
-    table, the connection and the request header's correlation and client ids."""
+    table, the connection and the request header's correlation and client ids; ``users``,
+    the listener's :class:`~raylog.kafka.gateway.scram_users.UserAdmin` (None on a listener
+    without credentials)."""
 
     backend: Backend
     settings: GatewaySettings
@@ -59,6 +78,7 @@ class Context:
     connection: Connection
     client_id: str | None
     correlation_id: int
+    users: Any = None
 
     def error_code(self, topic: str, error: RaylogError) -> int:
         """Kafka's code for ``error`` on ``topic``. One that says this gateway's metadata of
@@ -109,7 +129,8 @@ class Dispatch:
 
 # The modules whose ``register(dispatch)`` adds their handlers: to add an API, write its
 # handler in a module of this package and name the module here.
-HANDLER_MODULES = ("versions", "metadata", "produce", "fetch", "admin", "groups")
+HANDLER_MODULES = ("versions", "metadata", "produce", "fetch", "admin", "groups", "sasl",
+                   "scram_users")
 
 
 def default_dispatch() -> Dispatch:

@@ -61,6 +61,14 @@ class Code(enum.IntEnum):
     GROUP_ID_NOT_FOUND = 69
     MEMBER_ID_REQUIRED = 79
     FENCED_INSTANCE_ID = 82
+    # logging in (raylog/kafka/gateway/sasl.py)
+    UNSUPPORTED_SASL_MECHANISM = 33
+    ILLEGAL_SASL_STATE = 34
+    SASL_AUTHENTICATION_FAILED = 58
+    # users (raylog/kafka/gateway/scram_users.py)
+    CLUSTER_AUTHORIZATION_FAILED = 31
+    DUPLICATE_RESOURCE = 92
+    UNACCEPTABLE_CREDENTIAL = 93
 
 
 def code_of(error: BaseException) -> int:

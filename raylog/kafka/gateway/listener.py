@@ -16,6 +16,14 @@ A connection carries frames, each a 4-byte big-endian length and that many bytes
 - closes the connection when nothing arrived and nothing was in flight for
   ``connections_max_idle_ms``, and when the client closes its end.
 
+With security settings (raylog/kafka/gateway/security.py; docs/security.md) it serves TLS
+(the handshake done by asyncio before a connection is handed over; a client that does not
+speak TLS never gets further), gives each connection its principal (a client certificate's
+subject, or ``User:ANONYMOUS``), and on a SASL listener serves a connection nothing but
+ApiVersions and the login's APIs until it logged in (raylog/kafka/gateway/sasl.py; with
+SaslHandshake v0 the tokens come as raw frames, passed to the connection's SaslSession).
+Connections beyond ``max_connections_per_ip`` from one address are closed as accepted.
+
 Whatever one connection sends, only that connection is closed: no other connection sees it,
 the listener goes on accepting, and nothing reaches the cluster from a request that was not
 decoded whole. All of it runs on one event loop; nothing here blocks it.
@@ -26,11 +34,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
+import struct
 import threading
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 
+from raylog.errors import AuthenticationError, SecurityConfigError
 from raylog.kafka import records
+from raylog.kafka.auth.credentials import CredentialStore
+from raylog.kafka.auth.principal import from_certificate
+from raylog.kafka.auth.throttle import ConnectionLimit, FailureThrottle
 from raylog.kafka.gateway import produce_frame, versions
 from raylog.kafka.gateway.backend import Backend
 from raylog.kafka.gateway.dispatch import Api, Connection, Context, Dispatch, default_dispatch
@@ -43,6 +57,9 @@ from raylog.kafka.gateway.protocol import (
     frame_size,
     peek_header,
 )
+from raylog.kafka.gateway.sasl import ALLOWED_BEFORE_LOGIN, SaslSession, Stage
+from raylog.kafka.gateway.scram_users import Records, UserAdmin
+from raylog.kafka.gateway.security import ListenerSecurity
 from raylog.kafka.gateway.settings import GatewaySettings
 
 logger = logging.getLogger(__name__)
@@ -59,19 +76,38 @@ class KafkaListener:
     """Serves Kafka's protocol on ``host:port`` over ``backend`` until :meth:`close`.
 
     ``port`` 0 takes a free port: :attr:`port` tells which, once :meth:`start` returned.
+    ``security`` (default PLAINTEXT) says whether it speaks TLS and asks for logins;
+    ``credentials`` are what logins are checked against (needed with SASL);
+    ``write_users`` writes records to ``__raylog_users`` (AlterUserScramCredentials).
     Counters (read from any thread): ``connections`` open now, ``accepted`` in all,
-    ``answered`` requests, ``refused`` connections closed for bad input or idleness.
+    ``answered`` requests, ``refused`` connections closed for bad input or idleness,
+    ``authentication_failures``.
     Its coroutines run on the event loop that called :meth:`start`.
     """
 
     def __init__(self, backend: Backend, settings: GatewaySettings | None = None,
                  dispatch: Dispatch | None = None, host: str = "127.0.0.1",
-                 port: int = 9092) -> None:
+                 port: int = 9092, security: ListenerSecurity | None = None,
+                 credentials: CredentialStore | None = None,
+                 write_users: Callable[[Records], None] | None = None) -> None:
         self.backend = backend
         self.settings = settings or GatewaySettings()
         self.dispatch = dispatch or default_dispatch()
         self.host = host
         self.port = port
+        self.security = security or ListenerSecurity()
+        if self.security.uses_sasl and credentials is None:
+            raise SecurityConfigError(f"a {self.security.security_protocol} listener needs "
+                                      f"the users' credentials to check logins against")
+        self.credentials = credentials
+        self.users = None if credentials is None else UserAdmin(
+            credentials, write_users, frozenset(self.security.super_users))
+        self.throttle = FailureThrottle(self.security.failed_authentication_delay_ms,
+                                        self.security.failed_authentication_max_delay_ms)
+        self._per_address = ConnectionLimit(self.settings.max_connections_per_ip)
+        # made-up SCRAM salts for unknown users come from it (raylog/kafka/auth/scram.py)
+        self._secret = secrets.token_bytes(32)
+        self.authentication_failures = 0
         self.connections = 0
         self.accepted = 0
         self.answered = 0
@@ -88,7 +124,8 @@ class KafkaListener:
                            "built here: Kafka clients will be several times slower; build it "
                            "with `python -m raylog.kafka.build` (or `pip install -e .`)")
         self._server = await asyncio.start_server(self._accept, self.host, self.port,
-                                                  backlog=1024)
+                                                  backlog=1024,
+                                                  ssl=self.security.ssl_context())
         self.port = self._server.sockets[0].getsockname()[1]
         return self.host, self.port
 
@@ -106,11 +143,18 @@ class KafkaListener:
     async def _accept(self, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
+        peer = writer.get_extra_info("peername")
+        address = peer[0] if peer else "?"
+        if not self._per_address.acquire(address):
+            self.refused += 1
+            logger.warning("closing a Kafka connection from %s: it has %d open already "
+                           "(max_connections_per_ip)", address, self._per_address.open(address))
+            writer.close()
+            return
         self._serving.add(task)
         self.connections += 1
         self.accepted += 1
-        peer = writer.get_extra_info("peername")
-        conn = Connection(peer=f"{peer[0]}:{peer[1]}" if peer else "?")
+        conn = self._connection(address, peer, writer)
         try:
             await self._serve(reader, writer, conn)
         except asyncio.CancelledError:
@@ -122,10 +166,26 @@ class KafkaListener:
             logger.exception("Kafka connection from %s failed", conn.peer)
         finally:
             self.connections -= 1
+            self._per_address.release(address)
+            if conn.sasl is not None and conn.sasl.stage is Stage.FAILED:
+                self.authentication_failures += 1
             self._serving.discard(task)
             writer.close()
             with contextlib.suppress(Exception):  # the peer may be gone already
                 await writer.wait_closed()
+
+    def _connection(self, address: str, peer: tuple | None,
+                    writer: asyncio.StreamWriter) -> Connection:
+        """A new connection's record: its principal from its client certificate, if any,
+        and its login to run on a SASL listener."""
+        conn = Connection(peer=f"{peer[0]}:{peer[1]}" if peer else "?")
+        if self.security.uses_tls:
+            conn.principal = from_certificate(writer.get_extra_info("peercert"))
+        if self.security.uses_sasl:
+            conn.authenticated = False
+            conn.sasl = SaslSession(self.security.mechanisms, self.credentials, self.throttle,
+                                    address, self._secret)
+        return conn
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                      conn: Connection) -> None:
@@ -153,7 +213,8 @@ class KafkaListener:
         try:
             while True:
                 size = frame_size(await self._read_exactly(reader, _LENGTH_BYTES, state))
-                if size < FIXED_HEADER.size or size > self.settings.request_max_bytes:
+                smallest = 1 if _raw_tokens(conn) else FIXED_HEADER.size
+                if size < smallest or size > self.settings.request_max_bytes:
                     raise _Closing(f"a frame of {size} bytes (at most "
                                    f"{self.settings.request_max_bytes})")
                 frame = await self._read_exactly(reader, size, state)
@@ -190,10 +251,15 @@ class KafkaListener:
                state: _ConnectionState) -> Awaitable[list[Buffer] | None]:
         """The answer to one frame, to be awaited in order: the handler's task, or a done
         future; raises MalformedRequest to close the connection."""
+        if _raw_tokens(conn):
+            return self._track(self._raw_token(conn, frame), state)
         api_key, api_version, correlation_id = peek_header(frame)
         api = self.dispatch.get(api_key)
         if api is None:
             raise MalformedRequest(f"API key {api_key} is not served")
+        if not conn.authenticated and api_key not in ALLOWED_BEFORE_LOGIN:
+            raise MalformedRequest(f"unexpected Kafka request of API key {api_key} during "
+                                   f"SASL authentication")
         if not api.serves(api_version):
             if api_key != versions.API_KEY:
                 raise MalformedRequest(f"API key {api_key} is not served at version "
@@ -207,11 +273,30 @@ class KafkaListener:
         else:
             request = decode_request(frame)
         ctx = Context(self.backend, self.settings, self.dispatch, conn, request.client_id,
-                      correlation_id)
-        task = asyncio.create_task(self._handle(api, ctx, request))
+                      correlation_id, self.users)
+        return self._track(self._handle(api, ctx, request), state)
+
+    @staticmethod
+    def _track(coroutine: Awaitable[list[Buffer] | None],
+               state: _ConnectionState) -> asyncio.Task:
+        task = asyncio.create_task(coroutine)
         state.handlers.add(task)
         task.add_done_callback(state.handlers.discard)
         return task
+
+    @staticmethod
+    async def _raw_token(conn: Connection, token: bytes) -> list[Buffer] | None:
+        """The answer to a raw SASL token (after SaslHandshake v0): the server's token as a
+        raw frame; none, and the connection closed, when the login failed (the raw
+        exchange has no way to say so)."""
+        try:
+            answer = await conn.sasl.token(token)
+        except AuthenticationError:
+            conn.close_after_answer = True
+            return None
+        if conn.sasl.principal is not None:
+            conn.login(conn.sasl.principal)
+        return [_SIZE.pack(len(answer)) + answer]
 
     async def _handle(self, api: Api, ctx: Context, request: Request) -> list[Buffer] | None:
         body = await api.handler(ctx, request.api_version, request.body)
@@ -240,9 +325,23 @@ class KafkaListener:
             if frame is not None:
                 # piece by piece: writelines would join them (Python 3.11), a copy of
                 # every byte of a Fetch answer
-                for piece in frame:
-                    writer.write(piece)
-                await writer.drain()
+                try:
+                    for piece in frame:
+                        writer.write(piece)
+                    await writer.drain()
+                except ConnectionError:  # the client went away (TLS says so on write)
+                    return
+            if conn.close_after_answer:  # a failed login: its answer out, then closed
+                self.refused += 1
+                return
+
+
+_SIZE = struct.Struct(">i")
+
+
+def _raw_tokens(conn: Connection) -> bool:
+    """Whether the connection's next frames are raw SASL tokens (SaslHandshake v0)."""
+    return conn.sasl is not None and conn.sasl.raw and conn.sasl.stage is Stage.TOKENS
 
 
 class _ConnectionState:

@@ -24,6 +24,7 @@ import kafka.protocol.admin as _admin
 import kafka.protocol.consumer as _consumer
 import kafka.protocol.metadata as _metadata
 import kafka.protocol.producer as _producer
+import kafka.protocol.sasl as _sasl
 from kafka.protocol.api_message import ApiMessage
 
 from raylog.errors import RaylogError
@@ -31,6 +32,7 @@ from raylog.errors import RaylogError
 # api_key, api_version, correlation_id: what a frame of any version starts with
 FIXED_HEADER = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
+_MODULES = (_metadata, _producer, _consumer, _admin, _sasl)
 
 
 class MalformedRequest(RaylogError):
@@ -40,7 +42,7 @@ class MalformedRequest(RaylogError):
 
 def _request_classes() -> dict[int, type[ApiMessage]]:
     found: dict[int, type[ApiMessage]] = {}
-    for module in (_metadata, _producer, _consumer, _admin):
+    for module in _MODULES:
         for name in module.__all__:
             cls = getattr(module, name)
             if isinstance(cls, type) and issubclass(cls, ApiMessage) and cls.is_request():
@@ -52,7 +54,7 @@ def _response_classes(requests: dict[int, type[ApiMessage]]) -> dict[int, type[A
     found: dict[int, type[ApiMessage]] = {}
     for key, request in requests.items():
         name = request.__name__.removesuffix("Request") + "Response"
-        for module in (_metadata, _producer, _consumer, _admin):
+        for module in _MODULES:
             if hasattr(module, name):
                 found[key] = getattr(module, name)
                 break

@@ -44,6 +44,9 @@ class GatewaySettings:
       clients): a Metadata request naming an unknown topic, when its client allows it,
       creates it with ``auto_create_partitions`` partitions and
       ``auto_create_replication_factor`` replicas.
+    - ``max_connections_per_ip`` (max.connections.per.ip): connections from one client
+      address beyond this many are closed as they are accepted; None (Kafka's default): no
+      limit.
     """
 
     request_max_bytes: int = DEFAULT_REQUEST_MAX_BYTES
@@ -52,6 +55,7 @@ class GatewaySettings:
     auto_create_topics_enable: bool = False
     auto_create_partitions: int = 1
     auto_create_replication_factor: int = 1
+    max_connections_per_ip: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("request_max_bytes", "connections_max_idle_ms", "max_in_flight",
@@ -60,6 +64,10 @@ class GatewaySettings:
             if type(value) is not int or value <= 0:
                 raise InvalidConfigError(f"gateway setting {name} must be an integer > 0, "
                                          f"got {value!r}")
+        limit = self.max_connections_per_ip
+        if limit is not None and (type(limit) is not int or limit <= 0):
+            raise InvalidConfigError(f"gateway setting max_connections_per_ip must be an "
+                                     f"integer > 0 or None, got {limit!r}")
         if type(self.auto_create_topics_enable) is not bool:
             raise InvalidConfigError(f"gateway setting auto_create_topics_enable must be "
                                      f"True or False, got {self.auto_create_topics_enable!r}")

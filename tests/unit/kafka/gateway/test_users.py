@@ -1,0 +1,48 @@
+"""The credential follower keeps following whatever a poll raises: one that stopped would
+leave a deleted user able to log in."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from raylog.errors import LeaderNotAvailableError
+from raylog.kafka.auth.credentials import encode
+from raylog.kafka.auth.scram import Mechanism, make_credential
+from raylog.kafka.gateway.users import CredentialFollower
+
+
+class FlakyReader:
+    """Fails its first two polls (a bug, then a leader moving), then reads alice."""
+
+    def __init__(self) -> None:
+        self.polls = 0
+
+    def apply(self, store, timeout_ms: int) -> None:
+        self.polls += 1
+        if self.polls == 1:
+            raise RuntimeError("a bug")
+        if self.polls == 2:
+            raise LeaderNotAvailableError("moving")
+        store.apply(*encode("alice", make_credential("pw", Mechanism.SCRAM_SHA_256)))
+        time.sleep(timeout_ms / 1000)
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_follower_survives_failed_polls(caplog):
+    follower = CredentialFollower(cluster=None, poll_ms=10)
+    follower.retry_s = 0.01
+    follower._reader = FlakyReader()
+    follower._thread = threading.Thread(target=follower._follow, daemon=True)
+    follower._thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not follower.store.users() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert list(follower.store.users()) == ["alice"]
+    finally:
+        follower.close()
+    assert "following __raylog_users failed; retrying" in caplog.text
+    assert "moving; retrying" in caplog.text
