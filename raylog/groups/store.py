@@ -41,7 +41,7 @@ from raylog.types import TopicPartition
 logger = logging.getLogger(__name__)
 
 
-class _Settled(Write):
+class SettledWrite(Write):
     """A write with a future its waiters await: its result or error, once."""
 
     def __init__(self) -> None:
@@ -58,7 +58,7 @@ class _Settled(Write):
             self.done.set_result(outcome)
 
 
-class CommitWrite(_Settled):
+class CommitWrite(SettledWrite):
     """A checked commit: applied when durable, unless fenced meanwhile."""
 
     def __init__(self, store: GroupStore, ticket: CommitTicket) -> None:
@@ -125,7 +125,7 @@ class RestoreWrite(Write):
         self.store.coordinator.unhold(self.group_id, self.partitions)
 
 
-class MembershipWrite(_Settled):
+class MembershipWrite(SettledWrite):
     """The group record (generation and members) as the group is when its batch is built;
     settles with whether it became durable."""
 
@@ -156,7 +156,7 @@ class MembershipWrite(_Settled):
         self.settle(False)
 
 
-class DeleteWrite(_Settled):
+class DeleteWrite(SettledWrite):
     """Tombstones for a group's offsets and record, written when every earlier write of its
     partition is done (so they cover every offset applied before)."""
 
@@ -245,7 +245,7 @@ class GroupStore:
             writer.submit(write)
         return write
 
-    async def wait(self, write: _Settled, timeout_s: float) -> Any:
+    async def wait(self, write: SettledWrite, timeout_s: float) -> Any:
         """The write's outcome, or raise RequestTimeoutError after ``timeout_s`` (the write
         goes on)."""
         try:
