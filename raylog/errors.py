@@ -411,3 +411,15 @@ class TransactionalIdNotFoundError(RaylogError):
     expired): what ``raylog transactions describe`` and an operator's abort answer for it."""
 
     kafka_code = 105  # TRANSACTIONAL_ID_NOT_FOUND
+
+
+class InvalidBatchAttributesError(CorruptRecordError):
+    """A batch whose transaction attributes contradict each other or its header: a control
+    batch (transaction marker) not marked transactional or holding other than one record, a
+    transactional batch without a producer id and epoch, or a producer's batch claiming to be
+    a marker (only a transaction coordinator writes those)."""
+
+
+class CorruptTxnIndexError(CorruptRecordError):
+    """An aborted-transaction index file (``.txnindex``) that is not whole entries in order
+    within its segment's offsets; the log rebuilds it from the batches, which are the truth."""

@@ -520,6 +520,9 @@ class Consumer(GroupMixin):
             return
         start = state.fetch_offset
         for pos, header in iter_batches(result.data):
+            if header.control:  # a transaction marker: no record to show, move past it
+                state.fetch_offset = max(state.fetch_offset, header.next_offset)
+                continue
             payload = decode(header, result.data, pos)
             lo, hi = row_range(header, payload, start)
             if lo < hi:

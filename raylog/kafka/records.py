@@ -6,7 +6,8 @@ key and value (null and empty kept apart), headers, timestamps and timestamp typ
 producer id, epoch and base sequence, so that raylog's idempotence sees a Kafka client's
 retry as the retry it is. ``to_kafka`` turns stored batches (what a broker's fetch returns)
 into Kafka batches for a Fetch answer: same base offset and offset range (also of compacted
-batches, whose offsets have gaps), leader epoch, timestamps, producer fields, any codec.
+batches, whose offsets have gaps), leader epoch, timestamps, producer fields, any codec; a
+transaction's batches keep their transactional bit and its markers are Kafka control batches.
 
 The per-record work (varints, copying keys and values into columns and out of them) is done
 by ``records_c`` (``_records.c``, a small C extension built by ``pip install``), or by
@@ -24,7 +25,9 @@ import pyarrow as pa
 from raylog.errors import InvalidKafkaBatchError, InvalidTimestampError
 from raylog.kafka import records_py
 from raylog.kafka.batch import (
+    CONTROL_BIT,
     TIMESTAMP_TYPE_BIT,
+    TRANSACTIONAL_BIT,
     KafkaBatch,
     KafkaCodec,
     kafka_batches,
@@ -209,6 +212,10 @@ def to_kafka_pieces(data: bytes | bytearray | memoryview,
             _columns(header.first_timestamp, deltas, payload)))
         timestamp_bit = TIMESTAMP_TYPE_BIT if header.timestamp_type == \
             TimestampType.LOG_APPEND_TIME else 0
+        # A raylog marker's record is laid out as Kafka's control record (records/control.py):
+        # with the two bits it is a Kafka control batch as it is.
+        timestamp_bit |= (TRANSACTIONAL_BIT if header.transactional else 0) | \
+            (CONTROL_BIT if header.control else 0)
         out.append(pack_header(
             records=records, base_offset=header.base_offset,
             partition_leader_epoch=header.leader_epoch, attributes=int(codec) | timestamp_bit,

@@ -34,6 +34,8 @@ def forward(batch: bytes | memoryview, header: BatchHeader, position: int) -> Fo
     offset ``position``; None when the batch lies wholly below it."""
     if header.next_offset <= position:
         return None
+    if header.control:  # a transaction marker of the source: not a record to copy
+        return Forward(b"", max(header.base_offset, position), header.next_offset, 0)
     if header.base_offset >= position and not header.explicit_offsets:
         return Forward(batch, header.base_offset, header.next_offset, header.record_count)
     payload = decode(header, batch)

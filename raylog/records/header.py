@@ -9,7 +9,8 @@ A batch is a 65-byte header followed by a payload. All integers are big-endian::
         16     1  magic               format version, MAGIC
         17     4  header_crc          CRC32C of bytes [0, 17): the fields above
         21     4  crc                 CRC32C of bytes [25, end): everything after this field
-        25     2  attributes          bits 0-2 codec, bit 3 timestamp type, bit 4 explicit offsets
+        25     2  attributes          bits 0-2 codec, bit 3 timestamp type, bit 4 explicit
+                                      offsets, bit 5 transactional, bit 6 control
         27     4  last_offset_delta   offset of the last record minus base_offset
         31     8  first_timestamp     timestamp (ms) of the first record
         39     8  max_timestamp       largest timestamp (ms) in the batch
@@ -25,6 +26,12 @@ payload CRC, computed once by the producer, is never recomputed on the way to di
 consumer. ``last_offset_delta`` keeps a batch's offset range after compaction removed its
 last records. With the explicit-offsets bit set, the payload carries an ``offset_delta``
 column (written by the compactor); otherwise record i has offset base_offset + i.
+
+Transactions (docs/storage.md, "Transactions in the log"): the transactional bit marks a
+data batch written inside a transaction; the control bit marks a transaction marker (commit
+or abort, built by :mod:`raylog.records.control`), which is never a data record. Both need a
+producer id and epoch; a control batch is also transactional and holds exactly one record.
+Any other combination is refused with InvalidBatchAttributesError.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from typing import NamedTuple
 
 from crc32c import crc32c as _crc32c
 
-from raylog.errors import CorruptRecordError
+from raylog.errors import CorruptRecordError, InvalidBatchAttributesError
 
 MAGIC = 1
 HEADER = struct.Struct(">qiiBIIhiqqqhii")
@@ -53,7 +60,10 @@ CRC_START = 25  # the payload CRC covers [25, end)
 CODEC_MASK = 0x07
 TIMESTAMP_TYPE_BIT = 0x08
 EXPLICIT_OFFSETS_BIT = 0x10
-KNOWN_ATTRIBUTE_BITS = CODEC_MASK | TIMESTAMP_TYPE_BIT | EXPLICIT_OFFSETS_BIT
+TRANSACTIONAL_BIT = 0x20  # a data batch written inside a transaction (or a marker)
+CONTROL_BIT = 0x40  # a transaction marker, not data (raylog.records.control)
+KNOWN_ATTRIBUTE_BITS = CODEC_MASK | TIMESTAMP_TYPE_BIT | EXPLICIT_OFFSETS_BIT | \
+    TRANSACTIONAL_BIT | CONTROL_BIT
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -127,6 +137,16 @@ class BatchHeader(NamedTuple):
     @property
     def explicit_offsets(self) -> bool:
         return bool(self.attributes & EXPLICIT_OFFSETS_BIT)
+
+    @property
+    def transactional(self) -> bool:
+        """Written inside a transaction (data or marker): the producer fields say whose."""
+        return bool(self.attributes & TRANSACTIONAL_BIT)
+
+    @property
+    def control(self) -> bool:
+        """A transaction marker (raylog.records.control): never shown as a data record."""
+        return bool(self.attributes & CONTROL_BIT)
 
 
 def crc32c(data: bytes | bytearray | memoryview, value: int = 0) -> int:
@@ -264,6 +284,26 @@ def check_header(header: BatchHeader, buf: bytes | bytearray | memoryview, pos: 
             f"offsets {header.base_offset}+{header.last_offset_delta} at byte {pos} "
             f"are outside [0, 2**63)"
         )
+    check_transaction_bits(header, pos)
+
+
+def check_transaction_bits(header: BatchHeader, pos: int = 0) -> None:
+    """Refuse inconsistent transaction attributes with InvalidBatchAttributesError: a
+    control batch that is not transactional or holds other than one record, or a
+    transactional batch without a producer id and epoch (readers of a transaction's outcome
+    and the producer state find the transaction by them)."""
+    if header.control and not header.transactional:
+        raise InvalidBatchAttributesError(
+            f"control batch at byte {pos} is not marked transactional "
+            f"(attributes {header.attributes:#x})")
+    if header.transactional and (header.producer_id < 0 or header.producer_epoch < 0):
+        raise InvalidBatchAttributesError(
+            f"transactional batch at byte {pos} has no producer (id {header.producer_id}, "
+            f"epoch {header.producer_epoch})")
+    if header.control and (header.record_count != 1 or header.last_offset_delta != 0):
+        raise InvalidBatchAttributesError(
+            f"control batch at byte {pos} holds {header.record_count} records over "
+            f"{header.last_offset_delta + 1} offsets; a marker is one record")
 
 
 def validate_batch(batch: bytes | bytearray | memoryview) -> BatchHeader:

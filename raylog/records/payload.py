@@ -25,6 +25,7 @@ from raylog.errors import CorruptRecordError
 from raylog.records.header import (
     EXPLICIT_OFFSETS_BIT,
     HEADER_SIZE,
+    TRANSACTIONAL_BIT,
     BatchHeader,
     Codec,
     TimestampType,
@@ -75,10 +76,14 @@ def encode(
     last_offset_delta: int | None = None,
     first_timestamp: int | None = None,
     max_timestamp: int | None = None,
+    transactional: bool = False,
+    attributes: int = 0,
 ) -> bytes:
     """Encode payload columns (PAYLOAD_SCHEMA or EXPLICIT_SCHEMA) into one batch.
 
     Base offset 0 and no leader epoch: the leader stamps both when it appends.
+    ``transactional`` sets the transactional bit (the batch then needs a producer id and
+    epoch); ``attributes`` adds other bits (raylog.records.control sets the control bit).
     """
     n = columns.num_rows
     if n < 1:
@@ -103,7 +108,8 @@ def encode(
         payload = compress(payload)
     elif codec != Codec.NONE:
         raise ValueError(f"unknown codec {codec!r}")
-    attributes = int(codec) | (int(timestamp_type) << 3) | (EXPLICIT_OFFSETS_BIT if explicit else 0)
+    attributes |= int(codec) | (int(timestamp_type) << 3) | \
+        (EXPLICIT_OFFSETS_BIT if explicit else 0) | (TRANSACTIONAL_BIT if transactional else 0)
     header = pack_header(
         payload=payload,
         attributes=attributes,

@@ -3,7 +3,8 @@
 Both readers take a buffer of whole batches (what a log read or a fetch returns), verify
 every batch (framing, both CRCs, payload) and raise CorruptRecordError at the first bad one.
 ``start_offset`` / ``end_offset`` trim records outside [start, end), since a read starts at the
-batch that *contains* the wanted offset.
+batch that *contains* the wanted offset. Control batches (transaction markers, see
+control.py) are skipped after their framing and CRCs: they are never a data record.
 """
 
 from __future__ import annotations
@@ -111,7 +112,8 @@ def read_records(buf: Buffer, start_offset: int | None = None,
         for pos, header in iter_batches(buf):
             if end_offset is not None and header.base_offset >= end_offset:
                 break
-            if start_offset is not None and header.last_offset < start_offset:
+            if (start_offset is not None and header.last_offset < start_offset) or \
+                    header.control:
                 continue
             out.extend(batch_records(header, decode(header, buf, pos), start_offset, end_offset))
     return out
@@ -134,7 +136,7 @@ def read_table(buf: Buffer, start_offset: int | None = None,
     for pos, header in iter_batches(buf):
         if end_offset is not None and header.base_offset >= end_offset:
             break
-        if start_offset is not None and header.last_offset < start_offset:
+        if (start_offset is not None and header.last_offset < start_offset) or header.control:
             continue
         tables.append(batch_table(header, decode(header, buf, pos), start_offset, end_offset))
     if not tables:

@@ -26,6 +26,17 @@ The controller decides who leads (:class:`LeaderAndIsr`, applied by :meth:`Parti
   reached the start of its leader epoch, and range reads between its high watermark and its
   log end likewise: the records are here, and committed, but it cannot tell yet.
 
+Transactions (docs/storage.md, "Transactions in the log"): leaders and followers alike
+apply every batch, markers included, to the producer state, which knows each producer's
+ongoing transaction; the **last stable offset** is the high watermark or the first offset
+of the earliest ongoing transaction, whichever is lower. A transaction coordinator ends a
+transaction here with :meth:`Partition.write_marker`; abort markers are indexed in the
+log's aborted-transaction index. Reads take an isolation level: ``read_uncommitted`` (the
+default) reads below the high watermark; ``read_committed`` reads below the last stable
+offset, and either gets the aborted transactions of its range (:meth:`Partition.fetch`, for
+clients that filter, as Kafka's fetch) or has their batches dropped here
+(:meth:`Partition.read_table`, :meth:`Partition.read_batches`). Markers are never a record.
+
 Producer state (the idempotent producer's sequences) and the leader-epoch cache follow the
 log: both are rebuilt from the batches after a truncation; producer state is snapshotted at
 segment rolls so that opening a large log does not read every batch header.
@@ -44,6 +55,7 @@ from raylog.errors import (
     CorruptRecordError,
     FencedEpochError,
     InvalidArgumentError,
+    InvalidBatchAttributesError,
     NotLeaderError,
     OffsetNotAvailableError,
     OffsetOutOfRangeError,
@@ -51,12 +63,14 @@ from raylog.errors import (
 )
 from raylog.metadata.topics import REPLICATION_DEFAULTS, log_config
 from raylog.records import TABLE_SCHEMA, parse_header, read_table
+from raylog.records.control import Marker, MarkerType, control_batch, read_marker
 from raylog.records.header import BatchHeader, check_crcs, iter_headers
 from raylog.replica.epochs import LEADER_EPOCH_FILE, EpochEndOffset, LeaderEpochCache
 from raylog.replica.isr import NO_BROKER_EPOCH, ReplicaSet
 from raylog.replica.producer_state import REFUSED_FOR_GOOD, ProducerSnapshots, ProducerStates
 from raylog.replica.truncation import Ask, Truncate, first_step, next_step
 from raylog.storage import AppendInfo, PartitionLog
+from raylog.storage.txn_index import AbortedTxn
 from raylog.types import EARLIEST, LATEST
 from raylog.util.clocks import wall_clock_ms
 
@@ -110,13 +124,22 @@ class Transition(enum.Enum):
     OFFLINE = "offline"        # the partition has no leader
 
 
+READ_UNCOMMITTED = "read_uncommitted"  # below the high watermark, aborted records too
+READ_COMMITTED = "read_committed"  # below the last stable offset, never an aborted record
+ISOLATION_LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
+
+
 class FetchResult(NamedTuple):
-    """Batches from one partition and where the partition stands."""
+    """Batches from one partition and where the partition stands. A read_committed fetch
+    also says the last stable offset and the aborted transactions overlapping what it may
+    return (None for read_uncommitted; -1 where not said)."""
 
     data: bytes
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
+    last_stable_offset: int = -1
+    aborted: tuple[AbortedTxn, ...] | None = None
 
 
 class Partition:
@@ -272,6 +295,10 @@ class Partition:
         if acks in ("all", -1):
             self.replica_set.check_enough_replicas(self.configs["min_insync_replicas"])
         header = parse_header(batch)
+        if header.control:
+            raise InvalidBatchAttributesError(
+                f"{self.name}: a producer's batch claims to be a transaction marker; only a "
+                f"transaction coordinator writes those (write_marker)")
         duplicate = self.producers.check(header)
         if duplicate is not None:
             return duplicate  # a retry of a batch already appended: answer it again
@@ -291,6 +318,42 @@ class Partition:
         self._after_append()
         self._set_hw(self.replica_set.advance_high_watermark(self.log.committable_end_offset))
         return info
+
+    def write_marker(self, producer_id: int, producer_epoch: int, marker_type: MarkerType,
+                     coordinator_epoch: int, leader_epoch: int | None = None,
+                     timestamp: int | None = None) -> AppendInfo | None:
+        """End ``producer_id``'s transaction here, as leader: append a commit or abort
+        marker (Kafka's WriteTxnMarkers). An abort is indexed in the aborted-transaction
+        index. Returns where the marker landed, or None when there was nothing to end (the
+        producer is known here at ``producer_epoch`` with no transaction open: a retry of a
+        marker already written, which is not written twice). Markers are written as acks=all
+        writes: the caller answers once :meth:`acks_all_done` for its offset.
+
+        Raises ProducerFencedError (a producer epoch older than the producer's here),
+        TransactionCoordinatorFencedError (a coordinator epoch older than the producer's last
+        marker's), NotLeaderError, the epoch errors, NotEnoughReplicasError, or the log's.
+        """
+        self.check_leader(leader_epoch)
+        self.replica_set.check_enough_replicas(self.configs["min_insync_replicas"])
+        marker = Marker(MarkerType(marker_type), coordinator_epoch)
+        if not self.producers.check_marker(producer_id, producer_epoch, marker):
+            return None
+        batch = control_batch(marker.type, producer_id=producer_id,
+                              producer_epoch=producer_epoch,
+                              coordinator_epoch=coordinator_epoch,
+                              timestamp=self.clock() if timestamp is None else timestamp)
+        self.epochs.assign(self.leader_epoch, self.log_end_offset)
+        info = self.log.append(batch, self.leader_epoch, verify_payload=False)
+        self._apply(parse_header(batch), info, marker)
+        self._after_append()
+        self._set_hw(self.replica_set.advance_high_watermark(self.log.committable_end_offset))
+        return info
+
+    def _apply(self, header: BatchHeader, info: AppendInfo, marker: Marker | None) -> None:
+        """Producer state takes an appended batch; an abort marker is indexed."""
+        aborted = self.producers.accept(header, info, marker)
+        if aborted is not None:
+            self.log.add_aborted(aborted)
 
     def acks_all_done(self, last_offset: int) -> bool:
         """Whether an acks=all append ending at ``last_offset`` can be answered (raises
@@ -471,10 +534,13 @@ class Partition:
         for _, header in batches:
             if header.leader_epoch > self.epochs.latest_epoch:
                 self.epochs.assign(header.leader_epoch, header.base_offset)
+        # Markers read before anything is written: one that does not read is refused whole.
+        markers = [read_marker(header, data, pos) if header.control else None
+                   for pos, header in batches]
         info = self.log.append_stored(data, batches)
-        for _, header in batches:
-            self.producers.accept(header, AppendInfo(header.base_offset, header.last_offset,
-                                                     header.max_timestamp, header.record_count))
+        for (_, header), marker in zip(batches, markers, strict=True):
+            self._apply(header, AppendInfo(header.base_offset, header.last_offset,
+                                           header.max_timestamp, header.record_count), marker)
         if batches:
             self._after_append()
         if leader_log_start > self.log.log_start_offset and self.log.advance_log_start(
@@ -487,39 +553,68 @@ class Partition:
 
     # -- for consumers, on leaders and followers -----------------------------------------------
 
-    def fetch(self, offset: int, max_bytes: int, leader_epoch: int | None = None
-              ) -> FetchResult:
+    @property
+    def last_stable_offset(self) -> int:
+        """Below it every transaction is decided: the high watermark, or the first offset
+        of the earliest ongoing transaction if lower (never below the log start)."""
+        log = self.log
+        first = self.producers.first_unstable_offset()
+        if first is None:
+            return log.high_watermark
+        return max(min(log.high_watermark, first), log.log_start_offset)
+
+    def fetch(self, offset: int, max_bytes: int, leader_epoch: int | None = None,
+              isolation: str = READ_UNCOMMITTED) -> FetchResult:
         """Batches from ``offset`` below the high watermark (consumers' view): nothing for an
         offset between the high watermark and the log end, OffsetOutOfRangeError outside
-        [log start, log end]."""
+        [log start, log end].
+
+        ``read_committed``: below the last stable offset instead, with the last stable
+        offset and the aborted transactions overlapping [offset, last stable offset) in the
+        result, for the reader to drop their batches (and, as always, the markers)."""
+        _check_isolation(isolation)
         self._check_serving(leader_epoch)
         log = self.log
         # Between a follower's high watermark and its log end there is nothing to read yet;
         # beyond its log end or below its start, it cannot tell (it may only lag): out of
         # range, and the consumer asks the leader before deciding anything.
-        data = log.read(offset, max_bytes, max_offset=log.high_watermark)
-        return FetchResult(data, log.high_watermark, log.log_start_offset, log.log_end_offset)
+        if isolation == READ_UNCOMMITTED:
+            data = log.read(offset, max_bytes, max_offset=log.high_watermark)
+            return FetchResult(data, log.high_watermark, log.log_start_offset,
+                               log.log_end_offset)
+        stable = self.last_stable_offset
+        data = log.read(offset, max_bytes, max_offset=stable)
+        aborted = tuple(log.aborted_transactions(offset, stable)) if data else ()
+        return FetchResult(data, log.high_watermark, log.log_start_offset, log.log_end_offset,
+                           stable, aborted)
 
-    def read_table(self, start: int, end: int, leader_epoch: int | None = None) -> pa.Table:
+    def read_table(self, start: int, end: int, leader_epoch: int | None = None,
+                   isolation: str = READ_UNCOMMITTED) -> pa.Table:
         """Records at offsets [start, end) as one Arrow table (TABLE_SCHEMA).
 
         Raises OffsetOutOfRangeError if ``start`` is below the log start or ``end`` above the
         high watermark (of this replica: a follower may be behind its leader).
+        ``read_committed``: ``end`` may reach the last stable offset only (between it and the
+        log end: OffsetNotAvailableError, retriable), and the records of aborted
+        transactions are left out.
         """
-        tables = [read_table(chunk, start, end) for chunk in self._readable(start, end,
-                                                                             leader_epoch)]
+        tables = [read_table(chunk, start, end)
+                  for chunk in self._readable(start, end, leader_epoch, isolation)]
         if not tables:
             return TABLE_SCHEMA.empty_table()
         return pa.concat_tables(tables)
 
-    def read_batches(self, start: int, end: int, leader_epoch: int | None = None) -> bytes:
+    def read_batches(self, start: int, end: int, leader_epoch: int | None = None,
+                     isolation: str = READ_UNCOMMITTED) -> bytes:
         """The stored batches holding offsets [start, end), whole and as they are on disk
         (the first and last may hold offsets outside the range: the reader trims them), for
         readers that check and decode batches themselves (the Spark connector).
 
-        Raises OffsetOutOfRangeError as :meth:`read_table` does.
+        Transaction markers (control batches) are left out: the connector would read their
+        record as data; with ``read_committed``, so are the batches of aborted transactions.
+        Raises as :meth:`read_table` does.
         """
-        return b"".join(self._readable(start, end, leader_epoch))
+        return b"".join(self._readable(start, end, leader_epoch, isolation))
 
     def awaits_high_watermark(self, end: int) -> bool:
         """Whether a range read ending at ``end`` is worth waiting for here: the high
@@ -531,19 +626,31 @@ class Partition:
         return self.role is Role.FOLLOWER or (
             self.role is Role.LEADER and end <= self.log_end_offset)
 
-    def _readable(self, start: int, end: int, leader_epoch: int | None) -> list[bytes]:
+    def _readable(self, start: int, end: int, leader_epoch: int | None,
+                  isolation: str = READ_UNCOMMITTED) -> list[bytes]:
+        """The chunks of batches holding [start, end), without markers (and, for
+        read_committed, without aborted transactions' batches)."""
+        _check_isolation(isolation)
         self._check_serving(leader_epoch)
         log = self.log
-        if log.log_start_offset <= start <= end and log.high_watermark < end <= \
-                log.log_end_offset:
+        committed = isolation == READ_COMMITTED
+        bound = self.last_stable_offset if committed else log.high_watermark
+        if log.log_start_offset <= start <= end and bound < end <= log.log_end_offset:
             raise OffsetNotAvailableError(
                 f"{self.name}: range [{start}, {end}) is in the log of replica "
-                f"{self.replica_id}, but its high watermark is still {log.high_watermark}")
+                f"{self.replica_id}, but its " + (
+                    f"last stable offset is still {bound} (a transaction is open)" if committed
+                    else f"high watermark is still {bound}"))
         if not log.log_start_offset <= start <= end <= log.high_watermark:
             raise OffsetOutOfRangeError(
                 f"{self.name}: range [{start}, {end}) is outside the readable "
                 f"[{log.log_start_offset}, {log.high_watermark}) of replica {self.replica_id}")
-        return log.read_range(start, end)
+        drop = _is_control
+        if committed:
+            aborted = log.aborted_transactions(start, end)
+            if aborted:
+                drop = _aborted_or_control(aborted)
+        return [_without(chunk, drop) for chunk in log.read_range(start, end)]
 
     # -- upkeep --------------------------------------------------------------------------------
 
@@ -579,6 +686,8 @@ class Partition:
             "segments": len(log.segments), "directory": str(log.directory),
             "leader_epochs": [list(entry) for entry in self.epochs.entries],
             "last_truncation": self.last_truncation,
+            "last_stable_offset": self.last_stable_offset,
+            "ongoing_transactions": self.producers.ongoing,  # producer id -> first offset
         }
         if self.replica_set is not None:
             out["followers"] = {r: dataclasses.asdict(self.replica_set.follower(r))
@@ -594,17 +703,25 @@ class Partition:
         active = self.log.active_segment.base_offset
         if active != self._snapshot_segment:
             self._snapshot_segment = active
+            # A reopen replays only what follows the snapshot, so the entries of the abort
+            # markers before it must be on disk first.
+            self.log.sync_txn_indexes()
             self.snapshots.write(self.log_end_offset, self.producers)
 
     def _load_producers(self) -> None:
         """Producer state from the newest snapshot at or below the log end, then the batches
-        after it."""
+        after it; the aborted transactions those batches end are put back in the index if a
+        crash lost them. A damaged index file (emptied on open) costs a replay of the whole
+        log instead: the log is the truth."""
         log = self.log
         found = self.snapshots.load(log.log_end_offset)
         start = log.log_start_offset
-        if found is not None and found[0] >= start:
+        if found is not None and found[0] >= start and not log.txn_index_damaged:
             start, self.producers = found
-        self.producers.rebuild(self.log.verified_headers(start))
+        else:
+            self.producers = ProducerStates()
+        log.restore_aborted(self.producers.rebuild(log.replay(start)))
+        log.txn_index_damaged = False
 
 
 def _intact(header: BatchHeader, batch: bytes) -> bool:
@@ -614,3 +731,43 @@ def _intact(header: BatchHeader, batch: bytes) -> bool:
     except CorruptRecordError:
         return False
     return True
+
+
+def _check_isolation(isolation: object) -> None:
+    if isolation not in ISOLATION_LEVELS:
+        raise InvalidArgumentError(f"isolation must be one of {ISOLATION_LEVELS}, "
+                                   f"got {isolation!r}")
+
+
+def _is_control(header: BatchHeader) -> bool:
+    return header.control
+
+
+def _aborted_or_control(aborted: list[AbortedTxn]) -> Callable[[BatchHeader], bool]:
+    """Whether a batch is a marker or belongs to one of the ``aborted`` transactions."""
+    by_producer: dict[int, list[AbortedTxn]] = {}
+    for entry in aborted:
+        by_producer.setdefault(entry.producer_id, []).append(entry)
+
+    def drop(header: BatchHeader) -> bool:
+        if header.control:
+            return True
+        if not header.transactional:
+            return False
+        return any(e.covers(header.producer_id, header.base_offset)
+                   for e in by_producer.get(header.producer_id, ()))
+    return drop
+
+
+def _without(chunk: bytes, drop: Callable[[BatchHeader], bool]) -> bytes:
+    """``chunk`` (whole batches) without the batches ``drop`` picks; ``chunk`` itself when
+    none is dropped."""
+    kept, keep_from, dropped = [], 0, False
+    for pos, header in iter_headers(chunk, verify=False):
+        if drop(header):
+            kept.append(chunk[keep_from:pos])
+            keep_from, dropped = pos + header.size, True
+    if not dropped:
+        return chunk
+    kept.append(chunk[keep_from:])
+    return b"".join(kept)

@@ -21,6 +21,18 @@ bumps its epoch and numbers its next batches from 0. A batch of a newer epoch st
 producer over (at sequence 0 only); one of an older epoch than the newest seen is refused
 (InvalidProducerEpochError): a late copy must not land after the batches that followed it.
 
+Transactions (docs/storage.md, "Transactions in the log"): a producer's transactional batch
+opens its ongoing transaction in the partition if none is open (its first offset is kept);
+a marker (commit or abort, written by the transaction coordinator) closes it. A marker's
+producer epoch must be at least the producer's (else ProducerFencedError) and its
+coordinator epoch at least the last one seen for the producer (else
+TransactionCoordinatorFencedError); a marker of a newer producer epoch fences: the
+producer's later data batches of an older epoch are refused with ProducerFencedError. A
+marker for a producer known here at the same epoch with nothing open (a coordinator's retry
+of a marker already written) is not written again. Each abort yields an
+:class:`~raylog.storage.txn_index.AbortedTxn` for the aborted-transaction index; the
+earliest ongoing transaction bounds the last stable offset.
+
 A replica rebuilds this state when it opens its log, and after a follower truncated it,
 from the batch headers. So that this does not mean reading every header of a large log,
 :class:`ProducerSnapshots` writes the state to ``<offset>.snapshot`` beside the segments
@@ -47,12 +59,16 @@ from raylog.errors import (
     InvalidProducerEpochError,
     InvalidRecordError,
     OutOfOrderSequenceError,
+    ProducerFencedError,
     RaylogError,
     RecordTooLargeError,
+    TransactionCoordinatorFencedError,
     UnknownProducerIdError,
 )
+from raylog.records.control import Marker, MarkerType
 from raylog.records.header import BatchHeader
 from raylog.storage import AppendInfo, files
+from raylog.storage.txn_index import AbortedTxn
 
 logger = logging.getLogger(__name__)
 
@@ -109,24 +125,43 @@ REFUSALS = {kind.__name__: kind for kind in REFUSED_FOR_GOOD}
 Outcome = AppendInfo | Refusal
 
 
+NO_TXN = -1  # a producer's txn_first when it has no ongoing transaction
+
+
 @dataclasses.dataclass
 class _Producer:
     epoch: int
     next_sequence: int
     recent: collections.deque  # (epoch, first sequence, Outcome), newest last
+    txn_first: int = NO_TXN  # first offset of its ongoing transaction
+    coordinator_epoch: int = -1  # of the last marker written for it
 
 
 class ProducerStates:
     """Sequence state per producer id. Not safe for concurrent use.
 
-    Invariant: within an epoch, every sequence below a producer's ``next_sequence`` was
+    Invariants: within an epoch, every sequence below a producer's ``next_sequence`` was
     appended or refused here (or by the leaders before, whose log this replica holds):
-    batches are taken only in sequence order, never across a gap.
+    batches are taken only in sequence order, never across a gap. ``_ongoing`` maps each
+    producer with an open transaction to its first offset, in the order the transactions
+    opened (so in first-offset order); a producer with an open transaction is never
+    forgotten to make room.
     """
 
     def __init__(self, max_producers: int = 10_000) -> None:
         self._producers: collections.OrderedDict[int, _Producer] = collections.OrderedDict()
         self._max_producers = max_producers
+        self._ongoing: dict[int, int] = {}
+
+    @property
+    def ongoing(self) -> dict[int, int]:
+        """Producer id -> first offset of each ongoing transaction, earliest first."""
+        return dict(self._ongoing)
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the earliest ongoing transaction, None if none is open: the
+        last stable offset is at most this."""
+        return next(iter(self._ongoing.values()), None)
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -150,6 +185,10 @@ class ProducerStates:
                 return None
             raise SequenceGap(header, 0, known=False)
         if epoch < state.epoch:
+            if header.transactional:
+                raise ProducerFencedError(
+                    f"producer {header.producer_id} sent a transactional batch of epoch "
+                    f"{epoch}, but epoch {state.epoch} fenced it: not appended")
             raise InvalidProducerEpochError(
                 f"producer {header.producer_id} sent a batch of epoch {epoch} after one of "
                 f"epoch {state.epoch}; it was given up on and is not appended")
@@ -171,9 +210,67 @@ class ProducerStates:
             f"than the last {RECENT_BATCHES} batches remembered of it (the next expected is "
             f"{state.next_sequence}): not appended again, and where it was is not known here")
 
-    def accept(self, header: BatchHeader, info: AppendInfo) -> None:
-        """Record an appended batch."""
+    def check_marker(self, producer_id: int, producer_epoch: int, marker: Marker) -> bool:
+        """Before a marker is appended: whether to append it. False for a producer known at
+        ``producer_epoch`` with nothing open (the transaction was ended here already: a
+        retry). Raises ProducerFencedError for an older producer epoch than the producer's,
+        TransactionCoordinatorFencedError for an older coordinator epoch than its last
+        marker's."""
+        state = self._producers.get(producer_id)
+        if state is None:
+            return True  # it wrote nothing here: the marker still fences its older epochs
+        if producer_epoch < state.epoch:
+            raise ProducerFencedError(
+                f"marker of producer {producer_id} at epoch {producer_epoch}, older than its "
+                f"epoch {state.epoch} here: not written")
+        if marker.coordinator_epoch < state.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"marker of producer {producer_id} from coordinator epoch "
+                f"{marker.coordinator_epoch}, older than {state.coordinator_epoch} whose "
+                f"marker was written here: not written")
+        return state.txn_first != NO_TXN or producer_epoch > state.epoch
+
+    def accept(self, header: BatchHeader, info: AppendInfo, marker: Marker | None = None
+               ) -> AbortedTxn | None:
+        """Record an appended batch: a data batch (a transactional one opens its
+        producer's transaction if none is open) or a marker (``marker``: what the control
+        batch says), which closes it. Returns the aborted transaction an abort marker
+        ended, for the aborted-transaction index."""
+        if header.control:
+            if marker is None:
+                raise CorruptRecordError(f"control batch at offset {header.base_offset} "
+                                         f"taken without its marker")
+            return self._end_transaction(header, info, marker)
         self._remember(header, info)
+        if header.transactional:
+            state = self._producers[header.producer_id]
+            if state.txn_first == NO_TXN:
+                state.txn_first = info.base_offset
+                self._ongoing[header.producer_id] = info.base_offset
+        return None
+
+    def _end_transaction(self, header: BatchHeader, info: AppendInfo, marker: Marker
+                         ) -> AbortedTxn | None:
+        pid = header.producer_id
+        state = self._producers.get(pid)
+        if state is None:
+            state = self._add(pid, header.producer_epoch)
+        else:
+            self._producers.move_to_end(pid)
+        if header.producer_epoch > state.epoch:
+            # A newer epoch fences the older one: its sequences start over at 0.
+            state.epoch, state.next_sequence = header.producer_epoch, 0
+            state.recent.clear()
+        state.coordinator_epoch = max(state.coordinator_epoch, marker.coordinator_epoch)
+        first, state.txn_first = state.txn_first, NO_TXN
+        if first == NO_TXN:
+            return None
+        del self._ongoing[pid]
+        if marker.type is not MarkerType.ABORT:
+            return None
+        stable = self.first_unstable_offset()
+        return AbortedTxn(pid, first, info.base_offset,
+                          info.base_offset + 1 if stable is None else stable)
 
     def refuse(self, header: BatchHeader, error: RaylogError) -> None:
         """Record a batch refused for good: its sequences are spent (the producer's batches
@@ -185,53 +282,78 @@ class ProducerStates:
             return
         state = self._producers.get(header.producer_id)
         if state is None:
-            state = self._producers[header.producer_id] = _Producer(
-                header.producer_epoch, 0, collections.deque(maxlen=RECENT_BATCHES))
-            if len(self._producers) > self._max_producers:
-                self._producers.popitem(last=False)  # forget the least recently used
+            state = self._add(header.producer_id, header.producer_epoch)
         else:
             self._producers.move_to_end(header.producer_id)
         state.epoch = header.producer_epoch
         state.next_sequence = header.base_sequence + header.record_count
         state.recent.append((header.producer_epoch, header.base_sequence, outcome))
 
-    def rebuild(self, headers: Iterable[BatchHeader]) -> None:
-        """Restore the state from the headers of stored batches, in offset order."""
-        for header in headers:
-            self.accept(header, AppendInfo(header.base_offset, header.last_offset,
-                                           header.max_timestamp, header.record_count))
+    def _add(self, producer_id: int, epoch: int) -> _Producer:
+        state = self._producers[producer_id] = _Producer(
+            epoch, 0, collections.deque(maxlen=RECENT_BATCHES))
+        if len(self._producers) > self._max_producers:
+            # Forget the least recently used, unless it has a transaction open.
+            for pid in self._producers:
+                if pid not in self._ongoing and pid != producer_id:
+                    del self._producers[pid]
+                    break
+        return state
 
-    # A snapshot's JSON, version 2: {"version": 2, "producers": [[id, epoch, next sequence,
-    # [[epoch, first sequence, outcome], ...]], ...]}, an outcome being [base offset, last
-    # offset, max timestamp, record count] or {"refused": error class, "message": text}.
-    # Version 1 was the bare list, with [epoch, first, base, last, max timestamp, count] per
-    # batch and a refusal stored as base offset -1.
+    def rebuild(self, batches: Iterable[BatchHeader | tuple[BatchHeader, Marker | None]]
+                ) -> list[AbortedTxn]:
+        """Restore the state from stored batches, in offset order: their headers, or
+        (header, marker) pairs where a control batch's marker comes with it (see
+        ``PartitionLog.replay``). Returns the aborted transactions the abort markers
+        ended, in order."""
+        aborted = []
+        for item in batches:
+            header, marker = (item, None) if isinstance(item, BatchHeader) else item
+            entry = self.accept(header, AppendInfo(header.base_offset, header.last_offset,
+                                                   header.max_timestamp, header.record_count),
+                                marker)
+            if entry is not None:
+                aborted.append(entry)
+        return aborted
+
+    # A snapshot's JSON, version 3: {"version": 3, "producers": [[id, epoch, next sequence,
+    # [[epoch, first sequence, outcome], ...], first offset of the ongoing transaction (-1:
+    # none), coordinator epoch of its last marker (-1: none)], ...]}, an outcome being
+    # [base offset, last offset, max timestamp, record count] or {"refused": error class,
+    # "message": text}. Version 2 had no transaction fields; version 1 was the bare list,
+    # with [epoch, first, base, last, max timestamp, count] per batch and a refusal stored
+    # as base offset -1.
 
     def to_json(self) -> dict[str, Any]:
         return {"version": SNAPSHOT_VERSION, "producers": [
-            [pid, s.epoch, s.next_sequence, [[e, q, _outcome_to_json(o)] for e, q, o in s.recent]]
+            [pid, s.epoch, s.next_sequence, [[e, q, _outcome_to_json(o)] for e, q, o in s.recent],
+             s.txn_first, s.coordinator_epoch]
             for pid, s in self._producers.items()]}
 
     @classmethod
     def from_json(cls, data: Any, max_producers: int = 10_000) -> ProducerStates:
-        """The state a snapshot holds, of version 2 or 1. ValueError (or TypeError, KeyError)
-        for anything else: the caller rebuilds the state from the log instead."""
+        """The state a snapshot holds, of version 3, 2 or 1. ValueError (or TypeError,
+        KeyError) for anything else: the caller rebuilds the state from the log instead."""
         if isinstance(data, list):
             producers, read = data, _outcome_v1
-        elif isinstance(data, dict) and data.get("version") == SNAPSHOT_VERSION:
+        elif isinstance(data, dict) and data.get("version") in (2, SNAPSHOT_VERSION):
             producers, read = data["producers"], _outcome_v2
         else:
             raise ValueError(f"not a producer snapshot this version reads: "
                              f"{str(data)[:80]}")
         states = cls(max_producers)
-        for pid, epoch, next_sequence, recent in producers:
+        for pid, epoch, next_sequence, recent, *txn in producers:
+            txn_first, coordinator_epoch = txn or (NO_TXN, -1)
             states._producers[pid] = _Producer(epoch, next_sequence, collections.deque(
                 ((entry[0], entry[1], read(entry[2:])) for entry in recent),
-                maxlen=RECENT_BATCHES))
+                maxlen=RECENT_BATCHES), int(txn_first), int(coordinator_epoch))
+        opened = sorted((s.txn_first, pid) for pid, s in states._producers.items()
+                        if s.txn_first != NO_TXN)
+        states._ongoing = {pid: first for first, pid in opened}
         return states
 
 
-SNAPSHOT_VERSION = 2
+SNAPSHOT_VERSION = 3
 _V1_REFUSAL = Refusal(InvalidRecordError.__name__, "refused when first sent (the reason was "
                       "not kept by the raylog version that snapshotted it)")
 

@@ -5,6 +5,8 @@ Directory layout::
     00000000000000000000.log        segments, named by base offset (see segment.py)
     00000000000000000000.index      sparse offset index (see index.py)
     00000000000000000000.timeindex  time index
+    00000000000000000000.txnindex   aborted transactions whose markers are in the segment
+                                    (see txn_index.py; only once there is one)
     recovery-point-checkpoint       offset below which everything was fsynced
     high-watermark-checkpoint       the replica's last checkpointed high watermark
     .clean-shutdown                 present only while the log is closed cleanly
@@ -45,6 +47,7 @@ from raylog.errors import (
     RecordTooLargeError,
     StorageError,
 )
+from raylog.records.control import Marker, read_marker
 from raylog.records.header import NO_LEADER_EPOCH, BatchHeader, iter_headers, validate_batch
 from raylog.records.payload import check_payload, decode, offsets_of
 from raylog.storage import files
@@ -64,6 +67,7 @@ from raylog.storage.handoff import (
     retire,
 )
 from raylog.storage.segment import LogSegment, log_bases
+from raylog.storage.txn_index import AbortedTxn
 from raylog.util.clocks import wall_clock_ms
 
 logger = logging.getLogger(__name__)
@@ -199,6 +203,9 @@ class PartitionLog:
         if not self._segments:
             self._segments.append(
                 LogSegment(self.directory, 0, self.config.index_interval_bytes, create=True))
+        # Entries past a cut tail go; a corrupt file is emptied, and the log's owner, which
+        # knows where each transaction began, rebuilds the entries from the batches.
+        self.txn_index_damaged = not all([s.load_txn_index() for s in self._segments])
         self._recovery_checkpoint.write(self.log_end_offset)
         return RecoveryInfo(clean, recovered, truncated, dropped)
 
@@ -367,6 +374,7 @@ class PartitionLog:
         self._synced_end = max(self._synced_end, old.next_offset)
         old.index.flush()
         old.time_index.flush()
+        old.txn_index.sync()  # a snapshot taken after the roll counts on its entries
         segment = LogSegment(self.directory, base, self.config.index_interval_bytes,
                              create=True)
         self._segments.append(segment)
@@ -478,6 +486,57 @@ class PartitionLog:
                     yield header
             if segment.damaged_at is not None:
                 return
+
+    def replay(self, start: int = 0) -> Iterator[tuple[BatchHeader, Marker | None]]:
+        """As :meth:`verified_headers`, each header with the marker of its batch if it is a
+        control batch (None otherwise): what rebuilding producer state reads. A control
+        batch whose CRCs match but whose record is not a marker cannot have been written by
+        a leader (Partition.write_marker builds them, producers' are refused): it raises
+        CorruptRecordError rather than be read as anything."""
+        for segment in self._segments:
+            if segment.next_offset <= start:
+                continue
+            for header, buf, pos in segment.verified_batches():
+                if header.next_offset > start:
+                    yield header, read_marker(header, buf, pos) if header.control else None
+            if segment.damaged_at is not None:
+                return
+
+    # -- the aborted-transaction index ---------------------------------------------------------
+
+    def add_aborted(self, entry: AbortedTxn) -> None:
+        """Index an aborted transaction whose abort marker was just appended (at
+        ``entry.last_offset``), in the marker's segment. Written to the page cache; made
+        durable by the next flush, roll or :meth:`sync_txn_indexes`."""
+        self._check_open()
+        self._segments[self._segment_index(entry.last_offset)].txn_index.append(entry)
+
+    def restore_aborted(self, entries: list[AbortedTxn]) -> int:
+        """Add the entries a replay of the log found and the index lacks (a crash between
+        a marker and its entry), durably; entries of markers the log no longer holds are
+        skipped. Returns how many were added."""
+        added = 0
+        for entry in entries:
+            if self.log_start_offset <= entry.last_offset < self.log_end_offset:
+                segment = self._segments[self._segment_index(entry.last_offset)]
+                added += segment.txn_index.restore(entry)
+        if added:
+            self.sync_txn_indexes()
+        return added
+
+    def aborted_transactions(self, start: int, end: int) -> list[AbortedTxn]:
+        """The aborted transactions holding an offset in [start, end), in marker order.
+        Their markers lie at or after ``start``, in any later segment: every segment from
+        the one holding ``start`` is looked at (their entries are in memory)."""
+        out = []
+        for segment in self._segments[self._segment_index(start):]:
+            out.extend(segment.txn_index.overlapping(start, end))
+        return out
+
+    def sync_txn_indexes(self) -> None:
+        """fsync the aborted-transaction entries written since the last sync."""
+        for segment in self._segments:
+            segment.txn_index.sync()
 
     def offsets_for_time(self, timestamp: int, max_offset: int | None = None
                          ) -> tuple[int, int] | None:

@@ -1,4 +1,5 @@
-"""One segment of a partition log: a file of whole batches and its two indexes."""
+"""One segment of a partition log: a file of whole batches, its two indexes and its
+aborted-transaction index (txn_index.py)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from raylog.records.header import (
 )
 from raylog.storage import files
 from raylog.storage.index import OffsetIndex, TimeIndex
+from raylog.storage.txn_index import TXN_INDEX_SUFFIX, TxnIndex
 
 logger = logging.getLogger(__name__)
 
@@ -49,10 +51,14 @@ def log_bases(names: set[str] | list[str]) -> list[int]:
                   if name.endswith(LOG_SUFFIX) and name[:-len(LOG_SUFFIX)].isdigit())
 
 
-def segment_files(base_offset: int, suffix: str = "") -> tuple[str, str, str]:
-    """The names of a segment's three files (the log, its index, its time index)."""
+_EXTENSIONS = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+
+
+def segment_files(base_offset: int, suffix: str = "") -> tuple[str, ...]:
+    """The names of a segment's four files (the log, its index, its time index, its
+    aborted-transaction index: the last exists only once it has an entry)."""
     stem = segment_name(base_offset)
-    return tuple(stem + ext + suffix for ext in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX))
+    return tuple(stem + ext + suffix for ext in _EXTENSIONS)
 
 
 class IndexMismatchError(CorruptRecordError):
@@ -60,7 +66,10 @@ class IndexMismatchError(CorruptRecordError):
 
 
 class LogSegment:
-    """A file ``<base offset, 20 digits>.log`` of batches, with ``.index`` and ``.timeindex``.
+    """A file ``<base offset, 20 digits>.log`` of batches, with ``.index`` and ``.timeindex``
+    and, once it holds an abort marker, ``.txnindex`` (``txn_index``: kept in step with the
+    batches by its log: appended after an abort marker, cut by :meth:`truncate_to`, loaded
+    and checked by :meth:`load_txn_index`).
 
     Invariants: the file holds whole batches in increasing, non-overlapping offset order,
     each with ``base_offset <= offset < base_offset + 2**32``; ``size`` is the file length and
@@ -83,6 +92,7 @@ class LogSegment:
         self.path = self.directory / (stem + LOG_SUFFIX + suffix)
         self.index = OffsetIndex(self.directory / (stem + INDEX_SUFFIX + suffix))
         self.time_index = TimeIndex(self.directory / (stem + TIME_INDEX_SUFFIX + suffix))
+        self.txn_index = TxnIndex(self.directory / (stem + TXN_INDEX_SUFFIX + suffix))
         self._fd = files.create(self.path, os.O_RDWR | (os.O_TRUNC if create else 0))
         # A segment dropped without close() (its log abandoned, as after a crash in a test
         # or a failed open) gives its descriptor back, as Python's file objects do.
@@ -97,6 +107,7 @@ class LogSegment:
         if create:
             self.index.clear()
             self.time_index.clear()
+            self.txn_index.clear()
             # Durable before anything is appended to it or a checkpoint counts on it.
             files.fsync_dir(self.directory)
 
@@ -191,6 +202,13 @@ class LogSegment:
         that fails, mark the segment damaged there (nothing from there on is served, nothing
         is cut) and stop: what is rebuilt from headers (producer state, the epoch cache)
         never takes a damaged batch's word."""
+        for header, _, _ in self.verified_batches(chunk_bytes):
+            yield header
+
+    def verified_batches(self, chunk_bytes: int = 1 << 20
+                         ) -> Iterator[tuple[BatchHeader, bytes, int]]:
+        """As :meth:`verified_headers`, yielding ``(header, buffer, pos)``: the batch is
+        ``buffer[pos:pos + header.size]`` (for a replay that reads markers)."""
         end = self.size if self.damaged_at is None else self.damaged_at
         position = 0
         while position < end:
@@ -199,7 +217,7 @@ class LogSegment:
             try:
                 for pos, header in iter_headers(data, verify=True):
                     good = pos + header.size
-                    yield header
+                    yield header, data, pos
             except CorruptRecordError as e:
                 self.damaged_at = position + good
                 logger.error("%s is damaged at byte %d (%s): nothing there or after it is "
@@ -449,6 +467,7 @@ class LogSegment:
         self.size = position
         self.index.truncate_to_position(position)
         self.time_index.truncate_to_offset(header.base_offset - self.base_offset)
+        self.txn_index.truncate_to(header.base_offset)
         try:
             self._restore_tail()
         except CorruptRecordError:
@@ -471,6 +490,20 @@ class LogSegment:
         self.sync()
         self.index.flush(fsync=True)
         self.time_index.flush(fsync=True)
+        self.txn_index.sync()
+
+    def load_txn_index(self) -> bool:
+        """Load the aborted-transaction index once the batches are known (``next_offset``
+        set): entries past the end go. False, with the file emptied, if it was corrupt: the
+        log's owner then rebuilds the entries from the batches."""
+        try:
+            self.txn_index.load(self.base_offset, self.next_offset)
+        except CorruptRecordError as e:
+            logger.error("%s; it is rebuilt from the batches", e)
+            self.txn_index.clear()
+            self.txn_index.sync()
+            return False
+        return True
 
     def reader(self) -> LogSegment:
         """A read-only copy for another thread: the batches of this segment as it is now,
@@ -482,6 +515,8 @@ class LogSegment:
         copy = object.__new__(LogSegment)
         copy.__dict__.update(self.__dict__)
         copy._fd = os.dup(self._fd)
+        copy.txn_index = TxnIndex(self.txn_index.path)  # the entries of now, not later ones
+        copy.txn_index.entries = list(self.txn_index.entries)
         copy._release = weakref.finalize(copy, os.close, copy._fd)
         return copy
 
@@ -492,21 +527,23 @@ class LogSegment:
             self._fd = -1
 
     def delete(self, *, sync: bool = True) -> None:
-        """Close and remove the three files; returns once the removal is durable (with
+        """Close and remove the four files; returns once the removal is durable (with
         ``sync=False``, the caller syncs the directory)."""
         self.close()
-        for path in (self.path, self.index.path, self.time_index.path):
+        # The transaction index first: a crash must not leave it behind for a later
+        # segment of the same base offset to take as its own.
+        for path in (self.txn_index.path, self.path, self.index.path, self.time_index.path):
             files.remove(path)
         if sync:
             files.fsync_dir(self.directory)
 
     def rename_suffix(self, suffix: str, *, sync: bool = True) -> None:
-        """Rename all three files to carry ``suffix`` ("" for the final names); returns
+        """Rename all four files to carry ``suffix`` ("" for the final names); returns
         once the renames are durable (with ``sync=False``, the caller syncs the
         directory)."""
         stem = segment_name(self.base_offset)
         for attr, ext in (("path", LOG_SUFFIX), ("index", INDEX_SUFFIX),
-                          ("time_index", TIME_INDEX_SUFFIX)):
+                          ("time_index", TIME_INDEX_SUFFIX), ("txn_index", TXN_INDEX_SUFFIX)):
             holder = self if attr == "path" else getattr(self, attr)
             new = self.directory / (stem + ext + suffix)
             if holder.path.exists():

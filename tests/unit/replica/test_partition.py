@@ -243,7 +243,7 @@ def test_fetch_returns_data_only_below_the_hw(partition):
 
 def test_fetch_at_the_hw_is_empty_and_beyond_the_log_end_out_of_range(partition):
     append_batches(partition, 1)
-    assert partition.fetch(3, 1 << 20, leader_epoch=0) == (b"", 3, 0, 3)
+    assert partition.fetch(3, 1 << 20, leader_epoch=0) == (b"", 3, 0, 3, -1, None)
     with pytest.raises(OffsetOutOfRangeError):
         partition.fetch(4, 1 << 20, leader_epoch=0)
 

@@ -15,9 +15,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from raylog.records import Codec, iter_batches, read_records
+from raylog.replica.partition import LeaderAndIsr, Partition
 from raylog.storage import LogConfig, PartitionLog
 from raylog.storage.log import CLEAN_SHUTDOWN_FILE
+from raylog.storage.txn_index import AbortedTxn
 from tests.unit.logutil import FakeClock, all_records, batch_of
+from tests.unit.txnutil import ABORT, txn_batch
 
 NOW = 1_700_000_000_000
 CONFIG = LogConfig(segment_bytes=4096, index_interval_bytes=300, retention_ms=None)
@@ -239,3 +242,39 @@ def test_opening_a_log_lists_its_directory_once(tmp_path, monkeypatch):
         assert not [p for p in directory.iterdir() if "999" in p.name]
     finally:
         log.close()
+
+
+class _Crash(Exception):
+    pass
+
+
+def test_a_crash_between_an_abort_marker_and_its_index_entry(tmp_path, no_fsync):
+    """The marker is in the log, its aborted-transaction entry is not: opening puts the
+    entry back (the log is the truth), and read_committed readers never see the aborted
+    records."""
+    live = tmp_path / "live"
+    p = Partition("t", 0, PartitionLog(live, CONFIG, clock=FakeClock(NOW)), 1)
+    p.apply(LeaderAndIsr(1, 0, 0, (1,), (1,)))
+    p.append(batch_of([b"before"]), leader_epoch=0)
+    p.append(txn_batch([b"aborted"], 7), leader_epoch=0)
+    p.append(batch_of([b"after"]), leader_epoch=0)
+
+    def crash(entry: AbortedTxn) -> None:
+        crash_copy(live, tmp_path / "crashed")  # what the disk holds at this moment
+        raise _Crash
+
+    p.log.add_aborted = crash
+    with pytest.raises(_Crash):
+        p.write_marker(7, 0, ABORT, 0, leader_epoch=0)
+    p.log.close()
+    assert not list((tmp_path / "crashed").glob("*.txnindex"))
+    log = PartitionLog(tmp_path / "crashed", CONFIG, clock=FakeClock(NOW))
+    assert log.log_end_offset == 4  # the marker is there
+    reopened = Partition("t", 0, log, 1)
+    reopened.apply(LeaderAndIsr(1, 1, 1, (1,), (1,)))
+    assert log.aborted_transactions(0, 4) == [AbortedTxn(7, 1, 3, 4)]
+    assert list((tmp_path / "crashed").glob("*.txnindex"))
+    log.update_high_watermark(4)
+    table = reopened.read_table(0, 4, 1, isolation="read_committed")
+    assert table.column("value").to_pylist() == [b"before", b"after"]
+    reopened.close()

@@ -1,0 +1,37 @@
+"""A consumer never shows a transaction marker (a control batch) as a record: it moves past
+it. Over the fake cluster of tests/unit/fake_remote.py, no Ray."""
+
+from __future__ import annotations
+
+import raylog.client.consumer as consumer_module
+from raylog.client.consumer import Consumer
+from raylog.records import stamp
+from raylog.records.control import MarkerType, control_batch
+from raylog.types import TopicPartition
+from tests.unit import fake_remote
+from tests.unit.fake_remote import FakeController
+from tests.unit.logutil import batch_of
+
+
+def test_a_consumer_skips_markers(monkeypatch):
+    fake_remote.install(monkeypatch, consumer_module)
+    controller = FakeController()
+    controller.add_topic("t", 1)
+    partition = controller.topics["t"][0]
+    partition.append(batch_of([b"a", b"b"]))
+    marker = bytearray(control_batch(MarkerType.COMMIT, producer_id=3, producer_epoch=0,
+                                     coordinator_epoch=0, timestamp=1))
+    stamp(marker, len(partition.values), partition.leader_epoch)
+    partition.batches.append(bytes(marker))
+    partition.values.append(None)  # the marker takes an offset
+    partition.append(batch_of([b"c"]))
+    consumer = Consumer(cluster=fake_remote.fake_cluster(controller),
+                        auto_offset_reset="earliest")
+    consumer.assign([TopicPartition("t", 0)])
+    got = []
+    for _ in range(50):
+        got += consumer.poll(timeout_ms=100)
+        if len(got) >= 3:
+            break
+    consumer.close()
+    assert [(r.offset, r.value) for r in got] == [(0, b"a"), (1, b"b"), (3, b"c")]

@@ -1,0 +1,34 @@
+"""Batches of transactions for tests: a transactional producer's data batches and markers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+from raylog.records import PAYLOAD_SCHEMA, Codec, encode
+from raylog.records.control import MarkerType, control_batch
+
+NOW = 1_700_000_000_000
+
+
+def txn_batch(values: Sequence[bytes], producer_id: int, producer_epoch: int = 0,
+              base_sequence: int = 0, *, ts: int = NOW, keys: Sequence[bytes] | None = None
+              ) -> bytes:
+    """A transactional producer's batch of ``values`` (unstamped)."""
+    n = len(values)
+    columns = pa.record_batch([[ts] * n, list(keys) if keys else [None] * n, list(values),
+                               [[] for _ in range(n)]], schema=PAYLOAD_SCHEMA)
+    return encode(columns, codec=Codec.NONE, producer_id=producer_id,
+                  producer_epoch=producer_epoch, base_sequence=base_sequence,
+                  transactional=True)
+
+
+def marker(kind: MarkerType, producer_id: int, producer_epoch: int = 0,
+           coordinator_epoch: int = 0, *, ts: int = NOW) -> bytes:
+    """A commit or abort marker (unstamped)."""
+    return control_batch(kind, producer_id=producer_id, producer_epoch=producer_epoch,
+                         coordinator_epoch=coordinator_epoch, timestamp=ts)
+
+
+COMMIT, ABORT = MarkerType.COMMIT, MarkerType.ABORT
