@@ -11,11 +11,14 @@ change, so there is nothing to give up for. A marker sent again is harmless (the
 second marker of a transaction it already ended without change). When every partition has
 it, ``markers_done`` writes COMPLETE_* (retried while the id is busy or the write times out).
 
-It stops early in two cases only: a partition says a coordinator with a newer epoch wrote
-there (TransactionCoordinatorFencedError: this one was replaced, its successor owns the
-work), or the topic is gone (nothing to end there: that partition counts as done, as in
-Kafka). A work whose run ended otherwise (a bug) is simply handed over again: the host
-submits ``pending_markers()`` periodically, and work already running is not started twice.
+A partition counts as done without its marker when its topic is gone (nothing to end there)
+or when it has seen a newer epoch of the producer (ProducerFencedError: its transaction
+there was ended already, by a marker at a later fence). The work stops without completing
+when a partition says a coordinator with a newer epoch wrote there
+(TransactionCoordinatorFencedError: this one was replaced, its successor owns the work; it
+is not taken again). A work whose run ended otherwise (a bug) is simply handed over again:
+the host submits ``pending_markers()`` periodically, and work already running is not
+started twice.
 
 Plain asyncio over the two seams; one event loop; not thread-safe.
 """
@@ -27,6 +30,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from raylog.errors import (
+    ProducerFencedError,
     RaylogError,
     TransactionCoordinatorFencedError,
     UnknownPartitionError,
@@ -57,6 +61,7 @@ class MarkerWriter:
         self._markers_done = markers_done
         self._backoff_s = backoff_s
         self.running: dict[tuple, asyncio.Task] = {}
+        self.superseded: set[tuple] = set()  # work a newer coordinator owns: never again
         self.written = 0
         self.completed = 0
 
@@ -65,9 +70,12 @@ class MarkerWriter:
         return (work.transactional_id, work.producer_id, work.producer_epoch, work.commit,
                 work.coordinator_epoch)
 
-    def submit(self, work: MarkerWork) -> asyncio.Task:
-        """Start writing ``work``'s markers, unless it is being written; its task."""
+    def submit(self, work: MarkerWork) -> asyncio.Task | None:
+        """Start writing ``work``'s markers, unless it is being written; its task (None for
+        work a newer coordinator took over)."""
         key = self._key(work)
+        if key in self.superseded:
+            return None
         task = self.running.get(key)
         if task is None:
             task = self.running[key] = asyncio.get_running_loop().create_task(self._run(work))
@@ -99,6 +107,7 @@ class MarkerWriter:
         except* TransactionCoordinatorFencedError as fenced:
             superseded = fenced.exceptions[0]
         if superseded is not None:
+            self.superseded.add(self._key(work))
             logger.warning("transactional id %s: a newer transaction coordinator wrote markers "
                            "(%r); this one leaves the work to it", work.transactional_id,
                            superseded)
@@ -115,6 +124,12 @@ class MarkerWriter:
             except (UnknownTopicError, UnknownPartitionError) as e:
                 logger.info("transactional id %s: no %s marker for %s:%d, which is gone (%s)",
                             work.transactional_id, kind, tp.topic, tp.partition, e)
+                return
+            except ProducerFencedError as e:
+                logger.warning("transactional id %s: %s:%d has a newer epoch of producer %d "
+                               "than the %s marker's (%s); nothing left to end there",
+                               work.transactional_id, tp.topic, tp.partition,
+                               work.producer_id, kind, e)
                 return
             except TransactionCoordinatorFencedError:
                 raise

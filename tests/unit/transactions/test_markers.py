@@ -15,6 +15,7 @@ from raylog.errors import (
     InternalError,
     LeaderNotAvailableError,
     NotLeaderError,
+    ProducerFencedError,
     RequestTimeoutError,
     TransactionCoordinatorFencedError,
     UnknownTopicError,
@@ -149,20 +150,25 @@ def test_a_newer_coordinator_at_a_partition_ends_the_work_without_completing_it(
         writer = MarkerWriter(leaders, done, backoff_s=FAST)
         await finished(writer, work(A0, A1, B0))
         assert writer.idle()
+        assert writer.submit(work(A0, A1, B0)) is None  # handed over again: not taken
 
     run(scenario())
     assert done.calls == []
 
 
-def test_a_deleted_topic_counts_as_marked():
+@pytest.mark.parametrize("error", [UnknownTopicError("unknown topic 'b'"),
+                                   ProducerFencedError("epoch 3 > 0 at b-0")],
+                         ids=["deleted topic", "newer producer epoch"])
+def test_a_partition_past_the_transaction_counts_as_marked(error):
     leaders, done = Leaders(), Done()
-    leaders.failures[B0] = [UnknownTopicError("unknown topic 'b'")]
+    leaders.failures[B0] = [error]
 
     async def scenario() -> None:
         await finished(MarkerWriter(leaders, done, backoff_s=FAST), work(A0, B0))
 
     run(scenario())
     assert [tp for tp, _ in leaders.taken] == [A0] and len(done.calls) == 1
+    assert leaders.tries[B0] == 1
 
 
 def test_close_stops_the_work_in_progress():
