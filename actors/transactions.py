@@ -42,6 +42,7 @@ from raylog.transactions.markers import MarkerWriter
 from raylog.transactions.state import MarkerWork
 from raylog.transactions.writer import StateWriter
 from raylog.types import TopicPartition
+from raylog.util import faults
 
 logger = logging.getLogger(__name__)
 
@@ -182,6 +183,8 @@ class TransactionService:
         work = await coordinator.end_transaction(transactional_id, producer_id,
                                                  producer_epoch, commit)
         if work is not None:
+            # (a fault test kills the controller here: decided, and no marker written yet)
+            faults.point("controller.txn_prepared")
             self.markers.submit(work)
 
     # -- operators ---------------------------------------------------------------------------
