@@ -29,7 +29,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 from raylog import errors
 from raylog.metadata.topics import CONSUMER_OFFSETS_TOPIC
@@ -221,3 +222,41 @@ class OffsetsWriter:
         if self.epoch > MAX_PRODUCER_EPOCH:
             self.producer_id, self.epoch = self._new_producer_id(), 0
         self.next_sequence = 0
+
+
+class PartitionWriters:
+    """The writers of one topic's partitions, each made and started (``start`` runs its loop
+    in the background and returns the task) on first use; :meth:`close` stops them."""
+
+    def __init__(self, append: Append, new_producer_id: Callable[[], int],
+                 start: Callable[[Coroutine[Any, Any, None]], object], *,
+                 backoff_s: tuple[float, float] = BACKOFF_S,
+                 topic: str = CONSUMER_OFFSETS_TOPIC) -> None:
+        self._append = append
+        self._new_producer_id = new_producer_id
+        self._start = start
+        self._backoff_s = backoff_s
+        self._topic = topic
+        self.by_partition: dict[int, OffsetsWriter] = {}
+        self._tasks: list[object] = []
+
+    def __call__(self, partition: int) -> OffsetsWriter:
+        writer = self.by_partition.get(partition)
+        if writer is None:
+            writer = self.by_partition[partition] = OffsetsWriter(
+                partition, self._append, self._new_producer_id, backoff_s=self._backoff_s,
+                topic=self._topic)
+            self._tasks.append(self._start(writer.run()))
+        return writer
+
+    def idle(self) -> bool:
+        return all(w.idle() for w in self.by_partition.values())
+
+    def close(self) -> None:
+        """Stop every writer's loop (what they hold is never written)."""
+        for task in self._tasks:
+            cancel = getattr(task, "cancel", None)
+            if cancel is not None:
+                cancel()
+        self._tasks.clear()
+        self.by_partition.clear()

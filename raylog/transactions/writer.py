@@ -16,12 +16,10 @@ nothing of a write that raised). Plain asyncio over an injected ``append``; one 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from raylog.errors import RequestTimeoutError
-from raylog.groups.offsets_writer import BACKOFF_S, Append, OffsetsWriter
+from raylog.groups.offsets_writer import BACKOFF_S, Append, PartitionWriters
 from raylog.groups.store import SettledWrite
 from raylog.metadata.topics import TRANSACTION_STATE_TOPIC
 from raylog.transactions.log import Record
@@ -52,51 +50,27 @@ class StateWriter:
     ``start`` (which runs a coroutine in the background and returns its task)."""
 
     def __init__(self, append: Append, new_producer_id: Callable[[], int],
-                 start: Callable[[Coroutine[Any, Any, None]], asyncio.Task], *,
+                 start: Callable[[Coroutine[Any, Any, None]], object], *,
                  timeout_s: float = WRITE_WAIT_S,
                  backoff_s: tuple[float, float] = BACKOFF_S) -> None:
-        self._append = append
-        self._new_producer_id = new_producer_id
-        self._start = start
         self.timeout_s = timeout_s
-        self._backoff_s = backoff_s
-        self.writers: dict[int, OffsetsWriter] = {}
-        self._tasks: list[asyncio.Task] = []
-
-    def _writer(self, partition: int) -> OffsetsWriter:
-        writer = self.writers.get(partition)
-        if writer is None:
-            writer = self.writers[partition] = OffsetsWriter(
-                partition, self._append, self._new_producer_id, backoff_s=self._backoff_s,
-                topic=TRANSACTION_STATE_TOPIC)
-            self._tasks.append(self._start(writer.run()))
-        return writer
+        self._writers = PartitionWriters(append, new_producer_id, start, backoff_s=backoff_s,
+                                         topic=TRANSACTION_STATE_TOPIC)
 
     async def write(self, partition: int, record: Record) -> None:
         """Append ``record`` to ``partition``; return once it is durable. Raises the
         leader's refusal, or RequestTimeoutError after ``timeout_s``."""
-        write = RecordWrite(record)
-        writer = self._writer(partition)
-        writer.submit(write)
-        try:
-            await asyncio.wait_for(asyncio.shield(write.done), self.timeout_s)
-        except TimeoutError:
-            if writer.withdraw(write):
-                write.settle(None)
-                raise RequestTimeoutError(
-                    f"{TRANSACTION_STATE_TOPIC}-{partition}: the record was not written "
-                    f"within {self.timeout_s:.0f} s; nothing was stored") from None
-            raise RequestTimeoutError(
-                f"{TRANSACTION_STATE_TOPIC}-{partition}: the record is still being written "
-                f"after {self.timeout_s:.0f} s; it may reach the log, where the next record "
-                f"of the id supersedes it") from None
+        name = f"{TRANSACTION_STATE_TOPIC}-{partition}"
+        await RecordWrite(record).submitted(
+            self._writers(partition), self.timeout_s,
+            f"{name}: the record was not written within {self.timeout_s:.0f} s; nothing was "
+            f"stored",
+            f"{name}: the record is still being written after {self.timeout_s:.0f} s; it may "
+            f"reach the log, where the next record of the id supersedes it")
 
     def idle(self) -> bool:
-        return all(w.idle() for w in self.writers.values())
+        return self._writers.idle()
 
     def close(self) -> None:
         """Stop every writer (a coordinator that is replaced: its writes end unsettled)."""
-        for task in self._tasks:
-            task.cancel()
-        self._tasks.clear()
-        self.writers.clear()
+        self._writers.close()
