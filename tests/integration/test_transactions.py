@@ -21,7 +21,7 @@ from raylog.errors import ConcurrentTransactionsError, InvalidTopicError, Produc
 from raylog.metadata.topics import TRANSACTION_STATE_TOPIC
 from raylog.records import iter_headers
 from raylog.records.control import MarkerType, read_marker
-from tests.integration.conftest import restart_controller, wait_for
+from tests.integration.conftest import replica_info, restart_controller, wait_for
 from tests.unit.txnutil import txn_batch
 
 PARTITIONS = 2
@@ -64,12 +64,16 @@ def test_a_commit_is_marked_in_every_partition_and_completes(ray_cluster, topic)
     assert described["state"] == "ONGOING"
     assert described["partitions"] == [f"{topic}:0", f"{topic}:1"]
     epoch = described["coordinator_epoch"]
+    open_here = replica_info(admin, topic, 0)  # the open transaction holds the LSO back
+    assert open_here["last_stable_offset"] == 0 < open_here["high_watermark"]
 
     controller.txn_end(tid, *producer, True)
     wait_for(lambda: state(controller, tid) == "COMPLETE_COMMIT", timeout=60,
              what="the commit to complete")
     for p in range(PARTITIONS):
         assert markers(admin, topic, p) == [(*producer, COMMIT, epoch)]
+        info = replica_info(admin, topic, p)  # the marker is in: stable to the end
+        assert info["last_stable_offset"] == info["high_watermark"] == 3
     assert controller.txn_end(tid, *producer, True) is None  # a retried end: answered alike
     listed = {t["transactional_id"]: t["state"]
               for t in controller.txn_list(["COMPLETE_COMMIT"])}
