@@ -25,7 +25,7 @@ import logging
 import time
 from typing import Any
 
-from ray.exceptions import RayActorError
+from ray.exceptions import ActorUnschedulableError, RayActorError
 
 from actors.groups import OFFSETS_TOPIC_CONFIGS, EnsureTopic
 from actors.hosting import background
@@ -124,7 +124,7 @@ class TransactionService:
                 work.coordinator_epoch, leader_epoch, APPEND_TIMEOUT_MS)
         try:
             await self.leaders.call(tp.topic, tp.partition, call, retry_s=0)
-        except RayActorError as e:
+        except (RayActorError, ActorUnschedulableError) as e:  # dead, or its node is gone
             raise LeaderNotAvailableError(f"{tp.topic}-{tp.partition}: its leader is "
                                           f"unreachable: {e}") from e
 

@@ -39,6 +39,8 @@ class FakeLeader:
         self.ends: dict[tuple[str, int], int] = {}
         self.markers: list[tuple] = []
         self.refuse_markers = 0
+        self.fetch_gate = asyncio.Event()
+        self.fetch_gate.set()
         self.produce = _Remote(self._produce)
         self.fetch = _Remote(self._fetch)
         self.list_offset = _Remote(self._list_offset)
@@ -54,6 +56,7 @@ class FakeLeader:
         return AppendInfo(end, header.last_offset, 0, header.record_count)
 
     async def _fetch(self, topic, partition, epoch, offset, max_bytes, wait_ms, min_bytes):
+        await self.fetch_gate.wait()
         end = self.ends.get((topic, partition), 0)
         data = b"".join(b for b in self.logs.get((topic, partition), [])
                         if next(iter_batches(b))[1].next_offset > offset)
@@ -200,5 +203,26 @@ def test_an_operator_abort_fences_and_aborts():
         assert described["state"] == "PREPARE_ABORT"
         await until(lambda: txns.coordinator.transactions["t"].state.name == "COMPLETE_ABORT")
         assert [m[:2] for m in leader.markers] == [("a", 1)]
+
+    run(scenario())
+
+
+def test_requests_wait_for_the_load_and_then_see_what_it_loaded():
+    access, leader = metadata(), FakeLeader()
+
+    async def scenario() -> None:
+        old = service(access, leader)
+        pid, epoch = await old.txn_init_producer_id("t", 60_000)
+        await old.txn_add_partitions("t", pid, epoch, [("a", 0)])
+        leader.fetch_gate.clear()  # the restarted controller's replay is slow
+        new = service(access, leader)
+        waiting = [asyncio.get_running_loop().create_task(call) for call in (
+            new.txn_describe("t"), new.txn_add_partitions("t", pid, epoch, [("b", 0)]))]
+        await asyncio.sleep(0.05)
+        assert not any(task.done() for task in waiting) and not new.loaded
+        leader.fetch_gate.set()
+        described, _ = await asyncio.wait_for(asyncio.gather(*waiting), 5)
+        assert described["state"] == "ONGOING" and described["partitions"] == ["a:0"]
+        assert (await new.txn_describe("t"))["partitions"] == ["a:0", "b:0"]
 
     run(scenario())
