@@ -42,11 +42,20 @@ def produce(admin: Admin, topic: str, partition: int, producer: tuple[int, int],
 
 def markers(admin: Admin, topic: str, partition: int) -> list[tuple[int, int, MarkerType, int]]:
     """(producer id, epoch, type, coordinator epoch) of every marker below the leader's high
-    watermark."""
+    watermark (a fetch answers from one segment at most: read on to the high watermark)."""
     client = admin._cluster.topic(topic, refresh=True).partitions[partition].leader_client()
-    data = resolve(client.fetch(0, 8 << 20, 0, 1), timeout=60).data
-    return [(h.producer_id, h.producer_epoch, *read_marker(h, data, pos))
-            for pos, h in iter_headers(data) if h.control]
+    found, offset, end = [], 0, None
+    while end is None or offset < end:
+        result = resolve(client.fetch(offset, 8 << 20, 0, 1), timeout=60)
+        end = result.high_watermark
+        for pos, h in iter_headers(result.data):
+            if h.control:
+                found.append((h.producer_id, h.producer_epoch,
+                              *read_marker(h, result.data, pos)))
+            offset = h.last_offset + 1
+        if not result.data:
+            break
+    return found
 
 
 def state(controller, tid: str) -> str:
