@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import time
 import uuid
 
 import pytest
@@ -36,7 +37,8 @@ def produce(admin: Admin, topic: str, partition: int, producer: tuple[int, int],
             values: list[bytes], sequence: int = 0) -> None:
     """A transactional producer's batch, acks=all, to the partition's leader."""
     client = admin._cluster.topic(topic, refresh=True).partitions[partition].leader_client()
-    batch = txn_batch(values, producer[0], producer[1], sequence)
+    # Timestamped now: retention must not take the records (txn_batch's default is 2023).
+    batch = txn_batch(values, producer[0], producer[1], sequence, ts=int(time.time() * 1000))
     resolve(client.append(batch, "all"), timeout=60)
 
 
@@ -44,7 +46,8 @@ def markers(admin: Admin, topic: str, partition: int) -> list[tuple[int, int, Ma
     """(producer id, epoch, type, coordinator epoch) of every marker below the leader's high
     watermark (a fetch answers from one segment at most: read on to the high watermark)."""
     client = admin._cluster.topic(topic, refresh=True).partitions[partition].leader_client()
-    found, offset, end = [], 0, None
+    found, end = [], None
+    offset = resolve(client.list_offset("earliest"), timeout=60)[0]
     while end is None or offset < end:
         result = resolve(client.fetch(offset, 8 << 20, 0, 1), timeout=60)
         end = result.high_watermark
