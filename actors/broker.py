@@ -277,6 +277,19 @@ class BrokerActor(ReplicaHost):
         return await _forward(host.produce.remote(topic, partition, leader_epoch, batch,
                                                   acks, timeout_ms))
 
+    async def write_txn_marker(self, topic: str, partition: int, producer_id: int,
+                               producer_epoch: int, commit: bool, coordinator_epoch: int,
+                               leader_epoch: int, timeout_ms: int = 30_000
+                               ) -> AppendInfo | None:
+        host = self.hosts.elsewhere((topic, partition))
+        if host is None:
+            return await ReplicaHost.write_txn_marker(
+                self, topic, partition, producer_id, producer_epoch, commit, coordinator_epoch,
+                leader_epoch, timeout_ms)
+        return await _forward(host.write_txn_marker.remote(
+            topic, partition, producer_id, producer_epoch, commit, coordinator_epoch,
+            leader_epoch, timeout_ms))
+
     async def fetch(self, topic: str, partition: int, leader_epoch: int, offset: int,
                     max_bytes: int = 8 << 20, max_wait_ms: int = 0, min_bytes: int = 1
                     ) -> FetchResult:

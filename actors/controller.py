@@ -12,16 +12,19 @@ clients ask it for metadata and then call brokers directly.
 It is a shell over parts that never hold it (docs/architecture.md, "The controller's
 parts"): the metadata (raylog/metadata/access.py), brokers and elections
 (actors/broker_manager.py), topics (actors/topic_manager.py), partition moves
-(actors/partition_moves.py), groups (actors/groups.py) and the Spark connector's calls
-(actors/java_api.py). Its API is the list of what each part serves.
+(actors/partition_moves.py), groups (actors/groups.py), transactions
+(actors/transactions.py) and the Spark connector's calls (actors/java_api.py). Its API is
+the list of what each part serves.
 
 Its loop (every RECONCILE_INTERVAL_S): register new broker nodes, expire group members whose
-session ran out, give leaderless partitions a leader when one can be had, move reassigned
-partitions on, and replace the replicas of brokers gone for longer than
-``RAYLOG_REPLACE_BROKER_AFTER_S``. Each step runs as a task of its own, at most one of each
-at a time, so a step that waits (member expiry persisting to ``__consumer_offsets``, a broker
-node slow to identify itself) delays only itself; no step waits for a broker to take what it
-is told (actors/channels.py), and no remote call is awaited while ``lock`` is held. Brokers'
+session ran out, abort transactions past their timeout (loading the transaction coordinator
+after a restart, so that it finishes what its predecessor decided), give leaderless
+partitions a leader when one can be had, move reassigned partitions on, and replace the
+replicas of brokers gone for longer than ``RAYLOG_REPLACE_BROKER_AFTER_S``. Each step runs
+as a task of its own, at most one of each at a time, so a step that waits (member expiry
+persisting to ``__consumer_offsets``, a broker node slow to identify itself) delays only
+itself; no step waits for a broker to take what it is told (actors/channels.py), and no
+remote call is awaited while ``lock`` is held. Brokers'
 sessions are checked beside the loop (actors/broker_manager.py).
 """
 
@@ -46,6 +49,7 @@ from actors.java_api import JavaApi
 from actors.kafka_groups import KafkaGroupService
 from actors.partition_moves import PartitionMoves
 from actors.topic_manager import CALL_TIMEOUT_S, TopicManager
+from actors.transactions import TransactionService
 from raylog.metadata import MetadataStore
 from raylog.metadata import state as events
 from raylog.metadata.access import MetadataAccess
@@ -105,6 +109,8 @@ class ControllerActor:
                                    self.topics.ensure_internal_topic,
                                    expiry_every_s=RECONCILE_INTERVAL_S)
         self.kafka_groups = KafkaGroupService(self.groups)
+        self.transactions = TransactionService(self.access, self.brokers.leader,
+                                               self.topics.ensure_internal_topic)
         self.java = JavaApi(self.topics, self.brokers)
         self._steps: dict[str, asyncio.Task] = {}  # the reconcile steps running
         self._loop: asyncio.Task | None = None
@@ -155,6 +161,16 @@ class ControllerActor:
     kafka_committed = served_by("kafka_groups", KafkaGroupService.committed)
     kafka_describe_groups = served_by("kafka_groups", KafkaGroupService.describe_groups)
     kafka_list_groups = served_by("kafka_groups", KafkaGroupService.list_groups)
+
+    # -- the API: transactions (the transaction coordinator's; docs/transactions.md) -----------
+
+    txn_init_producer_id = served_by("transactions", TransactionService.txn_init_producer_id)
+    txn_add_partitions = served_by("transactions", TransactionService.txn_add_partitions)
+    txn_add_offsets = served_by("transactions", TransactionService.txn_add_offsets)
+    txn_end = served_by("transactions", TransactionService.txn_end)
+    txn_list = served_by("transactions", TransactionService.txn_list)
+    txn_describe = served_by("transactions", TransactionService.txn_describe)
+    txn_abort = served_by("transactions", TransactionService.txn_abort)
 
     # -- the API: the Spark connector (JSON in and out; a RaylogError leaves as JavaCallError) --
 
@@ -215,6 +231,7 @@ class ControllerActor:
     def _reconcile(self) -> None:
         """Start each step of a round that is not still running from an earlier round."""
         for name, step in (("members", self.groups.expire_members),
+                           ("transactions", self.transactions.expire_transactions),
                            ("registration", self.brokers.register),
                            ("partitions", self._partition_steps),
                            ("metrics", self._report_metrics)):

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -26,10 +25,10 @@ from ray.exceptions import ActorDiedError, ActorUnschedulableError, RayActorErro
 
 from actors.actor_notices import actor_notices
 from actors.hosting import background
+from actors.leader_calls import LEADER_RETRY_S, Leader, LeaderCalls, Loading
 from raylog.errors import (
     InvalidArgumentError,
     InvalidConfigError,
-    LeaderNotAvailableError,
     OffsetOutOfRangeError,
     RaylogError,
     RequestTimeoutError,
@@ -50,7 +49,6 @@ from raylog.metadata.topics import (
     topic_partitions,
     topic_pattern,
 )
-from raylog.records import iter_batches, read_records
 from raylog.records.header import random_producer_id
 from raylog.storage import AppendInfo
 from raylog.types import TopicPartition
@@ -61,13 +59,8 @@ logger = logging.getLogger(__name__)
 
 OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": 64 << 20,
                          "retention.ms": None}
-LEADER_RETRY_S = 30.0  # how long a request rides out a leader change of __consumer_offsets
-LEADER_ANSWER_S = 15.0  # one request to a leader waits this long for its answer
-LOAD_WAIT_MS = 500     # a loading fetch waits this long for the high watermark to move
 LOAD_WAIT_S = 60.0     # an RPC waits this long for the groups to load, then answers retriably
 WRITE_WAIT_S = 30.0    # an RPC waits this long for its record to be in __consumer_offsets
-APPEND_TIMEOUT_MS = 10_000  # one send of a batch: the leader's wait for its ISR ...
-APPEND_ANSWER_S = 15.0      # ... and ours for any answer (a paused broker gives none)
 
 
 class MemberActor:
@@ -162,8 +155,6 @@ class MemberWatch:
         return "ALIVE"
 
 
-# (the broker actor leading a partition, its leader epoch); LeaderNotAvailableError if none
-Leader = Callable[[str, int], tuple[ray.actor.ActorHandle, int]]
 # Create an internal topic (name, partitions, configs) if missing, once the brokers are known
 EnsureTopic = Callable[[str, int, dict[str, Any]], Awaitable[None]]
 
@@ -178,7 +169,7 @@ class GroupService:
                  member_actor: Callable[[ray.actor.ActorHandle], MemberActor] = MemberActor,
                  expiry_every_s: float = 1.0) -> None:
         self.access = access
-        self._leader = leader
+        self.leaders = LeaderCalls(leader)
         self._ensure_topic = ensure_topic
         # expire_members runs every expiry_every_s: a longer gap is the controller's own.
         self._own_stalls = OwnStalls(expiry_every_s, expiry_every_s + CONTROLLER_STALL_S)
@@ -191,7 +182,9 @@ class GroupService:
         # Told when a group's grants may change (a Kafka member's SyncGroup waits on it).
         self.grants_may_change: Callable[[str], None] = lambda group_id: None
         self.store: GroupStore | None = None
-        self._loaded: asyncio.Task | None = None
+        self._loading = Loading(
+            self._load, f"the group coordinator is still loading {CONSUMER_OFFSETS_TOPIC}",
+            LOAD_WAIT_S)
         self.generations_at_load: dict[str, int] = {}  # for metrics: what was there before
         self._member_actor = member_actor
         # actor id -> (the coordinator, the watch of its members there)
@@ -199,47 +192,16 @@ class GroupService:
 
     @property
     def loaded(self) -> bool:
-        loading = self._loaded
-        return loading is not None and loading.done() and not loading.cancelled() and \
-            loading.exception() is None
+        return self._loading.done
 
     async def _ready(self) -> GroupStore:
         """The store, once the groups are loaded; RequestTimeoutError (retriable) if that
         takes longer than LOAD_WAIT_S."""
-        loading = self._loaded
-        if loading is None or (loading.done() and loading.exception() is not None):
-            # First use, or the last load failed (say, its broker was offline): load again.
-            loading = self._loaded = asyncio.get_running_loop().create_task(self._load())
-        try:
-            await asyncio.wait_for(asyncio.shield(loading), LOAD_WAIT_S)
-        except TimeoutError:
-            raise RequestTimeoutError(
-                f"the group coordinator is still loading {CONSUMER_OFFSETS_TOPIC}; try "
-                f"again") from None
+        await self._loading.wait()
         return self.store
 
     def _topics(self) -> dict[str, int]:
         return self.access.user_topics()
-
-    async def _leader_call(self, topic: str, partition: int, call: Any,
-                           retry_s: float = LEADER_RETRY_S) -> Any:
-        """``call(handle, leader_epoch)`` on the partition's leader, retried for ``retry_s``
-        while the leadership moves (a broker went, its leader is being elected); each try
-        waits LEADER_ANSWER_S at most (a paused broker does not answer)."""
-        deadline = time.monotonic() + retry_s
-        while True:
-            try:
-                handle, epoch = self._leader(topic, partition)
-                try:
-                    return await asyncio.wait_for(call(handle, epoch), LEADER_ANSWER_S)
-                except TimeoutError:
-                    raise RequestTimeoutError(f"{topic}-{partition}: its leader did not answer "
-                                              f"within {LEADER_ANSWER_S:.0f} s") from None
-            except (RaylogError, RayActorError) as e:
-                retriable = getattr(e, "retriable", True)
-                if not retriable or time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.1)
 
     async def _load(self) -> None:
         """Create __consumer_offsets if missing (which waits until the brokers serving it
@@ -254,28 +216,9 @@ class GroupService:
         topic = self.access.state.topic(CONSUMER_OFFSETS_TOPIC)
         loaded = 0
         for p in topic.partitions:
-            offset = (await self._list_offset(topic.name, p.partition, "earliest"))[0]
-            # Up to the leader's log end as the load starts, not to its high watermark: right
-            # after a failover a new leader's high watermark lags what was acknowledged until
-            # its followers have fetched, and a commit skipped here would go backwards.
-            end = deadline = None
-            while end is None or offset < end:
-                wait = 0 if end is None else LOAD_WAIT_MS  # the first one only looks
-                result = await self._leader_call(
-                    topic.name, p.partition,
-                    lambda h, e, o=offset, i=p.partition, w=wait: h.fetch.remote(
-                        topic.name, i, e, o, 8 << 20, w, 1))
-                if end is None:
-                    end, deadline = result.log_end_offset, time.monotonic() + LEADER_RETRY_S
-                if result.data:
-                    for record in read_records(result.data, offset):
-                        self.coordinator.load(record.key, record.value)
-                        loaded += 1
-                    offset = max(h.next_offset for _, h in iter_batches(result.data))
-                elif time.monotonic() > deadline:
-                    raise LeaderNotAvailableError(
-                        f"{topic.name}-{p.partition}: its high watermark stays below the "
-                        f"log end {end}; loading the groups again later")
+            for record in await self.leaders.replay(topic.name, p.partition):
+                self.coordinator.load(record.key, record.value)
+                loaded += 1
         self.coordinator.finish_load()
         self.store = GroupStore(self.coordinator, len(topic.partitions), self._append,
                                 random_producer_id, background)
@@ -285,22 +228,12 @@ class GroupService:
 
     async def _list_offset(self, topic: str, partition: int, spec: str | int,
                            retry_s: float = LEADER_RETRY_S) -> tuple[int, int] | None:
-        return await self._leader_call(
-            topic, partition, lambda h, e: h.list_offset.remote(topic, partition, e, spec),
-            retry_s)
+        return await self.leaders.list_offset(topic, partition, spec, retry_s)
 
     async def _append(self, partition: int, batch: bytes) -> AppendInfo:
         """One send of a store's batch to the leader of its __consumer_offsets partition
         (acks=all); the store sends again after an error."""
-        handle, epoch = self._leader(CONSUMER_OFFSETS_TOPIC, partition)
-        try:
-            return await asyncio.wait_for(
-                handle.produce.remote(CONSUMER_OFFSETS_TOPIC, partition, epoch, batch, "all",
-                                      APPEND_TIMEOUT_MS), APPEND_ANSWER_S)
-        except TimeoutError:
-            raise RequestTimeoutError(
-                f"{CONSUMER_OFFSETS_TOPIC}-{partition}: no answer from its leader within "
-                f"{APPEND_ANSWER_S:.0f} s") from None
+        return await self.leaders.append(CONSUMER_OFFSETS_TOPIC, partition, batch)
 
     async def _membership_changed(self, group_id: str, wait: bool) -> None:
         """Have the group record written; with ``wait``, up to WRITE_WAIT_S for it. Nothing
@@ -458,9 +391,7 @@ class GroupService:
         """For metrics: each group's lag per partition it committed, and each group's
         generation. Nothing (None) before the groups were loaded by a first use: metrics
         never create __consumer_offsets."""
-        loading = self._loaded
-        if loading is None or not loading.done() or loading.cancelled() or \
-                loading.exception() is not None:
+        if not self.loaded:
             return {}, None
         committed = [(group, tp, om.offset) for group, offsets in self.coordinator.offsets.items()
                      for tp, om in offsets.items()]

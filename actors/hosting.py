@@ -35,6 +35,7 @@ from raylog.errors import (
 )
 from raylog.metadata.identity import DirectoryLock
 from raylog.metadata.topics import log_config
+from raylog.records.control import MarkerType
 from raylog.replica.partition import AlterIsr, LeaderAndIsr, Partition, Role
 from raylog.replica.producer_state import SequenceGap
 from raylog.storage import AppendInfo, PartitionLog, files
@@ -251,6 +252,25 @@ class HostedReplica:
         self.notify()
         if acks in ("all", -1):
             await self.committed(info.last_offset, timeout_s)
+        return info
+
+    async def write_marker(self, producer_id: int, producer_epoch: int, commit: bool,
+                           coordinator_epoch: int, leader_epoch: int, timeout_s: float
+                           ) -> AppendInfo | None:
+        """End a producer's transaction here (a transaction coordinator's marker,
+        Partition.write_marker), answered as an acks=all write: once the ISR has it. A
+        marker already written (a retry) is not written again, and is answered once
+        everything in the log is committed, so that the first one is too. Returns where the
+        marker landed (None for a retry)."""
+        partition = self.partition
+        info = partition.write_marker(producer_id, producer_epoch,
+                                      MarkerType.COMMIT if commit else MarkerType.ABORT,
+                                      coordinator_epoch, leader_epoch)
+        if info is not None:
+            self.notify()
+        last = info.last_offset if info is not None else partition.log_end_offset - 1
+        if last >= 0:
+            await self.committed(last, timeout_s)
         return info
 
     async def committed(self, last_offset: int, timeout_s: float) -> None:

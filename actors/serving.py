@@ -1,7 +1,8 @@
 """Serving replicas from one process: :class:`ReplicaHost`, the part the broker actor and
 its replica hosts share (actors/broker.py). A process hosts replicas, which it opens in
-the role the controller says, and serves to producers (:meth:`~ReplicaHost.produce`) and
-consumers (:meth:`~ReplicaHost.fetch`, :meth:`~ReplicaHost.list_offset`,
+the role the controller says, and serves to producers (:meth:`~ReplicaHost.produce`), the
+transaction coordinator's markers (:meth:`~ReplicaHost.write_txn_marker`) and consumers
+(:meth:`~ReplicaHost.fetch`, :meth:`~ReplicaHost.list_offset`,
 :meth:`~ReplicaHost.read_kafka_table`) where it leads, to consumers where it follows (reads
 from the nearest replica, below its high watermark), to other brokers' fetchers
 (:meth:`~ReplicaHost.replica_fetch`, :meth:`~ReplicaHost.epoch_end_offsets`) where it
@@ -444,6 +445,20 @@ class ReplicaHost:
                         topic=topic)
         metrics.inc("raylog_bytes_in", len(batch), topic=topic)
         metrics.inc("raylog_records_in", info.record_count, topic=topic)
+        return info
+
+    async def write_txn_marker(self, topic: str, partition: int, producer_id: int,
+                               producer_epoch: int, commit: bool, coordinator_epoch: int,
+                               leader_epoch: int, timeout_ms: int = 30_000
+                               ) -> AppendInfo | None:
+        """A transaction coordinator's commit (or abort) marker of ``producer_id``'s
+        transaction, appended to a partition this broker leads and answered once the ISR
+        has it (see HostedReplica.write_marker; None: it was there already)."""
+        hosted = self._hosted(topic, partition)  # checks the stall guard
+        since = self.guard.generation
+        info = await hosted.write_marker(producer_id, producer_epoch, commit,
+                                         coordinator_epoch, leader_epoch, timeout_ms / 1000)
+        self.guard.check_since(since)  # stalled meanwhile: it may have been fenced
         return info
 
     async def fetch(self, topic: str, partition: int, leader_epoch: int, offset: int,

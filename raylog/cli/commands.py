@@ -480,6 +480,9 @@ def build_parser() -> argparse.ArgumentParser:
     from raylog.cli.mirror import add_commands as add_mirror_commands
 
     add_mirror_commands(commands, group_actions)
+    from raylog.cli.transactions import add_parser as add_transactions_parser
+
+    add_transactions_parser(commands)
     from raylog.cli.gateway import add_parser as add_gateway_parser
 
     add_gateway_parser(commands)
@@ -554,6 +557,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
             from raylog.cli.users import cmd_users
 
             return cmd_users(args, out, stdin)
+        if args.run == "transactions":
+            from raylog.cli.transactions import cmd_transactions
+
+            return cmd_transactions(args, out)
         if args.run in ("schemas", "registry"):
             from raylog.cli import schemas as schema_commands
 

@@ -16,6 +16,7 @@ from raylog.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
+    InvalidTxnStateError,
     RaylogError,
     RequestTimeoutError,
     UnknownGroupError,
@@ -281,6 +282,38 @@ class Admin:
             return self._controller().reset_offsets(group_id, topic, spec, partitions, True)
         return self._change(lambda: self._controller().reset_offsets(group_id, topic, spec,
                                                                     partitions))
+
+    # -- transactions (docs/transactions.md) -----------------------------------------------------
+
+    def list_transactions(self, states: Iterable[str] | None = None, min_age_ms: int = 0
+                          ) -> list[dict[str, Any]]:
+        """The transactional ids the coordinator knows (Kafka's listTransactions): their
+        state, producer, partitions and age; only those in ``states`` (``ONGOING``,
+        ``PREPARE_COMMIT``, ...), and with ``min_age_ms`` > 0 only open transactions at
+        least that old (hanging ones)."""
+        wanted = None if states is None else [str(s).upper() for s in states]
+        return self._controller().txn_list(wanted, check_int("min_age_ms", min_age_ms, 0))
+
+    def describe_transaction(self, transactional_id: str) -> dict[str, Any]:
+        """One transactional id (Kafka's describeTransactions): state, producer id and
+        epoch, timeout, partitions, groups, start and age; TransactionalIdNotFoundError if
+        the coordinator does not know it."""
+        return self._controller().txn_describe(
+            check_id("transactional_id", transactional_id, InvalidArgumentError))
+
+    def abort_transaction(self, transactional_id: str) -> dict[str, Any]:
+        """Abort an open transaction (a hanging one): its producer is fenced, and the abort
+        markers are written to its partitions. Returns the id as described then
+        (PREPARE_ABORT until the markers are written). InvalidTxnStateError if no
+        transaction is open or its commit is decided."""
+        check_id("transactional_id", transactional_id, InvalidArgumentError)
+        def done(error: RaylogError) -> bool:
+            # A repeat after a controller restart finds the abort made already.
+            return isinstance(error, InvalidTxnStateError) and self.describe_transaction(
+                transactional_id)["state"] in ("PREPARE_ABORT", "COMPLETE_ABORT")
+
+        out = self._change(lambda: self._controller().txn_abort(transactional_id), done=done)
+        return out if out is not None else self.describe_transaction(transactional_id)
 
     # -- replication ------------------------------------------------------------------------------
 

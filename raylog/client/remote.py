@@ -355,3 +355,47 @@ class ControllerClient:
 
     def group_history(self, group_id: str) -> list:
         return self._call(self.handle.group_history, group_id)
+
+    # -- transactions (the transaction coordinator's; docs/transactions.md) -------------------
+    # A producer's steps are safe to repeat (a retried init gets a newer epoch, a retried
+    # add or end is answered as the first was), so they ride out a controller restart.
+
+    def txn_init_producer_id(self, transactional_id: str, transaction_timeout_ms: int,
+                             producer_id: int = -1, producer_epoch: int = -1,
+                             timeout: float | None = None) -> tuple[int, int]:
+        """(producer id, epoch) of a transactional producer; a recovering one names its
+        current ones (KIP-360)."""
+        return tuple(self._call(self.handle.txn_init_producer_id, transactional_id,
+                                transaction_timeout_ms, producer_id, producer_epoch,
+                                timeout=timeout))
+
+    def txn_add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                           partitions: list[tuple[str, int]], timeout: float | None = None
+                           ) -> None:
+        return self._call(self.handle.txn_add_partitions, transactional_id, producer_id,
+                          producer_epoch, [tuple(tp) for tp in partitions], timeout=timeout)
+
+    def txn_add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                        group_id: str, timeout: float | None = None) -> tuple[str, int]:
+        """The group's __consumer_offsets partition, now in the transaction."""
+        return tuple(self._call(self.handle.txn_add_offsets, transactional_id, producer_id,
+                                producer_epoch, group_id, timeout=timeout))
+
+    def txn_end(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                commit: bool, timeout: float | None = None) -> None:
+        """Commit (or abort): returns once the outcome is durable; markers follow."""
+        return self._call(self.handle.txn_end, transactional_id, producer_id, producer_epoch,
+                          commit, timeout=timeout)
+
+    def txn_list(self, states: list[str] | None = None, min_age_ms: int = 0,
+                 timeout: float | None = None) -> list[dict[str, Any]]:
+        return self._call(self.handle.txn_list, states, min_age_ms, timeout=timeout)
+
+    def txn_describe(self, transactional_id: str, timeout: float | None = None
+                     ) -> dict[str, Any]:
+        return self._call(self.handle.txn_describe, transactional_id, timeout=timeout)
+
+    def txn_abort(self, transactional_id: str, timeout: float | None = None) -> dict[str, Any]:
+        """An operator's abort of an open transaction (sent once: a change)."""
+        return self._call(self.handle.txn_abort, transactional_id, retry=False,
+                          timeout=timeout)

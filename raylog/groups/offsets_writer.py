@@ -29,9 +29,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 from raylog import errors
+from raylog.metadata.topics import CONSUMER_OFFSETS_TOPIC
 from raylog.records import BatchBuilder, Codec
 from raylog.records.builder import batch_capacity, record_size
 from raylog.records.header import MAX_PRODUCER_EPOCH, MAX_SEQUENCE, with_producer
@@ -77,12 +79,16 @@ class Write:
 
 
 class OffsetsWriter:
-    """The queue and the producer state (id, epoch, next sequence) of one partition."""
+    """The queue and the producer state (id, epoch, next sequence) of one partition (of
+    ``topic``: __consumer_offsets, or another internal topic written the same way, such as
+    __transaction_state)."""
 
     def __init__(self, partition: int, append: Append, new_producer_id: Callable[[], int],
                  *, max_batch_bytes: int = MAX_BATCH_BYTES,
-                 backoff_s: tuple[float, float] = BACKOFF_S) -> None:
+                 backoff_s: tuple[float, float] = BACKOFF_S,
+                 topic: str = CONSUMER_OFFSETS_TOPIC) -> None:
         self.partition = partition
+        self.name = f"{topic}-{partition}"  # for logs
         self._append = append
         self._new_producer_id = new_producer_id
         self.producer_id = new_producer_id()
@@ -123,8 +129,7 @@ class OffsetsWriter:
                 try:
                     await self._write_next()
                 except Exception:  # a bug in a write's callbacks must not end the writer
-                    logger.exception("__consumer_offsets-%d: writing a batch failed",
-                                     self.partition)
+                    logger.exception("%s: writing a batch failed", self.name)
 
     def _take(self) -> tuple[list[Write], list[Record]]:
         """The writes of the next batch and their records."""
@@ -188,26 +193,24 @@ class OffsetsWriter:
                     raise errors.OutOfOrderSequenceError(
                         f"the leader answered at offset {info.base_offset}")
             except NUMBERING_REFUSED as e:
-                logger.info("__consumer_offsets-%d: %r; a new epoch", self.partition, e)
+                logger.info("%s: %r; a new epoch", self.name, e)
                 self._renumber()
                 data = with_producer(data, self.producer_id, self.epoch, 0)
                 refusals = 0
             except errors.RaylogError as e:
                 if not e.retriable:
-                    logger.error("__consumer_offsets-%d refused a batch: %r", self.partition, e)
+                    logger.error("%s refused a batch: %r", self.name, e)
                     # Not appended; a late copy must not land after the next batch either.
                     self._renumber()
                     return e
                 refusals += 1
                 if refusals >= RENUMBER_AFTER:
-                    logger.warning("__consumer_offsets-%d: %r %d times; a new epoch",
-                                   self.partition, e, refusals)
+                    logger.warning("%s: %r %d times; a new epoch", self.name, e, refusals)
                     self._renumber()
                     data = with_producer(data, self.producer_id, self.epoch, 0)
                     refusals = 0
             except Exception as e:  # no answer (timeout, broker gone): may be in the log
-                logger.info("__consumer_offsets-%d: no answer (%r); sending the batch again",
-                            self.partition, e)
+                logger.info("%s: no answer (%r); sending the batch again", self.name, e)
             else:
                 self.next_sequence += count
                 return None
@@ -219,3 +222,41 @@ class OffsetsWriter:
         if self.epoch > MAX_PRODUCER_EPOCH:
             self.producer_id, self.epoch = self._new_producer_id(), 0
         self.next_sequence = 0
+
+
+class PartitionWriters:
+    """The writers of one topic's partitions, each made and started (``start`` runs its loop
+    in the background and returns the task) on first use; :meth:`close` stops them."""
+
+    def __init__(self, append: Append, new_producer_id: Callable[[], int],
+                 start: Callable[[Coroutine[Any, Any, None]], object], *,
+                 backoff_s: tuple[float, float] = BACKOFF_S,
+                 topic: str = CONSUMER_OFFSETS_TOPIC) -> None:
+        self._append = append
+        self._new_producer_id = new_producer_id
+        self._start = start
+        self._backoff_s = backoff_s
+        self._topic = topic
+        self.by_partition: dict[int, OffsetsWriter] = {}
+        self._tasks: list[object] = []
+
+    def __call__(self, partition: int) -> OffsetsWriter:
+        writer = self.by_partition.get(partition)
+        if writer is None:
+            writer = self.by_partition[partition] = OffsetsWriter(
+                partition, self._append, self._new_producer_id, backoff_s=self._backoff_s,
+                topic=self._topic)
+            self._tasks.append(self._start(writer.run()))
+        return writer
+
+    def idle(self) -> bool:
+        return all(w.idle() for w in self.by_partition.values())
+
+    def close(self) -> None:
+        """Stop every writer's loop (what they hold is never written)."""
+        for task in self._tasks:
+            cancel = getattr(task, "cancel", None)
+            if cancel is not None:
+                cancel()
+        self._tasks.clear()
+        self.by_partition.clear()

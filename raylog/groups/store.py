@@ -35,13 +35,19 @@ from typing import Any
 
 from raylog.errors import RequestTimeoutError
 from raylog.groups.coordinator import CommitTicket, GroupCoordinator, Record
-from raylog.groups.offsets_writer import BACKOFF_S, Append, OffsetsWriter, Write
+from raylog.groups.offsets_writer import (
+    BACKOFF_S,
+    Append,
+    OffsetsWriter,
+    PartitionWriters,
+    Write,
+)
 from raylog.types import TopicPartition
 
 logger = logging.getLogger(__name__)
 
 
-class _Settled(Write):
+class SettledWrite(Write):
     """A write with a future its waiters await: its result or error, once."""
 
     def __init__(self) -> None:
@@ -58,7 +64,21 @@ class _Settled(Write):
             self.done.set_result(outcome)
 
 
-class CommitWrite(_Settled):
+    async def submitted(self, writer: OffsetsWriter, timeout_s: float, unsent: str,
+                        on_its_way: str) -> Any:
+        """Queue this write on ``writer`` and await its outcome for ``timeout_s``; then
+        RequestTimeoutError: ``unsent`` (it is withdrawn, never written) if no batch took it
+        yet, else ``on_its_way`` (its batch may still land)."""
+        writer.submit(self)
+        try:
+            return await asyncio.wait_for(asyncio.shield(self.done), timeout_s)
+        except TimeoutError:
+            if writer.withdraw(self):
+                self.settle(None)
+                raise RequestTimeoutError(unsent) from None
+            raise RequestTimeoutError(on_its_way) from None
+
+class CommitWrite(SettledWrite):
     """A checked commit: applied when durable, unless fenced meanwhile."""
 
     def __init__(self, store: GroupStore, ticket: CommitTicket) -> None:
@@ -125,7 +145,7 @@ class RestoreWrite(Write):
         self.store.coordinator.unhold(self.group_id, self.partitions)
 
 
-class MembershipWrite(_Settled):
+class MembershipWrite(SettledWrite):
     """The group record (generation and members) as the group is when its batch is built;
     settles with whether it became durable."""
 
@@ -156,7 +176,7 @@ class MembershipWrite(_Settled):
         self.settle(False)
 
 
-class DeleteWrite(_Settled):
+class DeleteWrite(SettledWrite):
     """Tombstones for a group's offsets and record, written when every earlier write of its
     partition is done (so they cover every offset applied before)."""
 
@@ -196,43 +216,25 @@ class GroupStore:
                  backoff_s: tuple[float, float] = BACKOFF_S) -> None:
         self.coordinator = coordinator
         self.partitions = partitions
-        self._append = append
-        self._new_producer_id = new_producer_id
-        self._start = start
-        self._backoff_s = backoff_s
-        self.writers: dict[int, OffsetsWriter] = {}
+        self.writers = PartitionWriters(append, new_producer_id, start, backoff_s=backoff_s)
         self.queued_membership: dict[str, MembershipWrite] = {}
 
     def writer(self, group_id: str) -> OffsetsWriter:
-        partition = self.coordinator.partition_for(group_id, self.partitions)
-        writer = self.writers.get(partition)
-        if writer is None:
-            writer = self.writers[partition] = OffsetsWriter(
-                partition, self._append, self._new_producer_id, backoff_s=self._backoff_s)
-            self._start(writer.run())
-        return writer
+        return self.writers(self.coordinator.partition_for(group_id, self.partitions))
 
     def idle(self) -> bool:
-        return all(w.idle() for w in self.writers.values())
+        return self.writers.idle()
 
     async def commit(self, ticket: CommitTicket, timeout_s: float) -> None:
         """Write an accepted commit and apply it, unless it was fenced meanwhile (raises
         why); RequestTimeoutError after ``timeout_s``."""
-        write = CommitWrite(self, ticket)
-        writer = self.writer(ticket.group_id)
-        writer.submit(write)
-        try:
-            await asyncio.wait_for(asyncio.shield(write.done), timeout_s)
-        except TimeoutError:
-            if writer.withdraw(write):
-                write.settle(None)
-                raise RequestTimeoutError(
-                    f"group {ticket.group_id}: the commit was not written within "
-                    f"{timeout_s:.0f} s; nothing was stored") from None
-            raise RequestTimeoutError(
-                f"group {ticket.group_id}: the commit is still being written after "
-                f"{timeout_s:.0f} s; it is applied if it gets into the log before its member "
-                f"loses the partitions") from None
+        await CommitWrite(self, ticket).submitted(
+            self.writer(ticket.group_id), timeout_s,
+            f"group {ticket.group_id}: the commit was not written within {timeout_s:.0f} s; "
+            f"nothing was stored",
+            f"group {ticket.group_id}: the commit is still being written after "
+            f"{timeout_s:.0f} s; it is applied if it gets into the log before its member "
+            f"loses the partitions")
 
     def persist_membership(self, group_id: str) -> MembershipWrite:
         """Have the group's record written as it will be when the write goes out."""
@@ -245,7 +247,7 @@ class GroupStore:
             writer.submit(write)
         return write
 
-    async def wait(self, write: _Settled, timeout_s: float) -> Any:
+    async def wait(self, write: SettledWrite, timeout_s: float) -> Any:
         """The write's outcome, or raise RequestTimeoutError after ``timeout_s`` (the write
         goes on)."""
         try:

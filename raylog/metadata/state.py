@@ -79,6 +79,11 @@ class MetadataState:
         self.broker_epochs: dict[int, int] = {}
         self.topics: dict[str, TopicState] = {}
         self.applied = 0  # events applied so far
+        # The transaction coordinator's epoch: the position in the log of the event that
+        # recorded the last start of the controller's transaction coordinator, so it grows
+        # with every one that takes over (0: none yet). Its markers carry it, and partitions
+        # refuse markers of a smaller one (docs/transactions.md).
+        self.coordinator_epoch = 0
 
     @property
     def next_broker_id(self) -> int:
@@ -123,6 +128,7 @@ class MetadataState:
             "broker_ids": sorted(self.broker_ids),
             "incarnations": list(self.incarnations.items()),
             "broker_epochs": list(self.broker_epochs.items()),
+            "coordinator_epoch": self.coordinator_epoch,
             "topics": [{"name": t.name, "topic_id": t.topic_id, "configs": t.configs,
                         "partitions": [p.to_dict() for p in t.partitions]}
                        for t in self.topics.values()],
@@ -139,6 +145,8 @@ class MetadataState:
         state.broker_ids = set(data["broker_ids"])
         state.incarnations = {broker: incarnation for broker, incarnation in data["incarnations"]}
         state.broker_epochs = {broker: int(epoch) for broker, epoch in data["broker_epochs"]}
+        # (snapshots written before transactions have none)
+        state.coordinator_epoch = int(data.get("coordinator_epoch", 0))
         state.topics = {
             t["name"]: TopicState(t["name"], t["topic_id"],
                                   [PartitionState(**p) for p in t["partitions"]],
@@ -159,6 +167,11 @@ def broker_registered(broker_id: int) -> dict[str, Any]:
 
 def broker_started(broker_id: int, incarnation: str) -> dict[str, Any]:
     return {"type": "broker_started", "broker_id": broker_id, "incarnation": incarnation}
+
+
+def coordinator_started() -> dict[str, Any]:
+    """The controller's transaction coordinator takes over: a new coordinator epoch."""
+    return {"type": "coordinator_started"}
 
 
 def topic_created(name: str, topic_id: str, replicas: list[list[int]],
@@ -220,6 +233,10 @@ def _apply_broker_started(state: MetadataState, event: dict[str, Any]) -> None:
     state.broker_epochs[event["broker_id"]] = state.applied  # this event's place in the log
 
 
+def _apply_coordinator_started(state: MetadataState, event: dict[str, Any]) -> None:
+    state.coordinator_epoch = state.applied  # this event's place in the log
+
+
 def _apply_topic_created(state: MetadataState, event: dict[str, Any]) -> None:
     name = event["name"]
     if name in state.topics:
@@ -262,6 +279,7 @@ _HANDLERS = {
     "cluster_created": _apply_cluster_created,
     "broker_registered": _apply_broker_registered,
     "broker_started": _apply_broker_started,
+    "coordinator_started": _apply_coordinator_started,
     "topic_created": _apply_topic_created,
     "topic_deleted": _apply_topic_deleted,
     "partitions_added": _apply_partitions_added,

@@ -24,7 +24,11 @@ from raylog.util.arguments import INT32_MAX, INT64_MAX, check_int, short_repr, u
 MAX_TOPIC_NAME_LENGTH = 249
 DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000  # Kafka's replica.lag.time.max.ms
 _LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
-CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
+# Internal topics (names starting with "__": hidden from listings, refused to users'
+# create, delete and alter calls; raylog creates them itself, replicated as
+# internal_topic_configs says).
+CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"  # the group coordinator's (raylog/groups)
+TRANSACTION_STATE_TOPIC = "__transaction_state"  # the transaction coordinator's (transactions)
 MAX_COMMIT_METADATA = 4096  # characters of metadata per committed offset, as Kafka's default
 
 # Topic configs beyond the log's own, with their defaults.

@@ -29,6 +29,7 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from raylog.errors import CorruptRecordError
+from raylog.metadata.topics import TRANSACTION_STATE_TOPIC
 from raylog.records.partitioner import key_partition
 from raylog.transactions.state import (
     PERSISTED,
@@ -38,7 +39,6 @@ from raylog.transactions.state import (
 )
 from raylog.types import TopicPartition
 
-TRANSACTION_STATE_TOPIC = "__transaction_state"
 TRANSACTION_STATE_PARTITIONS = 8  # as __consumer_offsets (Kafka's default is 50)
 VALUE_VERSION = 1
 _KIND = "txn"

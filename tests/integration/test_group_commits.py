@@ -29,7 +29,7 @@ from tests.integration.conftest import (
     wait_for,
 )
 
-# The controller's wait for one answer of a leader (actors/groups.py, APPEND_ANSWER_S): the
+# The controller's wait for one answer of a leader (actors/leader_calls.py, APPEND_ANSWER_S): the
 # pause outlasts it, so the controller sends the batch again while the first is unanswered.
 APPEND_ANSWER_S = 15.0
 

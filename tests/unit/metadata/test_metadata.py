@@ -29,6 +29,7 @@ from raylog.metadata.state import (
     broker_started,
     cluster_created,
     configs_altered,
+    coordinator_started,
     partition_changed,
     partitions_added,
     topic_created,
@@ -252,6 +253,25 @@ def test_every_start_of_a_broker_gives_it_a_higher_broker_epoch_that_replays_ali
         store.append(event)
     store.close()
     assert replayed(tmp_path / "meta")[0].broker_epochs == state.broker_epochs
+
+
+def test_every_start_of_the_transaction_coordinator_gives_a_higher_epoch_that_survives(
+        tmp_path):
+    """The transaction coordinator's epoch is the place in the log of the event that
+    recorded its start: it grows with every controller that takes over, also across a
+    snapshot and a replay."""
+    history = [CLUSTER, broker_registered(0), coordinator_started(), broker_started(0, "a"),
+               coordinator_started()]
+    assert state_of().coordinator_epoch == 0  # none yet
+    assert state_of(*history[:3]).coordinator_epoch == 2
+    state = state_of(*history)
+    assert state.coordinator_epoch == 4
+    assert MetadataState.from_data(state.to_data()).coordinator_epoch == 4
+    store = MetadataStore(tmp_path / "meta")
+    for event in history:
+        store.append(event)
+    store.close()
+    assert replayed(tmp_path / "meta")[0].coordinator_epoch == 4
 
 
 # -- the metadata log ----------------------------------------------------------------------------
