@@ -27,11 +27,12 @@ from typing import Any
 
 import pyarrow as pa
 import ray
-from ray.exceptions import RayTaskError
+from ray.exceptions import RayError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.replica_hosts import HostSet
 from actors.serving import CONFIRM_TIMEOUT_S, MAX_CONCURRENCY, ReplicaHost, TopicPartition
+from raylog.client.remote import unwrap
 from raylog.errors import (
     BrokerRestartedError,
     BrokerStalledError,
@@ -276,6 +277,30 @@ class BrokerActor(ReplicaHost):
                                              acks, timeout_ms)
         return await _forward(host.produce.remote(topic, partition, leader_epoch, batch,
                                                   acks, timeout_ms))
+
+    async def produce_batches(self, batches: list[tuple[str, int, int, bytes]],
+                              acks: int | str = 1, timeout_ms: int = 30_000
+                              ) -> list[AppendInfo | RaylogError]:
+        """As ReplicaHost.produce_batches; a batch for a replica another host serves is
+        passed on to it at its turn (so in order) and its answer awaited after."""
+        answers: list[Any] = []
+        for topic, partition, leader_epoch, batch in batches:
+            host = self.hosts.elsewhere((topic, partition))
+            if host is None:
+                answers.extend(await ReplicaHost.produce_batches(
+                    self, [(topic, partition, leader_epoch, batch)], acks, timeout_ms))
+            else:
+                answers.append(host.produce.remote(topic, partition, leader_epoch, batch,
+                                                   acks, timeout_ms))
+        for i, answer in enumerate(answers):
+            if isinstance(answer, ray.ObjectRef):
+                try:
+                    answers[i] = await _forward(answer)
+                except RaylogError as e:
+                    answers[i] = e
+                except RayError as e:  # that host's failure answers its batch alone
+                    answers[i] = unwrap(e)
+        return answers
 
     async def fetch(self, topic: str, partition: int, leader_epoch: int, offset: int,
                     max_bytes: int = 8 << 20, max_wait_ms: int = 0, min_bytes: int = 1

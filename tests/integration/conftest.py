@@ -188,17 +188,26 @@ def topic(ray_cluster, topic_name, request) -> str:
 def kafka_listener(cluster: raylog.RaylogCluster) -> Iterator[str]:
     """A Kafka listener on loopback speaking for every broker of ``cluster`` (as ``raylog
     gateway`` does), stopped after the block: its bootstrap address."""
+    with kafka_listener_backend(cluster) as (bootstrap, _):
+        yield bootstrap
+
+
+@contextlib.contextmanager
+def kafka_listener_backend(cluster: raylog.RaylogCluster, **options) -> Iterator[tuple]:
+    """As kafka_listener, with ``options`` for its ClusterBackend: (bootstrap address,
+    the backend)."""
     from raylog.kafka.gateway.cluster import ClusterBackend, OneAddress
     from raylog.kafka.gateway.listener import KafkaListener, ListenerThread
 
     advertiser = OneAddress("127.0.0.1", 0)
-    backend = ClusterBackend.connect(cluster, advertiser)
+    backend = ClusterBackend(cluster, advertiser, cluster.controller.ready()["cluster_id"],
+                             **options)
     try:
         running = ListenerThread(KafkaListener(backend, host="127.0.0.1", port=0))
         host, port = running.start()
         advertiser.port = port
         try:
-            yield f"{host}:{port}"
+            yield f"{host}:{port}", backend
         finally:
             running.stop()
     finally:
