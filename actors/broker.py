@@ -27,15 +27,16 @@ from typing import Any
 
 import pyarrow as pa
 import ray
-from ray.exceptions import RayError, RayTaskError
+from ray.exceptions import RayActorError, RayError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.replica_hosts import HostSet
 from actors.serving import CONFIRM_TIMEOUT_S, MAX_CONCURRENCY, ReplicaHost, TopicPartition
-from raylog.client.remote import unwrap
 from raylog.errors import (
     BrokerRestartedError,
     BrokerStalledError,
+    InternalError,
+    LeaderNotAvailableError,
     NotLeaderError,
     RaylogError,
 )
@@ -298,8 +299,11 @@ class BrokerActor(ReplicaHost):
                     answers[i] = await _forward(answer)
                 except RaylogError as e:
                     answers[i] = e
-                except RayError as e:  # that host's failure answers its batch alone
-                    answers[i] = unwrap(e)
+                except RayActorError as e:  # that host's failure answers its batch alone
+                    answers[i] = LeaderNotAvailableError(
+                        f"a partition replica is unavailable: {e}")
+                except RayError as e:
+                    answers[i] = InternalError(f"{type(e).__name__} inside the cluster: {e}")
         return answers
 
     async def fetch(self, topic: str, partition: int, leader_epoch: int, offset: int,
