@@ -27,7 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 import ray
-from ray.exceptions import RayTaskError
+from ray.exceptions import RayActorError, RayError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.replica_hosts import HostSet
@@ -35,6 +35,8 @@ from actors.serving import CONFIRM_TIMEOUT_S, MAX_CONCURRENCY, ReplicaHost, Topi
 from raylog.errors import (
     BrokerRestartedError,
     BrokerStalledError,
+    InternalError,
+    LeaderNotAvailableError,
     NotLeaderError,
     RaylogError,
 )
@@ -289,6 +291,33 @@ class BrokerActor(ReplicaHost):
         return await _forward(host.write_txn_marker.remote(
             topic, partition, producer_id, producer_epoch, commit, coordinator_epoch,
             leader_epoch, timeout_ms))
+
+    async def produce_batches(self, batches: list[tuple[str, int, int, bytes]],
+                              acks: int | str = 1, timeout_ms: int = 30_000
+                              ) -> list[AppendInfo | RaylogError]:
+        """As ReplicaHost.produce_batches; a batch for a replica another host serves is
+        passed on to it at its turn (so in order) and its answer awaited after."""
+        answers: list[Any] = []
+        for topic, partition, leader_epoch, batch in batches:
+            host = self.hosts.elsewhere((topic, partition))
+            if host is None:
+                answers.extend(await ReplicaHost.produce_batches(
+                    self, [(topic, partition, leader_epoch, batch)], acks, timeout_ms))
+            else:
+                answers.append(host.produce.remote(topic, partition, leader_epoch, batch,
+                                                   acks, timeout_ms))
+        for i, answer in enumerate(answers):
+            if isinstance(answer, ray.ObjectRef):
+                try:
+                    answers[i] = await _forward(answer)
+                except RaylogError as e:
+                    answers[i] = e
+                except RayActorError as e:  # that host's failure answers its batch alone
+                    answers[i] = LeaderNotAvailableError(
+                        f"a partition replica is unavailable: {e}")
+                except RayError as e:
+                    answers[i] = InternalError(f"{type(e).__name__} inside the cluster: {e}")
+        return answers
 
     async def fetch(self, topic: str, partition: int, leader_epoch: int, offset: int,
                     max_bytes: int = 8 << 20, max_wait_ms: int = 0, min_bytes: int = 1

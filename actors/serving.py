@@ -461,6 +461,27 @@ class ReplicaHost:
         self.guard.check_since(since)  # stalled meanwhile: it may have been fenced
         return info
 
+    async def produce_batches(self, batches: list[tuple[str, int, int, bytes]],
+                              acks: int | str = 1, timeout_ms: int = 30_000
+                              ) -> list[AppendInfo | RaylogError]:
+        """Several producers' batches, ``(topic, partition, leader_epoch, batch)`` each, in one
+        call: each appended as :meth:`produce` appends it and answered with its own AppendInfo
+        or the RaylogError it raised, in order (the Kafka listener merges the appends it
+        sends one broker while earlier ones are unanswered: raylog/kafka/gateway/appends.py).
+
+        Each batch is appended before the next is looked at, so a call's batches reach their
+        logs in order and before any later call's; a batch that waits inside (acks=all, a
+        producer's sequence gap) holds the ones after it, which is why the listener merges
+        only acks=1 batches without a producer id."""
+        answers: list[AppendInfo | RaylogError] = []
+        for topic, partition, leader_epoch, batch in batches:
+            try:
+                answers.append(await ReplicaHost.produce(self, topic, partition, leader_epoch,
+                                                         batch, acks, timeout_ms))
+            except RaylogError as e:
+                answers.append(e)
+        return answers
+
     async def fetch(self, topic: str, partition: int, leader_epoch: int, offset: int,
                     max_bytes: int = 8 << 20, max_wait_ms: int = 0, min_bytes: int = 1
                     ) -> FetchResult:

@@ -155,5 +155,7 @@ def cmd_gateway(args: argparse.Namespace, out: TextIO) -> int:
         backend.close()
         if on_stop is not None:
             on_stop()
-    out.write(f"Kafka listener stopped after {running.listener.answered:,} requests\n")
+    calls, batches = backend.appends_sent
+    out.write(f"Kafka listener stopped after {running.listener.answered:,} requests "
+              f"({batches:,} acks=1 batches appended in {calls:,} calls)\n")
     return 0

@@ -78,12 +78,14 @@ def encode(
     max_timestamp: int | None = None,
     transactional: bool = False,
     attributes: int = 0,
+    lz4_level: int = 0,
 ) -> bytes:
     """Encode payload columns (PAYLOAD_SCHEMA or EXPLICIT_SCHEMA) into one batch.
 
     Base offset 0 and no leader epoch: the leader stamps both when it appends.
     ``transactional`` sets the transactional bit (the batch then needs a producer id and
     epoch); ``attributes`` adds other bits (raylog.records.control sets the control bit).
+    ``lz4_level`` as in :func:`compress`.
     """
     n = columns.num_rows
     if n < 1:
@@ -105,7 +107,7 @@ def encode(
         writer.write(columns)
     payload = sink.getvalue()
     if codec == Codec.LZ4:
-        payload = compress(payload)
+        payload = compress(payload, lz4_level)
     elif codec != Codec.NONE:
         raise ValueError(f"unknown codec {codec!r}")
     attributes |= int(codec) | (int(timestamp_type) << 3) | \
@@ -124,10 +126,16 @@ def encode(
     return header + payload
 
 
-def compress(data: bytes | pa.Buffer) -> bytes:
-    """``data`` (a batch's Arrow IPC stream) as an LZ4 batch's payload: one LZ4 frame."""
-    # Independent blocks compress faster than linked ones at the same ratio here.
-    return lz4.frame.compress(data, compression_level=0, store_size=True, block_linked=False)
+def compress(data: bytes | pa.Buffer, lz4_level: int = 0) -> bytes:
+    """``data`` (a batch's Arrow IPC stream) as an LZ4 batch's payload: one LZ4 frame.
+
+    ``lz4_level`` 0 is LZ4's default; below 0, LZ4's faster modes (acceleration 1 - level),
+    which find fewer matches. Every level writes the same frame format, read alike."""
+    # Independent blocks compress faster than linked ones at the same ratio here. 64 KiB
+    # blocks (LZ4's default) also decompress faster in Arrow than larger ones (a 940 KB
+    # stream: 0.2 ms against 0.52 ms with 1 or 4 MiB blocks), which every reader pays.
+    return lz4.frame.compress(data, compression_level=lz4_level, store_size=True,
+                              block_linked=False)
 
 
 def _decompress(header: BatchHeader, payload: memoryview) -> pa.Buffer:

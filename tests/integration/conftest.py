@@ -193,17 +193,28 @@ def kafka_listener(cluster: raylog.RaylogCluster, **security: object) -> Iterato
     """A Kafka listener on loopback speaking for every broker of ``cluster`` (as ``raylog
     gateway`` does), stopped after the block: its bootstrap address. ``security``: the
     KafkaListener's ``security`` (a ListenerSecurity) and ``credentials``, if any."""
+    with kafka_listener_backend(cluster, listener=security) as (bootstrap, _):
+        yield bootstrap
+
+
+@contextlib.contextmanager
+def kafka_listener_backend(cluster: raylog.RaylogCluster, listener: dict | None = None,
+                           **options) -> Iterator[tuple]:
+    """As kafka_listener, with ``listener`` for the KafkaListener (its security) and
+    ``options`` for its ClusterBackend: (bootstrap address, the backend)."""
     from raylog.kafka.gateway.cluster import ClusterBackend, OneAddress
     from raylog.kafka.gateway.listener import KafkaListener, ListenerThread
 
     advertiser = OneAddress("127.0.0.1", 0)
-    backend = ClusterBackend.connect(cluster, advertiser)
+    backend = ClusterBackend(cluster, advertiser, cluster.controller.ready()["cluster_id"],
+                             **options)
     try:
-        running = ListenerThread(KafkaListener(backend, host="127.0.0.1", port=0, **security))
+        running = ListenerThread(KafkaListener(backend, host="127.0.0.1", port=0,
+                                               **(listener or {})))
         host, port = running.start()
         advertiser.port = port
         try:
-            yield f"{host}:{port}"
+            yield f"{host}:{port}", backend
         finally:
             running.stop()
     finally:

@@ -153,3 +153,30 @@ def test_the_dedicated_config_is_validated(admin, topic_name):
     with pytest.raises(InvalidConfigError, match="dedicated"):
         admin.create_topic(topic_name, configs={"raylog.replica.dedicated": "maybe"})
     assert topic_name not in admin.list_topics()
+
+
+@pytest.mark.cluster
+def test_produce_batches_passes_on_in_order_what_its_other_host_serves(ray_cluster, admin,
+                                                                       topic_name):
+    """The broker actor's produce_batches (the Kafka listener's merged appends): batches for
+    replicas its replica host serves are passed on, each answered with its own offsets, in
+    order with the ones it appends itself."""
+    from tests.integration.test_kafka_merged_appends import batch
+
+    broker, node = two_process_broker(ray_cluster)
+    partitions = 24
+    admin.create_topic(topic_name, partitions=partitions, replication_factor=1)
+    meta = ray_cluster.raylog.topic(topic_name, refresh=True)
+    mine = {p: meta.partitions[p].leader_client().leader_epoch for p in range(partitions)
+            if meta.partitions[p].leader_client().broker_id == broker}
+    elsewhere = wait_for(lambda: set(hosts_of(ray_cluster, topic_name, broker)) or None,
+                         timeout=60, what="partitions on the replica host")
+    assert elsewhere and set(mine) - elsewhere, "both of the broker's processes serve some"
+    items = [(topic_name, p, epoch, batch(b"%d-%d" % (p, i)))
+             for i in range(2) for p, epoch in sorted(mine.items())]
+    broker_actor = ray.get_actor(broker_actor_name(node), namespace=NAMESPACE)
+    answers = ray.get(broker_actor.produce_batches.remote(items, 1, 30_000), timeout=60)
+    assert [a.base_offset for a in answers] == [0] * len(mine) + [1] * len(mine)
+    read = consume_all(topic_name, partitions, 2 * len(mine))
+    assert sorted((r.partition, r.offset, r.value) for r in read) == \
+        sorted((p, i, b"%d-%d" % (p, i)) for i in range(2) for p in mine)

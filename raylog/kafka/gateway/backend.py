@@ -53,8 +53,9 @@ class Backend(Protocol):
 
     def append(self, topic: TopicMetadata, partition: int, batch: bytes, acks: int,
                timeout_ms: int) -> Awaitable[AppendInfo]:
-        """Send a raylog batch to the partition's leader now (appends sent by one caller
-        reach a leader in the order sent); await the answer. Raises at once when the
+        """Send a raylog batch to the partition's leader (appends sent by one caller reach a
+        leader in the order sent; the cluster's backend may carry several in one call,
+        raylog/kafka/gateway/appends.py); await the answer. Raises at once when the
         partition has no leader (LeaderNotAvailableError)."""
 
     def append_unacknowledged(self, topic: TopicMetadata, partition: int,

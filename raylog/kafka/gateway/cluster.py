@@ -31,6 +31,7 @@ from raylog.client.admin import Admin
 from raylog.client.connection import REQUEST_SLACK_S, RaylogCluster, TopicMetadata
 from raylog.client.remote import discard, unwrap
 from raylog.errors import LeaderNotAvailableError, RaylogError, RequestTimeoutError
+from raylog.kafka.gateway.appends import DEFAULT_MAX_IN_FLIGHT, Appender, mergeable
 from raylog.kafka.gateway.backend import Broker
 from raylog.replica.partition import FetchResult
 from raylog.storage.log import AppendInfo
@@ -107,6 +108,10 @@ class NodeListeners:
         return host, port
 
 
+def _batch_bytes(item: tuple[str, int, int, bytes]) -> int:
+    return len(item[3])
+
+
 async def _resolve(ref: Awaitable[T], timeout: float) -> T:
     """An awaited replica call with raylog's errors (raylog/client/remote.py's rules)."""
     try:
@@ -124,7 +129,8 @@ class ClusterBackend:
     each broker's listener is. Used from one event loop."""
 
     def __init__(self, cluster: RaylogCluster, advertiser: Advertiser,
-                 cluster_id: str, threads: int = 8) -> None:
+                 cluster_id: str, threads: int = 8,
+                 append_calls_in_flight: int = DEFAULT_MAX_IN_FLIGHT) -> None:
         self.cluster = cluster
         self.advertiser = advertiser
         self.cluster_id = cluster_id
@@ -133,6 +139,9 @@ class ClusterBackend:
         self._brokers: tuple[float, dict[int, Broker]] | None = None
         self._brokers_asked: asyncio.Future | None = None
         self._topics_asked: dict[str, asyncio.Future] = {}
+        self._appenders: dict[Any, Appender] = {}  # broker handle -> its merged appends
+        self.append_calls_in_flight = append_calls_in_flight  # per broker: appends.py
+        self.appends_sent = [0, 0]  # mergeable batches: calls sent, batches in them
 
     @classmethod
     def connect(cls, cluster: RaylogCluster, advertiser: Advertiser) -> ClusterBackend:
@@ -213,13 +222,50 @@ class ClusterBackend:
 
     def append(self, topic: TopicMetadata, partition: int, batch: bytes, acks: int,
                timeout_ms: int) -> Awaitable[AppendInfo]:
-        ref = self._leader(topic, partition).append(batch, acks, timeout_ms)
-        return _resolve(ref, timeout_ms / 1000 + REQUEST_SLACK_S)
+        replica = self._leader(topic, partition)
+        if mergeable(batch, acks):
+            answer = self._appender(replica.handle, timeout_ms).append(
+                (replica.topic, replica.partition, replica.leader_epoch, batch))
+        else:
+            self._flush(replica.handle)
+            answer = replica.append(batch, acks, timeout_ms)
+        return _resolve(answer, timeout_ms / 1000 + REQUEST_SLACK_S)
+
+    def _flush(self, handle: Any) -> None:
+        """Send the mergeable batches waiting for ``handle`` now: they were appended before
+        the one about to be sent alone, and leave before it."""
+        waiting = self._appenders.get(handle)
+        if waiting is not None:
+            waiting.flush()
+
+    def _appender(self, handle: Any, timeout_ms: int) -> Appender:
+        """The Appender of mergeable batches (raylog/kafka/gateway/appends.py) for the broker
+        (or replica host) ``handle``, kept while it has calls in flight or batches waiting.
+        (``timeout_ms``, the first batch's, goes with every call: an acks=1 append does not
+        wait on it.)"""
+        appender = self._appenders.get(handle)
+        if appender is None:
+            def one(item: tuple[str, int, int, bytes]) -> Any:
+                self.appends_sent[0] += 1
+                self.appends_sent[1] += 1
+                return handle.produce.remote(*item, 1, timeout_ms)
+
+            def many(items: list[tuple[str, int, int, bytes]]) -> Any:
+                self.appends_sent[0] += 1
+                self.appends_sent[1] += len(items)
+                return handle.produce_batches.remote(items, 1, timeout_ms)
+
+            appender = self._appenders[handle] = Appender(
+                one, many, _batch_bytes, self.append_calls_in_flight,
+                idle=lambda: self._appenders.pop(handle, None))
+        return appender
 
     def append_unacknowledged(self, topic: TopicMetadata, partition: int,
                               batch: bytes) -> None:
         """acks=0: send the append, read no answer."""
-        discard(self._leader(topic, partition).append(batch, 1))
+        replica = self._leader(topic, partition)
+        self._flush(replica.handle)
+        discard(replica.append(batch, 1))
 
     async def fetch(self, topic: TopicMetadata, partition: int, offset: int, max_bytes: int,
                     max_wait_ms: int, min_bytes: int) -> FetchResult:

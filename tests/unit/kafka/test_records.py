@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import struct
 
+import lz4.frame
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -18,9 +19,11 @@ from raylog.kafka import records_py
 from raylog.kafka.batch import HEADER_SIZE, KafkaCodec, kafka_batches, pack_header
 from raylog.kafka.compression import compress, decompress
 from raylog.kafka.error_codes import kafka_error_code
-from raylog.kafka.records import kafka_to_raylog, to_kafka, to_raylog
+from raylog.kafka.records import _LZ4_LEVEL, kafka_to_raylog, to_kafka, to_raylog
 from raylog.records import Codec, TimestampType, encode, parse_header, read_records
+from raylog.records.header import HEADER_SIZE as RAYLOG_HEADER_SIZE
 from raylog.records.payload import EXPLICIT_SCHEMA, check_payload
+from raylog.records.payload import compress as compress_payload
 from tests.unit.kafka.builders import (
     CODER_NAMES,
     coder_module,
@@ -47,6 +50,17 @@ PAGE_VIEWS = [(T0 + i, None, b'{"page":"/p/%05d","user":%08d}' % (i % 97, i * 31
               for i in range(1000)]
 
 
+def opened(batch: bytes) -> tuple[tuple, bytes]:
+    """A raylog batch's header fields but its length and checksums, and its Arrow stream
+    uncompressed: what two batches of the same records share however LZ4 compressed them."""
+    header = parse_header(batch)
+    fields = header._replace(batch_length=0, header_crc=0, crc=0)
+    payload = batch[RAYLOG_HEADER_SIZE:]
+    if header.codec == Codec.LZ4:
+        payload = lz4.frame.decompress(payload)
+    return fields, payload
+
+
 def as_records(recs, base_offset=0):
     """The test records as raylog's readers return them."""
     return [(base_offset + i, ts, key, value, tuple(headers))
@@ -61,7 +75,21 @@ def test_to_raylog_is_what_raylogs_producer_sends(coder, kcodec, recs):
     with using(coder):
         (batch,) = kafka_batches(data)
         out = to_raylog(batch)
-    assert out == raylog_batch(recs, producer_id=12345, producer_epoch=2, base_sequence=70)
+    assert opened(out) == opened(raylog_batch(recs, producer_id=12345, producer_epoch=2,
+                                              base_sequence=70))
+
+
+@CODERS
+def test_to_raylog_compresses_at_the_listeners_lz4_level(coder):
+    """The payload is LZ4 in its faster mode (_LZ4_LEVEL): one frame that every reader
+    reads as any other, a little larger than the producer's for these records."""
+    with using(coder):
+        (batch,) = kafka_batches(kafka_batch(PAGE_VIEWS, KafkaCodec.LZ4))
+        out = to_raylog(batch)
+    _, stream = opened(out)
+    assert out[RAYLOG_HEADER_SIZE:] == compress_payload(stream, _LZ4_LEVEL) != \
+        compress_payload(stream)
+    assert [tuple(r) for r in read_records(out)] == as_records(PAGE_VIEWS)
 
 
 @CODERS
@@ -289,14 +317,14 @@ _producer = st.sampled_from([(-1, -1, -1), (1, 0, 0), (2**62, 2**15 - 1, 2**31 -
 @given(recs=st.lists(_record, min_size=1, max_size=30), kcodec=st.sampled_from(list(KafkaCodec)),
        producer=_producer, base_offset=st.integers(0, 2**40), epoch=st.integers(-1, 2**31 - 1))
 def test_round_trip_raylog_kafka_raylog(coder, recs, kcodec, producer, base_offset, epoch):
-    """Stored raylog batch -> Kafka batch -> raylog batch: the same batch, byte for byte
-    (but for the stamped fields, which the leader sets)."""
+    """Stored raylog batch -> Kafka batch -> raylog batch: the same batch (but for the
+    stamped fields, which the leader sets), byte for byte once uncompressed."""
     original = raylog_batch(recs, producer_id=producer[0], producer_epoch=producer[1],
                             base_sequence=producer[2])
     with using(coder):
         (batch,) = kafka_batches(to_kafka(stamped(original, base_offset, epoch), kcodec))
         assert (batch.base_offset, batch.partition_leader_epoch) == (base_offset, epoch)
-        assert to_raylog(batch) == original
+        assert opened(to_raylog(batch)) == opened(original)
 
 
 @pytest.mark.parametrize("coder", CODER_NAMES)
