@@ -11,6 +11,7 @@ import uuid
 
 import pytest
 
+from raylog import Consumer, Producer
 from raylog.errors import InvalidTxnStateError, UnstableOffsetCommitError
 from tests.integration.conftest import restart_controller, wait_for
 
@@ -94,3 +95,38 @@ def test_a_restarted_controller_keeps_them_pending_until_the_transaction_commits
 
     restart_controller()  # and the log says so again
     assert committed(controller, group, topic, stable=True) == {0: None, 1: 11}
+
+
+def test_a_group_consumer_starting_meanwhile_waits_for_the_outcome(ray_cluster, topic):
+    """Its lookup of the committed offsets is refused (retriable) while they are pending:
+    it starts reading only at the offsets the transaction committed, never at the stale
+    ones (here none: it would start at the earliest)."""
+    controller = ray_cluster.raylog.controller
+    with Producer(acks="all") as producer:
+        for i in range(20):
+            producer.send(topic, b"r%d" % i, partition=i % PARTITIONS)
+    tid, group = new_id("consumer"), new_id("group")
+    txn = begin(controller, tid, group)
+    controller.txn_offset_commit(tid, *txn, group, None, -1,
+                                 [(topic, 0, 8, ""), (topic, 1, 9, "")])
+    seen: list = []
+    with Consumer(group_id=group, auto_offset_reset="earliest",
+                  enable_auto_commit=False) as consumer:
+        consumer.subscribe([topic])
+
+        def owned() -> bool:
+            seen.extend(consumer.poll(timeout_ms=200))
+            parts = controller.describe_group(group)["partitions"]
+            return sum(p["owner"] is not None for p in parts) == PARTITIONS
+
+        wait_for(owned, timeout=60, what="the consumer to be granted both partitions")
+        for _ in range(5):  # granted, and still not reading: its lookup is refused
+            seen.extend(consumer.poll(timeout_ms=200))
+        assert seen == []
+        controller.txn_end(tid, *txn, True)
+        wait_for(lambda: seen.extend(consumer.poll(timeout_ms=200)) or len(seen) >= 3,
+                 timeout=60, what="the consumer to read once the commit is in")
+    first = {}
+    for record in seen:
+        first.setdefault(record.partition, record.offset)
+    assert first == {0: 8, 1: 9}
