@@ -223,7 +223,10 @@ class GroupService:
         topic = self.access.state.topic(CONSUMER_OFFSETS_TOPIC)
         loaded = 0
         for p in topic.partitions:
-            for header, content in await self.leaders.replay_batches(topic.name, p.partition):
+            batches = await self.leaders.replay_batches(topic.name, p.partition)
+            if batches:
+                self.coordinator.txn.log_ends[p.partition] = batches[-1][0].next_offset
+            for header, content in batches:
                 marker = content.type is MarkerType.COMMIT if isinstance(content, Marker) \
                     else None
                 self.coordinator.load_batch(

@@ -322,6 +322,7 @@ class GroupStore:
                     if info.base_offset < 0:
                         raise errors.OutOfOrderSequenceError(
                             f"the leader answered at offset {info.base_offset}")
+                    txn.check_answer(partition, info.base_offset)
                 except NUMBERING_REFUSED as e:  # its sequence is not the leader's: for good
                     done.settle(e)
                     return

@@ -28,6 +28,7 @@ from typing import Any
 from raylog.errors import (
     InvalidProducerIdMappingError,
     InvalidTxnStateError,
+    OutOfOrderSequenceError,
     ProducerFencedError,
 )
 from raylog.records import Codec, encode
@@ -53,6 +54,21 @@ class TxnOffsets:
     def __init__(self) -> None:
         self.pending: dict[tuple[int, int], GroupOffsets] = {}
         self.sequences: dict[tuple[int, int], tuple[int, int]] = {}
+        # Per partition, the log end the replay read to, then past each batch appended: a
+        # batch of ours answered below it is one the leader took for a retry of an older
+        # batch of the same sequence (the replay missed batches that compaction removed).
+        self.log_ends: dict[int, int] = {}
+
+    def check_answer(self, partition: int, base_offset: int) -> None:
+        """Refuse (OutOfOrderSequenceError) an answer to a new batch that lies below what
+        the log held before it was sent: the leader mistook it for a batch it had."""
+        end = self.log_ends.get(partition, 0)
+        if base_offset < end:
+            raise OutOfOrderSequenceError(
+                f"__consumer_offsets-{partition}: a transactional offset batch was answered "
+                f"at offset {base_offset}, below the log end {end} before it was sent: the "
+                f"leader took its sequence for an older batch's; it is not in the log")
+        self.log_ends[partition] = base_offset + 1
 
     def next_sequence(self, partition: int, producer_id: int, producer_epoch: int) -> int:
         """The sequence the producer's next batch to ``partition`` takes at its epoch."""

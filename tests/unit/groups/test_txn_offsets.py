@@ -8,6 +8,7 @@ import pytest
 from raylog.errors import (
     InvalidProducerIdMappingError,
     InvalidTxnStateError,
+    OutOfOrderSequenceError,
     ProducerFencedError,
     UnstableOffsetCommitError,
 )
@@ -146,3 +147,17 @@ def test_describe_shows_pending_offsets():
     c = coordinator_with_pending()
     c.group("g")
     assert c.describe("g")["pending_transactional"] == {"in:0": 20, "in:1": 21}
+
+
+def test_an_answer_below_the_log_end_before_the_send_is_refused():
+    """After a replay that missed batches (compaction removed them), the sequence counted
+    may be one the leader remembers: it answers with the older batch's place, which is not
+    taken for the new batch's."""
+    t = TxnOffsets()
+    t.log_ends[5] = 100  # where the replay ended
+    with pytest.raises(OutOfOrderSequenceError):
+        t.check_answer(5, 40)
+    t.check_answer(5, 100)
+    with pytest.raises(OutOfOrderSequenceError):
+        t.check_answer(5, 100)  # the same place twice: not a new batch
+    t.check_answer(6, 0)  # a partition the replay found empty
