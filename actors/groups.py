@@ -188,6 +188,7 @@ class GroupService:
         # sets its TransactionService's txn_describe): txn_offset_commit checks with it.
         self.describe_transaction: Callable[[str], Awaitable[dict[str, Any]]] = \
             _no_transactions
+        self._markers_while_loading: list[tuple[int, int, int, bool]] = []
         self.store: GroupStore | None = None
         self._loading = Loading(
             self._load, f"the group coordinator is still loading {CONSUMER_OFFSETS_TOPIC}",
@@ -235,6 +236,12 @@ class GroupService:
                     [] if marker is not None else [(r.key, r.value) for r in content])
                 loaded += 1
         self.coordinator.finish_load()
+        # Markers written while the replay ran may be past what it read: applied again
+        # (a marker's second telling finds nothing left to apply, and no later transaction
+        # of its producer can have offsets here before this load is done).
+        for marker in self._markers_while_loading:
+            self.coordinator.txn_marker(*marker)
+        self._markers_while_loading.clear()
         self.store = GroupStore(self.coordinator, len(topic.partitions), self._append,
                                 random_producer_id, background)
         self.generations_at_load = self._generations()
@@ -432,6 +439,9 @@ class GroupService:
         to ``partition`` of __consumer_offsets: the offsets pending there are committed or
         dropped. (Before the groups are loaded, the load finds the marker in the log.)"""
         self.coordinator.txn_marker(partition, producer_id, producer_epoch, commit)
+        if not self.loaded:
+            self._markers_while_loading.append((partition, producer_id, producer_epoch,
+                                                commit))
 
     # -- administration --------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from raylog.errors import (
     ProducerFencedError,
     UnstableOffsetCommitError,
 )
+from raylog.groups.coordinator import GroupCoordinator
 from raylog.metadata import state as events
 from raylog.metadata.access import MemoryLog, MetadataAccess
 from raylog.records import iter_batches
@@ -133,3 +134,46 @@ def test_a_commit_is_checked_as_a_group_commit():
         assert groups.coordinator.txn.pending == {}
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+class LateAnswers(MarkingLeader):
+    """A leader whose fetch answers of __consumer_offsets-``partition`` are held back
+    (``hold`` cleared) after they were read: what is appended meanwhile is past what the
+    reader gets."""
+
+    def __init__(self, partition: int) -> None:
+        super().__init__()
+        self.partition = partition
+        self.hold = asyncio.Event()
+        self.hold.set()
+        self.held = 0
+
+    async def _fetch(self, topic, partition, epoch, offset, max_bytes, wait_ms, min_bytes):
+        answer = await super()._fetch(topic, partition, epoch, offset, max_bytes, wait_ms,
+                                      min_bytes)
+        if (topic, partition) == ("__consumer_offsets", self.partition) and \
+                not self.hold.is_set():
+            self.held += 1
+            await self.hold.wait()
+        return answer
+
+
+def test_a_marker_written_while_the_group_service_replays_is_applied_after_it():
+    access, leader = metadata(), LateAnswers(GroupCoordinator.partition_for("g"))
+
+    async def scenario() -> None:
+        groups, txns = services(access, leader)
+        pid, epoch = await txns.txn_init_producer_id("t", 60_000)
+        await txns.txn_add_offsets("t", pid, epoch, "g")
+        await groups.txn_offset_commit("t", pid, epoch, "g", None, -1, [("in", 0, 5, "")])
+
+        groups, _ = services(access, leader, txns)  # restarted: its replay is slow
+        leader.hold.clear()
+        loading = asyncio.ensure_future(committed(groups, stable=True))
+        await until(lambda: leader.held > 0)  # it read the log, the answer is on its way
+        await txns.txn_end("t", pid, epoch, True)
+        await until(lambda: txns.coordinator.transactions["t"].state.name == "COMPLETE_COMMIT")
+        leader.hold.set()
+        assert await loading == 5
+
+    run(scenario())
