@@ -233,7 +233,8 @@ class GroupService:
                 self.coordinator.load_batch(
                     p.partition, header.producer_id, header.producer_epoch,
                     header.base_sequence, header.transactional, marker,
-                    [] if marker is not None else [(r.key, r.value) for r in content])
+                    [] if marker is not None else [(r.key, r.value) for r in content],
+                    header.base_offset)
                 loaded += 1
         self.coordinator.finish_load()
         # Markers written while the replay ran may be past what it read: applied again

@@ -122,7 +122,7 @@ class CommitWrite(SettledWrite):
         coordinator, group_id = self.store.coordinator, self.ticket.group_id
         error = coordinator.fenced(self.ticket)
         if error is None:
-            coordinator.apply_commit(group_id, self.ticket.offsets)
+            coordinator.apply_commit(group_id, self.ticket.offsets, self.log_offset)
         else:
             logger.info("group %s: %s", group_id, error)
             self.store.restore(group_id, self.partitions)  # holds them before we let go
@@ -152,7 +152,14 @@ class RestoreWrite(Write):
                 for tp in self.partitions]
 
     def durable(self) -> None:
-        self.store.coordinator.unhold(self.group_id, self.partitions)
+        coordinator = self.store.coordinator
+        mine = coordinator.offsets.get(self.group_id, {})
+        for tp in self.partitions:  # what it wrote is the latest of these in the log
+            if tp in mine:
+                coordinator.positioned(self.group_id, [tp], self.log_offset)
+            else:
+                coordinator.positions.get(self.group_id, {}).pop(tp, None)
+        coordinator.unhold(self.group_id, self.partitions)
 
     def failed(self, error: BaseException) -> None:
         logger.error("group %s: restoring the offsets of %s failed (%r): a restarted "
@@ -216,6 +223,7 @@ class DeleteWrite(SettledWrite):
             coordinator.forget(self.group_id)
         else:  # members joined since: their group record follows the tombstone
             coordinator.offsets.pop(self.group_id, None)
+            coordinator.positions.pop(self.group_id, None)
         self.settle(None)
 
     def failed(self, error: BaseException) -> None:
@@ -337,7 +345,7 @@ class GroupStore:
                                 "sending it again", group_id, e)
                 else:
                     txn.appended(partition, producer_id, producer_epoch, sequence,
-                                 len(records), {group_id: offsets})
+                                 len(records), {group_id: offsets}, info.base_offset)
                     done.settle(None)
                     return
                 await asyncio.sleep(backoff.next())

@@ -36,8 +36,10 @@ from raylog.records.builder import BatchBuilder
 from raylog.types import TopicPartition
 
 Record = tuple[bytes, bytes | None]
-# The offsets of one transactional batch, by group: what a marker commits or drops.
+# Offsets by group and partition: those of a transactional batch.
 GroupOffsets = dict[str, dict[TopicPartition, Any]]
+# Pending offsets by group and partition, each with where its batch is in the log.
+PendingOffsets = dict[str, dict[TopicPartition, tuple[Any, int]]]
 
 
 class TxnOffsets:
@@ -52,7 +54,7 @@ class TxnOffsets:
     """
 
     def __init__(self) -> None:
-        self.pending: dict[tuple[int, int], GroupOffsets] = {}
+        self.pending: dict[tuple[int, int], PendingOffsets] = {}
         self.sequences: dict[tuple[int, int], tuple[int, int]] = {}
         # Per partition, the log end the replay read to, then past each batch appended: a
         # batch of ours answered below it is one the leader took for a retry of an older
@@ -76,17 +78,20 @@ class TxnOffsets:
         return sequence if epoch == producer_epoch else 0
 
     def appended(self, partition: int, producer_id: int, producer_epoch: int,
-                 base_sequence: int, count: int, offsets: GroupOffsets) -> None:
-        """A transactional batch of ``count`` records is in the log: its offsets pend."""
+                 base_sequence: int, count: int, offsets: GroupOffsets,
+                 position: int = -1) -> None:
+        """A transactional batch of ``count`` records is in the log (at ``position``): its
+        offsets pend."""
         self.sequences[(partition, producer_id)] = (producer_epoch, base_sequence + count)
         mine = self.pending.setdefault((partition, producer_id), {})
         for group_id, entries in offsets.items():
-            mine.setdefault(group_id, {}).update(entries)
+            mine.setdefault(group_id, {}).update(
+                {tp: (om, position) for tp, om in entries.items()})
 
     def end(self, partition: int, producer_id: int, producer_epoch: int, commit: bool
-            ) -> GroupOffsets:
+            ) -> PendingOffsets:
         """A marker of the producer is in ``partition``: its pending offsets there leave;
-        returned to be applied for a commit (in the order they were written), {} for an
+        returned, with where each was written, to be applied for a commit, {} for an
         abort. A marker seen again (a retry, or the replay and the marker writer both
         telling it) finds nothing left."""
         if producer_epoch > self.sequences.get((partition, producer_id), (-1, 0))[0]:
@@ -101,10 +106,10 @@ class TxnOffsets:
         return sorted(tp for tp in partitions if tp in held)
 
     def pending_of(self, group_id: str) -> dict[TopicPartition, Any]:
-        out: dict[TopicPartition, Any] = {}
-        for groups in self.pending.values():
-            out.update(groups.get(group_id, {}))
-        return out
+        """The group's pending offsets (the latest of each partition)."""
+        found = sorted((position, tp, om) for groups in self.pending.values()
+                       for tp, (om, position) in groups.get(group_id, {}).items())
+        return {tp: om for _, tp, om in found}
 
 
 

@@ -114,6 +114,17 @@ def test_offsets_pend_until_the_commit_marker_and_survive_a_restart_meanwhile():
         assert await committed(replayed, stable=True) == 5
         assert replayed.coordinator.txn.next_sequence(partition[1], pid, epoch) == 2
 
+        # A plain commit written after the transaction's offsets, before its marker, stays.
+        groups = replayed  # (the one the marker writer tells now)
+        await txns.txn_add_offsets("t", pid, epoch, "g")
+        await groups.txn_offset_commit("t", pid, epoch, "g", None, -1, [("in", 0, 12, "")])
+        await groups.commit_offsets("g", None, -1, [("in", 0, 7, "")])
+        await txns.txn_end("t", pid, epoch, True)
+        await until(lambda: txns.coordinator.transactions["t"].state.name == "COMPLETE_COMMIT")
+        assert await committed(groups, stable=True) == 7
+        replayed, _ = services(access, leader, txns)
+        assert await committed(replayed, stable=True) == 7
+
     run(scenario())
 
 

@@ -161,3 +161,25 @@ def test_an_answer_below_the_log_end_before_the_send_is_refused():
     with pytest.raises(OutOfOrderSequenceError):
         t.check_answer(5, 100)  # the same place twice: not a new batch
     t.check_answer(6, 0)  # a partition the replay found empty
+
+
+def test_a_plain_commit_written_after_the_transactional_one_stays_at_its_commit():
+    """As Kafka: the commit marker applies a pending offset only over one written before
+    it in the log."""
+    c = GroupCoordinator(lambda: 0)
+    c.apply_commit("g", {TP0: om(1), TP1: om(1)}, 5)
+    c.txn.appended(5, PID, EPOCH, 0, 2, {"g": {TP0: om(20), TP1: om(21)}}, 10)
+    c.apply_commit("g", {TP1: om(30)}, 20)  # after the transactional batch, before its marker
+    c.txn_marker(5, PID, EPOCH, commit=True)
+    assert c.committed("g", [TP0, TP1], require_stable=True) == {TP0: om(20), TP1: om(30)}
+    assert c.positions["g"] == {TP0: 10, TP1: 20}
+
+
+def test_replay_keeps_the_later_of_a_plain_and_a_transactional_commit():
+    c = GroupCoordinator(lambda: 0)
+    c.load_batch(5, PID, EPOCH, 0, True, None, records("g", {TP0: 20, TP1: 21}), 10)
+    c.load_batch(5, -1, -1, -1, False, None, records("g", {TP1: 30}), 20)
+    c.load_batch(5, -1, -1, -1, False, None,
+                 [GroupCoordinator.offset_record("g", TP0, None)], 25)  # a tombstone
+    c.load_batch(5, PID, EPOCH, -1, True, True, [], 30)
+    assert c.committed("g", [TP0, TP1], require_stable=True) == {TP0: om(20), TP1: om(30)}
