@@ -11,7 +11,7 @@ producer is in that partition (:meth:`TxnOffsets.end` hands them to the coordina
 apply), and an abort marker drops them. While a partition of a group has pending offsets,
 a reader asking for stable offsets is answered UnstableOffsetCommitError (retriable).
 
-The log is the truth: replaying ``__consumer_offsets`` (:meth:`TxnOffsets.replay_batch`)
+The log is the truth: replaying ``__consumer_offsets`` (``GroupCoordinator.load_batch``)
 puts a transactional batch's offsets back as pending and applies the marker found after
 it, so a coordinator restarted in the middle of a transaction keeps them pending until
 its marker arrives. A marker ends every pending offset of its producer in its partition,
@@ -110,7 +110,6 @@ class TxnOffsets:
         found = sorted((position, tp, om) for groups in self.pending.values()
                        for tp, (om, position) in groups.get(group_id, {}).items())
         return {tp: om for _, tp, om in found}
-
 
 
 def transactional_batch(records: list[Record], producer_id: int, producer_epoch: int,
