@@ -437,3 +437,13 @@ class SecurityConfigError(InvalidConfigError):
     """A Kafka listener's security settings cannot work: an unknown protocol or mechanism,
     a certificate or key file missing or unreadable, a key not matching its certificate.
     Refused when the listener is configured, before it listens."""
+
+
+class UnstableOffsetCommitError(RaylogError):
+    """A group's committed offset of a partition was asked for while offsets committed
+    inside a transaction are pending for it (their transaction is neither committed nor
+    aborted yet): a consumer starting there would read a stale offset. Retriable: the
+    transaction ends, at the latest at its timeout (Kafka's UNSTABLE_OFFSET_COMMIT)."""
+
+    retriable = True
+    kafka_code = 88  # UNSTABLE_OFFSET_COMMIT

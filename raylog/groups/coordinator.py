@@ -15,6 +15,10 @@ is in the log, :meth:`fenced` says whether any of its partitions changed owner m
 its member left): only a commit that was not fenced is applied. While a commit's record is
 on its way, the store *holds* its partitions (:meth:`hold`): a partition whose owner gave it
 up meanwhile is granted to nobody until the store knows the log agrees with memory.
+
+Offsets committed inside a transaction are held apart (:attr:`txn`, txn_offsets.py) until
+their transaction's marker is in the group's partition (:meth:`txn_marker`); the replay
+takes them back from the log with :meth:`load_batch`.
 """
 
 from __future__ import annotations
@@ -32,8 +36,10 @@ from raylog.errors import (
     NotPartitionOwnerError,
     UnknownGroupError,
     UnknownMemberError,
+    UnstableOffsetCommitError,
 )
 from raylog.groups.group import Group, Heartbeat, Member, PendingMember, ownership_mark
+from raylog.groups.txn_offsets import GroupOffsets, TxnOffsets
 from raylog.records.partitioner import key_partition
 from raylog.types import TopicPartition
 
@@ -75,6 +81,10 @@ class GroupCoordinator:
         self._persisted: dict[str, dict[str, Any]] = {}  # group record replayed per group
         # Per group, the partitions whose committed offset is on its way to the log (count).
         self.held: dict[str, collections.Counter[TopicPartition]] = {}
+        self.txn = TxnOffsets()  # offsets committed inside transactions not ended yet
+        # Per group and partition, where the record of its committed offset is in the log
+        # (-1: not known): a transaction's commit applies an offset written after it only.
+        self.positions: dict[str, dict[TopicPartition, int]] = {}
         # Called with a group id when what holds grants back in it may have gone (its group
         # record became durable, a held partition was let go): a Kafka member's SyncGroup
         # waiting for its assignment looks again.
@@ -209,13 +219,45 @@ class GroupCoordinator:
         self._grants_may_change(group_id)
 
     def apply_commit(self, group_id: str,
-                     offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
+                     offsets: Mapping[TopicPartition, OffsetAndMetadata],
+                     position: int = -1) -> None:
+        """Offsets committed, their record at ``position`` in the log (-1: not known)."""
         self.offsets.setdefault(group_id, {}).update(offsets)
+        self.positioned(group_id, offsets, position)
 
-    def committed(self, group_id: str, partitions: Iterable[TopicPartition]
+    def positioned(self, group_id: str, partitions: Iterable[TopicPartition],
+                   position: int) -> None:
+        """The latest record of the offsets of ``partitions`` is at ``position``."""
+        self.positions.setdefault(group_id, {}).update(dict.fromkeys(partitions, position))
+
+    def committed(self, group_id: str, partitions: Iterable[TopicPartition],
+                  require_stable: bool = False
                   ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """The committed offset of each partition (None: none). With ``require_stable``,
+        UnstableOffsetCommitError (retriable) while any of them has offsets pending in a
+        transaction: its committed offset is about to change or stay, nobody knows yet."""
+        partitions = [TopicPartition(*tp) for tp in partitions]
+        if require_stable:
+            unstable = self.txn.unstable(group_id, partitions)
+            if unstable:
+                raise UnstableOffsetCommitError(
+                    f"group {group_id!r} has offsets of {unstable} pending in an open "
+                    f"transaction; ask again once it is committed or aborted")
         mine = self.offsets.get(group_id, {})
-        return {TopicPartition(*tp): mine.get(TopicPartition(*tp)) for tp in partitions}
+        return {tp: mine.get(tp) for tp in partitions}
+
+    def txn_marker(self, partition: int, producer_id: int, producer_epoch: int,
+                   commit: bool) -> None:
+        """A transaction marker of ``producer_id`` is in ``partition`` of
+        __consumer_offsets: the offsets it had pending there are committed or dropped."""
+        for group_id, offsets in self.txn.end(partition, producer_id, producer_epoch,
+                                              commit).items():
+            # As Kafka: an offset whose record is later in the log than the transaction's
+            # stays (a plain commit after the transactional one, before its marker).
+            written = self.positions.get(group_id, {})
+            for tp, (om, position) in offsets.items():
+                if position > written.get(tp, -1) or position < 0:
+                    self.apply_commit(group_id, {tp: om}, position)
 
     def check_empty(self, group_id: str) -> None:
         group = self.groups.get(group_id)
@@ -229,6 +271,7 @@ class GroupCoordinator:
     def forget(self, group_id: str) -> None:
         self.groups.pop(group_id, None)
         self.offsets.pop(group_id, None)
+        self.positions.pop(group_id, None)
         self.generations.pop(group_id, None)
 
     def group_ids(self) -> list[str]:
@@ -266,19 +309,17 @@ class GroupCoordinator:
         group = self.groups[group_id]
         return self.generation_record(group_id, group.generation, group)
 
-    def load(self, key: bytes, value: bytes | None) -> None:
-        """Replay one record of __consumer_offsets (records in offset order)."""
+    def load(self, key: bytes, value: bytes | None, position: int = -1) -> None:
+        """Replay one record of __consumer_offsets (records in offset order), of the batch
+        at ``position``."""
         kind, group_id, *rest = json.loads(key)
         if kind == "offset":
             tp = TopicPartition(rest[0], rest[1])
             if value is None:
-                mine = self.offsets.get(group_id, {})
-                mine.pop(tp, None)
-                if not mine:
-                    self.offsets.pop(group_id, None)
+                self.drop_offset(group_id, tp)
             else:
-                self.offsets.setdefault(group_id, {})[tp] = OffsetAndMetadata(
-                    **json.loads(value))
+                self.apply_commit(group_id, {tp: OffsetAndMetadata(**json.loads(value))},
+                                  position)
         elif kind == "group":
             if value is None:
                 self.generations.pop(group_id, None)
@@ -287,6 +328,41 @@ class GroupCoordinator:
                 record = json.loads(value)
                 self.generations[group_id] = record["generation"]
                 self._persisted[group_id] = record
+
+    def drop_offset(self, group_id: str, tp: TopicPartition) -> None:
+        """A tombstone of the partition's offset is in the log."""
+        for by_group in (self.offsets, self.positions):
+            mine = by_group.get(group_id, {})
+            mine.pop(tp, None)
+            if not mine:
+                by_group.pop(group_id, None)
+
+    def load_batch(self, partition: int, producer_id: int, producer_epoch: int,
+                   base_sequence: int, transactional: bool, marker: bool | None,
+                   records: Iterable[Record], position: int = -1) -> None:
+        """Replay one batch of ``partition`` (batches in offset order; this one at
+        ``position``): a plain batch's records are applied, a transactional one's offsets
+        pend for its producer, and a marker (``marker``: whether it commits) ends them."""
+        if marker is not None:
+            self.txn_marker(partition, producer_id, producer_epoch, marker)
+        elif transactional:
+            records = list(records)
+            self.txn.appended(partition, producer_id, producer_epoch, base_sequence,
+                              len(records), self.transactional_offsets(records), position)
+        else:
+            for key, value in records:
+                self.load(key, value, position)
+
+    @staticmethod
+    def transactional_offsets(records: Iterable[Record]) -> GroupOffsets:
+        """The offsets of a transactional batch's records, by group."""
+        out: GroupOffsets = {}
+        for key, value in records:
+            kind, group_id, *rest = json.loads(key)
+            if kind == "offset" and value is not None:
+                out.setdefault(group_id, {})[TopicPartition(rest[0], rest[1])] = \
+                    OffsetAndMetadata(**json.loads(value))
+        return out
 
     def finish_load(self) -> None:
         """After the replay: bring back the persisted members of each group, pending.
@@ -316,4 +392,8 @@ class GroupCoordinator:
                           for tp, om in sorted(self.offsets.get(group_id, {}).items())}
         # Partitions whose offset is on its way to the log (granted to nobody new till then).
         out["held"] = sorted(self.held.get(group_id, ()))
+        # Offsets committed inside transactions not ended yet (not committed until then).
+        out["pending_transactional"] = {
+            f"{tp.topic}:{tp.partition}": om.offset
+            for tp, om in sorted(self.txn.pending_of(group_id).items())}
         return out

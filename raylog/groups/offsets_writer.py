@@ -64,6 +64,8 @@ class Write:
     nothing (left) to write returns no records, settles itself and hears nothing more."""
 
     alone = False  # sent in a batch of its own, after every write queued before it is done
+    log_offset = -1  # where its batch landed in the log, once durable
+
 
     def records(self) -> list[Record]:
         raise NotImplementedError
@@ -72,7 +74,7 @@ class Write:
         """Its batch is about to go out (it may be in the log from now on)."""
 
     def durable(self) -> None:
-        """Its batch is in the log."""
+        """Its batch is in the log (at ``log_offset``)."""
 
     def failed(self, error: BaseException) -> None:
         """The leader refused its batch for good: not in the log."""
@@ -171,18 +173,19 @@ class OffsetsWriter:
         for write in writes:
             write.sent()
         try:
-            error = await self._send(data, len(records))
+            outcome = await self._send(data, len(records))
         finally:
             self.in_flight = []
-        if error is None:
+        if isinstance(outcome, AppendInfo):
             for write in writes:
+                write.log_offset = outcome.base_offset
                 write.durable()
         else:
             for write in writes:
-                write.failed(error)
+                write.failed(outcome)
 
-    async def _send(self, data: bytes, count: int) -> BaseException | None:
-        """Send the batch until it is in the log (None) or refused for good (the error)."""
+    async def _send(self, data: bytes, count: int) -> AppendInfo | BaseException:
+        """Send the batch until it is in the log (where) or refused for good (the error)."""
         backoff = Backoff(*self._backoff_s, jitter=0)
         refusals = 0
         while True:
@@ -213,7 +216,7 @@ class OffsetsWriter:
                 logger.info("%s: no answer (%r); sending the batch again", self.name, e)
             else:
                 self.next_sequence += count
-                return None
+                return info
             await asyncio.sleep(backoff.next())
 
     def _renumber(self) -> None:
