@@ -30,7 +30,7 @@ from raylog.client.futures import BatchResult, RecordFuture, TableFuture
 from raylog.client.remote import Answer, appended, discard, when_done
 from raylog.client.sender_state import Alarms, OutgoingBatch, PartitionSender
 from raylog.client.tables import assign_sticky, partition_rows
-from raylog.client.transactions import ConsumerGroupMetadata, TransactionManager, fenced
+from raylog.client.transactions import TransactionManager, fenced
 from raylog.errors import (
     ActorUnavailableError,
     ClientClosedError,
@@ -51,7 +51,7 @@ from raylog.records.append import PlainSend
 from raylog.records.builder import BATCH_OVERHEAD, RECORD_OVERHEAD, check_headers, record_size
 from raylog.records.partitioner import Partitioner, StickyPartitioner, key_partition
 from raylog.replica.producer_state import RECENT_BATCHES
-from raylog.types import TopicPartition
+from raylog.types import ConsumerGroupMetadata, TopicPartition
 from raylog.util.arguments import (
     INT64_MAX,
     build_config,

@@ -25,7 +25,7 @@ import enum
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 from raylog.errors import (
     IllegalStateError,
@@ -40,16 +40,6 @@ from raylog.util.backoff import backoff_s
 
 # Errors after which the producer can do nothing more (Kafka's fatal errors).
 FATAL = (InvalidProducerEpochError, InvalidProducerIdMappingError, InvalidTxnStateError)
-
-
-class ConsumerGroupMetadata(NamedTuple):
-    """What a transactional producer needs of a consumer's group to commit its offsets in a
-    transaction (``Consumer.group_metadata()``): the group, and the member and generation
-    the group coordinator checks, as for the consumer's own commits."""
-
-    group_id: str
-    member_id: str | None
-    generation: int
 
 
 class TxnState(enum.Enum):

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 import raylog.client.producer as producer_module
+from raylog.client.consumer import Consumer
 from raylog.client.producer import Producer
 from raylog.client.remote import ControllerClient
-from raylog.client.transactions import ConsumerGroupMetadata, TxnState
+from raylog.client.transactions import TxnState
 from raylog.errors import (
     ConcurrentTransactionsError,
     IllegalStateError,
@@ -23,6 +24,8 @@ from raylog.errors import (
     TransactionAbortedError,
 )
 from raylog.records import parse_header
+from raylog.records.append import PlainSend
+from raylog.types import ConsumerGroupMetadata
 from tests.unit import fake_remote
 from tests.unit.fake_remote import FakeController, _Method, wait_until
 
@@ -295,3 +298,20 @@ def test_a_batch_refused_for_its_old_epoch_makes_the_producer_fatal(controller):
         zombie.commit_transaction()
     zombie.close()
     successor.close()
+
+
+def test_a_transactional_producer_takes_the_general_send_path(controller):
+    producer = txn_producer(controller)
+    assert "send" not in vars(producer)  # each send checks the transaction's state
+    plain = Producer(cluster=fake_remote.fake_cluster(controller))
+    if PlainSend is not None:
+        assert isinstance(vars(plain)["send"], PlainSend)  # unchanged for the others
+    plain.close()
+
+
+def test_group_metadata_is_what_the_producer_commits_with(controller):
+    consumer = Consumer(cluster=fake_remote.fake_cluster(controller), group_id="g")
+    assert consumer.group_metadata() == ConsumerGroupMetadata("g", None, -1)  # not joined
+    consumer.close()
+    with pytest.raises(IllegalStateError, match="group_id"):
+        Consumer(cluster=fake_remote.fake_cluster(controller)).group_metadata()
