@@ -111,6 +111,9 @@ class ControllerActor:
         self.kafka_groups = KafkaGroupService(self.groups)
         self.transactions = TransactionService(self.access, self.brokers.leader,
                                                self.topics.ensure_internal_topic)
+        # Offsets committed in a transaction: checked against it, settled by its markers.
+        self.groups.describe_transaction = self.transactions.txn_describe
+        self.transactions.offsets_marker_written = self.groups.txn_marker_written
         self.java = JavaApi(self.topics, self.brokers)
         self._steps: dict[str, asyncio.Task] = {}  # the reconcile steps running
         self._loop: asyncio.Task | None = None
@@ -146,6 +149,7 @@ class ControllerActor:
     leave_group = served_by("groups", GroupService.leave_group)
     commit_offsets = served_by("groups", GroupService.commit_offsets)
     committed_offsets = served_by("groups", GroupService.committed_offsets)
+    txn_offset_commit = served_by("groups", GroupService.txn_offset_commit)
     list_groups = served_by("groups", GroupService.list_groups)
     describe_group = served_by("groups", GroupService.describe_group)
     delete_group = served_by("groups", GroupService.delete_group)

@@ -32,12 +32,14 @@ from raylog.errors import (
     OffsetOutOfRangeError,
     RaylogError,
     RequestTimeoutError,
+    TransactionalIdNotFoundError,
     UnknownTopicError,
 )
 from raylog.groups.assignors import ASSIGNORS
 from raylog.groups.classic import ClassicGroups, JoinAnswer
 from raylog.groups.coordinator import OFFSETS_TOPIC_PARTITIONS, GroupCoordinator, OffsetAndMetadata
 from raylog.groups.store import GroupStore
+from raylog.groups.txn_offsets import check_transaction
 from raylog.metadata.access import MetadataAccess
 from raylog.metadata.sessions import CONTROLLER_STALL_S, OwnStalls
 from raylog.metadata.topics import (
@@ -49,6 +51,7 @@ from raylog.metadata.topics import (
     topic_partitions,
     topic_pattern,
 )
+from raylog.records.control import Marker, MarkerType
 from raylog.records.header import random_producer_id
 from raylog.storage import AppendInfo
 from raylog.types import TopicPartition
@@ -181,6 +184,10 @@ class GroupService:
             lambda group_id, answers: None
         # Told when a group's grants may change (a Kafka member's SyncGroup waits on it).
         self.grants_may_change: Callable[[str], None] = lambda group_id: None
+        # The transaction coordinator's description of a transactional id (the controller
+        # sets its TransactionService's txn_describe): txn_offset_commit checks with it.
+        self.describe_transaction: Callable[[str], Awaitable[dict[str, Any]]] = \
+            _no_transactions
         self.store: GroupStore | None = None
         self._loading = Loading(
             self._load, f"the group coordinator is still loading {CONSUMER_OFFSETS_TOPIC}",
@@ -216,15 +223,21 @@ class GroupService:
         topic = self.access.state.topic(CONSUMER_OFFSETS_TOPIC)
         loaded = 0
         for p in topic.partitions:
-            for record in await self.leaders.replay(topic.name, p.partition):
-                self.coordinator.load(record.key, record.value)
+            for header, content in await self.leaders.replay_batches(topic.name, p.partition):
+                marker = content.type is MarkerType.COMMIT if isinstance(content, Marker) \
+                    else None
+                self.coordinator.load_batch(
+                    p.partition, header.producer_id, header.producer_epoch,
+                    header.base_sequence, header.transactional, marker,
+                    [] if marker is not None else [(r.key, r.value) for r in content])
                 loaded += 1
         self.coordinator.finish_load()
         self.store = GroupStore(self.coordinator, len(topic.partitions), self._append,
                                 random_producer_id, background)
         self.generations_at_load = self._generations()
-        logger.info("loaded %d records of %s: %d groups", loaded, CONSUMER_OFFSETS_TOPIC,
-                    len(self.coordinator.group_ids()))
+        logger.info("loaded %d batches of %s: %d groups, %d producers with offsets pending "
+                    "in a transaction", loaded, CONSUMER_OFFSETS_TOPIC,
+                    len(self.coordinator.group_ids()), len(self.coordinator.txn.pending))
 
     async def _list_offset(self, topic: str, partition: int, spec: str | int,
                            retry_s: float = LEADER_RETRY_S) -> tuple[int, int] | None:
@@ -369,11 +382,53 @@ class GroupService:
                                                instance_id or None)
         await store.commit(ticket, WRITE_WAIT_S)
 
-    async def committed_offsets(self, group_id: str, partitions: list[tuple[str, int]]
+    async def committed_offsets(self, group_id: str, partitions: list[tuple[str, int]],
+                                require_stable: bool = True
                                 ) -> dict[tuple[str, int], tuple | None]:
+        """The group's committed (offset, metadata, commit timestamp) of each partition
+        (None: none). With ``require_stable`` (a consumer about to start reading),
+        UnstableOffsetCommitError (retriable) while offsets of one of them are pending in
+        a transaction (Kafka's OffsetFetch with require_stable)."""
         await self._ready()
         return {tuple(tp): (tuple(om) if om else None)
-                for tp, om in self.coordinator.committed(group_id, partitions).items()}
+                for tp, om in self.coordinator.committed(group_id, partitions,
+                                                         require_stable).items()}
+
+    async def txn_offset_commit(self, transactional_id: str, producer_id: int,
+                                producer_epoch: int, group_id: str, member_id: str | None,
+                                generation: int, entries: list[tuple[str, int, int, str]]
+                                ) -> None:
+        """Commit (topic, partition, offset, metadata) entries of a group inside the
+        producer's transaction (Kafka's TxnOffsetCommit; raylog/groups/txn_offsets.py).
+
+        Checked as :meth:`commit_offsets` checks a commit (``member_id`` None or "" with
+        ``generation`` -1 for a group without membership), and the transaction must hold the
+        group's offsets (``txn_add_offsets``): else InvalidTxnStateError, and
+        ProducerFencedError or InvalidProducerIdMappingError for a stale producer. Durable
+        in the group's __consumer_offsets partition as a transactional batch of the producer
+        when this returns, and pending: committed when the transaction's commit marker is
+        written there, dropped at its abort. RequestTimeoutError after WRITE_WAIT_S (the
+        batch is still being sent; the transaction should abort)."""
+        check_id("transactional_id", transactional_id, InvalidArgumentError)
+        check_id("group_id", group_id, InvalidArgumentError)
+        check_offset_entries(entries, self._topics())
+        store = await self._ready()
+        try:
+            described = await self.describe_transaction(transactional_id)
+        except TransactionalIdNotFoundError:
+            described = None
+        check_transaction(described, transactional_id, producer_id, producer_epoch, group_id)
+        offsets = {TopicPartition(t, p): OffsetAndMetadata(o, m, wall_clock_ms())
+                   for t, p, o, m in entries}
+        self.coordinator.check_commit(group_id, member_id or None, generation, offsets)
+        await store.txn_commit(producer_id, producer_epoch, group_id, offsets, WRITE_WAIT_S)
+
+    def txn_marker_written(self, partition: int, producer_id: int, producer_epoch: int,
+                           commit: bool) -> None:
+        """The transaction coordinator's marker writer wrote a marker of ``producer_id``
+        to ``partition`` of __consumer_offsets: the offsets pending there are committed or
+        dropped. (Before the groups are loaded, the load finds the marker in the log.)"""
+        self.coordinator.txn_marker(partition, producer_id, producer_epoch, commit)
 
     # -- administration --------------------------------------------------------------------------
 
@@ -490,6 +545,11 @@ class GroupService:
         await self._ready()
         return [(gen, {m: sorted(tps) for m, tps in owners.items()})
                 for gen, owners in self.coordinator.group(group_id).history]
+
+
+async def _no_transactions(transactional_id: str) -> dict[str, Any]:
+    raise TransactionalIdNotFoundError(f"no transaction coordinator to ask about "
+                                       f"{transactional_id!r}")
 
 
 def _check_join(group_id: str, member_id: str | None, client_id: str,

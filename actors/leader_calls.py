@@ -17,7 +17,8 @@ import ray
 from ray.exceptions import RayActorError
 
 from raylog.errors import LeaderNotAvailableError, RaylogError, RequestTimeoutError
-from raylog.records import Record, iter_batches, read_records
+from raylog.records import BatchHeader, Record, batch_records, decode, iter_batches
+from raylog.records.control import Marker, read_marker
 from raylog.storage import AppendInfo
 
 LEADER_RETRY_S = 30.0  # how long a request rides out a leader change of an internal topic
@@ -77,13 +78,21 @@ class LeaderCalls:
                 f"{APPEND_ANSWER_S:.0f} s") from None
 
     async def replay(self, topic: str, partition: int) -> list[Record]:
-        """Every record of the partition, from its log start to the leader's log end as the
-        replay starts (not to its high watermark: right after a failover a new leader's high
-        watermark lags what was acknowledged until its followers have fetched, and a record
-        skipped here would be lost to the coordinator). LeaderNotAvailableError if the high
-        watermark does not reach that end within LEADER_RETRY_S."""
+        """Every record of the partition (control batches left out): see
+        :meth:`replay_batches`."""
+        return [record for _, content in await self.replay_batches(topic, partition)
+                if not isinstance(content, Marker) for record in content]
+
+    async def replay_batches(self, topic: str, partition: int
+                             ) -> list[tuple[BatchHeader, list[Record] | Marker]]:
+        """Every batch of the partition with its records (a control batch with the marker
+        it holds), from its log start to the leader's log end as the replay starts (not to
+        its high watermark: right after a failover a new leader's high watermark lags what
+        was acknowledged until its followers have fetched, and a record skipped here would
+        be lost to the coordinator). LeaderNotAvailableError if the high watermark does not
+        reach that end within LEADER_RETRY_S."""
         offset = (await self.list_offset(topic, partition, "earliest"))[0]
-        records: list[Record] = []
+        batches: list[tuple[BatchHeader, list[Record] | Marker]] = []
         end = deadline = None
         while end is None or offset < end:
             wait = 0 if end is None else LOAD_WAIT_MS  # the first one only looks
@@ -93,13 +102,19 @@ class LeaderCalls:
             if end is None:
                 end, deadline = result.log_end_offset, time.monotonic() + LEADER_RETRY_S
             if result.data:
-                records.extend(read_records(result.data, offset))
-                offset = max(h.next_offset for _, h in iter_batches(result.data))
+                data = result.data
+                for pos, header in iter_batches(data):
+                    if header.last_offset < offset:
+                        continue
+                    batches.append((header, read_marker(header, data, pos) if header.control
+                                    else batch_records(header, decode(header, data, pos),
+                                                       offset)))
+                offset = max(h.next_offset for _, h in iter_batches(data))
             elif time.monotonic() > deadline:
                 raise LeaderNotAvailableError(
                     f"{topic}-{partition}: its high watermark stays below the log end {end}; "
                     f"loading it again later")
-        return records
+        return batches
 
 
 class Loading:

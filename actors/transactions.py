@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ray.exceptions import ActorUnschedulableError, RayActorError
@@ -33,7 +34,7 @@ from actors.leader_calls import APPEND_TIMEOUT_MS, Leader, LeaderCalls, Loading
 from raylog.errors import ConcurrentTransactionsError, LeaderNotAvailableError
 from raylog.metadata import state as events
 from raylog.metadata.access import MetadataAccess
-from raylog.metadata.topics import TRANSACTION_STATE_TOPIC
+from raylog.metadata.topics import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from raylog.records.header import NO_PRODUCER_ID, random_producer_id
 from raylog.storage import AppendInfo
 from raylog.transactions.coordinator import ProducerIdAndEpoch, TransactionCoordinator
@@ -68,6 +69,11 @@ class TransactionService:
             self._load, f"the transaction coordinator is still loading "
             f"{TRANSACTION_STATE_TOPIC}", LOAD_WAIT_S)
         self._ids_checked = time.monotonic()
+        # Told (partition, producer id, producer epoch, commit) of each marker written to a
+        # partition of __consumer_offsets: the group service settles the offsets pending
+        # there (the controller sets its GroupService's txn_marker_written).
+        self.offsets_marker_written: Callable[[int, int, int, bool], None] = \
+            lambda partition, producer_id, producer_epoch, commit: None
 
     @property
     def loaded(self) -> bool:
@@ -127,6 +133,9 @@ class TransactionService:
         except (RayActorError, ActorUnschedulableError) as e:  # dead, or its node is gone
             raise LeaderNotAvailableError(f"{tp.topic}-{tp.partition}: its leader is "
                                           f"unreachable: {e}") from e
+        if tp.topic == CONSUMER_OFFSETS_TOPIC:
+            self.offsets_marker_written(tp.partition, work.producer_id, work.producer_epoch,
+                                        work.commit)
 
     def _hand_over(self, coordinator: TransactionCoordinator) -> None:
         """Every decided end not being written goes to the marker writer."""

@@ -423,3 +423,13 @@ class InvalidBatchAttributesError(CorruptRecordError):
 class CorruptTxnIndexError(CorruptRecordError):
     """An aborted-transaction index file (``.txnindex``) that is not whole entries in order
     within its segment's offsets; the log rebuilds it from the batches, which are the truth."""
+
+
+class UnstableOffsetCommitError(RaylogError):
+    """A group's committed offset of a partition was asked for while offsets committed
+    inside a transaction are pending for it (their transaction is neither committed nor
+    aborted yet): a consumer starting there would read a stale offset. Retriable: the
+    transaction ends, at the latest at its timeout (Kafka's UNSTABLE_OFFSET_COMMIT)."""
+
+    retriable = True
+    kafka_code = 88  # UNSTABLE_OFFSET_COMMIT

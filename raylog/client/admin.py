@@ -262,7 +262,7 @@ class Admin:
             return {TopicPartition(p["topic"], p["partition"]): p["committed"]
                     for p in described if p["committed"] is not None}
         wanted = [tuple(tp) for tp in topic_partitions(partitions, "list_consumer_group_offsets()")]
-        found = self._controller().committed_offsets(group_id, wanted)
+        found = self._controller().committed_offsets(group_id, wanted, require_stable=False)
         return {TopicPartition(*tp): om[0] for tp, om in found.items() if om}
 
     def reset_offsets(self, group_id: str, topic: str, to: str | int,

@@ -343,10 +343,12 @@ class ControllerClient:
                           offsets, timeout=timeout)
 
     def committed_offsets(self, group_id: str, partitions: list[tuple[str, int]],
-                          timeout: float | None = None
+                          timeout: float | None = None, require_stable: bool = True
                           ) -> dict[tuple[str, int], tuple | None]:
+        """With ``require_stable``, UnstableOffsetCommitError (retriable) while offsets of
+        one of ``partitions`` are pending in an open transaction."""
         return self._call(self.handle.committed_offsets, group_id, partitions,
-                          timeout=timeout)
+                          require_stable, timeout=timeout)
 
     def list_groups(self) -> list[dict[str, Any]]:
         return self._call(self.handle.list_groups)
@@ -389,6 +391,17 @@ class ControllerClient:
         """The group's __consumer_offsets partition, now in the transaction."""
         return tuple(self._call(self.handle.txn_add_offsets, transactional_id, producer_id,
                                 producer_epoch, group_id, timeout=timeout))
+
+    def txn_offset_commit(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          group_id: str, member_id: str | None, generation: int,
+                          entries: list[tuple[str, int, int, str]],
+                          timeout: float | None = None) -> None:
+        """Commit (topic, partition, offset, metadata) entries of a group inside the
+        producer's transaction (after txn_add_offsets): committed with it, dropped if it
+        aborts."""
+        return self._call(self.handle.txn_offset_commit, transactional_id, producer_id,
+                          producer_epoch, group_id, member_id, generation,
+                          [tuple(e) for e in entries], timeout=timeout)
 
     def txn_end(self, transactional_id: str, producer_id: int, producer_epoch: int,
                 commit: bool, timeout: float | None = None) -> None:

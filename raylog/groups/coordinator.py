@@ -15,6 +15,10 @@ is in the log, :meth:`fenced` says whether any of its partitions changed owner m
 its member left): only a commit that was not fenced is applied. While a commit's record is
 on its way, the store *holds* its partitions (:meth:`hold`): a partition whose owner gave it
 up meanwhile is granted to nobody until the store knows the log agrees with memory.
+
+Offsets committed inside a transaction are held apart (:attr:`txn`, txn_offsets.py) until
+their transaction's marker is in the group's partition (:meth:`txn_marker`); the replay
+takes them back from the log with :meth:`load_batch`.
 """
 
 from __future__ import annotations
@@ -32,8 +36,10 @@ from raylog.errors import (
     NotPartitionOwnerError,
     UnknownGroupError,
     UnknownMemberError,
+    UnstableOffsetCommitError,
 )
 from raylog.groups.group import Group, Heartbeat, Member, PendingMember, ownership_mark
+from raylog.groups.txn_offsets import GroupOffsets, TxnOffsets
 from raylog.records.partitioner import key_partition
 from raylog.types import TopicPartition
 
@@ -75,6 +81,7 @@ class GroupCoordinator:
         self._persisted: dict[str, dict[str, Any]] = {}  # group record replayed per group
         # Per group, the partitions whose committed offset is on its way to the log (count).
         self.held: dict[str, collections.Counter[TopicPartition]] = {}
+        self.txn = TxnOffsets()  # offsets committed inside transactions not ended yet
         # Called with a group id when what holds grants back in it may have gone (its group
         # record became durable, a held partition was let go): a Kafka member's SyncGroup
         # waiting for its assignment looks again.
@@ -212,10 +219,29 @@ class GroupCoordinator:
                      offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
         self.offsets.setdefault(group_id, {}).update(offsets)
 
-    def committed(self, group_id: str, partitions: Iterable[TopicPartition]
+    def committed(self, group_id: str, partitions: Iterable[TopicPartition],
+                  require_stable: bool = False
                   ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """The committed offset of each partition (None: none). With ``require_stable``,
+        UnstableOffsetCommitError (retriable) while any of them has offsets pending in a
+        transaction: its committed offset is about to change or stay, nobody knows yet."""
+        partitions = [TopicPartition(*tp) for tp in partitions]
+        if require_stable:
+            unstable = self.txn.unstable(group_id, partitions)
+            if unstable:
+                raise UnstableOffsetCommitError(
+                    f"group {group_id!r} has offsets of {unstable} pending in an open "
+                    f"transaction; ask again once it is committed or aborted")
         mine = self.offsets.get(group_id, {})
-        return {TopicPartition(*tp): mine.get(TopicPartition(*tp)) for tp in partitions}
+        return {tp: mine.get(tp) for tp in partitions}
+
+    def txn_marker(self, partition: int, producer_id: int, producer_epoch: int,
+                   commit: bool) -> None:
+        """A transaction marker of ``producer_id`` is in ``partition`` of
+        __consumer_offsets: the offsets it had pending there are committed or dropped."""
+        for group_id, offsets in self.txn.end(partition, producer_id, producer_epoch,
+                                              commit).items():
+            self.apply_commit(group_id, offsets)
 
     def check_empty(self, group_id: str) -> None:
         group = self.groups.get(group_id)
@@ -288,6 +314,33 @@ class GroupCoordinator:
                 self.generations[group_id] = record["generation"]
                 self._persisted[group_id] = record
 
+    def load_batch(self, partition: int, producer_id: int, producer_epoch: int,
+                   base_sequence: int, transactional: bool, marker: bool | None,
+                   records: Iterable[Record]) -> None:
+        """Replay one batch of ``partition`` (batches in offset order): a plain batch's
+        records are applied, a transactional one's offsets pend for its producer, and a
+        marker (``marker``: whether it commits) ends them."""
+        if marker is not None:
+            self.txn_marker(partition, producer_id, producer_epoch, marker)
+        elif transactional:
+            records = list(records)
+            self.txn.appended(partition, producer_id, producer_epoch, base_sequence,
+                              len(records), self.transactional_offsets(records))
+        else:
+            for key, value in records:
+                self.load(key, value)
+
+    @staticmethod
+    def transactional_offsets(records: Iterable[Record]) -> GroupOffsets:
+        """The offsets of a transactional batch's records, by group."""
+        out: GroupOffsets = {}
+        for key, value in records:
+            kind, group_id, *rest = json.loads(key)
+            if kind == "offset" and value is not None:
+                out.setdefault(group_id, {})[TopicPartition(rest[0], rest[1])] = \
+                    OffsetAndMetadata(**json.loads(value))
+        return out
+
     def finish_load(self) -> None:
         """After the replay: bring back the persisted members of each group, pending.
 
@@ -316,4 +369,8 @@ class GroupCoordinator:
                           for tp, om in sorted(self.offsets.get(group_id, {}).items())}
         # Partitions whose offset is on its way to the log (granted to nobody new till then).
         out["held"] = sorted(self.held.get(group_id, ()))
+        # Offsets committed inside transactions not ended yet (not committed until then).
+        out["pending_transactional"] = {
+            f"{tp.topic}:{tp.partition}": om.offset
+            for tp, om in sorted(self.txn.pending_of(group_id).items())}
         return out

@@ -22,6 +22,12 @@ Waiting is bounded: an RPC waits up to its deadline for its record; a commit not
 into a batch by then is withdrawn (never written); one on its way is answered with
 RequestTimeoutError and applied or not when its batch is done, by the same rules.
 
+Offsets committed inside a transaction (:meth:`GroupStore.txn_commit`) go another way:
+as a transactional batch of the producer's own (its id, epoch and a sequence of its own in
+the partition, so that a batch sent again is not appended twice), one at a time per
+producer and partition, sent until it is in the log or refused; they pend until the
+transaction's marker (txn_offsets.py).
+
 Plain asyncio over an injected ``append`` (see offsets_writer.py); the controller's event loop
 is the only user.
 """
@@ -30,19 +36,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
-from raylog.errors import RequestTimeoutError
-from raylog.groups.coordinator import CommitTicket, GroupCoordinator, Record
+from raylog import errors
+from raylog.errors import RaylogError, RequestTimeoutError
+from raylog.groups.coordinator import (
+    CommitTicket,
+    GroupCoordinator,
+    OffsetAndMetadata,
+    Record,
+)
 from raylog.groups.offsets_writer import (
     BACKOFF_S,
+    NUMBERING_REFUSED,
     Append,
     OffsetsWriter,
     PartitionWriters,
     Write,
 )
+from raylog.groups.txn_offsets import transactional_batch
 from raylog.types import TopicPartition
+from raylog.util.backoff import Backoff
+from raylog.util.clocks import wall_clock_ms
 
 logger = logging.getLogger(__name__)
 
@@ -218,6 +234,11 @@ class GroupStore:
         self.partitions = partitions
         self.writers = PartitionWriters(append, new_producer_id, start, backoff_s=backoff_s)
         self.queued_membership: dict[str, MembershipWrite] = {}
+        self._append = append
+        self._start = start
+        self._backoff_s = backoff_s
+        # One transactional batch at a time per (partition, producer id): sequences in order.
+        self._txn_locks: dict[tuple[int, int], asyncio.Lock] = {}
 
     def writer(self, group_id: str) -> OffsetsWriter:
         return self.writers(self.coordinator.partition_for(group_id, self.partitions))
@@ -264,3 +285,58 @@ class GroupStore:
 
     def restore(self, group_id: str, partitions: list[TopicPartition]) -> None:
         self.writer(group_id).submit(RestoreWrite(self, group_id, partitions), first=True)
+
+    async def txn_commit(self, producer_id: int, producer_epoch: int, group_id: str,
+                         offsets: Mapping[TopicPartition, OffsetAndMetadata],
+                         timeout_s: float) -> None:
+        """Write a group's offsets as a transactional batch of the producer to the group's
+        partition; pending (``coordinator.txn``) once it is in the log. The batch is sent
+        again until the leader takes it or refuses it for good (the error, raised);
+        RequestTimeoutError after ``timeout_s`` while it is still being sent."""
+        partition = self.coordinator.partition_for(group_id, self.partitions)
+        done = SettledWrite()
+        self._start(self._txn_write(partition, producer_id, producer_epoch, group_id,
+                                    dict(offsets), done))
+        try:
+            await asyncio.wait_for(asyncio.shield(done.done), timeout_s)
+        except TimeoutError:
+            raise RequestTimeoutError(
+                f"group {group_id}: the transactional offsets were not written within "
+                f"{timeout_s:.0f} s; they may still be (abort the transaction)") from None
+
+    async def _txn_write(self, partition: int, producer_id: int, producer_epoch: int,
+                         group_id: str, offsets: dict[TopicPartition, OffsetAndMetadata],
+                         done: SettledWrite) -> None:
+        lock = self._txn_locks.setdefault((partition, producer_id), asyncio.Lock())
+        async with lock:
+            txn = self.coordinator.txn
+            records = [self.coordinator.offset_record(group_id, tp, om)
+                       for tp, om in sorted(offsets.items())]
+            sequence = txn.next_sequence(partition, producer_id, producer_epoch)
+            batch = transactional_batch(records, producer_id, producer_epoch, sequence,
+                                        wall_clock_ms())
+            backoff = Backoff(*self._backoff_s, jitter=0)
+            while True:
+                try:
+                    info = await self._append(partition, batch)
+                    if info.base_offset < 0:
+                        raise errors.OutOfOrderSequenceError(
+                            f"the leader answered at offset {info.base_offset}")
+                except NUMBERING_REFUSED as e:  # its sequence is not the leader's: for good
+                    done.settle(e)
+                    return
+                except RaylogError as e:
+                    if not e.retriable:
+                        done.settle(e)
+                        return
+                    logger.info("group %s: a transactional offset batch: %r; sending it "
+                                "again", group_id, e)
+                except Exception as e:  # no answer: it may be in the log; the same again
+                    logger.info("group %s: no answer to a transactional offset batch (%r); "
+                                "sending it again", group_id, e)
+                else:
+                    txn.appended(partition, producer_id, producer_epoch, sequence,
+                                 len(records), {group_id: offsets})
+                    done.settle(None)
+                    return
+                await asyncio.sleep(backoff.next())

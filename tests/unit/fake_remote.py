@@ -329,7 +329,7 @@ class FakeController(Stoppable):
         for topic, partition, offset, _ in entries:
             self.committed[(topic, partition)] = offset
 
-    def _committed_offsets(self, group_id, partitions) -> dict:
+    def _committed_offsets(self, group_id, partitions, require_stable=True) -> dict:
         return {tuple(tp): ((self.committed[tuple(tp)], "", 0)
                             if tuple(tp) in self.committed else None) for tp in partitions}
 
