@@ -3,19 +3,23 @@ Producer (init, begin, send, commit, abort) and read_committed consumers. A tran
 two topics is seen whole by read_committed once committed, never once aborted, and both by
 read_uncommitted; a zombie (an older producer of the same transactional id) is fenced and
 writes nothing more; a transaction its producer abandons is aborted at its timeout and
-read_committed consumers go past it.
+read_committed consumers go past it; a read-process-write application killed and restarted
+under the same transactional id, and a leader killed, write each input record once.
 """
 
 from __future__ import annotations
 
+import collections
+import threading
 import uuid
 
 import pytest
+import ray
 
 from raylog import Admin, Consumer, Producer
 from raylog.errors import ProducerFencedError
 from raylog.types import TopicPartition
-from tests.integration.conftest import replica_info, wait_for
+from tests.integration.conftest import leader_broker, replica_info, wait_for
 
 PARTITIONS = 2
 
@@ -150,3 +154,142 @@ def test_an_abandoned_transaction_is_aborted_at_its_timeout_and_read_past(ray_cl
         abandoned.commit_transaction()
     abandoned.close()
     other.close()
+
+
+# -- read-process-write, exactly once ------------------------------------------------------------
+
+@ray.remote(num_cpus=0, max_restarts=0)
+class ReadProcessWrite:
+    """An application in a Ray actor: consumes ``source`` in a group (read_committed),
+    writes each record to both ``outputs`` and commits its input offsets, one transaction
+    per poll, on a thread of its own. Any error ends the thread (the test then restarts the
+    application, as an operator would): what it had not committed is aborted by the next
+    incarnation's init_transactions. Told to ``pause``, it stops inside its next
+    transaction once that transaction's records are in the log, for the test to kill it
+    there."""
+
+    def __init__(self, tid: str, group: str, source: str, outputs: list[str]) -> None:
+        self.committed = 0  # records whose transaction committed in this incarnation
+        self.error: str | None = None
+        self._pause = threading.Event()
+        self.paused = False
+        self._thread = threading.Thread(target=self._run, args=(tid, group, source, outputs),
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, tid: str, group: str, source: str, outputs: list[str]) -> None:
+        try:
+            consumer = Consumer(group_id=group, isolation_level="read_committed",
+                                enable_auto_commit=False, auto_offset_reset="earliest")
+            consumer.subscribe([source])
+            producer = Producer(transactional_id=tid, linger_ms=2)
+            producer.init_transactions()
+            while True:
+                records = consumer.poll(timeout_ms=200, max_records=15)
+                if not records:
+                    continue
+                producer.begin_transaction()
+                offsets = {}
+                for r in records:
+                    for out in outputs:
+                        producer.send(out, r.value, key=r.key)
+                    offsets[TopicPartition(r.topic, r.partition)] = r.offset + 1
+                producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
+                if self._pause.is_set():
+                    producer.flush()
+                    self.paused = True
+                    threading.Event().wait()  # until the test kills this process
+                producer.commit_transaction()
+                self.committed += len(records)
+        except Exception as e:  # reported to the test, which restarts the application
+            self.error = repr(e)
+
+    def pause(self) -> None:
+        self._pause.set()
+
+    def progress(self) -> tuple[int, str | None, bool]:
+        return self.committed, self.error, self.paused
+
+
+def test_read_process_write_is_exactly_once_through_application_and_leader_kills(
+        ray_cluster, topic):
+    """Input records are processed by an application killed inside a transaction (its
+    records written, its offsets sent) and restarted with the same transactional id three
+    times, and a leader of an output partition is killed once, just after a restart (the
+    new incarnation's init aborts the open transaction, whose marker must reach the new
+    leader): every input record is in each committed output exactly once."""
+    admin = Admin()
+    outputs = [f"{topic}-out-a", f"{topic}-out-b"]
+    for name in outputs:
+        admin.create_topic(name, partitions=PARTITIONS, replication_factor=3)
+    n = 1000
+    with Producer(acks="all") as producer:
+        for i in range(n):
+            producer.send(topic, b"%d" % i, key=b"%d" % i)
+    tid, group = new_id("rpw"), new_id("rpw-group")
+    app = Application(tid, group, topic, outputs)
+    for kill in range(3):
+        target = (kill + 1) * n // 5  # committed records, all incarnations, before the kill
+        wait_for(lambda t=target: app.committed() >= t, timeout=120,
+                 what=f"{target} records processed")
+        ray.get(app.actor.pause.remote())
+        wait_for(lambda: ray.get(app.actor.progress.remote())[2], timeout=60,
+                 what="the application to pause inside a transaction")
+        app.restart()
+        if kill == 0:
+            leader = leader_broker(admin, outputs[0], 0)
+            ray.kill(leader, no_restart=False)
+            wait_for(lambda: replica_info(admin, outputs[0], 0)["role"] == "leader",
+                     timeout=60, what="a leader of the output partition")
+    # Every record in both outputs, each once, however often the application restarted.
+
+    def finished() -> bool:
+        app.committed()  # restarts an application whose thread an error ended
+        return len(read(tuple(outputs), "read_committed", timeout_s=60)) >= 2 * n
+
+    wait_for(finished, timeout=240, interval=1, what="every input record in the outputs")
+    app.stop()
+    found = read(tuple(outputs), "read_committed", timeout_s=60)
+    for name in outputs:
+        counts = collections.Counter(v for t, v in found if t == name)
+        assert set(counts) == {b"%d" % i for i in range(n)}, name
+        assert [v for v, c in counts.items() if c > 1] == [], f"duplicated in {name}"
+    assert app.kills >= 3
+    # The killed incarnations' open transactions are in the log, aborted.
+    aborted = len(read(tuple(outputs), "read_uncommitted", timeout_s=60)) - len(found)
+    assert aborted >= 3 * 2
+    print(f"{app.kills} application kills, errors: {app.errors}; {aborted} records of "
+          f"aborted transactions in the outputs")
+
+
+class Application:
+    """The test's side of the application: one ReadProcessWrite actor at a time, the same
+    transactional id and group for each."""
+
+    def __init__(self, *args: object) -> None:
+        self.args = args
+        self.actor = ReadProcessWrite.remote(*args)
+        self.done = 0  # records committed by the incarnations before this one
+        self.kills = 0
+        self.errors: list[str] = []
+
+    def restart(self) -> None:
+        committed, _, _ = ray.get(self.actor.progress.remote())
+        ray.kill(self.actor, no_restart=True)
+        self.done += committed
+        self.kills += 1
+        self.actor = ReadProcessWrite.remote(*self.args)
+
+    def committed(self) -> int:
+        """Records committed so far, all incarnations; an application whose thread failed
+        is restarted."""
+        committed, error, _ = ray.get(self.actor.progress.remote())
+        if error is not None:
+            self.errors.append(error)
+            self.restart()
+            self.kills -= 1  # not one of the test's kills
+            return self.done
+        return self.done + committed
+
+    def stop(self) -> None:
+        ray.kill(self.actor, no_restart=True)
