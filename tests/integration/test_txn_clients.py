@@ -96,6 +96,33 @@ def test_read_committed_sees_a_committed_transaction_whole_and_an_aborted_one_ne
          for i in range(10)] + [b"c-last"])
 
 
+def test_read_topic_read_committed_leaves_aborted_transactions_out(ray_cluster, topic):
+    from raylog.integrations.ray_data import read_topic
+
+    producer = transactional(new_id("data"))
+    for commit in (True, False, True):
+        producer.begin_transaction()
+        for p in range(PARTITIONS):
+            producer.send(topic, b"%s-%d" % (b"kept" if commit else b"dropped", p),
+                          partition=p)
+        producer.flush()
+        if commit:
+            producer.commit_transaction()
+        else:
+            producer.abort_transaction()
+    producer.close()
+    # Each transaction: a record and a marker per partition; wait for the last markers.
+    read((topic,), "read_committed", until=3 * 2 * PARTITIONS)
+
+    def values(isolation: str) -> list[bytes]:
+        rows = read_topic(topic, isolation_level=isolation).take_all()
+        return sorted(row["value"] for row in rows)
+
+    assert values("read_committed") == sorted([b"kept-0", b"kept-1"] * 2)
+    assert values("read_uncommitted") == sorted([b"kept-0", b"kept-1"] * 2 +
+                                                [b"dropped-0", b"dropped-1"])
+
+
 def test_an_open_transaction_holds_read_committed_back_until_it_commits(ray_cluster, topic):
     producer = transactional(new_id("open"))
     producer.begin_transaction()
