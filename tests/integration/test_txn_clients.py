@@ -10,6 +10,7 @@ under the same transactional id, and a leader killed, write each input record on
 from __future__ import annotations
 
 import collections
+import os
 import threading
 import uuid
 
@@ -17,7 +18,7 @@ import pytest
 import ray
 
 from raylog import Admin, Consumer, Producer
-from raylog.errors import ProducerFencedError
+from raylog.errors import IllegalStateError, ProducerFencedError, RecordTooLargeError
 from raylog.types import TopicPartition
 from tests.integration.conftest import leader_broker, replica_info, wait_for
 
@@ -136,6 +137,30 @@ def test_an_open_transaction_holds_read_committed_back_until_it_commits(ray_clus
                  what="the commit marker to move the last stable offset")
     assert read((topic,), "read_committed") == [(topic, b"pending")]
     producer.close()
+
+
+def test_a_refused_send_forces_an_abort_and_the_producer_goes_on_at_a_new_epoch(
+        ray_cluster, topic_name):
+    """A leader refuses a batch (too large for the topic): the transaction can only abort;
+    the abort leaves a hole in the partition's sequence, so the producer takes a new epoch
+    from the coordinator (a recovering init) and its next transaction commits."""
+    Admin().create_topic(topic_name, partitions=PARTITIONS, replication_factor=3,
+                         configs={"max.message.bytes": 4096})
+    tid = new_id("refused")
+    producer = transactional(tid)
+    producer.begin_transaction()
+    producer.send(topic_name, b"in-doomed", partition=0).result(timeout=60)
+    with pytest.raises(RecordTooLargeError):
+        producer.send(topic_name, os.urandom(10_000), partition=0).result(timeout=60)
+    with pytest.raises(IllegalStateError):
+        producer.commit_transaction()
+    producer.abort_transaction()
+    producer.begin_transaction()
+    producer.send(topic_name, b"after", partition=0)
+    producer.commit_transaction()
+    assert producer._txn.epoch == 1  # the recovering init's
+    producer.close()
+    assert read((topic_name,), "read_committed", until=4) == [(topic_name, b"after")]
 
 
 def test_a_zombie_is_fenced_and_writes_nothing_more(ray_cluster, topic):
