@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import enum
+import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -282,7 +283,7 @@ class TransactionManager:
         A fencing error makes the producer FATAL; with ``abortable`` any other final error
         makes the transaction ABORTABLE. A timeout leaves the state as it is (the caller may
         repeat the step)."""
-        for attempt in range(1_000_000):
+        for attempt in itertools.count():
             remaining = deadline - self._clock()
             if remaining <= 0:
                 raise RequestTimeoutError(
@@ -305,4 +306,3 @@ class TransactionManager:
                     if abortable:
                         self._fail(e)
                 raise
-        raise AssertionError("unreachable")

@@ -315,3 +315,22 @@ def test_group_metadata_is_what_the_producer_commits_with(controller):
     consumer.close()
     with pytest.raises(IllegalStateError, match="group_id"):
         Consumer(cluster=fake_remote.fake_cluster(controller)).group_metadata()
+
+
+def test_send_batch_in_a_transaction_adds_its_partitions_and_marks_its_batches(controller):
+    import pyarrow as pa
+
+    producer = txn_producer(controller)
+    producer.init_transactions()
+    producer.begin_transaction()
+    table = pa.table({"value": [b"v%d" % i for i in range(6)],
+                      "partition": pa.array([0, 1] * 3, pa.int32())})
+    producer.send_batch("a", table).result(timeout=5)
+    producer.commit_transaction()
+    assert controller.ended == [("app", True, frozenset({("a", 0), ("a", 1)}))]
+    for p in (0, 1):
+        assert [(h.transactional, h.producer_id) for h in batches(controller, "a", p)] == \
+            [(True, 1000)]
+    with pytest.raises(IllegalStateError):
+        producer.send_batch("a", table)  # outside a transaction
+    producer.close()
