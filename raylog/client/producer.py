@@ -202,9 +202,11 @@ class Producer:
                                            self.config.transactional_id,
                                            self.config.transaction_timeout_ms,
                                            on_added=self._partitions_added)
-        # (A transactional producer takes the general path: each send checks its state.)
-        self._plain = partitioner is None and self._serializers == (None, None) and \
-            self._txn is None
+        # A transactional producer takes it too: a sticky batch is open only inside a
+        # transaction that has not failed (opened by the general path, which checks the
+        # state; sealed or dropped at its end; dropped from the sticky table once the
+        # transaction fails: _txn_failed), so a record the fast path appends is in one.
+        self._plain = partitioner is None and self._serializers == (None, None)
         self._codec = _CODECS[self.config.compression_type]
         self._max_record = self.config.max_request_size - BATCH_OVERHEAD
         self._delivery_timeout_s = self.config.delivery_timeout_ms / 1000
@@ -637,8 +639,13 @@ class Producer:
             offset, metadata = (spec, "") if isinstance(spec, int) else spec
             entries.append((tp[0], tp[1], offset, metadata))
         if entries:
-            txn.add_offsets(group_metadata.group_id, group_metadata.member_id,
-                            group_metadata.generation, entries, self._deadline(timeout))
+            try:
+                txn.add_offsets(group_metadata.group_id, group_metadata.member_id,
+                                group_metadata.generation, entries, self._deadline(timeout))
+            except RaylogError:
+                with self._lock:
+                    self._txn_failed()
+                raise
 
     def commit_transaction(self, timeout: float | None = None) -> None:
         """Send every record of the transaction, then commit it: once this returns, all of
@@ -1117,10 +1124,20 @@ class Producer:
         self._failures.add(batch.result)
         if self._txn is not None and error is not None:
             self._txn.batch_failed(error)
+            self._txn_failed()
+
+    def _txn_failed(self) -> None:
+        """The transaction can no longer commit (lock held): no send may join its open
+        batches through the fast path, which does not check the state (the general path
+        refuses them)."""
+        self._sticky_open.clear()
 
     def _partitions_added(self) -> None:
-        """The coordinator answered an add of partitions: send what waited for it."""
+        """The coordinator answered an add of partitions: send what waited for it (or, if
+        it refused, fail it)."""
         with self._lock:
+            if self._txn is not None and self._txn.refused:
+                self._txn_failed()
             self._send_pending = True
             self._nudge()
 

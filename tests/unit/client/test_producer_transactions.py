@@ -17,6 +17,7 @@ from raylog.client.remote import ControllerClient
 from raylog.client.transactions import TxnState
 from raylog.errors import (
     ConcurrentTransactionsError,
+    IllegalGenerationError,
     IllegalStateError,
     InvalidConfigError,
     ProducerFencedError,
@@ -45,6 +46,7 @@ class TxnController(FakeController):
         self.add_gate = threading.Event()
         self.add_gate.set()
         self.producers_made: list[Producer] = []
+        self.refuse_offsets = False
         for name in ("txn_init_producer_id", "txn_add_partitions", "txn_add_offsets",
                      "txn_offset_commit", "txn_end"):
             setattr(self, name, _Method(self, getattr(self, "_" + name)))
@@ -78,6 +80,8 @@ class TxnController(FakeController):
     def _txn_offset_commit(self, tid, producer_id, epoch, group_id, member_id, generation,
                            entries):
         self._fence(tid, producer_id, epoch)
+        if self.refuse_offsets:
+            raise IllegalGenerationError(f"generation {generation} is not the group's")
         self.offsets.setdefault(tid, []).append((group_id, member_id, generation, entries))
 
     def _txn_end(self, tid, producer_id, epoch, commit):
@@ -300,13 +304,44 @@ def test_a_batch_refused_for_its_old_epoch_makes_the_producer_fatal(controller):
     successor.close()
 
 
-def test_a_transactional_producer_takes_the_general_send_path(controller):
-    producer = txn_producer(controller)
-    assert "send" not in vars(producer)  # each send checks the transaction's state
-    plain = Producer(cluster=fake_remote.fake_cluster(controller))
+def test_keyless_sends_take_the_fast_path_only_inside_a_healthy_transaction(controller):
+    producer = txn_producer(controller, linger_ms=60_000)
     if PlainSend is not None:
-        assert isinstance(vars(plain)["send"], PlainSend)  # unchanged for the others
-    plain.close()
+        assert isinstance(vars(producer)["send"], PlainSend)  # as a plain producer's
+    producer.init_transactions()
+    producer.begin_transaction()
+    first = producer.send("b", b"1")  # opens the sticky batch (the general path)
+    second = producer.send("b", b"2")  # joins it (the fast path)
+    producer.commit_transaction()
+    assert [first.result(timeout=5).offset, second.result(timeout=5).offset] == [0, 1]
+    with pytest.raises(IllegalStateError):
+        producer.send("b", b"3")  # no batch open after the commit: refused
+    # A failed batch (a-1's leader refuses it) closes the fast path to b's open batch.
+    producer.begin_transaction()
+    producer.send("b", b"4")
+    leader = controller.brokers[controller.partitions[("a", 1)].leader]
+
+    def refuse(*args):
+        raise RecordTooLargeError("too big for the leader")
+    leader.produce = _Method(leader, refuse)
+    import pyarrow as pa
+    failed = producer.send_batch("a", pa.table({"value": [b"x"]}), partition=1)
+    with pytest.raises(RecordTooLargeError):
+        failed.result(timeout=5)
+    with pytest.raises(IllegalStateError, match="abort"):
+        producer.send("b", b"5")
+    producer.abort_transaction()
+    # So does a refused offsets commit.
+    producer.begin_transaction()
+    producer.send("b", b"6")
+    controller.refuse_offsets = True
+    with pytest.raises(IllegalGenerationError):
+        producer.send_offsets_to_transaction({("in", 0): 1}, ConsumerGroupMetadata("g", "m", 1))
+    with pytest.raises(IllegalStateError, match="abort"):
+        producer.send("b", b"7")
+    producer.abort_transaction()
+    assert [v for v in controller.partitions[("b", 0)].values] == [b"1", b"2"]
+    producer.close()
 
 
 def test_group_metadata_is_what_the_producer_commits_with(controller):
