@@ -13,7 +13,6 @@ import pytest
 import raylog.client.producer as producer_module
 from raylog.client.consumer import Consumer
 from raylog.client.producer import Producer
-from raylog.client.remote import ControllerClient
 from raylog.client.transactions import TxnState
 from raylog.errors import (
     ConcurrentTransactionsError,
@@ -95,16 +94,6 @@ class TxnController(FakeController):
 @pytest.fixture
 def controller(monkeypatch) -> TxnController:
     fake_remote.install(monkeypatch, producer_module)
-    if not hasattr(ControllerClient, "txn_offset_commit"):
-        # The wrapper comes with the group coordinator's transactional commits (branch
-        # txn-groups); its shape: ControllerClient.commit_offsets' with the producer's.
-        def txn_offset_commit(self, transactional_id, producer_id, producer_epoch, group_id,
-                              member_id, generation, entries, timeout=None):
-            return self._call(self.handle.txn_offset_commit, transactional_id, producer_id,
-                              producer_epoch, group_id, member_id, generation, entries,
-                              timeout=timeout)
-        monkeypatch.setattr(ControllerClient, "txn_offset_commit", txn_offset_commit,
-                            raising=False)
     controller = TxnController()
     controller.add_topic("a", 2)
     controller.add_topic("b", 1)
