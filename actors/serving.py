@@ -68,6 +68,7 @@ from raylog.replica.isr import NO_BROKER_EPOCH
 from raylog.replica.partition import (
     EARLIEST,
     LATEST,
+    READ_UNCOMMITTED,
     AlterIsr,
     FetchResult,
     LeaderAndIsr,
@@ -483,20 +484,21 @@ class ReplicaHost:
         return answers
 
     async def fetch(self, topic: str, partition: int, leader_epoch: int, offset: int,
-                    max_bytes: int = 8 << 20, max_wait_ms: int = 0, min_bytes: int = 1
-                    ) -> FetchResult:
-        """Batches from ``offset`` below the high watermark; waits up to ``max_wait_ms`` for
-        at least ``min_bytes`` to be there."""
+                    max_bytes: int = 8 << 20, max_wait_ms: int = 0, min_bytes: int = 1,
+                    isolation: str = READ_UNCOMMITTED) -> FetchResult:
+        """Batches from ``offset`` below the high watermark (``read_committed``: below the
+        last stable offset, with the aborted transactions; Partition.fetch); waits up to
+        ``max_wait_ms`` for at least ``min_bytes`` to be there."""
         started = time.monotonic()
         hosted = self._hosted(topic, partition)  # checks the stall guard
         since = self.guard.generation
-        result = hosted.partition.fetch(offset, max_bytes, leader_epoch)
+        result = hosted.partition.fetch(offset, max_bytes, leader_epoch, isolation)
         deadline = started + max_wait_ms / 1000
         while len(result.data) < min_bytes:
             if not await hosted.wait(deadline - time.monotonic()):
                 break
             hosted = self._hosted(topic, partition)
-            result = hosted.partition.fetch(offset, max_bytes, leader_epoch)
+            result = hosted.partition.fetch(offset, max_bytes, leader_epoch, isolation)
         self.guard.check_since(since)
         recorder().observe("raylog_fetch_latency_ms", (time.monotonic() - started) * 1000,
                            topic=topic)
@@ -512,14 +514,18 @@ class ReplicaHost:
         return self._hosted(topic, partition).partition.list_offset(spec, leader_epoch)
 
     async def read_kafka_table(self, topic: str, partition: int, leader_epoch: int,
-                               start: int, end: int, max_wait_ms: int = 10_000) -> pa.Table:
+                               start: int, end: int, max_wait_ms: int = 10_000,
+                               isolation: str = READ_UNCOMMITTED) -> pa.Table:
         """Records [start, end) with the columns of Spark's Kafka source (KAFKA_SCHEMA). A
         follower whose high watermark is still short of ``end`` (the range was planned from
-        the leader's) waits for it, up to ``max_wait_ms``."""
+        the leader's) waits for it, up to ``max_wait_ms``. ``read_committed``: without the
+        aborted transactions' records (Partition.read_table)."""
         p = await self._reading(topic, partition, leader_epoch, end, max_wait_ms)
         if isinstance(p, ray.actor.ActorHandle):
-            return await p.read_kafka_table.remote(topic, partition, leader_epoch, start, end, 0)
-        table = kafka_table(p.read_table(start, end, leader_epoch), topic, partition)
+            return await p.read_kafka_table.remote(topic, partition, leader_epoch, start, end, 0,
+                                                   isolation)
+        table = kafka_table(p.read_table(start, end, leader_epoch, isolation), topic,
+                            partition)
         metrics = recorder()
         metrics.inc("raylog_bytes_out", table.nbytes, topic=topic)
         metrics.inc("raylog_records_out", table.num_rows, topic=topic)

@@ -8,11 +8,23 @@ from typing import NamedTuple
 # ``auto_offset_reset``, a read's bounds): its log start, and its high watermark.
 EARLIEST = "earliest"
 LATEST = "latest"
+# A leader's last stable offset (transactions): where a read_committed consumer's "latest" is.
+LAST_STABLE = "last_stable"
 
 
 class TopicPartition(NamedTuple):
     topic: str
     partition: int
+
+
+class ConsumerGroupMetadata(NamedTuple):
+    """What a transactional producer needs of a consumer's group to commit offsets in a
+    transaction (``Consumer.group_metadata()``, as Kafka's): the group, and the member and
+    generation the group coordinator checks, as for the consumer's own commits."""
+
+    group_id: str
+    member_id: str | None
+    generation: int
 
 
 class NewTopic(NamedTuple):

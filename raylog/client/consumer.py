@@ -39,7 +39,13 @@ from raylog.groups.assignors import ASSIGNORS
 from raylog.metadata.topics import check_partition, topic_partition, topic_partitions
 from raylog.records import decode, iter_batches
 from raylog.records.reader import row_columns, row_range
-from raylog.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+from raylog.replica.partition import (
+    ISOLATION_LEVELS,
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    aborted_or_control,
+)
+from raylog.types import LAST_STABLE, LATEST, ConsumerRecord, OffsetAndTimestamp, TopicPartition
 from raylog.util.arguments import (
     INT32_MAX,
     build_config,
@@ -88,6 +94,8 @@ class ConsumerConfig:
                                            # there is one, else the leader (KIP-392)
     request_timeout_ms: int = 30_000       # a fetch unanswered this long past its
                                            # fetch_max_wait_ms is given up and made again
+    isolation_level: str = READ_UNCOMMITTED  # or read_committed: only committed
+                                           # transactions' records, up to the last stable offset
 
     def __post_init__(self) -> None:
         if self.auto_offset_reset not in OFFSET_RESETS:
@@ -98,6 +106,9 @@ class ConsumerConfig:
             raise InvalidConfigError(
                 f"partition_assignment_strategy must be one of {sorted(ASSIGNORS)}, "
                 f"got {self.partition_assignment_strategy!r}")
+        if self.isolation_level not in ISOLATION_LEVELS:
+            raise InvalidConfigError(f"isolation_level must be one of {ISOLATION_LEVELS}, "
+                                     f"got {short_repr(self.isolation_level)}")
         if self.group_id is not None:
             check_id("group_id", self.group_id)
         check_id("client_id", self.client_id)
@@ -115,7 +126,7 @@ class ConsumerConfig:
 
 
 _NON_NUMERIC = {"auto_offset_reset", "group_id", "client_id", "enable_auto_commit",
-                "partition_assignment_strategy", "fetch_from_nearest"}
+                "partition_assignment_strategy", "fetch_from_nearest", "isolation_level"}
 
 
 class _Fetching:
@@ -189,6 +200,10 @@ class _Fetching:
             limit -= n
         if len(out) > before:
             self.position = out[-1].offset + 1
+        if not chunks and self.fetch_offset is not None:
+            # Everything fetched is returned: past skipped records (markers, aborted
+            # transactions) too, as Kafka's position moves.
+            self.position = self.fetch_offset
 
 
 def poll_timeout_ms(timeout_ms: object, timeout: object) -> int:
@@ -248,6 +263,10 @@ class Consumer(GroupMixin):
         self._closed = False
         self._init_group()
         self._node_id: str | None = None  # the Ray node this consumer runs on
+        # Where "latest" is: the high watermark, or for read_committed the last stable offset.
+        committed = self.config.isolation_level == READ_COMMITTED
+        self._latest = LAST_STABLE if committed else LATEST
+        self._isolation = (READ_COMMITTED,) if committed else ()  # fetch's last argument
 
     # -- assignment and positions ----------------------------------------------------------------
 
@@ -325,7 +344,8 @@ class Consumer(GroupMixin):
         self._seek_to("earliest", partitions)
 
     def seek_to_end(self, *partitions: TopicPartition) -> None:
-        self._seek_to("latest", partitions)
+        """Move to the end: the high watermark (read_committed: the last stable offset)."""
+        self._seek_to(self._latest, partitions)
 
     def _seek_to(self, spec: str, partitions: tuple[TopicPartition, ...]) -> None:
         self._check_open()
@@ -345,8 +365,12 @@ class Consumer(GroupMixin):
 
     def _reset_position(self, state: _Fetching) -> None:
         self._no_position(state)
+        state.reset(self._list_offsets([state.tp], self._reset_spec())[state.tp][0])
+
+    def _reset_spec(self) -> str:
+        """What auto_offset_reset asks a leader for."""
         reset = self.config.auto_offset_reset
-        state.reset(self._list_offsets([state.tp], reset)[state.tp][0])
+        return self._latest if reset == LATEST else reset
 
     def _list_offsets(self, partitions: list[TopicPartition], spec: str | int
                       ) -> dict[TopicPartition, tuple[int, int] | None]:
@@ -388,10 +412,11 @@ class Consumer(GroupMixin):
         return {tp: v[0] for tp, v in self._list_offsets(wanted, "earliest").items()}
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        """The high watermark of each partition: the offset the next committed record gets."""
+        """The high watermark of each partition: the offset the next committed record gets
+        (read_committed: the last stable offset, before the first open transaction)."""
         self._check_open()
         wanted = topic_partitions(partitions, "end_offsets()")
-        return {tp: v[0] for tp, v in self._list_offsets(wanted, "latest").items()}
+        return {tp: v[0] for tp, v in self._list_offsets(wanted, self._latest).items()}
 
     def offsets_for_times(self, timestamps: dict[TopicPartition, int]
                           ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
@@ -440,12 +465,13 @@ class Consumer(GroupMixin):
                 if state.position is None:
                     self._no_position(state)  # raises for auto_offset_reset "none"
                     leader = self._reader(state.tp, leader_only=True)
-                    state.sent(leader.list_offset(config.auto_offset_reset), leader, now,
+                    state.sent(leader.list_offset(self._reset_spec()), leader, now,
                                resetting=True)
                     continue
                 reader = self._reader(state.tp, leader_only=now < state.leader_only_until)
                 state.sent(reader.fetch(state.fetch_offset, config.max_partition_fetch_bytes,
-                                        config.fetch_max_wait_ms, config.fetch_min_bytes),
+                                        config.fetch_max_wait_ms, config.fetch_min_bytes,
+                                        *self._isolation),
                            reader, now, resetting=False)
                 state.pending_from_leader = \
                     reader.broker_id == self._meta(state.tp.topic).partitions[
@@ -519,8 +545,11 @@ class Consumer(GroupMixin):
         if not result.data:
             return
         start = state.fetch_offset
+        # Markers are never records; read_committed also skips the batches of the aborted
+        # transactions the answer lists (by producer id and offset range, as Kafka's).
+        skip = aborted_or_control(result.aborted or ())
         for pos, header in iter_batches(result.data):
-            if header.control:  # a transaction marker: no record to show, move past it
+            if skip(header):  # nothing to show: move past it
                 state.fetch_offset = max(state.fetch_offset, header.next_offset)
                 continue
             payload = decode(header, result.data, pos)

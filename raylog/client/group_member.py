@@ -34,7 +34,7 @@ from raylog.errors import (
     UnknownMemberError,
 )
 from raylog.metadata.topics import topic_names, topic_partition, topic_partitions, topic_pattern
-from raylog.types import TopicPartition
+from raylog.types import ConsumerGroupMetadata, TopicPartition
 from raylog.util.arguments import check_int
 from raylog.util.backoff import retry_backoff
 
@@ -261,6 +261,14 @@ class GroupMixin:
             self.commit(offsets)
         except RaylogError as e:
             logger.warning("auto-commit for group %s failed: %r", self.config.group_id, e)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """The group, member and generation, for a transactional producer's
+        ``send_offsets_to_transaction`` (the group checks them as for ``commit``)."""
+        self._check_open()
+        if self.config.group_id is None:
+            raise IllegalStateError("group_metadata() needs a group_id")
+        return ConsumerGroupMetadata(self.config.group_id, *self._group_identity())
 
     def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
         """Commit offsets (default: the positions of every assigned partition), durably.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -29,9 +30,11 @@ from raylog.client.futures import BatchResult, RecordFuture, TableFuture
 from raylog.client.remote import Answer, appended, discard, when_done
 from raylog.client.sender_state import Alarms, OutgoingBatch, PartitionSender
 from raylog.client.tables import assign_sticky, partition_rows
+from raylog.client.transactions import TransactionManager, fenced
 from raylog.errors import (
     ActorUnavailableError,
     ClientClosedError,
+    IllegalStateError,
     InvalidConfigError,
     InvalidRecordError,
     OutOfOrderSequenceError,
@@ -39,6 +42,7 @@ from raylog.errors import (
     RaylogError,
     RecordTooLargeError,
     RequestTimeoutError,
+    TransactionAbortedError,
     UnknownPartitionError,
 )
 from raylog.metadata.topics import check_partition, validate_topic_name
@@ -47,6 +51,7 @@ from raylog.records.append import PlainSend
 from raylog.records.builder import BATCH_OVERHEAD, RECORD_OVERHEAD, check_headers, record_size
 from raylog.records.partitioner import Partitioner, StickyPartitioner, key_partition
 from raylog.replica.producer_state import RECENT_BATCHES
+from raylog.types import ConsumerGroupMetadata, TopicPartition
 from raylog.util.arguments import (
     INT64_MAX,
     build_config,
@@ -85,6 +90,10 @@ class ProducerConfig:
     # time, so more only wait in its queue, and while they wait new records gather into
     # fewer, larger batches instead.
     max_in_flight_requests_per_broker: int = 2
+    # A transactional producer (docs/transactions.md): idempotent with acks="all"; the
+    # coordinator aborts a transaction left open longer than transaction_timeout_ms.
+    transactional_id: str | None = None
+    transaction_timeout_ms: int = 60_000
 
     def __post_init__(self) -> None:
         if type(self.acks) not in (int, str) or self.acks not in (0, 1, -1, "all", "0", "1",
@@ -95,7 +104,14 @@ class ProducerConfig:
         if not isinstance(self.compression_type, str) or self.compression_type not in _CODECS:
             raise InvalidConfigError(
                 f"compression_type must be 'lz4' or 'none', got {self.compression_type!r}")
-        check_int_fields(self, skip=("acks", "compression_type"),
+        if self.transactional_id is not None and (
+                not isinstance(self.transactional_id, str) or not self.transactional_id):
+            raise InvalidConfigError(f"transactional_id must be a non-empty str or None, got "
+                                     f"{short_repr(self.transactional_id)}")
+        if self.transactional_id is not None and acks != "all":
+            raise InvalidConfigError(f"a transactional producer needs acks='all' (its "
+                                     f"default), got acks={self.acks!r}")
+        check_int_fields(self, skip=("acks", "compression_type", "transactional_id"),
                          zero_ok=("linger_ms", "retry_backoff_ms"),
                          maximums={"buffer_memory": INT64_MAX})
         if self.delivery_timeout_ms < self.linger_ms:
@@ -133,6 +149,8 @@ def producer_config(settings: Mapping[str, Any]) -> ProducerConfig:
     if partitioner is not None and not callable(partitioner):
         raise InvalidConfigError(f"partitioner must be a callable (key, partitions) -> "
                                  f"partition, got {short_repr(partitioner)}")
+    if settings.get("transactional_id") is not None:
+        settings.setdefault("acks", "all")  # a transactional producer implies it (as Kafka)
     return build_config(ProducerConfig, "Producer", settings, ("cluster", "partitioner"))
 
 
@@ -178,6 +196,16 @@ class Producer:
         self._cluster = cluster_or_default(cluster)
         self._partitioner = partitioner
         # send()'s fast path is for producers that only append bytes as they come.
+        self._txn: TransactionManager | None = None
+        if self.config.transactional_id is not None:
+            self._txn = TransactionManager(self._cluster.controller,
+                                           self.config.transactional_id,
+                                           self.config.transaction_timeout_ms,
+                                           on_added=self._partitions_added)
+        # A transactional producer takes it too: a sticky batch is open only inside a
+        # transaction that has not failed (opened by the general path, which checks the
+        # state; sealed or dropped at its end; dropped from the sticky table once the
+        # transaction fails: _txn_failed), so a record the fast path appends is in one.
         self._plain = partitioner is None and self._serializers == (None, None)
         self._codec = _CODECS[self.config.compression_type]
         self._max_record = self.config.max_request_size - BATCH_OVERHEAD
@@ -288,6 +316,8 @@ class Producer:
         """send() for every record its shortcut (or the C call) did not take."""
         if self._closed:
             raise ClientClosedError("send() on a closed producer")
+        if self._txn is not None:
+            self._txn.check_send()
         if self._serializers != (None, None):
             key, value = self._serialize(key, value)
         if headers is not None and isinstance(headers, Mapping):  # an ABC check: slow
@@ -381,6 +411,8 @@ class Producer:
         """
         if self._closed:
             raise ClientClosedError("send_batch() on a closed producer")
+        if self._txn is not None:
+            self._txn.check_send()
         if type(topic) is not str:
             validate_topic_name(topic)
         meta = self._topics.get(topic) or self._topic(topic)
@@ -396,7 +428,8 @@ class Producer:
         # LZ4 and Arrow's IPC writer release the GIL: encode the batches in parallel.
         encoded = self._encoder().map(
             lambda piece, fields: encode(piece[1], codec=self._codec, producer_id=fields[0],
-                                         producer_epoch=fields[1], base_sequence=fields[2]),
+                                         producer_epoch=fields[1], base_sequence=fields[2],
+                                         transactional=self._txn is not None),
             pieces, planned)
         results = []
         now = time.monotonic()
@@ -431,13 +464,20 @@ class Producer:
     def _sender_of(self, key: tuple[str, int]) -> PartitionSender:
         sender = self._senders.get(key)
         if sender is None:
-            sender = self._senders[key] = PartitionSender(self._idempotent)
+            if self._txn is None:
+                sender = self._senders[key] = PartitionSender(self._idempotent)
+            else:
+                txn = self._txn
+                sender = self._senders[key] = PartitionSender(
+                    True, lambda: txn.producer_id, transactional=True)
+                sender.restart(txn.producer_id, txn.epoch)
         return sender
 
     def _new_batch(self, topic: str, partition: int) -> OutgoingBatch:
         batch = OutgoingBatch(topic, partition, BatchBuilder(self.config.batch_size, self._codec),
                               BatchResult(topic, partition), time.monotonic(),
                               self._delivery_timeout_s)
+        batch.transactional = self._txn is not None
         key = topic, partition
         self._open[key] = batch
         linger_at = batch.created + self.config.linger_ms / 1000
@@ -540,6 +580,8 @@ class Producer:
                 self._stopping = True
                 self._wake.notify_all()
             self._sender.join(timeout=10)
+            if self._txn is not None:
+                self._txn.close()
             if self._encode_pool is not None:
                 self._encode_pool.shutdown(wait=False)
 
@@ -554,6 +596,114 @@ class Producer:
                 raise
             # The block's own exception is the one to see; the futures hold these errors.
             logger.exception("records failed while the producer's block raised")
+
+    # -- transactions (docs/transactions.md, "The producer") ------------------------------------
+
+    def _transaction(self, step: str) -> TransactionManager:
+        if self._txn is None:
+            raise IllegalStateError(f"{step} needs a producer made with a transactional_id")
+        if self._closed:
+            raise ClientClosedError(f"{step} on a closed producer")
+        return self._txn
+
+    def _deadline(self, timeout: float | None) -> float:
+        check_timeout("timeout", timeout)
+        return time.monotonic() + (self.config.max_block_ms / 1000 if timeout is None
+                                   else timeout)
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Register the transactional id with the coordinator, first and once: fences every
+        older producer of the id (their sends and steps fail with ProducerFencedError) and
+        waits while the transaction an older one left open is aborted. Its producer id and
+        epoch are the ones this producer's batches carry. Retried until ``timeout`` s
+        (default max_block_ms) pass, then RequestTimeoutError (call it again)."""
+        self._transaction("init_transactions()").init(self._deadline(timeout))
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: the sends that follow, and the offsets given to
+        send_offsets_to_transaction, commit or abort together."""
+        self._transaction("begin_transaction()").begin()
+
+    def send_offsets_to_transaction(
+            self, offsets: Mapping[TopicPartition | tuple[str, int], int | tuple[int, str]],
+            group_metadata: ConsumerGroupMetadata | str, timeout: float | None = None) -> None:
+        """Commit a consumer group's offsets (the next offset to read, per partition, or an
+        (offset, metadata) pair) in the transaction: they become the group's committed
+        offsets when it commits, and never if it aborts. ``group_metadata`` is the
+        consumer's ``group_metadata()`` (a group id alone skips the generation check)."""
+        txn = self._transaction("send_offsets_to_transaction()")
+        if isinstance(group_metadata, str):
+            group_metadata = ConsumerGroupMetadata(group_metadata, None, -1)
+        entries = []
+        for tp, spec in offsets.items():
+            offset, metadata = (spec, "") if isinstance(spec, int) else spec
+            entries.append((tp[0], tp[1], offset, metadata))
+        if entries:
+            try:
+                txn.add_offsets(group_metadata.group_id, group_metadata.member_id,
+                                group_metadata.generation, entries, self._deadline(timeout))
+            except RaylogError:
+                with self._lock:
+                    self._txn_failed()
+                raise
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Send every record of the transaction, then commit it: once this returns, all of
+        it is decided (read_committed consumers see it when the markers are written). If a
+        send of the transaction failed it cannot commit: IllegalStateError (its cause the
+        failure), and only abort_transaction() is allowed. A RequestTimeoutError may be
+        followed by another commit_transaction()."""
+        txn = self._transaction("commit_transaction()")
+        deadline = self._deadline(timeout)
+        txn.begin_end(commit=True)
+        with contextlib.suppress(ProduceFailedError):  # the transaction's error: end() raises it
+            self.flush(max(deadline - time.monotonic(), 0.0))
+        txn.end(True, deadline)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Abort the transaction: records not yet sent fail with TransactionAbortedError,
+        those sent are never shown to read_committed consumers. Waits for the requests in
+        flight, then tells the coordinator."""
+        txn = self._transaction("abort_transaction()")
+        deadline = self._deadline(timeout)
+        txn.begin_end(commit=False)
+        dropped: list[OutgoingBatch] = []
+        with self._lock:
+            for batch in list(self._open.values()):
+                del self._open[batch.key]
+                self._alarms.clear(("linger", batch.key))
+                batch.result.count = len(batch.builder)
+                dropped.append(batch)
+            self._sticky_open.clear()
+            self._lingered.clear()
+            for sender in self._senders.values():
+                queued = sender.drop_queued()
+                if queued:
+                    txn.batch_dropped()  # numbered: a hole in the sequence
+                dropped.extend(queued)
+            self._sendable.clear()
+            for batch in dropped:
+                self._forget(batch)
+            in_flight = [batch.result for sender in self._senders.values()
+                         for batch in sender.in_flight]
+        error = TransactionAbortedError("the transaction was aborted before the batch was sent")
+        for batch in dropped:
+            batch.result.complete(-1, error)
+        for result in in_flight:
+            if not result.ready(max(deadline - time.monotonic(), 0.0)):
+                raise RequestTimeoutError("abort_transaction() did not finish in time: call "
+                                          "it again")
+        txn.end(False, deadline)
+        if txn.bump_needed:
+            producer_id, epoch = txn.bump(deadline)
+            with self._lock:
+                for sender in self._senders.values():
+                    for batch in sender.drop_queued():  # retries of failed sends, if any
+                        self._forget(batch)
+                        batch.result.complete(-1, error)
+                    sender.restart(producer_id, epoch)
+        with self._lock:
+            self._failures = _Failures()  # the aborted transaction's: its futures hold them
 
     # -- sending -----------------------------------------------------------------------------
     #
@@ -709,11 +859,12 @@ class Producer:
                          batch.partition, batch.attempts,
                          "in flight" if batch.ref is not None else "queued")
             self._forget(batch)
-            out.append((batch, RequestTimeoutError(
+            error = RequestTimeoutError(
                 f"{batch.result.count} records for {batch.topic}-{batch.partition} not "
                 f"acknowledged within delivery_timeout_ms="
-                f"{self.config.delivery_timeout_ms} ({batch.attempts} attempts)")))
-            self._failures.add(batch.result)
+                f"{self.config.delivery_timeout_ms} ({batch.attempts} attempts)")
+            out.append((batch, error))
+            self._failed_batch(batch, error)
         if expired and key in self._sendable:
             self._send_pending = True  # in-flight slots freed, or an epoch bump is due
         deadlines = [b.deadline for b in sender.in_flight] if sender else []
@@ -803,6 +954,17 @@ class Producer:
         out, unsafe = [], []
         for key in list(self._sendable):
             sender = self._senders[key]
+            if self._txn is not None and not self._txn.ready(key):
+                # Held until the coordinator has the partition in the transaction; failed
+                # if it refused it.
+                refused = self._txn.refused.get(key)
+                if refused is not None:
+                    for batch in sender.drop_queued():
+                        self._forget(batch)
+                        batch.last_error = refused
+                        unsafe.append(batch)
+                    del self._sendable[key]
+                continue
             leader = self._leader_of(key)
             free = per_broker - loads[leader]
             if free <= 0:
@@ -817,7 +979,7 @@ class Producer:
                 del self._sendable[key]
         for batch in unsafe:
             self._forget(batch)
-            self._failures.add(batch.result)
+            self._failed_batch(batch, batch.last_error)
         return out, unsafe
 
     def _submit_ready(self) -> None:
@@ -944,14 +1106,40 @@ class Producer:
                 sender.acknowledged(batch)
             else:
                 sender.failed(batch)
-                self._failures.add(batch.result)
+                self._failed_batch(batch, error)
                 if sender.queue:
                     self._sendable[batch.key] = None
             self._forget(batch)
             if self._sendable or self._lingered:  # its slot may let another batch go
                 self._send_pending = True
                 self._nudge()
+        if self._txn is not None and error is not None:
+            error = fenced(error)  # an epoch the leader refuses: another producer took the id
         batch.result.complete(base_offset, error)
+
+
+    def _failed_batch(self, batch: OutgoingBatch, error: BaseException | None) -> None:
+        """A batch ended in failure: seen by the next flush, and the end of its
+        transaction's hope to commit (lock held)."""
+        self._failures.add(batch.result)
+        if self._txn is not None and error is not None:
+            self._txn.batch_failed(error)
+            self._txn_failed()
+
+    def _txn_failed(self) -> None:
+        """The transaction can no longer commit (lock held): no send may join its open
+        batches through the fast path, which does not check the state (the general path
+        refuses them)."""
+        self._sticky_open.clear()
+
+    def _partitions_added(self) -> None:
+        """The coordinator answered an add of partitions: send what waited for it (or, if
+        it refused, fail it)."""
+        with self._lock:
+            if self._txn is not None and self._txn.refused:
+                self._txn_failed()
+            self._send_pending = True
+            self._nudge()
 
 
 class _Failures:

@@ -66,7 +66,8 @@ class OutgoingBatch:
 
     __slots__ = ("acks_before", "attempts", "base_sequence", "buffered", "builder", "created",
                  "data", "deadline", "last_error", "not_before", "partition", "producer_epoch",
-                 "producer_id", "ref", "result", "sent_at", "sent_to", "stamped", "topic")
+                 "producer_id", "ref", "result", "sent_at", "sent_to", "stamped", "topic",
+                 "transactional")
 
     def __init__(self, topic: str, partition: int, builder: BatchBuilder | None, result: Any,
                  created: float, delivery_timeout_s: float) -> None:
@@ -90,6 +91,7 @@ class OutgoingBatch:
         self.producer_id = NO_PRODUCER_ID
         self.producer_epoch = NO_PRODUCER_EPOCH
         self.base_sequence = NO_SEQUENCE
+        self.transactional = False  # written inside a transaction (the attribute bit)
 
     @property
     def key(self) -> tuple[str, int]:
@@ -104,7 +106,7 @@ class OutgoingBatch:
         builder, re-stamped (payload CRC recomputed) only after a renumbering."""
         fields = self.producer_fields
         if self.data is None:
-            self.builder.set_producer(*fields)
+            self.builder.set_producer(*fields, transactional=self.transactional)
             self.data = self.builder.build()
             self.builder = None
         elif self.stamped != fields:
@@ -124,8 +126,13 @@ class PartitionSender:
     """
 
     def __init__(self, idempotent: bool,
-                 new_producer_id: Callable[[], int] = random_producer_id) -> None:
+                 new_producer_id: Callable[[], int] = random_producer_id,
+                 transactional: bool = False) -> None:
         self.idempotent = idempotent
+        # A transactional producer's id and epoch are the coordinator's: a hole stalls the
+        # partition (its transaction must abort) instead of bumping the epoch here.
+        self.transactional = transactional
+        self.stalled = False
         self._new_producer_id = new_producer_id
         self.producer_id = new_producer_id() if idempotent else NO_PRODUCER_ID
         self.epoch = 0 if idempotent else NO_PRODUCER_EPOCH
@@ -156,6 +163,8 @@ class PartitionSender:
         """(the batches to send now, moved to ``in_flight`` in sequence order; the queued
         batches a reset just removed because they may be in the log already)."""
         unsafe = []
+        if self.stalled:
+            return [], []
         if self.reset_pending:
             if self.in_flight:
                 return [], []
@@ -225,8 +234,25 @@ class PartitionSender:
         self.in_flight = []
         self.queue.clear()
 
+    def drop_queued(self) -> list[OutgoingBatch]:
+        """Remove and return the queued batches (a transaction aborts: they never leave)."""
+        dropped = list(self.queue)
+        self.queue.clear()
+        return dropped
+
+    def restart(self, producer_id: int, epoch: int) -> None:
+        """A transactional producer's new id and epoch (its init, or the bump after an
+        abort): numbering starts again at 0. Only with nothing queued or in flight."""
+        if self:
+            raise ValueError("restart() of a partition with batches queued or in flight")
+        self.producer_id, self.epoch = producer_id, epoch
+        self.next_sequence = 0
+        self.stalled = self.reset_pending = False
+
     def _hole(self) -> None:
-        if self.idempotent:
+        if self.transactional:
+            self.stalled = True
+        elif self.idempotent:
             self.reset_pending = True
 
     def _reset(self) -> list[OutgoingBatch]:

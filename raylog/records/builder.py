@@ -86,7 +86,8 @@ class BatchBuilder(Columns):
     >>> batch = b.build()
     """
 
-    __slots__ = ("_capacity", "_codec", "_producer", "_timestamp_type", "max_bytes")
+    __slots__ = ("_capacity", "_codec", "_producer", "_timestamp_type", "_transactional",
+                 "max_bytes")
 
     def __init__(
         self,
@@ -104,6 +105,7 @@ class BatchBuilder(Columns):
         self._codec = codec
         self._timestamp_type = timestamp_type
         self._producer = (producer_id, producer_epoch, base_sequence)
+        self._transactional = False
         # The columns (Columns): timestamps, values, and keys and headers, None until a
         # record has a key (headers), then one entry per record; plain while none has.
         # Record bytes (as record_size counts them) the batch can still take; below zero
@@ -144,9 +146,12 @@ class BatchBuilder(Columns):
             headers = None
         return self._put(size, timestamp, key, value, headers)
 
-    def set_producer(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
-        """Stamp the producer id, epoch and first sequence the batch will carry."""
+    def set_producer(self, producer_id: int, producer_epoch: int, base_sequence: int,
+                     transactional: bool = False) -> None:
+        """Stamp the producer id, epoch and first sequence the batch will carry, and
+        whether it is written inside a transaction."""
         self._producer = (producer_id, producer_epoch, base_sequence)
+        self._transactional = transactional
 
     def columns(self) -> pa.RecordBatch:
         """The accumulated records as payload columns (PAYLOAD_SCHEMA)."""
@@ -181,4 +186,5 @@ class BatchBuilder(Columns):
             producer_epoch=producer_epoch,
             base_sequence=base_sequence,
             first_timestamp=self.timestamps[0],
+            transactional=self._transactional,
         )

@@ -159,8 +159,10 @@ class _LongPoll(_Method):
     """A fetch that finds nothing to read is answered after its ``max_wait_ms``."""
 
     def remote(self, topic: str, partition: int, leader_epoch: int, offset: int,
-               max_bytes: int, max_wait_ms: int, min_bytes: int) -> concurrent.futures.Future:
-        args = topic, partition, leader_epoch, offset, max_bytes, max_wait_ms, min_bytes
+               max_bytes: int, max_wait_ms: int, min_bytes: int, *isolation: str
+               ) -> concurrent.futures.Future:
+        args = topic, partition, leader_epoch, offset, max_bytes, max_wait_ms, min_bytes, \
+            *isolation
         empty = len(self._process.partitions[(topic, partition)].values) <= offset
         return self._process.call(lambda: self._serve(*args),
                                   max_wait_ms / 1000 if empty else 0.0)
@@ -177,6 +179,7 @@ class FakePartition:
         self.batches: list[bytes] = []
         self.values: list[bytes | None] = []
         self.states = ProducerStates()
+        self.aborted: list = []  # AbortedTxn entries a read_committed fetch lists
         self.lock = threading.Lock()
 
     def fail_over(self, to: int | None) -> None:
@@ -208,13 +211,17 @@ class FakePartition:
             self.states.accept(header, info)
             return info
 
-    def read(self, offset: int) -> FetchResult:
+    def read(self, offset: int, isolation: str = "read_uncommitted") -> FetchResult:
+        """What the leader answers; read_committed: the test's ``aborted`` transactions too
+        (the LSO is the log end here: the tests end their transactions first)."""
         with self.lock:
             end = len(self.values)
             if not 0 <= offset <= end:
                 raise OffsetOutOfRangeError(f"offset {offset} outside [0, {end}]")
             data = b"".join(b for b in self.batches
                             if parse_header(b).next_offset > offset)
+            if isolation == "read_committed":
+                return FetchResult(data, end, 0, end, end, tuple(self.aborted))
             return FetchResult(data, end, 0, end)
 
 
@@ -265,8 +272,9 @@ class FakeBroker(Stoppable):
             raise gap.error(f"{topic}-{partition}", 0.0) from None
 
     def _fetch(self, topic: str, partition: int, leader_epoch: int, offset: int,
-               max_bytes: int, max_wait_ms: int, min_bytes: int) -> FetchResult:
-        return self._leading(topic, partition, leader_epoch).read(offset)
+               max_bytes: int, max_wait_ms: int, min_bytes: int,
+               isolation: str = "read_uncommitted") -> FetchResult:
+        return self._leading(topic, partition, leader_epoch).read(offset, isolation)
 
     def _delete_records(self, topic: str, partition: int, leader_epoch: int, offset: int
                         ) -> int:

@@ -44,7 +44,8 @@ from raylog.integrations.ray_data.ranges import (
 from raylog.metadata.topics import topic_names, validate_topic_name
 from raylog.mirror.retry import Backoff, Retrying
 from raylog.records.kafka_columns import KAFKA_SCHEMA
-from raylog.types import TopicPartition
+from raylog.replica.partition import ISOLATION_LEVELS, READ_COMMITTED, READ_UNCOMMITTED
+from raylog.types import LAST_STABLE, TopicPartition
 from raylog.util.arguments import check_int, short_repr
 
 logger = logging.getLogger(__name__)
@@ -77,9 +78,12 @@ def read_retrying(what: str, attempt: Callable[[bool], T], timeout_s: float | No
 
 
 def offset_ranges(topics: str | Iterable[str], start: Bound = EARLIEST, end: Bound = LATEST,
-                  *, cluster: RaylogCluster | None = None, timeout_s: float | None = None
+                  *, cluster: RaylogCluster | None = None, timeout_s: float | None = None,
+                  isolation_level: str = READ_UNCOMMITTED
                   ) -> dict[TopicPartition, tuple[int, int]]:
     """Resolve read bounds to ``[start, end)`` per partition, checked against each partition.
+    "latest" is the high watermark, or with ``isolation_level="read_committed"`` the last
+    stable offset.
 
     Retriable failures (a leader moving, a new leader that cannot answer yet) are asked
     again with fresh metadata for up to ``timeout_s`` (None: READ_RETRY_S). Raises
@@ -89,14 +93,23 @@ def offset_ranges(topics: str | Iterable[str], start: Bound = EARLIEST, end: Bou
     """
     names = topic_names(topics)
     cluster = cluster_or_default(cluster)
+    latest = _latest_spec(isolation_level)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     return read_retrying(f"looking up the offsets of {names}",
                          lambda refresh: _offset_ranges(names, start, end, cluster, refresh,
-                                                        deadline), timeout_s)
+                                                        deadline, latest), timeout_s)
+
+
+def _latest_spec(isolation_level: str) -> str:
+    """What a leader is asked for as "latest" at this isolation level."""
+    if isolation_level not in ISOLATION_LEVELS:
+        raise InvalidArgumentError(f"isolation_level must be one of {ISOLATION_LEVELS}, got "
+                                   f"{short_repr(isolation_level)}")
+    return LAST_STABLE if isolation_level == READ_COMMITTED else LATEST
 
 
 def _offset_ranges(names: list[str], start: Bound, end: Bound, cluster: RaylogCluster,
-                   refresh: bool, deadline: float | None
+                   refresh: bool, deadline: float | None, latest_spec: str = LATEST
                    ) -> dict[TopicPartition, tuple[int, int]]:
     metas = {name: cluster.topic(name, refresh=refresh) for name in names}
     tps = [TopicPartition(name, p) for name, meta in metas.items()
@@ -105,7 +118,7 @@ def _offset_ranges(names: list[str], start: Bound, end: Bound, cluster: RaylogCl
              for tp in tps}
     leaders = {tp: metas[tp.topic].partitions[tp.partition].leader_client() for tp in tps}
     # Every lookup is sent before any answer is awaited.
-    bounds = {tp: (leaders[tp].list_offset(EARLIEST), leaders[tp].list_offset(LATEST))
+    bounds = {tp: (leaders[tp].list_offset(EARLIEST), leaders[tp].list_offset(latest_spec))
               for tp in tps}
     times = {tp: {spec.ms: leaders[tp].list_offset(spec.ms) for spec in specs[tp]
                   if isinstance(spec, Timestamp)} for tp in tps}
@@ -140,7 +153,8 @@ def read_topic(topics: str | Iterable[str], start_offset: Bound = EARLIEST,
                timeout_ms: int | None = None, override_num_blocks: int | None = None,
                max_records_per_block: int = DEFAULT_BLOCK_RECORDS,
                value_format: str | None = None,
-               value_schema: str | dict | None = None) -> ray.data.Dataset:
+               value_schema: str | dict | None = None,
+               isolation_level: str = READ_UNCOMMITTED) -> ray.data.Dataset:
     """Records of ``topics`` in ``[start_offset, end_offset)`` per partition as a Ray
     Dataset; parameters as ``ray.data.read_kafka`` names them.
 
@@ -155,7 +169,8 @@ def read_topic(topics: str | Iterable[str], start_offset: Bound = EARLIEST,
     many blocks of equal size (at least one per partition with records); otherwise a block
     holds at most ``max_records_per_block`` records. Columns as Spark's Kafka source names them
     (KAFKA_SCHEMA). Consumers' rules apply: only records below the high watermark are
-    visible.
+    visible; with ``isolation_level="read_committed"``, only committed transactions'
+    records, below the last stable offset ("latest" is that offset), read from the leaders.
 
     ``value_format="avro"``: values in Confluent's wire format become typed columns of the
     reader schema (``value_schema``, else the latest of ``<topic>-value`` in the cluster's
@@ -181,7 +196,7 @@ def read_topic(topics: str | Iterable[str], start_offset: Bound = EARLIEST,
         reader = reader_schema(topic_names(topics), value_schema)
     timeout_s = None if timeout_ms is None else timeout_ms / 1000
     ranges = offset_ranges(topics, start_offset, end_offset, cluster=cluster,
-                           timeout_s=timeout_s)
+                           timeout_s=timeout_s, isolation_level=isolation_level)
     if override_num_blocks is not None:
         total = sum(last - first for first, last in ranges.values())
         max_records_per_block = max(math.ceil(total / override_num_blocks), 1)
@@ -195,21 +210,25 @@ def read_topic(topics: str | Iterable[str], start_offset: Bound = EARLIEST,
             return avro_dataset(refs, reader)
 
     return read_retrying(f"reading {len(blocks)} blocks of {topic_names(topics)}",
-                         lambda refresh: _read_blocks(cluster, blocks, build, refresh),
+                         lambda refresh: _read_blocks(cluster, blocks, build, refresh,
+                                                      isolation_level),
                          timeout_s)
 
 
 def _read_blocks(cluster: RaylogCluster, blocks: list[tuple[TopicPartition, int, int]],
                  build: Callable[[list[ray.ObjectRef]], ray.data.Dataset],
-                 refresh: bool) -> ray.data.Dataset:
+                 refresh: bool, isolation_level: str = READ_UNCOMMITTED) -> ray.data.Dataset:
     """Ask for every block, each from an in-sync replica on this node if there is one, else
-    the leader (KIP-392), and build the Dataset of their tables. Ray Data waits for every
+    the leader (KIP-392; read_committed: the leader, whose last stable offset planned the
+    ranges), and build the Dataset of their tables. Ray Data waits for every
     block as it builds it: a block that failed fails this attempt with the raylog error it
     was, and the next attempt asks for all of them again."""
     node_id = ray.get_runtime_context().get_node_id()
     metas = {tp.topic: cluster.topic(tp.topic, refresh=refresh) for tp, _, _ in blocks}
-    refs = [metas[tp.topic].partitions[tp.partition].nearest_client(node_id)
-            .read_kafka_table(s, e) for tp, s, e in blocks]
+    committed = isolation_level == READ_COMMITTED
+    refs = [(metas[tp.topic].partitions[tp.partition].leader_client() if committed
+             else metas[tp.topic].partitions[tp.partition].nearest_client(node_id))
+            .read_kafka_table(s, e, isolation_level) for tp, s, e in blocks]
     try:
         return build(refs)
     except (RayTaskError, RayActorError, ActorUnschedulableError) as e:

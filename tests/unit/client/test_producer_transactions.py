@@ -1,0 +1,360 @@
+"""The transactional Producer's state machine, over the real connection and a fake
+controller whose transaction coordinator keeps only what the producer's rules need (epochs
+that fence, the partitions and groups of each transaction, its outcome), and fake leaders
+with the real ProducerStates (tests/unit/fake_remote.py)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+import raylog.client.producer as producer_module
+from raylog.client.consumer import Consumer
+from raylog.client.producer import Producer
+from raylog.client.transactions import TxnState
+from raylog.errors import (
+    ConcurrentTransactionsError,
+    IllegalGenerationError,
+    IllegalStateError,
+    InvalidConfigError,
+    ProducerFencedError,
+    RecordTooLargeError,
+    TransactionAbortedError,
+)
+from raylog.records import parse_header
+from raylog.records.append import PlainSend
+from raylog.types import ConsumerGroupMetadata
+from tests.unit import fake_remote
+from tests.unit.fake_remote import FakeController, _Method, wait_until
+
+
+class TxnController(FakeController):
+    """A FakeController with a transaction coordinator: one producer id per transactional
+    id, its epoch bumped by each init; steps of an older epoch get ProducerFencedError."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.producers: dict[str, tuple[int, int]] = {}
+        self.calls_log: list[tuple[Any, ...]] = []
+        self.busy_inits = 0  # inits to answer ConcurrentTransactionsError first
+        self.ended: list[tuple[str, bool, frozenset]] = []
+        self.open: dict[str, set] = {}
+        self.offsets: dict[str, list] = {}
+        self.add_gate = threading.Event()
+        self.add_gate.set()
+        self.producers_made: list[Producer] = []
+        self.refuse_offsets = False
+        for name in ("txn_init_producer_id", "txn_add_partitions", "txn_add_offsets",
+                     "txn_offset_commit", "txn_end"):
+            setattr(self, name, _Method(self, getattr(self, "_" + name)))
+
+    def _fence(self, tid: str, producer_id: int, epoch: int) -> None:
+        if self.producers.get(tid) != (producer_id, epoch):
+            raise ProducerFencedError(f"{tid}: epoch {epoch} is not the current one")
+
+    def _txn_init_producer_id(self, tid, timeout_ms, producer_id, epoch):
+        self.calls_log.append(("init", tid, producer_id, epoch))
+        if self.busy_inits:
+            self.busy_inits -= 1
+            raise ConcurrentTransactionsError("the previous transaction is completing")
+        pid, old = self.producers.get(tid, (1000 + len(self.producers), -1))
+        self.producers[tid] = (pid, old + 1)
+        self.open.pop(tid, None)
+        return self.producers[tid]
+
+    def _txn_add_partitions(self, tid, producer_id, epoch, partitions):
+        self.add_gate.wait(10)
+        self._fence(tid, producer_id, epoch)
+        self.calls_log.append(("add", tid, tuple(partitions)))
+        self.open.setdefault(tid, set()).update(partitions)
+
+    def _txn_add_offsets(self, tid, producer_id, epoch, group_id):
+        self._fence(tid, producer_id, epoch)
+        self.calls_log.append(("add_offsets", tid, group_id))
+        self.open.setdefault(tid, set()).add(("__consumer_offsets", 0))
+        return "__consumer_offsets", 0
+
+    def _txn_offset_commit(self, tid, producer_id, epoch, group_id, member_id, generation,
+                           entries):
+        self._fence(tid, producer_id, epoch)
+        if self.refuse_offsets:
+            raise IllegalGenerationError(f"generation {generation} is not the group's")
+        self.offsets.setdefault(tid, []).append((group_id, member_id, generation, entries))
+
+    def _txn_end(self, tid, producer_id, epoch, commit):
+        self._fence(tid, producer_id, epoch)
+        self.ended.append((tid, commit, frozenset(self.open.pop(tid, ()))))
+
+    def adds(self) -> list[tuple]:
+        return [c for c in self.calls_log if c[0] == "add"]
+
+
+@pytest.fixture
+def controller(monkeypatch) -> TxnController:
+    fake_remote.install(monkeypatch, producer_module)
+    controller = TxnController()
+    controller.add_topic("a", 2)
+    controller.add_topic("b", 1)
+    yield controller
+    controller.add_gate.set()
+    for producer in controller.producers_made:  # before the fakes are taken away
+        producer._abandon(RuntimeError("the test ended"))
+        producer.close()
+
+
+def txn_producer(controller: TxnController, tid: str = "app", **settings) -> Producer:
+    producer = Producer(cluster=fake_remote.fake_cluster(controller), transactional_id=tid,
+                        **{"linger_ms": 1, "retry_backoff_ms": 10, **settings})
+    controller.producers_made.append(producer)
+    return producer
+
+
+def batches(controller: TxnController, topic: str, partition: int):
+    return [parse_header(b) for b in controller.partitions[(topic, partition)].batches]
+
+
+def test_config_implies_acks_all_and_refuses_contradictions():
+    assert producer_module.producer_config({"transactional_id": "x"}).acks == "all"
+    with pytest.raises(InvalidConfigError, match="acks"):
+        producer_module.producer_config({"transactional_id": "x", "acks": 1})
+    with pytest.raises(InvalidConfigError, match="transactional_id"):
+        producer_module.producer_config({"transactional_id": ""})
+    assert producer_module.producer_config({}).acks == 1  # a plain producer's default stays
+
+
+def test_calls_out_of_order_raise_illegal_state(controller):
+    producer = txn_producer(controller)
+    for call in (producer.begin_transaction, producer.commit_transaction,
+                 producer.abort_transaction, lambda: producer.send("a", b"x")):
+        with pytest.raises(IllegalStateError):
+            call()
+    producer.init_transactions()
+    with pytest.raises(IllegalStateError):
+        producer.init_transactions()  # once
+    with pytest.raises(IllegalStateError):
+        producer.send("a", b"x")  # outside a transaction
+    with pytest.raises(IllegalStateError):
+        producer.commit_transaction()
+    producer.begin_transaction()
+    with pytest.raises(IllegalStateError):
+        producer.begin_transaction()  # one at a time
+    producer.commit_transaction()  # an empty transaction: nothing to tell the coordinator
+    assert controller.ended == []
+    with pytest.raises(IllegalStateError, match="transactional_id"):
+        Producer(cluster=fake_remote.fake_cluster(controller)).begin_transaction()
+    producer.close()
+
+
+def test_a_committed_transaction_carries_the_coordinators_producer_and_the_bit(controller):
+    controller.busy_inits = 2  # the previous incarnation's transaction is still completing
+    producer = txn_producer(controller)
+    producer.init_transactions()
+    assert producer._txn.producer_id, producer._txn.epoch == (1000, 0)
+    producer.begin_transaction()
+    futures = [producer.send("a", b"%d" % i, partition=i % 2) for i in range(20)]
+    futures.append(producer.send("b", b"x", key=b"k"))
+    producer.send_offsets_to_transaction({("in", 0): 7},
+                                         ConsumerGroupMetadata("g", "m-1", 3))
+    producer.commit_transaction()
+    assert all(f.done() and f.exception() is None for f in futures)
+    for key in (("a", 0), ("a", 1), ("b", 0)):
+        for header in batches(controller, *key):
+            assert header.transactional
+            assert (header.producer_id, header.producer_epoch) == (1000, 0)
+    assert controller.ended == [("app", True, frozenset(
+        {("a", 0), ("a", 1), ("b", 0), ("__consumer_offsets", 0)}))]
+    assert controller.offsets["app"] == [("g", "m-1", 3, [("in", 0, 7, "")])]
+    producer.close()
+
+
+def test_each_partition_is_added_once_per_transaction_before_its_first_batch(controller):
+    producer = txn_producer(controller)
+    producer.init_transactions()
+    for _ in range(2):
+        controller.add_gate.clear()  # the coordinator is slow to answer the add
+        producer.begin_transaction()
+        calls = controller.calls
+        in_log = len(controller.partitions[("a", 0)].batches)
+        first = producer.send("a", b"x", partition=0)
+        wait_until(lambda c=calls: controller.calls > c, 5)  # the add is asked for
+        producer.send("a", b"y", partition=0)
+        assert not first.done()
+        assert len(controller.partitions[("a", 0)].batches) == in_log
+        controller.add_gate.set()
+        for i in range(30):
+            producer.send("a", b"%d" % i, partition=i % 2)
+            if i % 10 == 0:
+                producer.flush()
+        producer.commit_transaction()
+    per_txn = [e[2] for e in controller.ended]
+    assert per_txn == [frozenset({("a", 0), ("a", 1)})] * 2
+    counted = [tp for call in controller.adds() for tp in call[2]]
+    assert sorted(counted) == sorted([("a", 0), ("a", 1)] * 2)
+    producer.close()
+
+
+def test_abort_fails_unsent_records_and_tells_the_coordinator(controller):
+    producer = txn_producer(controller, linger_ms=60_000)
+    producer.init_transactions()
+    producer.begin_transaction()
+    sent = producer.send("a", b"sent", partition=0)
+    producer.flush()
+    assert sent.result(timeout=5).offset == 0
+    held = [producer.send("a", b"held", partition=1) for _ in range(3)]
+    producer.abort_transaction()
+    for future in held:
+        with pytest.raises(TransactionAbortedError):
+            future.result(timeout=5)
+    assert controller.ended == [("app", False, frozenset({("a", 0)}))]
+    assert batches(controller, "a", 1) == []
+    # The next transaction goes on.
+    producer.begin_transaction()
+    producer.send("a", b"next", partition=1)
+    producer.commit_transaction()
+    assert [h.producer_epoch for h in batches(controller, "a", 1)] == [0]
+    producer.close()
+
+
+def test_a_failed_send_makes_commit_refuse_until_aborted_then_the_epoch_moves(controller):
+    producer = txn_producer(controller)
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send("a", b"ok", partition=0).result(timeout=5)
+    with pytest.raises(RecordTooLargeError):
+        producer.send("a", b"x" * (9 << 20), partition=0)  # refused at once: not a failure
+    leader = controller.brokers[controller.partitions[("a", 1)].leader]
+    original = leader.produce
+
+    def refuse(*args):
+        raise RecordTooLargeError("too big for the leader")
+    leader.produce = _Method(leader, refuse)
+    failed = producer.send("a", b"refused", partition=1)
+    with pytest.raises(RecordTooLargeError):
+        failed.result(timeout=5)
+    leader.produce = original
+    with pytest.raises(IllegalStateError, match="abort"):
+        producer.send("a", b"more", partition=0)
+    with pytest.raises(IllegalStateError, match="abort") as caught:
+        producer.commit_transaction()
+    assert isinstance(caught.value.__cause__, RecordTooLargeError)
+    assert producer._txn.state is TxnState.ABORTABLE
+    producer.abort_transaction()
+    assert controller.ended == [("app", False, frozenset({("a", 0), ("a", 1)}))]
+    # The sequence of a-1 has a hole: the producer took a new epoch (KIP-360 init).
+    assert controller.calls_log[-1] == ("init", "app", 1000, 0)
+    producer.begin_transaction()
+    producer.send("a", b"again", partition=1)
+    producer.commit_transaction()
+    assert [(h.producer_epoch, h.base_sequence) for h in batches(controller, "a", 1)] == [(1, 0)]
+    producer.close()
+
+
+def test_a_fenced_producer_refuses_everything_after(controller):
+    zombie = txn_producer(controller)
+    zombie.init_transactions()
+    zombie.begin_transaction()
+    zombie.send("a", b"zombie", partition=0).result(timeout=5)
+    successor = txn_producer(controller)
+    successor.init_transactions()  # epoch 1: the zombie is fenced
+    successor.begin_transaction()
+    successor.send("a", b"new", partition=0).result(timeout=5)
+    with pytest.raises(ProducerFencedError):
+        zombie.send("a", b"late", partition=1).result(timeout=5)  # its add is refused
+    wait_until(lambda: zombie._txn.state is TxnState.FATAL, 5)
+    for call in (zombie.commit_transaction, zombie.abort_transaction,
+                 zombie.begin_transaction, lambda: zombie.send("a", b"x", partition=0)):
+        with pytest.raises(ProducerFencedError):
+            call()
+    successor.commit_transaction()
+    values = controller.partitions[("a", 0)].values
+    assert values == [b"zombie", b"new"]
+    assert batches(controller, "a", 1) == []
+    zombie.close()
+    successor.close()
+
+
+def test_a_batch_refused_for_its_old_epoch_makes_the_producer_fatal(controller):
+    zombie = txn_producer(controller)
+    zombie.init_transactions()
+    zombie.begin_transaction()
+    zombie.send("a", b"first", partition=0).result(timeout=5)
+    successor = txn_producer(controller)
+    successor.init_transactions()
+    successor.begin_transaction()
+    successor.send("a", b"new", partition=0).result(timeout=5)  # the leader saw epoch 1
+    with pytest.raises(ProducerFencedError):
+        zombie.send("a", b"late", partition=0).result(timeout=5)
+    assert zombie._txn.state is TxnState.FATAL
+    with pytest.raises(ProducerFencedError):
+        zombie.commit_transaction()
+    zombie.close()
+    successor.close()
+
+
+def test_keyless_sends_take_the_fast_path_only_inside_a_healthy_transaction(controller):
+    producer = txn_producer(controller, linger_ms=60_000)
+    if PlainSend is not None:
+        assert isinstance(vars(producer)["send"], PlainSend)  # as a plain producer's
+    producer.init_transactions()
+    producer.begin_transaction()
+    first = producer.send("b", b"1")  # opens the sticky batch (the general path)
+    second = producer.send("b", b"2")  # joins it (the fast path)
+    producer.commit_transaction()
+    assert [first.result(timeout=5).offset, second.result(timeout=5).offset] == [0, 1]
+    with pytest.raises(IllegalStateError):
+        producer.send("b", b"3")  # no batch open after the commit: refused
+    # A failed batch (a-1's leader refuses it) closes the fast path to b's open batch.
+    producer.begin_transaction()
+    producer.send("b", b"4")
+    leader = controller.brokers[controller.partitions[("a", 1)].leader]
+
+    def refuse(*args):
+        raise RecordTooLargeError("too big for the leader")
+    leader.produce = _Method(leader, refuse)
+    import pyarrow as pa
+    failed = producer.send_batch("a", pa.table({"value": [b"x"]}), partition=1)
+    with pytest.raises(RecordTooLargeError):
+        failed.result(timeout=5)
+    with pytest.raises(IllegalStateError, match="abort"):
+        producer.send("b", b"5")
+    producer.abort_transaction()
+    # So does a refused offsets commit.
+    producer.begin_transaction()
+    producer.send("b", b"6")
+    controller.refuse_offsets = True
+    with pytest.raises(IllegalGenerationError):
+        producer.send_offsets_to_transaction({("in", 0): 1}, ConsumerGroupMetadata("g", "m", 1))
+    with pytest.raises(IllegalStateError, match="abort"):
+        producer.send("b", b"7")
+    producer.abort_transaction()
+    assert [v for v in controller.partitions[("b", 0)].values] == [b"1", b"2"]
+    producer.close()
+
+
+def test_group_metadata_is_what_the_producer_commits_with(controller):
+    consumer = Consumer(cluster=fake_remote.fake_cluster(controller), group_id="g")
+    assert consumer.group_metadata() == ConsumerGroupMetadata("g", None, -1)  # not joined
+    consumer.close()
+    with pytest.raises(IllegalStateError, match="group_id"):
+        Consumer(cluster=fake_remote.fake_cluster(controller)).group_metadata()
+
+
+def test_send_batch_in_a_transaction_adds_its_partitions_and_marks_its_batches(controller):
+    import pyarrow as pa
+
+    producer = txn_producer(controller)
+    producer.init_transactions()
+    producer.begin_transaction()
+    table = pa.table({"value": [b"v%d" % i for i in range(6)],
+                      "partition": pa.array([0, 1] * 3, pa.int32())})
+    producer.send_batch("a", table).result(timeout=5)
+    producer.commit_transaction()
+    assert controller.ended == [("app", True, frozenset({("a", 0), ("a", 1)}))]
+    for p in (0, 1):
+        assert [(h.transactional, h.producer_id) for h in batches(controller, "a", p)] == \
+            [(True, 1000)]
+    with pytest.raises(IllegalStateError):
+        producer.send_batch("a", table)  # outside a transaction
+    producer.close()
