@@ -9,7 +9,7 @@ import time
 from raylog.errors import LeaderNotAvailableError
 from raylog.kafka.auth.credentials import encode
 from raylog.kafka.auth.scram import Mechanism, make_credential
-from raylog.kafka.gateway.users import CredentialFollower
+from raylog.kafka.gateway.users import credential_follower
 
 
 class FlakyReader:
@@ -32,7 +32,7 @@ class FlakyReader:
 
 
 def test_the_follower_survives_failed_polls(caplog):
-    follower = CredentialFollower(cluster=None, poll_ms=10)
+    follower = credential_follower(cluster=None, poll_ms=10)
     follower.retry_s = 0.01
     follower._reader = FlakyReader()
     follower._thread = threading.Thread(target=follower._follow, daemon=True)
