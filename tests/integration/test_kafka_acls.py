@@ -10,6 +10,7 @@ client each time.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Iterator
 
@@ -28,7 +29,6 @@ from confluent_kafka.admin import ResourceType as KafkaResourceType
 
 from raylog.kafka.auth.acls import (
     AclBinding,
-    Authorizer,
     Operation,
     PatternType,
     Permission,
@@ -41,8 +41,8 @@ from raylog.kafka.gateway.users import (
     AclsTopic,
     Follower,
     UsersTopic,
-    acl_follower,
     credential_follower,
+    start_access,
 )
 from tests.integration.conftest import kafka_listener, wait_for
 from tests.integration.test_kafka_security import (
@@ -83,19 +83,20 @@ def follower(ray_cluster, users) -> Iterator[Follower]:
 
 
 @pytest.fixture(scope="module")
-def acls(ray_cluster) -> Iterator[Follower]:
-    following = acl_follower(ray_cluster.raylog, Authorizer(super_users=["User:alice"]),
-                             poll_ms=200)
-    following.start()
+def acls(ray_cluster, pki) -> Iterator[tuple[Follower, Access]]:
+    """The ACL follower and Access of a listener with an authorizer, as ``raylog gateway
+    --authorizer`` makes them (alice the super user)."""
+    security = dataclasses.replace(sasl_ssl(pki), authorizer=True)
+    following, access = start_access(ray_cluster.raylog, security, poll_ms=200)
     try:
-        yield following
+        yield following, access
     finally:
         following.close()
 
 
 @pytest.fixture(scope="module")
 def acl_gateway(ray_cluster, pki, follower, acls) -> Iterator[str]:
-    access = Access(acls.store, acls.topic.write)
+    _, access = acls
     with kafka_listener(ray_cluster.raylog, security=sasl_ssl(pki), credentials=follower.store,
                         write_users=follower.topic.write, access=access) as bootstrap:
         yield bootstrap
@@ -115,11 +116,12 @@ def allow(topic_name: str, operation=Operation.WRITE, permission=Permission.ALLO
                       permission)
 
 
-def add(cluster, acls: Follower, *bindings: AclBinding) -> None:
+def add(cluster, acls: tuple[Follower, Access], *bindings: AclBinding) -> None:
     """Write bindings as ``raylog acls add`` does (another writer than the listener), and
     wait until the listener's follower read them."""
     AclsTopic(cluster).write([encode(b) for b in bindings])
-    wait_for(lambda: all(b in acls.store.bindings() for b in bindings), timeout=30,
+    authorizer = acls[1].authorizer
+    wait_for(lambda: all(b in authorizer.bindings() for b in bindings), timeout=30,
              what="the listener's follower reading the ACLs")
 
 

@@ -135,8 +135,10 @@ async def handle_init_producer_id(ctx: Context, version: int, request: Any) -> A
             ctx.access is None or ctx.access.allows_idempotent_write(ctx.connection)):
         return cls(throttle_time_ms=0, error_code=Code.CLUSTER_AUTHORIZATION_FAILED,
                    producer_id=-1, producer_epoch=-1)
-    if request.transactional_id is not None:  # refused whatever the ACLs say: no
-        # transactions here (WRITE on TRANSACTIONAL_ID comes with them)
+    if request.transactional_id is not None:
+        # WRITE on the transactional id asked (and a denial audited), though refused
+        # whatever the ACLs say while the listener has no transactions
+        ctx.allows(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id)
         return cls(throttle_time_ms=0, error_code=Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                    producer_id=-1, producer_epoch=-1)
     producer_id, epoch = next_producer(request.producer_id, request.producer_epoch)

@@ -121,6 +121,21 @@ def test_idempotent_init_producer_id(addr, authorizer):
     assert init() == Code.NONE
 
 
+def test_a_transactional_id_is_checked_and_audited_though_refused(addr, authorizer, caplog):
+    caplog.set_level(logging.INFO, logger="raylog.audit")
+
+    def init():
+        return wire.call(addr, InitProducerIdRequest[2](
+            transactional_id="tx-1", transaction_timeout_ms=60000), 2).error_code
+
+    assert init() == Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert "operation=WRITE resource=TRANSACTIONAL_ID:tx-1" in caplog.text
+    caplog.clear()
+    authorizer.add(acl(Operation.WRITE, type_=ResourceType.TRANSACTIONAL_ID, name="tx-1"))
+    assert init() == Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED  # no transactions here
+    assert "DENIED" not in caplog.text
+
+
 def test_delete_topics_needs_delete(addr, backend, authorizer):
     request = DeleteTopicsRequest[4](topic_names=["orders"], timeout_ms=1000)
     assert wire.call(addr, request, 4).responses[0].error_code == \

@@ -85,3 +85,10 @@ def test_the_acl_follower_applies_acls_to_its_authorizer(caplog):
     finally:
         follower.close()
     assert "following __raylog_acls: moving; retrying" in caplog.text
+
+
+def test_no_authorizer_no_acl_follower():
+    from raylog.kafka.gateway.security import ListenerSecurity
+    from raylog.kafka.gateway.users import start_access
+
+    assert start_access(None, ListenerSecurity()) == (None, None)  # nothing connects
