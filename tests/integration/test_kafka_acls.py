@@ -4,13 +4,15 @@ SASL_SSL as alice (a super user) and bob (no ACL of his own at first), against a
 whose authorizer follows ``__raylog_acls``. Refused: bob producing without WRITE (nothing
 written) and seeing the topic in metadata without DESCRIBE, bob joining a group without READ
 on it; allowed by a literal or a prefixed ALLOW, refused again by a DENY; an ACL created by
-alice with AdminClient.create_acls is enforced within a poll. The listener serves the next
-client each time.
+alice with AdminClient.create_acls is enforced within a poll; ``raylog acls add`` and
+``raylog gateway --authorizer`` as commands. The listener serves the next client each time.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
+import subprocess
 import uuid
 from collections.abc import Iterator
 
@@ -27,6 +29,7 @@ from confluent_kafka.admin import (
 )
 from confluent_kafka.admin import ResourceType as KafkaResourceType
 
+from raylog import Admin
 from raylog.kafka.auth.acls import (
     AclBinding,
     Operation,
@@ -44,11 +47,13 @@ from raylog.kafka.gateway.users import (
     credential_follower,
     start_access,
 )
+from tests.children import Child
 from tests.integration.conftest import kafka_listener, wait_for
 from tests.integration.test_kafka_security import (
     PASSWORD,
     client_config,
     produce,
+    raylog_command,
     sasl_ssl,
     stored,
 )
@@ -203,3 +208,31 @@ def test_a_user_without_cluster_alter_cannot_create_acls(acl_gateway, pki, topic
         for future in admin.create_acls([binding], request_timeout=30).values():
             future.result()
     assert "CLUSTER_AUTHORIZATION_FAILED" in str(refused.value)
+
+
+def test_the_commands_add_an_acl_and_serve_with_the_authorizer(ray_cluster, pki, users,
+                                                                topic):
+    """``raylog acls add`` then ``raylog gateway --authorizer``: bob may write the topic the
+    ACL names, and not another."""
+    address = ray_cluster.cluster.address
+    subprocess.run([raylog_command(), "acls", "add", "--allow-principal", f"User:{BOB}",
+                    "--operation", "Write", "--topic", topic, "--address", address],
+                   check=True, timeout=120, capture_output=True)
+    listed = subprocess.run([raylog_command(), "acls", "list", "--topic", topic,
+                             "--address", address],
+                            capture_output=True, text=True, check=True, timeout=120).stdout
+    assert f"ALLOW User:{BOB} from * WRITE on TOPIC:LITERAL:{topic}" in listed
+    with Child([raylog_command(), "gateway", "--address", address, "--port", "0",
+                "--security-protocol", "SASL_SSL", "--ssl-certfile", str(pki.server_cert),
+                "--ssl-keyfile", str(pki.server_key), "--authorizer",
+                "--super-users", "User:alice"], merge_stderr=True) as command:
+        line = command.wait_for_line("Kafka listener on", timeout=120)
+        bootstrap = re.search(r"advertised as (\S+)", line).group(1)
+        assert produce(bob(bootstrap, pki), topic, 10) == (10, [])
+        other = f"{topic}-other"
+        Admin().create_topic(other, partitions=PARTITIONS, replication_factor=3)
+        delivered, errors = produce(bob(bootstrap, pki), other, 1, timeout_ms=10_000)
+        assert delivered == 0
+        assert KafkaError.TOPIC_AUTHORIZATION_FAILED in refused_codes(errors)
+        command.stop()
+    assert stored(topic) == 10 and stored(other) == 0

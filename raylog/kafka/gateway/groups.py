@@ -225,8 +225,11 @@ async def handle_offset_commit(ctx: Context, version: int, request: Any) -> Any:
     entries = []
     group_denied = not _may_read_group(ctx, request.group_id)
     for topic in request.topics:
-        denied = (Code.GROUP_AUTHORIZATION_FAILED if group_denied else None if ctx.allows(
-            Operation.READ, ResourceType.TOPIC, topic.name) else Code.TOPIC_AUTHORIZATION_FAILED)
+        denied = None
+        if group_denied:
+            denied = Code.GROUP_AUTHORIZATION_FAILED
+        elif not ctx.allows(Operation.READ, ResourceType.TOPIC, topic.name):
+            denied = Code.TOPIC_AUTHORIZATION_FAILED
         for p in topic.partitions:
             if denied is not None:
                 codes[topic.name, p.partition_index] = denied

@@ -13,7 +13,7 @@ from kafka.protocol.admin import (
     DeleteTopicsRequest,
     DescribeAclsRequest,
 )
-from kafka.protocol.consumer import JoinGroupRequest, OffsetFetchRequest
+from kafka.protocol.consumer import JoinGroupRequest, OffsetCommitRequest, OffsetFetchRequest
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest
 
@@ -109,6 +109,21 @@ def test_join_group_needs_read_on_the_group(addr):
 def test_offset_fetch_needs_read_on_the_group(addr):
     answer = wire.call(addr, OffsetFetchRequest[5](group_id="g", topics=None), 5)
     assert answer.error_code == Code.GROUP_AUTHORIZATION_FAILED
+
+
+def test_offset_commit_needs_read_on_the_group_and_on_each_topic(addr, authorizer):
+    def commit():
+        C = OffsetCommitRequest
+        answer = wire.call(addr, C[5](
+            group_id="g", generation_id_or_member_epoch=-1, member_id="",
+            topics=[C.OffsetCommitRequestTopic(name="orders", partitions=[
+                C.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+                    partition_index=0, committed_offset=1, committed_metadata="")])]), 5)
+        return answer.topics[0].partitions[0].error_code
+
+    assert commit() == Code.GROUP_AUTHORIZATION_FAILED
+    authorizer.add(acl(Operation.READ, type_=G, name="g"))
+    assert commit() == Code.TOPIC_AUTHORIZATION_FAILED  # nothing reaches the coordinator
 
 
 def test_idempotent_init_producer_id(addr, authorizer):
