@@ -5,7 +5,8 @@ whose authorizer follows ``__raylog_acls``. Refused: bob producing without WRITE
 written) and seeing the topic in metadata without DESCRIBE, bob joining a group without READ
 on it; allowed by a literal or a prefixed ALLOW, refused again by a DENY; an ACL created by
 alice with AdminClient.create_acls is enforced within a poll; ``raylog acls add`` and
-``raylog gateway --authorizer`` as commands. The listener serves the next client each time.
+``raylog gateway --authorizer`` as commands; the listener actors of ``raylog start
+--kafka-authorizer``. The listener serves the next client each time.
 """
 
 from __future__ import annotations
@@ -236,3 +237,31 @@ def test_the_commands_add_an_acl_and_serve_with_the_authorizer(ray_cluster, pki,
         assert KafkaError.TOPIC_AUTHORIZATION_FAILED in refused_codes(errors)
         command.stop()
     assert stored(topic) == 10 and stored(other) == 0
+
+
+def test_the_listener_actors_enforce_acls(ray_cluster, pki, users, topic):
+    """``raylog start --kafka-port 0 --kafka-authorizer ...``: each broker node's listener
+    follows ``__raylog_acls``: bob is refused, then allowed once an ACL is written."""
+    import ray
+
+    from raylog.kafka.gateway.cluster import listener_actor_name
+    from raylog.session import start_kafka_listeners
+    from raylog.util.cluster_names import NAMESPACE
+
+    hosts = ("localhost", "127.0.0.1", ray.util.get_node_ip_address())
+    node_pki = make_pki(pki.directory / "acl-nodes", hosts)
+    security = dataclasses.replace(sasl_ssl(node_pki), authorizer=True)
+    listeners = start_kafka_listeners(0, security=security)
+    try:
+        host, port = next(iter(listeners.values()))
+        config = bob(f"{host}:{port}", node_pki)
+        delivered, errors = produce(config, topic, 1, timeout_ms=10_000)
+        assert delivered == 0
+        assert KafkaError.TOPIC_AUTHORIZATION_FAILED in refused_codes(errors)
+        AclsTopic(ray_cluster.raylog).write([encode(allow(topic))])
+        wait_for(lambda: produce(config, topic, 1, timeout_ms=10_000)[0] == 1, timeout=60,
+                 what="the listener actor following the ACL")
+    finally:
+        for node in listeners:
+            ray.kill(ray.get_actor(listener_actor_name(node), namespace=NAMESPACE))
+    assert stored(topic) == 1  # the refused attempts wrote nothing
