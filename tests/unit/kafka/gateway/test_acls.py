@@ -218,3 +218,28 @@ def test_acl_apis_without_an_authorizer_say_security_disabled(backend):
         # and nothing else is checked
         answer = wire.call(addr, produce(kafka_batch(RECORDS)), 9)
         assert partition_answer(answer).error_code == Code.NONE
+
+
+def test_the_user_apis_follow_the_acls_on_the_cluster(backend):
+    """Not a super user, alice may describe users with DESCRIBE on the cluster; without
+    ALTER she may not alter them."""
+    from raylog.kafka.auth.credentials import CredentialStore
+    from raylog.kafka.auth.scram import Mechanism, make_credential
+    from raylog.kafka.gateway.security import ListenerSecurity
+    from tests.unit.kafka.gateway.test_scram_users import alter, describe, logged_in, upsert
+
+    credentials = CredentialStore()
+    credentials.put("alice", Mechanism.SCRAM_SHA_256,
+                    make_credential("pw", Mechanism.SCRAM_SHA_256))
+
+    authorizer = Authorizer(super_users=["User:admin"], bindings=[
+        acl(Operation.DESCRIBE, type_=C, name="kafka-cluster", principal="User:alice")])
+    security = ListenerSecurity(security_protocol="SASL_PLAINTEXT", super_users="User:admin")
+    written: list = []
+    listener = KafkaListener(backend, port=0, security=security, credentials=credentials,
+                             write_users=written.extend, access=Access(authorizer))
+    with ListenerThread(listener) as running, logged_in(running, "alice") as sock:
+        assert describe(sock).error_code == Code.NONE
+        assert alter(sock, [upsert("carol")]).results[0].error_code == \
+            Code.CLUSTER_AUTHORIZATION_FAILED
+    assert written == []
