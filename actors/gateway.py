@@ -30,7 +30,8 @@ class KafkaListenerActor:
         self.settings = settings
         self.security = security or {}
         self.listener: Any = None
-        self.users: Any = None  # the CredentialFollower of a SASL listener
+        self.users: Any = None  # the credential Follower of a SASL listener
+        self.acls: Any = None  # the ACL Follower of a listener with an authorizer
         self._starting: asyncio.Task | None = None
 
     async def address(self) -> tuple[str, int]:
@@ -45,7 +46,7 @@ class KafkaListenerActor:
         from raylog.kafka.gateway.listener import KafkaListener
         from raylog.kafka.gateway.security import ListenerSecurity
         from raylog.kafka.gateway.settings import GatewaySettings
-        from raylog.kafka.gateway.users import CredentialFollower
+        from raylog.kafka.gateway.users import credential_follower, start_access
 
         # checked on this node: the files are this node's
         security = ListenerSecurity(**self.security)
@@ -55,12 +56,13 @@ class KafkaListenerActor:
                                           NodeListeners(cluster.controller))
         credentials = write_users = None
         if security.uses_sasl:
-            self.users = CredentialFollower(cluster)
+            self.users = credential_follower(cluster)
             credentials = await asyncio.to_thread(self.users.start)
             write_users = self.users.topic.write
+        self.acls, access = await asyncio.to_thread(start_access, cluster, security)
         self.listener = KafkaListener(backend, settings, host="0.0.0.0", port=self.port,
                                       security=security, credentials=credentials,
-                                      write_users=write_users)
+                                      write_users=write_users, access=access)
         _, port = await self.listener.start()
         host = ray.util.get_node_ip_address()
         logger.info("Kafka listener of node %s on %s:%d", ray.get_runtime_context().get_node_id(),

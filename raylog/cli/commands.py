@@ -489,6 +489,9 @@ def build_parser() -> argparse.ArgumentParser:
     from raylog.cli.users import add_parser as add_users_parser
 
     add_users_parser(commands)
+    from raylog.cli.acls import add_parser as add_acls_parser
+
+    add_acls_parser(commands)
     _address_anywhere(commands)
     # Added after --address went everywhere: every argument after `bench` is the suite's.
     bench = commands.add_parser("bench", add_help=False, prefix_chars="\0",
@@ -557,6 +560,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
             from raylog.cli.users import cmd_users
 
             return cmd_users(args, out, stdin)
+        if args.run == "acls":
+            from raylog.cli.acls import cmd_acls
+
+            return cmd_acls(args, out)
         if args.run == "transactions":
             from raylog.cli.transactions import cmd_transactions
 

@@ -82,7 +82,13 @@ def add_security_options(parser: argparse.ArgumentParser, prefix: str = "") -> N
                 "the principal")
     option("super-users", default="", metavar="User:A;User:B",
            help="super.users: principals that may describe and alter users over Kafka's "
-                "protocol (kafka-configs, AdminClient); default none")
+                "protocol, and do anything with --authorizer; default none")
+    option("authorizer", action="store_true",
+           help="enforce ACLs (raylog acls, CreateAcls): a principal may do only what an "
+                "ACL allows; super users everything (default: off, everything allowed)")
+    option("allow-everyone-if-no-acl-found", action="store_true",
+           help="allow.everyone.if.no.acl.found: with --authorizer, a resource without any "
+                "ACL is open to everyone (default: denied)")
     option("max-connections-per-ip", type=int_in(1), default=None, metavar="N",
            help="max.connections.per.ip: close connections from one address beyond N "
                 "(default: no limit)")
@@ -96,7 +102,8 @@ def security_from(args: argparse.Namespace):
                             sasl_enabled_mechanisms=args.sasl_mechanisms,
                             ssl_certfile=args.ssl_certfile, ssl_keyfile=args.ssl_keyfile,
                             ssl_cafile=args.ssl_cafile, ssl_client_auth=args.ssl_client_auth,
-                            super_users=args.super_users)
+                            super_users=args.super_users, authorizer=args.authorizer,
+                            allow_everyone_if_no_acl_found=args.allow_everyone_if_no_acl_found)
 
 
 def advertised(host: str, port: int, given: tuple[str, int] | None) -> tuple[str, int]:
@@ -115,7 +122,7 @@ def cmd_gateway(args: argparse.Namespace, out: TextIO) -> int:
     from raylog.kafka.gateway.cluster import ClusterBackend, OneAddress
     from raylog.kafka.gateway.listener import KafkaListener, ListenerThread
     from raylog.kafka.gateway.settings import GatewaySettings, inline_appends
-    from raylog.kafka.gateway.users import CredentialFollower
+    from raylog.kafka.gateway.users import credential_follower, start_access
 
     security = security_from(args)
     options = {}
@@ -127,15 +134,17 @@ def cmd_gateway(args: argparse.Namespace, out: TextIO) -> int:
                                max_connections_per_ip=args.max_connections_per_ip, **options)
     inline_appends()
     cluster, on_stop = connect_or_embed(args, out)
-    users = CredentialFollower(cluster) if security.uses_sasl else None
+    users = credential_follower(cluster) if security.uses_sasl else None
     advertiser = OneAddress(args.host, args.port)
     backend = ClusterBackend.connect(cluster, advertiser)
-    running = None
+    running = acls = None
     try:
         credentials = users.start() if users is not None else None
+        acls, access = start_access(cluster, security)
         running = ListenerThread(KafkaListener(
             backend, settings, host=args.host, port=args.port, security=security,
-            credentials=credentials, write_users=users.topic.write if users else None))
+            credentials=credentials, write_users=users.topic.write if users else None,
+            access=access))
         try:
             host, port = running.start()
         except OSError as e:
@@ -152,6 +161,8 @@ def cmd_gateway(args: argparse.Namespace, out: TextIO) -> int:
             running.stop()
         if users is not None:
             users.close()
+        if acls is not None:
+            acls.close()
         backend.close()
         if on_stop is not None:
             on_stop()

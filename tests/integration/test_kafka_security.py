@@ -28,7 +28,7 @@ from confluent_kafka import Producer as KafkaProducer
 from raylog import Consumer, TopicPartition
 from raylog.kafka.auth.scram import Mechanism, make_credential
 from raylog.kafka.gateway.security import ListenerSecurity
-from raylog.kafka.gateway.users import CredentialFollower, UsersTopic
+from raylog.kafka.gateway.users import Follower, UsersTopic, credential_follower
 from tests.children import Child
 from tests.integration.conftest import consume_all, kafka_listener, wait_for
 from tests.integration.test_kafka_gateway import consume_with_confluent
@@ -66,8 +66,8 @@ def sasl_ssl(pki) -> ListenerSecurity:
 
 
 @pytest.fixture(scope="module")
-def follower(ray_cluster, users) -> Iterator[CredentialFollower]:
-    following = CredentialFollower(ray_cluster.raylog, poll_ms=200)
+def follower(ray_cluster, users) -> Iterator[Follower]:
+    following = credential_follower(ray_cluster.raylog, poll_ms=200)
     following.start()
     try:
         yield following

@@ -10,6 +10,11 @@ APPEND/SUBTRACT (INVALID_CONFIG). Number of partitions and replication factor -1
 client's "broker default") take the listener's ``auto_create_partitions`` and
 ``auto_create_replication_factor``. ``validate_only`` checks what can be checked without
 the controller (name, counts, configs) and changes nothing.
+
+With an authorizer (raylog/kafka/gateway/access.py), each topic needs, or its result is
+TOPIC_AUTHORIZATION_FAILED and nothing is done to it: CREATE on it or on the cluster
+(CreateTopics), DELETE (DeleteTopics), ALTER (CreatePartitions), DESCRIBE_CONFIGS
+(DescribeConfigs), ALTER_CONFIGS (IncrementalAlterConfigs).
 """
 
 from __future__ import annotations
@@ -23,8 +28,10 @@ from raylog.errors import (
     RaylogError,
     TopicExistsError,
 )
+from raylog.kafka.auth.acls import Operation, ResourceType
 from raylog.kafka.gateway.dispatch import Context, Dispatch
 from raylog.kafka.gateway.errors import Code, code_of
+from raylog.kafka.gateway.metadata import may_create
 from raylog.kafka.gateway.protocol import response_class
 from raylog.metadata.topics import normalize_configs, validate_topic_name
 
@@ -38,8 +45,20 @@ SET, DELETE = 0, 1  # IncrementalAlterConfigs operations (APPEND 2 and SUBTRACT 
 DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5  # DescribeConfigs config sources
 
 
+class _Denied(RaylogError):
+    """The principal may not do this to the topic (the ACLs say): nothing was done."""
+
+
 def _outcome(error: BaseException | None) -> tuple[int, str | None]:
+    if isinstance(error, _Denied):
+        return Code.TOPIC_AUTHORIZATION_FAILED, str(error)
     return (Code.NONE, None) if error is None else (code_of(error), str(error))
+
+
+def _check(ctx: Context, operation: Operation, name: str) -> None:
+    """Raise _Denied unless the principal may do ``operation`` on topic ``name``."""
+    if not ctx.allows(operation, ResourceType.TOPIC, name):
+        raise _Denied(f"{ctx.connection.principal} may not {operation.name} topic {name!r}")
 
 
 async def _each(calls: list[Any]) -> list[BaseException | None]:
@@ -66,6 +85,8 @@ async def handle_create_topics(ctx: Context, version: int, request: Any) -> Any:
             settings.auto_create_partitions
         replicas = topic.replication_factor if topic.replication_factor != -1 else \
             settings.auto_create_replication_factor
+        if not may_create(ctx, topic.name):
+            raise _Denied(f"{ctx.connection.principal} may not CREATE topic {topic.name!r}")
         if topic.assignments:
             raise InvalidArgumentError("raylog places replicas itself: manual replica "
                                        "assignments are not supported")
@@ -119,7 +140,12 @@ async def handle_delete_topics(ctx: Context, version: int, request: Any) -> Any:
     cls = response_class(DELETE_TOPICS_KEY, version)
     names = [t.name for t in request.topics] if version >= 6 else list(request.topic_names)
     admin = ctx.backend.admin
-    errors = await _each([ctx.backend.blocking(admin.delete_topic, n) for n in names])
+
+    async def delete(name: str) -> None:
+        _check(ctx, Operation.DELETE, name)
+        await ctx.backend.blocking(admin.delete_topic, name)
+
+    errors = await _each([delete(n) for n in names])
     for name in names:
         ctx.backend.forget(name)
     results = []
@@ -135,6 +161,7 @@ async def handle_create_partitions(ctx: Context, version: int, request: Any) -> 
     admin = ctx.backend.admin
 
     async def grow(topic: Any) -> None:
+        _check(ctx, Operation.ALTER, topic.name)
         if topic.assignments:
             raise InvalidArgumentError("raylog places replicas itself: manual replica "
                                        "assignments are not supported")
@@ -172,6 +199,7 @@ async def handle_describe_configs(ctx: Context, version: int, request: Any) -> A
                 raise InvalidArgumentError(f"only topic configs are described (resource type "
                                            f"{TOPIC_RESOURCE}), not type "
                                            f"{resource.resource_type}")
+            _check(ctx, Operation.DESCRIBE_CONFIGS, resource.resource_name)
             described = await ctx.backend.blocking(ctx.backend.admin.describe_configs,
                                                    [resource.resource_name])
             wanted = resource.configuration_keys
@@ -202,6 +230,7 @@ async def handle_incremental_alter_configs(ctx: Context, version: int, request: 
         if resource.resource_type != TOPIC_RESOURCE:
             raise InvalidArgumentError(f"only topic configs can be altered (resource type "
                                        f"{TOPIC_RESOURCE}), not type {resource.resource_type}")
+        _check(ctx, Operation.ALTER_CONFIGS, resource.resource_name)
         sets, deletes = {}, []
         for config in resource.configs:
             if config.config_operation == SET:

@@ -70,7 +70,8 @@ class Context:
     """What a handler gets besides its request: the cluster, the settings, the dispatch
     table, the connection and the request header's correlation and client ids; ``users``,
     the listener's :class:`~raylog.kafka.gateway.scram_users.UserAdmin` (None on a listener
-    without credentials)."""
+    without credentials); ``access``, its :class:`~raylog.kafka.gateway.access.Access`
+    (None: no authorizer, everything allowed), which handlers ask through :meth:`allows`."""
 
     backend: Backend
     settings: GatewaySettings
@@ -79,6 +80,15 @@ class Context:
     client_id: str | None
     correlation_id: int
     users: Any = None
+    access: Any = None
+
+    def allows(self, operation: Any, resource_type: Any, name: str,
+               audit: bool = True) -> bool:
+        """Whether this connection's principal may do ``operation`` on the resource (ACLs,
+        raylog/kafka/auth/acls.py); True without an authorizer. A denial is audited unless
+        ``audit`` is False (a list filtered to what the principal may see)."""
+        return self.access is None or self.access.allows(self.connection, operation,
+                                                         resource_type, name, audit)
 
     def error_code(self, topic: str, error: RaylogError) -> int:
         """Kafka's code for ``error`` on ``topic``. One that says this gateway's metadata of
@@ -130,7 +140,7 @@ class Dispatch:
 # The modules whose ``register(dispatch)`` adds their handlers: to add an API, write its
 # handler in a module of this package and name the module here.
 HANDLER_MODULES = ("versions", "metadata", "produce", "fetch", "admin", "groups", "sasl",
-                   "scram_users")
+                   "scram_users", "acls")
 
 
 def default_dispatch() -> Dispatch:

@@ -69,6 +69,10 @@ class Code(enum.IntEnum):
     CLUSTER_AUTHORIZATION_FAILED = 31
     DUPLICATE_RESOURCE = 92
     UNACCEPTABLE_CREDENTIAL = 93
+    # ACLs (raylog/kafka/gateway/access.py, acls.py)
+    TOPIC_AUTHORIZATION_FAILED = 29
+    GROUP_AUTHORIZATION_FAILED = 30
+    SECURITY_DISABLED = 54
 
 
 def code_of(error: BaseException) -> int:

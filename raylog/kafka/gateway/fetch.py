@@ -23,6 +23,10 @@ offset takes it instead of asking again. Only a read-ahead that found records is
 empty one would carry an old high watermark): otherwise the partition is read afresh.
 Records below the high watermark never change, so what was read ahead is what a fresh read
 would return.
+
+With an authorizer (raylog/kafka/gateway/access.py) a topic's partitions answer
+TOPIC_AUTHORIZATION_FAILED, unread, without READ on it (Fetch), DESCRIBE (ListOffsets),
+DELETE (DeleteRecords).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import time
 from typing import Any
 
 from raylog.errors import FencedEpochError, RaylogError, UnknownPartitionError
+from raylog.kafka.auth.acls import Operation, ResourceType
 from raylog.kafka.gateway.dispatch import Context, Dispatch
 from raylog.kafka.gateway.errors import Code, code_of
 from raylog.kafka.gateway.fetch_frame import FetchAnswer, Partition
@@ -162,7 +167,13 @@ async def handle_fetch(ctx: Context, version: int, request: Any) -> Any:
     reads = [(_Read(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes),
               p.current_leader_epoch)
              for t in request.topics for p in t.partitions]
-    await asyncio.gather(*(_read(ctx, r, epoch, 0, 0) for r, epoch in reads))
+    denied = {t.topic for t in request.topics
+              if not ctx.allows(Operation.READ, ResourceType.TOPIC, t.topic)}
+    for read, _ in reads:
+        if read.topic in denied:
+            read.code = Code.TOPIC_AUTHORIZATION_FAILED
+    await asyncio.gather(*(_read(ctx, r, epoch, 0, 0) for r, epoch in reads
+                           if r.topic not in denied))
     got = sum(len(r.data) for r, _ in reads)
     remaining_ms = request.max_wait_ms - (time.monotonic() - started) * 1000
     if reads and got < request.min_bytes and remaining_ms > 0 and \
@@ -246,7 +257,12 @@ async def handle_list_offsets(ctx: Context, version: int, request: Any) -> Any:
 
     topics = []
     for t in request.topics:
-        parts = await asyncio.gather(*(one(t.name, p) for p in t.partitions))
+        if ctx.allows(Operation.DESCRIBE, ResourceType.TOPIC, t.name):
+            parts = await asyncio.gather(*(one(t.name, p) for p in t.partitions))
+        else:
+            parts = [part_cls(partition_index=p.partition_index,
+                              error_code=Code.TOPIC_AUTHORIZATION_FAILED, timestamp=-1,
+                              offset=-1, leader_epoch=-1) for p in t.partitions]
         topics.append(topic_cls(name=t.name, partitions=list(parts)))
     return cls(throttle_time_ms=0, topics=topics)
 
@@ -268,7 +284,12 @@ async def handle_delete_records(ctx: Context, version: int, request: Any) -> Any
 
     topics = []
     for t in request.topics:
-        parts = await asyncio.gather(*(one(t.name, p) for p in t.partitions))
+        if ctx.allows(Operation.DELETE, ResourceType.TOPIC, t.name):
+            parts = await asyncio.gather(*(one(t.name, p) for p in t.partitions))
+        else:
+            parts = [part_cls(partition_index=p.partition_index, low_watermark=-1,
+                              error_code=Code.TOPIC_AUTHORIZATION_FAILED)
+                     for p in t.partitions]
         topics.append(topic_cls(name=t.name, partitions=list(parts)))
     return cls(throttle_time_ms=0, topics=topics)
 

@@ -21,6 +21,13 @@ encode, and forward. So:
 Errors are Kafka's codes (raylog/kafka/gateway/errors.py); an error that means "the
 coordinator cannot answer now" (a controller restarting, a write timing out) is answered
 COORDINATOR_NOT_AVAILABLE, on which clients find the coordinator again and retry.
+
+With an authorizer (raylog/kafka/gateway/access.py), as Kafka's: JoinGroup, SyncGroup,
+Heartbeat, LeaveGroup, OffsetCommit and OffsetFetch need READ on the group
+(GROUP_AUTHORIZATION_FAILED, nothing forwarded), OffsetCommit and OffsetFetch READ on each
+topic too (TOPIC_AUTHORIZATION_FAILED for its partitions; a fetch of every committed offset
+leaves such topics out); DescribeGroups DESCRIBE on each group; ListGroups lists the groups
+the principal may DESCRIBE (all of them with DESCRIBE on the cluster).
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from kafka.protocol.consumer.metadata import (
 )
 
 from raylog.errors import MemberIdRequiredError, RaylogError, UnknownTopicError
+from raylog.kafka.auth.acls import CLUSTER, Operation, ResourceType
 from raylog.kafka.gateway.dispatch import Context, Dispatch
 from raylog.kafka.gateway.errors import Code, code_of
 from raylog.kafka.gateway.protocol import response_class
@@ -111,8 +119,16 @@ async def handle_find_coordinator(ctx: Context, version: int, request: Any) -> A
 
 # -- JoinGroup, SyncGroup, Heartbeat, LeaveGroup ------------------------------------------------
 
+def _may_read_group(ctx: Context, group_id: str) -> bool:
+    return ctx.allows(Operation.READ, ResourceType.GROUP, group_id)
+
+
 async def handle_join_group(ctx: Context, version: int, request: Any) -> Any:
     cls = response_class(JOIN_GROUP_KEY, version)
+    if not _may_read_group(ctx, request.group_id):
+        return cls(throttle_time_ms=0, error_code=Code.GROUP_AUTHORIZATION_FAILED,
+                   generation_id=-1, protocol_name="", leader="",
+                   member_id=request.member_id, members=[])
     rebalance_timeout_ms = request.rebalance_timeout_ms if version >= 1 else \
         request.session_timeout_ms
     protocols = []
@@ -146,6 +162,9 @@ async def handle_join_group(ctx: Context, version: int, request: Any) -> Any:
 
 async def handle_sync_group(ctx: Context, version: int, request: Any) -> Any:
     cls = response_class(SYNC_GROUP_KEY, version)
+    if not _may_read_group(ctx, request.group_id):
+        return cls(throttle_time_ms=0, error_code=Code.GROUP_AUTHORIZATION_FAILED,
+                   assignment=b"")
     try:
         owned = await ctx.backend.controller_call(
             "kafka_sync_group", request.group_id, request.member_id, request.generation_id,
@@ -157,6 +176,8 @@ async def handle_sync_group(ctx: Context, version: int, request: Any) -> Any:
 
 async def handle_heartbeat(ctx: Context, version: int, request: Any) -> Any:
     cls = response_class(HEARTBEAT_KEY, version)
+    if not _may_read_group(ctx, request.group_id):
+        return cls(throttle_time_ms=0, error_code=Code.GROUP_AUTHORIZATION_FAILED)
     try:
         await ctx.backend.controller_call("kafka_heartbeat", request.group_id,
                                           request.member_id, request.generation_id,
@@ -169,6 +190,8 @@ async def handle_heartbeat(ctx: Context, version: int, request: Any) -> Any:
 
 async def handle_leave_group(ctx: Context, version: int, request: Any) -> Any:
     cls = response_class(LEAVE_GROUP_KEY, version)
+    if not _may_read_group(ctx, request.group_id):
+        return cls(throttle_time_ms=0, error_code=Code.GROUP_AUTHORIZATION_FAILED, members=[])
     # v3+ names members by id, by static instance id, or both (an admin removing static
     # members names their instance ids alone).
     members = [(m.member_id, m.group_instance_id) for m in request.members] \
@@ -200,9 +223,17 @@ async def handle_offset_commit(ctx: Context, version: int, request: Any) -> Any:
     cls = response_class(OFFSET_COMMIT_KEY, version)
     codes: dict[tuple[str, int], int] = {}
     entries = []
+    group_denied = not _may_read_group(ctx, request.group_id)
     for topic in request.topics:
+        denied = None
+        if group_denied:
+            denied = Code.GROUP_AUTHORIZATION_FAILED
+        elif not ctx.allows(Operation.READ, ResourceType.TOPIC, topic.name):
+            denied = Code.TOPIC_AUTHORIZATION_FAILED
         for p in topic.partitions:
-            if await _known(ctx, topic.name, p.partition_index):
+            if denied is not None:
+                codes[topic.name, p.partition_index] = denied
+            elif await _known(ctx, topic.name, p.partition_index):
                 entries.append((topic.name, p.partition_index, p.committed_offset,
                                 p.committed_metadata or ""))
             else:
@@ -233,6 +264,14 @@ async def handle_offset_commit(ctx: Context, version: int, request: Any) -> Any:
 
 async def handle_offset_fetch(ctx: Context, version: int, request: Any) -> Any:
     cls = response_class(OFFSET_FETCH_KEY, version)
+    if not _may_read_group(ctx, request.group_id):
+        return cls(throttle_time_ms=0, error_code=Code.GROUP_AUTHORIZATION_FAILED, topics=[
+            cls.OffsetFetchResponseTopic(name=t.name, partitions=[
+                cls.OffsetFetchResponseTopic.OffsetFetchResponsePartition(
+                    partition_index=p, committed_offset=-1, committed_leader_epoch=-1,
+                    metadata="", error_code=Code.GROUP_AUTHORIZATION_FAILED)
+                for p in t.partition_indexes]) for t in request.topics or ()])
+    readable = {}  # topic -> READ allowed?; asked once per topic
     wanted = None if request.topics is None else \
         [(t.name, p) for t in request.topics for p in t.partition_indexes]
     try:
@@ -246,6 +285,16 @@ async def handle_offset_fetch(ctx: Context, version: int, request: Any) -> Any:
     by_topic: dict[str, list[Any]] = defaultdict(list)
     part = cls.OffsetFetchResponseTopic.OffsetFetchResponsePartition
     for (topic, partition), committed in sorted(found.items()):
+        if topic not in readable:
+            readable[topic] = ctx.allows(Operation.READ, ResourceType.TOPIC, topic,
+                                         audit=wanted is not None)
+        if not readable[topic]:
+            if wanted is not None:  # named: answered refused; else left out, as Kafka does
+                by_topic[topic].append(part(
+                    partition_index=partition, committed_offset=-1,
+                    committed_leader_epoch=-1, metadata="",
+                    error_code=Code.TOPIC_AUTHORIZATION_FAILED))
+            continue
         offset, metadata = committed if committed is not None else (-1, "")
         by_topic[topic].append(part(
             partition_index=partition, committed_offset=offset, committed_leader_epoch=-1,
@@ -260,15 +309,23 @@ async def handle_offset_fetch(ctx: Context, version: int, request: Any) -> Any:
 async def handle_describe_groups(ctx: Context, version: int, request: Any) -> Any:
     cls = response_class(DESCRIBE_GROUPS_KEY, version)
     group_cls = cls.DescribedGroup
+    allowed = [g for g in request.groups
+               if ctx.allows(Operation.DESCRIBE, ResourceType.GROUP, g)]
+    refused = [group_cls(error_code=Code.GROUP_AUTHORIZATION_FAILED, group_id=g,
+                         group_state="", protocol_type="", protocol_data="", members=[],
+                         authorized_operations=None)
+               for g in request.groups if g not in allowed]
+    if not allowed:
+        return cls(throttle_time_ms=0, groups=refused)
     try:
         described = await ctx.backend.controller_call(
-            "kafka_describe_groups", list(request.groups), timeout_s=CALL_TIMEOUT_S)
+            "kafka_describe_groups", allowed, timeout_s=CALL_TIMEOUT_S)
     except RaylogError as e:
         return cls(throttle_time_ms=0, groups=[
             group_cls(error_code=group_code(e), group_id=g, group_state="", protocol_type="",
                       protocol_data="", members=[], authorized_operations=None)
-            for g in request.groups])
-    return cls(throttle_time_ms=0, groups=[
+            for g in allowed] + refused)
+    return cls(throttle_time_ms=0, groups=refused + [
         group_cls(error_code=Code.NONE, group_id=d["group_id"], group_state=d["state"],
                   protocol_type=d["protocol_type"], protocol_data=d["protocol"],
                   authorized_operations=None, members=[
@@ -290,9 +347,11 @@ async def handle_list_groups(ctx: Context, version: int, request: Any) -> Any:
         return cls(throttle_time_ms=0, error_code=group_code(e), groups=[])
     states = {s.lower() for s in request.states_filter} if version >= 4 and \
         request.states_filter else None
+    every = ctx.allows(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER.name, audit=False)
     return cls(throttle_time_ms=0, error_code=Code.NONE, groups=[
         cls.ListedGroup(group_id=g, protocol_type="consumer", group_state=state)
-        for g, state in groups if states is None or state.lower() in states])
+        for g, state in groups if (states is None or state.lower() in states)
+        and (every or ctx.allows(Operation.DESCRIBE, ResourceType.GROUP, g, audit=False))])
 
 
 def register(dispatch: Dispatch) -> None:

@@ -46,6 +46,7 @@ from raylog.kafka.auth.credentials import CredentialStore
 from raylog.kafka.auth.principal import from_certificate
 from raylog.kafka.auth.throttle import ConnectionLimit, FailureThrottle
 from raylog.kafka.gateway import produce_frame, versions
+from raylog.kafka.gateway.access import Access
 from raylog.kafka.gateway.backend import Backend
 from raylog.kafka.gateway.dispatch import Api, Connection, Context, Dispatch, default_dispatch
 from raylog.kafka.gateway.protocol import (
@@ -79,6 +80,7 @@ class KafkaListener:
     ``security`` (default PLAINTEXT) says whether it speaks TLS and asks for logins;
     ``credentials`` are what logins are checked against (needed with SASL);
     ``write_users`` writes records to ``__raylog_users`` (AlterUserScramCredentials).
+    ``access``: its authorizer (ACLs; raylog/kafka/gateway/access.py), None for none.
     Counters (read from any thread): ``connections`` open now, ``accepted`` in all,
     ``answered`` requests, ``refused`` connections closed for bad input or idleness,
     ``authentication_failures``.
@@ -89,7 +91,8 @@ class KafkaListener:
                  dispatch: Dispatch | None = None, host: str = "127.0.0.1",
                  port: int = 9092, security: ListenerSecurity | None = None,
                  credentials: CredentialStore | None = None,
-                 write_users: Callable[[Records], None] | None = None) -> None:
+                 write_users: Callable[[Records], None] | None = None,
+                 access: Access | None = None) -> None:
         self.backend = backend
         self.settings = settings or GatewaySettings()
         self.dispatch = dispatch or default_dispatch()
@@ -100,6 +103,7 @@ class KafkaListener:
             raise SecurityConfigError(f"a {self.security.security_protocol} listener needs "
                                       f"the users' credentials to check logins against")
         self.credentials = credentials
+        self.access = access
         self.users = None if credentials is None else UserAdmin(
             credentials, write_users, frozenset(self.security.super_users))
         self.throttle = FailureThrottle(self.security.failed_authentication_delay_ms,
@@ -273,7 +277,7 @@ class KafkaListener:
         else:
             request = decode_request(frame)
         ctx = Context(self.backend, self.settings, self.dispatch, conn, request.client_id,
-                      correlation_id, self.users)
+                      correlation_id, self.users, self.access)
         return self._track(self._handle(api, ctx, request), state)
 
     @staticmethod

@@ -13,6 +13,10 @@ answered with LEADER_NOT_AVAILABLE and leader -1, as Kafka does.
 Topics are created on first use only with ``auto_create_topics_enable`` (default off) and a
 client that allows it (AllowAutoTopicCreation, v4+); a topic being created is answered with
 LEADER_NOT_AVAILABLE until it has leaders, as Kafka does.
+
+With an authorizer (raylog/kafka/gateway/access.py): the list of every topic holds those the
+principal may DESCRIBE; a topic named without DESCRIBE is answered TOPIC_AUTHORIZATION_FAILED,
+as is one to auto-create without CREATE on it or on the cluster (nothing created).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 
 from raylog.client.connection import TopicMetadata
 from raylog.errors import RaylogError, UnknownTopicError
+from raylog.kafka.auth.acls import CLUSTER, Operation, ResourceType
 from raylog.kafka.gateway.backend import Broker
 from raylog.kafka.gateway.dispatch import Context, Dispatch
 from raylog.kafka.gateway.errors import Code, code_of
@@ -48,8 +53,9 @@ async def handle_metadata(ctx: Context, version: int, request: Any) -> Any:
                                                ctx.backend.controller_id())
     listed = sorted(set(brokers.values()))
     wanted = request.topics
-    if wanted is None or (version == 0 and not wanted):
-        names = await ctx.backend.list_topics()
+    if wanted is None or (version == 0 and not wanted):  # only what the principal may see
+        names = [name for name in await ctx.backend.list_topics()
+                 if ctx.allows(Operation.DESCRIBE, ResourceType.TOPIC, name, audit=False)]
     else:
         names = [t.name for t in wanted]
     allow_create = version < 4 or request.allow_auto_topic_creation
@@ -68,12 +74,17 @@ async def _topic(ctx: Context, cls: Any, name: str | None, brokers: dict[int, Br
         return topic_cls(error_code=UNKNOWN_TOPIC_ID, name=None, topic_id=uuid.UUID(int=0),
                          is_internal=False, partitions=[],
                          authorized_operations=None)
+    if not ctx.allows(Operation.DESCRIBE, ResourceType.TOPIC, name):
+        return topic_cls(error_code=Code.TOPIC_AUTHORIZATION_FAILED, name=name,
+                         topic_id=uuid.UUID(int=0), is_internal=False, partitions=[],
+                         authorized_operations=None)
     try:
         meta = await ctx.backend.topic(name, METADATA_MAX_AGE_S)
     except UnknownTopicError as e:
         code = code_of(e)
         if allow_create and ctx.settings.auto_create_topics_enable:
-            code = await _create(ctx, name)
+            code = (await _create(ctx, name) if may_create(ctx, name)
+                    else Code.TOPIC_AUTHORIZATION_FAILED)
         return topic_cls(error_code=code, name=name, topic_id=uuid.UUID(int=0),
                          is_internal=False, partitions=[],
                          authorized_operations=None)
@@ -85,6 +96,13 @@ async def _topic(ctx: Context, cls: Any, name: str | None, brokers: dict[int, Br
                      is_internal=name.startswith("__"),
                      partitions=partitions(topic_cls.MetadataResponsePartition, meta, brokers),
                      authorized_operations=None)
+
+
+def may_create(ctx: Context, name: str) -> bool:
+    """CREATE on the cluster or on topic ``name`` (auto-creation, CreateTopics); audited
+    once, on the topic, when neither."""
+    return (ctx.allows(Operation.CREATE, ResourceType.CLUSTER, CLUSTER.name, audit=False)
+            or ctx.allows(Operation.CREATE, ResourceType.TOPIC, name))
 
 
 def partitions(cls: Any, meta: TopicMetadata, brokers: dict[int, Broker]) -> list[Any]:

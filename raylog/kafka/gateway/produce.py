@@ -19,6 +19,11 @@ Idempotent producers get their id and epoch from InitProducerId: a new random pr
 current id and epoch (KIP-360, after UNKNOWN_PRODUCER_ID or a sequence error), the same id
 at the next epoch. Transactional ids are refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
 raylog has no transactions here), in InitProducerId and in Produce.
+
+With an authorizer (raylog/kafka/gateway/access.py): Produce needs WRITE on each topic (its
+partitions answer TOPIC_AUTHORIZATION_FAILED otherwise, nothing of them written);
+InitProducerId without a transactional id IDEMPOTENT_WRITE on the cluster or WRITE on some
+topic (CLUSTER_AUTHORIZATION_FAILED otherwise).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 from raylog.errors import RaylogError, UnknownPartitionError
+from raylog.kafka.auth.acls import Operation, ResourceType
 from raylog.kafka.gateway.dispatch import Context, Dispatch
 from raylog.kafka.gateway.errors import Code
 from raylog.kafka.gateway.protocol import response_class
@@ -58,9 +64,12 @@ async def handle_produce(ctx: Context, version: int, request: Any) -> Any:
     async with ctx.connection.order:  # appends leave in request order (module docstring)
         for topic in request.topic_data:
             partitions = []
+            denied = (refused is None
+                      and not ctx.allows(Operation.WRITE, ResourceType.TOPIC, topic.name))
             for data in topic.partition_data:
-                if refused is not None:
-                    partitions.append((data.index, _Refused(refused)))
+                if refused is not None or denied:
+                    partitions.append((data.index, _Refused(
+                        Code.TOPIC_AUTHORIZATION_FAILED if denied else refused)))
                     continue
                 try:
                     partitions.append((data.index, await _send(ctx, request, topic.name,
@@ -122,7 +131,14 @@ async def _answer(ctx: Context, cls: Any, name: str, index: int,
 
 async def handle_init_producer_id(ctx: Context, version: int, request: Any) -> Any:
     cls = response_class(INIT_PRODUCER_ID_KEY, version)
+    if request.transactional_id is None and not (
+            ctx.access is None or ctx.access.allows_idempotent_write(ctx.connection)):
+        return cls(throttle_time_ms=0, error_code=Code.CLUSTER_AUTHORIZATION_FAILED,
+                   producer_id=-1, producer_epoch=-1)
     if request.transactional_id is not None:
+        # WRITE on the transactional id asked (and a denial audited), though refused
+        # whatever the ACLs say while the listener has no transactions
+        ctx.allows(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id)
         return cls(throttle_time_ms=0, error_code=Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                    producer_id=-1, producer_epoch=-1)
     producer_id, epoch = next_producer(request.producer_id, request.producer_epoch)

@@ -4,10 +4,10 @@ the users of the SASL logins, administered over Kafka's protocol (``kafka-config
 ``alterUserScramCredentials``, confluent-kafka's ``AdminClient.alter_user_scram_credentials``).
 
 Only a super user may call them (``ListenerSecurity.super_users``, Kafka's ``super.users``,
-e.g. ``User:admin``; an mTLS principal is its certificate's subject): until ACLs exist, that
-stands for Kafka's DESCRIBE and ALTER on the cluster. Anyone else gets
-CLUSTER_AUTHORIZATION_FAILED, as does everyone on a listener with no super user (the
-default) or without credentials.
+e.g. ``User:admin``; an mTLS principal is its certificate's subject), or, on a listener with
+an authorizer, a principal the ACLs allow DESCRIBE (Describe) or ALTER (Alter) on the
+cluster. Anyone else gets CLUSTER_AUTHORIZATION_FAILED, as does everyone on a listener
+without credentials.
 
 As Kafka's: Alter takes salted passwords (the client salts and hashes; the password never
 crosses), checked per user: an unknown mechanism UNSUPPORTED_SASL_MECHANISM, iterations
@@ -27,6 +27,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from raylog.kafka.auth.acls import CLUSTER, Operation, ResourceType
 from raylog.kafka.auth.credentials import CredentialStore, encode, record_key
 from raylog.kafka.auth.scram import MAX_ITERATIONS, MIN_ITERATIONS, Credential, Mechanism
 from raylog.kafka.gateway.dispatch import Context, Dispatch
@@ -56,17 +57,23 @@ def _mechanism(kafka_type: int) -> Mechanism | None:
     return next((m for m in Mechanism if m.kafka_type == kafka_type), None)
 
 
-def _allowed(ctx: Context) -> UserAdmin | None:
+def _allowed(ctx: Context, operation: Operation) -> UserAdmin | None:
+    """The listener's UserAdmin if this principal may do ``operation`` on the cluster: a
+    super user may; with an authorizer, whoever the ACLs allow (audited otherwise)."""
     admin: UserAdmin | None = ctx.users
-    if admin is None or not admin.allows(ctx.connection.principal):
+    if admin is None:
         return None
-    return admin
+    if admin.allows(ctx.connection.principal) or (
+            ctx.access is not None
+            and ctx.allows(operation, ResourceType.CLUSTER, CLUSTER.name)):
+        return admin
+    return None
 
 
 async def handle_describe(ctx: Context, version: int, request: Any) -> Any:
     cls = response_class(DESCRIBE_KEY, version)
     result = cls.DescribeUserScramCredentialsResult
-    admin = _allowed(ctx)
+    admin = _allowed(ctx, Operation.DESCRIBE)
     if admin is None:
         return cls(throttle_time_ms=0, error_code=Code.CLUSTER_AUTHORIZATION_FAILED,
                    error_message=f"{ctx.connection.principal} may not describe users",
@@ -129,7 +136,7 @@ async def handle_alter(ctx: Context, version: int, request: Any) -> Any:
         changes.setdefault(deletion.name, []).append(("delete", deletion))
     for upsertion in request.upsertions:
         changes.setdefault(upsertion.name, []).append(("upsert", upsertion))
-    admin = _allowed(ctx)
+    admin = _allowed(ctx, Operation.ALTER)
     if admin is None or admin.write is None:
         return cls(throttle_time_ms=0, results=[result(
             user=name, error_code=Code.CLUSTER_AUTHORIZATION_FAILED,

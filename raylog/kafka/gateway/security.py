@@ -53,6 +53,10 @@ class ListenerSecurity:
     failed_authentication_delay_ms: int = 100
     failed_authentication_max_delay_ms: int = 5000
     super_users: tuple[str, ...] = ()
+    # ACLs (raylog/kafka/auth/acls.py): off, everything is allowed, as Kafka's brokers
+    # without authorizer.class.name; on, denied unless an ACL allows
+    authorizer: bool = False
+    allow_everyone_if_no_acl_found: bool = False
 
     def __post_init__(self) -> None:
         if self.security_protocol not in PROTOCOLS:

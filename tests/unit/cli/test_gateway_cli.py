@@ -74,6 +74,22 @@ def test_security_options_are_kafkas_on_both_commands(tmp_path):
         assert args.max_connections_per_ip == 50
 
 
+def test_the_authorizer_options_on_both_commands():
+    """``--authorizer`` / ``--kafka-authorizer`` and the no-ACL setting reach the
+    ListenerSecurity (and so the listener actors, through its to_dict); off by default."""
+    served = build_parser().parse_args(["gateway", "--authorizer",
+                                        "--allow-everyone-if-no-acl-found"])
+    started = build_parser().parse_args(["start", "--kafka-port", "9092",
+                                         "--kafka-authorizer",
+                                         "--kafka-allow-everyone-if-no-acl-found"])
+    for args in (served, started):
+        security = gateway.security_from(args)
+        assert security.authorizer and security.allow_everyone_if_no_acl_found
+        assert security.to_dict()["authorizer"] is True
+    default = gateway.security_from(build_parser().parse_args(["gateway"]))
+    assert not default.authorizer and not default.allow_everyone_if_no_acl_found
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--security-protocol", "SSL", "--ssl-certfile", "/nowhere/server.pem"],
      "ssl_certfile '/nowhere/server.pem': no such file"),

@@ -7,9 +7,10 @@ import threading
 import time
 
 from raylog.errors import LeaderNotAvailableError
+from raylog.kafka.auth import acls
 from raylog.kafka.auth.credentials import encode
 from raylog.kafka.auth.scram import Mechanism, make_credential
-from raylog.kafka.gateway.users import CredentialFollower
+from raylog.kafka.gateway.users import acl_follower, credential_follower
 
 
 class FlakyReader:
@@ -32,7 +33,7 @@ class FlakyReader:
 
 
 def test_the_follower_survives_failed_polls(caplog):
-    follower = CredentialFollower(cluster=None, poll_ms=10)
+    follower = credential_follower(cluster=None, poll_ms=10)
     follower.retry_s = 0.01
     follower._reader = FlakyReader()
     follower._thread = threading.Thread(target=follower._follow, daemon=True)
@@ -46,3 +47,48 @@ def test_the_follower_survives_failed_polls(caplog):
         follower.close()
     assert "following __raylog_users failed; retrying" in caplog.text
     assert "moving; retrying" in caplog.text
+
+
+class AclReader:
+    """Fails its first poll, then reads one ACL."""
+
+    def __init__(self, binding) -> None:
+        self.binding, self.polls = binding, 0
+
+    def apply(self, store, timeout_ms: int) -> None:
+        self.polls += 1
+        if self.polls == 1:
+            raise LeaderNotAvailableError("moving")
+        store.apply(*acls.encode(self.binding))
+        time.sleep(timeout_ms / 1000)
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_acl_follower_applies_acls_to_its_authorizer(caplog):
+    binding = acls.AclBinding("User:alice", "*", acls.ResourceType.TOPIC, "t",
+                              acls.PatternType.LITERAL, acls.Operation.READ,
+                              acls.Permission.ALLOW)
+    authorizer = acls.Authorizer()
+    follower = acl_follower(None, authorizer, poll_ms=10)
+    assert follower.store is authorizer
+    follower.retry_s = 0.01
+    follower._reader = AclReader(binding)
+    follower._thread = threading.Thread(target=follower._follow, daemon=True)
+    follower._thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not authorizer.has_acls() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert authorizer.bindings() == [binding]
+    finally:
+        follower.close()
+    assert "following __raylog_acls: moving; retrying" in caplog.text
+
+
+def test_no_authorizer_no_acl_follower():
+    from raylog.kafka.gateway.security import ListenerSecurity
+    from raylog.kafka.gateway.users import start_access
+
+    assert start_access(None, ListenerSecurity()) == (None, None)  # nothing connects
