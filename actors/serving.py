@@ -68,6 +68,7 @@ from raylog.replica.isr import NO_BROKER_EPOCH
 from raylog.replica.partition import (
     EARLIEST,
     LATEST,
+    READ_UNCOMMITTED,
     AlterIsr,
     FetchResult,
     LeaderAndIsr,
@@ -483,20 +484,21 @@ class ReplicaHost:
         return answers
 
     async def fetch(self, topic: str, partition: int, leader_epoch: int, offset: int,
-                    max_bytes: int = 8 << 20, max_wait_ms: int = 0, min_bytes: int = 1
-                    ) -> FetchResult:
-        """Batches from ``offset`` below the high watermark; waits up to ``max_wait_ms`` for
-        at least ``min_bytes`` to be there."""
+                    max_bytes: int = 8 << 20, max_wait_ms: int = 0, min_bytes: int = 1,
+                    isolation: str = READ_UNCOMMITTED) -> FetchResult:
+        """Batches from ``offset`` below the high watermark (``read_committed``: below the
+        last stable offset, with the aborted transactions; Partition.fetch); waits up to
+        ``max_wait_ms`` for at least ``min_bytes`` to be there."""
         started = time.monotonic()
         hosted = self._hosted(topic, partition)  # checks the stall guard
         since = self.guard.generation
-        result = hosted.partition.fetch(offset, max_bytes, leader_epoch)
+        result = hosted.partition.fetch(offset, max_bytes, leader_epoch, isolation)
         deadline = started + max_wait_ms / 1000
         while len(result.data) < min_bytes:
             if not await hosted.wait(deadline - time.monotonic()):
                 break
             hosted = self._hosted(topic, partition)
-            result = hosted.partition.fetch(offset, max_bytes, leader_epoch)
+            result = hosted.partition.fetch(offset, max_bytes, leader_epoch, isolation)
         self.guard.check_since(since)
         recorder().observe("raylog_fetch_latency_ms", (time.monotonic() - started) * 1000,
                            topic=topic)

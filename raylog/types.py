@@ -8,6 +8,8 @@ from typing import NamedTuple
 # ``auto_offset_reset``, a read's bounds): its log start, and its high watermark.
 EARLIEST = "earliest"
 LATEST = "latest"
+# A leader's last stable offset (transactions): where a read_committed consumer's "latest" is.
+LAST_STABLE = "last_stable"
 
 
 class TopicPartition(NamedTuple):

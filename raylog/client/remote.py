@@ -28,6 +28,7 @@ from raylog.errors import (
     RaylogError,
     RequestTimeoutError,
 )
+from raylog.replica.partition import READ_UNCOMMITTED
 from raylog.util.backoff import backoff_s
 
 if TYPE_CHECKING:
@@ -191,9 +192,12 @@ class ReplicaClient:
                                           acks, timeout_ms)
 
     def fetch(self, offset: int, max_bytes: int, max_wait_ms: int,
-              min_bytes: int) -> ray.ObjectRef:
+              min_bytes: int, isolation: str = READ_UNCOMMITTED) -> ray.ObjectRef:
+        if isolation == READ_UNCOMMITTED:  # the broker's default (and older brokers')
+            return self.handle.fetch.remote(self.topic, self.partition, self.leader_epoch,
+                                            offset, max_bytes, max_wait_ms, min_bytes)
         return self.handle.fetch.remote(self.topic, self.partition, self.leader_epoch, offset,
-                                        max_bytes, max_wait_ms, min_bytes)
+                                        max_bytes, max_wait_ms, min_bytes, isolation)
 
     def delete_records(self, offset: int) -> ray.ObjectRef:
         return self.handle.delete_records.remote(self.topic, self.partition, self.leader_epoch,

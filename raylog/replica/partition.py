@@ -71,7 +71,7 @@ from raylog.replica.producer_state import REFUSED_FOR_GOOD, ProducerSnapshots, P
 from raylog.replica.truncation import Ask, Truncate, first_step, next_step
 from raylog.storage import AppendInfo, PartitionLog
 from raylog.storage.txn_index import AbortedTxn
-from raylog.types import EARLIEST, LATEST
+from raylog.types import EARLIEST, LAST_STABLE, LATEST
 from raylog.util.clocks import wall_clock_ms
 
 
@@ -468,11 +468,12 @@ class Partition:
     def list_offset(self, spec: str | int, leader_epoch: int | None = None
                     ) -> tuple[int, int] | None:
         """(offset, timestamp) for ``"earliest"`` (the log start), ``"latest"`` (the high
-        watermark), both with timestamp -1, or a timestamp in ms: the first record at or after
-        it below the high watermark, None if there is none. Leaders only, and only once their
-        high watermark reached the start of their leader epoch: before, OffsetNotAvailableError
-        (KIP-207; a new leader's high watermark lags the old one's until its followers have
-        fetched, and an answer from it would send readers back)."""
+        watermark), ``"last_stable"`` (the last stable offset), all with timestamp -1, or a
+        timestamp in ms: the first record at or after it below the high watermark, None if
+        there is none. Leaders only, and only once their high watermark reached the start of
+        their leader epoch: before, OffsetNotAvailableError (KIP-207; a new leader's high
+        watermark lags the old one's until its followers have fetched, and an answer from it
+        would send readers back)."""
         self.check_leader(leader_epoch)
         start = self.replica_set.epoch_start_offset
         if self.log.high_watermark < start:
@@ -484,9 +485,11 @@ class Partition:
             return self.log.log_start_offset, -1
         if spec == LATEST:
             return self.log.high_watermark, -1
+        if spec == LAST_STABLE:  # a read_committed consumer's "latest"
+            return self.last_stable_offset, -1
         if type(spec) is not int:
-            raise InvalidArgumentError(f"offset spec must be 'earliest', 'latest' or a "
-                                       f"timestamp, got {spec!r}")
+            raise InvalidArgumentError(f"offset spec must be 'earliest', 'latest', "
+                                       f"'last_stable' or a timestamp, got {spec!r}")
         return self.log.offsets_for_time(spec, max_offset=self.log.high_watermark)
 
     # -- as follower ---------------------------------------------------------------------------

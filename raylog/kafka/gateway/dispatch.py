@@ -130,7 +130,7 @@ class Dispatch:
 # The modules whose ``register(dispatch)`` adds their handlers: to add an API, write its
 # handler in a module of this package and name the module here.
 HANDLER_MODULES = ("versions", "metadata", "produce", "fetch", "admin", "groups", "sasl",
-                   "scram_users")
+                   "scram_users", "transactions")
 
 
 def default_dispatch() -> Dispatch:

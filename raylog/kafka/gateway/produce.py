@@ -17,8 +17,9 @@ append's offsets (raylog/replica/producer_state.py).
 Idempotent producers get their id and epoch from InitProducerId: a new random producer id
 (raylog's writers pick theirs the same way) at epoch 0, or, when the producer names its
 current id and epoch (KIP-360, after UNKNOWN_PRODUCER_ID or a sequence error), the same id
-at the next epoch. Transactional ids are refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
-raylog has no transactions here), in InitProducerId and in Produce.
+at the next epoch. A producer with a transactional id gets its id and epoch from raylog's
+transaction coordinator instead (transactions.py); its Produce requests carry the
+transactional id, and their batches their transactional bit, which the partition checks.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from raylog.errors import RaylogError, UnknownPartitionError
 from raylog.kafka.gateway.dispatch import Context, Dispatch
 from raylog.kafka.gateway.errors import Code
 from raylog.kafka.gateway.protocol import response_class
+from raylog.kafka.gateway.transactions import init_transactional_producer
 from raylog.kafka.records import kafka_batches, to_raylog
 from raylog.records.header import MAX_PRODUCER_EPOCH, random_producer_id
 from raylog.storage.log import AppendInfo
@@ -50,9 +52,7 @@ class _Refused(Exception):
 
 async def handle_produce(ctx: Context, version: int, request: Any) -> Any:
     refused: int | None = None
-    if request.transactional_id is not None:
-        refused = Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    elif request.acks not in ACKS:
+    if request.acks not in ACKS:
         refused = Code.INVALID_REQUIRED_ACKS
     sent: list[tuple[str, list[tuple[int, Awaitable[list[AppendInfo]] | _Refused]]]] = []
     async with ctx.connection.order:  # appends leave in request order (module docstring)
@@ -121,10 +121,9 @@ async def _answer(ctx: Context, cls: Any, name: str, index: int,
 
 
 async def handle_init_producer_id(ctx: Context, version: int, request: Any) -> Any:
-    cls = response_class(INIT_PRODUCER_ID_KEY, version)
     if request.transactional_id is not None:
-        return cls(throttle_time_ms=0, error_code=Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                   producer_id=-1, producer_epoch=-1)
+        return await init_transactional_producer(ctx, version, request)
+    cls = response_class(INIT_PRODUCER_ID_KEY, version)
     producer_id, epoch = next_producer(request.producer_id, request.producer_epoch)
     return cls(throttle_time_ms=0, error_code=Code.NONE, producer_id=producer_id,
                producer_epoch=epoch)

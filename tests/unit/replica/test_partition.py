@@ -325,8 +325,8 @@ def test_list_offset_by_timestamp_ignores_records_above_the_hw(partition):
 
 @pytest.mark.parametrize("spec", ["first", "EARLIEST", "", 1.5, None, True, b"latest", "100"])
 def test_list_offset_refuses_a_bad_spec(partition, spec):
-    with pytest.raises(ValueError, match=r"offset spec must be 'earliest', 'latest' or a "
-                                         r"timestamp"):
+    with pytest.raises(ValueError, match=r"offset spec must be 'earliest', 'latest', "
+                                         r"'last_stable' or a timestamp"):
         partition.list_offset(spec, 0)
 
 
