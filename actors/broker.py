@@ -50,7 +50,7 @@ from raylog.metadata.identity import (
 )
 from raylog.metadata.sessions import stall_threshold_s
 from raylog.replica.isr import NO_BROKER_EPOCH
-from raylog.replica.partition import FetchResult
+from raylog.replica.partition import READ_UNCOMMITTED, FetchResult
 from raylog.storage import AppendInfo
 from raylog.util.cluster_names import (
     ACTOR_RUNTIME_ENV,
@@ -320,14 +320,14 @@ class BrokerActor(ReplicaHost):
         return answers
 
     async def fetch(self, topic: str, partition: int, leader_epoch: int, offset: int,
-                    max_bytes: int = 8 << 20, max_wait_ms: int = 0, min_bytes: int = 1
-                    ) -> FetchResult:
+                    max_bytes: int = 8 << 20, max_wait_ms: int = 0, min_bytes: int = 1,
+                    isolation: str = READ_UNCOMMITTED) -> FetchResult:
         host = self.hosts.elsewhere((topic, partition))
         if host is None:
             return await ReplicaHost.fetch(self, topic, partition, leader_epoch, offset,
-                                           max_bytes, max_wait_ms, min_bytes)
+                                           max_bytes, max_wait_ms, min_bytes, isolation)
         return await _forward(host.fetch.remote(topic, partition, leader_epoch, offset,
-                                                max_bytes, max_wait_ms, min_bytes))
+                                                max_bytes, max_wait_ms, min_bytes, isolation))
 
     async def delete_records(self, topic: str, partition: int, leader_epoch: int,
                              offset: int) -> int:
