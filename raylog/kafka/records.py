@@ -5,7 +5,7 @@ sent for the same records (unstamped, LZ4 by default): same records in the same 
 key and value (null and empty kept apart), headers, timestamps and timestamp type, and the
 producer id, epoch and base sequence, so that raylog's idempotence sees a Kafka client's
 retry as the retry it is, and the transactional bit (a transaction's batch stays one: the
-partition checks its producer is in a transaction, read_committed readers filter it).
+partition opens the producer's transaction with it, read_committed readers filter it).
 ``to_kafka`` turns stored batches (what a broker's fetch returns) into Kafka batches for a
 Fetch answer: same base offset and offset range (also of compacted batches, whose offsets
 have gaps), leader epoch, timestamps, producer fields, any codec; a transaction's batches

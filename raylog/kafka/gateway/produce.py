@@ -19,7 +19,8 @@ Idempotent producers get their id and epoch from InitProducerId: a new random pr
 current id and epoch (KIP-360, after UNKNOWN_PRODUCER_ID or a sequence error), the same id
 at the next epoch. A producer with a transactional id gets its id and epoch from raylog's
 transaction coordinator instead (transactions.py); its Produce requests carry the
-transactional id, and their batches their transactional bit, which the partition checks.
+transactional id, and their batches their transactional bit (the partition opens the
+producer's transaction at its first one, and refuses those of a fenced epoch).
 """
 
 from __future__ import annotations
