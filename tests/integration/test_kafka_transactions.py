@@ -2,7 +2,8 @@
 the session's multi-node cluster, with confluent-kafka (librdkafka): a transactional
 producer's commit over two topics read whole by a read_committed consumer, an aborted
 transaction never seen by read_committed and seen by read_uncommitted, and a second producer
-of the same transactional.id fencing the first.
+of the same transactional.id fencing the first; with the controller's txn_offset_commit
+(branch txn-groups), offsets sent to a transaction committed with it and dropped at an abort.
 
 Every confluent-kafka call has a deadline (librdkafka's own or the call's), so a failure
 fails the test instead of hanging it.
@@ -19,6 +20,7 @@ from confluent_kafka import Producer as KafkaProducer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from raylog import Admin
+from raylog.kafka.gateway.transactions import serves_txn_offset_commit
 from tests.integration.conftest import wait_for
 
 PARTITIONS = 2
@@ -126,3 +128,36 @@ def test_a_second_producer_of_the_same_transactional_id_fences_the_first(gateway
                             KafkaError.INVALID_PRODUCER_EPOCH), error
     got = read(gateway, topics[:1], "read_committed", 5)
     assert sorted(got) == sorted(b"successor-%d" % i for i in range(5))
+
+
+@pytest.mark.skipif(not serves_txn_offset_commit(),
+                    reason="the controller has no txn_offset_commit (branch txn-groups)")
+def test_offsets_sent_to_a_transaction_commit_with_it(gateway, topics):
+    source, sink = topics
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    consumer = KafkaConsumer({"bootstrap.servers": gateway, "group.id": group,
+                              "enable.auto.commit": False})
+    producer = transactional_producer(gateway, f"tx-{uuid.uuid4().hex[:8]}")
+    try:
+        def offsets(first: int, second: int) -> list[KafkaTopicPartition]:
+            return [KafkaTopicPartition(source, 0, first), KafkaTopicPartition(source, 1, second)]
+
+        producer.begin_transaction()
+        produce_all(producer, [sink], [b"out-%d" % i for i in range(4)])
+        producer.send_offsets_to_transaction(offsets(3, 5), consumer.consumer_group_metadata(),
+                                             CALL_TIMEOUT_S)
+        producer.commit_transaction(CALL_TIMEOUT_S)
+        producer.begin_transaction()  # an aborted transaction's offsets are dropped
+        produce_all(producer, [sink], [b"dropped"])
+        producer.send_offsets_to_transaction(offsets(7, 9), consumer.consumer_group_metadata(),
+                                             CALL_TIMEOUT_S)
+        producer.abort_transaction(CALL_TIMEOUT_S)
+
+        def committed() -> list[int]:
+            return [tp.offset for tp in consumer.committed(offsets(0, 0), timeout=10)]
+
+        wait_for(lambda: committed() == [3, 5], timeout=60,
+                 what="the committed transaction's offsets")
+        assert committed() == [3, 5]
+    finally:
+        consumer.close()

@@ -190,7 +190,8 @@ async def handle_leave_group(ctx: Context, version: int, request: Any) -> Any:
 
 # -- offsets --------------------------------------------------------------------------------------
 
-async def _known(ctx: Context, topic: str, partition: int) -> bool:
+async def known_partition(ctx: Context, topic: str, partition: int) -> bool:
+    """Whether ``topic`` exists and has ``partition``."""
     try:
         meta = await ctx.backend.topic(topic)
     except UnknownTopicError:
@@ -204,7 +205,7 @@ async def handle_offset_commit(ctx: Context, version: int, request: Any) -> Any:
     entries = []
     for topic in request.topics:
         for p in topic.partitions:
-            if await _known(ctx, topic.name, p.partition_index):
+            if await known_partition(ctx, topic.name, p.partition_index):
                 entries.append((topic.name, p.partition_index, p.committed_offset,
                                 p.committed_metadata or ""))
             else:

@@ -1,7 +1,7 @@
 """Kafka's transactional APIs: InitProducerId with a transactional id (key 22, v0-4; the
 idempotent case is in produce.py), AddPartitionsToTxn (24, v0-3), AddOffsetsToTxn (25,
-v0-3) and EndTxn (26, v0-3), forwarded to raylog's transaction coordinator in the
-controller (actors/transactions.py, docs/transactions.md).
+v0-3), EndTxn (26, v0-3) and TxnOffsetCommit (28, v0-3), forwarded to raylog's
+transaction coordinator in the controller (actors/transactions.py, docs/transactions.md).
 
 The listener is each client's transaction coordinator as it is its group coordinator
 (FindCoordinator with key type 1 names a broker it speaks for, groups.py): these handlers
@@ -16,8 +16,9 @@ timing out) is COORDINATOR_NOT_AVAILABLE, on which clients find the coordinator 
 retry. PRODUCER_FENCED (90) is answered to the versions that know it (KIP-588); older ones
 get INVALID_PRODUCER_EPOCH (47), as Kafka's brokers do.
 
-TxnOffsetCommit (28) is not served: it needs the controller's ``txn_offset_commit``
-(branch txn-groups), not on this branch's base.
+TxnOffsetCommit (28, v0-3) forwards to the controller's ``txn_offset_commit`` (branch
+txn-groups): served and advertised only where the controller client has it
+(:func:`serves_txn_offset_commit`; this branch's base does not).
 """
 
 from __future__ import annotations
@@ -25,20 +26,22 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from raylog.client.remote import ControllerClient
 from raylog.errors import ProducerFencedError, RaylogError
 from raylog.kafka.gateway.dispatch import Context, Dispatch
 from raylog.kafka.gateway.errors import Code
-from raylog.kafka.gateway.groups import group_code
+from raylog.kafka.gateway.groups import group_code, known_partition
 from raylog.kafka.gateway.protocol import response_class
 
 logger = logging.getLogger(__name__)
 
 INIT_PRODUCER_ID_KEY, ADD_PARTITIONS_KEY, ADD_OFFSETS_KEY, END_TXN_KEY = 22, 24, 25, 26
+TXN_OFFSET_COMMIT_KEY = 28
 # A coordinator call waits at most for the coordinator's load (60 s) and its write (30 s).
 CALL_TIMEOUT_S = 100.0
 # The first version of each API whose clients know PRODUCER_FENCED (KIP-588).
 _KNOWS_FENCED = {INIT_PRODUCER_ID_KEY: 4, ADD_PARTITIONS_KEY: 2, ADD_OFFSETS_KEY: 2,
-                 END_TXN_KEY: 2}
+                 END_TXN_KEY: 2, TXN_OFFSET_COMMIT_KEY: 3}
 
 
 def txn_code(error: RaylogError, api_key: int, version: int) -> int:
@@ -75,15 +78,7 @@ async def handle_add_partitions(ctx: Context, version: int, request: Any) -> Any
     added or all answer the coordinator's code."""
     cls = response_class(ADD_PARTITIONS_KEY, version)
     asked = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
-    unknown = set()
-    for name, partition in asked:
-        try:
-            meta = await ctx.backend.topic(name)
-        except RaylogError:
-            unknown.add((name, partition))
-            continue
-        if not 0 <= partition < meta.num_partitions:
-            unknown.add((name, partition))
+    unknown = {tp for tp in asked if not await known_partition(ctx, *tp)}
     if unknown:
         codes = {tp: Code.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
                  else Code.OPERATION_NOT_ATTEMPTED for tp in asked}
@@ -129,7 +124,54 @@ async def handle_end_txn(ctx: Context, version: int, request: Any) -> Any:
     return cls(throttle_time_ms=0, error_code=Code.NONE)
 
 
+async def handle_txn_offset_commit(ctx: Context, version: int, request: Any) -> Any:
+    """A group's offsets committed inside the producer's transaction (after
+    AddOffsetsToTxn): checked as a group commit is (v3+ name the member and generation;
+    before, a commit outside the group's membership), pending until the transaction ends.
+    Unknown partitions answer UNKNOWN_TOPIC_OR_PARTITION; the rest all answer the
+    coordinator's code."""
+    cls = response_class(TXN_OFFSET_COMMIT_KEY, version)
+    codes: dict[tuple[str, int], int] = {}
+    entries = []
+    for topic in request.topics:
+        for p in topic.partitions:
+            if await known_partition(ctx, topic.name, p.partition_index):
+                entries.append((topic.name, p.partition_index, p.committed_offset,
+                                p.committed_metadata or ""))
+            else:
+                codes[topic.name, p.partition_index] = Code.UNKNOWN_TOPIC_OR_PARTITION
+    member_id = (request.member_id or None) if version >= 3 else None
+    generation = request.generation_id if member_id is not None else -1
+    code = Code.NONE
+    if entries:
+        try:
+            await _coordinator(ctx, "txn_offset_commit", request.transactional_id,
+                               request.producer_id, request.producer_epoch, request.group_id,
+                               member_id, generation, entries)
+        except RaylogError as e:
+            logger.info("TxnOffsetCommit of %r refused: %s", request.transactional_id, e)
+            code = txn_code(e, TXN_OFFSET_COMMIT_KEY, version)
+    for topic, partition, _, _ in entries:
+        codes[topic, partition] = code
+    topic_cls = cls.TxnOffsetCommitResponseTopic
+    return cls(throttle_time_ms=0, topics=[
+        topic_cls(name=topic.name, partitions=[
+            topic_cls.TxnOffsetCommitResponsePartition(
+                partition_index=p.partition_index,
+                error_code=codes[topic.name, p.partition_index])
+            for p in topic.partitions])
+        for topic in request.topics])
+
+
+def serves_txn_offset_commit() -> bool:
+    """Whether the controller has ``txn_offset_commit`` (branch txn-groups; until it is
+    merged, TxnOffsetCommit is neither served nor advertised)."""
+    return hasattr(ControllerClient, "txn_offset_commit")
+
+
 def register(dispatch: Dispatch) -> None:
     dispatch.add(ADD_PARTITIONS_KEY, 0, 3, handle_add_partitions)
     dispatch.add(ADD_OFFSETS_KEY, 0, 3, handle_add_offsets)
     dispatch.add(END_TXN_KEY, 0, 3, handle_end_txn)
+    if serves_txn_offset_commit():
+        dispatch.add(TXN_OFFSET_COMMIT_KEY, 0, 3, handle_txn_offset_commit)

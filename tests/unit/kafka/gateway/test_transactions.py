@@ -10,8 +10,10 @@ from kafka.protocol.producer import (
     AddPartitionsToTxnRequest,
     EndTxnRequest,
     InitProducerIdRequest,
+    TxnOffsetCommitRequest,
 )
 
+from raylog.client.remote import ControllerClient
 from raylog.errors import (
     ConcurrentTransactionsError,
     InvalidTxnStateError,
@@ -19,9 +21,10 @@ from raylog.errors import (
     ProducerFencedError,
     RequestTimeoutError,
 )
-from raylog.kafka.gateway.dispatch import default_dispatch
+from raylog.kafka.gateway.dispatch import Dispatch, default_dispatch
 from raylog.kafka.gateway.errors import Code
 from raylog.kafka.gateway.listener import KafkaListener, ListenerThread
+from raylog.kafka.gateway.transactions import TXN_OFFSET_COMMIT_KEY, handle_txn_offset_commit
 from tests.unit.kafka.gateway import wire
 from tests.unit.kafka.gateway.fake_backend import FakeBackend
 
@@ -45,18 +48,32 @@ class TxnBackend(FakeBackend):
         return self.answers.get(method)
 
 
+def dispatch_with_txn_offset_commit() -> Dispatch:
+    """Every API, TxnOffsetCommit included whether or not this branch's controller has it."""
+    dispatch = default_dispatch()
+    if dispatch.get(TXN_OFFSET_COMMIT_KEY) is None:
+        dispatch.add(TXN_OFFSET_COMMIT_KEY, 0, 3, handle_txn_offset_commit)
+    return dispatch
+
+
 @pytest.fixture
 def gateway():
     backend = TxnBackend()
-    with ListenerThread(KafkaListener(backend, port=0)) as running:
+    with ListenerThread(KafkaListener(backend, port=0,
+                                      dispatch=dispatch_with_txn_offset_commit())) as running:
         yield (running.listener.host, running.listener.port), backend
 
 
-def test_the_transactional_apis_are_advertised_at_the_versions_served():
+def test_the_transactional_apis_are_advertised_at_the_versions_served(monkeypatch):
     ranges = {key: (low, high) for key, low, high in default_dispatch().ranges()}
     assert ranges[22] == (0, 4) and ranges[24] == (0, 3) and ranges[25] == (0, 3)
     assert ranges[26] == (0, 3)
-    assert 28 not in ranges  # TxnOffsetCommit: not on this branch (module docstring)
+    # TxnOffsetCommit: exactly when the controller client can commit offsets in a transaction
+    assert (ranges.get(28) == (0, 3)) == hasattr(ControllerClient, "txn_offset_commit")
+    monkeypatch.setattr(ControllerClient, "txn_offset_commit", lambda *a: None, raising=False)
+    assert (28, 0, 3) in default_dispatch().ranges()
+    monkeypatch.delattr(ControllerClient, "txn_offset_commit")
+    assert 28 not in {key for key, _, _ in default_dispatch().ranges()}
 
 
 @pytest.mark.parametrize("version", [0, 2, 3, 4])
@@ -155,3 +172,39 @@ def test_end_txn(gateway, version, committed):
         version)
     assert answer.error_code == (Code.PRODUCER_FENCED if version >= 2
                                  else Code.INVALID_PRODUCER_EPOCH)
+
+
+def txn_offset_commit(addr, version: int, partitions: dict[tuple[str, int], int],
+                      member_id: str = "m-1", generation: int = 4):
+    R = TxnOffsetCommitRequest
+    fields = {"transactional_id": "tx", "group_id": "g", "producer_id": 4242,
+              "producer_epoch": 3, "topics": [
+                  R.TxnOffsetCommitRequestTopic(name=name, partitions=[
+                      R.TxnOffsetCommitRequestTopic.TxnOffsetCommitRequestPartition(
+                          partition_index=p, committed_offset=offset,
+                          committed_leader_epoch=-1, committed_metadata=None)])
+                  for (name, p), offset in partitions.items()]}
+    if version >= 3:
+        fields.update(generation_id=generation, member_id=member_id, group_instance_id=None)
+    answer = wire.call(addr, R[version](**fields), version)
+    return {(t.name, p.partition_index): p.error_code
+            for t in answer.topics for p in t.partitions}
+
+
+@pytest.mark.parametrize("version", [0, 2, 3])
+def test_txn_offset_commit(gateway, version):
+    addr, backend = gateway
+    codes = txn_offset_commit(addr, version, {("orders", 0): 10, ("orders", 1): 20,
+                                              ("nope", 0): 1})
+    assert codes == {("orders", 0): Code.NONE, ("orders", 1): Code.NONE,
+                     ("nope", 0): Code.UNKNOWN_TOPIC_OR_PARTITION}
+    # before v3 the commit names no member: one outside the group's membership
+    member = ("m-1", 4) if version >= 3 else (None, -1)
+    assert backend.txn_calls == [("txn_offset_commit", "tx", 4242, 3, "g", *member,
+                                  [("orders", 0, 10, ""), ("orders", 1, 20, "")])]
+    backend.fail = ProducerFencedError("fenced")
+    assert txn_offset_commit(addr, version, {("orders", 0): 11}) == \
+        {("orders", 0): Code.PRODUCER_FENCED if version >= 3 else Code.INVALID_PRODUCER_EPOCH}
+    backend.fail = InvalidTxnStateError("offsets not added")
+    assert txn_offset_commit(addr, version, {("orders", 0): 11}) == \
+        {("orders", 0): Code.INVALID_TXN_STATE}
