@@ -35,7 +35,6 @@ from crc32c import crc32c
 from raylog.errors import (
     CorruptRecordError,
     InvalidKafkaBatchError,
-    TransactionsUnsupportedError,
     UnsupportedMessageFormatError,
 )
 from raylog.records import TimestampType
@@ -145,11 +144,10 @@ def _check(batch: KafkaBatch, pos: int) -> None:
     if batch.is_control:
         raise InvalidKafkaBatchError(
             f"control batch at byte {pos}: clients may not write control records")
-    if batch.is_transactional:
-        raise TransactionsUnsupportedError(
-            f"transactional batch at byte {pos} (producer id {batch.producer_id}): raylog "
-            "has no Kafka transactions yet; use an idempotent producer without transactional.id"
-        )
+    if batch.is_transactional and batch.producer_id < 0:
+        # A transaction's batch names its producer: the partition checks it is in one.
+        raise InvalidKafkaBatchError(
+            f"transactional batch at byte {pos} has no producer id")
     if batch.attributes & CODEC_MASK > max(KafkaCodec):
         raise CorruptRecordError(f"unknown Kafka codec {batch.attributes & CODEC_MASK} "
                                  f"in batch at byte {pos}")
@@ -164,12 +162,13 @@ def _check(batch: KafkaBatch, pos: int) -> None:
 
 def kafka_batches(records: bytes | bytearray | memoryview) -> list[KafkaBatch]:
     """The batches of a Produce request's ``records`` field, each checked: framing, magic,
-    CRC-32C, and what raylog refuses (control and transactional batches, empty batches,
-    offset deltas other than 0..n-1). The batches' ``data`` are views of ``records``.
+    CRC-32C, and what raylog refuses (control batches, transactional batches without a
+    producer id, empty batches, offset deltas other than 0..n-1). The batches' ``data``
+    are views of ``records``.
 
     Raises UnsupportedMessageFormatError (Kafka 43) for magic 0/1, CorruptRecordError
-    (Kafka 2) for truncated or corrupt bytes, InvalidKafkaBatchError (87) and
-    TransactionsUnsupportedError (48) for batches raylog does not store.
+    (Kafka 2) for truncated or corrupt bytes, InvalidKafkaBatchError (87) for batches raylog
+    does not store.
 
     >>> kafka_batches(b"")
     []

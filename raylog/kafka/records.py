@@ -4,10 +4,12 @@
 sent for the same records (unstamped, LZ4 by default): same records in the same order,
 key and value (null and empty kept apart), headers, timestamps and timestamp type, and the
 producer id, epoch and base sequence, so that raylog's idempotence sees a Kafka client's
-retry as the retry it is. ``to_kafka`` turns stored batches (what a broker's fetch returns)
-into Kafka batches for a Fetch answer: same base offset and offset range (also of compacted
-batches, whose offsets have gaps), leader epoch, timestamps, producer fields, any codec; a
-transaction's batches keep their transactional bit and its markers are Kafka control batches.
+retry as the retry it is, and the transactional bit (a transaction's batch stays one: the
+partition opens the producer's transaction with it, read_committed readers filter it).
+``to_kafka`` turns stored batches (what a broker's fetch returns) into Kafka batches for a
+Fetch answer: same base offset and offset range (also of compacted batches, whose offsets
+have gaps), leader epoch, timestamps, producer fields, any codec; a transaction's batches
+keep their transactional bit and its markers are Kafka control batches.
 
 The per-record work (varints, copying keys and values into columns and out of them) is done
 by ``records_c`` (``_records.c``, a small C extension built by ``pip install``), or by
@@ -147,7 +149,8 @@ def to_raylog(batch: KafkaBatch, codec: Codec = Codec.LZ4) -> bytes:
     return encode(columns, codec=codec, timestamp_type=batch.timestamp_type,
                   producer_id=batch.producer_id, producer_epoch=batch.producer_epoch,
                   base_sequence=batch.base_sequence, first_timestamp=int(timestamps[0]),
-                  max_timestamp=highest, lz4_level=_LZ4_LEVEL)
+                  max_timestamp=highest, transactional=batch.is_transactional,
+                  lz4_level=_LZ4_LEVEL)
 
 
 def _chunk(column: pa.ChunkedArray | pa.Array) -> pa.Array:

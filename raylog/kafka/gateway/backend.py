@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from raylog.client.connection import TopicMetadata
-from raylog.replica.partition import FetchResult
+from raylog.replica.partition import READ_UNCOMMITTED, FetchResult
 from raylog.storage.log import AppendInfo
 
 T = TypeVar("T")
@@ -63,12 +63,15 @@ class Backend(Protocol):
         """acks=0: send the batch to the leader, read no answer."""
 
     async def fetch(self, topic: TopicMetadata, partition: int, offset: int, max_bytes: int,
-                    max_wait_ms: int, min_bytes: int) -> FetchResult:
-        """Batches from ``offset`` below the high watermark, from the leader."""
+                    max_wait_ms: int, min_bytes: int,
+                    isolation: str = READ_UNCOMMITTED) -> FetchResult:
+        """Batches from ``offset`` below the high watermark, from the leader; with
+        ``read_committed``, below the last stable offset, with the aborted transactions."""
 
     async def list_offset(self, topic: TopicMetadata, partition: int,
                           spec: str | int) -> tuple[int, int] | None:
-        """(offset, timestamp) for "earliest", "latest" or a timestamp (ms)."""
+        """(offset, timestamp) for "earliest", "latest", "last_stable" or a timestamp
+        (ms)."""
 
     async def delete_records(self, topic: TopicMetadata, partition: int, offset: int) -> int:
         """Records below ``offset`` (-1: the high watermark) deleted; the new log start."""

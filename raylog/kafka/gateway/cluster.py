@@ -33,7 +33,7 @@ from raylog.client.remote import discard, unwrap
 from raylog.errors import LeaderNotAvailableError, RaylogError, RequestTimeoutError
 from raylog.kafka.gateway.appends import DEFAULT_MAX_IN_FLIGHT, Appender, mergeable
 from raylog.kafka.gateway.backend import Broker
-from raylog.replica.partition import FetchResult
+from raylog.replica.partition import READ_UNCOMMITTED, FetchResult
 from raylog.storage.log import AppendInfo
 from raylog.util.cluster_names import NAMESPACE
 
@@ -268,8 +268,10 @@ class ClusterBackend:
         discard(replica.append(batch, 1))
 
     async def fetch(self, topic: TopicMetadata, partition: int, offset: int, max_bytes: int,
-                    max_wait_ms: int, min_bytes: int) -> FetchResult:
-        ref = self._leader(topic, partition).fetch(offset, max_bytes, max_wait_ms, min_bytes)
+                    max_wait_ms: int, min_bytes: int,
+                    isolation: str = READ_UNCOMMITTED) -> FetchResult:
+        ref = self._leader(topic, partition).fetch(offset, max_bytes, max_wait_ms, min_bytes,
+                                                   isolation)
         return await _resolve(ref, max_wait_ms / 1000 + REQUEST_SLACK_S)
 
     async def list_offset(self, topic: TopicMetadata, partition: int,

@@ -140,7 +140,7 @@ class Dispatch:
 # The modules whose ``register(dispatch)`` adds their handlers: to add an API, write its
 # handler in a module of this package and name the module here.
 HANDLER_MODULES = ("versions", "metadata", "produce", "fetch", "admin", "groups", "sasl",
-                   "scram_users", "acls")
+                   "scram_users", "acls", "transactions")
 
 
 def default_dispatch() -> Dispatch:

@@ -61,6 +61,14 @@ class Code(enum.IntEnum):
     GROUP_ID_NOT_FOUND = 69
     MEMBER_ID_REQUIRED = 79
     FENCED_INSTANCE_ID = 82
+    # transactions (raylog/kafka/gateway/transactions.py)
+    INVALID_TXN_STATE = 48
+    INVALID_PRODUCER_ID_MAPPING = 49
+    INVALID_TRANSACTION_TIMEOUT = 50
+    CONCURRENT_TRANSACTIONS = 51
+    TRANSACTION_COORDINATOR_FENCED = 52
+    OPERATION_NOT_ATTEMPTED = 55
+    PRODUCER_FENCED = 90
     # logging in (raylog/kafka/gateway/sasl.py)
     UNSUPPORTED_SASL_MECHANISM = 33
     ILLEGAL_SASL_STATE = 34

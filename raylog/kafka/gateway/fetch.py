@@ -6,8 +6,15 @@ batches with the same offsets (``to_kafka_pieces``), encoded by hand (``fetch_fr
 the records are not copied on the way out); a fetch from an offset inside a batch gets
 the whole batch (raylog serves whole batches; Kafka's clients skip the records before
 their offset). Fetch sessions are declined: every answer has session id 0, so clients
-send full requests. ``last_stable_offset`` is the high watermark (no transactions), and
-both isolation levels read the same records.
+send full requests.
+
+Isolation: a read_uncommitted Fetch (isolation_level 0) reads below the high watermark and
+answers the high watermark as its last stable offset. A read_committed one (1) reads below
+the partition's last stable offset and answers it with the aborted transactions (producer
+id, first offset) overlapping what it returns: the client drops those producers' batches
+from each first offset up to their abort marker (and every control batch), as Kafka's
+clients do. ListOffsets for the latest offset with isolation_level 1 answers the last
+stable offset.
 
 min_bytes and max_wait_ms are the request's, as in Kafka: a first pass reads every
 partition without waiting; if that is less than min_bytes, every partition is asked again
@@ -43,8 +50,8 @@ from raylog.kafka.gateway.fetch_frame import FetchAnswer, Partition
 from raylog.kafka.gateway.protocol import response_class
 from raylog.kafka.records import to_kafka_pieces
 from raylog.records import iter_headers
-from raylog.replica.partition import FetchResult
-from raylog.types import EARLIEST, LATEST
+from raylog.replica.partition import READ_COMMITTED, READ_UNCOMMITTED, FetchResult
+from raylog.types import EARLIEST, LAST_STABLE, LATEST
 
 FETCH_KEY = 1
 LIST_OFFSETS_KEY = 2
@@ -57,14 +64,33 @@ MAX_TIMESTAMP = -3  # ListOffsets v7: the record with the largest timestamp (not
 class _Read:
     """One partition's part of a Fetch: what was asked and what was read."""
 
-    __slots__ = ("code", "data", "high_watermark", "index", "log_start", "max_bytes",
-                 "offset", "topic")
+    __slots__ = ("aborted", "code", "data", "high_watermark", "index", "isolation",
+                 "last_stable", "log_start", "max_bytes", "offset", "topic")
 
-    def __init__(self, topic: str, index: int, offset: int, max_bytes: int) -> None:
+    def __init__(self, topic: str, index: int, offset: int, max_bytes: int,
+                 isolation: str = READ_UNCOMMITTED) -> None:
         self.topic, self.index, self.offset, self.max_bytes = topic, index, offset, max_bytes
+        self.isolation = isolation
         self.code = Code.NONE
         self.data = b""
         self.high_watermark = self.log_start = -1
+        self.last_stable: int | None = None  # None: the high watermark
+        self.aborted: list[tuple[int, int]] | None = None
+
+    def took(self, result: FetchResult) -> None:
+        """``result`` is what was read."""
+        self.code = Code.NONE
+        self.data = result.data
+        self.high_watermark, self.log_start = result.high_watermark, result.log_start_offset
+        if self.isolation == READ_COMMITTED:
+            self.last_stable = result.last_stable_offset
+            self.aborted = [(a.producer_id, a.first_offset) for a in result.aborted or ()]
+
+    def took_from(self, other: _Read) -> None:
+        """What ``other``, a read of the same partition, found."""
+        self.code, self.data = other.code, other.data
+        self.high_watermark, self.log_start = other.high_watermark, other.log_start
+        self.last_stable, self.aborted = other.last_stable, other.aborted
 
 
 async def _leader_topic(ctx: Context, name: str, index: int, client_epoch: int = -1) -> Any:
@@ -89,7 +115,7 @@ class _Prefetch:
     KEY = "fetch.prefetch"
 
     def __init__(self) -> None:
-        self.reads: dict[tuple[str, int], tuple[int, asyncio.Task]] = {}
+        self.reads: dict[tuple[str, int, str], tuple[int, asyncio.Task]] = {}
 
     @classmethod
     def of(cls, ctx: Context) -> _Prefetch:
@@ -98,9 +124,11 @@ class _Prefetch:
             found = ctx.connection.state[cls.KEY] = cls()
         return found
 
-    def take(self, topic: str, index: int, offset: int) -> asyncio.Task | None:
-        """The read ahead from exactly ``offset``, if one was made; any other is dropped."""
-        entry = self.reads.pop((topic, index), None)
+    def take(self, topic: str, index: int, offset: int, isolation: str
+             ) -> asyncio.Task | None:
+        """The read ahead from exactly ``offset`` at ``isolation``, if one was made; any
+        other is dropped."""
+        entry = self.reads.pop((topic, index, isolation), None)
         if entry is None:
             return None
         if entry[0] != offset:
@@ -117,12 +145,13 @@ class _Prefetch:
             return
         offset = last.base_offset + last.last_offset_delta + 1
         task = asyncio.ensure_future(ctx.backend.fetch(meta, read.index, offset,
-                                                       read.max_bytes, 0, 0))
+                                                       read.max_bytes, 0, 0, read.isolation))
         task.add_done_callback(_drop_result_error)
-        old = self.reads.pop((read.topic, read.index), None)
+        key = (read.topic, read.index, read.isolation)
+        old = self.reads.pop(key, None)
         if old is not None:
             old[1].cancel()
-        self.reads[(read.topic, read.index)] = (offset, task)
+        self.reads[key] = (offset, task)
 
 
 def _drop_result_error(task: asyncio.Task) -> None:
@@ -139,20 +168,18 @@ async def _read(ctx: Context, read: _Read, epoch: int, max_wait_ms: int,
         result = await _read_ahead_of(ctx, read) if max_wait_ms == 0 else None
         if result is None:
             result = await ctx.backend.fetch(meta, read.index, read.offset, read.max_bytes,
-                                             max_wait_ms, min_bytes)
+                                             max_wait_ms, min_bytes, read.isolation)
     except RaylogError as e:
         read.code = ctx.error_code(read.topic, e)
         return
-    read.code = Code.NONE
-    read.data = result.data
-    read.high_watermark, read.log_start = result.high_watermark, result.log_start_offset
+    read.took(result)
     if read.data:
         _Prefetch.of(ctx).start(ctx, meta, read)
 
 
 async def _read_ahead_of(ctx: Context, read: _Read) -> FetchResult | None:
     """What was read ahead from ``read``'s offset, if it found records; else None."""
-    task = _Prefetch.of(ctx).take(read.topic, read.index, read.offset)
+    task = _Prefetch.of(ctx).take(read.topic, read.index, read.offset, read.isolation)
     if task is None:
         return None
     try:
@@ -164,7 +191,8 @@ async def _read_ahead_of(ctx: Context, read: _Read) -> FetchResult | None:
 
 async def handle_fetch(ctx: Context, version: int, request: Any) -> Any:
     started = time.monotonic()
-    reads = [(_Read(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes),
+    isolation = READ_COMMITTED if request.isolation_level == 1 else READ_UNCOMMITTED
+    reads = [(_Read(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes, isolation),
               p.current_leader_epoch)
              for t in request.topics for p in t.partitions]
     denied = {t.topic for t in request.topics
@@ -187,7 +215,7 @@ async def _wait_for_data(ctx: Context, reads: list[tuple[_Read, int]], wait_ms: 
     brought (and whatever else came by then)."""
     waits = {}
     for read, epoch in reads:
-        again = _Read(read.topic, read.index, read.offset, read.max_bytes)
+        again = _Read(read.topic, read.index, read.offset, read.max_bytes, read.isolation)
         waits[asyncio.ensure_future(_read(ctx, again, epoch, wait_ms, 1))] = (read, again)
     pending = set(waits)
     deadline = time.monotonic() + wait_ms / 1000
@@ -200,8 +228,7 @@ async def _wait_for_data(ctx: Context, reads: list[tuple[_Read, int]], wait_ms: 
             arrived = False
             for task in done:
                 read, again = waits[task]
-                read.code, read.data = again.code, again.data
-                read.high_watermark, read.log_start = again.high_watermark, again.log_start
+                read.took_from(again)
                 arrived = arrived or bool(again.data) or again.code != Code.NONE
             if arrived:
                 return
@@ -225,7 +252,8 @@ def _fetch_answer(version: int, request: Any, reads: list[_Read]) -> FetchAnswer
             budget -= sum(len(piece) for piece in records)
         topics.setdefault(read.topic, []).append(Partition(
             index=read.index, error_code=read.code, high_watermark=read.high_watermark,
-            log_start_offset=read.log_start, records=records))
+            log_start_offset=read.log_start, records=records,
+            last_stable_offset=read.last_stable, aborted=read.aborted))
     return FetchAnswer(version, list(topics.items()))
 
 
@@ -236,6 +264,8 @@ async def handle_list_offsets(ctx: Context, version: int, request: Any) -> Any:
     cls = response_class(LIST_OFFSETS_KEY, version)
     topic_cls = cls.ListOffsetsTopicResponse
     part_cls = topic_cls.ListOffsetsPartitionResponse
+    # read_committed clients' "latest" is the last stable offset (isolation_level is v2+)
+    latest = LAST_STABLE if version >= 2 and request.isolation_level == 1 else LATEST
 
     async def one(name: str, p: Any) -> Any:
         code, offset, timestamp, epoch = Code.NONE, -1, -1, -1
@@ -245,7 +275,7 @@ async def handle_list_offsets(ctx: Context, version: int, request: Any) -> Any:
             if p.timestamp == MAX_TIMESTAMP:
                 code = Code.UNSUPPORTED_VERSION
             else:
-                spec = {LATEST_TIMESTAMP: LATEST, EARLIEST_TIMESTAMP: EARLIEST}.get(
+                spec = {LATEST_TIMESTAMP: latest, EARLIEST_TIMESTAMP: EARLIEST}.get(
                     p.timestamp, p.timestamp)
                 found = await ctx.backend.list_offset(meta, p.partition_index, spec)
                 if found is not None:

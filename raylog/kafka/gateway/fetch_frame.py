@@ -17,13 +17,14 @@ strings, an empty tagged-field section after each struct and in the response hea
     session_id        int32 (v7+)
     responses         [topic string, partitions [partition_index int32, error_code int16,
                        high_watermark int64, last_stable_offset int64,
-                       log_start_offset int64 (v5+), aborted_transactions null,
+                       log_start_offset int64 (v5+), aborted_transactions nullable
+                       [producer_id int64, first_offset int64],
                        preferred_read_replica int32 (v11+), records bytes]]
 
-Only what the listener answers is written: no aborted transactions (null), no tagged
-fields (DivergingEpoch, CurrentLeader, SnapshotId stay at their defaults, which Kafka
-leaves out). The unit tests check these bytes against kafka-python's encoding of the same
-answer for every version. Plain Python, no state.
+Only what the listener answers is written: aborted transactions for a read_committed read
+(null otherwise), no tagged fields (DivergingEpoch, CurrentLeader, SnapshotId stay at
+their defaults, which Kafka leaves out). The unit tests check these bytes against
+kafka-python's encoding of the same answer for every version. Plain Python, no state.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ _I32 = struct.Struct(">i")
 _HEAD = struct.Struct(">ihi")  # throttle_time_ms, error_code, session_id (v7+)
 _PARTITION = struct.Struct(">ihqq")  # partition_index, error_code, hw, last_stable_offset
 _I64 = struct.Struct(">q")
+_ABORTED = struct.Struct(">qq")  # producer_id, first_offset
 _NO_TAGS = b"\x00"
 
 
@@ -53,6 +55,8 @@ class Partition:
     high_watermark: int
     log_start_offset: int
     records: Sequence[Buffer] = ()
+    last_stable_offset: int | None = None  # None: the high watermark (read_uncommitted)
+    aborted: Sequence[tuple[int, int]] | None = None  # (producer id, first offset)
 
 
 @dataclasses.dataclass
@@ -81,11 +85,12 @@ class FetchAnswer:
             head += _string(name, flexible)
             head += _count(len(partitions), flexible)
             for p in partitions:
-                head += _PARTITION.pack(p.index, p.error_code, p.high_watermark,
-                                        p.high_watermark)
+                stable = p.high_watermark if p.last_stable_offset is None \
+                    else p.last_stable_offset
+                head += _PARTITION.pack(p.index, p.error_code, p.high_watermark, stable)
                 if self.version >= 5:
                     head += _I64.pack(p.log_start_offset)
-                head += b"\x00" if flexible else b"\xff\xff\xff\xff"  # no aborted txns
+                head += _aborted(p.aborted, flexible)
                 if self.version >= 11:
                     head += _I32.pack(-1)  # preferred_read_replica: none
                 size = sum(len(piece) for piece in p.records)
@@ -103,6 +108,17 @@ class FetchAnswer:
         out.append(bytes(head))
         total = sum(len(piece) for piece in out)
         return [_I32.pack(total), *out]
+
+
+def _aborted(aborted: Sequence[tuple[int, int]] | None, flexible: bool) -> bytes:
+    if aborted is None:
+        return b"\x00" if flexible else b"\xff\xff\xff\xff"
+    out = bytearray(_count(len(aborted), flexible))
+    for producer_id, first_offset in aborted:
+        out += _ABORTED.pack(producer_id, first_offset)
+        if flexible:
+            out += _NO_TAGS
+    return bytes(out)
 
 
 def _uvarint(value: int) -> bytes:

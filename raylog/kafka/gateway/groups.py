@@ -7,7 +7,8 @@ over raylog/groups/classic.py: rounds, generations, sessions); these handlers de
 encode, and forward. So:
 
 - FindCoordinator answers with a broker this gateway speaks for (every listener reaches the
-  coordinator): the client sends its group requests back here.
+  coordinator): the client sends its group requests back here; the same for a transactional
+  id (key type 1), whose requests transactions.py forwards.
 - JoinGroup decodes each offered protocol's ConsumerProtocolSubscription (its topics, and
   the partitions a cooperative member says it owns) and waits, with no thread held, until
   the round ends. The leader answered is empty, so no
@@ -56,7 +57,8 @@ DESCRIBE_GROUPS_KEY, LIST_GROUPS_KEY = 15, 16
 CALL_TIMEOUT_S = 30.0    # a group call to the controller that does not wait for a round
 COMMIT_TIMEOUT_S = 45.0  # a commit: the controller's own write deadline (30 s) and slack
 JOIN_SLACK_S = 15.0      # a JoinGroup waits its rebalance timeout and this long
-GROUP_KEY_TYPE = 0  # FindCoordinator: a consumer group's (1 is a transaction's)
+GROUP_KEY_TYPE = 0  # FindCoordinator: a consumer group's
+TRANSACTION_KEY_TYPE = 1  # a transactional id's (transactions.py: served here as well)
 # Codes that mean the coordinator cannot answer now: clients then retry after finding it
 # again (a JoinGroup answered REQUEST_TIMED_OUT would fail for good in Java's client).
 _UNAVAILABLE = (Code.REQUEST_TIMED_OUT, Code.NOT_LEADER_OR_FOLLOWER, Code.LEADER_NOT_AVAILABLE,
@@ -102,9 +104,9 @@ def assignment(partitions: list[tuple[str, int]]) -> bytes:
 async def handle_find_coordinator(ctx: Context, version: int, request: Any) -> Any:
     cls = response_class(FIND_COORDINATOR_KEY, version)
     key_type = request.key_type if version >= 1 else GROUP_KEY_TYPE
-    if key_type != GROUP_KEY_TYPE:
-        return cls(throttle_time_ms=0, error_code=Code.COORDINATOR_NOT_AVAILABLE,
-                   error_message="raylog's gateway serves no transaction coordinator",
+    if key_type not in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE):
+        return cls(throttle_time_ms=0, error_code=Code.INVALID_REQUEST,
+                   error_message=f"unknown coordinator key type {key_type}",
                    node_id=-1, host="", port=-1)
     brokers = await ctx.backend.brokers()
     node = await ctx.backend.controller_id()
@@ -211,7 +213,8 @@ async def handle_leave_group(ctx: Context, version: int, request: Any) -> Any:
 
 # -- offsets --------------------------------------------------------------------------------------
 
-async def _known(ctx: Context, topic: str, partition: int) -> bool:
+async def known_partition(ctx: Context, topic: str, partition: int) -> bool:
+    """Whether ``topic`` exists and has ``partition``."""
     try:
         meta = await ctx.backend.topic(topic)
     except UnknownTopicError:
@@ -233,7 +236,7 @@ async def handle_offset_commit(ctx: Context, version: int, request: Any) -> Any:
         for p in topic.partitions:
             if denied is not None:
                 codes[topic.name, p.partition_index] = denied
-            elif await _known(ctx, topic.name, p.partition_index):
+            elif await known_partition(ctx, topic.name, p.partition_index):
                 entries.append((topic.name, p.partition_index, p.committed_offset,
                                 p.committed_metadata or ""))
             else:

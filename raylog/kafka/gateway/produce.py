@@ -17,13 +17,16 @@ append's offsets (raylog/replica/producer_state.py).
 Idempotent producers get their id and epoch from InitProducerId: a new random producer id
 (raylog's writers pick theirs the same way) at epoch 0, or, when the producer names its
 current id and epoch (KIP-360, after UNKNOWN_PRODUCER_ID or a sequence error), the same id
-at the next epoch. Transactional ids are refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
-raylog has no transactions here), in InitProducerId and in Produce.
+at the next epoch. A producer with a transactional id gets its id and epoch from raylog's
+transaction coordinator instead (transactions.py); its Produce requests carry the
+transactional id, and their batches their transactional bit (the partition opens the
+producer's transaction at its first one, and refuses those of a fenced epoch).
 
 With an authorizer (raylog/kafka/gateway/access.py): Produce needs WRITE on each topic (its
 partitions answer TOPIC_AUTHORIZATION_FAILED otherwise, nothing of them written);
-InitProducerId without a transactional id IDEMPOTENT_WRITE on the cluster or WRITE on some
-topic (CLUSTER_AUTHORIZATION_FAILED otherwise).
+InitProducerId with a transactional id WRITE on that id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+otherwise), without one IDEMPOTENT_WRITE on the cluster or WRITE on some topic
+(CLUSTER_AUTHORIZATION_FAILED otherwise).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from raylog.kafka.auth.acls import Operation, ResourceType
 from raylog.kafka.gateway.dispatch import Context, Dispatch
 from raylog.kafka.gateway.errors import Code
 from raylog.kafka.gateway.protocol import response_class
+from raylog.kafka.gateway.transactions import init_transactional_producer
 from raylog.kafka.records import kafka_batches, to_raylog
 from raylog.records.header import MAX_PRODUCER_EPOCH, random_producer_id
 from raylog.storage.log import AppendInfo
@@ -56,9 +60,7 @@ class _Refused(Exception):
 
 async def handle_produce(ctx: Context, version: int, request: Any) -> Any:
     refused: int | None = None
-    if request.transactional_id is not None:
-        refused = Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    elif request.acks not in ACKS:
+    if request.acks not in ACKS:
         refused = Code.INVALID_REQUIRED_ACKS
     sent: list[tuple[str, list[tuple[int, Awaitable[list[AppendInfo]] | _Refused]]]] = []
     async with ctx.connection.order:  # appends leave in request order (module docstring)
@@ -131,15 +133,15 @@ async def _answer(ctx: Context, cls: Any, name: str, index: int,
 
 async def handle_init_producer_id(ctx: Context, version: int, request: Any) -> Any:
     cls = response_class(INIT_PRODUCER_ID_KEY, version)
-    if request.transactional_id is None and not (
-            ctx.access is None or ctx.access.allows_idempotent_write(ctx.connection)):
-        return cls(throttle_time_ms=0, error_code=Code.CLUSTER_AUTHORIZATION_FAILED,
-                   producer_id=-1, producer_epoch=-1)
     if request.transactional_id is not None:
-        # WRITE on the transactional id asked (and a denial audited), though refused
-        # whatever the ACLs say while the listener has no transactions
-        ctx.allows(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id)
-        return cls(throttle_time_ms=0, error_code=Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        if not ctx.allows(Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                          request.transactional_id):
+            return cls(throttle_time_ms=0,
+                       error_code=Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                       producer_id=-1, producer_epoch=-1)
+        return await init_transactional_producer(ctx, version, request)
+    if not (ctx.access is None or ctx.access.allows_idempotent_write(ctx.connection)):
+        return cls(throttle_time_ms=0, error_code=Code.CLUSTER_AUTHORIZATION_FAILED,
                    producer_id=-1, producer_epoch=-1)
     producer_id, epoch = next_producer(request.producer_id, request.producer_epoch)
     return cls(throttle_time_ms=0, error_code=Code.NONE, producer_id=producer_id,

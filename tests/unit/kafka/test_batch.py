@@ -11,7 +11,6 @@ from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from raylog.errors import (
     CorruptRecordError,
     InvalidKafkaBatchError,
-    TransactionsUnsupportedError,
     UnsupportedMessageFormatError,
 )
 from raylog.kafka.batch import HEADER_SIZE, KafkaBatch, KafkaCodec, kafka_batches, pack_header
@@ -96,12 +95,17 @@ def test_bad_magic_is_corrupt():
         kafka_batches(bytes(bad))
 
 
-def test_transactional_batches_are_refused():
+def test_transactional_batches_are_taken():
     data = with_attributes(kafka_batch(RECS, producer_id=1, producer_epoch=0,
                                        base_sequence=0), 0x10)
-    with pytest.raises(TransactionsUnsupportedError) as caught:
-        kafka_batches(data)
-    assert kafka_error_code(caught.value) == 48
+    (batch,) = kafka_batches(data)
+    assert batch.is_transactional and not batch.is_control
+
+
+def test_a_transactional_batch_without_a_producer_is_refused():
+    with pytest.raises(InvalidKafkaBatchError, match="no producer id") as caught:
+        kafka_batches(with_attributes(kafka_batch(RECS), 0x10))
+    assert kafka_error_code(caught.value) == 87
 
 
 def test_control_batches_are_refused():

@@ -105,6 +105,25 @@ def test_to_raylog_keeps_no_producer_and_takes_a_codec(coder):
 
 
 @CODERS
+def test_a_transactional_kafka_batch_is_a_transactional_raylog_batch(coder):
+    """Kafka's transactional bit (0x10) becomes raylog's (0x20), and back on the way out."""
+    data = with_attributes(kafka_batch(MIXED, producer_id=77, producer_epoch=3,
+                                       base_sequence=5), 0x10)
+    with using(coder):
+        (batch,) = kafka_batches(data)
+        out = to_raylog(batch)
+        header = parse_header(out)
+        assert header.transactional and not header.control
+        assert (header.producer_id, header.producer_epoch, header.base_sequence) == (77, 3, 5)
+        assert [tuple(r) for r in read_records(out)] == as_records(MIXED)
+        (back,) = kafka_batches(to_kafka(stamped(out, 10, 0)))
+    assert back.attributes & 0x30 == 0x10
+    plain = parse_header(to_raylog(kafka_batches(kafka_batch(MIXED, producer_id=77,
+                                                             producer_epoch=3))[0]))
+    assert not plain.transactional
+
+
+@CODERS
 @KAFKA_CODECS
 @pytest.mark.parametrize("recs", [MIXED, PAGE_VIEWS], ids=["mixed", "pageviews"])
 def test_to_kafka_reads_as_kafka_python_reads_a_brokers_batch(coder, kcodec, recs):

@@ -1,6 +1,8 @@
 """A raylog cluster faked behind the gateway's seam (raylog/kafka/gateway/backend.py), no
 Ray: topics with their partitions' leaders, and a log per partition of the raylog batches
-appended to it, stamped with their base offsets as a leader would."""
+appended to it, stamped with their base offsets as a leader would. A partition's last stable
+offset and aborted transactions are set by a test (``stable``, ``aborted``); by default
+every record is stable."""
 
 from __future__ import annotations
 
@@ -25,8 +27,9 @@ from raylog.metadata.topics import (
     validate_topic_name,
 )
 from raylog.records import parse_header, stamp
-from raylog.replica.partition import FetchResult
+from raylog.replica.partition import READ_COMMITTED, READ_UNCOMMITTED, FetchResult
 from raylog.storage import AppendInfo
+from raylog.storage.txn_index import AbortedTxn
 
 
 @dataclasses.dataclass
@@ -103,6 +106,8 @@ class FakeBackend:
         self.logs: dict[tuple[str, int], list[bytes]] = {}  # stamped batches
         self.fail_appends: BaseException | None = None  # raised by every append when set
         self.unanswered: list[asyncio.Future] = []  # acks=0 appends
+        self.stable: dict[tuple[str, int], int] = {}  # last stable offsets (else the end)
+        self.aborted: dict[tuple[str, int], list[AbortedTxn]] = {}
 
     def add_topic(self, name: str, partitions: int = 1, leader: int | None = 1,
                   topic_id: str = "0123456789abcdef0123456789abcdef") -> None:
@@ -163,16 +168,24 @@ class FakeBackend:
         self.unanswered.append(asyncio.ensure_future(self.append(topic, partition, batch, 0, 0)))
 
     async def fetch(self, topic: TopicMetadata, partition: int, offset: int, max_bytes: int,
-                    max_wait_ms: int, min_bytes: int) -> FetchResult:
+                    max_wait_ms: int, min_bytes: int,
+                    isolation: str = READ_UNCOMMITTED) -> FetchResult:
         self.calls.append(("fetch", topic.name, partition, offset))
         log = self._log(topic, partition)
         end = self._end(log)
         if not 0 <= offset <= end:
             raise OffsetOutOfRangeError(f"offset {offset} outside [0, {end}]")
+        below = end
+        if isolation == READ_COMMITTED:
+            below = self.stable.get((topic.name, partition), end)
         data = b"".join(b for b in log
-                        if (h := parse_header(b)).base_offset + h.last_offset_delta >= offset)
+                        if (h := parse_header(b)).base_offset + h.last_offset_delta >= offset
+                        and h.base_offset < below)
         if not data and max_wait_ms > 0:
             await asyncio.sleep(max_wait_ms / 1000)
+        if isolation == READ_COMMITTED:
+            return FetchResult(data, end, 0, end, below,
+                               tuple(self.aborted.get((topic.name, partition), ())))
         return FetchResult(data, end, 0, end)
 
     async def list_offset(self, topic: TopicMetadata, partition: int, spec: str | int):
@@ -181,6 +194,8 @@ class FakeBackend:
             return 0, -1
         if spec == "latest":
             return self._end(log), -1
+        if spec == "last_stable":
+            return self.stable.get((topic.name, partition), self._end(log)), -1
         for batch in log:
             h = parse_header(batch)
             if h.max_timestamp >= spec:

@@ -51,3 +51,27 @@ def test_an_answer_with_no_topics(version):
         b"".join(bytes(p) for p in encode_response(
             response_class(1, version)(throttle_time_ms=0, error_code=0, session_id=0,
                                        responses=[]), version, 1))
+
+
+# read_committed: (partition, high watermark, last stable offset, aborted transactions)
+COMMITTED = [(0, 20, 12, [(7, 3), (1 << 50, 9)]), (1, 5, 5, [])]
+
+
+@pytest.mark.parametrize("version", range(MIN_VERSION, MAX_VERSION + 1))
+def test_a_read_committed_answer_carries_the_lso_and_aborted_transactions(version):
+    answer = FetchAnswer(version, [("t", [
+        Partition(index, Code.NONE, hw, 0, [b"r" * 70], last_stable_offset=lso,
+                  aborted=aborted) for index, hw, lso, aborted in COMMITTED])])
+    cls = response_class(1, version)
+    topic_cls = cls.FetchableTopicResponse
+    part_cls = topic_cls.PartitionData
+    aborted_cls = part_cls.AbortedTransaction
+    expected = cls(throttle_time_ms=0, error_code=Code.NONE, session_id=0, responses=[
+        topic_cls(topic="t", partitions=[part_cls(
+            partition_index=index, error_code=Code.NONE, high_watermark=hw,
+            last_stable_offset=lso, log_start_offset=0, aborted_transactions=[
+                aborted_cls(producer_id=pid, first_offset=first) for pid, first in aborted],
+            preferred_read_replica=-1, records=b"r" * 70)
+            for index, hw, lso, aborted in COMMITTED])])
+    assert b"".join(encode_response(answer, version, 7)) == \
+        b"".join(bytes(p) for p in encode_response(expected, version, 7))

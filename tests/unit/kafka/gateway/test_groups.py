@@ -191,10 +191,14 @@ def test_find_coordinator_answers_a_broker_of_this_gateway(gateway, version):
     answer = wire.call(addr, FindCoordinatorRequest[version](**fields), version)
     assert answer.error_code == Code.NONE
     assert (answer.node_id, answer.host, answer.port) == (1, "127.0.0.1", 9092)
-    if version >= 1:
+    if version >= 1:  # a transactional id's coordinator is here as well
         fields["key_type"] = 1
         answer = wire.call(addr, FindCoordinatorRequest[version](**fields), version)
-        assert answer.error_code == Code.COORDINATOR_NOT_AVAILABLE
+        assert answer.error_code == Code.NONE
+        assert (answer.node_id, answer.host, answer.port) == (1, "127.0.0.1", 9092)
+        fields["key_type"] = 2
+        answer = wire.call(addr, FindCoordinatorRequest[version](**fields), version)
+        assert answer.error_code == Code.INVALID_REQUEST
 
 
 def test_one_member_joins_syncs_commits_fetches_and_leaves(gateway):

@@ -15,7 +15,8 @@ from raylog.errors import NotEnoughReplicasError, NotLeaderError
 from raylog.kafka.gateway.errors import Code
 from raylog.kafka.gateway.listener import KafkaListener, ListenerThread
 from raylog.records import parse_header, read_records
-from tests.unit.kafka.builders import kafka_batch, read_kafka
+from raylog.storage.txn_index import AbortedTxn
+from tests.unit.kafka.builders import kafka_batch, read_kafka, with_attributes
 from tests.unit.kafka.gateway import wire
 
 RECORDS = [(1_700_000_000_000, b"k1", b"v1", [("h", b"x")]),
@@ -39,10 +40,11 @@ def produce(records: bytes, topic: str = "orders", partition: int = 0, acks: int
 
 
 def fetch(offset: int, partition: int = 0, version: int = 12, epoch: int = -1,
-          max_wait_ms: int = 0, min_bytes: int = 0) -> FetchRequest:
+          max_wait_ms: int = 0, min_bytes: int = 0, isolation_level: int = 0) -> FetchRequest:
     F = FetchRequest
     return F[version](replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes,
-                      max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+                      max_bytes=1 << 20, isolation_level=isolation_level, session_id=0,
+                      session_epoch=-1,
                       topics=[F.FetchTopic(topic="orders", partitions=[F.FetchTopic.FetchPartition(
                           partition=partition, current_leader_epoch=epoch,
                           fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1,
@@ -124,8 +126,6 @@ def test_bad_records_are_refused_and_nothing_is_stored(addr, backend, records, c
 
 
 @pytest.mark.parametrize("request_,code", [
-    (produce(kafka_batch(RECORDS), transactional_id="tx"),
-     Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
     (produce(kafka_batch(RECORDS), acks=2), Code.INVALID_REQUIRED_ACKS),
     (produce(kafka_batch(RECORDS), topic="nope"), Code.UNKNOWN_TOPIC_OR_PARTITION),
     (produce(kafka_batch(RECORDS), partition=9), Code.UNKNOWN_TOPIC_OR_PARTITION),
@@ -180,9 +180,6 @@ def test_init_producer_id(addr, version):
             transactional_id=None, transaction_timeout_ms=60000,
             producer_id=fresh.producer_id, producer_epoch=0), version)
         assert (bumped.producer_id, bumped.producer_epoch) == (fresh.producer_id, 1)
-    refused = wire.call(addr, InitProducerIdRequest[version](
-        transactional_id="tx", transaction_timeout_ms=60000), version)
-    assert refused.error_code == Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 
 
 def test_fetch_errors_and_leader_epochs(addr, backend):
@@ -206,8 +203,9 @@ def test_list_offsets(addr, backend):
     wire.call(addr, produce(kafka_batch(RECORDS)), 9)
     L = ListOffsetsRequest
 
-    def ask(timestamp: int, version: int = 7):
-        return wire.call(addr, L[version](replica_id=-1, isolation_level=0, topics=[
+    def ask(timestamp: int, version: int = 7, isolation_level: int = 0):
+        return wire.call(addr, L[version](replica_id=-1, isolation_level=isolation_level,
+                                          topics=[
             L.ListOffsetsTopic(name="orders", partitions=[L.ListOffsetsTopic.ListOffsetsPartition(
                 partition_index=0, current_leader_epoch=-1, timestamp=timestamp)])]),
             version).topics[0].partitions[0]
@@ -220,6 +218,40 @@ def test_list_offsets(addr, backend):
         (0, 1_700_000_000_002)
     assert (ask(1_800_000_000_000).offset, ask(1_800_000_000_000).timestamp) == (-1, -1)
     assert ask(-3).error_code == Code.UNSUPPORTED_VERSION
+    # read_committed: the latest offset is the last stable one
+    backend.stable[("orders", 0)] = 1
+    assert ask(-1, isolation_level=1).offset == 1
+    assert ask(-1, version=2, isolation_level=1).offset == 1
+    assert ask(-1).offset == 3
+
+
+def test_a_transactional_produce_keeps_the_batch_transactional(addr, backend):
+    data = with_attributes(kafka_batch(RECORDS, producer_id=5, producer_epoch=1,
+                                       base_sequence=0), 0x10)
+    part = partition_answer(wire.call(addr, produce(data, transactional_id="tx"), 9))
+    assert (part.error_code, part.base_offset) == (Code.NONE, 0)
+    (stored,) = backend.logs[("orders", 0)]
+    header = parse_header(stored)
+    assert header.transactional and (header.producer_id, header.producer_epoch) == (5, 1)
+
+
+@pytest.mark.parametrize("version", [4, 5, 12])
+def test_a_read_committed_fetch_answers_the_lso_and_the_aborted_transactions(
+        addr, backend, version):
+    for i in range(3):
+        wire.call(addr, produce(kafka_batch([RECORDS[i]])), 9)
+    backend.stable[("orders", 0)] = 2
+    backend.aborted[("orders", 0)] = [AbortedTxn(77, 1, 5, 0)]
+    committed = wire.call(addr, fetch(0, version=version, isolation_level=1),
+                          version).responses[0].partitions[0]
+    assert (committed.high_watermark, committed.last_stable_offset) == (3, 2)
+    assert [(a.producer_id, a.first_offset) for a in committed.aborted_transactions] == \
+        [(77, 1)]
+    assert [r[0] for _, recs in read_kafka(committed.records) for r in recs] == [0, 1]
+    # read_uncommitted: everything below the high watermark, no aborted transactions
+    plain = wire.call(addr, fetch(0, version=version), version).responses[0].partitions[0]
+    assert (plain.last_stable_offset, plain.aborted_transactions) == (3, None)
+    assert [r[0] for _, recs in read_kafka(plain.records) for r in recs] == [0, 1, 2]
 
 
 def test_delete_records(addr, backend):
