@@ -136,8 +136,15 @@ def test_idempotent_init_producer_id(addr, authorizer):
     assert init() == Code.NONE
 
 
-def test_a_transactional_id_is_checked_and_audited_though_refused(addr, authorizer, caplog):
+def test_a_transactional_id_needs_write_on_it(addr, backend, authorizer, caplog):
     caplog.set_level(logging.INFO, logger="raylog.audit")
+    asked = []
+
+    async def coordinator(method: str, *args, timeout_s: float):
+        asked.append(method)
+        return 4242, 0
+
+    backend.controller_call = coordinator
 
     def init():
         return wire.call(addr, InitProducerIdRequest[2](
@@ -145,9 +152,11 @@ def test_a_transactional_id_is_checked_and_audited_though_refused(addr, authoriz
 
     assert init() == Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     assert "operation=WRITE resource=TRANSACTIONAL_ID:tx-1" in caplog.text
+    assert not asked  # refused before the coordinator is asked
     caplog.clear()
     authorizer.add(acl(Operation.WRITE, type_=ResourceType.TRANSACTIONAL_ID, name="tx-1"))
-    assert init() == Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED  # no transactions here
+    assert init() == Code.NONE
+    assert asked == ["txn_init_producer_id"]
     assert "DENIED" not in caplog.text
 
 

@@ -13,7 +13,6 @@ from kafka.protocol.producer import (
     TxnOffsetCommitRequest,
 )
 
-from raylog.client.remote import ControllerClient
 from raylog.errors import (
     ConcurrentTransactionsError,
     InvalidTxnStateError,
@@ -21,10 +20,9 @@ from raylog.errors import (
     ProducerFencedError,
     RequestTimeoutError,
 )
-from raylog.kafka.gateway.dispatch import Dispatch, default_dispatch
+from raylog.kafka.gateway.dispatch import default_dispatch
 from raylog.kafka.gateway.errors import Code
 from raylog.kafka.gateway.listener import KafkaListener, ListenerThread
-from raylog.kafka.gateway.transactions import TXN_OFFSET_COMMIT_KEY, handle_txn_offset_commit
 from tests.unit.kafka.gateway import wire
 from tests.unit.kafka.gateway.fake_backend import FakeBackend
 
@@ -48,32 +46,18 @@ class TxnBackend(FakeBackend):
         return self.answers.get(method)
 
 
-def dispatch_with_txn_offset_commit() -> Dispatch:
-    """Every API, TxnOffsetCommit included whether or not this branch's controller has it."""
-    dispatch = default_dispatch()
-    if dispatch.get(TXN_OFFSET_COMMIT_KEY) is None:
-        dispatch.add(TXN_OFFSET_COMMIT_KEY, 0, 3, handle_txn_offset_commit)
-    return dispatch
-
-
 @pytest.fixture
 def gateway():
     backend = TxnBackend()
     with ListenerThread(KafkaListener(backend, port=0,
-                                      dispatch=dispatch_with_txn_offset_commit())) as running:
+                                      dispatch=default_dispatch())) as running:
         yield (running.listener.host, running.listener.port), backend
 
 
-def test_the_transactional_apis_are_advertised_at_the_versions_served(monkeypatch):
+def test_the_transactional_apis_are_advertised_at_the_versions_served():
     ranges = {key: (low, high) for key, low, high in default_dispatch().ranges()}
     assert ranges[22] == (0, 4) and ranges[24] == (0, 3) and ranges[25] == (0, 3)
-    assert ranges[26] == (0, 3)
-    # TxnOffsetCommit: exactly when the controller client can commit offsets in a transaction
-    assert (ranges.get(28) == (0, 3)) == hasattr(ControllerClient, "txn_offset_commit")
-    monkeypatch.setattr(ControllerClient, "txn_offset_commit", lambda *a: None, raising=False)
-    assert (28, 0, 3) in default_dispatch().ranges()
-    monkeypatch.delattr(ControllerClient, "txn_offset_commit")
-    assert 28 not in {key for key, _, _ in default_dispatch().ranges()}
+    assert ranges[26] == (0, 3) and ranges[28] == (0, 3)
 
 
 @pytest.mark.parametrize("version", [0, 2, 3, 4])
