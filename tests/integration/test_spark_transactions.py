@@ -1,5 +1,6 @@
 """Transactions through the Java connector, ``format("raylog")``, in a real RayDP session:
-batch and streaming reads with an isolation level (docs/spark.md, "Isolation")."""
+batch and streaming reads with an isolation level, and batch writes in transactions
+(docs/spark.md, "Transactions")."""
 
 from __future__ import annotations
 
@@ -94,3 +95,44 @@ def test_streaming_read_committed_ends_at_the_last_stable_offset(spark, transact
         == expected(("committed", COMMITTED))
     assert run("txn_uncommitted") == expected(("committed", COMMITTED), ("aborted", ABORTED),
                                               ("open", OPEN), ("after", AFTER))
+
+
+def read_values(spark, topic: str, **options) -> list[str]:
+    reader = spark.read.format("raylog").option("subscribe", topic)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return values(reader.load())
+
+
+def test_a_transactional_write_commits_every_row_once(spark, admin):
+    topic = "spark-txn-write"
+    admin.create_topic(topic, partitions=2)
+    frame = spark.range(0, 90, 1, numPartitions=3).selectExpr("CONCAT('w-', id) AS value")
+    for _ in range(2):  # the same transactional id again: its producers are fenced anew
+        frame.write.format("raylog").option("topic", topic) \
+            .option("transactional.id", "spark-txn-write").mode("append").save()
+    assert read_values(spark, topic, **{"kafka.isolation.level": "read_committed"}) \
+        == sorted([f"w-{i}" for i in range(90)] * 2)
+
+
+def test_a_transactional_write_failing_midway_leaves_no_row_committed(spark, admin):
+    topic = "spark-txn-failing"
+    admin.create_topic(topic, partitions=2)
+    # Rows of 200 KB: the first two tasks finish (their transactions open), then the last
+    # one's row 235 raises after it handed the gateway three batches of about 4 MB (two at a
+    # time: the first was acknowledged).
+    frame = spark.range(0, 240, 1, numPartitions=3).selectExpr(
+        "CASE WHEN id = 235 THEN CAST(raise_error('a failing row') AS STRING) "
+        "ELSE CONCAT('f-', id, ':', REPEAT('x', 200000)) END AS value")
+    with pytest.raises(Exception, match="a failing row"):
+        frame.write.format("raylog").option("topic", topic) \
+            .option("transactional.id", "spark-txn-failing").mode("append").save()
+    written = read_values(spark, topic)
+    assert len(written) >= 160 + 20  # the two tasks' rows and a batch of the third: aborted
+    committed = {"kafka.isolation.level": "read_committed"}
+    assert read_values(spark, topic, **committed) == []
+    # Aborted, not left open: a later row is read_committed at once (the last stable offset
+    # is past them).
+    with Producer(linger_ms=2) as plain:
+        send_all(plain, topic, "later", 3)
+    assert read_values(spark, topic, **committed) == expected(("later", 3))

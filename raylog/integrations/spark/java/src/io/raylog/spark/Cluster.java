@@ -438,6 +438,28 @@ public final class Cluster {
         tp.topic, tp.partition, new Object[] {leaderEpoch, start, end}, isolation).remote();
   }
 
+  /** Begins, in writer gateway {@code writer}, the transaction of the transactional id in
+   * {@code settings} (JSON producer settings), fencing earlier producers of that id. */
+  public void beginTransaction(String writer, String settings, long timeoutMs) {
+    await(actor(writer).task(PyActorMethod.of("java_begin", String.class), settings).remote(),
+        timeoutMs);
+  }
+
+  /** Commits ({@code outcome} "commit") or aborts ("abort") the open transaction of
+   * {@code transactionalId} held by writer gateway {@code writer}. */
+  public void endTransaction(String writer, String transactionalId, String outcome,
+      long timeoutMs) {
+    await(actor(writer).task(PyActorMethod.of("java_end", String.class), transactionalId,
+        outcome).remote(), timeoutMs);
+  }
+
+  /** Aborts the transactions of {@code transactionalIds} (a JSON list) wherever they are
+   * open, through writer gateway {@code writer} (it fences the ids it does not hold). */
+  public void abortTransactions(String writer, String transactionalIds, long timeoutMs) {
+    await(actor(writer).task(PyActorMethod.of("java_abort", String.class), transactionalIds)
+        .remote(), timeoutMs);
+  }
+
   /** The name of the writer gateway actor for Spark tasks on {@code nodeId}. */
   public String writerFor(String nodeId) {
     return callController("java_writer", nodeId);

@@ -187,6 +187,9 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
       Chunk chunk = pending.removeFirst();
       try {
         byte[] data = Cluster.await(chunk.ref, fetchTimeoutMs);
+        if (data == null) {
+          data = new byte[0]; // no batch (all aborted, or markers): Ray hands empty as null
+        }
         received = chunk;
         long span = chunk.end - chunk.start;
         if (span > 0 && data.length > 0) {

@@ -299,6 +299,19 @@ public final class RaylogOptions implements Serializable {
     return names;
   }
 
+  /** The sink's transactional id ({@code transactional.id} or {@code transactionalId}): a
+   * batch write's tasks write in transactions {@code <id>-<partition>} that the driver
+   * commits once all succeeded; null when not set (at least once). */
+  public static String sinkTransactionalId(Map<String, String> options) {
+    Map<String, String> o = lowerKeys(options);
+    String id = o.containsKey("transactional.id") ? o.get("transactional.id")
+        : o.get("transactionalid");
+    if (id != null && id.trim().isEmpty()) {
+      throw new IllegalArgumentException("Option 'transactional.id' is empty");
+    }
+    return id == null ? null : id.trim();
+  }
+
   /** The sink's default topic: the {@code topic} option, null when not set. */
   public static String sinkTopic(Map<String, String> options) {
     String topic = lowerKeys(options).get(TOPIC);
