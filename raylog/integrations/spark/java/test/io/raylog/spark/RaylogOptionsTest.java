@@ -488,4 +488,13 @@ public final class RaylogOptionsTest {
     assertEquals(2L, o.committed().logStart);
     assertEquals(10L, new PartitionOffsets(2, 10, null, 100).lastStable);
   }
+
+  public static void testSinkTransactionalId() {
+    assertEquals(null, RaylogOptions.sinkTransactionalId(opts("topic", "t")));
+    assertEquals("w", RaylogOptions.sinkTransactionalId(opts("transactional.id", " w ")));
+    assertEquals("w", RaylogOptions.sinkTransactionalId(opts("transactionalId", "w")));
+    assertThrows(IllegalArgumentException.class,
+        () -> RaylogOptions.sinkTransactionalId(opts("Transactional.Id", " ")),
+        "Option 'transactional.id' is empty");
+  }
 }
