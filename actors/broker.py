@@ -369,18 +369,19 @@ class BrokerActor(ReplicaHost):
                 answers[i] = answer
         return json.dumps(answers)
 
-    async def java_read(self, topic: str, partition: int, span: list[int], columns: str
-                        ) -> bytes:
+    async def java_read(self, topic: str, partition: int, span: list[int], columns: str,
+                        isolation: str = READ_UNCOMMITTED) -> bytes:
         host = self.hosts.elsewhere((topic, partition))
         if host is None:
-            return await ReplicaHost.java_read(self, topic, partition, span, columns)
-        return await _forward(host.java_read.remote(topic, partition, span, columns))
+            return await ReplicaHost.java_read(self, topic, partition, span, columns, isolation)
+        return await _forward(host.java_read.remote(topic, partition, span, columns, isolation))
 
-    async def java_read_batches(self, topic: str, partition: int, span: list[int]) -> bytes:
+    async def java_read_batches(self, topic: str, partition: int, span: list[int],
+                                isolation: str = READ_UNCOMMITTED) -> bytes:
         host = self.hosts.elsewhere((topic, partition))
         if host is None:
-            return await ReplicaHost.java_read_batches(self, topic, partition, span)
-        return await _forward(host.java_read_batches.remote(topic, partition, span))
+            return await ReplicaHost.java_read_batches(self, topic, partition, span, isolation)
+        return await _forward(host.java_read_batches.remote(topic, partition, span, isolation))
 
     async def replica_fetch(self, follower: int, requests: list[tuple[str, int, int, int, int]],
                             max_bytes: int, partition_max_bytes: int, max_wait_ms: int,

@@ -563,7 +563,8 @@ class ReplicaHost:
         JSON list of ``[topic, partition, leader epoch (-1: any), timestamp or null]``; the
         answer a JSON list of ``{"log_start", "high_watermark", "timestamp_offset"}`` (the
         first offset at or after the timestamp, null if none, and the log's size in bytes,
-        which sizes Spark's tasks) or ``{"error": ...}`` each."""
+        which sizes Spark's tasks, and ``last_stable``: the end of a read_committed read) or
+        ``{"error": ...}`` each."""
         answers = []
         for topic, partition, epoch, timestamp in json.loads(requests):
             try:
@@ -574,24 +575,28 @@ class ReplicaHost:
                 found = None if timestamp is None else p.list_offset(int(timestamp), epoch)
                 answers.append({"log_start": start, "high_watermark": high,
                                 "timestamp_offset": None if found is None else found[0],
-                                "size_bytes": p.log.size_bytes})
+                                "size_bytes": p.log.size_bytes,
+                                "last_stable": p.last_stable_offset})
             except RaylogError as e:
                 answers.append({"error": error_json(e)})
         return json.dumps(answers)
 
     @java_call
-    async def java_read(self, topic: str, partition: int, span: list[int], columns: str) -> bytes:
+    async def java_read(self, topic: str, partition: int, span: list[int], columns: str,
+                        isolation: str = READ_UNCOMMITTED) -> bytes:
         """Records [start, end) as an Arrow IPC stream in Spark's layout, holding only
         ``columns`` (comma-separated names of Spark's Kafka source columns), where ``span``
         is ``[leader epoch, start, end]`` (a Java call takes at most five arguments): a Spark
-        task's columnar reader builds its ColumnarBatches straight from it."""
+        task's columnar reader builds its ColumnarBatches straight from it.
+        ``read_committed``: without aborted transactions' records (Partition.read_table)."""
         leader_epoch, start, end = (int(v) for v in span)
         names = [c for c in columns.split(",") if c]
         p = await self._reading(topic, partition, leader_epoch, end, 10_000)
         if isinstance(p, ray.actor.ActorHandle):
-            return await p.java_read.remote(topic, partition, span, columns)
+            return await p.java_read.remote(topic, partition, span, columns, isolation)
         try:
-            table = spark_table(p.read_table(start, end, leader_epoch), topic, partition, names)
+            table = spark_table(p.read_table(start, end, leader_epoch, isolation), topic,
+                                partition, names)
         except ValueError as e:
             raise InvalidArgumentError(str(e)) from e
         data = ipc_bytes(table)
@@ -601,16 +606,18 @@ class ReplicaHost:
         return data
 
     @java_call
-    async def java_read_batches(self, topic: str, partition: int, span: list[int]) -> bytes:
+    async def java_read_batches(self, topic: str, partition: int, span: list[int],
+                                isolation: str = READ_UNCOMMITTED) -> bytes:
         """The stored batches holding records [start, end) of a partition, as they are on
         disk, where ``span`` is ``[leader epoch, start, end]``: a Spark task's reader checks
         their CRCs and decodes them itself (io.raylog.spark.BatchDecoder), so the broker only
-        reads the file and the bytes cross compressed."""
+        reads the file and the bytes cross compressed. ``read_committed``: without aborted
+        transactions' batches (Partition.read_batches)."""
         leader_epoch, start, end = (int(v) for v in span)
         p = await self._reading(topic, partition, leader_epoch, end, 10_000)
         if isinstance(p, ray.actor.ActorHandle):
-            return await p.java_read_batches.remote(topic, partition, span)
-        data = p.read_batches(start, end, leader_epoch)
+            return await p.java_read_batches.remote(topic, partition, span, isolation)
+        data = p.read_batches(start, end, leader_epoch, isolation)
         _count_out(topic, data)
         return data
 

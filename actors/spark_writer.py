@@ -7,6 +7,13 @@ takes them) and hands each, as Arrow IPC bytes, to :meth:`SparkWriter.java_write
 produces them with raylog's Producer (``send_batch``: murmur2 of the key, else sticky, or the
 row's ``partition``), so records land where Kafka's clients would put them, and answers once
 every record is acknowledged. Several writers share the actor; its threads share producers.
+
+A transactional write (the sink's ``transactional.id`` option, docs/spark.md) gives each Spark
+task its own transactional Producer here, ``<id>-<partition>``: :meth:`java_begin` fences any
+earlier producer of that id (aborting what it left open) and begins; the task's batches go
+through :meth:`java_write` into that transaction, which stays open when the task ends; the
+driver, once every task succeeded, commits each with :meth:`java_end`, or aborts them all
+(:meth:`java_abort`, also from a gateway that does not hold them).
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import ray
 from actors import log_what_matters
 from raylog.client.connection import connect
 from raylog.client.producer import Producer, producer_config
-from raylog.errors import InvalidRecordError, RaylogError
+from raylog.errors import InvalidRecordError, RaylogError, TransactionAbortedError
 from raylog.records.payload import HEADERS_TYPE
 from raylog.util.interop import java_error
 
@@ -40,9 +47,20 @@ class SparkWriter:
         log_what_matters()
         self._cluster = connect()  # the cluster this actor runs in
         self._producers: dict[str, Producer] = {}
+        self._transactions: dict[str, Producer] = {}  # by transactional id, begun
         self._lock = threading.Lock()
 
     def _producer(self, settings: str) -> Producer:
+        parsed = json.loads(settings) if settings else {}
+        transactional_id = parsed.get("transactional_id")
+        if transactional_id is not None:
+            with self._lock:
+                producer = self._transactions.get(transactional_id)
+            if producer is None:
+                raise TransactionAbortedError(
+                    f"no transaction of {transactional_id!r} is open in this writer gateway "
+                    f"(it restarted, or the transaction ended): the task must begin again")
+            return producer
         with self._lock:
             producer = self._producers.get(settings)
             if producer is None:
@@ -71,11 +89,85 @@ class SparkWriter:
         except (ValueError, pa.ArrowException) as e:
             raise java_error(InvalidRecordError(f"rows the sink cannot write: {e}")) from e
 
+    def java_begin(self, settings: str) -> str:
+        """Begin the transaction of the ``transactional_id`` in ``settings`` (JSON producer
+        settings) with a new producer: init_transactions fences an earlier producer of the id
+        (here or anywhere) and aborts what it left open. Returns ``{}``."""
+        try:
+            parsed = json.loads(settings)
+            transactional_id = parsed["transactional_id"]
+            producer_config(parsed)
+            self._drop(transactional_id)
+            producer = Producer(cluster=self._cluster, **parsed)
+            try:
+                producer.init_transactions(WRITE_TIMEOUT_S)
+                producer.begin_transaction()
+            except RaylogError:
+                producer.close()
+                raise
+            with self._lock:
+                self._transactions[transactional_id] = producer
+            return "{}"
+        except RaylogError as e:
+            raise java_error(e) from e
+
+    def java_end(self, transactional_id: str, outcome: str) -> str:
+        """Commit (``outcome`` "commit") or abort ("abort") the open transaction of
+        ``transactional_id`` held here, and close its producer. A commit of a transaction
+        this gateway does not hold fails (TransactionAbortedError: it was lost with a
+        restarted gateway, and the coordinator aborts it); an abort of one not held fences
+        the id, which aborts whatever it left open. Returns ``{}``."""
+        try:
+            with self._lock:
+                producer = self._transactions.pop(transactional_id, None)
+            if outcome == "commit":
+                if producer is None:
+                    raise TransactionAbortedError(
+                        f"the transaction of {transactional_id!r} is not open in this writer "
+                        f"gateway any more: it cannot commit")
+                try:
+                    producer.commit_transaction(WRITE_TIMEOUT_S)
+                finally:
+                    producer.close()
+            elif producer is not None:
+                try:
+                    producer.abort_transaction(WRITE_TIMEOUT_S)
+                finally:
+                    producer.close()
+            else:
+                self._fence(transactional_id)
+            return "{}"
+        except RaylogError as e:
+            raise java_error(e) from e
+
+    def java_abort(self, transactional_ids: str) -> str:
+        """Abort the transactions of a JSON list of transactional ids, wherever they are
+        open (java_end's abort, one by one). Returns ``{}``."""
+        for transactional_id in json.loads(transactional_ids):
+            self.java_end(transactional_id, "abort")
+        return "{}"
+
+    def _fence(self, transactional_id: str) -> None:
+        """Register the id once more: the coordinator aborts the transaction an earlier
+        producer of it left open (and fences that producer)."""
+        producer = Producer(cluster=self._cluster, transactional_id=transactional_id)
+        try:
+            producer.init_transactions(WRITE_TIMEOUT_S)
+        finally:
+            producer.close()
+
+    def _drop(self, transactional_id: str) -> None:
+        with self._lock:
+            producer = self._transactions.pop(transactional_id, None)
+        if producer is not None:
+            producer.close()  # the new producer's init_transactions aborts what it left open
+
     def close(self) -> None:
         with self._lock:
-            for producer in self._producers.values():
+            for producer in [*self._producers.values(), *self._transactions.values()]:
                 producer.close()
             self._producers.clear()
+            self._transactions.clear()
 
 
 def by_topic(table: pa.Table, default: str) -> list[tuple[str, pa.Table]]:

@@ -324,6 +324,18 @@ public final class Cluster {
    * a broker restarting) are tried again with fresh metadata until {@code timeoutMs} passed.
    */
   public Map<TopicPartition, PartitionOffsets> offsets(Collection<TopicPartition> partitions,
+      Function<TopicPartition, Long> timestamps, RaylogOptions options) {
+    Map<TopicPartition, PartitionOffsets> out = offsets(partitions, timestamps,
+        options.fetchTimeoutMs);
+    if (options.readCommitted()) {
+      out.replaceAll((tp, o) -> o.committed());
+    }
+    return out;
+  }
+
+  /** As {@link #offsets(Collection, Function, RaylogOptions)}, the latest offset being the
+   * high watermark (read_uncommitted). */
+  public Map<TopicPartition, PartitionOffsets> offsets(Collection<TopicPartition> partitions,
       Function<TopicPartition, Long> timestamps, long timeoutMs) {
     Map<TopicPartition, PartitionOffsets> out = new TreeMap<>();
     List<TopicPartition> pending = new ArrayList<>(partitions);
@@ -391,7 +403,8 @@ public final class Cluster {
             out.put(asked.get(i), new PartitionOffsets(a.get("log_start").asLong(),
                 a.get("high_watermark").asLong(),
                 a.get("timestamp_offset").isNull() ? null : a.get("timestamp_offset").asLong(),
-                a.path("size_bytes").asLong(-1)));
+                a.path("size_bytes").asLong(-1),
+                a.path("last_stable").asLong(a.get("high_watermark").asLong())));
           }
         }
       }
@@ -412,17 +425,39 @@ public final class Cluster {
   /** Asks a broker for records [start, end) of a partition as Arrow IPC holding
    * {@code columns}; the answer comes later, through the ref. */
   public ObjectRef<byte[]> read(BrokerInfo broker, TopicPartition tp, int leaderEpoch,
-      long start, long end, String columns) {
+      long start, long end, String columns, String isolation) {
     return actor(broker.actor).task(PyActorMethod.of("java_read", byte[].class), tp.topic,
-        tp.partition, new Object[] {leaderEpoch, start, end}, columns).remote();
+        tp.partition, new Object[] {leaderEpoch, start, end}, columns, isolation).remote();
   }
 
   /** Asks a broker for the stored batches holding records [start, end) of a partition, as
    * they are on disk (BatchDecoder reads them); the answer comes later, through the ref. */
   public ObjectRef<byte[]> readBatches(BrokerInfo broker, TopicPartition tp, int leaderEpoch,
-      long start, long end) {
+      long start, long end, String isolation) {
     return actor(broker.actor).task(PyActorMethod.of("java_read_batches", byte[].class),
-        tp.topic, tp.partition, new Object[] {leaderEpoch, start, end}).remote();
+        tp.topic, tp.partition, new Object[] {leaderEpoch, start, end}, isolation).remote();
+  }
+
+  /** Begins, in writer gateway {@code writer}, the transaction of the transactional id in
+   * {@code settings} (JSON producer settings), fencing earlier producers of that id. */
+  public void beginTransaction(String writer, String settings, long timeoutMs) {
+    await(actor(writer).task(PyActorMethod.of("java_begin", String.class), settings).remote(),
+        timeoutMs);
+  }
+
+  /** Commits ({@code outcome} "commit") or aborts ("abort") the open transaction of
+   * {@code transactionalId} held by writer gateway {@code writer}. */
+  public void endTransaction(String writer, String transactionalId, String outcome,
+      long timeoutMs) {
+    await(actor(writer).task(PyActorMethod.of("java_end", String.class), transactionalId,
+        outcome).remote(), timeoutMs);
+  }
+
+  /** Aborts the transactions of {@code transactionalIds} (a JSON list) wherever they are
+   * open, through writer gateway {@code writer} (it fences the ids it does not hold). */
+  public void abortTransactions(String writer, String transactionalIds, long timeoutMs) {
+    await(actor(writer).task(PyActorMethod.of("java_abort", String.class), transactionalIds)
+        .remote(), timeoutMs);
   }
 
   /** The name of the writer gateway actor for Spark tasks on {@code nodeId}. */

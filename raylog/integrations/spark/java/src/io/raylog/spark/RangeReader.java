@@ -55,6 +55,7 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
   private final boolean stored; // read stored batches (the query needs values) or IPC
   private final boolean failOnDataLoss;
   private final long fetchTimeoutMs;
+  private final String isolation; // passed to the broker: read_committed leaves out aborts
   private final String nodeId;
   private final BufferAllocator allocator;
   private final AvroDecoder avro; // decodes the values of stored batches; null: bytes
@@ -85,7 +86,7 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
   }
 
   RangeReader(List<OffsetRange> ranges, String[] columns, boolean failOnDataLoss,
-      long fetchTimeoutMs, AvroValues avroValues) {
+      long fetchTimeoutMs, String isolation, AvroValues avroValues) {
     this.cluster = Cluster.get();
     this.ranges = ranges;
     this.ends = new long[ranges.size()];
@@ -100,6 +101,7 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
     this.avro = stored && avroValues != null ? avroValues.decoder() : null;
     this.failOnDataLoss = failOnDataLoss;
     this.fetchTimeoutMs = fetchTimeoutMs;
+    this.isolation = isolation;
     this.nodeId = Cluster.nodeId();
     this.allocator = ROOT.newChildAllocator("raylog " + ranges, 0, Long.MAX_VALUE);
     long seen = bytesPerRecord;
@@ -174,8 +176,8 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
     int epoch = info.partitions.get(tp.partition).leaderEpoch;
     cursor = until;
     return new Chunk(range, start, until, broker, stored
-        ? cluster.readBatches(broker, tp, epoch, start, until)
-        : cluster.read(broker, tp, epoch, start, until, columns));
+        ? cluster.readBatches(broker, tp, epoch, start, until, isolation)
+        : cluster.read(broker, tp, epoch, start, until, columns, isolation));
   }
 
   /** The first pending chunk's bytes, or null if it had to be given up (the cursor moved). */
@@ -185,6 +187,9 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
       Chunk chunk = pending.removeFirst();
       try {
         byte[] data = Cluster.await(chunk.ref, fetchTimeoutMs);
+        if (data == null) {
+          data = new byte[0]; // no batch (all aborted, or markers): Ray hands empty as null
+        }
         received = chunk;
         long span = chunk.end - chunk.start;
         if (span > 0 && data.length > 0) {

@@ -121,7 +121,7 @@ final class RaylogMicroBatchStream implements MicroBatchStream, SupportsTriggerA
       latest() {
     Cluster cluster = Cluster.get();
     Map<TopicPartition, PartitionOffsets> offsets = cluster.offsets(cluster.partitions(options),
-        tp -> null, options.fetchTimeoutMs);
+        tp -> null, options);
     SortedMap<TopicPartition, Long> high = new TreeMap<>();
     for (Map.Entry<TopicPartition, PartitionOffsets> e : offsets.entrySet()) {
       high.put(e.getKey(), e.getValue().latest);
@@ -195,7 +195,7 @@ final class RaylogMicroBatchStream implements MicroBatchStream, SupportsTriggerA
     }
     until.keySet().retainAll(existing);
     Map<TopicPartition, PartitionOffsets> offsets = cluster.offsets(existing, tp -> null,
-        options.fetchTimeoutMs);
+        options);
     List<OffsetRange> ranges = RangePlanner.ranges(from, until, offsets, options.failOnDataLoss,
         RaylogScan.hostsOf(cluster));
     return RaylogScan.tasks(ranges, offsets, options);
@@ -203,7 +203,7 @@ final class RaylogMicroBatchStream implements MicroBatchStream, SupportsTriggerA
 
   @Override
   public PartitionReaderFactory createReaderFactory() {
-    return new ReaderFactory(columns, options.failOnDataLoss, options.fetchTimeoutMs, avro);
+    return new ReaderFactory(columns, options, avro);
   }
 
   @Override

@@ -45,6 +45,11 @@ public final class RaylogOptions implements Serializable {
   public static final String VALUE_SCHEMA_VERSION = "valueschemaversion";
   public static final String VALUE_FORMAT_ERRORS = "valueformaterrors";
   public static final String PRODUCER_PREFIX = "producer.";
+  /** Spark's Kafka source spells it as the consumer's setting; the others are raylog's. */
+  public static final String[] ISOLATION_LEVEL = {"kafka.isolation.level", "isolation.level",
+      "isolationlevel"};
+  public static final String READ_COMMITTED = "read_committed";
+  public static final String READ_UNCOMMITTED = "read_uncommitted";
 
   /** Which partitions a query reads. */
   public enum SubscriptionKind { SUBSCRIBE, PATTERN, ASSIGN }
@@ -63,6 +68,9 @@ public final class RaylogOptions implements Serializable {
   public final Long maxOffsetsPerTrigger;
   public final long fetchTimeoutMs;
   public final ValueFormat valueFormat;
+  /** read_committed: ranges end at the last stable offset and aborted transactions' records
+   * are left out by the broker; read_uncommitted (the default): up to the high watermark. */
+  public final String isolation;
 
   /**
    * How a read's {@code value} column comes: the stored bytes ({@code valueFormat} binary, the
@@ -143,6 +151,35 @@ public final class RaylogOptions implements Serializable {
     this.maxOffsetsPerTrigger = positive(o, MAX_OFFSETS_PER_TRIGGER, Long.MAX_VALUE);
     Long timeout = positive(o, FETCH_TIMEOUT_MS, Long.MAX_VALUE);
     this.fetchTimeoutMs = timeout == null ? 120_000L : timeout;
+    this.isolation = isolation(o);
+  }
+
+  /** Whether a read leaves out what transactions have not committed. */
+  public boolean readCommitted() {
+    return isolation.equals(READ_COMMITTED);
+  }
+
+  /** The isolation level of a read: one value, under any of its spellings. */
+  private static String isolation(Map<String, String> o) {
+    String level = null;
+    for (String key : ISOLATION_LEVEL) {
+      String value = o.get(key);
+      if (value == null) {
+        continue;
+      }
+      value = value.trim().toLowerCase(Locale.ROOT);
+      if (!value.equals(READ_COMMITTED) && !value.equals(READ_UNCOMMITTED)) {
+        throw new IllegalArgumentException("Option '" + display(key) + "' must be "
+            + "'read_uncommitted' (the default) or 'read_committed', got '" + o.get(key) + "'");
+      }
+      if (level != null && !level.equals(value)) {
+        throw new IllegalArgumentException("Options 'kafka.isolation.level', "
+            + "'isolation.level' and 'isolationLevel' are one setting, given '" + level
+            + "' and '" + value + "'");
+      }
+      level = value;
+    }
+    return level == null ? READ_UNCOMMITTED : level;
   }
 
   @Override
@@ -262,6 +299,19 @@ public final class RaylogOptions implements Serializable {
     return names;
   }
 
+  /** The sink's transactional id ({@code transactional.id} or {@code transactionalId}): a
+   * batch write's tasks write in transactions {@code <id>-<partition>} that the driver
+   * commits once all succeeded; null when not set (at least once). */
+  public static String sinkTransactionalId(Map<String, String> options) {
+    Map<String, String> o = lowerKeys(options);
+    String id = o.containsKey("transactional.id") ? o.get("transactional.id")
+        : o.get("transactionalid");
+    if (id != null && id.trim().isEmpty()) {
+      throw new IllegalArgumentException("Option 'transactional.id' is empty");
+    }
+    return id == null ? null : id.trim();
+  }
+
   /** The sink's default topic: the {@code topic} option, null when not set. */
   public static String sinkTopic(Map<String, String> options) {
     String topic = lowerKeys(options).get(TOPIC);
@@ -301,7 +351,8 @@ public final class RaylogOptions implements Serializable {
       "startingOffsetsByTimestamp", "endingOffsetsByTimestamp",
       "startingOffsetsByTimestampStrategy", "includeHeaders", "failOnDataLoss", "minPartitions",
       "maxRecordsPerPartition", "maxOffsetsPerTrigger", "fetchTimeoutMs", "topic", "valueFormat",
-      "valueSchema", "valueSchemaSubject", "valueSchemaVersion", "valueFormatErrors"};
+      "valueSchema", "valueSchemaSubject", "valueSchemaVersion", "valueFormatErrors",
+      "isolationLevel"};
 
   /** An option's name as the documentation spells it (keys are matched ignoring case). */
   static String display(String key) {

@@ -72,8 +72,7 @@ final class RaylogScan implements Scan, Batch {
     SortedMap<TopicPartition, Long> starts = starts(cluster, options, partitions, offsets);
     if (options.ending.kind == Bound.Kind.TIMESTAMP
         || options.ending.kind == Bound.Kind.TIMESTAMPS) {
-      offsets = cluster.offsets(partitions, options.ending::timestampFor,
-          options.fetchTimeoutMs);
+      offsets = cluster.offsets(partitions, options.ending::timestampFor, options);
     }
     SortedMap<TopicPartition, Long> ends = RangePlanner.resolve(options.ending, false,
         partitions, offsets, false);
@@ -89,8 +88,7 @@ final class RaylogScan implements Scan, Batch {
    * partitions' offsets now put in {@code offsets}. */
   static SortedMap<TopicPartition, Long> starts(Cluster cluster, RaylogOptions options,
       List<TopicPartition> partitions, Map<TopicPartition, PartitionOffsets> offsets) {
-    offsets.putAll(cluster.offsets(partitions, options.starting::timestampFor,
-        options.fetchTimeoutMs));
+    offsets.putAll(cluster.offsets(partitions, options.starting::timestampFor, options));
     return RangePlanner.resolve(options.starting, true, partitions, offsets,
         options.startingLatestIfNoTimestampMatch);
   }
@@ -135,7 +133,6 @@ final class RaylogScan implements Scan, Batch {
   @Override
   public PartitionReaderFactory createReaderFactory() {
     String[] columns = count == null ? KafkaSchema.names(schema) : new String[0];
-    return new ReaderFactory(columns, options.failOnDataLoss, options.fetchTimeoutMs,
-        count == null ? AvroValues.of(schema, options) : null);
+    return new ReaderFactory(columns, options, count == null ? AvroValues.of(schema, options) : null);
   }
 }

@@ -57,6 +57,9 @@ final class RaylogScanBuilder
 
   /** The pushed count for {@code aggregation}, or null if it cannot be answered so. */
   private CountPlan countPlan(Aggregation aggregation) {
+    if (RaylogOptions.forBatch(options).readCommitted()) {
+      return null; // aborted transactions' records hold offsets: the records are counted
+    }
     for (AggregateFunc f : aggregation.aggregateExpressions()) {
       boolean countsRows = f instanceof CountStar || (f instanceof Count
           && !((Count) f).isDistinct() && KafkaSchema.neverNull(columnOf(((Count) f).column())));

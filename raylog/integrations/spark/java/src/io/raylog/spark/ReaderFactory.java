@@ -13,13 +13,14 @@ final class ReaderFactory implements PartitionReaderFactory {
   private final String[] columns;
   private final boolean failOnDataLoss;
   private final long fetchTimeoutMs;
+  private final String isolation;
   private final AvroValues avro; // null: values (if read) stay bytes
 
-  ReaderFactory(String[] columns, boolean failOnDataLoss, long fetchTimeoutMs,
-      AvroValues avro) {
+  ReaderFactory(String[] columns, RaylogOptions options, AvroValues avro) {
     this.columns = columns;
-    this.failOnDataLoss = failOnDataLoss;
-    this.fetchTimeoutMs = fetchTimeoutMs;
+    this.failOnDataLoss = options.failOnDataLoss;
+    this.fetchTimeoutMs = options.fetchTimeoutMs;
+    this.isolation = options.isolation;
     this.avro = avro;
   }
 
@@ -31,7 +32,7 @@ final class ReaderFactory implements PartitionReaderFactory {
   @Override
   public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition partition) {
     return new RangeReader(((RangePartition) partition).ranges, columns, failOnDataLoss,
-        fetchTimeoutMs, avro);
+        fetchTimeoutMs, isolation, avro);
   }
 
   @Override

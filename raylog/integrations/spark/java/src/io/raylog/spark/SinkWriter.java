@@ -60,6 +60,7 @@ final class SinkWriter implements DataWriter<InternalRow> {
 
     final String topic; // the topic option, or null: each row's topic
     final String producer; // producer settings as JSON ("" for the defaults)
+    final String transactionalId; // null: no transactions (at least once)
     final int topicColumn;
     final int keyColumn;
     final boolean keyIsString;
@@ -72,6 +73,7 @@ final class SinkWriter implements DataWriter<InternalRow> {
     private Settings(StructType schema, Map<String, String> options) {
       this.topic = RaylogOptions.sinkTopic(options);
       this.producer = RaylogOptions.producerSettings(options);
+      this.transactionalId = RaylogOptions.sinkTransactionalId(options);
       this.topicColumn = column(schema, "topic", topic == null, DataTypes.StringType);
       if (topic == null && topicColumn < 0) {
         throw new IllegalArgumentException("topic option required when no 'topic' attribute "
@@ -134,6 +136,9 @@ final class SinkWriter implements DataWriter<InternalRow> {
     /** Writes every row of {@code data} (a batch {@code df.write}), task by task; returns
      * how many records were written. */
     long writeAll(Dataset<Row> data) {
+      if (transactionalId != null) {
+        return writeAllInTransactions(data);
+      }
       Settings settings = this;
       LongAccumulator written = data.sparkSession().sparkContext()
           .longAccumulator("raylog records written");
@@ -153,15 +158,94 @@ final class SinkWriter implements DataWriter<InternalRow> {
       });
       return written.value();
     }
+
+    /**
+     * Writes every row of {@code data} or none: task {@code p} writes in the transaction of
+     * {@code <transactional.id>-<p>} and leaves it open; once every task succeeded the driver
+     * commits them one by one, and if the job fails it aborts them all (a task's failed
+     * attempt aborts its own, and the next attempt's begin fences what it left). Returns how
+     * many records were written. Not two-phase: a driver dying between the first and the
+     * last commit leaves the rest to the coordinator's timeout (aborted).
+     */
+    private long writeAllInTransactions(Dataset<Row> data) {
+      Settings settings = this;
+      org.apache.spark.api.java.JavaRDD<InternalRow> rdd =
+          data.queryExecution().toRdd().toJavaRDD();
+      List<String> ids = new ArrayList<>();
+      for (int p = 0; p < rdd.getNumPartitions(); p++) {
+        ids.add(transactionalId + "-" + p);
+      }
+      List<Written> prepared;
+      try {
+        prepared = rdd.mapPartitions(rows -> {
+          SinkWriter writer = new SinkWriter(settings,
+              settings.transactionalId + "-" + org.apache.spark.TaskContext.getPartitionId());
+          try {
+            while (rows.hasNext()) {
+              writer.write(rows.next());
+            }
+            return java.util.Collections.singletonList((Written) writer.commit()).iterator();
+          } catch (Throwable t) {
+            writer.abort();
+            throw t;
+          } finally {
+            writer.close();
+          }
+        }).collect();
+      } catch (Exception e) { // SparkException is checked, thrown from Scala undeclared
+        abortAll(ids, e);
+        throw e;
+      }
+      Cluster cluster = Cluster.get();
+      long records = 0;
+      List<String> committed = new ArrayList<>();
+      for (Written w : prepared) {
+        if (w.transactionalId == null) {
+          continue; // a task without rows began nothing
+        }
+        try {
+          cluster.endTransaction(w.gateway, w.transactionalId, "commit", timeoutMs);
+        } catch (RaylogException e) {
+          if (!committed.isEmpty()) {
+            throw new RaylogException(e.type, "the raylog write is partly committed: "
+                + committed + " committed, " + w.transactionalId + " failed (" + e.getMessage()
+                + "); the others are aborted", false, e);
+          }
+          abortAll(ids, e);
+          throw e;
+        }
+        committed.add(w.transactionalId);
+        records += w.records;
+      }
+      return records;
+    }
+
+    private void abortAll(List<String> ids, Exception cause) {
+      Cluster cluster = Cluster.get();
+      try {
+        cluster.abortTransactions(cluster.writerFor(Cluster.nodeId()),
+            OffsetsJson.MAPPER.writeValueAsString(ids), timeoutMs);
+      } catch (RaylogException | com.fasterxml.jackson.core.JsonProcessingException e) {
+        cause.addSuppressed(e); // the open ones end at the coordinator's timeout
+      }
+    }
   }
 
   /** How many records a task wrote. */
   static final class Written implements WriterCommitMessage {
     private static final long serialVersionUID = 1L;
     final long records;
+    final String gateway; // a transactional write's: where its open transaction is
+    final String transactionalId; // null unless a transaction was begun
 
     Written(long records) {
+      this(records, null, null);
+    }
+
+    Written(long records, String gateway, String transactionalId) {
       this.records = records;
+      this.gateway = gateway;
+      this.transactionalId = transactionalId;
     }
   }
 
@@ -182,6 +266,10 @@ final class SinkWriter implements DataWriter<InternalRow> {
   private final BufferAllocator allocator;
   private final Deque<Sent> inFlight = new ArrayDeque<>();
   private String gateway;
+  private final String transactionalId; // null: no transaction
+  private final String producerSettings; // the settings' JSON, with the transactional id
+  private boolean begun; // the transaction began in the gateway
+  private boolean prepared; // every record acknowledged: the driver ends the transaction
   private VectorSchemaRoot root;
   private VarCharVector topics;
   private VarBinaryVector keys;
@@ -193,9 +281,35 @@ final class SinkWriter implements DataWriter<InternalRow> {
   private long written;
 
   SinkWriter(Settings settings) {
+    this(settings, null);
+  }
+
+  /** A writer whose rows go into the transaction of {@code transactionalId} (null: none). */
+  SinkWriter(Settings settings, String transactionalId) {
     this.settings = settings;
+    this.transactionalId = transactionalId;
+    this.producerSettings = transactionalId == null ? settings.producer
+        : withTransactionalId(settings.producer, transactionalId);
     this.cluster = Cluster.get();
     this.allocator = RangeReader.ROOT.newChildAllocator("raylog sink", 0, Long.MAX_VALUE);
+  }
+
+  private static String withTransactionalId(String producer, String transactionalId) {
+    try {
+      Map<String, Object> parsed = new java.util.TreeMap<>();
+      if (!producer.isEmpty()) {
+        java.util.Iterator<Map.Entry<String, com.fasterxml.jackson.databind.JsonNode>> fields =
+            OffsetsJson.MAPPER.readTree(producer).fields();
+        while (fields.hasNext()) {
+          Map.Entry<String, com.fasterxml.jackson.databind.JsonNode> e = fields.next();
+          parsed.put(e.getKey(), e.getValue());
+        }
+      }
+      parsed.put("transactional_id", transactionalId);
+      return OffsetsJson.MAPPER.writeValueAsString(parsed);
+    } catch (IOException e) {
+      throw new IllegalStateException(e);
+    }
   }
 
   @Override
@@ -344,8 +458,12 @@ final class SinkWriter implements DataWriter<InternalRow> {
     if (gateway == null) {
       gateway = cluster.writerFor(Cluster.nodeId());
     }
+    if (transactionalId != null && !begun) {
+      cluster.beginTransaction(gateway, producerSettings, settings.timeoutMs);
+      begun = true;
+    }
     return cluster.write(gateway, settings.topic == null ? "" : settings.topic,
-        settings.producer, data);
+        producerSettings, data);
   }
 
   /** Waits for a batch's acknowledgement; a lost gateway is replaced and the batch sent again
@@ -359,7 +477,9 @@ final class SinkWriter implements DataWriter<InternalRow> {
         return;
       } catch (RaylogException e) {
         boolean gatewayLost = e.type.equals(RaylogException.ACTOR_LOST);
-        if (!gatewayLost || System.currentTimeMillis() >= deadline) {
+        // A transaction is lost with its gateway: the task fails, and its next attempt
+        // begins it again (fencing what was left).
+        if (!gatewayLost || transactionalId != null || System.currentTimeMillis() >= deadline) {
           throw e;
         }
         LOG.info("the writer gateway {} was lost ({}): sending the batch again", gateway,
@@ -378,11 +498,21 @@ final class SinkWriter implements DataWriter<InternalRow> {
     while (!inFlight.isEmpty()) {
       acknowledged(inFlight.removeFirst());
     }
-    return new Written(written);
+    prepared = true;
+    return begun ? new Written(written, gateway, transactionalId) : new Written(written);
   }
 
   @Override
   public void abort() {
+    if (begun && !prepared) {
+      begun = false;
+      try {
+        cluster.endTransaction(gateway, transactionalId, "abort", settings.timeoutMs);
+      } catch (RaylogException e) {
+        // the next attempt's begin, or the driver's abort, fences it
+        LOG.warn("could not abort the transaction of {}: {}", transactionalId, e.toString());
+      }
+    }
     inFlight.clear(); // what was sent may be written: at least once, as Kafka's sink
     if (root != null) {
       root.close();

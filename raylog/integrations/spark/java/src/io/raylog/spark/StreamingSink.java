@@ -36,6 +36,10 @@ final class StreamingSink {
     public Write build() {
       SinkWriter.Settings settings = SinkWriter.Settings.of(info.schema(),
           info.options().asCaseSensitiveMap());
+      if (settings.transactionalId != null) {
+        throw new IllegalArgumentException("Option 'transactional.id' applies to batch writes "
+            + "(df.write) only: the streaming sink does not write in transactions yet");
+      }
       return new Write() {
         @Override
         public String description() {

@@ -460,4 +460,41 @@ public final class RaylogOptionsTest {
     assertEquals(new TreeMap<>(o.starting.values), new TreeMap<>(back.starting.values));
     assertEquals(3, back.minPartitions);
   }
+
+  public static void testIsolationLevel() {
+    assertEquals("read_uncommitted", batch("subscribe", "t").isolation);
+    assertFalse(batch("subscribe", "t").readCommitted(), "default");
+    // Spark's Kafka source spelling, and raylog's own, in any case.
+    assertTrue(batch("subscribe", "t", "kafka.isolation.level", "read_committed")
+        .readCommitted(), "kafka.isolation.level");
+    assertTrue(stream("subscribe", "t", "Kafka.Isolation.Level", "READ_COMMITTED")
+        .readCommitted(), "any case");
+    assertTrue(batch("subscribe", "t", "isolationLevel", "read_committed").readCommitted(),
+        "isolationLevel");
+    assertTrue(batch("subscribe", "t", "isolation.level", "read_committed").readCommitted(),
+        "isolation.level");
+    assertFalse(batch("subscribe", "t", "kafka.isolation.level", "read_uncommitted",
+        "isolationLevel", "read_uncommitted").readCommitted(), "both, agreeing");
+    batchRefused("'isolationLevel' must be 'read_uncommitted' (the default) or "
+        + "'read_committed'", "subscribe", "t", "isolationLevel", "committed");
+    batchRefused("one setting", "subscribe", "t", "kafka.isolation.level", "read_committed",
+        "isolationLevel", "read_uncommitted");
+  }
+
+  public static void testCommittedOffsets() {
+    PartitionOffsets o = new PartitionOffsets(2, 10, null, 100, 7);
+    assertEquals(10L, o.latest);
+    assertEquals(7L, o.committed().latest);
+    assertEquals(2L, o.committed().logStart);
+    assertEquals(10L, new PartitionOffsets(2, 10, null, 100).lastStable);
+  }
+
+  public static void testSinkTransactionalId() {
+    assertEquals(null, RaylogOptions.sinkTransactionalId(opts("topic", "t")));
+    assertEquals("w", RaylogOptions.sinkTransactionalId(opts("transactional.id", " w ")));
+    assertEquals("w", RaylogOptions.sinkTransactionalId(opts("transactionalId", "w")));
+    assertThrows(IllegalArgumentException.class,
+        () -> RaylogOptions.sinkTransactionalId(opts("Transactional.Id", " ")),
+        "Option 'transactional.id' is empty");
+  }
 }
