@@ -5,7 +5,8 @@ Run from the repository root::
     .venv/bin/python benchmarks/transactions.py [--quick] [--json PATH]
 
 ``--quick`` (20,000 records per step, one timed round) is a smoke test of well under a
-minute; the full run (400,000 records, 3 timed rounds) takes a few minutes on a 2-core
+minute; the full run (2,000,000 records, 3 timed rounds; with the C send built, about 10
+transactions per repetition) takes a few minutes on a 2-core
 machine. The script prints a Markdown table and writes JSON (default
 ``benchmarks/results/transactions.json``).
 
@@ -90,7 +91,7 @@ class Mode:
 
 
 QUICK = Mode("quick", records=20_000, repetitions=1)
-FULL = Mode("full", records=400_000, repetitions=3)
+FULL = Mode("full", records=2_000_000, repetitions=3)
 
 
 class Steps:
