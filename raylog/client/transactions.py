@@ -245,8 +245,12 @@ class TransactionManager:
                     self.transactional_id, *p, self._joining(w), timeout=t),
                     self._clock() + self.timeout_ms / 1000, abortable=True,
                     busy_pause_s=ADD_BUSY_PAUSE_S)
-            except RaylogError as e:
+            except Exception as e:
+                # Any error, not only the coordinator's: one escaping would leave _adding
+                # set, and the partitions' batches held until their delivery timeout.
                 with self._lock:
+                    if not isinstance(e, RaylogError):
+                        self._fail(e)
                     self.refused.update(dict.fromkeys(wanted, self.error or e))
             else:
                 with self._lock:

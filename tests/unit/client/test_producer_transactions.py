@@ -402,3 +402,20 @@ def test_an_add_refused_while_the_last_transaction_completes_is_retried_soon_wit
                                 [("a", 0), ("a", 1), ("a", 2), ("a", 3)]]
     assert all(manager.ready(("a", p)) for p in range(4))
     manager.close()
+
+
+def test_an_add_that_breaks_unexpectedly_refuses_its_partitions_instead_of_holding_them():
+    class Broken(BusyCoordinator):
+        def txn_add_partitions(self, *args, **kwargs):
+            raise TypeError("a bug in the call")
+
+    added = threading.Event()
+    manager = TransactionManager(Broken(0), "app", 60_000, on_added=added.set)
+    manager.init(time.monotonic() + 10)
+    manager.begin()
+    assert not manager.ready(("a", 0))
+    assert added.wait(10)
+    assert isinstance(manager.refused[("a", 0)], TypeError)
+    assert manager.state is TxnState.ABORTABLE
+    assert not manager.ready(("a", 0))
+    manager.close()
