@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from raylog.errors import (
+    ConcurrentTransactionsError,
     IllegalStateError,
     InvalidProducerEpochError,
     InvalidProducerIdMappingError,
@@ -41,6 +42,13 @@ from raylog.util.backoff import backoff_s
 
 # Errors after which the producer can do nothing more (Kafka's fatal errors).
 FATAL = (InvalidProducerEpochError, InvalidProducerIdMappingError, InvalidTxnStateError)
+
+# The pause before retrying an add refused because the previous transaction is still being
+# completed (its markers written): constant, not backing off, as Kafka's client does for the
+# first add of a transaction (ADD_PARTITIONS_RETRY_BACKOFF_MS, 20 ms). Completing takes tens
+# of ms here; doubling pauses (20, 40, 80 ms) held the new transaction's first batches back
+# long after it was complete (benchmarks/transactions.py, docs/transactions.md).
+ADD_BUSY_PAUSE_S = 0.02
 
 
 class TxnState(enum.Enum):
@@ -234,10 +242,15 @@ class TransactionManager:
                     break
             try:
                 self._retrying(lambda t, w=wanted, p=producer: self._controller.txn_add_partitions(
-                    self.transactional_id, *p, w, timeout=t),
-                    self._clock() + self.timeout_ms / 1000, abortable=True)
-            except RaylogError as e:
+                    self.transactional_id, *p, self._joining(w), timeout=t),
+                    self._clock() + self.timeout_ms / 1000, abortable=True,
+                    busy_pause_s=ADD_BUSY_PAUSE_S)
+            except Exception as e:
+                # Any error, not only the coordinator's: one escaping would leave _adding
+                # set, and the partitions' batches held until their delivery timeout.
                 with self._lock:
+                    if not isinstance(e, RaylogError):
+                        self._fail(e)
                     self.refused.update(dict.fromkeys(wanted, self.error or e))
             else:
                 with self._lock:
@@ -245,6 +258,17 @@ class TransactionManager:
                     self.started = True
             self._on_added()
         self._on_added()
+
+    def _joining(self, asking: list[tuple[str, int]]) -> list[tuple[str, int]]:
+        """``asking``, extended in place by the partitions wanted since it was made: a
+        retried add carries them (the first add of a transaction is usually retried while
+        the previous one's markers are written, and more partitions are wanted meanwhile)."""
+        with self._lock:
+            joining = sorted(self._wanted - self._asking)
+            self._wanted.clear()
+            self._asking.update(joining)
+            asking.extend(joining)
+        return list(asking)
 
     def batch_failed(self, error: BaseException) -> None:
         """A batch of the transaction failed: the transaction can only abort (a fenced
@@ -278,11 +302,12 @@ class TransactionManager:
     # -- calls to the coordinator ------------------------------------------------------------
 
     def _retrying(self, call: Callable[[float], Any], deadline: float,
-                  abortable: bool = False) -> Any:
-        """``call(timeout)`` until it answers, retrying retriable errors until ``deadline``.
-        A fencing error makes the producer FATAL; with ``abortable`` any other final error
-        makes the transaction ABORTABLE. A timeout leaves the state as it is (the caller may
-        repeat the step)."""
+                  abortable: bool = False, busy_pause_s: float | None = None) -> Any:
+        """``call(timeout)`` until it answers, retrying retriable errors until ``deadline``
+        (pausing ``busy_pause_s`` each time the coordinator is completing the previous
+        transaction, if given, else backing off). A fencing error makes the producer FATAL;
+        with ``abortable`` any other final error makes the transaction ABORTABLE. A timeout
+        leaves the state as it is (the caller may repeat the step)."""
         for attempt in itertools.count():
             remaining = deadline - self._clock()
             if remaining <= 0:
@@ -293,7 +318,9 @@ class TransactionManager:
                 return call(remaining)
             except RaylogError as e:
                 if e.retriable and not isinstance(e, FATAL):
-                    pause = backoff_s(attempt, 0.02, 1.0)
+                    pause = (busy_pause_s if busy_pause_s is not None
+                             and isinstance(e, ConcurrentTransactionsError)
+                             else backoff_s(attempt, 0.02, 1.0))
                     if self._clock() + pause < deadline:
                         time.sleep(pause)
                         continue

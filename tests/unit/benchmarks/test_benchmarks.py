@@ -19,7 +19,8 @@ BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
 @pytest.mark.parametrize("script", ["storage", "produce_consume", "groups", "analytics", "density",
                                     "replication", "schemas", "controller_restart",
                                     "broker_scaling", "compaction", "failover",
-                                    "log_opening", "kafka_records", "gateway_security"])
+                                    "log_opening", "kafka_records", "gateway_security",
+                                    "transactions"])
 def test_each_benchmark_explains_its_options(script):
     done = subprocess.run([sys.executable, str(BENCHMARKS / f"{script}.py"), "--help"],
                           capture_output=True, text=True, timeout=120)

@@ -6,14 +6,16 @@ with the real ProducerStates (tests/unit/fake_remote.py)."""
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
 
 import raylog.client.producer as producer_module
+import raylog.client.transactions as transactions_module
 from raylog.client.consumer import Consumer
 from raylog.client.producer import Producer
-from raylog.client.transactions import TxnState
+from raylog.client.transactions import TransactionManager, TxnState
 from raylog.errors import (
     ConcurrentTransactionsError,
     IllegalGenerationError,
@@ -358,3 +360,62 @@ def test_send_batch_in_a_transaction_adds_its_partitions_and_marks_its_batches(c
     with pytest.raises(IllegalStateError):
         producer.send_batch("a", table)  # outside a transaction
     producer.close()
+
+
+class BusyCoordinator:
+    """Answers the first ``busy`` adds with ConcurrentTransactionsError (the previous
+    transaction's markers being written); ``during_busy`` runs inside each refused call."""
+
+    def __init__(self, busy: int, during_busy=lambda: None) -> None:
+        self.busy, self.during_busy = busy, during_busy
+        self.adds: list[list[tuple[str, int]]] = []
+
+    def txn_init_producer_id(self, tid, timeout_ms, timeout=None):
+        return 7, 0
+
+    def txn_add_partitions(self, tid, producer_id, epoch, partitions, timeout=None):
+        self.adds.append(list(partitions))
+        if self.busy:
+            self.busy -= 1
+            self.during_busy()
+            raise ConcurrentTransactionsError("the previous transaction is completing")
+
+
+def test_an_add_refused_while_the_last_transaction_completes_is_retried_soon_with_more(
+        monkeypatch):
+    pauses: list[float] = []
+    monkeypatch.setattr(transactions_module.time, "sleep", pauses.append)
+    added = threading.Event()
+    coordinator = BusyCoordinator(3)
+    manager = TransactionManager(coordinator, "app", 60_000, on_added=added.set)
+    coordinator.during_busy = lambda: manager.ready(("a", len(coordinator.adds)))
+    manager.init(time.monotonic() + 10)
+    manager.begin()
+    assert not manager.ready(("a", 0))
+    assert added.wait(10)
+    wait_until(lambda: manager.ready(("a", 3)), 10)
+    # A constant short pause (not 20, 40, 80 ms), and each retry carries what was wanted
+    # meanwhile: one add answered, with every partition.
+    assert pauses == [transactions_module.ADD_BUSY_PAUSE_S] * 3
+    assert coordinator.adds == [[("a", 0)], [("a", 0), ("a", 1)],
+                                [("a", 0), ("a", 1), ("a", 2)],
+                                [("a", 0), ("a", 1), ("a", 2), ("a", 3)]]
+    assert all(manager.ready(("a", p)) for p in range(4))
+    manager.close()
+
+
+def test_an_add_that_breaks_unexpectedly_refuses_its_partitions_instead_of_holding_them():
+    class Broken(BusyCoordinator):
+        def txn_add_partitions(self, *args, **kwargs):
+            raise TypeError("a bug in the call")
+
+    added = threading.Event()
+    manager = TransactionManager(Broken(0), "app", 60_000, on_added=added.set)
+    manager.init(time.monotonic() + 10)
+    manager.begin()
+    assert not manager.ready(("a", 0))
+    assert added.wait(10)
+    assert isinstance(manager.refused[("a", 0)], TypeError)
+    assert manager.state is TxnState.ABORTABLE
+    assert not manager.ready(("a", 0))
+    manager.close()
