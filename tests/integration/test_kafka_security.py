@@ -31,6 +31,7 @@ from raylog.kafka.gateway.security import ListenerSecurity
 from raylog.kafka.gateway.users import Follower, UsersTopic, credential_follower
 from tests.children import Child
 from tests.integration.conftest import consume_all, kafka_listener, wait_for
+from tests.integration.test_kafka_clients import BASE_TS, java_runner
 from tests.integration.test_kafka_gateway import consume_with_confluent
 from tests.tls import make_pki
 
@@ -176,6 +177,31 @@ def test_a_deleted_users_next_login_fails(secure_gateway, pki, topic, users):
              what="carol's login refused once the listener read her deletion")
     assert stored(topic) == before
     assert produce(client_config(secure_gateway, pki), topic, 1) == (1, [])
+
+
+def test_the_java_client_with_scram_sha_512_over_tls_produces_and_consumes(
+        secure_gateway, pki, topic, tmp_path, monkeypatch):
+    """Kafka's Java producer and consumer with SASL_SSL and SCRAM-SHA-512, trusting the
+    test CA as a PEM truststore and checking the server's name (https, their default)."""
+    properties = tmp_path / "client.properties"
+    properties.write_text(
+        "security.protocol=SASL_SSL\n"
+        "sasl.mechanism=SCRAM-SHA-512\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="alice" password="{PASSWORD}";\n'
+        "ssl.truststore.type=PEM\n"
+        f"ssl.truststore.location={pki.ca}\n")
+    monkeypatch.setenv("KAFKA_CLIENT_PROPERTIES", str(properties))
+    java = java_runner()
+    n = 100
+    delivered = java("produce", secure_gateway, topic, str(n), str(BASE_TS))
+    assert [d["i"] for d in delivered] == list(range(n))
+    assert stored(topic) == n
+    lines = java("consume", secure_gateway, topic, f"java-{uuid.uuid4().hex[:8]}", str(n))
+    committed = lines.pop()["committed"]
+    assert sorted(bytes.fromhex(line["key"]) for line in lines) == \
+        sorted(f"key-{i}".encode() for i in range(n))
+    assert sum(committed.values()) == n
 
 
 def test_a_super_user_administers_users_with_the_admin_client(secure_gateway, pki, topic,
