@@ -2,8 +2,9 @@
 security.py; docs/security.md), on the session's cluster: confluent-kafka producing and
 consuming with SASL_SSL and SCRAM-SHA-256, SCRAM-SHA-512 and PLAIN against credentials in
 ``__raylog_users``; kcat with SASL_SSL; ``raylog users`` and ``raylog gateway`` as commands;
-the listener actors of ``raylog start`` with SASL_SSL. Refused: a wrong password, an
-unknown user, a plaintext client against the TLS listener, a deleted user: each time nothing
+the listener actors of ``raylog start`` with SASL_SSL; Kafka's Java client with
+SCRAM-SHA-512 over TLS. Refused: a wrong password, an unknown user, a plaintext client
+against the TLS listener, a deleted user (its open connection closed too): each time nothing
 is written and the listener serves the next good client.
 
 Certificates are made by the test (tests/tls.py): a CA and a server certificate for
@@ -176,6 +177,45 @@ def test_a_deleted_users_next_login_fails(secure_gateway, pki, topic, users):
     wait_for(lambda: produce(config, topic, 1, timeout_ms=3_000)[0] == 0, timeout=60,
              what="carol's login refused once the listener read her deletion")
     assert stored(topic) == before
+    assert produce(client_config(secure_gateway, pki), topic, 1) == (1, [])
+
+
+def test_a_deleted_users_open_connection_is_closed_and_its_relogin_refused(
+        secure_gateway, pki, topic, users):
+    """A producer logged in as dave keeps its connection; deleting dave closes it on the
+    listener (Kafka's brokers would keep it until re-authentication, KIP-368): the
+    producer's reconnection is a login, refused, and none of its records land."""
+    users.put("dave", [make_credential("daves", Mechanism.SCRAM_SHA_512)])
+    errors: list = []
+    failed: list = []
+    producer = KafkaProducer({**client_config(secure_gateway, pki, "SCRAM-SHA-512", "dave",
+                                              "daves"),
+                              "acks": "all", "linger.ms": 0, "message.timeout.ms": 5_000,
+                              "error_cb": errors.append})
+
+    def send(n: int) -> int:
+        """How many of n records failed."""
+        failed.clear()
+        for i in range(n):
+            producer.produce(topic, value=b"v", key=f"d{i}".encode(),
+                             on_delivery=lambda e, _m: failed.append(e) if e else None)
+        producer.flush(30)
+        return len(failed)
+
+    wait_for(lambda: send(1) == 0, timeout=60,
+             what="dave's login, once the listener read his credential")
+    users.delete("dave", [Mechanism.SCRAM_SHA_512])
+
+    def relogin_refused() -> bool:
+        send(1)  # a record to send keeps the producer reconnecting
+        return any(e.code() == KafkaError._AUTHENTICATION for e in errors)
+
+    wait_for(relogin_refused, timeout=60,
+             what="dave's connection closed and his login refused once the listener read "
+                  "his deletion")
+    written = stored(topic)
+    assert send(5) == 5  # none delivered
+    assert stored(topic) == written
     assert produce(client_config(secure_gateway, pki), topic, 1) == (1, [])
 
 

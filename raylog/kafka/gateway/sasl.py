@@ -123,6 +123,13 @@ class SaslSession:
                     self.principal, self.mechanism)
         return answer
 
+    def revoked_by(self, user: str, mechanism: Mechanism) -> bool:
+        """Whether deleting ``user``'s ``mechanism`` credential revokes this connection's
+        login: one of that user with that mechanism, or with PLAIN (checked against either
+        SCRAM credential; a deletion of either closes it)."""
+        return (self.stage is Stage.DONE and self.principal == Principal.user(user)
+                and self.mechanism in (mechanism.sasl_name, "PLAIN"))
+
     def failure_message(self) -> str:
         """What a client is told of a failed login (Kafka's words, which do not say
         whether the user or the password was wrong)."""
