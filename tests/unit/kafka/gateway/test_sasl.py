@@ -376,3 +376,18 @@ def test_a_deleted_credential_closes_the_connections_that_logged_in_with_it(back
         credentials.put("alice", sha256, None)  # gone already: nothing more is closed
         assert metadata(alice512) == ["orders"]
         assert running.listener.revoked == 2
+
+
+def test_a_credential_deleted_during_a_scram_login_refuses_it(backend, credentials):
+    """The deletion lands between the client's first and final messages: the revocation
+    finds no logged-in connection to close, so the login's end checks the credential
+    again and refuses it."""
+    with serve(backend, SASL, credentials) as running, wire.connect(address(running)) as sock:
+        assert handshake(sock, "SCRAM-SHA-512").error_code == Code.NONE
+        client = ScramClient(Mechanism.SCRAM_SHA_512, "alice", "wonderland")
+        first = authenticate(sock, client.first())
+        assert first.error_code == Code.NONE
+        credentials.put("alice", Mechanism.SCRAM_SHA_512, None)
+        final = authenticate(sock, client.final(bytes(first.auth_bytes)))
+        assert final.error_code == Code.SASL_AUTHENTICATION_FAILED
+        assert wire.closed(sock)
