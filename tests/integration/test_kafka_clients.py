@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -76,6 +76,12 @@ def native_rows(topic: str, n: int) -> dict[bytes, tuple]:
 @pytest.fixture(scope="module")
 def java() -> Iterator:
     """Runs the Java program: ``java(command, *args)`` -> its JSON lines."""
+    return java_runner()
+
+
+def java_runner() -> Callable[..., list[dict]]:
+    """``run(command, *args)`` -> the Java program's JSON lines (skips the test when
+    Maven Central cannot be reached, maven_jars)."""
     jars = maven_jars("kafka-clients")
     classes = compile_java("kafka-clients", jars)
 

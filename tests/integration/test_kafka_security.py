@@ -2,8 +2,9 @@
 security.py; docs/security.md), on the session's cluster: confluent-kafka producing and
 consuming with SASL_SSL and SCRAM-SHA-256, SCRAM-SHA-512 and PLAIN against credentials in
 ``__raylog_users``; kcat with SASL_SSL; ``raylog users`` and ``raylog gateway`` as commands;
-the listener actors of ``raylog start`` with SASL_SSL. Refused: a wrong password, an
-unknown user, a plaintext client against the TLS listener, a deleted user: each time nothing
+the listener actors of ``raylog start`` with SASL_SSL; Kafka's Java client with
+SCRAM-SHA-512 over TLS. Refused: a wrong password, an unknown user, a plaintext client
+against the TLS listener, a deleted user (its open connection closed too): each time nothing
 is written and the listener serves the next good client.
 
 Certificates are made by the test (tests/tls.py): a CA and a server certificate for
@@ -31,6 +32,7 @@ from raylog.kafka.gateway.security import ListenerSecurity
 from raylog.kafka.gateway.users import Follower, UsersTopic, credential_follower
 from tests.children import Child
 from tests.integration.conftest import consume_all, kafka_listener, wait_for
+from tests.integration.test_kafka_clients import BASE_TS, java_runner
 from tests.integration.test_kafka_gateway import consume_with_confluent
 from tests.tls import make_pki
 
@@ -176,6 +178,70 @@ def test_a_deleted_users_next_login_fails(secure_gateway, pki, topic, users):
              what="carol's login refused once the listener read her deletion")
     assert stored(topic) == before
     assert produce(client_config(secure_gateway, pki), topic, 1) == (1, [])
+
+
+def test_a_deleted_users_open_connection_is_closed_and_its_relogin_refused(
+        secure_gateway, pki, topic, users):
+    """A producer logged in as dave keeps its connection; deleting dave closes it on the
+    listener (Kafka's brokers would keep it until re-authentication, KIP-368): the
+    producer's reconnection is a login, refused, and none of its records land."""
+    users.put("dave", [make_credential("daves", Mechanism.SCRAM_SHA_512)])
+    errors: list = []
+    failed: list = []
+    producer = KafkaProducer({**client_config(secure_gateway, pki, "SCRAM-SHA-512", "dave",
+                                              "daves"),
+                              "acks": "all", "linger.ms": 0, "message.timeout.ms": 5_000,
+                              "error_cb": errors.append})
+
+    def send(n: int) -> int:
+        """How many of n records failed."""
+        failed.clear()
+        for i in range(n):
+            producer.produce(topic, value=b"v", key=f"d{i}".encode(),
+                             on_delivery=lambda e, _m: failed.append(e) if e else None)
+        producer.flush(30)
+        return len(failed)
+
+    wait_for(lambda: send(1) == 0, timeout=60,
+             what="dave's login, once the listener read his credential")
+    users.delete("dave", [Mechanism.SCRAM_SHA_512])
+
+    def relogin_refused() -> bool:
+        send(1)  # a record to send keeps the producer reconnecting
+        return any(e.code() == KafkaError._AUTHENTICATION for e in errors)
+
+    wait_for(relogin_refused, timeout=60,
+             what="dave's connection closed and his login refused once the listener read "
+                  "his deletion")
+    written = stored(topic)
+    assert send(5) == 5  # none delivered
+    assert stored(topic) == written
+    assert produce(client_config(secure_gateway, pki), topic, 1) == (1, [])
+
+
+def test_the_java_client_with_scram_sha_512_over_tls_produces_and_consumes(
+        secure_gateway, pki, topic, tmp_path, monkeypatch):
+    """Kafka's Java producer and consumer with SASL_SSL and SCRAM-SHA-512, trusting the
+    test CA as a PEM truststore and checking the server's name (https, their default)."""
+    properties = tmp_path / "client.properties"
+    properties.write_text(
+        "security.protocol=SASL_SSL\n"
+        "sasl.mechanism=SCRAM-SHA-512\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="alice" password="{PASSWORD}";\n'
+        "ssl.truststore.type=PEM\n"
+        f"ssl.truststore.location={pki.ca}\n")
+    monkeypatch.setenv("KAFKA_CLIENT_PROPERTIES", str(properties))
+    java = java_runner()
+    n = 100
+    delivered = java("produce", secure_gateway, topic, str(n), str(BASE_TS))
+    assert [d["i"] for d in delivered] == list(range(n))
+    assert stored(topic) == n
+    lines = java("consume", secure_gateway, topic, f"java-{uuid.uuid4().hex[:8]}", str(n))
+    committed = lines.pop()["committed"]
+    assert sorted(bytes.fromhex(line["key"]) for line in lines) == \
+        sorted(f"key-{i}".encode() for i in range(n))
+    assert sum(committed.values()) == n
 
 
 def test_a_super_user_administers_users_with_the_admin_client(secure_gateway, pki, topic,

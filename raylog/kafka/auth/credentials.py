@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
+from collections.abc import Callable
 
 from raylog.errors import CorruptRecordError
 from raylog.kafka.auth.scram import Credential, Mechanism
@@ -66,11 +67,24 @@ def decode(key: bytes, value: bytes | None) -> tuple[str, Mechanism, Credential 
 class CredentialStore:
     """The credentials of every user, by (user, mechanism): what a listener checks logins
     against. Fed with :meth:`apply` (records of ``__raylog_users`` in offset order) from one
-    thread while others read: every method takes the store's lock."""
+    thread while others read: every method takes the store's lock. Watchers
+    (:meth:`watch`) are told of each credential deleted, on the thread that deleted it,
+    outside the lock."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._credentials: dict[tuple[str, Mechanism], Credential] = {}
+        self._watchers: list[Callable[[str, Mechanism], None]] = []
+
+    def watch(self, deleted: Callable[[str, Mechanism], None]) -> None:
+        """Call ``deleted(user, mechanism)`` after each credential that existed is deleted
+        (a listener closing the connections that logged in with it)."""
+        with self._lock:
+            self._watchers.append(deleted)
+
+    def unwatch(self, deleted: Callable[[str, Mechanism], None]) -> None:
+        with self._lock:
+            self._watchers.remove(deleted)
 
     def apply(self, key: bytes, value: bytes | None) -> None:
         user, mechanism, credential = decode(key, value)
@@ -79,10 +93,13 @@ class CredentialStore:
     def put(self, user: str, mechanism: Mechanism, credential: Credential | None) -> None:
         """Set (or with None, delete) one credential."""
         with self._lock:
-            if credential is None:
-                self._credentials.pop((user, mechanism), None)
-            else:
+            if credential is not None:
                 self._credentials[(user, mechanism)] = credential
+                return
+            existed = self._credentials.pop((user, mechanism), None) is not None
+            watchers = list(self._watchers)
+        for deleted in watchers if existed else ():
+            deleted(user, mechanism)
 
     def get(self, user: str, mechanism: Mechanism) -> Credential | None:
         with self._lock:

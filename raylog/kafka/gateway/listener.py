@@ -23,6 +23,10 @@ subject, or ``User:ANONYMOUS``), and on a SASL listener serves a connection noth
 ApiVersions and the login's APIs until it logged in (raylog/kafka/gateway/sasl.py; with
 SaslHandshake v0 the tokens come as raw frames, passed to the connection's SaslSession).
 Connections beyond ``max_connections_per_ip`` from one address are closed as accepted.
+When a user's credential is deleted (the credentials' follower reads its tombstone), the
+connections that logged in with it are closed at once: Kafka's brokers keep them until they
+re-authenticate (KIP-368), raylog does not wait; their clients' reconnection is a new login,
+refused.
 
 Whatever one connection sends, only that connection is closed: no other connection sees it,
 the listener goes on accepting, and nothing reaches the cluster from a request that was not
@@ -44,6 +48,7 @@ from raylog.errors import AuthenticationError, SecurityConfigError
 from raylog.kafka import records
 from raylog.kafka.auth.credentials import CredentialStore
 from raylog.kafka.auth.principal import from_certificate
+from raylog.kafka.auth.scram import Mechanism
 from raylog.kafka.auth.throttle import ConnectionLimit, FailureThrottle
 from raylog.kafka.gateway import produce_frame, versions
 from raylog.kafka.gateway.access import Access
@@ -83,7 +88,8 @@ class KafkaListener:
     ``access``: its authorizer (ACLs; raylog/kafka/gateway/access.py), None for none.
     Counters (read from any thread): ``connections`` open now, ``accepted`` in all,
     ``answered`` requests, ``refused`` connections closed for bad input or idleness,
-    ``authentication_failures``.
+    ``authentication_failures``, ``revoked`` connections closed as their user's credential
+    was deleted.
     Its coroutines run on the event loop that called :meth:`start`.
     """
 
@@ -116,8 +122,11 @@ class KafkaListener:
         self.accepted = 0
         self.answered = 0
         self.refused = 0
+        self.revoked = 0
         self._server: asyncio.base_events.Server | None = None
         self._serving: set[asyncio.Task] = set()
+        self._open: dict[asyncio.Task, Connection] = {}  # by the task serving it
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self) -> tuple[str, int]:
         """Listen; returns (host, port) listened on. Warns when the records' translation is
@@ -131,10 +140,16 @@ class KafkaListener:
                                                   backlog=1024,
                                                   ssl=self.security.ssl_context())
         self.port = self._server.sockets[0].getsockname()[1]
+        if self.credentials is not None:
+            self._loop = asyncio.get_running_loop()
+            self.credentials.watch(self._credential_deleted)
         return self.host, self.port
 
     async def close(self) -> None:
         """Stop accepting and close every connection (their handlers are cancelled)."""
+        if self._loop is not None:
+            self.credentials.unwatch(self._credential_deleted)
+            self._loop = None
         if self._server is not None:
             self._server.close()
         for task in list(self._serving):
@@ -159,6 +174,7 @@ class KafkaListener:
         self.connections += 1
         self.accepted += 1
         conn = self._connection(address, peer, writer)
+        self._open[task] = conn
         try:
             await self._serve(reader, writer, conn)
         except asyncio.CancelledError:
@@ -174,9 +190,30 @@ class KafkaListener:
             if conn.sasl is not None and conn.sasl.stage is Stage.FAILED:
                 self.authentication_failures += 1
             self._serving.discard(task)
+            self._open.pop(task, None)
             writer.close()
             with contextlib.suppress(Exception):  # the peer may be gone already
                 await writer.wait_closed()
+
+    def _credential_deleted(self, user: str, mechanism: Mechanism) -> None:
+        """The credentials' watcher (the follower's thread): the revocation runs on the
+        listener's loop."""
+        loop = self._loop
+        if loop is None:
+            return
+        # a loop already stopped has no connections left to close
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(self._revoke, user, mechanism)
+
+    def _revoke(self, user: str, mechanism: Mechanism) -> None:
+        """Close the connections that logged in as ``user`` with the deleted credential:
+        their serving tasks are cancelled, which closes the socket (as close() does)."""
+        for task, conn in list(self._open.items()):
+            if conn.sasl is not None and conn.sasl.revoked_by(user, mechanism):
+                logger.info("closing Kafka connection from %s: the %s credential of %s "
+                            "was deleted", conn.peer, mechanism.sasl_name, conn.principal)
+                self.revoked += 1
+                task.cancel()
 
     def _connection(self, address: str, peer: tuple | None,
                     writer: asyncio.StreamWriter) -> Connection:

@@ -31,7 +31,7 @@ from typing import Any
 
 from raylog.errors import AuthenticationError
 from raylog.kafka.auth import plain
-from raylog.kafka.auth.credentials import CredentialStore
+from raylog.kafka.auth.credentials import PLAIN_CHECKED_WITH, CredentialStore
 from raylog.kafka.auth.principal import Principal
 from raylog.kafka.auth.scram import Mechanism, ScramServer
 from raylog.kafka.auth.throttle import FailureThrottle
@@ -111,17 +111,36 @@ class SaslSession:
             user, password = plain.parse(token)
             if not await asyncio.to_thread(self.credentials.check_password, user, password):
                 raise AuthenticationError(f"wrong password or unknown user {user!r}")
-            return self._logged_in(user, b"")
+            still = any(self.credentials.get(user, m) for m in PLAIN_CHECKED_WITH)
+            return self._logged_in(user, b"", still)
         if self._scram.user is None:
             return self._scram.first(token)
-        return self._logged_in(self._scram.user, self._scram.final(token))
+        answer = self._scram.final(token)
+        user = self._scram.user
+        return self._logged_in(user, answer,
+                               self.credentials.get(user, self._scram.mechanism) is not None)
 
-    def _logged_in(self, user: str, answer: bytes) -> bytes:
+    def _logged_in(self, user: str, answer: bytes, still_there: bool) -> bytes:
+        """The login succeeds, unless the credential it was checked against was deleted
+        meanwhile (``still_there`` False): the listener closes a logged-in connection on
+        such a deletion (revoked_by), so one completing after it is refused. Checked and
+        done with no await between, on the loop the listener's revocation runs on."""
+        if not still_there:
+            raise AuthenticationError(f"the credential of {user!r} was deleted during "
+                                      f"the login")
+
         self.stage = Stage.DONE
         self.principal = Principal.user(user)
         logger.info("Kafka client %s authenticated as %s (SASL/%s)", self.address,
                     self.principal, self.mechanism)
         return answer
+
+    def revoked_by(self, user: str, mechanism: Mechanism) -> bool:
+        """Whether deleting ``user``'s ``mechanism`` credential revokes this connection's
+        login: one of that user with that mechanism, or with PLAIN (checked against either
+        SCRAM credential; a deletion of either closes it)."""
+        return (self.stage is Stage.DONE and self.principal == Principal.user(user)
+                and self.mechanism in (mechanism.sasl_name, "PLAIN"))
 
     def failure_message(self) -> str:
         """What a client is told of a failed login (Kafka's words, which do not say

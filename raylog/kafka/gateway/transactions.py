@@ -18,6 +18,15 @@ get INVALID_PRODUCER_EPOCH (47), as Kafka's brokers do.
 
 TxnOffsetCommit (28, v0-3) forwards to the controller's ``txn_offset_commit``: the offsets
 become the group's when the transaction commits (docs/groups.md).
+
+With an authorizer (raylog/kafka/gateway/access.py), as Kafka's brokers: AddPartitionsToTxn,
+AddOffsetsToTxn, EndTxn and TxnOffsetCommit need WRITE on the transactional id
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED for the whole request); then AddPartitionsToTxn WRITE
+on each topic (TOPIC_AUTHORIZATION_FAILED for its partitions, the others
+OPERATION_NOT_ATTEMPTED, nothing added), AddOffsetsToTxn READ on the group
+(GROUP_AUTHORIZATION_FAILED), TxnOffsetCommit READ on the group (GROUP_AUTHORIZATION_FAILED
+for every partition) and READ on each topic (TOPIC_AUTHORIZATION_FAILED for its partitions,
+the others committed). A refused request never reaches the coordinator.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import logging
 from typing import Any
 
 from raylog.errors import ProducerFencedError, RaylogError
+from raylog.kafka.auth.acls import Operation, ResourceType
 from raylog.kafka.gateway.dispatch import Context, Dispatch
 from raylog.kafka.gateway.errors import Code
 from raylog.kafka.gateway.groups import group_code, known_partition
@@ -47,6 +57,10 @@ def txn_code(error: RaylogError, api_key: int, version: int) -> int:
     if isinstance(error, ProducerFencedError) and version < _KNOWS_FENCED[api_key]:
         return Code.INVALID_PRODUCER_EPOCH
     return group_code(error)
+
+
+def _may_write_id(ctx: Context, transactional_id: str) -> bool:
+    return ctx.allows(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
 
 
 async def _coordinator(ctx: Context, method: str, *args: Any) -> Any:
@@ -71,15 +85,25 @@ async def init_transactional_producer(ctx: Context, version: int, request: Any) 
 
 
 async def handle_add_partitions(ctx: Context, version: int, request: Any) -> Any:
-    """Partitions of unknown topics or out of range answer UNKNOWN_TOPIC_OR_PARTITION and
-    the others OPERATION_NOT_ATTEMPTED, nothing added (Kafka's rule); otherwise all are
-    added or all answer the coordinator's code."""
+    """Partitions of topics the principal may not write answer TOPIC_AUTHORIZATION_FAILED,
+    those of unknown topics or out of range UNKNOWN_TOPIC_OR_PARTITION and the others
+    OPERATION_NOT_ATTEMPTED, nothing added (Kafka's rule); otherwise all are added or all
+    answer the coordinator's code."""
     cls = response_class(ADD_PARTITIONS_KEY, version)
     asked = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
-    unknown = {tp for tp in asked if not await known_partition(ctx, *tp)}
-    if unknown:
-        codes = {tp: Code.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
-                 else Code.OPERATION_NOT_ATTEMPTED for tp in asked}
+    refused: dict[tuple[str, int], int] = {}
+    if not _may_write_id(ctx, request.v3_and_below_transactional_id):
+        refused = dict.fromkeys(asked, Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    else:
+        writable = {t: ctx.allows(Operation.WRITE, ResourceType.TOPIC, t)
+                    for t in {t for t, _ in asked}}
+        for tp in asked:
+            if not writable[tp[0]]:
+                refused[tp] = Code.TOPIC_AUTHORIZATION_FAILED
+            elif not await known_partition(ctx, *tp):
+                refused[tp] = Code.UNKNOWN_TOPIC_OR_PARTITION
+    if refused:
+        codes = {tp: refused.get(tp, Code.OPERATION_NOT_ATTEMPTED) for tp in asked}
     else:
         code = Code.NONE
         try:
@@ -102,6 +126,10 @@ async def handle_add_partitions(ctx: Context, version: int, request: Any) -> Any
 
 async def handle_add_offsets(ctx: Context, version: int, request: Any) -> Any:
     cls = response_class(ADD_OFFSETS_KEY, version)
+    if not _may_write_id(ctx, request.transactional_id):
+        return cls(throttle_time_ms=0, error_code=Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if not ctx.allows(Operation.READ, ResourceType.GROUP, request.group_id):
+        return cls(throttle_time_ms=0, error_code=Code.GROUP_AUTHORIZATION_FAILED)
     try:
         await _coordinator(ctx, "txn_add_offsets", request.transactional_id,
                            request.producer_id, request.producer_epoch, request.group_id)
@@ -113,6 +141,8 @@ async def handle_add_offsets(ctx: Context, version: int, request: Any) -> Any:
 
 async def handle_end_txn(ctx: Context, version: int, request: Any) -> Any:
     cls = response_class(END_TXN_KEY, version)
+    if not _may_write_id(ctx, request.transactional_id):
+        return cls(throttle_time_ms=0, error_code=Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     try:
         await _coordinator(ctx, "txn_end", request.transactional_id, request.producer_id,
                            request.producer_epoch, bool(request.committed))
@@ -131,9 +161,19 @@ async def handle_txn_offset_commit(ctx: Context, version: int, request: Any) -> 
     cls = response_class(TXN_OFFSET_COMMIT_KEY, version)
     codes: dict[tuple[str, int], int] = {}
     entries = []
+    whole = None
+    if not _may_write_id(ctx, request.transactional_id):
+        whole = Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    elif not ctx.allows(Operation.READ, ResourceType.GROUP, request.group_id):
+        whole = Code.GROUP_AUTHORIZATION_FAILED
     for topic in request.topics:
+        denied = whole
+        if denied is None and not ctx.allows(Operation.READ, ResourceType.TOPIC, topic.name):
+            denied = Code.TOPIC_AUTHORIZATION_FAILED
         for p in topic.partitions:
-            if await known_partition(ctx, topic.name, p.partition_index):
+            if denied is not None:
+                codes[topic.name, p.partition_index] = denied
+            elif await known_partition(ctx, topic.name, p.partition_index):
                 entries.append((topic.name, p.partition_index, p.committed_offset,
                                 p.committed_metadata or ""))
             else:

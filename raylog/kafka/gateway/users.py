@@ -12,8 +12,9 @@ keeps the ACLs of ``__raylog_acls`` (raylog/kafka/auth/acls.py; :func:`acl_follo
   the topic by a thread of its own. :meth:`Follower.start` returns once every
   record written before it has been read (the first login already sees every user), then
   the thread follows: a user added or deleted reaches the listener within one poll
-  (``poll_ms``), and a deleted user's next login fails. (A connection that logged in
-  before stays logged in: Kafka's brokers do the same without re-authentication.)
+  (``poll_ms``), and a deleted user's next login fails; the listener, watching the store,
+  closes the connections that logged in with a deleted credential
+  (raylog/kafka/gateway/listener.py).
 
 The topic is created on first use, as ``_schemas`` is: one partition, replicated as
 ``__consumer_offsets`` (min(3, live brokers)).

@@ -1,3 +1,6 @@
+import java.io.FileReader;
+import java.io.IOException;
+import java.io.Reader;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -49,6 +52,9 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  *
  * Record i has key "key-i", value "value-i-" repeated 3 times, timestamp BASE_TS + i,
  * headers ("n", "i") and ("empty", "").
+ *
+ * When the environment names a properties file in KAFKA_CLIENT_PROPERTIES, its entries are
+ * added to every client's configuration (security.protocol, sasl.*, ssl.*).
  */
 public final class KafkaClientsCheck {
     private static final HexFormat HEX = HexFormat.of();
@@ -62,6 +68,17 @@ public final class KafkaClientsCheck {
             case "admin" -> admin(args[1], args[2]);
             default -> throw new IllegalArgumentException("unknown command " + args[0]);
         }
+    }
+
+    /** props with the entries of the file KAFKA_CLIENT_PROPERTIES names, if it names one. */
+    private static Properties withClientProperties(Properties props) throws IOException {
+        String file = System.getenv("KAFKA_CLIENT_PROPERTIES");
+        if (file != null && !file.isEmpty()) {
+            try (Reader in = new FileReader(file, StandardCharsets.UTF_8)) {
+                props.load(in);
+            }
+        }
+        return props;
     }
 
     private static String quote(String s) {
@@ -86,6 +103,7 @@ public final class KafkaClientsCheck {
         props.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "120000");
         props.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class);
         props.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class);
+        withClientProperties(props);
         try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(props)) {
             List<Future<RecordMetadata>> sent = new ArrayList<>();
             for (int i = 0; i < n; i++) {
@@ -104,7 +122,8 @@ public final class KafkaClientsCheck {
         }
     }
 
-    private static void consume(String bootstrap, String topic, String group, int n) {
+    private static void consume(String bootstrap, String topic, String group, int n)
+            throws IOException {
         Properties props = new Properties();
         props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         props.put(ConsumerConfig.GROUP_ID_CONFIG, group);
@@ -112,6 +131,7 @@ public final class KafkaClientsCheck {
         props.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
         props.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class);
         props.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class);
+        withClientProperties(props);
         try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(props)) {
             consumer.subscribe(List.of(topic));
             int seen = 0;
@@ -153,7 +173,7 @@ public final class KafkaClientsCheck {
         Properties props = new Properties();
         props.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         props.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "120000");
-        try (Admin admin = Admin.create(props)) {
+        try (Admin admin = Admin.create(withClientProperties(props))) {
             admin.createTopics(List.of(new NewTopic(topic, 3, (short) 1))).all().get();
             System.out.println("{\"created\": " + quote(topic) + "}");
 

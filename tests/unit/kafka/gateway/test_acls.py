@@ -15,7 +15,11 @@ from kafka.protocol.admin import (
 )
 from kafka.protocol.consumer import JoinGroupRequest, OffsetCommitRequest, OffsetFetchRequest
 from kafka.protocol.metadata import MetadataRequest
-from kafka.protocol.producer import InitProducerIdRequest
+from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
+    EndTxnRequest,
+    InitProducerIdRequest,
+)
 
 from raylog.kafka.auth.acls import (
     AclBinding,
@@ -33,6 +37,7 @@ from raylog.kafka.gateway.listener import KafkaListener, ListenerThread
 from tests.unit.kafka.builders import kafka_batch
 from tests.unit.kafka.gateway import wire
 from tests.unit.kafka.gateway.test_produce_fetch import RECORDS, fetch, partition_answer, produce
+from tests.unit.kafka.gateway.test_transactions import add_partitions, txn_offset_commit
 
 ANON = "User:ANONYMOUS"
 T, G, C = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
@@ -158,6 +163,90 @@ def test_a_transactional_id_needs_write_on_it(addr, backend, authorizer, caplog)
     assert init() == Code.NONE
     assert asked == ["txn_init_producer_id"]
     assert "DENIED" not in caplog.text
+
+
+X = ResourceType.TRANSACTIONAL_ID
+
+
+@pytest.fixture
+def asked(backend) -> list:
+    """The coordinator's calls: the fake controller records each and answers it."""
+    calls: list = []
+
+    async def coordinator(method: str, *args, timeout_s: float):
+        calls.append(method)
+        return 4242, 0
+
+    backend.controller_call = coordinator
+    return calls
+
+
+def test_add_partitions_to_txn_needs_write_on_the_id_and_on_each_topic(addr, authorizer,
+                                                                       asked, caplog):
+    caplog.set_level(logging.INFO, logger="raylog.audit")
+    both = {"orders": [0], "payments": [0]}
+    assert add_partitions(addr, both) == dict.fromkeys(
+        [("orders", 0), ("payments", 0)], Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    assert "operation=WRITE resource=TRANSACTIONAL_ID:tx" in caplog.text
+    authorizer.add(acl(Operation.WRITE, type_=X, name="tx"))
+    authorizer.add(acl(Operation.WRITE, name="orders"))
+    assert add_partitions(addr, {**both, "nope": [0]}) == {
+        ("orders", 0): Code.OPERATION_NOT_ATTEMPTED,
+        ("payments", 0): Code.TOPIC_AUTHORIZATION_FAILED,
+        ("nope", 0): Code.TOPIC_AUTHORIZATION_FAILED}  # unknown and not writable: denied
+    assert not asked  # nothing added
+    assert add_partitions(addr, {"orders": [0]}) == {("orders", 0): Code.NONE}
+    assert asked == ["txn_add_partitions"]
+
+
+def test_add_offsets_to_txn_needs_write_on_the_id_and_read_on_the_group(addr, authorizer,
+                                                                        asked):
+    def add_offsets():
+        return wire.call(addr, AddOffsetsToTxnRequest[3](
+            transactional_id="tx", producer_id=4242, producer_epoch=0, group_id="g"),
+            3).error_code
+
+    assert add_offsets() == Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    authorizer.add(acl(Operation.WRITE, type_=X, name="tx"))
+    assert add_offsets() == Code.GROUP_AUTHORIZATION_FAILED
+    assert not asked
+    authorizer.add(acl(Operation.READ, type_=G, name="g"))
+    assert add_offsets() == Code.NONE
+    assert asked == ["txn_add_offsets"]
+
+
+def test_end_txn_needs_write_on_the_id(addr, authorizer, asked):
+    def end():
+        return wire.call(addr, EndTxnRequest[3](
+            transactional_id="tx", producer_id=4242, producer_epoch=0, committed=True),
+            3).error_code
+
+    assert end() == Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    authorizer.add(acl(Operation.READ, type_=X, name="tx"))  # READ is not WRITE
+    assert end() == Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert not asked
+    authorizer.add(acl(Operation.WRITE, type_=X, name="t", pattern=P))
+    assert end() == Code.NONE
+    assert asked == ["txn_end"]
+
+
+def test_txn_offset_commit_needs_write_on_the_id_and_read_on_the_group_and_topics(
+        addr, authorizer, asked):
+    offsets = {("orders", 0): 1, ("payments", 0): 2}
+
+    def commit():
+        return txn_offset_commit(addr, 3, offsets)
+
+    assert commit() == dict.fromkeys(offsets, Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    authorizer.add(acl(Operation.WRITE, type_=X, name="tx"))
+    assert commit() == dict.fromkeys(offsets, Code.GROUP_AUTHORIZATION_FAILED)
+    authorizer.add(acl(Operation.READ, type_=G, name="g"))
+    assert commit() == dict.fromkeys(offsets, Code.TOPIC_AUTHORIZATION_FAILED)
+    assert not asked
+    authorizer.add(acl(Operation.READ, name="orders"))
+    assert commit() == {("orders", 0): Code.NONE,
+                        ("payments", 0): Code.TOPIC_AUTHORIZATION_FAILED}
+    assert asked == ["txn_offset_commit"]
 
 
 def test_delete_topics_needs_delete(addr, backend, authorizer):

@@ -339,3 +339,55 @@ def eventually(condition) -> bool:
 
 def settles_to(running: ListenerThread, count: int) -> bool:
     return eventually(lambda: running.listener.connections == count)
+
+
+def test_a_deleted_credential_closes_the_connections_that_logged_in_with_it(backend,
+                                                                            credentials):
+    """Deleting alice's SCRAM-SHA-256 credential (the follower applying its tombstone, on
+    another thread) closes her SCRAM-SHA-256 and PLAIN connections at once; her
+    SCRAM-SHA-512 one, bob's, and one still logging in stay; her next login with it fails."""
+    credentials.put("bob", Mechanism.SCRAM_SHA_256,
+                    make_credential("builder", Mechanism.SCRAM_SHA_256))
+    sha256, sha512 = Mechanism.SCRAM_SHA_256, Mechanism.SCRAM_SHA_512
+    with serve(backend, SASL, credentials) as running, \
+            wire.connect(address(running)) as alice256, \
+            wire.connect(address(running)) as alice512, \
+            wire.connect(address(running)) as alice_plain, \
+            wire.connect(address(running)) as bob, \
+            wire.connect(address(running)) as anonymous:
+        assert scram_login(alice256, sha256, "alice", "wonderland").error_code == Code.NONE
+        assert scram_login(alice512, sha512, "alice", "wonderland").error_code == Code.NONE
+        assert handshake(alice_plain, "PLAIN").error_code == Code.NONE
+        assert authenticate(alice_plain, b"\0alice\0wonderland").error_code == Code.NONE
+        assert scram_login(bob, sha256, "bob", "builder").error_code == Code.NONE
+        assert handshake(anonymous, "SCRAM-SHA-256").error_code == Code.NONE
+        credentials.put("alice", sha256, None)
+        assert wire.closed(alice256) and wire.closed(alice_plain)
+        assert eventually(lambda: running.listener.revoked == 2)
+        for sock in (alice512, bob):
+            assert metadata(sock) == ["orders"]
+        client = ScramClient(sha256, "alice", "wonderland")
+        first = authenticate(anonymous, client.first())  # an unknown user gets a made-up salt
+        assert authenticate(anonymous, client.final(bytes(first.auth_bytes))).error_code == \
+            Code.SASL_AUTHENTICATION_FAILED
+        with wire.connect(address(running)) as again:
+            assert scram_login(again, sha256, "alice", "wonderland").error_code == \
+                Code.SASL_AUTHENTICATION_FAILED
+        credentials.put("alice", sha256, None)  # gone already: nothing more is closed
+        assert metadata(alice512) == ["orders"]
+        assert running.listener.revoked == 2
+
+
+def test_a_credential_deleted_during_a_scram_login_refuses_it(backend, credentials):
+    """The deletion lands between the client's first and final messages: the revocation
+    finds no logged-in connection to close, so the login's end checks the credential
+    again and refuses it."""
+    with serve(backend, SASL, credentials) as running, wire.connect(address(running)) as sock:
+        assert handshake(sock, "SCRAM-SHA-512").error_code == Code.NONE
+        client = ScramClient(Mechanism.SCRAM_SHA_512, "alice", "wonderland")
+        first = authenticate(sock, client.first())
+        assert first.error_code == Code.NONE
+        credentials.put("alice", Mechanism.SCRAM_SHA_512, None)
+        final = authenticate(sock, client.final(bytes(first.auth_bytes)))
+        assert final.error_code == Code.SASL_AUTHENTICATION_FAILED
+        assert wire.closed(sock)
