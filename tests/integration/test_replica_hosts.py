@@ -26,7 +26,7 @@ from tests.integration.test_replication import (
 )
 from tests.integration.workload import Workload
 
-PARTITIONS = 8  # on the two-process broker: enough that both take some, whatever it held
+PARTITIONS = 8  # on the two-process broker, beyond what evens out its processes' loads
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +53,22 @@ def hosts_of(ray_cluster, topic: str, broker: int) -> dict[int, object]:
             if broker in p.get("hosts", {})}
 
 
+def to_spread(ray_cluster, admin: Admin, broker: int, partitions: int,
+              replication_factor: int) -> int:
+    """Partitions a new topic needs for both of ``broker``'s processes to take ``partitions``
+    or so between them: each new replica goes to the less loaded process (a leader weighs
+    two, a follower one: raylog/metadata/hosts.py), so first as many as the loads the earlier
+    tests left differ by, with margin for the replicas placed on other brokers."""
+    names = admin.list_topics(include_internal=True)
+    load = [0, 0]  # the broker actor's own process, its replica host
+    for topic in ray_cluster.raylog.controller.metadata(names).values():
+        for p in topic["partitions"]:
+            if broker in p["replicas"]:
+                load[broker in p.get("hosts", {})] += 2 if p["leader"] == broker else 1
+    brokers = len(ray_cluster.brokers())
+    return partitions + -(-abs(load[0] - load[1]) * brokers // replication_factor)
+
+
 def pid_of(handle) -> int:
     return ray._private.state.actors(handle._actor_id.hex())["Pid"]
 
@@ -61,10 +77,11 @@ def pid_of(handle) -> int:
 def test_a_brokers_partitions_spread_over_its_two_processes_and_are_served(
         ray_cluster, admin, topic_name):
     broker, node = two_process_broker(ray_cluster)
-    create_replicated(admin, topic_name, partitions=PARTITIONS)
+    partitions = to_spread(ray_cluster, admin, broker, PARTITIONS, 3)
+    create_replicated(admin, topic_name, partitions=partitions)
     # Spread by load: some on the broker's own process, some on its replica host (how many
     # each depends on what the broker held before, from earlier tests).
-    wait_for(lambda: 0 < len(hosts_of(ray_cluster, topic_name, broker)) < PARTITIONS,
+    wait_for(lambda: 0 < len(hosts_of(ray_cluster, topic_name, broker)) < partitions,
              timeout=60, what="partitions on both processes")
     hosts = hosts_of(ray_cluster, topic_name, broker)
     broker_actor = ray.get_actor(broker_actor_name(node), namespace=NAMESPACE)
@@ -72,19 +89,19 @@ def test_a_brokers_partitions_spread_over_its_two_processes_and_are_served(
     assert {pid_of(h) for h in hosts.values()} - {broker_pid}, "the host is another process"
     # Every replica is held, on whichever process serves it.
     held = [r for r in admin.describe_replicas(topic_name) if r["broker_id"] == broker]
-    assert sorted(r["partition"] for r in held) == list(range(PARTITIONS))
+    assert sorted(r["partition"] for r in held) == list(range(partitions))
     with Producer(acks="all", cluster=ray_cluster.raylog) as producer:
-        futures = [producer.send(topic_name, f"v{i}".encode(), partition=i % PARTITIONS)
+        futures = [producer.send(topic_name, f"v{i}".encode(), partition=i % partitions)
                    for i in range(400)]
         assert all(f.result(60).offset >= 0 for f in futures)
     # Clients call the process serving each replica of the broker (the leader's too).
     meta = ray_cluster.raylog.topic(topic_name, refresh=True)
-    for p in range(PARTITIONS):
+    for p in range(partitions):
         client = meta.partitions[p].clients[broker]
         assert client.handle._actor_id == hosts.get(p, broker_actor)._actor_id, p
-    records = consume_all(topic_name, PARTITIONS, 400)
+    records = consume_all(topic_name, partitions, 400)
     assert sorted(r.value for r in records) == sorted(f"v{i}".encode() for i in range(400))
-    assert_replicas_identical(admin, topic_name, PARTITIONS)
+    assert_replicas_identical(admin, topic_name, partitions)
 
 
 @pytest.mark.cluster
@@ -164,7 +181,7 @@ def test_produce_batches_passes_on_in_order_what_its_other_host_serves(ray_clust
     from tests.integration.test_kafka_merged_appends import batch
 
     broker, node = two_process_broker(ray_cluster)
-    partitions = 24
+    partitions = to_spread(ray_cluster, admin, broker, 24, 1)
     admin.create_topic(topic_name, partitions=partitions, replication_factor=1)
     meta = ray_cluster.raylog.topic(topic_name, refresh=True)
     mine = {p: meta.partitions[p].leader_client().leader_epoch for p in range(partitions)
