@@ -182,7 +182,9 @@ def gateway(ray_cluster) -> Iterator[str]:
 @pytest.fixture
 def topic(ray_cluster, topic_name, request) -> str:
     """A fresh topic of the test module's ``PARTITIONS`` partitions (3 if it names none),
-    replicated on three brokers."""
+    replicated on three brokers (once three are alive: an earlier test may have killed or
+    stopped one, which comes back)."""
+    wait_for(lambda: len(ray_cluster.broker_ids) >= 3, timeout=120, what="three live brokers")
     Admin().create_topic(topic_name, partitions=getattr(request.module, "PARTITIONS", 3),
                          replication_factor=3)
     return topic_name
