@@ -241,7 +241,7 @@ class Authorizer:
             found = list(self._bindings)
         if acl_filter is not None:
             found = [b for b in found if acl_filter.matches(b)]
-        return sorted(found, key=lambda b: json.dumps(b.to_json(), sort_keys=True))
+        return sorted(found, key=record_key)
 
     def has_acls(self) -> bool:
         with self._lock:

@@ -222,16 +222,18 @@ async def known_partition(ctx: Context, topic: str, partition: int) -> bool:
     return 0 <= partition < meta.num_partitions
 
 
-async def handle_offset_commit(ctx: Context, version: int, request: Any) -> Any:
-    cls = response_class(OFFSET_COMMIT_KEY, version)
+async def offsets_to_commit(ctx: Context, topics: Any, refused: int | None
+                            ) -> tuple[dict[tuple[str, int], int], list[tuple]]:
+    """An offset commit's ``topics`` (OffsetCommit's or TxnOffsetCommit's) sorted: the codes
+    of the partitions not to commit (``refused`` for every one when given, else
+    TOPIC_AUTHORIZATION_FAILED for a topic the principal may not read,
+    UNKNOWN_TOPIC_OR_PARTITION for an unknown partition) and the (topic, partition, offset,
+    metadata) entries of the others."""
     codes: dict[tuple[str, int], int] = {}
     entries = []
-    group_denied = not _may_read_group(ctx, request.group_id)
-    for topic in request.topics:
-        denied = None
-        if group_denied:
-            denied = Code.GROUP_AUTHORIZATION_FAILED
-        elif not ctx.allows(Operation.READ, ResourceType.TOPIC, topic.name):
+    for topic in topics:
+        denied = refused
+        if denied is None and not ctx.allows(Operation.READ, ResourceType.TOPIC, topic.name):
             denied = Code.TOPIC_AUTHORIZATION_FAILED
         for p in topic.partitions:
             if denied is not None:
@@ -241,6 +243,14 @@ async def handle_offset_commit(ctx: Context, version: int, request: Any) -> Any:
                                 p.committed_metadata or ""))
             else:
                 codes[topic.name, p.partition_index] = Code.UNKNOWN_TOPIC_OR_PARTITION
+    return codes, entries
+
+
+async def handle_offset_commit(ctx: Context, version: int, request: Any) -> Any:
+    cls = response_class(OFFSET_COMMIT_KEY, version)
+    codes, entries = await offsets_to_commit(
+        ctx, request.topics,
+        None if _may_read_group(ctx, request.group_id) else Code.GROUP_AUTHORIZATION_FAILED)
     # A commit outside the group's membership (a consumer that assigns itself) carries no
     # member id and generation -1: raylog's commit outside any membership.
     member_id = request.member_id or None

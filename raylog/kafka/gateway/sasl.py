@@ -35,6 +35,7 @@ from raylog.kafka.auth.credentials import PLAIN_CHECKED_WITH, CredentialStore
 from raylog.kafka.auth.principal import Principal
 from raylog.kafka.auth.scram import Mechanism, ScramServer
 from raylog.kafka.auth.throttle import FailureThrottle
+from raylog.kafka.gateway import versions
 from raylog.kafka.gateway.dispatch import Context, Dispatch
 from raylog.kafka.gateway.errors import Code
 from raylog.kafka.gateway.protocol import response_class
@@ -44,7 +45,7 @@ logger = logging.getLogger(__name__)
 HANDSHAKE_KEY = 17
 AUTHENTICATE_KEY = 36
 # What an unauthenticated connection of a SASL listener may ask
-ALLOWED_BEFORE_LOGIN = frozenset({18, HANDSHAKE_KEY, AUTHENTICATE_KEY})
+ALLOWED_BEFORE_LOGIN = frozenset({versions.API_KEY, HANDSHAKE_KEY, AUTHENTICATE_KEY})
 
 
 class Stage(enum.Enum):

@@ -38,7 +38,7 @@ from raylog.errors import ProducerFencedError, RaylogError
 from raylog.kafka.auth.acls import Operation, ResourceType
 from raylog.kafka.gateway.dispatch import Context, Dispatch
 from raylog.kafka.gateway.errors import Code
-from raylog.kafka.gateway.groups import group_code, known_partition
+from raylog.kafka.gateway.groups import group_code, known_partition, offsets_to_commit
 from raylog.kafka.gateway.protocol import response_class
 
 logger = logging.getLogger(__name__)
@@ -159,25 +159,12 @@ async def handle_txn_offset_commit(ctx: Context, version: int, request: Any) -> 
     Unknown partitions answer UNKNOWN_TOPIC_OR_PARTITION; the rest all answer the
     coordinator's code."""
     cls = response_class(TXN_OFFSET_COMMIT_KEY, version)
-    codes: dict[tuple[str, int], int] = {}
-    entries = []
     whole = None
     if not _may_write_id(ctx, request.transactional_id):
         whole = Code.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     elif not ctx.allows(Operation.READ, ResourceType.GROUP, request.group_id):
         whole = Code.GROUP_AUTHORIZATION_FAILED
-    for topic in request.topics:
-        denied = whole
-        if denied is None and not ctx.allows(Operation.READ, ResourceType.TOPIC, topic.name):
-            denied = Code.TOPIC_AUTHORIZATION_FAILED
-        for p in topic.partitions:
-            if denied is not None:
-                codes[topic.name, p.partition_index] = denied
-            elif await known_partition(ctx, topic.name, p.partition_index):
-                entries.append((topic.name, p.partition_index, p.committed_offset,
-                                p.committed_metadata or ""))
-            else:
-                codes[topic.name, p.partition_index] = Code.UNKNOWN_TOPIC_OR_PARTITION
+    codes, entries = await offsets_to_commit(ctx, request.topics, whole)
     member_id = (request.member_id or None) if version >= 3 else None
     generation = request.generation_id if member_id is not None else -1
     code = Code.NONE

@@ -11,6 +11,7 @@ from raylog.kafka.auth import acls
 from raylog.kafka.auth.credentials import encode
 from raylog.kafka.auth.scram import Mechanism, make_credential
 from raylog.kafka.gateway.users import acl_follower, credential_follower
+from tests.unit.fake_remote import wait_until
 
 
 class FlakyReader:
@@ -39,9 +40,7 @@ def test_the_follower_survives_failed_polls(caplog):
     follower._thread = threading.Thread(target=follower._follow, daemon=True)
     follower._thread.start()
     try:
-        deadline = time.monotonic() + 10
-        while not follower.store.users() and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: follower.store.users())
         assert list(follower.store.users()) == ["alice"]
     finally:
         follower.close()
@@ -78,9 +77,7 @@ def test_the_acl_follower_applies_acls_to_its_authorizer(caplog):
     follower._thread = threading.Thread(target=follower._follow, daemon=True)
     follower._thread.start()
     try:
-        deadline = time.monotonic() + 10
-        while not authorizer.has_acls() and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: authorizer.has_acls())
         assert authorizer.bindings() == [binding]
     finally:
         follower.close()
