@@ -48,20 +48,19 @@ from raylog.util.cluster_names import DATA_DIR_ENV
 
 from common import (
     RESULTS_DIR,
-    Timing,
     alternate,
     describe_data,
     generate_values,
     machine_info,
-    markdown_table,
-    rate_figures,
+    ratio_figures,
+    ratio_table,
     result_document,
     run_benchmark,
     split_values,
-    target_cells,
 )
 
 DEFAULT_JSON = RESULTS_DIR / "gateway_security.json"
+RATIOS = {"tls_vs_plaintext": ("tls_produce_records_per_s", "plaintext_produce_records_per_s")}
 TARGETS = {"tls_vs_plaintext": 0.7}
 USER, PASSWORD = "bench", "bench-password-0123456789"
 MECHANISM = "SCRAM-SHA-512"
@@ -150,14 +149,8 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
         said = {"plaintext": plain.stop(), "sasl_ssl": secure.stop() if secure else ""}
         reset_default()
         ray.shutdown()
-    figures: dict[str, float] = {}
-    for name, secs in seconds.items():
-        figures.update(rate_figures(f"{name}_records_per_s", Timing(mode.records, secs)))
-    ours, theirs = "tls_produce_records_per_s", "plaintext_produce_records_per_s"
-    figures["tls_vs_plaintext"] = figures[ours] / figures[theirs]
-    figures["tls_vs_plaintext_median"] = figures[f"{ours}_median"] / figures[f"{theirs}_median"]
     return result_document(
-        figures, TARGETS, mode=mode.name,
+        ratio_figures(seconds, mode.records, RATIOS), TARGETS, mode=mode.name,
         data={"description": describe_data("timestamps taken at send"),
               "records": mode.records},
         sections={"config": {"partitions": PARTITIONS, "kafka_producer": KAFKA_PRODUCER,
@@ -169,14 +162,7 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
 
 
 def table(result: dict[str, Any]) -> str:
-    rows = []
-    for name in ("plaintext_produce", "tls_produce"):
-        key = f"{name}_records_per_s"
-        rows.append([name, f"{result[key]:,.0f}", f"{result[key + '_median']:,.0f}", "-", "-"])
-    rows.append(["tls_vs_plaintext", f"{result['tls_vs_plaintext']:.2f}",
-                 f"{result['tls_vs_plaintext_median']:.2f}",
-                 *target_cells("tls_vs_plaintext", result["targets"])])
-    return markdown_table(["figure", "best", "median", "target", "met"], rows, "lrrrl")
+    return ratio_table(result, ("plaintext_produce", "tls_produce"), RATIOS)
 
 
 def headline(mode: Mode, result: dict[str, Any]) -> str:
