@@ -130,6 +130,27 @@ def input_frozen() -> Iterator[None]:
         gc.unfreeze()
 
 
+@contextlib.contextmanager
+def embedded_cluster(data_dir: Path) -> Iterator[Any]:
+    """``raylog.init(address="local", data_dir=data_dir)``: an embedded single-node Ray
+    cluster whose node is a broker, yielded as its ``RaylogCluster``; on leaving, the
+    clients' default cluster is forgotten, Ray shut down and the data directory's
+    environment variable (which ``init`` set) removed. Ray and raylog's client are imported
+    here, not by every benchmark importing this module."""
+    import ray
+
+    import raylog
+    from raylog.client.connection import reset_default
+    from raylog.util.cluster_names import DATA_DIR_ENV
+
+    try:
+        yield raylog.init(address="local", data_dir=data_dir)
+    finally:
+        reset_default()
+        ray.shutdown()
+        os.environ.pop(DATA_DIR_ENV, None)
+
+
 # -- data ------------------------------------------------------------------------------------
 
 # Literal bytes and (field, width) slots; "sid" takes whatever width makes RECORD_BYTES.

@@ -71,22 +71,21 @@ import time
 from pathlib import Path
 from typing import Any
 
+import ray
 from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import Producer as KafkaProducer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-import raylog
 from raylog import Admin, Consumer, Producer, TopicPartition
-from raylog.client.connection import reset_default
 from raylog.client.consumer import ConsumerConfig
 from raylog.kafka.records import compiled
-from raylog.util.cluster_names import DATA_DIR_ENV
 
 from common import (
     RECORD_BYTES,
     RESULTS_DIR,
     alternate,
     describe_data,
+    embedded_cluster,
     generate_values,
     machine_info,
     ratio_figures,
@@ -268,25 +267,20 @@ class Steps:
 def run(mode: Mode, root: Path) -> dict[str, Any]:
     started, load = time.perf_counter(), os.getloadavg()
     values = split_values(generate_values(mode.records).tobytes())
-    os.environ[DATA_DIR_ENV] = str(root / "data")
-    raylog.init(address="local", data_dir=root / "data")
-    import ray
-
-    gateway = Gateway(ray.get_runtime_context().gcs_address)
-    try:
-        steps = Steps(mode, values, gateway.bootstrap)
+    with embedded_cluster(root / "data"):
+        gateway = Gateway(ray.get_runtime_context().gcs_address)
         try:
-            seconds = alternate(mode.repetitions, {
-                "native_produce": steps.native_produce,
-                "gateway_produce": steps.gateway_produce,
-                "native_consume": steps.native_consume,
-                "gateway_consume": steps.gateway_consume})
+            steps = Steps(mode, values, gateway.bootstrap)
+            try:
+                seconds = alternate(mode.repetitions, {
+                    "native_produce": steps.native_produce,
+                    "gateway_produce": steps.gateway_produce,
+                    "native_consume": steps.native_consume,
+                    "gateway_consume": steps.gateway_consume})
+            finally:
+                steps.close()
         finally:
-            steps.close()
-    finally:
-        gateway_said = gateway.stop()
-        reset_default()
-        ray.shutdown()
+            gateway_said = gateway.stop()
     return result_document(
         ratio_figures(seconds, mode.records, RATIOS), TARGETS, mode=mode.name,
         data={"description": describe_data("timestamps taken at send"),

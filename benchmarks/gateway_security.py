@@ -35,21 +35,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+import ray
 from confluent_kafka import Producer as KafkaProducer
 from gateway import FULL, KAFKA_PRODUCER, PARTITIONS, QUICK, STALL_S, Gateway, Mode
 
-import raylog
 from raylog import Admin, Consumer, TopicPartition
-from raylog.client.connection import reset_default
 from raylog.kafka.auth.scram import Mechanism, make_credential
 from raylog.kafka.gateway.users import UsersTopic
 from raylog.kafka.records import compiled
-from raylog.util.cluster_names import DATA_DIR_ENV
 
 from common import (
     RESULTS_DIR,
     alternate,
     describe_data,
+    embedded_cluster,
     generate_values,
     machine_info,
     ratio_figures,
@@ -127,28 +126,24 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
     started, load = time.perf_counter(), os.getloadavg()
     values = split_values(generate_values(mode.records).tobytes())
     pki = make_pki(root / "pki", ("127.0.0.1", "localhost"))
-    os.environ[DATA_DIR_ENV] = str(root / "data")
-    cluster = raylog.init(address="local", data_dir=root / "data")
-    import ray
-
-    UsersTopic(cluster).put(USER, [make_credential(PASSWORD, Mechanism.named(MECHANISM))])
-    address = ray.get_runtime_context().gcs_address
-    plain = Gateway(address)
-    secure = None
-    try:
-        secure = Gateway(address, "--security-protocol", "SASL_SSL", "--sasl-mechanisms",
-                         MECHANISM, "--ssl-certfile", str(pki.server_cert), "--ssl-keyfile",
-                         str(pki.server_key))
-        steps = Steps(values, plain.bootstrap, secure.bootstrap, pki.ca)
+    with embedded_cluster(root / "data") as cluster:
+        UsersTopic(cluster).put(USER, [make_credential(PASSWORD, Mechanism.named(MECHANISM))])
+        address = ray.get_runtime_context().gcs_address
+        plain = Gateway(address)
+        secure = None
         try:
-            seconds = alternate(mode.repetitions, {"plaintext_produce": steps.plaintext_produce,
-                                                   "tls_produce": steps.tls_produce})
+            secure = Gateway(address, "--security-protocol", "SASL_SSL", "--sasl-mechanisms",
+                             MECHANISM, "--ssl-certfile", str(pki.server_cert),
+                             "--ssl-keyfile", str(pki.server_key))
+            steps = Steps(values, plain.bootstrap, secure.bootstrap, pki.ca)
+            try:
+                seconds = alternate(mode.repetitions, {
+                    "plaintext_produce": steps.plaintext_produce,
+                    "tls_produce": steps.tls_produce})
+            finally:
+                steps.close()
         finally:
-            steps.close()
-    finally:
-        said = {"plaintext": plain.stop(), "sasl_ssl": secure.stop() if secure else ""}
-        reset_default()
-        ray.shutdown()
+            said = {"plaintext": plain.stop(), "sasl_ssl": secure.stop() if secure else ""}
     return result_document(
         ratio_figures(seconds, mode.records, RATIOS), TARGETS, mode=mode.name,
         data={"description": describe_data("timestamps taken at send"),

@@ -48,16 +48,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-import raylog
 from raylog import Admin, Consumer, Producer, TopicPartition
-from raylog.client.connection import reset_default
-from raylog.util.cluster_names import DATA_DIR_ENV
 
 from common import (
     RECORD_BYTES,
     RESULTS_DIR,
     alternate,
     describe_data,
+    embedded_cluster,
     generate_values,
     input_frozen,
     machine_info,
@@ -185,11 +183,7 @@ class Steps:
 def run(mode: Mode, root: Path) -> dict[str, Any]:
     started, load = time.perf_counter(), os.getloadavg()
     values = split_values(generate_values(mode.records).tobytes())
-    os.environ[DATA_DIR_ENV] = str(root / "data")
-    raylog.init(address="local", data_dir=root / "data")
-    import ray
-
-    try:
+    with embedded_cluster(root / "data"):
         steps = Steps(values)
         try:
             with input_frozen():
@@ -197,9 +191,6 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
                                                        for name in STEPS})
         finally:
             steps.close()
-    finally:
-        reset_default()
-        ray.shutdown()
     return result_document(
         ratio_figures(seconds, mode.records, RATIOS), TARGETS, mode=mode.name,
         data={"description": describe_data("timestamps taken at send"),
