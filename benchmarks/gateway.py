@@ -165,6 +165,18 @@ class Gateway:
         return "".join(self.said).strip()
 
 
+def produce_all(producer: KafkaProducer, topic: str, values: list[bytes]) -> tuple[float, int]:
+    """confluent-kafka ``produce`` of every value to ``topic`` (``poll(0)`` every 10,000),
+    then ``flush``: the seconds that took, and how many records were left undelivered."""
+    started = time.perf_counter()
+    for i, value in enumerate(values):
+        producer.produce(topic, value)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    left = producer.flush(STALL_S * 4)
+    return time.perf_counter() - started, left
+
+
 class Steps:
     def __init__(self, mode: Mode, values: list[bytes], bootstrap: str) -> None:
         self.mode, self.values, self.bootstrap = mode, values, bootstrap
@@ -205,17 +217,10 @@ class Steps:
 
     def gateway_produce(self) -> float:
         before = self._records(self.kafka)
-        producer, failed = self.kafka_producer, self.failed
-        failed.clear()
-        started = time.perf_counter()
-        for i, value in enumerate(self.values):
-            producer.produce("kafka", value)
-            if i % 10_000 == 0:
-                producer.poll(0)
-        left = producer.flush(STALL_S * 4)
-        elapsed = time.perf_counter() - started
-        if left or failed:
-            raise RuntimeError(f"confluent-kafka: {left} undelivered, errors {failed[:3]}")
+        self.failed.clear()
+        elapsed, left = produce_all(self.kafka_producer, "kafka", self.values)
+        if left or self.failed:
+            raise RuntimeError(f"confluent-kafka: {left} undelivered, errors {self.failed[:3]}")
         self._check_grew(self.kafka, before)
         return elapsed
 

@@ -37,7 +37,16 @@ from typing import Any
 
 import ray
 from confluent_kafka import Producer as KafkaProducer
-from gateway import FULL, KAFKA_PRODUCER, PARTITIONS, QUICK, STALL_S, Gateway, Mode
+from gateway import (
+    FULL,
+    KAFKA_PRODUCER,
+    PARTITIONS,
+    QUICK,
+    STALL_S,
+    Gateway,
+    Mode,
+    produce_all,
+)
 
 from raylog import Admin, Consumer, TopicPartition
 from raylog.kafka.auth.scram import Mechanism, make_credential
@@ -92,18 +101,11 @@ class Steps:
 
     def _produce(self, topic: str) -> float:
         before = self._records(topic)
-        producer, failed = self.producers[topic], self.failed
-        failed.clear()
-        started = time.perf_counter()
-        for i, value in enumerate(self.values):
-            producer.produce(topic, value)
-            if i % 10_000 == 0:
-                producer.poll(0)
-        left = producer.flush(STALL_S * 4)
-        elapsed = time.perf_counter() - started
+        self.failed.clear()
+        elapsed, left = produce_all(self.producers[topic], topic, self.values)
         grown = self._records(topic) - before
-        if left or failed or grown != len(self.values):
-            raise RuntimeError(f"{topic}: {left} undelivered, errors {failed[:3]}, the topic "
+        if left or self.failed or grown != len(self.values):
+            raise RuntimeError(f"{topic}: {left} undelivered, errors {self.failed[:3]}, the topic "
                                f"grew by {grown:,} of {len(self.values):,}")
         return elapsed
 
