@@ -130,6 +130,27 @@ def input_frozen() -> Iterator[None]:
         gc.unfreeze()
 
 
+@contextlib.contextmanager
+def embedded_cluster(data_dir: Path) -> Iterator[Any]:
+    """``raylog.init(address="local", data_dir=data_dir)``: an embedded single-node Ray
+    cluster whose node is a broker, yielded as its ``RaylogCluster``; on leaving, the
+    clients' default cluster is forgotten, Ray shut down and the data directory's
+    environment variable (which ``init`` set) removed. Ray and raylog's client are imported
+    here, not by every benchmark importing this module."""
+    import ray
+
+    import raylog
+    from raylog.client.connection import reset_default
+    from raylog.util.cluster_names import DATA_DIR_ENV
+
+    try:
+        yield raylog.init(address="local", data_dir=data_dir)
+    finally:
+        reset_default()
+        ray.shutdown()
+        os.environ.pop(DATA_DIR_ENV, None)
+
+
 # -- data ------------------------------------------------------------------------------------
 
 # Literal bytes and (field, width) slots; "sid" takes whatever width makes RECORD_BYTES.
@@ -267,6 +288,33 @@ def machine_info(**extra: Any) -> dict[str, Any]:
 def rate_figures(name: str, timing: Timing) -> dict[str, float]:
     """``name``: the best rate; ``name_median``: the median rate."""
     return {name: timing.best_rate, f"{name}_median": timing.median_rate}
+
+
+def ratio_figures(seconds: Mapping[str, Sequence[float]], amount: float,
+                  ratios: Mapping[str, tuple[str, str]]) -> dict[str, float]:
+    """Each step's ``<step>_records_per_s`` (best) and ``..._median`` over ``amount`` records
+    per run; then each ratio ``name: (ours, theirs)`` of two of those figures, best over best
+    and median over median (``name`` and ``name_median``)."""
+    figures: dict[str, float] = {}
+    for name, secs in seconds.items():
+        figures.update(rate_figures(f"{name}_records_per_s", Timing(amount, list(secs))))
+    for ratio, (ours, theirs) in ratios.items():
+        figures[ratio] = figures[ours] / figures[theirs]
+        figures[f"{ratio}_median"] = figures[f"{ours}_median"] / figures[f"{theirs}_median"]
+    return figures
+
+
+def ratio_table(result: Mapping[str, Any], steps: Sequence[str], ratios: Iterable[str]) -> str:
+    """The table of ``ratio_figures``: each step's records/s, then each ratio with its
+    target; columns figure, best, median, target, met."""
+    rows = []
+    for name in steps:
+        key = f"{name}_records_per_s"
+        rows.append([name, f"{result[key]:,.0f}", f"{result[key + '_median']:,.0f}", "-", "-"])
+    for ratio in ratios:
+        rows.append([ratio, f"{result[ratio]:.2f}", f"{result[ratio + '_median']:.2f}",
+                     *target_cells(ratio, result["targets"])])
+    return markdown_table(["figure", "best", "median", "target", "met"], rows, "lrrrl")
 
 
 def targets_report(figures: Mapping[str, float], targets: Mapping[str, float]

@@ -71,31 +71,28 @@ import time
 from pathlib import Path
 from typing import Any
 
+import ray
 from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import Producer as KafkaProducer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-import raylog
 from raylog import Admin, Consumer, Producer, TopicPartition
-from raylog.client.connection import reset_default
 from raylog.client.consumer import ConsumerConfig
 from raylog.kafka.records import compiled
-from raylog.util.cluster_names import DATA_DIR_ENV
 
 from common import (
     RECORD_BYTES,
     RESULTS_DIR,
-    Timing,
     alternate,
     describe_data,
+    embedded_cluster,
     generate_values,
     machine_info,
-    markdown_table,
-    rate_figures,
+    ratio_figures,
+    ratio_table,
     result_document,
     run_benchmark,
     split_values,
-    target_cells,
 )
 
 DEFAULT_JSON = RESULTS_DIR / "gateway.json"
@@ -168,6 +165,18 @@ class Gateway:
         return "".join(self.said).strip()
 
 
+def produce_all(producer: KafkaProducer, topic: str, values: list[bytes]) -> tuple[float, int]:
+    """confluent-kafka ``produce`` of every value to ``topic`` (``poll(0)`` every 10,000),
+    then ``flush``: the seconds that took, and how many records were left undelivered."""
+    started = time.perf_counter()
+    for i, value in enumerate(values):
+        producer.produce(topic, value)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    left = producer.flush(STALL_S * 4)
+    return time.perf_counter() - started, left
+
+
 class Steps:
     def __init__(self, mode: Mode, values: list[bytes], bootstrap: str) -> None:
         self.mode, self.values, self.bootstrap = mode, values, bootstrap
@@ -208,17 +217,10 @@ class Steps:
 
     def gateway_produce(self) -> float:
         before = self._records(self.kafka)
-        producer, failed = self.kafka_producer, self.failed
-        failed.clear()
-        started = time.perf_counter()
-        for i, value in enumerate(self.values):
-            producer.produce("kafka", value)
-            if i % 10_000 == 0:
-                producer.poll(0)
-        left = producer.flush(STALL_S * 4)
-        elapsed = time.perf_counter() - started
-        if left or failed:
-            raise RuntimeError(f"confluent-kafka: {left} undelivered, errors {failed[:3]}")
+        self.failed.clear()
+        elapsed, left = produce_all(self.kafka_producer, "kafka", self.values)
+        if left or self.failed:
+            raise RuntimeError(f"confluent-kafka: {left} undelivered, errors {self.failed[:3]}")
         self._check_grew(self.kafka, before)
         return elapsed
 
@@ -270,33 +272,22 @@ class Steps:
 def run(mode: Mode, root: Path) -> dict[str, Any]:
     started, load = time.perf_counter(), os.getloadavg()
     values = split_values(generate_values(mode.records).tobytes())
-    os.environ[DATA_DIR_ENV] = str(root / "data")
-    raylog.init(address="local", data_dir=root / "data")
-    import ray
-
-    gateway = Gateway(ray.get_runtime_context().gcs_address)
-    try:
-        steps = Steps(mode, values, gateway.bootstrap)
+    with embedded_cluster(root / "data"):
+        gateway = Gateway(ray.get_runtime_context().gcs_address)
         try:
-            seconds = alternate(mode.repetitions, {
-                "native_produce": steps.native_produce,
-                "gateway_produce": steps.gateway_produce,
-                "native_consume": steps.native_consume,
-                "gateway_consume": steps.gateway_consume})
+            steps = Steps(mode, values, gateway.bootstrap)
+            try:
+                seconds = alternate(mode.repetitions, {
+                    "native_produce": steps.native_produce,
+                    "gateway_produce": steps.gateway_produce,
+                    "native_consume": steps.native_consume,
+                    "gateway_consume": steps.gateway_consume})
+            finally:
+                steps.close()
         finally:
-            steps.close()
-    finally:
-        gateway_said = gateway.stop()
-        reset_default()
-        ray.shutdown()
-    figures: dict[str, float] = {}
-    for name, secs in seconds.items():
-        figures.update(rate_figures(f"{name}_records_per_s", Timing(mode.records, secs)))
-    for ratio, (ours, theirs) in RATIOS.items():
-        figures[ratio] = figures[ours] / figures[theirs]
-        figures[f"{ratio}_median"] = figures[f"{ours}_median"] / figures[f"{theirs}_median"]
+            gateway_said = gateway.stop()
     return result_document(
-        figures, TARGETS, mode=mode.name,
+        ratio_figures(seconds, mode.records, RATIOS), TARGETS, mode=mode.name,
         data={"description": describe_data("timestamps taken at send"),
               "records": mode.records},
         sections={"config": {"partitions": PARTITIONS, "kafka_producer": KAFKA_PRODUCER,
@@ -308,14 +299,8 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
 
 
 def table(result: dict[str, Any]) -> str:
-    rows = []
-    for name in ("native_produce", "gateway_produce", "native_consume", "gateway_consume"):
-        key = f"{name}_records_per_s"
-        rows.append([name, f"{result[key]:,.0f}", f"{result[key + '_median']:,.0f}", "-", "-"])
-    for ratio in RATIOS:
-        rows.append([ratio, f"{result[ratio]:.2f}", f"{result[ratio + '_median']:.2f}",
-                     *target_cells(ratio, result["targets"])])
-    return markdown_table(["figure", "best", "median", "target", "met"], rows, "lrrrl")
+    return ratio_table(result, ("native_produce", "gateway_produce", "native_consume",
+                                "gateway_consume"), RATIOS)
 
 
 def headline(mode: Mode, result: dict[str, Any]) -> str:

@@ -35,33 +35,40 @@ import time
 from pathlib import Path
 from typing import Any
 
+import ray
 from confluent_kafka import Producer as KafkaProducer
-from gateway import FULL, KAFKA_PRODUCER, PARTITIONS, QUICK, STALL_S, Gateway, Mode
+from gateway import (
+    FULL,
+    KAFKA_PRODUCER,
+    PARTITIONS,
+    QUICK,
+    STALL_S,
+    Gateway,
+    Mode,
+    produce_all,
+)
 
-import raylog
 from raylog import Admin, Consumer, TopicPartition
-from raylog.client.connection import reset_default
 from raylog.kafka.auth.scram import Mechanism, make_credential
 from raylog.kafka.gateway.users import UsersTopic
 from raylog.kafka.records import compiled
-from raylog.util.cluster_names import DATA_DIR_ENV
 
 from common import (
     RESULTS_DIR,
-    Timing,
     alternate,
     describe_data,
+    embedded_cluster,
     generate_values,
     machine_info,
-    markdown_table,
-    rate_figures,
+    ratio_figures,
+    ratio_table,
     result_document,
     run_benchmark,
     split_values,
-    target_cells,
 )
 
 DEFAULT_JSON = RESULTS_DIR / "gateway_security.json"
+RATIOS = {"tls_vs_plaintext": ("tls_produce_records_per_s", "plaintext_produce_records_per_s")}
 TARGETS = {"tls_vs_plaintext": 0.7}
 USER, PASSWORD = "bench", "bench-password-0123456789"
 MECHANISM = "SCRAM-SHA-512"
@@ -94,18 +101,11 @@ class Steps:
 
     def _produce(self, topic: str) -> float:
         before = self._records(topic)
-        producer, failed = self.producers[topic], self.failed
-        failed.clear()
-        started = time.perf_counter()
-        for i, value in enumerate(self.values):
-            producer.produce(topic, value)
-            if i % 10_000 == 0:
-                producer.poll(0)
-        left = producer.flush(STALL_S * 4)
-        elapsed = time.perf_counter() - started
+        self.failed.clear()
+        elapsed, left = produce_all(self.producers[topic], topic, self.values)
         grown = self._records(topic) - before
-        if left or failed or grown != len(self.values):
-            raise RuntimeError(f"{topic}: {left} undelivered, errors {failed[:3]}, the topic "
+        if left or self.failed or grown != len(self.values):
+            raise RuntimeError(f"{topic}: {left} undelivered, errors {self.failed[:3]}, the topic "
                                f"grew by {grown:,} of {len(self.values):,}")
         return elapsed
 
@@ -128,36 +128,26 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
     started, load = time.perf_counter(), os.getloadavg()
     values = split_values(generate_values(mode.records).tobytes())
     pki = make_pki(root / "pki", ("127.0.0.1", "localhost"))
-    os.environ[DATA_DIR_ENV] = str(root / "data")
-    cluster = raylog.init(address="local", data_dir=root / "data")
-    import ray
-
-    UsersTopic(cluster).put(USER, [make_credential(PASSWORD, Mechanism.named(MECHANISM))])
-    address = ray.get_runtime_context().gcs_address
-    plain = Gateway(address)
-    secure = None
-    try:
-        secure = Gateway(address, "--security-protocol", "SASL_SSL", "--sasl-mechanisms",
-                         MECHANISM, "--ssl-certfile", str(pki.server_cert), "--ssl-keyfile",
-                         str(pki.server_key))
-        steps = Steps(values, plain.bootstrap, secure.bootstrap, pki.ca)
+    with embedded_cluster(root / "data") as cluster:
+        UsersTopic(cluster).put(USER, [make_credential(PASSWORD, Mechanism.named(MECHANISM))])
+        address = ray.get_runtime_context().gcs_address
+        plain = Gateway(address)
+        secure = None
         try:
-            seconds = alternate(mode.repetitions, {"plaintext_produce": steps.plaintext_produce,
-                                                   "tls_produce": steps.tls_produce})
+            secure = Gateway(address, "--security-protocol", "SASL_SSL", "--sasl-mechanisms",
+                             MECHANISM, "--ssl-certfile", str(pki.server_cert),
+                             "--ssl-keyfile", str(pki.server_key))
+            steps = Steps(values, plain.bootstrap, secure.bootstrap, pki.ca)
+            try:
+                seconds = alternate(mode.repetitions, {
+                    "plaintext_produce": steps.plaintext_produce,
+                    "tls_produce": steps.tls_produce})
+            finally:
+                steps.close()
         finally:
-            steps.close()
-    finally:
-        said = {"plaintext": plain.stop(), "sasl_ssl": secure.stop() if secure else ""}
-        reset_default()
-        ray.shutdown()
-    figures: dict[str, float] = {}
-    for name, secs in seconds.items():
-        figures.update(rate_figures(f"{name}_records_per_s", Timing(mode.records, secs)))
-    ours, theirs = "tls_produce_records_per_s", "plaintext_produce_records_per_s"
-    figures["tls_vs_plaintext"] = figures[ours] / figures[theirs]
-    figures["tls_vs_plaintext_median"] = figures[f"{ours}_median"] / figures[f"{theirs}_median"]
+            said = {"plaintext": plain.stop(), "sasl_ssl": secure.stop() if secure else ""}
     return result_document(
-        figures, TARGETS, mode=mode.name,
+        ratio_figures(seconds, mode.records, RATIOS), TARGETS, mode=mode.name,
         data={"description": describe_data("timestamps taken at send"),
               "records": mode.records},
         sections={"config": {"partitions": PARTITIONS, "kafka_producer": KAFKA_PRODUCER,
@@ -169,14 +159,7 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
 
 
 def table(result: dict[str, Any]) -> str:
-    rows = []
-    for name in ("plaintext_produce", "tls_produce"):
-        key = f"{name}_records_per_s"
-        rows.append([name, f"{result[key]:,.0f}", f"{result[key + '_median']:,.0f}", "-", "-"])
-    rows.append(["tls_vs_plaintext", f"{result['tls_vs_plaintext']:.2f}",
-                 f"{result['tls_vs_plaintext_median']:.2f}",
-                 *target_cells("tls_vs_plaintext", result["targets"])])
-    return markdown_table(["figure", "best", "median", "target", "met"], rows, "lrrrl")
+    return ratio_table(result, ("plaintext_produce", "tls_produce"), RATIOS)
 
 
 def headline(mode: Mode, result: dict[str, Any]) -> str:

@@ -48,26 +48,22 @@ import time
 from pathlib import Path
 from typing import Any
 
-import raylog
 from raylog import Admin, Consumer, Producer, TopicPartition
-from raylog.client.connection import reset_default
-from raylog.util.cluster_names import DATA_DIR_ENV
 
 from common import (
     RECORD_BYTES,
     RESULTS_DIR,
-    Timing,
     alternate,
     describe_data,
+    embedded_cluster,
     generate_values,
     input_frozen,
     machine_info,
-    markdown_table,
-    rate_figures,
+    ratio_figures,
+    ratio_table,
     result_document,
     run_benchmark,
     split_values,
-    target_cells,
 )
 
 DEFAULT_JSON = RESULTS_DIR / "transactions.json"
@@ -187,11 +183,7 @@ class Steps:
 def run(mode: Mode, root: Path) -> dict[str, Any]:
     started, load = time.perf_counter(), os.getloadavg()
     values = split_values(generate_values(mode.records).tobytes())
-    os.environ[DATA_DIR_ENV] = str(root / "data")
-    raylog.init(address="local", data_dir=root / "data")
-    import ray
-
-    try:
+    with embedded_cluster(root / "data"):
         steps = Steps(values)
         try:
             with input_frozen():
@@ -199,17 +191,8 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
                                                        for name in STEPS})
         finally:
             steps.close()
-    finally:
-        reset_default()
-        ray.shutdown()
-    figures: dict[str, float] = {}
-    for name, secs in seconds.items():
-        figures.update(rate_figures(f"{name}_records_per_s", Timing(mode.records, secs)))
-    for ratio, (ours, theirs) in RATIOS.items():
-        figures[ratio] = figures[ours] / figures[theirs]
-        figures[f"{ratio}_median"] = figures[f"{ours}_median"] / figures[f"{theirs}_median"]
     return result_document(
-        figures, TARGETS, mode=mode.name,
+        ratio_figures(seconds, mode.records, RATIOS), TARGETS, mode=mode.name,
         data={"description": describe_data("timestamps taken at send"),
               "records": mode.records},
         sections={"config": {"partitions": PARTITIONS, "producer": PRODUCER,
@@ -220,14 +203,7 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
 
 
 def table(result: dict[str, Any]) -> str:
-    rows = []
-    for name in STEPS:
-        key = f"{name}_records_per_s"
-        rows.append([name, f"{result[key]:,.0f}", f"{result[key + '_median']:,.0f}", "-", "-"])
-    for ratio in RATIOS:
-        rows.append([ratio, f"{result[ratio]:.2f}", f"{result[ratio + '_median']:.2f}",
-                     *target_cells(ratio, result["targets"])])
-    return markdown_table(["figure", "best", "median", "target", "met"], rows, "lrrrl")
+    return ratio_table(result, STEPS, RATIOS)
 
 
 def headline(mode: Mode, result: dict[str, Any]) -> str:
