@@ -190,6 +190,28 @@ def topic(ray_cluster, topic_name, request) -> str:
     return topic_name
 
 
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    """A CA and a server certificate for loopback (tests/tls.py), for the module."""
+    from tests.tls import make_pki
+
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def follower(ray_cluster, users) -> Iterator:
+    """A follower of ``__raylog_users`` polling every 200 ms, for the module (``users``: the
+    module's fixture putting its users there)."""
+    from raylog.kafka.gateway.users import credential_follower
+
+    following = credential_follower(ray_cluster.raylog, poll_ms=200)
+    following.start()
+    try:
+        yield following
+    finally:
+        following.close()
+
+
 @contextlib.contextmanager
 def kafka_listener(cluster: raylog.RaylogCluster, **security: object) -> Iterator[str]:
     """A Kafka listener on loopback speaking for every broker of ``cluster`` (as ``raylog

@@ -45,7 +45,6 @@ from raylog.kafka.gateway.users import (
     AclsTopic,
     Follower,
     UsersTopic,
-    credential_follower,
     start_access,
 )
 from tests.children import Child
@@ -65,27 +64,12 @@ BOB = f"bob-{uuid.uuid4().hex[:6]}"  # the users topic lives for the session
 
 
 @pytest.fixture(scope="module")
-def pki(tmp_path_factory):
-    return make_pki(tmp_path_factory.mktemp("pki"))
-
-
-@pytest.fixture(scope="module")
 def users(ray_cluster) -> UsersTopic:
     """``__raylog_users`` with alice (the super user of sasl_ssl) and bob."""
     topic = UsersTopic(ray_cluster.raylog)
     for name in ("alice", BOB):
         topic.put(name, [make_credential(PASSWORD, m) for m in Mechanism])
     return topic
-
-
-@pytest.fixture(scope="module")
-def follower(ray_cluster, users) -> Iterator[Follower]:
-    following = credential_follower(ray_cluster.raylog, poll_ms=200)
-    following.start()
-    try:
-        yield following
-    finally:
-        following.close()
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ from confluent_kafka import Producer as KafkaProducer
 from raylog import Consumer, TopicPartition
 from raylog.kafka.auth.scram import Mechanism, make_credential
 from raylog.kafka.gateway.security import ListenerSecurity
-from raylog.kafka.gateway.users import Follower, UsersTopic, credential_follower
+from raylog.kafka.gateway.users import UsersTopic
 from tests.children import Child
 from tests.integration.conftest import consume_all, kafka_listener, wait_for
 from tests.integration.test_kafka_clients import BASE_TS, java_runner
@@ -40,11 +40,6 @@ PARTITIONS = 3
 PASSWORD = "wonder-land"
 # how long a refused client tries before its records fail: long enough for several logins
 REFUSED_TIMEOUT_MS = 10_000
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory):
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture(scope="module")
@@ -65,16 +60,6 @@ def sasl_ssl(pki) -> ListenerSecurity:
                             failed_authentication_delay_ms=50,
                             failed_authentication_max_delay_ms=1000,
                             super_users=("User:alice",))
-
-
-@pytest.fixture(scope="module")
-def follower(ray_cluster, users) -> Iterator[Follower]:
-    following = credential_follower(ray_cluster.raylog, poll_ms=200)
-    following.start()
-    try:
-        yield following
-    finally:
-        following.close()
 
 
 @pytest.fixture(scope="module")
