@@ -151,8 +151,16 @@ def consume_all(topic: str, partitions: int, expected: int, timeout_s: float = 6
     """Every record of the topic, from each partition's start to its end offset, once the end
     offsets add up to at least ``expected`` records: a record beyond what was expected (a
     duplicate) is read too, never missed."""
-    tps = [TopicPartition(topic, p) for p in range(partitions)]
-    with Consumer(auto_offset_reset="earliest", max_poll_records=50_000) as consumer:
+    return read_to_ends([TopicPartition(topic, p) for p in range(partitions)], expected,
+                        timeout_s, max_poll_records=50_000)
+
+
+def read_to_ends(tps: list[TopicPartition], expected: int = 0, timeout_s: float = 60,
+                 **settings) -> list:
+    """Every record of ``tps``, from each one's start to its end offset (its last stable
+    offset for a read_committed consumer), once those ends hold at least ``expected``
+    records in all. ``settings``: the Consumer's further settings."""
+    with Consumer(auto_offset_reset="earliest", **settings) as consumer:
         consumer.assign(tps)
 
         def ends() -> dict | None:
@@ -160,14 +168,14 @@ def consume_all(topic: str, partitions: int, expected: int, timeout_s: float = 6
             starts = consumer.beginning_offsets(tps)
             return found if sum(found[tp] - starts[tp] for tp in tps) >= expected else None
 
-        end = wait_for(ends, timeout=timeout_s, what=f"{expected} records in {topic}")
+        end = wait_for(ends, timeout=timeout_s, what=f"{expected} records in {tps}")
         records = []
 
         def progress() -> bool:
             records.extend(consumer.poll(timeout_ms=200))
             return all(consumer.position(tp) >= end[tp] for tp in tps)
 
-        wait_for(progress, timeout=timeout_s, what=f"every record of {topic}")
+        wait_for(progress, timeout=timeout_s, what=f"every record of {tps}")
     return records
 
 
