@@ -220,6 +220,29 @@ def follower(ray_cluster, users) -> Iterator:
         following.close()
 
 
+def node_pki(directory: Path):
+    """As the pki fixture, the server certificate naming this node's address too: the
+    listener actors listen on every interface and send clients to the nodes' addresses."""
+    from tests.tls import make_pki
+
+    return make_pki(directory, ("localhost", "127.0.0.1", ray.util.get_node_ip_address()))
+
+
+@contextlib.contextmanager
+def kafka_listener_actors(security: object = None) -> Iterator[dict[str, tuple[str, int]]]:
+    """A listener actor on every broker node (``raylog start --kafka-port 0``, ``security``
+    its ListenerSecurity if any), killed after the block: node id -> (host, port)."""
+    from raylog.kafka.gateway.cluster import listener_actor_name
+    from raylog.session import start_kafka_listeners
+
+    listeners = start_kafka_listeners(0, security=security)
+    try:
+        yield listeners
+    finally:
+        for node in listeners:
+            ray.kill(ray.get_actor(listener_actor_name(node), namespace=NAMESPACE))
+
+
 @contextlib.contextmanager
 def kafka_listener(cluster: raylog.RaylogCluster, **security: object) -> Iterator[str]:
     """A Kafka listener on loopback speaking for every broker of ``cluster`` (as ``raylog
