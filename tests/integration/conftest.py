@@ -151,8 +151,16 @@ def consume_all(topic: str, partitions: int, expected: int, timeout_s: float = 6
     """Every record of the topic, from each partition's start to its end offset, once the end
     offsets add up to at least ``expected`` records: a record beyond what was expected (a
     duplicate) is read too, never missed."""
-    tps = [TopicPartition(topic, p) for p in range(partitions)]
-    with Consumer(auto_offset_reset="earliest", max_poll_records=50_000) as consumer:
+    return read_to_ends([TopicPartition(topic, p) for p in range(partitions)], expected,
+                        timeout_s, max_poll_records=50_000)
+
+
+def read_to_ends(tps: list[TopicPartition], expected: int = 0, timeout_s: float = 60,
+                 **settings) -> list:
+    """Every record of ``tps``, from each one's start to its end offset (its last stable
+    offset for a read_committed consumer), once those ends hold at least ``expected``
+    records in all. ``settings``: the Consumer's further settings."""
+    with Consumer(auto_offset_reset="earliest", **settings) as consumer:
         consumer.assign(tps)
 
         def ends() -> dict | None:
@@ -160,14 +168,14 @@ def consume_all(topic: str, partitions: int, expected: int, timeout_s: float = 6
             starts = consumer.beginning_offsets(tps)
             return found if sum(found[tp] - starts[tp] for tp in tps) >= expected else None
 
-        end = wait_for(ends, timeout=timeout_s, what=f"{expected} records in {topic}")
+        end = wait_for(ends, timeout=timeout_s, what=f"{expected} records in {tps}")
         records = []
 
         def progress() -> bool:
             records.extend(consumer.poll(timeout_ms=200))
             return all(consumer.position(tp) >= end[tp] for tp in tps)
 
-        wait_for(progress, timeout=timeout_s, what=f"every record of {topic}")
+        wait_for(progress, timeout=timeout_s, what=f"every record of {tps}")
     return records
 
 
@@ -188,6 +196,51 @@ def topic(ray_cluster, topic_name, request) -> str:
     Admin().create_topic(topic_name, partitions=getattr(request.module, "PARTITIONS", 3),
                          replication_factor=3)
     return topic_name
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    """A CA and a server certificate for loopback (tests/tls.py), for the module."""
+    from tests.tls import make_pki
+
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def follower(ray_cluster, users) -> Iterator:
+    """A follower of ``__raylog_users`` polling every 200 ms, for the module (``users``: the
+    module's fixture putting its users there)."""
+    from raylog.kafka.gateway.users import credential_follower
+
+    following = credential_follower(ray_cluster.raylog, poll_ms=200)
+    following.start()
+    try:
+        yield following
+    finally:
+        following.close()
+
+
+def node_pki(directory: Path):
+    """As the pki fixture, the server certificate naming this node's address too: the
+    listener actors listen on every interface and send clients to the nodes' addresses."""
+    from tests.tls import make_pki
+
+    return make_pki(directory, ("localhost", "127.0.0.1", ray.util.get_node_ip_address()))
+
+
+@contextlib.contextmanager
+def kafka_listener_actors(security: object = None) -> Iterator[dict[str, tuple[str, int]]]:
+    """A listener actor on every broker node (``raylog start --kafka-port 0``, ``security``
+    its ListenerSecurity if any), killed after the block: node id -> (host, port)."""
+    from raylog.kafka.gateway.cluster import listener_actor_name
+    from raylog.session import start_kafka_listeners
+
+    listeners = start_kafka_listeners(0, security=security)
+    try:
+        yield listeners
+    finally:
+        for node in listeners:
+            ray.kill(ray.get_actor(listener_actor_name(node), namespace=NAMESPACE))
 
 
 @contextlib.contextmanager

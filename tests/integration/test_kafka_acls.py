@@ -45,11 +45,15 @@ from raylog.kafka.gateway.users import (
     AclsTopic,
     Follower,
     UsersTopic,
-    credential_follower,
     start_access,
 )
 from tests.children import Child
-from tests.integration.conftest import kafka_listener, wait_for
+from tests.integration.conftest import (
+    kafka_listener,
+    kafka_listener_actors,
+    node_pki,
+    wait_for,
+)
 from tests.integration.test_kafka_security import (
     PASSWORD,
     client_config,
@@ -58,15 +62,9 @@ from tests.integration.test_kafka_security import (
     sasl_ssl,
     stored,
 )
-from tests.tls import make_pki
 
 PARTITIONS = 3
 BOB = f"bob-{uuid.uuid4().hex[:6]}"  # the users topic lives for the session
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory):
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture(scope="module")
@@ -76,16 +74,6 @@ def users(ray_cluster) -> UsersTopic:
     for name in ("alice", BOB):
         topic.put(name, [make_credential(PASSWORD, m) for m in Mechanism])
     return topic
-
-
-@pytest.fixture(scope="module")
-def follower(ray_cluster, users) -> Iterator[Follower]:
-    following = credential_follower(ray_cluster.raylog, poll_ms=200)
-    following.start()
-    try:
-        yield following
-    finally:
-        following.close()
 
 
 @pytest.fixture(scope="module")
@@ -242,26 +230,15 @@ def test_the_commands_add_an_acl_and_serve_with_the_authorizer(ray_cluster, pki,
 def test_the_listener_actors_enforce_acls(ray_cluster, pki, users, topic):
     """``raylog start --kafka-port 0 --kafka-authorizer ...``: each broker node's listener
     follows ``__raylog_acls``: bob is refused, then allowed once an ACL is written."""
-    import ray
-
-    from raylog.kafka.gateway.cluster import listener_actor_name
-    from raylog.session import start_kafka_listeners
-    from raylog.util.cluster_names import NAMESPACE
-
-    hosts = ("localhost", "127.0.0.1", ray.util.get_node_ip_address())
-    node_pki = make_pki(pki.directory / "acl-nodes", hosts)
-    security = dataclasses.replace(sasl_ssl(node_pki), authorizer=True)
-    listeners = start_kafka_listeners(0, security=security)
-    try:
+    nodes_pki = node_pki(pki.directory / "acl-nodes")
+    security = dataclasses.replace(sasl_ssl(nodes_pki), authorizer=True)
+    with kafka_listener_actors(security) as listeners:
         host, port = next(iter(listeners.values()))
-        config = bob(f"{host}:{port}", node_pki)
+        config = bob(f"{host}:{port}", nodes_pki)
         delivered, errors = produce(config, topic, 1, timeout_ms=10_000)
         assert delivered == 0
         assert KafkaError.TOPIC_AUTHORIZATION_FAILED in refused_codes(errors)
         AclsTopic(ray_cluster.raylog).write([encode(allow(topic))])
         wait_for(lambda: produce(config, topic, 1, timeout_ms=10_000)[0] == 1, timeout=60,
                  what="the listener actor following the ACL")
-    finally:
-        for node in listeners:
-            ray.kill(ray.get_actor(listener_actor_name(node), namespace=NAMESPACE))
     assert stored(topic) == 1  # the refused attempts wrote nothing

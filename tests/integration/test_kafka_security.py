@@ -29,22 +29,22 @@ from confluent_kafka import Producer as KafkaProducer
 from raylog import Consumer, TopicPartition
 from raylog.kafka.auth.scram import Mechanism, make_credential
 from raylog.kafka.gateway.security import ListenerSecurity
-from raylog.kafka.gateway.users import Follower, UsersTopic, credential_follower
+from raylog.kafka.gateway.users import UsersTopic
 from tests.children import Child
-from tests.integration.conftest import consume_all, kafka_listener, wait_for
+from tests.integration.conftest import (
+    consume_all,
+    kafka_listener,
+    kafka_listener_actors,
+    node_pki,
+    wait_for,
+)
 from tests.integration.test_kafka_clients import BASE_TS, java_runner
 from tests.integration.test_kafka_gateway import consume_with_confluent
-from tests.tls import make_pki
 
 PARTITIONS = 3
 PASSWORD = "wonder-land"
 # how long a refused client tries before its records fail: long enough for several logins
 REFUSED_TIMEOUT_MS = 10_000
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory):
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture(scope="module")
@@ -65,16 +65,6 @@ def sasl_ssl(pki) -> ListenerSecurity:
                             failed_authentication_delay_ms=50,
                             failed_authentication_max_delay_ms=1000,
                             super_users=("User:alice",))
-
-
-@pytest.fixture(scope="module")
-def follower(ray_cluster, users) -> Iterator[Follower]:
-    following = credential_follower(ray_cluster.raylog, poll_ms=200)
-    following.start()
-    try:
-        yield following
-    finally:
-        following.close()
 
 
 @pytest.fixture(scope="module")
@@ -330,27 +320,20 @@ def test_the_listener_actors_serve_sasl_ssl(ray_cluster, pki, topic, users):
     import ray
 
     from raylog.kafka.gateway.cluster import listener_actor_name
-    from raylog.session import start_kafka_listeners
     from raylog.util.cluster_names import NAMESPACE
 
-    # the actors listen on every interface, and clients are sent to the nodes' addresses
-    hosts = ("localhost", "127.0.0.1", ray.util.get_node_ip_address())
-    node_pki = make_pki(pki.directory / "nodes", hosts)
+    nodes_pki = node_pki(pki.directory / "nodes")
     security = ListenerSecurity(security_protocol="SASL_SSL",
-                                ssl_certfile=str(node_pki.server_cert),
-                                ssl_keyfile=str(node_pki.server_key))
-    listeners = start_kafka_listeners(0, security=security)
-    try:
+                                ssl_certfile=str(nodes_pki.server_cert),
+                                ssl_keyfile=str(nodes_pki.server_key))
+    with kafka_listener_actors(security) as listeners:
         host, port = next(iter(listeners.values()))
-        config = client_config(f"{host}:{port}", node_pki, "SCRAM-SHA-256")
+        config = client_config(f"{host}:{port}", nodes_pki, "SCRAM-SHA-256")
         assert produce(config, topic, 30) == (30, [])
         assert len(consume(config, topic, 30)) == 30
-        bad = client_config(f"{host}:{port}", node_pki, "SCRAM-SHA-256", password="no")
+        bad = client_config(f"{host}:{port}", nodes_pki, "SCRAM-SHA-256", password="no")
         assert produce(bad, topic, 1, timeout_ms=REFUSED_TIMEOUT_MS)[0] == 0
         handles = [ray.get_actor(listener_actor_name(n), namespace=NAMESPACE)
                    for n in listeners]
         wait_for(lambda: sum(ray.get(h.stats.remote())["authentication_failures"]
                              for h in handles) >= 1, what="the failed login counted")
-    finally:
-        for node in listeners:
-            ray.kill(ray.get_actor(listener_actor_name(node), namespace=NAMESPACE))

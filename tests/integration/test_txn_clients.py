@@ -20,7 +20,7 @@ import ray
 from raylog import Admin, Consumer, Producer
 from raylog.errors import IllegalStateError, ProducerFencedError, RecordTooLargeError
 from raylog.types import TopicPartition
-from tests.integration.conftest import leader_broker, replica_info, wait_for
+from tests.integration.conftest import leader_broker, read_to_ends, replica_info, wait_for
 
 PARTITIONS = 2
 
@@ -42,28 +42,13 @@ def transactional(tid: str, **settings) -> Producer:
     return producer
 
 
-def read(topics: tuple[str, ...], isolation: str, until: int | None = None,
+def read(topics: tuple[str, ...], isolation: str, until: int = 0,
          timeout_s: float = 60) -> list[tuple[str, bytes]]:
     """(topic, value) of every record of ``topics``, from the start to each partition's end
     (its last stable offset for read_committed) once those ends are at least ``until``
     records in all (a read_committed end stays behind an open transaction)."""
     tps = [TopicPartition(t, p) for t in topics for p in range(PARTITIONS)]
-    with Consumer(auto_offset_reset="earliest", isolation_level=isolation,
-                  fetch_max_wait_ms=100) as consumer:
-        consumer.assign(tps)
-
-        def ends() -> dict | None:
-            found = consumer.end_offsets(tps)
-            return found if until is None or sum(found.values()) >= until else None
-
-        end = wait_for(ends, timeout=timeout_s, what=f"the ends of {topics} ({isolation})")
-        got = []
-
-        def progress() -> bool:
-            got.extend(consumer.poll(timeout_ms=200))
-            return all(consumer.position(tp) >= end[tp] for tp in tps)
-
-        wait_for(progress, timeout=timeout_s, what=f"every record of {topics} ({isolation})")
+    got = read_to_ends(tps, until, timeout_s, isolation_level=isolation, fetch_max_wait_ms=100)
     return [(r.topic, r.value) for r in got]
 
 
