@@ -341,6 +341,59 @@ def test_a_failed_expiry_is_tried_again():
     assert [w.transactional_id for w in run(c.expire())] == ["t"]
 
 
+class GatedLog(FakeLog):
+    """Holds the writes of one transactional id (``held``) until ``gate`` is set."""
+
+    def __init__(self, held: str) -> None:
+        super().__init__()
+        self.held = f'["txn", "{held}"]'.encode()
+
+    async def __call__(self, partition: int, record: Record) -> None:
+        if record[0] == self.held and self.gate is not None:
+            await self.gate.wait()
+        self.written.append((partition, record))
+
+
+def test_expiry_looks_at_each_id_as_it_is_when_reached():
+    log, clock = GatedLog("a"), Clock()
+    c = coordinator(log, clock)
+
+    async def scenario() -> None:
+        a = await c.init_producer_id("a", 1000)
+        b = await c.init_producer_id("b", 1000)
+        await c.add_partitions("a", *a, [A0])
+        await c.add_partitions("b", *b, [B1])
+        clock.now += 2000
+        log.gate = asyncio.Event()
+        expiring = asyncio.create_task(c.expire())
+        await asyncio.sleep(0)  # the abort of "a" is being written ...
+        await c.end_transaction("b", *b, commit=True)  # ... as "b" commits, not yet aborted
+        log.gate.set()
+        assert [w.transactional_id for w in await expiring] == ["a"]
+        assert c.transactions["b"].state is S.PREPARE_COMMIT  # not overwritten by an abort
+
+    run(scenario())
+
+
+def test_id_expiry_looks_at_each_id_as_it_is_when_reached():
+    log, clock = GatedLog("a"), Clock()
+    c = coordinator(log, clock, id_expiration_ms=10_000)
+
+    async def scenario() -> None:
+        await c.init_producer_id("a", TIMEOUT)
+        await c.init_producer_id("b", TIMEOUT)
+        clock.now += 20_000
+        log.gate = asyncio.Event()
+        expiring = asyncio.create_task(c.expire_transactional_ids())
+        await asyncio.sleep(0)  # the tombstone of "a" is being written ...
+        b = await c.init_producer_id("b", TIMEOUT)  # ... as "b" is used again
+        log.gate.set()
+        assert await expiring == ["a"]
+        assert c.transactions["b"].producer_epoch == b.producer_epoch  # not forgotten
+
+    run(scenario())
+
+
 def test_a_restarted_coordinator_finishes_the_markers_and_keeps_the_timeouts():
     log, clock = FakeLog(), Clock()
     c = coordinator(log, clock, epoch=1)
