@@ -357,9 +357,9 @@ class TransactionCoordinator:
     def pending_markers(self) -> list[MarkerWork]:
         """The markers of every transaction whose end is decided and not complete (after a
         load, or a fence by :meth:`init_producer_id`): the host's marker writer's work."""
-        return [m.marker_work(self.coordinator_epoch)
-                for tid, m in sorted(self.transactions.items())
-                if m.state.preparing and tid not in self.writing]
+        return [self.transactions[tid].marker_work(self.coordinator_epoch)
+                for tid in sorted(tid for tid, m in self.transactions.items()
+                                  if m.state.preparing and tid not in self.writing)]
 
     def _known(self, transactional_id: str) -> TransactionMetadata:
         metadata = self.transactions.get(transactional_id)
