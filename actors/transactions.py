@@ -99,17 +99,18 @@ class TransactionService:
         async with self.access.lock:
             self.access.commit(events.coordinator_started())
         epoch = self.access.state.coordinator_epoch
-        loaded = load(records, epoch)
+        transactions = load(records)
         self.state = StateWriter(self._append, random_producer_id, background)
         self.coordinator = TransactionCoordinator(
-            self.state.write, coordinator_epoch=epoch, transactions=loaded.transactions,
+            self.state.write, coordinator_epoch=epoch, transactions=transactions,
             state_partitions=len(topic.partitions))
         self.markers = MarkerWriter(self._write_marker, self.coordinator.markers_done)
-        for work in loaded.pending:
+        pending = self.coordinator.pending_markers()
+        for work in pending:
             self.markers.submit(work)
         logger.info("loaded %d records of %s: %d transactional ids, %d decided ends to "
                     "complete; coordinator epoch %d", len(records), TRANSACTION_STATE_TOPIC,
-                    len(loaded.transactions), len(loaded.pending), epoch)
+                    len(self.coordinator.transactions), len(pending), epoch)
 
     def _close(self) -> None:
         """The previous coordinator's writers stop: the new one replays what they wrote."""

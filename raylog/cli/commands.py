@@ -9,6 +9,7 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TextIO
@@ -539,39 +540,23 @@ def _address_anywhere(commands: argparse._SubParsersAction) -> None:
             _address_anywhere(nested[0])
 
 
+# The commands whose module is imported only when run (raylog.cli.<module>.cmd_<command>),
+# and those of them that read standard input.
+LAZY_COMMANDS = {"produce": "records", "consume": "records", "gateway": "gateway",
+                 "users": "users", "acls": "acls", "transactions": "transactions",
+                 "schemas": "schemas", "registry": "schemas"}
+READS_STDIN = frozenset({"produce", "users"})
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
          stdin: TextIO | None = None) -> int:
     out = out or sys.stdout
     args = build_parser().parse_args(argv)  # a usage error exits with status 2
     try:
-        if args.run == "produce":
-            from raylog.cli.records import cmd_produce
-
-            return cmd_produce(args, out, stdin)
-        if args.run == "consume":
-            from raylog.cli.records import cmd_consume
-
-            return cmd_consume(args, out)
-        if args.run == "gateway":
-            from raylog.cli.gateway import cmd_gateway
-
-            return cmd_gateway(args, out)
-        if args.run == "users":
-            from raylog.cli.users import cmd_users
-
-            return cmd_users(args, out, stdin)
-        if args.run == "acls":
-            from raylog.cli.acls import cmd_acls
-
-            return cmd_acls(args, out)
-        if args.run == "transactions":
-            from raylog.cli.transactions import cmd_transactions
-
-            return cmd_transactions(args, out)
-        if args.run in ("schemas", "registry"):
-            from raylog.cli import schemas as schema_commands
-
-            return getattr(schema_commands, f"cmd_{args.run}")(args, out)
+        if args.run in LAZY_COMMANDS:
+            module = importlib.import_module(f"raylog.cli.{LAZY_COMMANDS[args.run]}")
+            command = getattr(module, f"cmd_{args.run}")
+            return command(args, out, stdin) if args.run in READS_STDIN else command(args, out)
         # imported already: build_parser added its commands
         from raylog.cli import mirror as mirror_commands
 

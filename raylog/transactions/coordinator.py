@@ -25,7 +25,7 @@ The host (an actor) calls it from one event loop; it is not safe for use from th
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from raylog.errors import (
@@ -292,10 +292,9 @@ class TransactionCoordinator:
         and tried again at the next call."""
         now = self.clock()
         out = []
-        for tid, metadata in sorted(self.transactions.items()):
-            if (metadata.state is not S.ONGOING or tid in self.writing
-                    or now <= metadata.start_ms + metadata.timeout_ms):
-                continue
+        for metadata in self._current(lambda m: m.state is S.ONGOING
+                                      and now > m.start_ms + m.timeout_ms):
+            tid = metadata.transactional_id
             try:
                 out.append(await self._fence_and_abort(metadata, now))
             except RaylogError as e:
@@ -307,6 +306,16 @@ class TransactionCoordinator:
                         metadata.producer_epoch + 1)
         return out
 
+    def _current(self, wanted: Callable[[TransactionMetadata], bool]
+                 ) -> Iterator[TransactionMetadata]:
+        """The ids' metadata that is ``wanted`` and not being written, in id order, each
+        looked at as it is reached: the caller's writes for earlier ones await, and
+        meanwhile an id may move on (its producer ends or restarts it)."""
+        for tid in sorted(tid for tid, m in self.transactions.items() if wanted(m)):
+            metadata = self.transactions.get(tid)
+            if metadata is not None and tid not in self.writing and wanted(metadata):
+                yield metadata
+
     async def _fence_and_abort(self, metadata: TransactionMetadata, now: int) -> MarkerWork:
         new = await self._apply(metadata.fence(now).prepare_end(False, now),
                                 pending=S.PREPARE_EPOCH_FENCE)
@@ -317,10 +326,9 @@ class TransactionCoordinator:
         tombstone each); returns them."""
         now = self.clock()
         out = []
-        for tid, metadata in sorted(self.transactions.items()):
-            if (metadata.state.open or tid in self.writing
-                    or now - metadata.update_ms <= self.id_expiration_ms):
-                continue
+        for metadata in self._current(lambda m: not m.state.open
+                                      and now - m.update_ms > self.id_expiration_ms):
+            tid = metadata.transactional_id
             try:
                 await self._apply(metadata.dead(now))
             except RaylogError as e:
@@ -349,9 +357,9 @@ class TransactionCoordinator:
     def pending_markers(self) -> list[MarkerWork]:
         """The markers of every transaction whose end is decided and not complete (after a
         load, or a fence by :meth:`init_producer_id`): the host's marker writer's work."""
-        return [m.marker_work(self.coordinator_epoch)
-                for tid, m in sorted(self.transactions.items())
-                if m.state.preparing and tid not in self.writing]
+        return [self.transactions[tid].marker_work(self.coordinator_epoch)
+                for tid in sorted(tid for tid, m in self.transactions.items()
+                                  if m.state.preparing and tid not in self.writing)]
 
     def _known(self, transactional_id: str) -> TransactionMetadata:
         metadata = self.transactions.get(transactional_id)

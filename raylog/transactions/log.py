@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import Any
 
 from raylog.errors import CorruptRecordError
 from raylog.metadata.topics import TRANSACTION_STATE_TOPIC
 from raylog.records.partitioner import key_partition
 from raylog.transactions.state import (
     PERSISTED,
-    MarkerWork,
     TransactionMetadata,
     TransactionState,
 )
@@ -141,19 +140,11 @@ def _metadata(transactional_id: str, fields: dict[str, Any]) -> TransactionMetad
         _integer(fields, "update_ms"), _integer(fields, "previous_producer_id"))
 
 
-class Loaded(NamedTuple):
-    """The coordinator's state replayed from __transaction_state: every live transactional
-    id's metadata, and the marker work of those whose end was decided but not completed (a
-    new coordinator writes those markers, then calls ``markers_done``)."""
-
-    transactions: dict[str, TransactionMetadata]
-    pending: list[MarkerWork]
-
-
-def load(records: Iterable[Record], coordinator_epoch: int) -> Loaded:
-    """Replay records of __transaction_state in offset order: the last record of each key
-    wins, a tombstone removes the id. Raises CorruptRecordError on any record it cannot
-    read (nothing is loaded then)."""
+def load(records: Iterable[Record]) -> dict[str, TransactionMetadata]:
+    """Replay records of __transaction_state in offset order: every live transactional id's
+    metadata (the last record of each key wins, a tombstone removes the id). Those whose
+    end was decided but not completed are the new coordinator's ``pending_markers()``.
+    Raises CorruptRecordError on any record it cannot read (nothing is loaded then)."""
     transactions: dict[str, TransactionMetadata] = {}
     for key, value in records:
         if value is None:
@@ -161,6 +152,4 @@ def load(records: Iterable[Record], coordinator_epoch: int) -> Loaded:
         else:
             metadata = decode(key, value)
             transactions[metadata.transactional_id] = metadata
-    pending = [m.marker_work(coordinator_epoch) for m in transactions.values()
-               if m.state.preparing]
-    return Loaded(transactions, pending)
+    return transactions

@@ -181,7 +181,8 @@ def test_the_periodic_step_aborts_a_transaction_past_its_timeout():
         assert TRANSACTION_STATE_TOPIC not in access.state.topics
         pid, epoch = await txns.txn_init_producer_id("t", 50)
         await txns.txn_add_partitions("t", pid, epoch, [("b", 0)])
-        await asyncio.sleep(0.1)
+        clock = txns.coordinator.clock
+        txns.coordinator.clock = lambda: clock() + 51  # its timeout has passed
         await txns.expire_transactions()
         await until(lambda: txns.coordinator.transactions["t"].state.name == "COMPLETE_ABORT")
         assert leader.markers == [("b", 0, pid, epoch + 1, False,

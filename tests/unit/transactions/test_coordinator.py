@@ -25,8 +25,8 @@ from raylog.errors import (
 from raylog.groups.coordinator import GroupCoordinator
 from raylog.records.header import MAX_PRODUCER_EPOCH
 from raylog.transactions.coordinator import ProducerIdAndEpoch, TransactionCoordinator
-from raylog.transactions.log import Loaded, Record, decode, load, partition_for
-from raylog.transactions.state import TransactionState
+from raylog.transactions.log import Record, decode, load, partition_for
+from raylog.transactions.state import TransactionMetadata, TransactionState
 from raylog.types import TopicPartition
 
 S = TransactionState
@@ -58,8 +58,8 @@ class FakeLog:
         return [decode(*r).state.name if r[1] is not None else "tombstone"
                 for _, r in self.written if r[0] == f'["txn", "{tid}"]'.encode()]
 
-    def replay(self, coordinator_epoch: int) -> Loaded:
-        return load([r for _, r in self.written], coordinator_epoch)
+    def replay(self) -> dict[str, TransactionMetadata]:
+        return load([r for _, r in self.written])
 
 
 class Clock:
@@ -341,6 +341,59 @@ def test_a_failed_expiry_is_tried_again():
     assert [w.transactional_id for w in run(c.expire())] == ["t"]
 
 
+class GatedLog(FakeLog):
+    """Holds the writes of one transactional id (``held``) until ``gate`` is set."""
+
+    def __init__(self, held: str) -> None:
+        super().__init__()
+        self.held = f'["txn", "{held}"]'.encode()
+
+    async def __call__(self, partition: int, record: Record) -> None:
+        if record[0] == self.held and self.gate is not None:
+            await self.gate.wait()
+        self.written.append((partition, record))
+
+
+def test_expiry_looks_at_each_id_as_it_is_when_reached():
+    log, clock = GatedLog("a"), Clock()
+    c = coordinator(log, clock)
+
+    async def scenario() -> None:
+        a = await c.init_producer_id("a", 1000)
+        b = await c.init_producer_id("b", 1000)
+        await c.add_partitions("a", *a, [A0])
+        await c.add_partitions("b", *b, [B1])
+        clock.now += 2000
+        log.gate = asyncio.Event()
+        expiring = asyncio.create_task(c.expire())
+        await asyncio.sleep(0)  # the abort of "a" is being written ...
+        await c.end_transaction("b", *b, commit=True)  # ... as "b" commits, not yet aborted
+        log.gate.set()
+        assert [w.transactional_id for w in await expiring] == ["a"]
+        assert c.transactions["b"].state is S.PREPARE_COMMIT  # not overwritten by an abort
+
+    run(scenario())
+
+
+def test_id_expiry_looks_at_each_id_as_it_is_when_reached():
+    log, clock = GatedLog("a"), Clock()
+    c = coordinator(log, clock, id_expiration_ms=10_000)
+
+    async def scenario() -> None:
+        await c.init_producer_id("a", TIMEOUT)
+        await c.init_producer_id("b", TIMEOUT)
+        clock.now += 20_000
+        log.gate = asyncio.Event()
+        expiring = asyncio.create_task(c.expire_transactional_ids())
+        await asyncio.sleep(0)  # the tombstone of "a" is being written ...
+        b = await c.init_producer_id("b", TIMEOUT)  # ... as "b" is used again
+        log.gate.set()
+        assert await expiring == ["a"]
+        assert c.transactions["b"].producer_epoch == b.producer_epoch  # not forgotten
+
+    run(scenario())
+
+
 def test_a_restarted_coordinator_finishes_the_markers_and_keeps_the_timeouts():
     log, clock = FakeLog(), Clock()
     c = coordinator(log, clock, epoch=1)
@@ -350,15 +403,13 @@ def test_a_restarted_coordinator_finishes_the_markers_and_keeps_the_timeouts():
     run(c.add_partitions("b", *b, [B1]))
     old_work = run(c.end_transaction("a", *a, commit=True))
     clock.now += 600
-    loaded = log.replay(coordinator_epoch=2)
-    [work] = loaded.pending
+    d = coordinator(log, clock, epoch=2, transactions=log.replay())
+    [work] = d.pending_markers()
     assert work._replace(coordinator_epoch=1) == old_work and work.coordinator_epoch == 2
-    d = coordinator(log, clock, epoch=2, transactions=loaded.transactions)
-    assert d.pending_markers() == [work]
     with pytest.raises(TransactionCoordinatorFencedError):
         run(d.markers_done(old_work))
     run(d.markers_done(work))
-    assert log.replay(3).transactions["a"].state is S.COMPLETE_COMMIT
+    assert log.replay()["a"].state is S.COMPLETE_COMMIT
     # b's timeout still counts from its start before the restart.
     clock.now += 399
     assert run(d.expire()) == []
@@ -399,7 +450,7 @@ def test_idle_transactional_ids_expire_with_a_tombstone():
     assert run(c.expire_transactional_ids()) == ["idle"]
     assert log.states("idle") == ["EMPTY", "tombstone"]
     assert sorted(c.transactions) == ["open"]
-    assert sorted(log.replay(1).transactions) == ["open"]
+    assert sorted(log.replay()) == ["open"]
     # The id comes back as new: a new producer id.
     assert run(c.init_producer_id("idle", TIMEOUT)).producer_epoch == 0
 
@@ -433,7 +484,7 @@ def test_a_recovering_producer_bumps_its_own_epoch_and_a_retry_gets_the_same_ans
     assert c.transactions["t"].last_producer_epoch == 0
     # Its answer was lost: the retry names epoch 0 again and gets epoch 1, not 2.
     assert run(c.init_producer_id("t", TIMEOUT, expected=first)) == bumped
-    assert log.replay(1).transactions["t"].last_producer_epoch == 0  # survives a restart
+    assert log.replay()["t"].last_producer_epoch == 0  # survives a restart
     # A plain init (a new incarnation) clears it: the old one can no longer recover.
     newest = run(c.init_producer_id("t", TIMEOUT))
     assert newest == ProducerIdAndEpoch(100, 2)

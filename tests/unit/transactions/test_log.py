@@ -9,6 +9,7 @@ import pytest
 from raylog.errors import CorruptRecordError
 from raylog.groups.coordinator import GroupCoordinator
 from raylog.records.partitioner import key_partition
+from raylog.transactions.coordinator import TransactionCoordinator
 from raylog.transactions.log import (
     TRANSACTION_STATE_PARTITIONS,
     decode,
@@ -23,6 +24,10 @@ from raylog.types import TopicPartition
 
 S = TransactionState
 A0, B3 = TopicPartition("a", 0), TopicPartition("b", 3)
+
+
+async def write_nothing(partition: int, record: tuple) -> None:
+    raise AssertionError("a load writes nothing")
 
 
 def metadata(tid: str = "t", pid: int = 7) -> TransactionMetadata:
@@ -69,24 +74,27 @@ def test_load_keeps_the_last_record_per_key_and_drops_tombstones():
     records = [encode(a), encode(b), encode(c), encode(a.prepare_end(True, 200)),
                tombstone("c"), encode(b.prepare_end(False, 210)),
                encode(b.prepare_end(False, 210).complete(220)), tombstone("never-seen")]
-    loaded = load(records, coordinator_epoch=5)
-    assert sorted(loaded.transactions) == ["a", "b"]
-    assert loaded.transactions["a"].state is S.PREPARE_COMMIT
-    assert loaded.transactions["b"].state is S.COMPLETE_ABORT
+    loaded = load(records)
+    assert sorted(loaded) == ["a", "b"]
+    assert loaded["a"].state is S.PREPARE_COMMIT
+    assert loaded["b"].state is S.COMPLETE_ABORT
     # What was being prepared is marker work for the new coordinator, at its epoch.
-    [work] = loaded.pending
+    [work] = TransactionCoordinator(write_nothing, coordinator_epoch=5,
+                                    transactions=loaded).pending_markers()
     assert (work.transactional_id, work.commit, work.partitions, work.coordinator_epoch) == (
         "a", True, (A0, B3), 5)
 
 
 def test_a_tombstone_then_a_new_record_brings_the_id_back():
     records = [encode(metadata("a")), tombstone("a"), encode(metadata("a", pid=9))]
-    assert load(records, 0).transactions["a"].producer_id == 9
+    assert load(records)["a"].producer_id == 9
 
 
 def test_an_ongoing_transaction_keeps_its_start_time():
-    loaded = load([encode(ongoing(start=1234))], 0)
-    assert loaded.transactions["t"].start_ms == 1234 and loaded.pending == []
+    loaded = load([encode(ongoing(start=1234))])
+    assert loaded["t"].start_ms == 1234
+    assert TransactionCoordinator(write_nothing, coordinator_epoch=0,
+                                  transactions=loaded).pending_markers() == []
 
 
 @pytest.mark.parametrize("key, value, message", [
@@ -102,7 +110,7 @@ def test_an_ongoing_transaction_keeps_its_start_time():
 def test_a_record_that_cannot_be_read_stops_the_load(key, value, message):
     records = [encode(ongoing()), (key, value)]
     with pytest.raises(CorruptRecordError, match=message):
-        load(records, 0)
+        load(records)
 
 
 @pytest.mark.parametrize("change, message", [

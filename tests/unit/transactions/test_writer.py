@@ -61,10 +61,10 @@ def test_a_coordinator_over_the_writer_leaves_a_log_that_replays_to_its_state():
 
     c = run(scenario())
     assert set(leader.batches) == {partition_for("t"), partition_for("u")}
-    loaded = load(leader.records(), 4)
-    assert loaded.transactions == c.transactions
-    assert loaded.transactions["t"].state is TransactionState.PREPARE_COMMIT
-    assert [w.transactional_id for w in loaded.pending] == ["t"]
+    loaded = load(leader.records())
+    assert loaded == c.transactions
+    assert loaded["t"].state is TransactionState.PREPARE_COMMIT
+    assert [tid for tid, m in loaded.items() if m.state.preparing] == ["t"]
 
 
 def test_a_write_not_taken_by_its_deadline_raises_and_says_whether_it_may_land():
