@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import pyarrow as pa
@@ -654,11 +654,7 @@ class Partition:
             raise OffsetOutOfRangeError(
                 f"{self.name}: range [{start}, {end}) is outside the readable "
                 f"[{log.log_start_offset}, {log.high_watermark}) of replica {self.replica_id}")
-        drop = _is_control
-        if committed:
-            aborted = log.aborted_transactions(start, end)
-            if aborted:
-                drop = aborted_or_control(aborted)
+        drop = aborted_or_control(log.aborted_transactions(start, end) if committed else ())
         return [_without(chunk, drop) for chunk in log.read_range(start, end)]
 
     # -- upkeep --------------------------------------------------------------------------------
@@ -752,8 +748,11 @@ def _is_control(header: BatchHeader) -> bool:
     return header.control
 
 
-def aborted_or_control(aborted: list[AbortedTxn]) -> Callable[[BatchHeader], bool]:
-    """Whether a batch is a marker or belongs to one of the ``aborted`` transactions."""
+def aborted_or_control(aborted: Sequence[AbortedTxn]) -> Callable[[BatchHeader], bool]:
+    """Whether a batch is a marker or belongs to one of the ``aborted`` transactions (with
+    none, as for every read_uncommitted read, only the control bit is looked at)."""
+    if not aborted:
+        return _is_control
     by_producer: dict[int, list[AbortedTxn]] = {}
     for entry in aborted:
         by_producer.setdefault(entry.producer_id, []).append(entry)
