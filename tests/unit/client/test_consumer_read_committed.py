@@ -10,23 +10,16 @@ import pytest
 import raylog.client.consumer as consumer_module
 from raylog.client.consumer import Consumer
 from raylog.errors import InvalidConfigError
-from raylog.records import BatchBuilder, stamp
+from raylog.records import stamp
 from raylog.records.control import MarkerType, control_batch
 from raylog.storage.txn_index import AbortedTxn
 from raylog.types import LAST_STABLE, LATEST, TopicPartition
 from tests.unit import fake_remote
 from tests.unit.fake_remote import FakeController, FakePartition, _Method
 from tests.unit.logutil import batch_of
+from tests.unit.txnutil import txn_batch
 
 TP = TopicPartition("t", 0)
-
-
-def txn_batch(values: list[bytes], producer_id: int, base_sequence: int = 0) -> bytes:
-    builder = BatchBuilder(max_bytes=1 << 20)
-    for value in values:
-        assert builder.append(1_700_000_000_000, None, value)
-    builder.set_producer(producer_id, 0, base_sequence, transactional=True)
-    return builder.build()
 
 
 def marker(partition: FakePartition, producer_id: int, commit: bool) -> int:
