@@ -213,8 +213,8 @@ class ReplicaClient:
             return self.handle.read_kafka_table.remote(self.topic, self.partition,
                                                        self.leader_epoch, start, end)
         return self.handle.read_kafka_table.remote(self.topic, self.partition,
-                                                   self.leader_epoch, start, end, 10_000,
-                                                   isolation)
+                                                   self.leader_epoch, start, end,
+                                                   isolation=isolation)
 
 
 class ControllerClient:

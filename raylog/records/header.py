@@ -284,7 +284,8 @@ def check_header(header: BatchHeader, buf: bytes | bytearray | memoryview, pos: 
             f"offsets {header.base_offset}+{header.last_offset_delta} at byte {pos} "
             f"are outside [0, 2**63)"
         )
-    check_transaction_bits(header, pos)
+    if header.attributes & (TRANSACTIONAL_BIT | CONTROL_BIT):  # one test for the others
+        check_transaction_bits(header, pos)
 
 
 def check_transaction_bits(header: BatchHeader, pos: int = 0) -> None:

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import pyarrow as pa
@@ -607,8 +607,9 @@ class Partition:
         log end: OffsetNotAvailableError, retriable), and the records of aborted
         transactions are left out.
         """
-        tables = [read_table(chunk, start, end)
-                  for chunk in self._readable(start, end, leader_epoch, isolation)]
+        # records.read_table skips markers itself: only aborted batches need taking out.
+        tables = [read_table(chunk, start, end) for chunk in
+                  self._readable(start, end, leader_epoch, isolation, markers_read=True)]
         if not tables:
             return TABLE_SCHEMA.empty_table()
         return pa.concat_tables(tables)
@@ -636,9 +637,12 @@ class Partition:
             self.role is Role.LEADER and end <= self.log_end_offset)
 
     def _readable(self, start: int, end: int, leader_epoch: int | None,
-                  isolation: str = READ_UNCOMMITTED) -> list[bytes]:
+                  isolation: str = READ_UNCOMMITTED, markers_read: bool = False
+                  ) -> list[bytes]:
         """The chunks of batches holding [start, end), without markers (and, for
-        read_committed, without aborted transactions' batches)."""
+        read_committed, without aborted transactions' batches). ``markers_read``: the
+        caller's reader skips markers itself, so with no aborted batch to drop the chunks
+        are returned as read, without a pass over their headers."""
         _check_isolation(isolation)
         self._check_serving(leader_epoch)
         log = self.log
@@ -654,12 +658,12 @@ class Partition:
             raise OffsetOutOfRangeError(
                 f"{self.name}: range [{start}, {end}) is outside the readable "
                 f"[{log.log_start_offset}, {log.high_watermark}) of replica {self.replica_id}")
-        drop = _is_control
-        if committed:
-            aborted = log.aborted_transactions(start, end)
-            if aborted:
-                drop = aborted_or_control(aborted)
-        return [_without(chunk, drop) for chunk in log.read_range(start, end)]
+        aborted = log.aborted_transactions(start, end) if committed else ()
+        chunks = log.read_range(start, end)
+        if markers_read and not aborted:
+            return chunks
+        drop = aborted_or_control(aborted)
+        return [_without(chunk, drop) for chunk in chunks]
 
     # -- upkeep --------------------------------------------------------------------------------
 
@@ -752,8 +756,11 @@ def _is_control(header: BatchHeader) -> bool:
     return header.control
 
 
-def aborted_or_control(aborted: list[AbortedTxn]) -> Callable[[BatchHeader], bool]:
-    """Whether a batch is a marker or belongs to one of the ``aborted`` transactions."""
+def aborted_or_control(aborted: Sequence[AbortedTxn]) -> Callable[[BatchHeader], bool]:
+    """Whether a batch is a marker or belongs to one of the ``aborted`` transactions (with
+    none, as for every read_uncommitted read, only the control bit is looked at)."""
+    if not aborted:
+        return _is_control
     by_producer: dict[int, list[AbortedTxn]] = {}
     for entry in aborted:
         by_producer.setdefault(entry.producer_id, []).append(entry)

@@ -125,7 +125,7 @@ REFUSALS = {kind.__name__: kind for kind in REFUSED_FOR_GOOD}
 Outcome = AppendInfo | Refusal
 
 
-NO_TXN = -1  # a producer's txn_first when it has no ongoing transaction
+NO_TXN = -1  # in a snapshot, the first offset of a producer with no ongoing transaction
 
 
 @dataclasses.dataclass
@@ -133,7 +133,6 @@ class _Producer:
     epoch: int
     next_sequence: int
     recent: collections.deque  # (epoch, first sequence, Outcome), newest last
-    txn_first: int = NO_TXN  # first offset of its ongoing transaction
     coordinator_epoch: int = -1  # of the last marker written for it
 
 
@@ -144,8 +143,8 @@ class ProducerStates:
     appended or refused here (or by the leaders before, whose log this replica holds):
     batches are taken only in sequence order, never across a gap. ``_ongoing`` maps each
     producer with an open transaction to its first offset, in the order the transactions
-    opened (so in first-offset order); a producer with an open transaction is never
-    forgotten to make room.
+    opened (so in first-offset order), and is the only record of them; a producer with an
+    open transaction is never forgotten to make room.
     """
 
     def __init__(self, max_producers: int = 10_000) -> None:
@@ -228,7 +227,7 @@ class ProducerStates:
                 f"marker of producer {producer_id} from coordinator epoch "
                 f"{marker.coordinator_epoch}, older than {state.coordinator_epoch} whose "
                 f"marker was written here: not written")
-        return state.txn_first != NO_TXN or producer_epoch > state.epoch
+        return producer_id in self._ongoing or producer_epoch > state.epoch
 
     def accept(self, header: BatchHeader, info: AppendInfo, marker: Marker | None = None
                ) -> AbortedTxn | None:
@@ -242,11 +241,8 @@ class ProducerStates:
                                          f"taken without its marker")
             return self._end_transaction(header, info, marker)
         self._remember(header, info)
-        if header.transactional:
-            state = self._producers[header.producer_id]
-            if state.txn_first == NO_TXN:
-                state.txn_first = info.base_offset
-                self._ongoing[header.producer_id] = info.base_offset
+        if header.transactional and header.producer_id not in self._ongoing:
+            self._ongoing[header.producer_id] = info.base_offset
         return None
 
     def _end_transaction(self, header: BatchHeader, info: AppendInfo, marker: Marker
@@ -262,10 +258,9 @@ class ProducerStates:
             state.epoch, state.next_sequence = header.producer_epoch, 0
             state.recent.clear()
         state.coordinator_epoch = max(state.coordinator_epoch, marker.coordinator_epoch)
-        first, state.txn_first = state.txn_first, NO_TXN
-        if first == NO_TXN:
+        first = self._ongoing.pop(pid, None)
+        if first is None:
             return None
-        del self._ongoing[pid]
         if marker.type is not MarkerType.ABORT:
             return None
         stable = self.first_unstable_offset()
@@ -327,7 +322,7 @@ class ProducerStates:
     def to_json(self) -> dict[str, Any]:
         return {"version": SNAPSHOT_VERSION, "producers": [
             [pid, s.epoch, s.next_sequence, [[e, q, _outcome_to_json(o)] for e, q, o in s.recent],
-             s.txn_first, s.coordinator_epoch]
+             self._ongoing.get(pid, NO_TXN), s.coordinator_epoch]
             for pid, s in self._producers.items()]}
 
     @classmethod
@@ -342,14 +337,15 @@ class ProducerStates:
             raise ValueError(f"not a producer snapshot this version reads: "
                              f"{str(data)[:80]}")
         states = cls(max_producers)
+        opened = []
         for pid, epoch, next_sequence, recent, *txn in producers:
             txn_first, coordinator_epoch = txn or (NO_TXN, -1)
             states._producers[pid] = _Producer(epoch, next_sequence, collections.deque(
                 ((entry[0], entry[1], read(entry[2:])) for entry in recent),
-                maxlen=RECENT_BATCHES), int(txn_first), int(coordinator_epoch))
-        opened = sorted((s.txn_first, pid) for pid, s in states._producers.items()
-                        if s.txn_first != NO_TXN)
-        states._ongoing = {pid: first for first, pid in opened}
+                maxlen=RECENT_BATCHES), int(coordinator_epoch))
+            if txn_first != NO_TXN:
+                opened.append((int(txn_first), pid))
+        states._ongoing = {pid: first for first, pid in sorted(opened)}
         return states
 
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import raylog.client.consumer as consumer_module
 from raylog.client.consumer import Consumer
-from raylog.records import stamp
-from raylog.records.control import MarkerType, control_batch
 from raylog.types import TopicPartition
 from tests.unit import fake_remote
 from tests.unit.fake_remote import FakeController
 from tests.unit.logutil import batch_of
+from tests.unit.txnutil import COMMIT, append_marker
 
 
 def test_a_consumer_skips_markers(monkeypatch):
@@ -19,11 +18,7 @@ def test_a_consumer_skips_markers(monkeypatch):
     controller.add_topic("t", 1)
     partition = controller.topics["t"][0]
     partition.append(batch_of([b"a", b"b"]))
-    marker = bytearray(control_batch(MarkerType.COMMIT, producer_id=3, producer_epoch=0,
-                                     coordinator_epoch=0, timestamp=1))
-    stamp(marker, len(partition.values), partition.leader_epoch)
-    partition.batches.append(bytes(marker))
-    partition.values.append(None)  # the marker takes an offset
+    append_marker(partition, COMMIT, 3)
     partition.append(batch_of([b"c"]))
     consumer = Consumer(cluster=fake_remote.fake_cluster(controller),
                         auto_offset_reset="earliest")

@@ -10,35 +10,14 @@ import pytest
 import raylog.client.consumer as consumer_module
 from raylog.client.consumer import Consumer
 from raylog.errors import InvalidConfigError
-from raylog.records import BatchBuilder, stamp
-from raylog.records.control import MarkerType, control_batch
 from raylog.storage.txn_index import AbortedTxn
 from raylog.types import LAST_STABLE, LATEST, TopicPartition
 from tests.unit import fake_remote
-from tests.unit.fake_remote import FakeController, FakePartition, _Method
+from tests.unit.fake_remote import FakeController, _Method
 from tests.unit.logutil import batch_of
+from tests.unit.txnutil import ABORT, COMMIT, append_marker, txn_batch
 
 TP = TopicPartition("t", 0)
-
-
-def txn_batch(values: list[bytes], producer_id: int, base_sequence: int = 0) -> bytes:
-    builder = BatchBuilder(max_bytes=1 << 20)
-    for value in values:
-        assert builder.append(1_700_000_000_000, None, value)
-    builder.set_producer(producer_id, 0, base_sequence, transactional=True)
-    return builder.build()
-
-
-def marker(partition: FakePartition, producer_id: int, commit: bool) -> int:
-    """Append a marker; its offset."""
-    data = bytearray(control_batch(MarkerType.COMMIT if commit else MarkerType.ABORT,
-                                   producer_id=producer_id, producer_epoch=0,
-                                   coordinator_epoch=0, timestamp=1))
-    offset = len(partition.values)
-    stamp(data, offset, partition.leader_epoch)
-    partition.batches.append(bytes(data))
-    partition.values.append(None)  # the marker takes an offset
-    return offset
 
 
 @pytest.fixture
@@ -53,12 +32,12 @@ def controller(monkeypatch) -> FakeController:
     p.append(txn_batch([b"x1", b"x2"], 7))            # 1-2
     p.append(txn_batch([b"c1"], 8))                   # 3
     p.append(txn_batch([b"x3"], 7, base_sequence=2))  # 4
-    aborted_at = marker(p, 7, commit=False)           # 5
-    marker(p, 8, commit=True)                         # 6
+    aborted_at = append_marker(p, ABORT, 7)           # 5
+    append_marker(p, COMMIT, 8)                       # 6
     p.append(txn_batch([b"c2"], 8, base_sequence=1))  # 7
-    marker(p, 8, commit=True)                         # 8
+    append_marker(p, COMMIT, 8)                       # 8
     p.append(txn_batch([b"z"], 9))                    # 9
-    last = marker(p, 9, commit=False)                 # 10
+    last = append_marker(p, ABORT, 9)                 # 10
     p.aborted = [AbortedTxn(7, 1, aborted_at, 1), AbortedTxn(9, 9, last, 9)]
     return controller
 

@@ -253,7 +253,9 @@ def test_a_failed_send_makes_commit_refuse_until_aborted_then_the_epoch_moves(co
     producer.close()
 
 
-def test_a_fenced_producer_refuses_everything_after(controller):
+def zombie_and_successor(controller) -> tuple[Producer, Producer]:
+    """Two producers of one transactional id, each inside a transaction with a record in
+    a-0 (b"zombie", then b"new"): the second's init fenced the first."""
     zombie = txn_producer(controller)
     zombie.init_transactions()
     zombie.begin_transaction()
@@ -261,7 +263,12 @@ def test_a_fenced_producer_refuses_everything_after(controller):
     successor = txn_producer(controller)
     successor.init_transactions()  # epoch 1: the zombie is fenced
     successor.begin_transaction()
-    successor.send("a", b"new", partition=0).result(timeout=5)
+    successor.send("a", b"new", partition=0).result(timeout=5)  # the leader saw epoch 1
+    return zombie, successor
+
+
+def test_a_fenced_producer_refuses_everything_after(controller):
+    zombie, successor = zombie_and_successor(controller)
     with pytest.raises(ProducerFencedError):
         zombie.send("a", b"late", partition=1).result(timeout=5)  # its add is refused
     wait_until(lambda: zombie._txn.state is TxnState.FATAL, 5)
@@ -278,14 +285,7 @@ def test_a_fenced_producer_refuses_everything_after(controller):
 
 
 def test_a_batch_refused_for_its_old_epoch_makes_the_producer_fatal(controller):
-    zombie = txn_producer(controller)
-    zombie.init_transactions()
-    zombie.begin_transaction()
-    zombie.send("a", b"first", partition=0).result(timeout=5)
-    successor = txn_producer(controller)
-    successor.init_transactions()
-    successor.begin_transaction()
-    successor.send("a", b"new", partition=0).result(timeout=5)  # the leader saw epoch 1
+    zombie, successor = zombie_and_successor(controller)
     with pytest.raises(ProducerFencedError):
         zombie.send("a", b"late", partition=0).result(timeout=5)
     assert zombie._txn.state is TxnState.FATAL
