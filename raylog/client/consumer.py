@@ -558,6 +558,10 @@ class Consumer(GroupMixin):
                 state.chunks.append([header, payload, lo, hi])
                 state.buffered += hi - lo
             state.fetch_offset = max(state.fetch_offset, header.next_offset)
+        if not state.chunks:
+            # An answer of nothing but skipped batches (markers, aborted transactions):
+            # the position moves past them now, as take() moves it once records are out.
+            state.position = state.fetch_offset
 
     def _drain(self, max_records: int) -> list[ConsumerRecord]:
         out: list[ConsumerRecord] = []
