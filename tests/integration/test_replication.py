@@ -20,7 +20,7 @@ import ray
 
 from raylog import Admin, Consumer, Producer
 from raylog.cli import main
-from raylog.client.remote import resolve
+from raylog.client.remote import ReplicaClient, resolve
 from raylog.errors import BrokerStalledError, FencedEpochError, UnknownLeaderEpochError
 from raylog.util.cluster_names import CONTROLLER_NAME, NAMESPACE
 from tests.history import summary
@@ -174,7 +174,11 @@ def test_a_stale_or_missing_epoch_is_refused_by_every_request(admin, topic_name)
     kill_and_wait_for_failover(admin, topic_name, 0, for_good=False)
     wait_for(lambda: fully_in_sync(admin, topic_name), timeout=90, what="back in sync")
     fresh = admin._cluster.topic(topic_name, refresh=True).partitions[0]
-    for stale in meta.clients.values():  # every replica, at the old epoch
+    # Every replica, at the old epoch, through the process serving it now: a replica the
+    # killed broker's replica host served is served by a host its restart started.
+    for broker, now in fresh.clients.items():
+        stale = ReplicaClient(now.handle, topic_name, 0, meta.clients[broker].leader_epoch,
+                              broker)
         assert stale.leader_epoch < fresh.leader_epoch
         for request in (lambda c: c.append(b"x", 1), lambda c: c.fetch(0, 1 << 20, 0, 1),
                         lambda c: c.list_offset("latest"),
