@@ -95,16 +95,19 @@ def split_between(topic: str, *owners: set[tuple[str, int]]) -> bool:
 
 def test_two_consumers_split_commit_resume_and_one_leaving_gives_the_other_all(
         gateway, topic, group):
-    produce(topic, 200)
     a, b = kafka_consumer(gateway, group), kafka_consumer(gateway, group)
     try:
         a.subscribe([topic])
         b.subscribe([topic])
+        # The records come once the two have split the partitions: a consumer that joined
+        # first owns every partition for a generation, and what it read then is read again
+        # by the next owner (nothing is committed yet), as in Kafka.
+        poll_until([a, b], lambda: split_between(topic, owned(a), owned(b)),
+                   "both consumers to own partitions")
+        produce(topic, 200)
         records: dict[int, list] = {}
-        poll_until([a, b], lambda: owned(a) and owned(b) and
-                   owned(a) | owned(b) == all_partitions(topic) and
-                   sum(len(r) for r in records.values()) >= 200,
-                   "both consumers to own partitions and read every record", records=records)
+        poll_until([a, b], lambda: sum(len(r) for r in records.values()) >= 200,
+                   "the two consumers to read every record", records=records)
         assert not owned(a) & owned(b)
         described = Admin().describe_group(group)
         members = {m["member_id"]: m for m in described["members"]}
