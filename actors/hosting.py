@@ -158,13 +158,8 @@ class HostedReplica:
             raise
         # The broker's storage worker deletes what retention takes (actors/background.py).
         log.defer_deletions = True
-        try:
-            replica = Partition(topic, partition, log, broker_id, configs)
-        except BaseException:
-            log.close()
-            lock.release()
-            raise
-        hosted = cls(replica, topic_id, configs, lock)
+        hosted = cls(Partition(topic, partition, log, broker_id, configs), topic_id, configs,
+                     lock)
         logger.info("opened %s: %s", directory, log.recovery)
         return hosted
 
