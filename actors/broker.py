@@ -39,6 +39,7 @@ from raylog.errors import (
     LeaderNotAvailableError,
     NotLeaderError,
     RaylogError,
+    UnsupportedFormatVersionError,
 )
 from raylog.metadata.hosts import HostLease, configured_processes
 from raylog.metadata.identity import (
@@ -111,8 +112,8 @@ class BrokerActor(ReplicaHost):
         if self.error is None:
             try:
                 identity = read_identity(self.directory)
-            except IdentityError as e:
-                answer["error"] = str(e)
+            except (IdentityError, UnsupportedFormatVersionError) as e:
+                answer["error"] = str(e)  # not served: the controller reports it
                 return answer
             if identity is not None:
                 answer["identity"] = [identity.broker_id, identity.cluster_id]

@@ -37,12 +37,16 @@ from raylog.metadata.identity import DirectoryLock
 from raylog.metadata.topics import log_config
 from raylog.records.control import MarkerType
 from raylog.replica.partition import AlterIsr, LeaderAndIsr, Partition, Role
-from raylog.replica.producer_state import SequenceGap
+from raylog.replica.producer_state import ProducerSnapshots, SequenceGap
 from raylog.storage import AppendInfo, PartitionLog, files
+from raylog.storage.formats import json_version
 
 logger = logging.getLogger(__name__)
 
 METADATA_FILE = "partition.metadata"
+# Its JSON object's format (a "format_version" member, absent in version 0): a newer one
+# raises UnsupportedFormatVersionError and the directory is left alone.
+METADATA_FILE_VERSION = 0
 # How long a batch ahead of its producer's sequence waits for the batches before it. Ray may
 # start an async actor's calls out of order when their arguments arrive out of order (an
 # argument fetched from the object store: milliseconds, a few hundred on a loaded node), so
@@ -67,7 +71,9 @@ def partition_dir_owner(directory: Path) -> str | None:
     Raises StorageError for a marker that cannot be read: never guess whose data it is."""
     marker = directory / METADATA_FILE
     try:
-        return json.loads(marker.read_text())["topic_id"]
+        content = json.loads(marker.read_text())
+        json_version(marker, content, METADATA_FILE_VERSION)
+        return content["topic_id"]
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as e:
@@ -143,6 +149,9 @@ class HostedReplica:
                                    f"(its lock file names it)")
             time.sleep(0.05)
         try:
+            # A newer raylog's files are refused before the log changes anything (the log
+            # checks its own; the producer snapshots are the replica's).
+            ProducerSnapshots(directory).check_versions()
             log = PartitionLog(directory, log_config(configs))
         except BaseException:
             lock.release()

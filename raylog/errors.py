@@ -447,3 +447,21 @@ class UnstableOffsetCommitError(RaylogError):
 
     retriable = True
     kafka_code = 88  # UNSTABLE_OFFSET_COMMIT
+
+
+class UnsupportedFormatVersionError(StorageError):
+    """A stored file or record is in a format version newer than this raylog reads: a newer
+    raylog wrote it. Nothing is changed: run that raylog again (docs/formats.md says what a
+    downgrade may do). Names the file (or the topic and key), the version found and the
+    newest this raylog supports."""
+
+    def __init__(self, where: str, found: int, supported: int) -> None:
+        super().__init__(f"{where}: format version {found}, but this raylog reads versions up "
+                         f"to {supported}: a newer raylog wrote it, run that version (a "
+                         f"downgrade past a format change is refused, see docs/formats.md)")
+        self.where = where
+        self.found = found
+        self.supported = supported
+
+    def __reduce__(self) -> tuple:  # crosses Ray with its fields
+        return type(self), (self.where, self.found, self.supported)

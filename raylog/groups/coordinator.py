@@ -19,6 +19,10 @@ up meanwhile is granted to nobody until the store knows the log agrees with memo
 Offsets committed inside a transaction are held apart (:attr:`txn`, txn_offsets.py) until
 their transaction's marker is in the group's partition (:meth:`txn_marker`); the replay
 takes them back from the log with :meth:`load_batch`.
+
+Records: the key is a JSON list (``["offset", group, topic, partition]`` or ``["group",
+group]``), the value a JSON object, of format RECORD_VERSION (0: no ``format_version``
+member); a value of a newer format stops the replay with UnsupportedFormatVersionError.
 """
 
 from __future__ import annotations
@@ -40,10 +44,13 @@ from raylog.errors import (
 )
 from raylog.groups.group import Group, Heartbeat, Member, PendingMember, ownership_mark
 from raylog.groups.txn_offsets import GroupOffsets, TxnOffsets
+from raylog.metadata.topics import CONSUMER_OFFSETS_TOPIC
 from raylog.records.partitioner import key_partition
+from raylog.storage.formats import JSON_VERSION_FIELD, json_version
 from raylog.types import TopicPartition
 
 OFFSETS_TOPIC_PARTITIONS = 8
+RECORD_VERSION = 0  # of the values of __consumer_offsets this raylog writes and reads
 
 
 class OffsetAndMetadata(NamedTuple):
@@ -309,6 +316,16 @@ class GroupCoordinator:
         group = self.groups[group_id]
         return self.generation_record(group_id, group.generation, group)
 
+    @staticmethod
+    def record_value(key: bytes, value: bytes) -> dict[str, Any]:
+        """A record's value, decoded; raises UnsupportedFormatVersionError if a newer raylog
+        wrote it."""
+        fields = json.loads(value)
+        json_version(f"{CONSUMER_OFFSETS_TOPIC}: the record of {key[:200]!r}", fields,
+                     RECORD_VERSION)
+        fields.pop(JSON_VERSION_FIELD, None)
+        return fields
+
     def load(self, key: bytes, value: bytes | None, position: int = -1) -> None:
         """Replay one record of __consumer_offsets (records in offset order), of the batch
         at ``position``."""
@@ -318,14 +335,15 @@ class GroupCoordinator:
             if value is None:
                 self.drop_offset(group_id, tp)
             else:
-                self.apply_commit(group_id, {tp: OffsetAndMetadata(**json.loads(value))},
+                self.apply_commit(group_id,
+                                  {tp: OffsetAndMetadata(**self.record_value(key, value))},
                                   position)
         elif kind == "group":
             if value is None:
                 self.generations.pop(group_id, None)
                 self._persisted.pop(group_id, None)
             else:
-                record = json.loads(value)
+                record = self.record_value(key, value)
                 self.generations[group_id] = record["generation"]
                 self._persisted[group_id] = record
 
@@ -361,7 +379,7 @@ class GroupCoordinator:
             kind, group_id, *rest = json.loads(key)
             if kind == "offset" and value is not None:
                 out.setdefault(group_id, {})[TopicPartition(rest[0], rest[1])] = \
-                    OffsetAndMetadata(**json.loads(value))
+                    OffsetAndMetadata(**GroupCoordinator.record_value(key, value))
         return out
 
     def finish_load(self) -> None:

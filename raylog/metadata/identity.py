@@ -30,10 +30,11 @@ from pathlib import Path
 
 from raylog.errors import StorageError
 from raylog.storage import files
+from raylog.storage.formats import check_version
 
 IDENTITY_FILE = "meta.properties"
 LOCK_FILE = ".lock"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1  # the newest this raylog writes and reads; a newer one is refused
 MAX_SLOTS = 1024  # data directory slots tried under the default root
 _HEADER = "# raylog broker identity: do not edit, do not copy to another broker\n"
 
@@ -69,9 +70,9 @@ class BrokerIdentity:
             cluster_id = fields["cluster.id"]
         except (KeyError, ValueError) as e:
             raise IdentityError(f"{where}: missing or malformed {e}") from None
-        if version != FORMAT_VERSION:
-            raise IdentityError(f"{where}: format version {version}, this raylog reads "
-                                f"{FORMAT_VERSION}")
+        check_version(where, version, FORMAT_VERSION)
+        if version < 1:  # version 1 is the first ever written
+            raise IdentityError(f"{where}: format version {version} was never written")
         if broker_id < 0 or not re.fullmatch(r"[0-9a-f]{8,64}", cluster_id):
             raise IdentityError(f"{where}: bad broker.id {broker_id} or cluster.id "
                                 f"{cluster_id!r}")

@@ -7,7 +7,7 @@ hold: it is the state after the events at offsets ``[0, position)``, and its ``a
 equals ``position``. Layout (integers big-endian)::
 
     magic      4 bytes   b"RLMS"
-    version    1 byte    0
+    version    1 byte    VERSION (0); a newer one raises UnsupportedFormatVersionError
     position   8 bytes   as in the file name
     length     8 bytes   of the body
     crc        4 bytes   CRC32C of position, length and body
@@ -35,13 +35,14 @@ from raylog.errors import CorruptSnapshotError, InvalidConfigError
 from raylog.metadata.state import MetadataState
 from raylog.records.header import crc32c
 from raylog.storage import files
+from raylog.storage.formats import check_version
 from raylog.util.arguments import settings_from_environ
 
 SUFFIX = ".snapshot"
 TMP_SUFFIX = files.TMP_SUFFIX  # of a snapshot being written
 CORRUPT_SUFFIX = ".corrupt"  # an unusable snapshot set aside by the store
 MAGIC = b"RLMS"
-VERSION = 0
+VERSION = 0  # the newest snapshot format this raylog writes and reads
 _HEADER = struct.Struct(">4sBQQI")  # magic, version, position, length, crc
 _CRC_FROM = 5  # the crc covers position and length (and the body after the header)
 _CRC_TO = 21
@@ -100,6 +101,18 @@ def remove_temporary(directory: Path) -> None:
         files.fsync_dir(Path(directory))
 
 
+def check_snapshot_versions(directory: Path) -> None:
+    """Refuse (UnsupportedFormatVersionError) if a snapshot in ``directory`` says it is of
+    a newer version than this raylog reads: checked from the headers alone before the store
+    opens anything, so that nothing changes before a refusal."""
+    for position in snapshot_positions(directory):
+        path = snapshot_path(directory, position)
+        with open(path, "rb") as f:
+            head = f.read(_HEADER.size)
+        if len(head) == _HEADER.size and head[:4] == MAGIC:
+            check_version(path, _HEADER.unpack(head)[1], VERSION)
+
+
 def write_snapshot(directory: Path, state: MetadataState) -> Path:
     """Write ``state`` as the snapshot at its position (``state.applied``); return the path
     once the snapshot is durable, name included. Raises OSError if the disk refuses (the
@@ -125,15 +138,17 @@ def read_snapshot(directory: Path, position: int) -> MetadataState:
         raise CorruptSnapshotError(f"snapshot {path} is torn: {len(data)} bytes, shorter than "
                                    f"its {_HEADER.size}-byte header")
     magic, version, stored, length, crc = _HEADER.unpack_from(data)
-    if magic != MAGIC or version != VERSION:
-        raise CorruptSnapshotError(f"{path} is not a version {VERSION} metadata snapshot "
-                                   f"(magic {magic!r}, version {version})")
+    if magic != MAGIC:
+        raise CorruptSnapshotError(f"{path} is not a metadata snapshot (magic {magic!r})")
     if len(data) != _HEADER.size + length:
         raise CorruptSnapshotError(f"snapshot {path} is torn: {len(data)} bytes where its "
                                    f"header says {_HEADER.size + length}")
     body = memoryview(data)[_HEADER.size:]
     if crc32c(body, crc32c(data[_CRC_FROM:_CRC_TO])) != crc:
         raise CorruptSnapshotError(f"snapshot {path} is damaged: its checksum does not match")
+    # Whole and its body intact, so a newer version is a newer raylog's, not damage:
+    # refused, never set aside as corrupt (the store would then load an older state).
+    check_version(path, version, VERSION)
     if stored != position:
         raise CorruptSnapshotError(f"snapshot {path} holds position {stored}, not {position}")
     try:

@@ -23,6 +23,11 @@ before and replays more of the log. In order, each step durable before the next:
 
 A crash anywhere leaves a store that opens with every event appended: a snapshot is either
 whole or absent, and the log is never cut below a snapshot that is not durable.
+
+Format versions (docs/formats.md): the events' (METADATA_LOG_VERSION, in the directory's
+``metadata-format`` file, absent for version 0), the log directory's (``log-format``), the
+snapshots' (snapshot.VERSION, in each header). A store holding any of a newer version is
+refused with UnsupportedFormatVersionError before anything in its directory changes.
 """
 
 from __future__ import annotations
@@ -31,12 +36,14 @@ import json
 import logging
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from raylog.errors import CorruptSnapshotError, StorageError
 from raylog.metadata.snapshot import (
     CORRUPT_SUFFIX,
     SnapshotPolicy,
+    check_snapshot_versions,
     read_snapshot,
     remove_temporary,
     snapshot_path,
@@ -46,6 +53,7 @@ from raylog.metadata.snapshot import (
 from raylog.metadata.state import MetadataState
 from raylog.records import BatchBuilder, Codec, read_records
 from raylog.storage import LogConfig, PartitionLog, files
+from raylog.storage.formats import read_format_file
 from raylog.util.clocks import wall_clock_ms
 
 logger = logging.getLogger(__name__)
@@ -56,6 +64,11 @@ METADATA_LOG_CONFIG = LogConfig(
     retention_ms=None,
     cleanup_policy="delete",
 )
+METADATA_FORMAT_FILE = "metadata-format"
+# The format of the events (one JSON object per record, as MetadataState.apply reads them).
+# A raylog whose events an older one cannot apply writes a higher version to
+# METADATA_FORMAT_FILE before its first such event (docs/formats.md); absent: version 0.
+METADATA_LOG_VERSION = 0
 BATCH_BYTES = 1 << 20  # events of one commit per batch (one write, one fsync), at most
 
 
@@ -69,6 +82,9 @@ class MetadataStore:
 
     def __init__(self, directory: str | os.PathLike,
                  policy: SnapshotPolicy | None = None) -> None:
+        if os.path.isdir(directory):  # refused before anything in it changes
+            read_format_file(Path(directory) / METADATA_FORMAT_FILE, METADATA_LOG_VERSION)
+            check_snapshot_versions(Path(directory))
         self.log = PartitionLog(directory, METADATA_LOG_CONFIG)
         self.directory = self.log.directory
         self.policy = policy or SnapshotPolicy()

@@ -68,6 +68,7 @@ from raylog.errors import (
 from raylog.records.control import Marker, MarkerType
 from raylog.records.header import BatchHeader
 from raylog.storage import AppendInfo, files
+from raylog.storage.formats import check_version
 from raylog.storage.txn_index import AbortedTxn
 
 logger = logging.getLogger(__name__)
@@ -412,20 +413,39 @@ class ProducerSnapshots:
         files.fsync_dir(self.directory)
 
     def load(self, max_offset: int) -> tuple[int, ProducerStates] | None:
-        """The newest intact snapshot at or below ``max_offset``: (offset, states)."""
+        """The newest intact snapshot at or below ``max_offset``: (offset, states). Raises
+        UnsupportedFormatVersionError if that one is of a version newer than
+        SNAPSHOT_VERSION."""
         for offset in reversed(self.offsets()):
             if offset > max_offset:
                 continue
             try:
-                raw = self._path(offset).read_bytes()
-                crc, _, body = raw.partition(b"\n")
-                if int(crc, 16) != crc32c.crc32c(body):
-                    raise ValueError("checksum mismatch")
-                return offset, ProducerStates.from_json(json.loads(body))
+                return offset, ProducerStates.from_json(self._read(offset))
             except (OSError, ValueError, TypeError, KeyError) as e:
                 logger.warning("skipping unreadable producer snapshot %s: %s",
                                self._path(offset), e)
         return None
+
+    def _read(self, offset: int) -> Any:
+        """The JSON of the snapshot at ``offset``. OSError or ValueError if it is torn or
+        damaged; UnsupportedFormatVersionError if a newer raylog wrote it (refused, not
+        skipped: this raylog would write its own snapshots over the newer one's)."""
+        crc, _, body = self._path(offset).read_bytes().partition(b"\n")
+        if int(crc, 16) != crc32c.crc32c(body):
+            raise ValueError("checksum mismatch")
+        data = json.loads(body)
+        if isinstance(data, dict) and type(data.get("version")) is int:
+            check_version(self._path(offset), data["version"], SNAPSHOT_VERSION)
+        return data
+
+    def check_versions(self) -> None:
+        """Raise UnsupportedFormatVersionError if any snapshot is of a newer version: called
+        before the log opens, so that nothing in the directory changes before a refusal."""
+        for offset in self.offsets():
+            try:
+                self._read(offset)
+            except (OSError, ValueError):
+                continue  # damaged: load() skips it and says so
 
     def remove_above(self, offset: int) -> None:
         """Remove the snapshots past ``offset`` (before the log is truncated to it), durably:

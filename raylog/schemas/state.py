@@ -30,6 +30,10 @@ operation there is one writer and no such record; they can only come from two wr
 did not see each other's records, and the writer that finds its record void writes the
 key's true value again (:meth:`record_for`), so compaction keeps the right one.
 
+Values are of format RECORD_VERSION (0: no ``format_version`` member); a value of a newer
+format stops the replay with UnsupportedFormatVersionError (a key of a kind this raylog
+does not know is void, as above: a later raylog may add kinds).
+
 Plain Python; not safe for concurrent use (its owner serializes calls).
 """
 
@@ -42,8 +46,11 @@ from typing import Any
 from raylog.schemas.avro import AvroSchema, parse
 from raylog.schemas.compatibility import DEFAULT_LEVEL, Level
 from raylog.schemas.errors import InvalidSchemaError
+from raylog.storage.formats import JSON_VERSION_FIELD, json_version
 
 SCHEMAS_TOPIC = "_schemas"
+RECORD_VERSION = 0  # of the values this raylog writes and reads
+_KINDS = ("schema", "config", "ids")  # of the keys this raylog reads
 AVRO = "AVRO"
 
 Record = tuple[bytes, bytes | None]
@@ -71,6 +78,15 @@ class Version:
 
 def _key(*parts: Any) -> bytes:
     return json.dumps(list(parts), separators=(",", ":")).encode()
+
+
+def _value(key: bytes, value: bytes) -> Any:
+    """A record's value, decoded; UnsupportedFormatVersionError if a newer raylog wrote it."""
+    fields = json.loads(value)
+    json_version(f"{SCHEMAS_TOPIC}: the record of {key[:200]!r}", fields, RECORD_VERSION)
+    if isinstance(fields, dict):
+        fields.pop(JSON_VERSION_FIELD, None)
+    return fields
 
 
 def schema_key(subject: str, version: int) -> bytes:
@@ -127,19 +143,19 @@ class RegistryState:
         applied in offset order, each once."""
         self.next_offset = offset + 1
         kind, *rest = json.loads(key)
+        fields = None if value is None or kind not in _KINDS else _value(key, value)
         if kind == "schema":
-            took = self._apply_schema(rest[0], rest[1], None if value is None
-                                      else json.loads(value))
+            took = self._apply_schema(rest[0], rest[1], fields)
         elif kind == "config":
             took = True
-            if value is None:
+            if fields is None:
                 self.levels.pop(rest[0], None)
             else:
-                self.levels[rest[0]] = Level.of(json.loads(value)["compatibilityLevel"])
+                self.levels[rest[0]] = Level.of(fields["compatibilityLevel"])
         elif kind == "ids":
-            took = value is not None
+            took = fields is not None
             if took:
-                self.max_id = max(self.max_id, json.loads(value)["max_id"])
+                self.max_id = max(self.max_id, fields["max_id"])
         else:
             took = False  # a kind a later raylog may write: not ours to interpret
         if took:

@@ -7,6 +7,8 @@ Directory layout::
     00000000000000000000.timeindex  time index
     00000000000000000000.txnindex   aborted transactions whose markers are in the segment
                                     (see txn_index.py; only once there is one)
+    log-format                      the directory's format version (see formats.py; absent:
+                                    version 0, today's)
     recovery-point-checkpoint       offset below which everything was fsynced
     high-watermark-checkpoint       the replica's last checkpointed high watermark
     .clean-shutdown                 present only while the log is closed cleanly
@@ -51,7 +53,7 @@ from raylog.records.control import Marker, read_marker
 from raylog.records.header import NO_LEADER_EPOCH, BatchHeader, iter_headers, validate_batch
 from raylog.records.payload import check_payload, decode, offsets_of
 from raylog.storage import files
-from raylog.storage.checkpoint import Checkpoint
+from raylog.storage.checkpoint import Checkpoint, check_checkpoints
 from raylog.storage.cleaner import (
     CleanerStats,
     CleaningPass,
@@ -59,6 +61,7 @@ from raylog.storage.cleaner import (
     finish_interrupted_cleaning,
 )
 from raylog.storage.config import LogConfig
+from raylog.storage.formats import read_format_file
 from raylog.storage.handoff import (
     FlushJob,
     RecoveryPoint,
@@ -76,6 +79,19 @@ CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
 RECOVERY_POINT_FILE = "recovery-point-checkpoint"
 HIGH_WATERMARK_FILE = "high-watermark-checkpoint"
 LOG_START_FILE = "log-start-offset-checkpoint"  # only once records were deleted mid-segment
+LOG_FORMAT_FILE = "log-format"
+# The format of a log directory's segments (batches of records.header.MAGIC), offset, time
+# and transaction indexes. A raylog that changes any of them, or any other file of a
+# partition directory, writes a higher version to LOG_FORMAT_FILE first, so that an older
+# raylog refuses the directory before it touches anything (docs/formats.md).
+LOG_FORMAT_VERSION = 0
+
+
+def check_log_format(directory: Path, names: set[str]) -> None:
+    """Refuse (UnsupportedFormatVersionError) a log directory (whose names are ``names``)
+    of a newer format, or holding a checkpoint of a newer format."""
+    read_format_file(directory / LOG_FORMAT_FILE, LOG_FORMAT_VERSION)
+    check_checkpoints(directory, names)
 
 
 class AppendInfo(NamedTuple):
@@ -154,6 +170,7 @@ class PartitionLog:
     def _open(self) -> RecoveryInfo:
         # The directory is listed once: each step below keeps the listing true.
         names = set(os.listdir(self.directory))
+        check_log_format(self.directory, names)  # before anything in it changes
         clean = CLEAN_SHUTDOWN_FILE in names
         if clean:
             # Gone for good before anything changes: a crash from here on, during this open

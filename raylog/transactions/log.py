@@ -17,7 +17,8 @@ with a ``version``: version 1 holds::
 
 (``state`` is a TransactionState's name; times in ms since the epoch.)
 
-A value of another version, or a record that is not this, is refused with
+A value of a newer version is refused with UnsupportedFormatVersionError (a newer raylog
+wrote it), one of another version, or a record that is not this, with
 CorruptRecordError when loaded: the coordinator must not start on a state it cannot read
 (skipping a record could drop a decided commit whose markers are not all written).
 """
@@ -31,6 +32,7 @@ from typing import Any
 from raylog.errors import CorruptRecordError
 from raylog.metadata.topics import TRANSACTION_STATE_TOPIC
 from raylog.records.partitioner import key_partition
+from raylog.storage.formats import check_version
 from raylog.transactions.state import (
     PERSISTED,
     TransactionMetadata,
@@ -39,7 +41,7 @@ from raylog.transactions.state import (
 from raylog.types import TopicPartition
 
 TRANSACTION_STATE_PARTITIONS = 8  # as __consumer_offsets (Kafka's default is 50)
-VALUE_VERSION = 1
+VALUE_VERSION = 1  # the newest this raylog writes and reads (1 is the first ever written)
 _KIND = "txn"
 
 Record = tuple[bytes, bytes | None]  # key, value (None: a tombstone)
@@ -102,11 +104,14 @@ def decode(key: bytes, value: bytes) -> TransactionMetadata:
         raise CorruptRecordError(f"{TRANSACTION_STATE_TOPIC}: the record of "
                                  f"{transactional_id!r} is not JSON: {e}") from e
     version = fields.get("version") if isinstance(fields, dict) else None
+    if type(version) is int:
+        check_version(f"{TRANSACTION_STATE_TOPIC}: the record of {transactional_id!r}",
+                      version, VALUE_VERSION)
     if version != VALUE_VERSION:
         raise CorruptRecordError(
             f"{TRANSACTION_STATE_TOPIC}: the record of {transactional_id!r} has version "
-            f"{version!r}; this raylog reads version {VALUE_VERSION} (a newer raylog wrote "
-            f"it, or it is not a transaction record)")
+            f"{version!r}; this raylog reads version {VALUE_VERSION}: it is not a "
+            f"transaction record")
     try:
         return _metadata(transactional_id, fields)
     except (KeyError, ValueError, TypeError) as e:

@@ -33,7 +33,7 @@ def test_an_identity_round_trips_and_a_new_directory_has_none(tmp_path):
 
 
 @pytest.mark.parametrize("text", [
-    "", "version=1\nbroker.id=3\n", "version=2\nbroker.id=3\ncluster.id=0123456789abcdef\n",
+    "", "version=1\nbroker.id=3\n", "version=0\nbroker.id=3\ncluster.id=0123456789abcdef\n",
     "version=1\nbroker.id=x\ncluster.id=0123456789abcdef\n", "garbage\n",
     "version=1\nbroker.id=-1\ncluster.id=0123456789abcdef\n",
     "version=1\nbroker.id=1\ncluster.id=not hex!\n", "\xff\xfe",

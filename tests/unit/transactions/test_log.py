@@ -103,7 +103,7 @@ def test_an_ongoing_transaction_keeps_its_start_time():
     (b'["txn", ""]', b"{}", "not the key of a transactional id"),
     (b'["txn", "t"]', b"{not json", "is not JSON"),
     (b'["txn", "t"]', b"[1, 2]", "version None"),
-    (b'["txn", "t"]', b'{"version": 2, "state": "ONGOING"}', "has version 2; this raylog "
+    (b'["txn", "t"]', b'{"version": 0, "state": "ONGOING"}', "has version 0; this raylog "
                                                              "reads version 1"),
     (b'["txn", "t"]', b'{"version": 1}', "malformed: KeyError"),
 ])
