@@ -8,7 +8,9 @@ keep the actors Spark's writers go through (actors/spark_writer.py), one per nod
 
 from __future__ import annotations
 
+import asyncio
 import json
+import uuid
 from typing import Any
 
 import ray
@@ -22,13 +24,17 @@ from raylog.metadata.topics import log_config
 from raylog.util.cluster_names import NAMESPACE, REGISTRY_NAME, broker_actor_name
 from raylog.util.interop import error_json
 
+WRITER_PING_S = 10.0
 
-def _named_actor_exists(name: str) -> bool:
-    """Whether an actor of that name is alive (or starting, or restarting) in raylog's
-    namespace: a dead actor's name is free again."""
+
+async def _answers(actor: ray.actor.ActorHandle) -> bool:
+    """Whether ``actor`` is not dead: it answers, or is too busy to within WRITER_PING_S
+    (a gateway writing for many tasks is not replaced)."""
     try:
-        ray.get_actor(name, namespace=NAMESPACE)
-    except ValueError:
+        await asyncio.wait_for(actor.__ray_ready__.remote(), WRITER_PING_S)
+    except TimeoutError:
+        return True
+    except ray.exceptions.RayActorError:
         return False
     return True
 
@@ -40,7 +46,9 @@ class JavaApi:
     def __init__(self, topics: TopicManager, brokers: BrokerManager) -> None:
         self.topics = topics
         self.brokers = brokers
-        self._writers: dict[str, ray.actor.ActorHandle] = {}
+        self._writers: dict[str, ray.actor.ActorHandle] = {}  # by name
+        self._writer_names: dict[str, str] = {}  # node id -> the name of its writer now
+        self._writers_lock = asyncio.Lock()  # one start per node at a time
 
     async def java_topics(self) -> str:
         """The user topics' names, as a JSON list (Spark's ``subscribePattern`` matches them)."""
@@ -85,18 +93,33 @@ class JavaApi:
 
     async def java_writer(self, node_id: str) -> str:
         """The name (in namespace ``raylog``) of the actor through which Spark tasks on
-        ``node_id`` write (actors/spark_writer.py), started if there is none yet. It is
-        the controller's child: a controller restart takes it down, and the next writer
-        that asks starts it again."""
+        ``node_id`` write (actors/spark_writer.py), started if there is none yet or if the
+        one there died. It is the controller's child: a controller restart takes it down,
+        and the next writer that asks starts it again.
+
+        A replacement gets a new name: Ray may answer a lookup of a dead actor's name with
+        the dead actor for a while (its handle cache, ray-project/ray#44083), so a task
+        asking again right after the gateway died would be given it again."""
         from actors.spark_writer import SparkWriter
 
         if not isinstance(node_id, str) or not node_id:
             raise InvalidArgumentError(f"node_id must be a Ray node id, got {node_id!r}")
-        name = f"spark-writer:{node_id}"
-        if name in self._writers and _named_actor_exists(name):
+        async with self._writers_lock:
+            name = self._writer_names.get(node_id)
+            if name is not None and await _answers(self._writers[name]):
+                return name
+            if name is not None:
+                self._writers.pop(name)
+                name = f"spark-writer:{node_id}:{uuid.uuid4().hex[:8]}"
+            else:
+                name = f"spark-writer:{node_id}"
             # Keep the handle that created it: a handle from get_if_exists or get_actor is
             # weak, and the actor would be destroyed, mid-write, once the first one went.
-            return name
+            self._writers[name] = SparkWriter.options(  # it lives as long as this handle does
+                name=name, namespace=NAMESPACE, get_if_exists=True,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=True)).remote()
+            self._writer_names[node_id] = name
+        return name
         self._writers[name] = SparkWriter.options(  # it lives as long as this handle does
             name=name, namespace=NAMESPACE, get_if_exists=True,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=True)).remote()

@@ -256,7 +256,8 @@ def test_batch_and_streaming_writes_land_where_kafka_would(spark, admin, source,
 def test_asking_again_for_a_nodes_writer_leaves_the_one_writing(admin, ray_cluster):
     """Each Spark task asks the controller for its node's writer gateway. An ask while
     another task writes through it must leave that gateway alive: were it destroyed
-    mid-write, the task would send its rows again to a new one and write them twice."""
+    mid-write, the task would send its rows again to a new one and write them twice. A
+    gateway that died is replaced."""
     topic = "connector-gateway"
     admin.create_topic(topic, partitions=1)
     controller = ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
@@ -277,6 +278,14 @@ def test_asking_again_for_a_nodes_writer_leaves_the_one_writing(admin, ray_clust
     assert [json.loads(w)["records"] for w in ray.get(writes)] == [10] * len(writes)
     assert ray.get_actor(name, namespace=NAMESPACE)._actor_id == gateway._actor_id
     assert len(consume_all(topic, 1, 10 * len(writes))) == 10 * len(writes)
+    # A gateway that died is replaced, under a new name (a lookup of the old one may still
+    # find the dead actor for a while).
+    ray.kill(gateway, no_restart=True)
+    replacement = ray.get(controller.java_writer.remote(node))
+    assert replacement != name
+    answer = ray.get_actor(replacement, namespace=NAMESPACE).java_write.remote(topic, "", batch)
+    assert json.loads(ray.get(answer, timeout=60))["records"] == 10
+    assert ray.get(controller.java_writer.remote(node)) == replacement
 
 
 def read_stream(spark, topic: str):

@@ -136,3 +136,46 @@ def test_a_transactional_write_failing_midway_leaves_no_row_committed(spark, adm
     with Producer(linger_ms=2) as plain:
         send_all(plain, topic, "later", 3)
     assert read_values(spark, topic, **committed) == expected(("later", 3))
+
+
+def test_a_streaming_query_killed_mid_batch_writes_each_record_once(spark, admin, ray_cluster,
+                                                                   tmp_path):
+    """A streaming query with ``transactional.id`` dies in its first micro-batch after the
+    driver committed one task's transaction: the writer gateway holding both is killed (a
+    fail point) right after that commit, so the other task's transaction is lost open and
+    the batch fails. Restarted from its checkpoint, the query reruns the batch: the task
+    whose transaction committed writes nothing, the other writes its rows again, and the
+    later batches follow. read_committed readers see every input record once."""
+    source, sink, records = "spark-txn-stream-in", "spark-txn-stream-out", 120
+    admin.create_topic(source, partitions=2)
+    admin.create_topic(sink, partitions=2)
+    with Producer(linger_ms=2) as plain:
+        for i in range(records):
+            plain.send(source, b"s-%d" % i, partition=i % 2)
+        plain.flush(60)
+
+    def start():
+        # Micro-batches of 40 records, 20 of each source partition: two tasks each
+        # (minPartitions: tasks cut by offsets alone, the same when a batch is rerun).
+        return (spark.readStream.format("raylog").option("subscribe", source)
+                .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", 40)
+                .option("minPartitions", 2)
+                .load().select("value")
+                .writeStream.format("raylog").option("topic", sink)
+                .option("transactional.id", "spark-stream")
+                .option("checkpointLocation", str(tmp_path / "checkpoint"))
+                .trigger(availableNow=True).start())
+
+    died = tmp_path / "gateway-died"
+    with ray_cluster.failpoints({"spark_writer.committed": f"exit-once:{died}"}):
+        query = start()
+        with pytest.raises(Exception, match=r"(?i)actor|died|unavailable"):
+            query.awaitTermination(300)
+    assert died.exists()  # the gateway died after the batch's first commit
+    query = start()
+    query.awaitTermination(300)
+    assert query.exception() is None
+    committed = read_values(spark, sink, **{"kafka.isolation.level": "read_committed"})
+    assert committed == expected(("s", records))
+    # The other task's first attempt is in the log, aborted: the rerun wrote it again.
+    assert len(read_values(spark, sink)) > records

@@ -3,8 +3,10 @@ Producer (init, begin, send, commit, abort) and read_committed consumers. A tran
 two topics is seen whole by read_committed once committed, never once aborted, and both by
 read_uncommitted; a zombie (an older producer of the same transactional id) is fenced and
 writes nothing more; a transaction its producer abandons is aborted at its timeout and
-read_committed consumers go past it; a read-process-write application killed and restarted
-under the same transactional id, and a leader killed, write each input record once.
+read_committed consumers go past it; a read-process-write application writes each input
+record once while it is killed and restarted under the same transactional id, and an output
+leader, the controller (the coordinator's host: from outside, and right after a commit was
+decided) and the leader of the id's __transaction_state partition are killed.
 """
 
 from __future__ import annotations
@@ -19,8 +21,17 @@ import ray
 
 from raylog import Admin, Consumer, Producer
 from raylog.errors import IllegalStateError, ProducerFencedError, RecordTooLargeError
+from raylog.metadata.topics import TRANSACTION_STATE_TOPIC
+from raylog.transactions.log import partition_for
 from raylog.types import TopicPartition
-from tests.integration.conftest import leader_broker, read_to_ends, replica_info, wait_for
+from raylog.util.cluster_names import CONTROLLER_NAME, NAMESPACE
+from tests.integration.conftest import (
+    leader_broker,
+    read_to_ends,
+    replica_info,
+    restart_controller,
+    wait_for,
+)
 
 PARTITIONS = 2
 
@@ -248,13 +259,18 @@ class ReadProcessWrite:
         return self.committed, self.error, self.paused
 
 
-def test_read_process_write_is_exactly_once_through_application_and_leader_kills(
-        ray_cluster, topic):
-    """Input records are processed by an application killed inside a transaction (its
-    records written, its offsets sent) and restarted with the same transactional id three
-    times, and a leader of an output partition is killed once, just after a restart (the
-    new incarnation's init aborts the open transaction, whose marker must reach the new
-    leader): every input record is in each committed output exactly once."""
+def test_read_process_write_is_exactly_once_through_application_coordinator_and_leader_kills(
+        ray_cluster, topic, tmp_path):
+    """Input records are processed by an application while, one after another: the
+    application is killed inside a transaction (its records written, its offsets sent) and
+    restarted with the same transactional id (three times); a leader of an output partition
+    is killed just after such a restart (the new incarnation's init aborts the open
+    transaction, whose marker must reach the new leader); the controller, which hosts the
+    transaction coordinator and the group coordinator, is killed from outside while the
+    application runs; the controller dies (a fail point) right after one of the
+    application's commits is decided, before any marker; and the leader of the
+    __transaction_state partition holding the application's id is killed. Every input
+    record is in each committed output exactly once, and nothing aborted is read."""
     admin = Admin()
     outputs = [f"{topic}-out-a", f"{topic}-out-b"]
     for name in outputs:
@@ -265,19 +281,35 @@ def test_read_process_write_is_exactly_once_through_application_and_leader_kills
             producer.send(topic, b"%d" % i, key=b"%d" % i)
     tid, group = new_id("rpw"), new_id("rpw-group")
     app = Application(tid, group, topic, outputs)
-    for kill in range(3):
-        target = (kill + 1) * n // 5  # committed records, all incarnations, before the kill
-        wait_for(lambda t=target: app.committed() >= t, timeout=120,
-                 what=f"{target} records processed")
+
+    def kill_application() -> None:
         ray.get(app.actor.pause.remote())
         wait_for(lambda: ray.get(app.actor.progress.remote())[2], timeout=60,
                  what="the application to pause inside a transaction")
         app.restart()
-        if kill == 0:
-            leader = leader_broker(admin, outputs[0], 0)
-            ray.kill(leader, no_restart=False)
-            wait_for(lambda: replica_info(admin, outputs[0], 0)["role"] == "leader",
-                     timeout=60, what="a leader of the output partition")
+
+    def kill_output_leader() -> None:
+        kill_application()
+        kill_leader(ray_cluster, admin, outputs[0], 0)
+
+    def kill_decided_commit() -> None:
+        marker = tmp_path / "prepared"
+        with ray_cluster.failpoints({"controller.txn_prepared": f"exit-once:{marker}"}):
+            wait_for(marker.exists, timeout=120,
+                     what="the controller to die after a commit was decided")
+        wait_for(lambda: ray.get(controller_actor().ready.remote(), timeout=10), timeout=90,
+                 what="the controller to restart")
+
+    def kill_state_leader() -> None:
+        kill_leader(ray_cluster, admin, TRANSACTION_STATE_TOPIC, partition_for(tid))
+
+    steps = [kill_output_leader, restart_controller, kill_application, kill_decided_commit,
+             kill_state_leader, kill_application]
+    for i, step in enumerate(steps):
+        target = (i + 1) * n // (len(steps) + 1)  # committed records before the step
+        wait_for(lambda t=target: app.committed() >= t, timeout=180,
+                 what=f"{target} records processed before {step.__name__}")
+        step()
     # Every record in both outputs, each once, however often the application restarted.
 
     def finished() -> bool:
@@ -285,6 +317,12 @@ def test_read_process_write_is_exactly_once_through_application_and_leader_kills
         return len(read(tuple(outputs), "read_committed", timeout_s=60)) >= 2 * n
 
     wait_for(finished, timeout=240, interval=1, what="every input record in the outputs")
+    # No output partition's last stable offset is held back: what the killed incarnations
+    # left open was aborted (the idle application opens no transaction).
+    wait_for(lambda: all(replica_info(admin, name, p)["last_stable_offset"] ==
+                         replica_info(admin, name, p)["high_watermark"]
+                         for name in outputs for p in range(PARTITIONS)),
+             timeout=90, what="every output partition stable to its end")
     app.stop()
     found = read(tuple(outputs), "read_committed", timeout_s=60)
     for name in outputs:
@@ -292,11 +330,25 @@ def test_read_process_write_is_exactly_once_through_application_and_leader_kills
         assert set(counts) == {b"%d" % i for i in range(n)}, name
         assert [v for v, c in counts.items() if c > 1] == [], f"duplicated in {name}"
     assert app.kills >= 3
-    # The killed incarnations' open transactions are in the log, aborted.
+    # The killed incarnations' open transactions are in the log, aborted, and never read
+    # as committed (each value at most once above).
     aborted = len(read(tuple(outputs), "read_uncommitted", timeout_s=60)) - len(found)
     assert aborted >= 3 * 2
     print(f"{app.kills} application kills, errors: {app.errors}; {aborted} records of "
           f"aborted transactions in the outputs")
+
+
+def controller_actor():
+    return ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
+
+
+def kill_leader(cluster, admin: Admin, topic: str, partition: int) -> None:
+    """Kill the broker leading a partition (Ray restarts it) once all three are up, and wait
+    for a leader again."""
+    wait_for(lambda: len(cluster.broker_ids) == 3, timeout=90, what="three live brokers")
+    ray.kill(leader_broker(admin, topic, partition), no_restart=False)
+    wait_for(lambda: replica_info(admin, topic, partition)["role"] == "leader",
+             timeout=60, what=f"a leader of {topic}-{partition}")
 
 
 class Application:

@@ -439,25 +439,42 @@ public final class Cluster {
   }
 
   /** Begins, in writer gateway {@code writer}, the transaction of the transactional id in
-   * {@code settings} (JSON producer settings), fencing earlier producers of that id. */
-  public void beginTransaction(String writer, String settings, long timeoutMs) {
-    await(actor(writer).task(PyActorMethod.of("java_begin", String.class), settings).remote(),
-        timeoutMs);
+   * {@code settings} (JSON producer settings), fencing earlier producers of that id.
+   * {@code batch}: "" for a batch write, or a micro-batch's JSON {@code {"topic", "batch"}};
+   * returns true, beginning nothing, when the id has committed that micro-batch already. */
+  public boolean beginTransaction(String writer, String settings, String batch,
+      long timeoutMs) {
+    String answer = awaitWriter(writer, actor(writer).task(
+        PyActorMethod.of("java_begin", String.class), settings, batch).remote(), timeoutMs);
+    return json(answer).path("committed").asBoolean(false);
   }
 
   /** Commits ({@code outcome} "commit") or aborts ("abort") the open transaction of
    * {@code transactionalId} held by writer gateway {@code writer}. */
   public void endTransaction(String writer, String transactionalId, String outcome,
       long timeoutMs) {
-    await(actor(writer).task(PyActorMethod.of("java_end", String.class), transactionalId,
-        outcome).remote(), timeoutMs);
+    awaitWriter(writer, actor(writer).task(PyActorMethod.of("java_end", String.class),
+        transactionalId, outcome).remote(), timeoutMs);
   }
 
   /** Aborts the transactions of {@code transactionalIds} (a JSON list) wherever they are
    * open, through writer gateway {@code writer} (it fences the ids it does not hold). */
   public void abortTransactions(String writer, String transactionalIds, long timeoutMs) {
-    await(actor(writer).task(PyActorMethod.of("java_abort", String.class), transactionalIds)
-        .remote(), timeoutMs);
+    awaitWriter(writer, actor(writer).task(PyActorMethod.of("java_abort", String.class),
+        transactionalIds).remote(), timeoutMs);
+  }
+
+  /** A writer gateway's answer; a gateway found gone is forgotten, so that the next call
+   * (a task's next attempt in this JVM) asks the controller for a new one. */
+  private <T> T awaitWriter(String writer, ObjectRef<T> ref, long timeoutMs) {
+    try {
+      return await(ref, timeoutMs);
+    } catch (RaylogException e) {
+      if (e.type.equals(RaylogException.ACTOR_LOST)) {
+        forget(writer, null);
+      }
+      throw e;
+    }
   }
 
   /** The name of the writer gateway actor for Spark tasks on {@code nodeId}. */

@@ -196,12 +196,22 @@ final class SinkWriter implements DataWriter<InternalRow> {
         abortAll(ids, e);
         throw e;
       }
+      return commitAll(prepared, ids, "the others are aborted");
+    }
+
+    /**
+     * Commits the open transactions of the tasks' {@code prepared} messages one by one;
+     * returns how many records they hold. If the first commit fails, every transaction of
+     * {@code ids} is aborted; if a later one fails, the error says which committed and
+     * {@code whatThen}.
+     */
+    long commitAll(Iterable<Written> prepared, List<String> ids, String whatThen) {
       Cluster cluster = Cluster.get();
       long records = 0;
       List<String> committed = new ArrayList<>();
       for (Written w : prepared) {
-        if (w.transactionalId == null) {
-          continue; // a task without rows began nothing
+        if (w == null || w.transactionalId == null) {
+          continue; // a task without rows (or whose batch is written) began nothing
         }
         try {
           cluster.endTransaction(w.gateway, w.transactionalId, "commit", timeoutMs);
@@ -209,7 +219,7 @@ final class SinkWriter implements DataWriter<InternalRow> {
           if (!committed.isEmpty()) {
             throw new RaylogException(e.type, "the raylog write is partly committed: "
                 + committed + " committed, " + w.transactionalId + " failed (" + e.getMessage()
-                + "); the others are aborted", false, e);
+                + "); " + whatThen, false, e);
           }
           abortAll(ids, e);
           throw e;
@@ -220,13 +230,25 @@ final class SinkWriter implements DataWriter<InternalRow> {
       return records;
     }
 
-    private void abortAll(List<String> ids, Exception cause) {
+    /** Aborts the transactions of {@code ids} wherever they are open; a failure to is
+     * added to {@code cause} (the coordinator's timeout aborts what is left). */
+    void abortAll(List<String> ids, Exception cause) {
+      Exception failed = abortAll(ids);
+      if (failed != null) {
+        cause.addSuppressed(failed);
+      }
+    }
+
+    /** Aborts the transactions of {@code ids} wherever they are open; returns the failure
+     * to, if any (the coordinator's timeout aborts what is left). */
+    Exception abortAll(List<String> ids) {
       Cluster cluster = Cluster.get();
       try {
         cluster.abortTransactions(cluster.writerFor(Cluster.nodeId()),
             OffsetsJson.MAPPER.writeValueAsString(ids), timeoutMs);
+        return null;
       } catch (RaylogException | com.fasterxml.jackson.core.JsonProcessingException e) {
-        cause.addSuppressed(e); // the open ones end at the coordinator's timeout
+        return e;
       }
     }
   }
@@ -268,7 +290,9 @@ final class SinkWriter implements DataWriter<InternalRow> {
   private String gateway;
   private final String transactionalId; // null: no transaction
   private final String producerSettings; // the settings' JSON, with the transactional id
+  private final long batchId; // the micro-batch whose transaction this is; -1: a batch write
   private boolean begun; // the transaction began in the gateway
+  private boolean alreadyWritten; // the id committed this micro-batch already: rows dropped
   private boolean prepared; // every record acknowledged: the driver ends the transaction
   private VectorSchemaRoot root;
   private VarCharVector topics;
@@ -286,8 +310,19 @@ final class SinkWriter implements DataWriter<InternalRow> {
 
   /** A writer whose rows go into the transaction of {@code transactionalId} (null: none). */
   SinkWriter(Settings settings, String transactionalId) {
+    this(settings, transactionalId, -1);
+  }
+
+  /**
+   * A writer of micro-batch {@code batchId} (-1: a batch write) whose rows go into the
+   * transaction of {@code transactionalId}: the transaction also commits the record that the
+   * id wrote this batch, and if an earlier run of the query committed it already the rows
+   * are dropped (the gateway's {@code java_begin} says so).
+   */
+  SinkWriter(Settings settings, String transactionalId, long batchId) {
     this.settings = settings;
     this.transactionalId = transactionalId;
+    this.batchId = batchId;
     this.producerSettings = transactionalId == null ? settings.producer
         : withTransactionalId(settings.producer, transactionalId);
     this.cluster = Cluster.get();
@@ -314,6 +349,15 @@ final class SinkWriter implements DataWriter<InternalRow> {
 
   @Override
   public void write(InternalRow row) throws IOException {
+    if (alreadyWritten) {
+      return;
+    }
+    if (transactionalId != null && !begun) {
+      begin(row);
+      if (alreadyWritten) {
+        return;
+      }
+    }
     if (root == null) {
       newBatch();
     }
@@ -343,6 +387,34 @@ final class SinkWriter implements DataWriter<InternalRow> {
     if (rows >= BATCH_ROWS || bytes >= BATCH_BYTES) {
       send();
     }
+  }
+
+  /** Begins the task's transaction at its first row (a task without rows begins none). */
+  private void begin(InternalRow row) {
+    String topic = settings.topic;
+    if (topic == null && !row.isNullAt(settings.topicColumn)) {
+      topic = row.getUTF8String(settings.topicColumn).toString();
+    }
+    if (topic == null) {
+      throw new IllegalArgumentException("a row's topic is null and no 'topic' option is set");
+    }
+    if (gateway == null) {
+      gateway = cluster.writerFor(Cluster.nodeId());
+    }
+    String batch = "";
+    if (batchId >= 0) {
+      Map<String, Object> record = new java.util.TreeMap<>();
+      record.put("topic", topic);
+      record.put("batch", batchId);
+      batch = Cluster.toJson(record);
+    }
+    alreadyWritten = cluster.beginTransaction(gateway, producerSettings, batch,
+        settings.timeoutMs);
+    if (alreadyWritten) {
+      LOG.info("{} committed micro-batch {} already: this task writes nothing",
+          transactionalId, batchId);
+    }
+    begun = !alreadyWritten;
   }
 
   private int setBytes(VarBinaryVector vector, InternalRow row, int column, boolean string) {
@@ -458,10 +530,6 @@ final class SinkWriter implements DataWriter<InternalRow> {
     if (gateway == null) {
       gateway = cluster.writerFor(Cluster.nodeId());
     }
-    if (transactionalId != null && !begun) {
-      cluster.beginTransaction(gateway, producerSettings, settings.timeoutMs);
-      begun = true;
-    }
     return cluster.write(gateway, settings.topic == null ? "" : settings.topic,
         producerSettings, data);
   }
@@ -477,6 +545,9 @@ final class SinkWriter implements DataWriter<InternalRow> {
         return;
       } catch (RaylogException e) {
         boolean gatewayLost = e.type.equals(RaylogException.ACTOR_LOST);
+        if (gatewayLost) {
+          cluster.forget(gateway, null); // the next call, or attempt, asks for a new one
+        }
         // A transaction is lost with its gateway: the task fails, and its next attempt
         // begins it again (fencing what was left).
         if (!gatewayLost || transactionalId != null || System.currentTimeMillis() >= deadline) {
@@ -484,7 +555,6 @@ final class SinkWriter implements DataWriter<InternalRow> {
         }
         LOG.info("the writer gateway {} was lost ({}): sending the batch again", gateway,
             e.toString());
-        cluster.forget(gateway, null);
         gateway = null;
         Cluster.sleep(Cluster.RETRY_BACKOFF_MS);
         sent.ref = submit(sent.rows);
