@@ -1,6 +1,6 @@
 """Replication scenarios that take whole broker nodes away, on a cluster of their own.
 
-Run by tests/integration/test_replication_scenarios.py as ``python -m
+Run for tests/integration/test_replication_scenarios.py by scenarios.py as ``python -m
 tests.integration.replication_scenario SCENARIO ROOT`` (a process joins one Ray cluster at a
 time): a scenario starts its cluster (restart_scenario.Nodes), checks, prints what it checked
 as JSON and exits 0, or raises.

@@ -1,21 +1,17 @@
 """Replication when whole broker machines go, on a cluster of their own
-(replication_scenario.py), in a process of its own: two replicas gone, then a divergent
-follower, then a dead broker machine with a spare broker added (a fixture runs the three
-once for the module; every test fails if it fails)."""
+(replication_scenario.py), in a process of its own started early by
+tests/integration/scenarios.py: two replicas gone, then a divergent follower, then a dead
+broker machine with a spare broker added (the scenario runs once for the session; every
+test fails if it fails)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.integration.test_restarts import run_scenario
-
-MODULE = "tests.integration.replication_scenario"
-
 
 @pytest.fixture(scope="module")
-def machines_gone(tmp_path_factory) -> dict:
-    return run_scenario("machines-gone", tmp_path_factory.mktemp("machines-gone"),
-                        module=MODULE)
+def machines_gone(scenarios) -> dict:
+    return scenarios.result("machines-gone")
 
 
 @pytest.mark.cluster
