@@ -80,6 +80,9 @@ class Scenarios:
                 if scenario.directory not in roots:
                     roots[scenario.directory] = directory(scenario.directory)
                 self.runs[scenario.name] = Run(scenario, roots[scenario.directory])
+        # The environment as the session began: the unit tests running meanwhile change
+        # os.environ for a while (monkeypatch.setenv), and a scenario must not inherit that.
+        self._environ = dict(os.environ)
         self._stopping = False
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run_all, daemon=True,
@@ -123,7 +126,7 @@ class Scenarios:
             run.ended.set()
 
     def _run(self, run: Run) -> None:
-        env = {**os.environ, "HOME": str(run.root)}  # ~/.raylog of the scenario is its own
+        env = {**self._environ, "HOME": str(run.root)}  # ~/.raylog of the scenario is its own
         env.pop("RAY_ADDRESS", None)
         command = [sys.executable, "-m", run.scenario.module, run.scenario.name, str(run.root)]
         run.process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,

@@ -32,7 +32,7 @@ def test_scenarios_run_in_order_and_those_naming_one_directory_share_it(director
     scenarios = Scenarios([first, alone, second, first], directory)
     scenarios.start()
     assert scenarios.result("second") == {"name": "second",
-                                          "root": str(scenarios.root("first"))}
+                                          "root": str(scenarios.root("first")), "mark": None}
     assert scenarios.result("alone")["root"] != str(scenarios.root("first"))
     assert (scenarios.root("first") / "ran").read_text() == "first\nsecond\n"
     assert (scenarios.root("alone") / "ran").read_text() == "alone\n"
@@ -52,3 +52,11 @@ def test_a_failed_scenario_fails_its_tests_and_the_one_continuing_it_never_start
     with pytest.raises(AssertionError, match=r"not started: failing, .* failed"):
         scenarios.result("continuing")
     assert (scenarios.root("failing") / "ran").read_text() == "failing\n"
+
+
+def test_scenarios_get_the_environment_of_the_sessions_start(directory, monkeypatch):
+    """Not what a test running meanwhile set for a while."""
+    monkeypatch.setenv("FAKE_SCENARIO_MARK", "as the session began")
+    scenarios = Scenarios([Scenario(FAKE, "marked", "own")], directory)
+    monkeypatch.setenv("FAKE_SCENARIO_MARK", "a test's, for a while")
+    assert scenarios.result("marked")["mark"] == "as the session began"
