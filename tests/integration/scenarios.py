@@ -98,6 +98,9 @@ class Scenarios:
 
     def result(self, name: str) -> dict:
         """What scenario ``name`` printed last (waiting for it to end); fails as it did."""
+        if name not in self.runs:
+            raise LookupError(f"scenario {name} was not planned: name the fixture that needs "
+                              f"it in NEEDED")
         run = self.runs[name]
         self.start()
         if not run.ended.wait(TIMEOUT_S * len(self.runs)):
@@ -164,4 +167,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 @pytest.fixture(scope="session")
 def scenarios(request) -> Scenarios:
-    return request.config.stash[KEY]
+    planned = request.config.stash.get(KEY, None)
+    if planned is None:
+        raise LookupError("no scenario was planned: name the fixture that needs one in NEEDED")
+    return planned

@@ -60,3 +60,9 @@ def test_scenarios_get_the_environment_of_the_sessions_start(directory, monkeypa
     scenarios = Scenarios([Scenario(FAKE, "marked", "own")], directory)
     monkeypatch.setenv("FAKE_SCENARIO_MARK", "a test's, for a while")
     assert scenarios.result("marked")["mark"] == "as the session began"
+
+
+def test_a_scenario_no_fixture_planned_is_refused_saying_so(directory):
+    scenarios = Scenarios([Scenario(FAKE, "planned", "own")], directory)
+    with pytest.raises(LookupError, match="scenario unplanned was not planned"):
+        scenarios.result("unplanned")
