@@ -1,10 +1,11 @@
-"""The repository's pytest setup: the chaos suite's options (tests/chaos/plugin.py), and
+"""The repository's pytest setup: the chaos suite's options (tests/chaos/plugin.py), the
+scenario processes started early (tests/integration/scenarios.py), and
 Hypothesis without its per-example deadline: that is a wall-clock limit, and the machines
 tests run on are shared and noisy (a slow example is not a wrong one)."""
 
 from hypothesis import settings
 
-pytest_plugins = ["tests.chaos.plugin"]
+pytest_plugins = ["tests.chaos.plugin", "tests.integration.scenarios"]
 
 settings.register_profile("raylog", deadline=None)
 settings.load_profile("raylog")

@@ -170,7 +170,10 @@ class Nemesis:
             cluster.arm(ISR_POINT, f"exit-once:{marker}")
             try:
                 ray.kill(handle, no_restart=False)  # it leaves the ISR, then rejoins
-                time.sleep(step.hold)  # the point stays armed this long
+                # The point stays armed this long, or until it fired: exit-once acts once.
+                until = time.monotonic() + step.hold
+                while not marker.exists() and time.monotonic() < until:
+                    time.sleep(0.1)
             finally:
                 cluster.disarm()
             out.note = "the controller exited at the fail point" if marker.exists() else \

@@ -26,8 +26,8 @@ FAULTS: dict[str, tuple[str, int]] = {
     "controller_kill": ("ray.kill the controller; Ray restarts it", 2),
     "controller_sigkill": ("SIGKILL the controller's process; Ray restarts it", 2),
     "controller_pause": ("SIGSTOP the controller's process for the hold, then SIGCONT", 2),
-    "controller_isr_kill": ("arm controller.isr_committed (exit-once) for the hold and make "
-                            "an ISR change (ray.kill a follower broker)", 2),
+    "controller_isr_kill": ("arm controller.isr_committed (exit-once) for the hold, or until "
+                            "it fired, and make an ISR change (ray.kill a follower broker)", 2),
     "controller_pause_leader_kill": ("SIGSTOP the controller for the hold and, 1 s into it, "
                                      "ray.kill a leader's broker: the futures of every send "
                                      "must still resolve by their deadline", 2),

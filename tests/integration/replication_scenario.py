@@ -1,20 +1,23 @@
-"""Replication scenarios that take whole broker nodes away, each on a cluster of its own.
+"""Replication scenarios that take whole broker nodes away, on a cluster of their own.
 
-Run by tests/integration/test_replication_scenarios.py as ``python -m
+Run for tests/integration/test_replication_scenarios.py by scenarios.py as ``python -m
 tests.integration.replication_scenario SCENARIO ROOT`` (a process joins one Ray cluster at a
 time): a scenario starts its cluster (restart_scenario.Nodes), checks, prints what it checked
 as JSON and exits 0, or raises.
 
-- ``node-removed``: a leading broker's machine dies while producers write with acks=all; its
-  partitions fail over, and after ``RAYLOG_REPLACE_BROKER_AFTER_S`` its replicas are rebuilt
-  on the spare broker; nothing acknowledged is lost.
-- ``two-down-divergent``, on one cluster of three broker nodes, one after the other:
-  ``two-down``: two of three replicas go: acks=all writes are refused (nothing appended) and
-  accepted again once one is back in sync; then, every node back and in sync,
-  ``divergent`` (on a topic of its own): a leader alone in its ISR writes records nobody
-  copies, then dies; another replica is elected (uncleanly) and writes others at those
-  offsets; when the old leader comes back it truncates exactly its divergent records
-  (KIP-101) and copies the new ones.
+``machines-gone`` runs three, one after the other, on one cluster (a cluster of nodes costs
+some 15 s to start), each on a topic of its own and each leaving every node back and in sync:
+
+- ``two-down``, on three broker nodes: two of three replicas go: acks=all writes are refused
+  (nothing appended) and accepted again once one is back in sync;
+- ``divergent``: a leader alone in its ISR writes records nobody copies, then dies; another
+  replica is elected (uncleanly) and writes others at those offsets; when the old leader
+  comes back it truncates exactly its divergent records (KIP-101) and copies the new ones;
+- ``node-removed``, a fourth broker node added as the spare: a leading broker's machine dies
+  while producers write with acks=all; its partitions fail over, and after
+  ``RAYLOG_REPLACE_BROKER_AFTER_S`` its replicas (of every topic) are rebuilt on the spare
+  broker; nothing acknowledged is lost. With three brokers before, no replica had a spare
+  broker to move to: the first two saw no replacement.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from tests.integration.workload import Workload
 
 TOPIC = "orders"
 DIVERGING = "diverging"  # divergent's topic, on the cluster two-down left whole again
+REBUILT = "rebuilt"  # node-removed's topic, on the cluster divergent left whole again
 # The controller's settings on these clusters (in the head's environment). A broker machine
 # taken away answers nothing, and Ray calls its node dead only after some 15 s of missed
 # heartbeats: the controller fences it when its broker session runs out, 5 s here (Kafka's
@@ -45,16 +49,21 @@ DIVERGING = "diverging"  # divergent's topic, on the cluster two-down left whole
 # brokers answer every 1.25 s). Its replicas move to the spare broker 5 s after it went.
 SESSION_MS = 5000
 REPLACE_AFTER_S = 5
-HEAD_ENV = {SESSION_TIMEOUT_ENV: str(SESSION_MS)}
+HEAD_ENV = {SESSION_TIMEOUT_ENV: str(SESSION_MS), REPLACE_AFTER_ENV: str(REPLACE_AFTER_S)}
 
 
 def states(admin: Admin, topic: str = TOPIC) -> list[dict]:
     return admin.describe_topic(topic)["partitions"]
 
 
+def settled(partition: dict) -> bool:
+    """The partition (as described) has a leader and every replica in its ISR."""
+    return partition["leader"] is not None and \
+        sorted(partition["isr"]) == sorted(partition["replicas"])
+
+
 def in_sync(admin: Admin, topic: str = TOPIC) -> bool:
-    return all(p["leader"] is not None and sorted(p["isr"]) == sorted(p["replicas"])
-               for p in states(admin, topic))
+    return all(settled(p) for p in states(admin, topic))
 
 
 def replica_values(admin: Admin, partition: int = 0, topic: str = TOPIC) -> dict[int, list]:
@@ -69,52 +78,55 @@ def cli(*argv: str) -> str:
     return out.getvalue()
 
 
-def node_removed(root: Path) -> dict[str, Any]:
-    nodes = Nodes(root, ["b0", "b1", "b2", "b3"],
-                  head_env={**HEAD_ENV, REPLACE_AFTER_ENV: str(REPLACE_AFTER_S)})
-    try:
-        admin = Admin()
-        admin.create_topic(TOPIC, partitions=3, replication_factor=3,
-                           configs={"min.insync.replicas": 2})
-        wait_for(lambda: in_sync(admin), what="in sync")
-        with Workload(TOPIC, 3) as load:
-            load.wait_acknowledged(300)
-            gone = states(admin)[0]["leader"]
-            nodes.remove_broker(nodes.dir_of(gone))
-            wait_for(lambda: all(p["leader"] not in (None, gone) for p in states(admin)),
-                     what="every partition led by a live broker")
-            load.wait_acknowledged(300)
-            # After RAYLOG_REPLACE_BROKER_AFTER_S its replicas move to the spare broker.
-            wait_for(lambda: all(gone not in p["replicas"] for p in states(admin)) and
-                     in_sync(admin), timeout=120, what="the gone broker's replicas rebuilt")
-            load.healthy()
-        anomalies = load.finish()
-        assert not anomalies, summary(anomalies)
-        for p in range(3):
-            held = wait_for(lambda p=p: (h := replica_values(admin, p)) and
-                            len({json.dumps(v, default=repr) for v in h.values()}) == 1 and h,
-                            what=f"orders-{p} identical on every replica")
-            assert len(held) == 3 and gone not in held
-        status = admin.cluster_status()
-        assert status["under_replicated_partitions"] == 0 and status["offline_partitions"] == 0
-        return {"gone": gone, **load.summary,
-                "replicas": [p["replicas"] for p in states(admin)]}
-    finally:
-        nodes.stop()
-
-
-def two_down_divergent(root: Path) -> dict[str, Any]:
-    """``two-down``, then ``divergent`` on the same cluster (a cluster of nodes costs some
-    15 s to start); what each checked, by name."""
+def machines_gone(root: Path) -> dict[str, Any]:
+    """``two-down``, ``divergent``, then ``node-removed``, on one cluster; what each
+    checked, by name."""
     nodes = Nodes(root, ["b0", "b1", "b2"], head_env=HEAD_ENV)
     try:
         admin = Admin()
         checked = {"two-down": two_down(nodes, admin)}
         wait_for(lambda: in_sync(admin), timeout=90, what="every replica back in sync")
         checked["divergent"] = divergent(nodes, admin)
+        checked["node-removed"] = node_removed(nodes, admin)
         return checked
     finally:
         nodes.stop()
+
+
+def node_removed(nodes: Nodes, admin: Admin) -> dict[str, Any]:
+    """On a cluster of three broker nodes, all in sync: a fourth added (the spare), then a
+    leading broker's node removed."""
+    topic = REBUILT
+    nodes.add_broker("b3")
+    wait_for(lambda: sum(b["alive"] for b in admin.cluster_status()["brokers"]) == 4,
+             what="the fourth broker")
+    admin.create_topic(topic, partitions=3, replication_factor=3,
+                       configs={"min.insync.replicas": 2})
+    wait_for(lambda: in_sync(admin, topic), what="in sync")
+    with Workload(topic, 3) as load:
+        load.wait_acknowledged(300)
+        gone = states(admin, topic)[0]["leader"]
+        nodes.remove_broker(nodes.dir_of(gone))
+        wait_for(lambda: all(p["leader"] not in (None, gone) for p in states(admin, topic)),
+                 what="every partition led by a live broker")
+        load.wait_acknowledged(300)
+        # After RAYLOG_REPLACE_BROKER_AFTER_S its replicas move to the spare broker: those
+        # of the earlier scenarios' topics too.
+        wait_for(lambda: all(gone not in p["replicas"] and settled(p)
+                             for t in admin.describe_topics() for p in t["partitions"]),
+                 timeout=120, what="the gone broker's replicas rebuilt")
+        load.healthy()
+    anomalies = load.finish()
+    assert not anomalies, summary(anomalies)
+    for p in range(3):
+        held = wait_for(lambda p=p: (h := replica_values(admin, p, topic)) and
+                        len({json.dumps(v, default=repr) for v in h.values()}) == 1 and h,
+                        what=f"{topic}-{p} identical on every replica")
+        assert len(held) == 3 and gone not in held
+    status = admin.cluster_status()
+    assert status["under_replicated_partitions"] == 0 and status["offline_partitions"] == 0
+    return {"gone": gone, **load.summary,
+            "replicas": [p["replicas"] for p in states(admin, topic)]}
 
 
 def two_down(nodes: Nodes, admin: Admin) -> dict[str, Any]:
@@ -227,7 +239,7 @@ def divergent(nodes: Nodes, admin: Admin) -> dict[str, Any]:
             "epochs": described[old_leader]["leader_epochs"]}
 
 
-SCENARIOS = {"node-removed": node_removed, "two-down-divergent": two_down_divergent}
+SCENARIOS = {"machines-gone": machines_gone}
 
 if __name__ == "__main__":
     scenario, root = sys.argv[1], Path(sys.argv[2])

@@ -1,16 +1,18 @@
 """Whole-cluster, broker and embedded restarts, each in a process of its own.
 
-Run by tests/integration/test_restarts.py as ``python -m tests.integration.restart_scenario
-SCENARIO ROOT``: a scenario starts its own Ray clusters (a process joins one Ray cluster at a
-time, and the test session already joined one), checks, prints what it checked and exits 0,
-or raises. ``ROOT`` holds the data directories, and is the HOME of the embedded scenario so
-that its default locations (``~/.raylog``) are the test's own.
+Run for tests/integration/test_restarts.py by scenarios.py as ``python -m
+tests.integration.restart_scenario SCENARIO ROOT``: a scenario starts its own Ray clusters (a
+process joins one Ray cluster at a time, and the test session may have joined one), checks,
+prints what it checked and exits 0, or raises. ``ROOT`` holds the data directories, and is
+the HOME of the embedded scenario so that its default locations (``~/.raylog``) are the
+test's own.
 
-Starting a cluster of nodes costs some 15 s on a busy machine: the checks that need a live
-cluster whose data came back from its disks run on the restarted cluster of a restart
-scenario instead of on one of their own (a broker node replaced, on the whole cluster
-started again; a copied disk and a foreign directory refused, on the cluster whose head came
-back first).
+Starting a cluster of nodes costs some 15 s on a busy machine: ``head-first`` starts again
+the cluster that ``whole-cluster`` left stopped on ``ROOT`` (run it there after
+``whole-cluster``), and the checks that need a live cluster whose data came back from its
+disks run on the restarted cluster of a restart scenario instead of on one of their own (a
+broker node replaced, on the whole cluster started again; a copied disk and a foreign
+directory refused, on the cluster whose head came back first).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from tests.integration.conftest import wait_for as suite_wait_for
 
 NODE_ARGS = {"num_cpus": 1, "object_store_memory": 150 * 1024 * 1024}
 GROUP = "restart-group"
+STOPPED = "stopped.json"  # whole-cluster's snapshot and status of the cluster it left stopped
 PRODUCER_ID = 4242  # a producer whose retry after the restart must be recognised
 
 
@@ -194,24 +197,22 @@ def whole_cluster(root: Path) -> dict[str, Any]:
             "a producer's retry was not recognised after the restart"
         keep_going(admin)
         replaced = replace_broker_node(nodes, admin, "b1")
+        stopped = {"snapshot": snapshot(admin),
+                   "status": nodes.raylog.controller.cluster_status()}
     finally:
         nodes.stop()
+    (root / STOPPED).write_text(json.dumps(stopped))
     return {"order": shuffled, "records": sum(len(r) for r in before["records"].values()),
             "group_offsets": before["group"], "replaced": replaced}
 
 
 def head_first(root: Path) -> dict[str, Any]:
-    """The head comes back alone: its controller replays the metadata log from the head's
-    directory and knows every broker, offline; then the broker nodes join, one by one."""
+    """The head of the cluster whole-cluster left stopped on ``root`` comes back alone: its
+    controller replays the metadata log from the head's directory and knows every broker,
+    offline; then the broker nodes join, one by one."""
     names = ["b0", "b1", "b2"]
-    nodes = Nodes(root, names)
-    try:
-        admin = Admin()
-        fill(admin)
-        before = snapshot(admin)
-        first = nodes.raylog.controller.cluster_status()
-    finally:
-        nodes.stop()
+    stopped = json.loads((root / STOPPED).read_text())
+    before, first = stopped["snapshot"], stopped["status"]
     nodes = Nodes(root, [])
     try:
         admin = Admin()
@@ -226,7 +227,9 @@ def head_first(root: Path) -> dict[str, Any]:
         wait_for(lambda: all(b["alive"] for b in admin.cluster_status()["brokers"]),
                  timeout=90, what="every broker back")
         after = wait_for(lambda: snapshot(admin), timeout=90, what="every record again")
-        assert after == before, "state differs after the head came back first"
+        # as whole-cluster wrote it down
+        assert json.loads(json.dumps(after)) == before, \
+            "state differs after the head came back first"
         keep_going(admin)
         refused = refuse_copy_and_foreign(nodes, admin, "b0")
     finally:

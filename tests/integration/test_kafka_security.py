@@ -43,8 +43,11 @@ from tests.integration.test_kafka_gateway import consume_with_confluent
 
 PARTITIONS = 3
 PASSWORD = "wonder-land"
-# how long a refused client tries before its records fail: long enough for several logins
-REFUSED_TIMEOUT_MS = 10_000
+# How long a refused client tries before its records fail: long enough for several logins,
+# as it connects again within RECONNECT_MAX_MS (librdkafka's backoff doubles up to 10 s by
+# default) and the listener answers a failed login within 1 s (sasl_ssl).
+REFUSED_TIMEOUT_MS = 4_000
+RECONNECT_MAX_MS = 500
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +92,7 @@ def produce(config: dict, topic: str, n: int, timeout_ms: int = 60_000) -> tuple
     delivered = []
     producer = KafkaProducer({**config, "acks": "all", "linger.ms": 5,
                               "message.timeout.ms": timeout_ms,
+                              "reconnect.backoff.max.ms": RECONNECT_MAX_MS,
                               "error_cb": errors.append})
 
     def report(error, message) -> None:
@@ -180,7 +184,9 @@ def test_a_deleted_users_open_connection_is_closed_and_its_relogin_refused(
     failed: list = []
     producer = KafkaProducer({**client_config(secure_gateway, pki, "SCRAM-SHA-512", "dave",
                                               "daves"),
-                              "acks": "all", "linger.ms": 0, "message.timeout.ms": 5_000,
+                              "acks": "all", "linger.ms": 0,
+                              "message.timeout.ms": REFUSED_TIMEOUT_MS,
+                              "reconnect.backoff.max.ms": RECONNECT_MAX_MS,
                               "error_cb": errors.append})
 
     def send(n: int) -> int:

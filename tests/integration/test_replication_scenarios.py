@@ -1,36 +1,33 @@
-"""Replication when whole broker machines go, on clusters of their own
-(replication_scenario.py), each in a process of its own: a dead broker machine on one; two
-replicas gone, then a divergent follower, on another (a fixture runs that scenario once for
-the module; both of its tests fail if it fails)."""
+"""Replication when whole broker machines go, on a cluster of their own
+(replication_scenario.py), in a process of its own started early by
+tests/integration/scenarios.py: two replicas gone, then a divergent follower, then a dead
+broker machine with a spare broker added (the scenario runs once for the session; every
+test fails if it fails)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.integration.test_restarts import run_scenario
 
-MODULE = "tests.integration.replication_scenario"
+@pytest.fixture(scope="module")
+def machines_gone(scenarios) -> dict:
+    return scenarios.result("machines-gone")
 
 
 @pytest.mark.cluster
-def test_a_dead_broker_machine_fails_over_and_its_replicas_are_rebuilt_elsewhere(tmp_path):
+def test_a_dead_broker_machine_fails_over_and_its_replicas_are_rebuilt_elsewhere(
+        machines_gone):
     """(b) A leading broker's node is removed while producers write with acks=all."""
-    result = run_scenario("node-removed", tmp_path, module=MODULE)
+    result = machines_gone["node-removed"]
     assert result["acknowledged"] > 0
     assert all(result["gone"] not in replicas for replicas in result["replicas"])
 
 
-@pytest.fixture(scope="module")
-def two_down_divergent(tmp_path_factory) -> dict:
-    return run_scenario("two-down-divergent", tmp_path_factory.mktemp("two-down-divergent"),
-                        module=MODULE)
-
-
 @pytest.mark.cluster
-def test_two_replicas_gone_refuse_acks_all_until_one_is_back(two_down_divergent):
+def test_two_replicas_gone_refuse_acks_all_until_one_is_back(machines_gone):
     """(d) min.insync.replicas=2 and one replica left: refused, appending nothing; accepted
     again (the waiting sends land, in order) once a replica is back in sync."""
-    result = two_down_divergent["two-down"]
+    result = machines_gone["two-down"]
     assert "min_insync_replicas=2" in result["refused"]
     # The command line showed it meanwhile: the partition under-replicated, 2 brokers down.
     assert "Partition: 0" in result["described"] and "UnderReplicated" in result["described"]
@@ -42,7 +39,7 @@ def test_two_replicas_gone_refuse_acks_all_until_one_is_back(two_down_divergent)
 
 
 @pytest.mark.cluster
-def test_a_follower_with_divergent_records_truncates_to_the_right_point(two_down_divergent):
+def test_a_follower_with_divergent_records_truncates_to_the_right_point(machines_gone):
     """(e) The old leader's records that no other replica had are cut, exactly them."""
-    result = two_down_divergent["divergent"]
+    result = machines_gone["divergent"]
     assert result["old_leader"] != result["new_leader"]

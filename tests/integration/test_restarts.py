@@ -1,48 +1,35 @@
 """Restarts that change every Ray node ID: brokers keep their identity on their disks.
 
-Each scenario runs in a process of its own with its own clusters (restart_scenario.py):
+Each scenario runs in a process of its own with its own clusters (restart_scenario.py),
+started early by tests/integration/scenarios.py:
 - the whole cluster stopped and started again on the same disks, brokers in another order;
   then, on that cluster, one broker's node replaced by a new node with the old disk;
-- the head started again before its brokers, which then join one by one; then, on that
-  cluster, a node with a copy of a live broker's disk, and one with another cluster's
-  directory;
+- then that cluster's head started again before its brokers, which then join one by one;
+  then, on that cluster, a node with a copy of a live broker's disk, and one with another
+  cluster's directory (not started, and its tests fail, if the whole-cluster one failed);
 - an embedded one-node cluster started twice with the default data locations.
-A scenario that two tests check runs once for the module (a fixture), and fails both if
-it fails.
+A scenario runs once for the session (a fixture takes its result), and fails every test
+that checks it if it fails.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
 
-
-def run_scenario(name: str, root: Path, timeout: float = 900,
-                 module: str = "tests.integration.restart_scenario") -> dict:
-    """Run scenario ``name`` of ``module`` in a process of its own; what it printed last."""
-    env = {**os.environ, "HOME": str(root)}  # ~/.raylog of the scenario is its own
-    env.pop("RAY_ADDRESS", None)
-    done = subprocess.run([sys.executable, "-m", module, name, str(root)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, f"{name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
-    return json.loads(done.stdout.strip().splitlines()[-1])
+@pytest.fixture(scope="module")
+def whole_cluster(scenarios) -> dict:
+    return scenarios.result("whole-cluster")
 
 
 @pytest.fixture(scope="module")
-def whole_cluster(tmp_path_factory) -> dict:
-    return run_scenario("whole-cluster", tmp_path_factory.mktemp("whole-cluster"))
+def head_first(scenarios) -> dict:
+    return scenarios.result("head-first")
 
 
 @pytest.fixture(scope="module")
-def head_first(tmp_path_factory) -> dict:
-    return run_scenario("head-first", tmp_path_factory.mktemp("head-first"))
+def embedded_restart(scenarios) -> dict:
+    return {**scenarios.result("embedded"), "home": scenarios.root("embedded")}
 
 
 @pytest.mark.cluster
@@ -68,7 +55,7 @@ def test_a_broker_node_replaced_by_a_new_node_with_the_old_disk_serves_it_again(
 
 
 @pytest.mark.cluster
-def test_an_embedded_cluster_finds_its_data_in_the_default_locations(tmp_path):
-    result = run_scenario("embedded", tmp_path)
-    assert result["data_dir"] == str(tmp_path / ".raylog" / "brokers" / "0")
-    assert result["controller_dir"] == str(tmp_path / ".raylog" / "controller")
+def test_an_embedded_cluster_finds_its_data_in_the_default_locations(embedded_restart):
+    home = embedded_restart["home"]
+    assert embedded_restart["data_dir"] == str(home / ".raylog" / "brokers" / "0")
+    assert embedded_restart["controller_dir"] == str(home / ".raylog" / "controller")
