@@ -154,7 +154,7 @@ def test_a_stale_plan_starts_nothing():
 
 def test_bad_input_is_refused_with_typed_errors():
     async def scenario() -> None:
-        access, manager, _, moves, balancer, _ = setup()
+        _, _, _, moves, balancer, _ = setup()
         with pytest.raises(UnknownBrokerError, match=r"\[7, 9\]"):
             await balancer.balance_plan([9, 1, 7])
         with pytest.raises(UnknownBrokerError):
@@ -172,7 +172,7 @@ def test_bad_input_is_refused_with_typed_errors():
 
 def test_emptying_a_broker_and_the_automatic_mode_leaving_it_empty():
     async def scenario() -> None:
-        access, manager, _, moves, balancer, clock = setup(
+        access, _, _, moves, balancer, clock = setup(
             settings=BalanceSettings(auto_balance=True, auto_balance_after_s=5))
         plan = await balancer.balance_plan([4])
         assert plan["after"]["4"]["replicas"] == 0
