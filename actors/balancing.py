@@ -104,18 +104,18 @@ class PartitionBalancer:
         the partitions moved by a balance whose preferred leader is to be elected next."""
         await self._started()
         await self.elect_moved()
-        moving = [(t, p) for t, p in self.access.partitions() if p.target is not None]
+        # As they are now: a move may end while the brokers are asked for sizes.
+        moving = [{"topic": t.name, "partition": p.partition, "replicas": list(p.replicas),
+                   "target": list(p.target), "isr": list(p.isr)}
+                  for t, p in self.access.partitions() if p.target is not None]
         sizes = await self._sizes() if moving else {}
-        out = []
-        for topic, p in moving:
-            full = max((sizes.get((topic.name, p.partition, b), 0) for b in p.isr), default=0)
-            added = [b for b in p.target if b not in p.isr]
-            out.append({"topic": topic.name, "partition": p.partition,
-                        "replicas": list(p.replicas), "target": list(p.target),
-                        "isr": list(p.isr), "bytes_to_copy": full * len(added),
-                        "bytes_copied": sum(min(full, sizes.get((topic.name, p.partition, b), 0))
-                                            for b in added)})
-        return {"moving": out, "leaders_pending": [
+        for move in moving:
+            tp = (move["topic"], move["partition"])
+            full = max((sizes.get((*tp, b), 0) for b in move["isr"]), default=0)
+            added = [b for b in move["target"] if b not in move["isr"]]
+            move["bytes_to_copy"] = full * len(added)
+            move["bytes_copied"] = sum(min(full, sizes.get((*tp, b), 0)) for b in added)
+        return {"moving": moving, "leaders_pending": [
             {"topic": t, "partition": p} for t, p in sorted(self.leaders_pending)]}
 
     # -- the controller's loop -------------------------------------------------------------------

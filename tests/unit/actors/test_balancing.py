@@ -35,13 +35,16 @@ class _Remote:
 
 
 class FakeBroker:
-    """A broker actor's handle that says the sizes of its replicas."""
+    """A broker actor's handle that says the sizes of its replicas (``meanwhile`` runs
+    before it answers)."""
 
     def __init__(self, broker: int, access) -> None:
         self.broker, self.access = broker, access
         self.describe = _Remote(self._describe)
+        self.meanwhile = lambda: None
 
     async def _describe(self) -> list[dict[str, Any]]:
+        self.meanwhile()
         return [{"topic": t.name, "partition": p.partition, "size_bytes": 1000 * (p.partition + 1)}
                 for t in self.access.state.topics.values() for p in t.partitions
                 if self.broker in p.replicas]
@@ -246,5 +249,25 @@ def test_the_automatic_mode_balances_after_a_broker_left_for_good():
         await finish(access, moves)
         held = access.state.replicas_by_broker()
         assert sorted(len(v) for v in held.values()) == [4, 4, 4]
+
+    asyncio.run(scenario())
+
+
+def test_the_status_of_moves_that_end_while_sizes_are_asked():
+    async def scenario() -> None:
+        access, manager, channels, _, balancer, _ = setup(brokers=(1, 2, 3))
+        join(access, manager, channels, 4)
+        plan = await balancer.balance_plan()
+        await balancer.balance_execute(plan["moves"])
+
+        def done() -> None:
+            for topic, p in access.partitions():
+                if p.target is not None:
+                    access.commit(events.reassignment(topic.name, p.partition, None))
+        manager.watches[1].handle.meanwhile = done
+        status = await balancer.balance_status()
+        assert len(status["moving"]) == len(plan["moves"])  # as they were when asked
+        assert all(m["bytes_to_copy"] >= m["bytes_copied"] >= 0 for m in status["moving"])
+        assert (await balancer.balance_status())["moving"] == []
 
     asyncio.run(scenario())
