@@ -277,7 +277,7 @@ class ReplicaHost:
             if version >= hosted.version:
                 hosted.version = version
                 hosted.update_configs(state["configs"])
-            hosted.throttled_rate = state.get("throttled_rate")  # while it moves
+                hosted.throttled_rate = state.get("throttled_rate")  # while it moves
             transition = partition.apply(LeaderAndIsr.from_dict(state))
             self._react(tp, hosted, transition)
         finally:

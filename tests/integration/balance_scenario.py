@@ -5,13 +5,15 @@ Run by tests/integration/test_balance.py as ``python -m tests.integration.balanc
 node-added ROOT`` (a process joins one Ray cluster at a time): it starts its cluster
 (restart_scenario.Nodes), checks, prints what it checked as JSON and exits 0, or raises.
 
-``node-added``: a topic of 4 partitions, 3 replicas each, filled with ``PREFILL`` bytes a
-partition, on 3 brokers: the plan is empty. A fourth broker node joins; ``raylog cluster
-balance --dry-run`` shows a plan that moves replicas to it, and executing it while two
-producers write (acks=all) loses nothing, duplicates nothing, fails no send, and leaves 3
-replicas and 1 preferred leader on each broker. The new replicas copied within the topic's
-``replication.throttled.rate``: the move took at least half the time the prefilled bytes
-need at that rate (a loose bound: the machine is shared).
+``node-added``, with the automatic mode on: a topic of 4 partitions, 3 replicas each, filled
+with ``PREFILL`` bytes a partition, on 3 brokers: the plan is empty. While two producers
+write (acks=all), a fourth broker node joins, and the controller balances it in by itself: 3
+replicas and 1 preferred leader on each broker. Its new replicas copied within the topic's
+``replication.throttled.rate``: the moves were under way at least half the time the
+prefilled bytes need at that rate (a loose bound: the machine is shared). Then ``raylog
+cluster balance --remove`` shows the plan that empties the new broker again, and executing it
+leaves it empty (the automatic mode does not fill it again). Nothing acknowledged is lost or
+duplicated, and no send fails.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 
 from raylog import Admin, Producer
 from raylog.cli import main
+from raylog.metadata.balance_settings import AUTO_BALANCE_AFTER_ENV, AUTO_BALANCE_ENV
 from tests.history import summary
 from tests.integration.restart_scenario import Nodes, wait_for
 from tests.integration.workload import Workload
@@ -58,7 +61,8 @@ def loads(admin: Admin) -> dict[int, tuple[int, int]]:
 
 
 def node_added(root: Path) -> dict[str, Any]:
-    nodes = Nodes(root, ["b0", "b1", "b2"])
+    nodes = Nodes(root, ["b0", "b1", "b2"], head_env={AUTO_BALANCE_ENV: "true",
+                                                      AUTO_BALANCE_AFTER_ENV: "2"})
     try:
         admin = Admin()
         admin.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3, configs={
@@ -70,48 +74,70 @@ def node_added(root: Path) -> dict[str, Any]:
                     producer.send(TOPIC, os.urandom(VALUE_BYTES), partition=p)
         code, shown = cli("cluster", "balance", "--dry-run")
         assert code == 0 and "balanced: nothing to move" in shown, shown
-
-        nodes.add_broker("b3")
-        wait_for(lambda: len(loads(admin)) == 4, timeout=90, what="the fourth broker")
-        code, _ = cli("cluster", "balance", "--remove", "9", "7")
-        assert code == 1  # unknown brokers: named on stderr, nothing planned
+        old = set(loads(admin))
 
         with Workload(TOPIC, PARTITIONS, producers=2, sends_per_second=100) as load:
             load.wait_acknowledged(100)
             load.healthy(sends_after=20)  # every send from now on must succeed
-            code, shown = cli("cluster", "balance", "--dry-run", "--json")
+            # The automatic mode balances a node that joins, by itself.
+            nodes.add_broker("b3")
+            auto = watch_balance(admin, lambda: sorted(loads(admin).values()) == [(3, 1)] * 4)
+            new, = set(loads(admin)) - old
+            code, _ = cli("cluster", "balance", "--remove", "9", "7")
+            assert code == 1  # unknown brokers: named on stderr, nothing planned
+            # An operator empties it again: the plan, then its execution.
+            code, shown = cli("cluster", "balance", "--dry-run", "--json", "--remove", str(new))
             assert code == 0, shown
             plan = json.loads(shown)
-            copied = [m for m in plan["moves"] if not m["leader_only"]]
-            assert copied and all(len(m["added"]) == 1 for m in copied), plan
+            assert plan["moves"] and all(m["removed"] == [new] for m in plan["moves"]), plan
             seen: list[dict] = []
-            started = time.monotonic()
             admin.execute_balance(plan, timeout_s=300, poll_s=0.5, progress=seen.append)
-            took_s = time.monotonic() - started
             load.wait_acknowledged(100)
         anomalies = load.finish()
         assert not anomalies, summary(anomalies)
         assert load.summary["failed"] == 0, load.summary
 
         after = loads(admin)
-        assert sorted(after.values()) == [(3, 1)] * 4, after
+        # The emptied broker stays empty: the automatic mode leaves it alone (finish() took
+        # longer than RAYLOG_AUTO_BALANCE_AFTER_S).
+        assert after.pop(new) == (0, 0) and sorted(r for r, _ in after.values()) == [4, 4, 4]
+        assert sum(led for _, led in after.values()) == PARTITIONS, after
         assert all(p["target"] is None for p in admin.describe_topic(TOPIC)["partitions"])
-        code, shown = cli("cluster", "balance", "--json")
+        code, shown = cli("cluster", "balance", "--json", "--remove", str(new))
         assert code == 0 and json.loads(shown)["moves"] == [], shown
-        # At least the prefilled bytes went through the throttle.
-        throttled = PREFILL * len(copied)
-        assert took_s >= throttled / RATE * 0.5, (took_s, throttled)
-        copying = [s for s in seen if s["moving"]]
-        assert copying and any(m["bytes_copied"] for s in copying for m in s["moving"])
-        return {**load.summary, "moves": len(plan["moves"]), "copied_moves": len(copied),
-                "plan_bytes": plan["bytes"], "took_s": round(took_s, 1),
-                "throttled_bytes": throttled, "rate": RATE,
-                "bytes_per_s": round(plan["bytes"] / took_s), "loads": after}
+        assert any(m["bytes_copied"] for s in seen for m in s["moving"]), seen
+        # The automatic balance moved 3 replicas to the new broker, whose process copied
+        # them within one budget of RATE: at least the prefilled bytes went through it.
+        throttled = PREFILL * 3
+        assert auto["moving_s"] >= throttled / RATE * 0.5, (auto, throttled)
+        return {**load.summary, "auto_moving_s": round(auto["moving_s"], 1),
+                "auto_bytes": auto["bytes"], "throttled_bytes": throttled, "rate": RATE,
+                "auto_bytes_per_s": round(auto["bytes"] / auto["moving_s"]),
+                "removal_moves": len(plan["moves"]), "new_broker": new, "loads": after}
     except BaseException:
         traceback.print_exc()  # before stopping the nodes, which may fail in turn
         raise
     finally:
         nodes.stop()
+
+
+def watch_balance(admin: Admin, balanced: Any, timeout: float = 180) -> dict[str, float]:
+    """Wait until partitions have moved and ``balanced()``; how long moves were seen under
+    way (from the first status showing one to the last) and the bytes they had to copy."""
+    first = last = None
+    total = 0
+    deadline = time.monotonic() + timeout
+    while True:
+        moving = admin.balance_status()["moving"]
+        now = time.monotonic()
+        if moving:
+            first = now if first is None else first
+            last = now
+            total = max(total, sum(m["bytes_to_copy"] for m in moving))
+        elif first is not None and balanced():
+            return {"moving_s": last - first, "bytes": total}
+        assert now < deadline, "timed out waiting for the automatic balance"
+        time.sleep(0.2)
 
 
 SCENARIOS = {"node-added": node_added}
