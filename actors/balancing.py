@@ -78,8 +78,11 @@ class PartitionBalancer:
         self._check_settled()
         live = self.brokers.live()
         sizes = await self._sizes()
-        plan = plan_balance([t for t in self.access.state.topics.values()], live, sizes,
-                            remove=remove, max_replicas=self._max_replicas())
+        # On a copy, in a thread: thousands of partitions take seconds to plan, which the
+        # controller's event loop must not wait for.
+        topics = list(self.access.state.snapshot().values())
+        plan = await asyncio.to_thread(plan_balance, topics, live, sizes, remove=remove,
+                                       max_replicas=self._max_replicas())
         return {**plan.to_dict(), "live": sorted(live), "remove": remove}
 
     async def balance_execute(self, moves: list[dict[str, Any]],

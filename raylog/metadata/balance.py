@@ -192,6 +192,7 @@ class _Balancer:
         self.bytes: Counter[int] = Counter()
         self.leaders: Counter[int] = Counter()
         self.per_topic: Counter[tuple[str, int]] = Counter()
+        self.held: dict[int, set[TP]] = {}  # broker -> the partitions planned on it
         for tp, target in self.target.items():
             self._count(tp, target, 1)
 
@@ -208,6 +209,11 @@ class _Balancer:
 
     def _count(self, tp: TP, target: list[int], sign: int) -> None:
         for broker in target:
+            held = self.held.setdefault(broker, set())
+            if sign > 0:
+                held.add(tp)
+            else:
+                held.discard(tp)
             self.replicas[broker] += sign
             self.bytes[broker] += sign * self.size[tp]
             self.per_topic[tp[0], broker] += sign
@@ -229,7 +235,7 @@ class _Balancer:
 
     def _on(self, broker: int) -> list[TP]:
         """The movable partitions with a replica planned on ``broker``, in order."""
-        return sorted(tp for tp in self.movable if broker in self.target[tp])
+        return sorted(tp for tp in self.held.get(broker, ()) if tp in self.movable)
 
     def _load(self, broker: int) -> Load:
         return Load(self.replicas[broker], self.leaders[broker], self.bytes[broker])
