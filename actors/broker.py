@@ -384,7 +384,7 @@ class BrokerActor(ReplicaHost):
             return await ReplicaHost.java_read_batches(self, topic, partition, span, isolation)
         return await _forward(host.java_read_batches.remote(topic, partition, span, isolation))
 
-    async def replica_fetch(self, follower: int, requests: list[tuple[str, int, int, int, int]],
+    async def replica_fetch(self, follower: int, requests: list[tuple[Any, ...]],
                             max_bytes: int, partition_max_bytes: int, max_wait_ms: int,
                             follower_epoch: int = NO_BROKER_EPOCH) -> list[dict[str, Any]]:
         """As a host's, but a partition another host serves is answered with that host's

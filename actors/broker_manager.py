@@ -46,6 +46,7 @@ from raylog.errors import BrokerRestartedError, LeaderNotAvailableError
 from raylog.metadata import election
 from raylog.metadata import state as events
 from raylog.metadata.access import MetadataAccess, Partition
+from raylog.metadata.balance_settings import throttled_rate
 from raylog.metadata.brokers import BrokerRegistry, Offer, Verdict
 from raylog.metadata.identity import BrokerIdentity
 from raylog.metadata.sessions import BrokerSessions, heartbeat_interval_s
@@ -99,9 +100,13 @@ class BrokerManager:
     controller, over the metadata it reads and commits to (``access``: never the
     controller itself). Its event loop is the only user."""
 
-    def __init__(self, access: MetadataAccess, settings: ReplicationSettings) -> None:
+    def __init__(self, access: MetadataAccess, settings: ReplicationSettings,
+                 throttled_rate: int = 0) -> None:
         self.access = access
         self.settings = settings
+        # The cluster's bytes a second for replicas being moved (0: unthrottled), which a
+        # topic's replication.throttled.rate overrides (raylog/metadata/balance_settings.py).
+        self.throttled_rate = throttled_rate
         state = access.state
         self.registry = BrokerRegistry(state.cluster_id, set(state.broker_ids))
         self.watches: dict[int, BrokerWatch] = {}
@@ -412,7 +417,10 @@ class BrokerManager:
         return {"topic": topic.name, "partition": p.partition, "topic_id": topic.topic_id,
                 "configs": dict(topic.configs), "leader": p.leader,
                 "leader_epoch": p.leader_epoch, "partition_epoch": p.partition_epoch,
-                "replicas": list(p.replicas), "isr": list(p.isr)}
+                "replicas": list(p.replicas), "isr": list(p.isr),
+                # while it moves, its new replicas copy at this rate (actors/fetcher.py)
+                "throttled_rate": None if p.target is None
+                else throttled_rate(topic.configs, self.throttled_rate)}
 
     async def push(self, partitions: Iterable[tuple[TopicState, PartitionState]],
                    skip: int | None = None) -> asyncio.Future:

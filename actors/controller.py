@@ -12,16 +12,18 @@ clients ask it for metadata and then call brokers directly.
 It is a shell over parts that never hold it (docs/architecture.md, "The controller's
 parts"): the metadata (raylog/metadata/access.py), brokers and elections
 (actors/broker_manager.py), topics (actors/topic_manager.py), partition moves
-(actors/partition_moves.py), groups (actors/groups.py), transactions
-(actors/transactions.py) and the Spark connector's calls (actors/java_api.py). Its API is
-the list of what each part serves.
+(actors/partition_moves.py), the balancer (actors/balancing.py), groups (actors/groups.py),
+transactions (actors/transactions.py) and the Spark connector's calls (actors/java_api.py).
+Its API is the list of what each part serves.
 
 Its loop (every RECONCILE_INTERVAL_S): register new broker nodes, expire group members whose
 session ran out, abort transactions past their timeout (loading the transaction coordinator
 after a restart, so that it finishes what its predecessor decided), give leaderless
-partitions a leader when one can be had, move reassigned partitions on, and replace the
-replicas of brokers gone for longer than ``RAYLOG_REPLACE_BROKER_AFTER_S``. Each step runs
-as a task of its own, at most one of each at a time, so a step that waits (member expiry
+partitions a leader when one can be had, move reassigned partitions on, replace the
+replicas of brokers gone for longer than ``RAYLOG_REPLACE_BROKER_AFTER_S``, and elect the
+preferred leaders of balanced partitions (balancing by itself with
+``RAYLOG_AUTO_BALANCE``). Each step runs as a task of its own, at most one of each at a
+time, so a step that waits (member expiry
 persisting to ``__consumer_offsets``, a broker node slow to identify itself) delays only
 itself; no step waits for a broker to take what it is told (actors/channels.py), and no
 remote call is awaited while ``lock`` is held. Brokers'
@@ -42,6 +44,7 @@ from typing import Any
 import ray
 
 from actors import log_what_matters
+from actors.balancing import PartitionBalancer
 from actors.broker_manager import BrokerManager
 from actors.groups import GroupService
 from actors.hosting import background
@@ -53,6 +56,7 @@ from actors.transactions import TransactionService
 from raylog.metadata import MetadataStore
 from raylog.metadata import state as events
 from raylog.metadata.access import MetadataAccess
+from raylog.metadata.balance_settings import BalanceSettings
 from raylog.metadata.identity import DirectoryLock, IdentityError
 from raylog.metadata.limits import PartitionLimits
 from raylog.metadata.settings import ReplicationSettings
@@ -96,15 +100,18 @@ class ControllerActor:
         state = self.access.state
         limits = PartitionLimits.from_environ()  # a bad setting fails loudly, here
         settings = ReplicationSettings.from_environ()
+        balance = BalanceSettings.from_environ()
         if state.cluster_id is None:  # a new cluster: its id is the log's first event
             self.access.commit(events.cluster_created(uuid.uuid4().hex[:16]))
         self.limits = limits
-        self.brokers = BrokerManager(self.access, settings)
+        self.brokers = BrokerManager(self.access, settings, balance.replication_throttled_rate)
         self.topics = TopicManager(
             self.access, self.brokers, limits, self.started,
             lambda topics: self.groups.coordinator.topics_changed(topics))
         self.moves = PartitionMoves(self.access, self.brokers, settings, self.started,
                                     self.topics.describe)
+        self.balancer = PartitionBalancer(self.access, self.brokers, self.moves, balance,
+                                          self.started, limits)
         self.groups = GroupService(self.access, self.brokers.leader,
                                    self.topics.ensure_internal_topic,
                                    expiry_every_s=RECONCILE_INTERVAL_S)
@@ -141,6 +148,9 @@ class ControllerActor:
     alter_partition = served_by("moves", PartitionMoves.alter_partition)
     elect_leaders = served_by("moves", PartitionMoves.elect_leaders)
     reassign_partitions = served_by("moves", PartitionMoves.reassign_partitions)
+    balance_plan = served_by("balancer", PartitionBalancer.balance_plan)
+    balance_execute = served_by("balancer", PartitionBalancer.balance_execute)
+    balance_status = served_by("balancer", PartitionBalancer.balance_status)
 
     # -- the API: consumer groups ------------------------------------------------------------------
 
@@ -238,6 +248,7 @@ class ControllerActor:
                            ("transactions", self.transactions.expire_transactions),
                            ("registration", self.brokers.register),
                            ("partitions", self._partition_steps),
+                           ("balance", self.balancer.step),
                            ("metrics", self._report_metrics)):
             running = self._steps.get(name)
             if running is None or running.done():

@@ -6,6 +6,12 @@ round however many partitions there are. A partition it is given first truncates
 leader does not have (asking the leader where its epochs ended: KIP-101, KIP-279), then
 fetches from its log end; each answer brings the leader's high watermark and log start.
 
+A replica that moves to this broker (the controller gives it a ``throttled_rate`` while its
+partition is being reassigned) copies within a byte budget of that rate, shared by the moving
+replicas of this process (raylog/replica/throttle.py, docs/balancing.md): it asks the leader
+for no more than the budget holds, and waits while it is spent; once in the ISR it copies
+freely.
+
 Errors per partition are the leader's word that the follower's view is off: a fenced or
 unknown leader epoch, or "not the leader", mean the controller is about to say something
 new, so the partition waits for that (the broker moves it, or gives it back a new epoch); an
@@ -34,6 +40,7 @@ from raylog.errors import (
     UnknownLeaderEpochError,
 )
 from raylog.replica.partition import Role
+from raylog.replica.throttle import ByteRate
 from raylog.replica.truncation import Ask
 
 logger = logging.getLogger(__name__)
@@ -150,15 +157,24 @@ class ReplicaFetcher:
         # the front, and partitions with a backlog must not starve the others every round.
         self._start = (self._start + 1) % max(len(fetching), 1)
         fetching = fetching[self._start:] + fetching[:self._start]
-        requests, hosts = [], {}
+        requests, hosts, throttled = [], {}, {}
         for tp, following in fetching:
             hosted = self._current(tp, following)
             if hosted is None:
                 continue
             partition = hosted.partition
+            request = (tp[0], tp[1], following.leader_epoch, partition.log_end_offset,
+                       partition.high_watermark)
+            budget = self._budget(hosted)
+            if budget is not None:  # a moving replica: at most what its budget allows
+                allowed = budget.take(PARTITION_MAX_BYTES)
+                if not allowed:
+                    following.paused_until = now + budget.wait_s()
+                    continue
+                throttled[tp] = (budget, allowed)
+                request = (*request, allowed)  # the leader's limit for this partition
             hosts[tp] = (hosted, following)
-            requests.append((tp[0], tp[1], following.leader_epoch, partition.log_end_offset,
-                             partition.high_watermark))
+            requests.append(request)
         if not requests:
             return sent
         # With this process's broker epoch: the leader knows it from the earlier processes
@@ -169,6 +185,9 @@ class ReplicaFetcher:
         for (topic, partition, *_), answer in zip(requests, answers, strict=True):
             tp = (topic, partition)
             hosted, following = hosts[tp]
+            if tp in throttled:
+                budget, allowed = throttled[tp]
+                budget.settle(allowed, len(answer.get("data") or b""))
             if self._current(tp, following) is not hosted:
                 continue  # the controller moved it while the fetch was out
             try:
@@ -216,6 +235,15 @@ class ReplicaFetcher:
             logger.warning("%s: fetch from broker %d failed: %r", hosted.name,
                            self.leader_id, error)
         self._pause(tp, following)
+
+    def _budget(self, hosted: Any) -> ByteRate | None:
+        """The byte budget ``hosted`` copies within: its broker's for the rate the
+        controller set on it while it moves and is not in the ISR yet (None: unthrottled)."""
+        rate = hosted.throttled_rate
+        partition = hosted.partition
+        if not rate or partition.replica_id in partition.isr:
+            return None
+        return self.broker.throttle(rate)
 
     async def _truncate(self, truncating: dict[tuple[str, int], Following]) -> bool:
         """Truncate each new follower to where its log and the leader's agree, asking the

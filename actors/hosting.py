@@ -135,6 +135,9 @@ class HostedReplica:
         self.active = True  # maintenance has something to do (see Broker._maintain)
         self.proposing = False  # an ISR change is with the controller
         self.propose_after = 0.0  # monotonic s: not before, after a refusal
+        # Bytes a second it copies at while it moves here (None: unthrottled), from the
+        # controller's state (actors/fetcher.py).
+        self.throttled_rate: int | None = None
         self.last_hw_checkpoint = time.monotonic()
 
     @classmethod

@@ -75,6 +75,7 @@ from raylog.replica.partition import (
     Role,
     Transition,
 )
+from raylog.replica.throttle import ByteRate
 from raylog.storage import AppendInfo
 from raylog.util.arguments import settings_from_environ
 from raylog.util.cluster_names import (
@@ -160,6 +161,8 @@ class ReplicaHost:
         # host actor's id): a leader broker's replicas may live on several hosts.
         self.fetchers: dict[tuple[int, str | None], ReplicaFetcher] = {}
         self.brokers: dict[int, ray.actor.ActorHandle] = {}  # live brokers, from the controller
+        # The byte budgets of the moving replicas it copies, by rate (actors/fetcher.py).
+        self.throttles: dict[int, ByteRate] = {}
         # The controller's metadata version of each word it sends: calls can arrive out of
         # order, and an older word never undoes a newer one (a stale full push must not
         # remove a replica added since, nor configs go back).
@@ -274,6 +277,7 @@ class ReplicaHost:
             if version >= hosted.version:
                 hosted.version = version
                 hosted.update_configs(state["configs"])
+                hosted.throttled_rate = state.get("throttled_rate")  # while it moves
             transition = partition.apply(LeaderAndIsr.from_dict(state))
             self._react(tp, hosted, transition)
         finally:
@@ -318,6 +322,14 @@ class ReplicaHost:
         if fetcher is None:
             fetcher = self.fetchers[wanted, None] = ReplicaFetcher(self, wanted, handle)
         fetcher.follow(tp, partition.leader_epoch, handle)
+
+    def throttle(self, rate: int) -> ByteRate:
+        """The byte budget that the moving replicas copied at ``rate`` bytes a second
+        share: one per rate in this process."""
+        budget = self.throttles.get(rate)
+        if budget is None:
+            budget = self.throttles[rate] = ByteRate(rate)
+        return budget
 
     def redirect(self, tp: TopicPartition, following: Any, leader: int,
                  host: ray.actor.ActorHandle | None) -> None:
@@ -623,22 +635,24 @@ class ReplicaHost:
 
     # -- other brokers' fetchers -----------------------------------------------------------------
 
-    async def replica_fetch(self, follower: int, requests: list[tuple[str, int, int, int, int]],
+    async def replica_fetch(self, follower: int, requests: list[tuple[Any, ...]],
                             max_bytes: int, partition_max_bytes: int, max_wait_ms: int,
                             follower_epoch: int = NO_BROKER_EPOCH) -> list[dict[str, Any]]:
         """A follower broker, in its process at broker epoch ``follower_epoch``, fetches
         ``(topic, partition, leader epoch, its log end, its high watermark)`` for each
-        partition it follows from this broker. Each fetch counts for the ISR and the high
-        watermark; the answer holds batches from that log end (up to this log's end) and
-        this high watermark, or the error. Waits up to ``max_wait_ms`` while there is
-        neither data nor a high watermark the follower lacks."""
+        partition it follows from this broker, with a sixth element, the most bytes to
+        answer for it, when it copies a moving replica within its throttle. Each fetch
+        counts for the ISR and the high watermark; the answer holds batches from that log
+        end (up to this log's end) and this high watermark, or the error. Waits up to
+        ``max_wait_ms`` while there is neither data nor a high watermark the follower
+        lacks."""
         try:
             since = self._check()
         except BrokerStalledError as e:  # per partition, as the follower's fetcher reads them
             return [_error_answer(e, self.replicas.get((t, p))) for t, p, *_ in requests]
         answers: list[dict[str, Any] | None] = [None] * len(requests)
         serving = []
-        for i, (topic, partition, epoch, offset, known_hw) in enumerate(requests):
+        for i, (topic, partition, epoch, offset, known_hw, *limit) in enumerate(requests):
             hosted = self.replicas.get((topic, partition))
             try:
                 if hosted is None:
@@ -649,20 +663,22 @@ class ReplicaHost:
                 hosted.maybe_propose_isr(self._propose_isr)
                 if hosted.partition.high_watermark != before:
                     hosted.notify()  # acks=all appends and consumers waiting for it
-                serving.append((i, hosted, epoch, offset, known_hw))
+                # (a moving replica's follower may ask for less: its throttle's allowance)
+                serving.append((i, hosted, epoch, offset, known_hw,
+                                min(limit[0], partition_max_bytes) if limit
+                                else partition_max_bytes))
             except RaylogError as e:
                 answers[i] = _error_answer(e, hosted)
         deadline = time.monotonic() + max_wait_ms / 1000
         failed_early = any(a is not None for a in answers)
         while True:
             budget, ready = max_bytes, failed_early
-            for i, hosted, epoch, offset, known_hw in serving:
+            for i, hosted, epoch, offset, known_hw, most in serving:
                 partition = hosted.partition
                 try:
                     partition.check_leader(epoch)
                     if budget > 0:
-                        result = partition.read_for_follower(
-                            offset, min(partition_max_bytes, budget))
+                        result = partition.read_for_follower(offset, min(most, budget))
                         data = result.data
                     else:  # the request's bytes are spent: the positions only, no read
                         data = b""

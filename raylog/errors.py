@@ -465,3 +465,25 @@ class UnsupportedFormatVersionError(StorageError):
 
     def __reduce__(self) -> tuple:  # crosses Ray with its fields
         return type(self), (self.where, self.found, self.supported)
+
+
+class UnknownBrokerError(InvalidArgumentError):
+    """A request named broker ids the cluster never gave out (the message names them and
+    the cluster's brokers)."""
+
+    kafka_code = 39  # INVALID_REPLICA_ASSIGNMENT, as Kafka answers a reassignment to one
+
+
+class ReassignmentInProgressError(RaylogError):
+    """A balance was asked for while partitions are still being moved (by an earlier
+    balance, a reassignment or a broker's replacement): plans are made on a settled
+    cluster. Retriable: the moves under way end."""
+
+    retriable = True
+    kafka_code = 60  # REASSIGNMENT_IN_PROGRESS
+
+
+class StaleBalancePlanError(RaylogError):
+    """A balance plan to execute no longer matches the cluster (a partition's replicas
+    changed since it was made, a topic was deleted): nothing of it was started. Make a new
+    plan."""

@@ -450,10 +450,13 @@ def build_parser() -> argparse.ArgumentParser:
                           help="only show the plan (what happens without --execute)")
     json_flag(reset)
 
-    cluster = commands.add_parser("cluster", help="cluster status")
+    cluster = commands.add_parser("cluster", help="cluster status; balance partitions")
     cluster.set_defaults(run="cluster")
-    cluster.add_argument("action", choices=["status"])
-    json_flag(cluster)
+    cluster_actions = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
+    json_flag(cluster_actions.add_parser("status", help="brokers, what each holds and leads"))
+    from raylog.cli.balance import add_action as add_balance_action
+
+    add_balance_action(cluster_actions)
 
     start = commands.add_parser("start",
                                 help="start the raylog controller on a running Ray cluster")
@@ -544,7 +547,7 @@ def _address_anywhere(commands: argparse._SubParsersAction) -> None:
 # and those of them that read standard input.
 LAZY_COMMANDS = {"produce": "records", "consume": "records", "gateway": "gateway",
                  "users": "users", "acls": "acls", "transactions": "transactions",
-                 "schemas": "schemas", "registry": "schemas"}
+                 "schemas": "schemas", "registry": "schemas", "balance": "balance"}
 READS_STDIN = frozenset({"produce", "users"})
 
 

@@ -18,6 +18,7 @@ from raylog.errors import (
     InvalidReplicationFactorError,
     InvalidTxnStateError,
     RaylogError,
+    ReassignmentInProgressError,
     RequestTimeoutError,
     UnknownGroupError,
     UnknownTopicError,
@@ -41,10 +42,17 @@ from raylog.util.arguments import (
     check_id,
     check_int,
     check_options,
+    check_timeout,
     short_repr,
 )
 
 CHANGE_RETRY_S = 60.0  # how long a change rides out a controller restart
+
+
+def _broker_ids(what: str, brokers: Iterable[int]) -> list[int]:
+    if isinstance(brokers, str | bytes) or not isinstance(brokers, Iterable):
+        raise InvalidArgumentError(f"{what}: a list of broker ids, got {short_repr(brokers)}")
+    return sorted({check_int(f"{what}: a broker id", b, 0, INT32_MAX) for b in brokers})
 
 
 class Admin:
@@ -359,6 +367,79 @@ class Admin:
                                            f"ids, got {short_repr(brokers)}")
             targets[partition] = [check_int("broker id", b, 0, INT32_MAX) for b in brokers]
         return self._change(lambda: self._controller().reassign_partitions(name, targets))
+
+    # -- balancing -------------------------------------------------------------------------------
+
+    def plan_balance(self, remove: Iterable[int] = ()) -> dict[str, Any]:
+        """The controller's plan to even replicas, preferred leaders and bytes over the live
+        brokers, emptying the brokers of ``remove`` (docs/balancing.md); nothing changes.
+        ``{"moves": [{"topic", "partition", "replicas", "target", "bytes", ...}], "bytes",
+        "before" and "after": {broker: {"replicas", "leaders", "bytes"}}, "skipped": [why]}``.
+        UnknownBrokerError names brokers the cluster never had; ReassignmentInProgressError
+        (retriable) while partitions are being moved.
+
+        >>> plan = admin.plan_balance()
+        >>> admin.execute_balance(plan)
+        """
+        return self._controller().balance_plan(_broker_ids("remove", remove))
+
+    def execute_balance(self, plan: Mapping[str, Any] | None = None, *,
+                        remove: Iterable[int] = (), wait: bool = True,
+                        timeout_s: float | None = None, poll_s: float = 1.0,
+                        progress: Callable[[dict[str, Any]], None] | None = None
+                        ) -> dict[str, Any]:
+        """Carry out ``plan`` (from :meth:`plan_balance`; None: a new plan emptying
+        ``remove``): its new replicas copy their leaders within the throttle
+        (``replication.throttled.rate``) while producers go on, the old ones go, and the
+        preferred leaders are elected. StaleBalancePlanError, with nothing started, if the
+        cluster changed since the plan was made. With ``wait``, returns once every move is
+        done, calling ``progress`` with the controller's status (:meth:`balance_status`)
+        every ``poll_s``; RequestTimeoutError after ``timeout_s`` (None: no limit; the moves
+        go on). Returns the plan."""
+        removed = _broker_ids("remove", remove)
+        if plan is None:
+            plan = self.plan_balance(removed)
+        elif not isinstance(plan, Mapping) or not isinstance(plan.get("moves"), list):
+            raise InvalidArgumentError(f"plan must be what plan_balance returned, got "
+                                       f"{short_repr(plan)}")
+        else:
+            removed = _broker_ids("remove", plan.get("remove", removed))
+        check_timeout("timeout_s", timeout_s)
+        if not check_timeout("poll_s", poll_s):
+            raise InvalidArgumentError(f"poll_s must be a number of seconds > 0, got "
+                                       f"{short_repr(poll_s)}")
+        check_bool("wait", wait)
+        moves = [{k: m[k] for k in ("topic", "partition", "replicas", "target")}
+                 for m in plan["moves"]]
+        if moves:
+            self._change(lambda: self._controller().balance_execute(moves, removed),
+                         done=lambda e: isinstance(e, ReassignmentInProgressError))
+        if wait and moves:
+            self._wait_balanced({(m["topic"], m["partition"]) for m in moves}, timeout_s,
+                                poll_s, progress)
+        return dict(plan)
+
+    def balance_status(self) -> dict[str, Any]:
+        """The partitions being moved, with the bytes their new replicas hold and must hold,
+        and those moved by a balance whose preferred leader is still to be elected."""
+        return self._controller().balance_status()
+
+    def _wait_balanced(self, moved: set[tuple[str, int]], timeout_s: float | None,
+                       poll_s: float, progress: Callable[[dict[str, Any]], None] | None
+                       ) -> None:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            status = self.balance_status()
+            if progress is not None:
+                progress(status)
+            left = {(p["topic"], p["partition"])
+                    for p in [*status["moving"], *status["leaders_pending"]]} & moved
+            if not left:
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                raise RequestTimeoutError(f"the balance was not done within {timeout_s:g} s: "
+                                          f"{len(left)} partitions still moving (they go on)")
+            time.sleep(poll_s)
 
     def cluster_status(self) -> dict[str, Any]:
         return self._controller().cluster_status()

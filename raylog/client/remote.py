@@ -317,6 +317,15 @@ class ControllerClient:
     def reassign_partitions(self, name: str, targets: dict[int, list[int]]) -> dict[str, Any]:
         return self._call(self.handle.reassign_partitions, name, targets, retry=False)
 
+    def balance_plan(self, remove: list[int]) -> dict[str, Any]:
+        return self._call(self.handle.balance_plan, remove)
+
+    def balance_execute(self, moves: list[dict[str, Any]], remove: list[int]) -> dict[str, Any]:
+        return self._call(self.handle.balance_execute, moves, remove, retry=False)
+
+    def balance_status(self) -> dict[str, Any]:
+        return self._call(self.handle.balance_status)
+
     # -- consumer groups -----------------------------------------------------------------------
 
     def join_group(self, group_id: str, member_id: str, client_id: str,

@@ -40,6 +40,9 @@ REPLICATION_DEFAULTS: dict[str, Any] = {
     # raylog.replica.dedicated: each replica in a Ray actor of its own, on its broker's node
     # (actors/replica_hosts.py); taken into account when a broker is next told its state.
     "raylog_replica_dedicated": False,
+    # Bytes a second a replica moving to a broker copies at (docs/balancing.md); None: the
+    # cluster's RAYLOG_REPLICATION_THROTTLED_RATE, 0: unthrottled.
+    "replication_throttled_rate": None,
 }
 _LOG_FIELDS = {f.name: f for f in dataclasses.fields(LogConfig)}
 
@@ -152,6 +155,9 @@ def normalize_configs(configs: Mapping[str, Any] | None) -> dict[str, Any]:
     check_int("replica_lag_time_max_ms",
               out.get("replica_lag_time_max_ms", DEFAULT_REPLICA_LAG_TIME_MAX_MS), 1,
               INT32_MAX, InvalidConfigError)
+    if out.get("replication_throttled_rate") is not None:
+        check_int("replication.throttled.rate (bytes a second; 0: unthrottled)",
+                  out["replication_throttled_rate"], 0, INT64_MAX, InvalidConfigError)
     for name in ("unclean_leader_election_enable", "raylog_replica_dedicated"):
         if not isinstance(out.get(name, False), bool):
             raise InvalidConfigError(f"{name} must be true or false, got {out[name]!r}")

@@ -5,6 +5,7 @@ others, and a fetcher with nothing to ask must wait, never spin the event loop."
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 import pytest
@@ -12,7 +13,9 @@ import pytest
 from actors.fetcher import ReplicaFetcher
 from actors.hosting import HostedReplica
 from raylog.errors import RaylogError
+from raylog.records import Codec
 from raylog.replica.partition import LeaderAndIsr, Partition
+from raylog.replica.throttle import ByteRate
 from raylog.storage import LogConfig, PartitionLog
 from tests.unit.logutil import FakeClock, batch_of
 
@@ -41,6 +44,7 @@ class FakeLeaderBroker:
     def __init__(self, partitions: dict[tuple[str, int], Partition]) -> None:
         self.partitions = partitions
         self.fetches = 0
+        self.asked: list[int | None] = []  # each partition's limit, for a moving replica
         self.replica_fetch = _Remote(self._replica_fetch)
         self.epoch_end_offsets = _Remote(self._epoch_end_offsets)
 
@@ -49,11 +53,12 @@ class FakeLeaderBroker:
         self.fetches += 1
         await asyncio.sleep(0.001)
         answers = []
-        for topic, number, epoch, offset, _ in requests:
+        for topic, number, epoch, offset, _, *limit in requests:
             p = self.partitions[(topic, number)]
+            self.asked.append(limit[0] if limit else None)
             try:
                 p.follower_fetched(follower, epoch, offset, follower_epoch)
-                r = p.read_for_follower(offset, partition_max_bytes)
+                r = p.read_for_follower(offset, min([partition_max_bytes, *limit]))
                 answers.append({"data": r.data, "high_watermark": r.high_watermark,
                                 "log_start_offset": r.log_start_offset,
                                 "log_end_offset": r.log_end_offset, "error": None})
@@ -72,6 +77,11 @@ class FakeFollowerBroker:
         self.broker_id = 2
         self.broker_epoch = 12
         self.replicas = replicas
+        self.clock = 0.0  # the throttles' (seconds), moved by the tests
+        self.throttles: dict[int, ByteRate] = {}
+
+    def throttle(self, rate: int) -> ByteRate:
+        return self.throttles.setdefault(rate, ByteRate(rate, clock=lambda: self.clock))
 
 
 def state(leader: int = 1) -> LeaderAndIsr:
@@ -160,6 +170,53 @@ def test_a_fetcher_with_nothing_to_ask_waits_instead_of_spinning(pair):
         fetcher.stop()
 
     asyncio.run(asyncio.wait_for(scenario(), 10))
+
+
+def test_a_moving_replica_copies_within_its_byte_budget(tmp_path):
+    """A follower out of the ISR whose replica moves (a throttled rate from the controller)
+    asks the leader for no more than its budget, and stops when it is spent until time
+    refills it; a replica of the same rate in the ISR copies freely."""
+    leaders = {(TOPIC, n): partition(tmp_path, 1, n) for n in range(2)}
+    for p in leaders.values():
+        p.apply(LeaderAndIsr(1, 0, 0, (1, 2), (1,)))
+        for _ in range(10):
+            p.append(batch_of([os.urandom(300)], codec=Codec.NONE, ts=NOW), leader_epoch=0)
+    follower = FakeFollowerBroker({})
+    for (topic, n) in leaders:
+        f = partition(tmp_path, 2, n)
+        f.apply(LeaderAndIsr(1, 0, 0, (1, 2), (1,) if n == 0 else (1, 2)))
+        follower.replicas[(topic, n)] = HostedReplica(f, "topic-id", {})
+        follower.replicas[(topic, n)].throttled_rate = 2000  # half a second: 1000 bytes
+    leader = FakeLeaderBroker(leaders)
+    moving, in_sync = (follower.replicas[(TOPIC, n)].partition for n in range(2))
+    batch_bytes = leaders[(TOPIC, 0)].log.size_bytes // 10
+
+    async def scenario() -> None:
+        fetcher = ReplicaFetcher(follower, 1, leader)
+        for tp in follower.replicas:
+            fetcher.follow(tp, 0, leader)
+        await until(lambda: in_sync.log_end_offset == 10 and moving.log_end_offset > 0)
+        for _ in range(30):  # the loop runs on; the budget's clock does not
+            await asyncio.sleep(0.01)
+        copied = moving.log.size_bytes
+        assert 0 < copied <= 1000 + batch_bytes  # the burst, and one whole batch past it
+        assert moving.log_end_offset < 10
+        assert {a for a in leader.asked if a is not None} <= set(range(1, 1001))
+        follower.clock += 60  # a minute later: refilled, but never more than the burst
+        await until(lambda: moving.log.size_bytes > copied)
+        assert moving.log.size_bytes <= copied + 1000 + batch_bytes
+        deadline = asyncio.get_running_loop().time() + 20
+        while moving.log_end_offset < 10:  # time goes on: it copies everything
+            assert asyncio.get_running_loop().time() < deadline, "timed out"
+            follower.clock += 1
+            await asyncio.sleep(0.02)
+        fetcher.stop()
+
+    try:
+        asyncio.run(asyncio.wait_for(scenario(), 30))
+    finally:
+        for p in [*leaders.values(), *(h.partition for h in follower.replicas.values())]:
+            p.log.close()
 
 
 class _ActorId:

@@ -142,6 +142,15 @@ ADMIN = [
     (lambda a: a.delete_records({("t", 0): 1, ("t", 9): 1}), UnknownPartitionError),
     (lambda a: a.list_consumer_group_offsets(""), InvalidArgumentError),
     (lambda a: a.list_consumer_group_offsets("g", "t"), InvalidArgumentError),
+    (lambda a: a.plan_balance([-1]), InvalidArgumentError),
+    (lambda a: a.plan_balance("3"), InvalidArgumentError),
+    (lambda a: a.plan_balance([True]), InvalidArgumentError),
+    (lambda a: a.execute_balance({"moves": "all"}), InvalidArgumentError),
+    (lambda a: a.execute_balance([]), InvalidArgumentError),
+    (lambda a: a.execute_balance({"moves": [], "remove": [-3]}), InvalidArgumentError),
+    (lambda a: a.execute_balance({"moves": []}, timeout_s=-1), InvalidArgumentError),
+    (lambda a: a.execute_balance({"moves": []}, poll_s=0), InvalidArgumentError),
+    (lambda a: a.execute_balance({"moves": []}, wait="yes"), InvalidArgumentError),
 ]
 
 
