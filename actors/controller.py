@@ -43,6 +43,7 @@ import ray
 
 from actors import log_what_matters
 from actors.broker_manager import BrokerManager
+from actors.drains import Drains
 from actors.groups import GroupService
 from actors.hosting import background
 from actors.java_api import JavaApi
@@ -105,6 +106,7 @@ class ControllerActor:
             lambda topics: self.groups.coordinator.topics_changed(topics))
         self.moves = PartitionMoves(self.access, self.brokers, settings, self.started,
                                     self.topics.describe)
+        self.drains = Drains(self.access, self.brokers, self.started)
         self.groups = GroupService(self.access, self.brokers.leader,
                                    self.topics.ensure_internal_topic,
                                    expiry_every_s=RECONCILE_INTERVAL_S)
@@ -141,6 +143,15 @@ class ControllerActor:
     alter_partition = served_by("moves", PartitionMoves.alter_partition)
     elect_leaders = served_by("moves", PartitionMoves.elect_leaders)
     reassign_partitions = served_by("moves", PartitionMoves.reassign_partitions)
+
+    # -- the API: draining, stopping and restarting brokers (docs/operations.md) -------------------
+
+    drain_broker = served_by("drains", Drains.drain_broker)
+    stop_broker = served_by("drains", Drains.stop_broker)
+    restart_broker = served_by("drains", Drains.restart_broker)
+    resume_broker = served_by("drains", Drains.resume_broker)
+    roll_plan = served_by("drains", Drains.roll_plan)
+    sync_state = served_by("drains", Drains.sync_state)
 
     # -- the API: consumer groups ------------------------------------------------------------------
 

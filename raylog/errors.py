@@ -447,3 +447,31 @@ class UnstableOffsetCommitError(RaylogError):
 
     retriable = True
     kafka_code = 88  # UNSTABLE_OFFSET_COMMIT
+
+
+class UnknownBrokerError(InvalidArgumentError):
+    """An operation named a broker id the cluster never gave out (or, for a roll, one that
+    is not alive); the message names every such broker and the known ones."""
+
+
+class LastInSyncReplicaError(RaylogError):
+    """Draining a broker was refused: for some partitions it is the only live in-sync
+    replica, so stopping it would leave them without a leader (and acks=all writes
+    refused). Named in the message; ``--force`` (``force=True``) drains anyway."""
+
+
+class OfflinePartitionsError(RaylogError):
+    """A rolling restart was refused before it began: some partitions have no live leader,
+    and restarting any broker could only make that worse. Named in the message."""
+
+
+class DrainTimeoutError(RaylogError):
+    """A broker's leaderships could not be moved (and told to every replica) within the
+    drain's timeout; nothing was stopped. Retriable: the brokers may be slow."""
+
+    retriable = True
+
+
+class RollStoppedError(RaylogError):
+    """A rolling restart stopped at its first problem; the message names the broker, the
+    step and the cause (raised from it), and which brokers were already restarted."""
