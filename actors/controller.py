@@ -12,9 +12,9 @@ clients ask it for metadata and then call brokers directly.
 It is a shell over parts that never hold it (docs/architecture.md, "The controller's
 parts"): the metadata (raylog/metadata/access.py), brokers and elections
 (actors/broker_manager.py), topics (actors/topic_manager.py), partition moves
-(actors/partition_moves.py), groups (actors/groups.py), transactions
-(actors/transactions.py) and the Spark connector's calls (actors/java_api.py). Its API is
-the list of what each part serves.
+(actors/partition_moves.py), drains and restarts of brokers (actors/drains.py), groups
+(actors/groups.py), transactions (actors/transactions.py) and the Spark connector's calls
+(actors/java_api.py). Its API is the list of what each part serves.
 
 Its loop (every RECONCILE_INTERVAL_S): register new broker nodes, expire group members whose
 session ran out, abort transactions past their timeout (loading the transaction coordinator
