@@ -302,7 +302,8 @@ class ControllerActor:
     async def cluster_status(self) -> dict[str, Any]:
         """Brokers by id with the node serving each, its host, data directory, whether it is
         alive (and its health: alive, fenced, restarting, dead; how long since the controller
-        last heard from it), the replicas it holds and leads; partitions under-replicated and
+        last heard from it), whether it is drained (docs/operations.md), the replicas it
+        holds and leads; partitions under-replicated and
         offline; the broker nodes refused, and why; how long the controller itself did not run
         (stalls not counted against brokers' sessions)."""
         await self.started()
@@ -318,6 +319,7 @@ class ControllerActor:
                 "broker_id": broker_id, "node_id": None, "host": None, "data_dir": None}
             watch = self.brokers.watches.get(broker_id)
             brokers.append({**described, "alive": broker_id in live,
+                            "draining": broker_id in self.brokers.draining,
                             "health": watch.health.value if watch is not None else None,
                             "silent_s": self.brokers.sessions.silent_s(broker_id),
                             "replicas": replicas, "leaders": leading})

@@ -115,12 +115,19 @@ def cmd_status(args: argparse.Namespace, out: TextIO) -> int:
               f"{'leaders':>9}  data directory\n")
     for broker in status["brokers"]:
         out.write(f"{broker['broker_id']:>6}  {short_node(broker['node_id']):<14}"
-                  f"{broker['host'] or '-':<16}{'yes' if broker['alive'] else 'no':<7}"
+                  f"{broker['host'] or '-':<16}{_alive(broker):<7}"
                   f"{len(broker['replicas']):>9}{len(broker['leaders']):>9}  "
                   f"{broker['data_dir'] or '-'}\n")
     for refused in status["refused"]:
         out.write(f"refused node {short_node(refused['node_id'])}: {refused['reason']}\n")
     return 0
+
+
+def _alive(broker: dict[str, Any]) -> str:
+    """"yes", "no", or "drain" for a running broker that is drained."""
+    if broker.get("draining") and broker["alive"]:
+        return "drain"
+    return "yes" if broker["alive"] else "no"
 
 
 def cmd_drain(args: argparse.Namespace, out: TextIO) -> int:

@@ -88,6 +88,7 @@ def test_a_drained_and_stopped_broker_costs_producers_no_failed_send(ray_cluster
         assert f"{topic}-0" in drained["moved"] and not drained["still_leading"]
         described = admin.describe_topic(topic)["partitions"]
         assert all(p["leader"] != victim and victim not in p["isr"] for p in described)
+        assert ray_cluster.brokers()[victim]["draining"]
         admin.stop_broker(victim)
         wait_for(lambda: victim not in ray_cluster.broker_ids, timeout=60,
                  what="the drained broker stopped")

@@ -123,3 +123,21 @@ def test_other_modules_can_add_an_action_to_the_group():
     assert out.getvalue() == "planned"
     # and the real parser's group is the one add_parser builds
     assert build_parser().parse_args(["cluster", "drain", "1"]).handler is cluster_cli.cmd_drain
+
+
+def test_status_shows_a_drained_broker(monkeypatch):
+    class Status:
+        def cluster_status(self):
+            broker = {"node_id": "n" * 20, "host": "h", "data_dir": "/d", "replicas": [],
+                      "leaders": []}
+            return {"cluster_id": "c", "controller_node": "x" * 20, "controller_dir": "/c",
+                    "topics": 0, "partitions": 0, "under_replicated_partitions": 0,
+                    "offline_partitions": 0, "refused": [],
+                    "brokers": [{**broker, "broker_id": 0, "alive": True, "draining": True},
+                                {**broker, "broker_id": 1, "alive": True, "draining": False},
+                                {**broker, "broker_id": 2, "alive": False, "draining": True}]}
+
+    monkeypatch.setattr(cluster_cli, "_admin", lambda args: Status())
+    code, out = run("cluster", "status")
+    assert code == 0
+    assert [line.split()[3] for line in out.splitlines()[2:]] == ["drain", "yes", "no"]
