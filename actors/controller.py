@@ -303,9 +303,9 @@ class ControllerActor:
         """Brokers by id with the node serving each, its host, data directory, whether it is
         alive (and its health: alive, fenced, restarting, dead; how long since the controller
         last heard from it), whether it is drained (docs/operations.md), the replicas it
-        holds and leads; partitions under-replicated and
-        offline; the broker nodes refused, and why; how long the controller itself did not run
-        (stalls not counted against brokers' sessions)."""
+        holds and leads; partitions under-replicated and offline; the broker nodes refused,
+        and why; how long the controller itself did not run (stalls not counted against
+        brokers' sessions)."""
         await self.started()
         live = self.brokers.live()
         held = self.access.state.replicas_by_broker()

@@ -382,8 +382,9 @@ class Admin:
         """
         check_int("broker id", broker, 0, INT32_MAX)
         check_bool("force", force)
-        return self._controller().drain_broker(broker, force,
-                                               _positive("timeout_s", timeout_s))
+        timeout_s = _positive("timeout_s", timeout_s)
+        # Safe to repeat: a drained broker's second drain changes nothing.
+        return self._change(lambda: self._controller().drain_broker(broker, force, timeout_s))
 
     def stop_broker(self, broker: int) -> dict[str, Any]:
         """Stop a drained broker's actors; its node serves no broker until it leaves Ray
@@ -399,7 +400,8 @@ class Admin:
 
     def resume_broker(self, broker: int) -> dict[str, Any]:
         """Undo a drain (or a stop): the broker may lead and join ISRs again."""
-        return self._controller().resume_broker(check_int("broker id", broker, 0, INT32_MAX))
+        check_int("broker id", broker, 0, INT32_MAX)
+        return self._change(lambda: self._controller().resume_broker(broker))
 
     def wait_in_sync(self, timeout_s: float = 300.0) -> None:
         """Wait until every partition has a live leader and all its replicas in the ISR on

@@ -10,10 +10,14 @@ every broker up, in sync and leading its preferred partitions.
 
 from __future__ import annotations
 
+import io
+import json
+
 import pytest
 import ray
 
 from raylog import Admin
+from raylog.cli import main
 from raylog.errors import (
     LastInSyncReplicaError,
     OfflinePartitionsError,
@@ -39,6 +43,12 @@ def load(topic: str) -> Workload:
     return Workload(topic, PARTITIONS, producers=2, sends_per_second=SENDS_PER_SECOND)
 
 
+def cli(*argv: str) -> tuple[int, str]:
+    """``raylog ARGV`` in this process (connected to the session's cluster): (status, stdout)."""
+    out = io.StringIO()
+    return main(list(argv), out=out), out.getvalue()
+
+
 def leaders(admin: Admin, topic: str) -> list[int | None]:
     return [p["leader"] for p in admin.describe_topic(topic)["partitions"]]
 
@@ -50,12 +60,15 @@ def check(workload: Workload) -> None:
     assert workload.summary["acknowledged"] == workload.summary["sends"], workload.summary
 
 
-def test_bad_input_is_refused_before_anything_changes(ray_cluster, admin, topic_name):
+def test_bad_input_is_refused_before_anything_changes(ray_cluster, admin, topic_name,
+                                                       capsys):
     brokers = ray_cluster.broker_ids
     with pytest.raises(UnknownBrokerError, match=r"unknown broker 99 "):
         admin.drain_broker(99)
     with pytest.raises(UnknownBrokerError, match=r"unknown brokers 77, 99 "):
         admin.roll([brokers[0], 99, 77])
+    assert cli("cluster", "drain", "99") == (1, "")
+    assert "raylog: error: unknown broker 99 " in capsys.readouterr().err
     # a partition whose only replica is on a broker: draining it would leave it offline
     admin.create_topic(topic_name, partitions=1, replication_factor=1)
     alone = leaders(admin, topic_name)[0]
@@ -89,11 +102,13 @@ def test_a_drained_and_stopped_broker_costs_producers_no_failed_send(ray_cluster
         described = admin.describe_topic(topic)["partitions"]
         assert all(p["leader"] != victim and victim not in p["isr"] for p in described)
         assert ray_cluster.brokers()[victim]["draining"]
-        admin.stop_broker(victim)
+        # the command line's drain: already drained, it moves nothing more, and stops it
+        code, out = cli("cluster", "drain", str(victim), "--json")
+        assert code == 0 and json.loads(out)["moved"] == []
         wait_for(lambda: victim not in ray_cluster.broker_ids, timeout=60,
                  what="the drained broker stopped")
         workload.wait_acknowledged(200)  # writes go on without it
-        admin.resume_broker(victim)
+        assert cli("cluster", "resume", str(victim))[0] == 0
         admin.wait_in_sync(SYNC_S)
         admin.elect_leaders([topic])
         assert leaders(admin, topic)[0] == victim

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import pytest
 
+from raylog import Admin
 from raylog.client.operations import RollTimeouts, roll, wait_in_sync
 from raylog.errors import (
     DrainTimeoutError,
+    InvalidArgumentError,
     OfflinePartitionsError,
     RequestTimeoutError,
     RollStoppedError,
 )
+from tests.unit.client.test_client_arguments import _Cluster, refused
 
 
 class FakeController:
@@ -119,3 +122,21 @@ def test_waiting_in_sync_names_drained_brokers_too():
     clock = Clock()
     with pytest.raises(RequestTimeoutError, match=r"brokers \[2\] still drained"):
         wait_in_sync(Drained(), 5, clock=clock, sleep=clock.sleep)
+
+
+@pytest.mark.parametrize("call", [
+    lambda a: a.drain_broker(-1),
+    lambda a: a.drain_broker("1"),
+    lambda a: a.drain_broker(1, force="yes"),
+    lambda a: a.drain_broker(1, timeout_s=0),
+    lambda a: a.drain_broker(1, timeout_s=float("inf")),
+    lambda a: a.restart_broker(True),
+    lambda a: a.restart_broker(1, timeout_s=-5),
+    lambda a: a.stop_broker(None),
+    lambda a: a.resume_broker(1.5),
+    lambda a: a.wait_in_sync(0),
+    lambda a: a.roll(["0"]),
+])
+def test_the_admin_refuses_bad_arguments_before_asking(call):
+    # that file's cluster fails the test on any call to the controller
+    refused(lambda: call(Admin(cluster=_Cluster())), InvalidArgumentError)
