@@ -118,6 +118,11 @@ class BrokerManager:
         # metadata gives clients these handles. Forgotten when the broker goes down.
         self.routes: dict[int, dict[tuple[str, int], ray.actor.ActorHandle]] = {}
         self._sessions_task: asyncio.Task | None = None
+        # Brokers being drained (actors/drains.py): not live for elections (they lead
+        # nothing, join no ISR) until they come back as a new process, or are resumed.
+        # Not persisted: a restarted controller forgets a drain, as Kafka's forgets a
+        # controlled shutdown (the broker asks again, or just stops).
+        self.draining: set[int] = set()
 
     def start_sessions(self) -> None:
         """Start checking sessions (once registration has heard from the live brokers)."""
@@ -318,7 +323,7 @@ class BrokerManager:
         pushes nothing."""
         changes: list[tuple[TopicState, PartitionState, election.Change]] = []
         async with self.access.lock:
-            live = self.live() - {without}
+            live = self.live() - {without} - self.draining
             decided: set[int] = set()
             try:
                 for topic, p in partitions():
@@ -355,6 +360,7 @@ class BrokerManager:
                 await self.broker_down(broker)
             async with access.lock:
                 access.commit(events.broker_started(broker, watch.incarnation))
+            self.draining.discard(broker)  # a new process: drained and restarted
         self.down_since.pop(broker, None)
         changed, _ = await self.elect(
             lambda: access.replicas_on(broker),

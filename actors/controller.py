@@ -12,9 +12,10 @@ clients ask it for metadata and then call brokers directly.
 It is a shell over parts that never hold it (docs/architecture.md, "The controller's
 parts"): the metadata (raylog/metadata/access.py), brokers and elections
 (actors/broker_manager.py), topics (actors/topic_manager.py), partition moves
-(actors/partition_moves.py), the balancer (actors/balancing.py), groups (actors/groups.py),
-transactions (actors/transactions.py) and the Spark connector's calls (actors/java_api.py).
-Its API is the list of what each part serves.
+(actors/partition_moves.py), the balancer (actors/balancing.py), drains and restarts of
+brokers (actors/drains.py), groups (actors/groups.py), transactions
+(actors/transactions.py) and the Spark connector's calls (actors/java_api.py). Its API is
+the list of what each part serves.
 
 Its loop (every RECONCILE_INTERVAL_S): register new broker nodes, expire group members whose
 session ran out, abort transactions past their timeout (loading the transaction coordinator
@@ -46,6 +47,7 @@ import ray
 from actors import log_what_matters
 from actors.balancing import PartitionBalancer
 from actors.broker_manager import BrokerManager
+from actors.drains import Drains
 from actors.groups import GroupService
 from actors.hosting import background
 from actors.java_api import JavaApi
@@ -112,6 +114,7 @@ class ControllerActor:
                                     self.topics.describe)
         self.balancer = PartitionBalancer(self.access, self.brokers, self.moves, balance,
                                           self.started, limits)
+        self.drains = Drains(self.access, self.brokers, self.started)
         self.groups = GroupService(self.access, self.brokers.leader,
                                    self.topics.ensure_internal_topic,
                                    expiry_every_s=RECONCILE_INTERVAL_S)
@@ -151,6 +154,15 @@ class ControllerActor:
     balance_plan = served_by("balancer", PartitionBalancer.balance_plan)
     balance_execute = served_by("balancer", PartitionBalancer.balance_execute)
     balance_status = served_by("balancer", PartitionBalancer.balance_status)
+
+    # -- the API: draining, stopping and restarting brokers (docs/operations.md) -------------------
+
+    drain_broker = served_by("drains", Drains.drain_broker)
+    stop_broker = served_by("drains", Drains.stop_broker)
+    restart_broker = served_by("drains", Drains.restart_broker)
+    resume_broker = served_by("drains", Drains.resume_broker)
+    roll_plan = served_by("drains", Drains.roll_plan)
+    sync_state = served_by("drains", Drains.sync_state)
 
     # -- the API: consumer groups ------------------------------------------------------------------
 
@@ -302,9 +314,10 @@ class ControllerActor:
     async def cluster_status(self) -> dict[str, Any]:
         """Brokers by id with the node serving each, its host, data directory, whether it is
         alive (and its health: alive, fenced, restarting, dead; how long since the controller
-        last heard from it), the replicas it holds and leads; partitions under-replicated and
-        offline; the broker nodes refused, and why; how long the controller itself did not run
-        (stalls not counted against brokers' sessions)."""
+        last heard from it), whether it is drained (docs/operations.md), the replicas it
+        holds and leads; partitions under-replicated and offline; the broker nodes refused,
+        and why; how long the controller itself did not run (stalls not counted against
+        brokers' sessions)."""
         await self.started()
         live = self.brokers.live()
         held = self.access.state.replicas_by_broker()
@@ -318,6 +331,7 @@ class ControllerActor:
                 "broker_id": broker_id, "node_id": None, "host": None, "data_dir": None}
             watch = self.brokers.watches.get(broker_id)
             brokers.append({**described, "alive": broker_id in live,
+                            "draining": broker_id in self.brokers.draining,
                             "health": watch.health.value if watch is not None else None,
                             "silent_s": self.brokers.sessions.silent_s(broker_id),
                             "replicas": replicas, "leaders": leading})

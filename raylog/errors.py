@@ -468,8 +468,8 @@ class UnsupportedFormatVersionError(StorageError):
 
 
 class UnknownBrokerError(InvalidArgumentError):
-    """A request named broker ids the cluster never gave out (the message names them and
-    the cluster's brokers)."""
+    """A request named broker ids the cluster never gave out (or, for a roll, brokers that
+    are not alive); the message names every such broker and the cluster's brokers."""
 
     kafka_code = 39  # INVALID_REPLICA_ASSIGNMENT, as Kafka answers a reassignment to one
 
@@ -487,3 +487,26 @@ class StaleBalancePlanError(RaylogError):
     """A balance plan to execute no longer matches the cluster (a partition's replicas
     changed since it was made, a topic was deleted): nothing of it was started. Make a new
     plan."""
+
+
+class LastInSyncReplicaError(RaylogError):
+    """Draining a broker was refused: for some partitions it is the only live in-sync
+    replica, so stopping it would leave them without a leader (and acks=all writes
+    refused). Named in the message; ``--force`` (``force=True``) drains anyway."""
+
+
+class OfflinePartitionsError(RaylogError):
+    """A rolling restart was refused before it began: some partitions have no live leader,
+    and restarting any broker could only make that worse. Named in the message."""
+
+
+class DrainTimeoutError(RaylogError):
+    """A broker's leaderships could not be moved (and told to every replica) within the
+    drain's timeout; nothing was stopped. Retriable: the brokers may be slow."""
+
+    retriable = True
+
+
+class RollStoppedError(RaylogError):
+    """A rolling restart stopped at its first problem; the message names the broker, the
+    step and the cause (raised from it), and which brokers were already restarted."""

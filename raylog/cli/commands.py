@@ -15,7 +15,15 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TextIO
 
 from raylog import __version__
-from raylog.cli.common import UsageError, connect, int_in, json_flag, print_json, report
+from raylog.cli.common import (
+    UsageError,
+    connect,
+    int_in,
+    json_flag,
+    print_json,
+    report,
+    short_node,
+)
 from raylog.errors import RaylogError
 from raylog.types import EARLIEST, LATEST
 
@@ -186,10 +194,6 @@ def _describe_topic(topic: dict[str, Any], out: TextIO,
                   f"{chr(9) + ' '.join(flags) if flags else ''}\n")
 
 
-def _short(node_id: str | None) -> str:
-    return "-" if node_id is None else node_id[:12]
-
-
 # -- groups --------------------------------------------------------------------------------------
 
 def cmd_groups(args: argparse.Namespace, out: TextIO) -> int:
@@ -266,27 +270,9 @@ def _dash(value: object) -> str:
 # -- cluster -------------------------------------------------------------------------------------
 
 def cmd_cluster(args: argparse.Namespace, out: TextIO) -> int:
-    from raylog import Admin
+    from raylog.cli.cluster import run
 
-    status = Admin(cluster=connect(args)).cluster_status()
-    if args.json:
-        print_json(status, out)
-        return 0
-    out.write(f"cluster {status['cluster_id']}: controller on node "
-              f"{_short(status['controller_node'])} ({status['controller_dir']}), "
-              f"{status['topics']} topics, {status['partitions']} partitions, "
-              f"{status['under_replicated_partitions']} under-replicated, "
-              f"{status['offline_partitions']} offline\n")
-    out.write(f"{'broker':>6}  {'node':<14}{'host':<16}{'alive':<7}{'replicas':>9}"
-              f"{'leaders':>9}  data directory\n")
-    for broker in status["brokers"]:
-        out.write(f"{broker['broker_id']:>6}  {_short(broker['node_id']):<14}"
-                  f"{broker['host'] or '-':<16}{'yes' if broker['alive'] else 'no':<7}"
-                  f"{len(broker['replicas']):>9}{len(broker['leaders']):>9}  "
-                  f"{broker['data_dir'] or '-'}\n")
-    for refused in status["refused"]:
-        out.write(f"refused node {_short(refused['node_id'])}: {refused['reason']}\n")
-    return 0
+    return run(args, out)
 
 
 def cmd_start(args: argparse.Namespace, out: TextIO) -> int:
@@ -302,7 +288,7 @@ def cmd_start(args: argparse.Namespace, out: TextIO) -> int:
                                           security=security,
                                           max_connections_per_ip=args.max_connections_per_ip)
         for node, (host, port) in sorted(listeners.items()):
-            out.write(f"Kafka listener of broker node {_short(node)} on {host}:{port}\n")
+            out.write(f"Kafka listener of broker node {short_node(node)} on {host}:{port}\n")
         if not listeners:
             out.write("no broker node is up: no Kafka listener started (run this again "
                       "once brokers joined)\n")
@@ -450,13 +436,10 @@ def build_parser() -> argparse.ArgumentParser:
                           help="only show the plan (what happens without --execute)")
     json_flag(reset)
 
-    cluster = commands.add_parser("cluster", help="cluster status; balance partitions")
-    cluster.set_defaults(run="cluster")
-    cluster_actions = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
-    json_flag(cluster_actions.add_parser("status", help="brokers, what each holds and leads"))
     from raylog.cli.balance import add_action as add_balance_action
+    from raylog.cli.cluster import add_parser as add_cluster_parser
 
-    add_balance_action(cluster_actions)
+    add_balance_action(add_cluster_parser(commands))
 
     start = commands.add_parser("start",
                                 help="start the raylog controller on a running Ray cluster")

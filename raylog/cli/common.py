@@ -41,6 +41,11 @@ def int_in(minimum: int, maximum: int = INT32_MAX) -> Callable[[str], int]:
     return parse
 
 
+def short_node(node_id: str | None) -> str:
+    """A Ray node id as commands print it: its first 12 characters ("-" for none)."""
+    return "-" if node_id is None else node_id[:12]
+
+
 def json_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON")
 

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from raylog.client.connection import RaylogCluster, cluster_or_default
+from raylog.client.operations import RollTimeouts, roll, wait_in_sync
 from raylog.client.remote import ControllerClient, discard, resolve
 from raylog.errors import (
     ClientClosedError,
@@ -444,6 +445,65 @@ class Admin:
     def cluster_status(self) -> dict[str, Any]:
         return self._controller().cluster_status()
 
+    # -- draining and restarting brokers (docs/operations.md) -------------------------------------
+
+    def drain_broker(self, broker: int, force: bool = False, timeout_s: float = 60.0
+                     ) -> dict[str, Any]:
+        """Controlled shutdown of ``broker``, short of stopping it: the partitions it leads
+        get other in-sync leaders (waiting up to ``timeout_s`` for their replicas to take
+        them), then it leaves every ISR; it leads nothing until restarted or resumed.
+        Refused before anything changes with UnknownBrokerError, or LastInSyncReplicaError
+        where it is a partition's last live in-sync replica (unless ``force``);
+        DrainTimeoutError if the replicas were slower than ``timeout_s`` (unless
+        ``force``). Returns the partitions ``moved``, ``left_isr`` and ``still_leading``.
+
+        >>> Admin().drain_broker(2)["moved"]
+        ['pageviews-1', 'pageviews-4']
+        """
+        check_int("broker id", broker, 0, INT32_MAX)
+        check_bool("force", force)
+        timeout_s = _positive("timeout_s", timeout_s)
+        # Safe to repeat: a drained broker's second drain changes nothing.
+        return self._change(lambda: self._controller().drain_broker(broker, force, timeout_s))
+
+    def stop_broker(self, broker: int) -> dict[str, Any]:
+        """Stop a drained broker's actors; its node serves no broker until it leaves Ray
+        (``ray stop`` there) or :meth:`resume_broker`. IllegalStateError if not drained."""
+        return self._controller().stop_broker(check_int("broker id", broker, 0, INT32_MAX))
+
+    def restart_broker(self, broker: int, timeout_s: float = 120.0) -> dict[str, Any]:
+        """Restart a drained broker's actors on its node and wait (up to ``timeout_s``)
+        until its new process is registered; it then catches up as a follower.
+        IllegalStateError if not drained."""
+        check_int("broker id", broker, 0, INT32_MAX)
+        return self._controller().restart_broker(broker, _positive("timeout_s", timeout_s))
+
+    def resume_broker(self, broker: int) -> dict[str, Any]:
+        """Undo a drain (or a stop): the broker may lead and join ISRs again."""
+        check_int("broker id", broker, 0, INT32_MAX)
+        return self._change(lambda: self._controller().resume_broker(broker))
+
+    def wait_in_sync(self, timeout_s: float = 300.0) -> None:
+        """Wait until every partition has a live leader and all its replicas in the ISR on
+        live brokers, and no broker is drained; RequestTimeoutError naming the rest."""
+        wait_in_sync(self._controller(), _positive("timeout_s", timeout_s))
+
+    def roll(self, brokers: Iterable[int] | None = None,
+             timeouts: RollTimeouts | None = None,
+             on_step: Callable[[str, int], None] | None = None) -> list[int]:
+        """Rolling restart of ``brokers`` (default: every live broker), one at a time:
+        drain, restart, wait until every partition is back in sync, preferred leaders back
+        (raylog/client/operations.py). Refused before it begins with UnknownBrokerError
+        or OfflinePartitionsError; stops at the first problem with RollStoppedError.
+        Returns the brokers restarted, in order.
+
+        >>> Admin().roll()
+        [0, 1, 2]
+        """
+        chosen = None if brokers is None else [check_int("broker id", b, 0, INT32_MAX)
+                                                for b in brokers]
+        return roll(self._controller(), chosen, timeouts or RollTimeouts(), on_step=on_step)
+
     def close(self) -> None:
         self._closed = True
 
@@ -452,3 +512,11 @@ class Admin:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _positive(what: str, seconds: object) -> float:
+    """A bounded wait: a finite number of seconds > 0."""
+    if check_timeout(what, seconds) is None or seconds == 0:
+        raise InvalidArgumentError(f"{what} must be a number of seconds > 0, got "
+                                   f"{short_repr(seconds)}")
+    return float(seconds)

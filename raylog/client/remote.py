@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from raylog.storage import AppendInfo
 
 CONTROLLER_RETRIES = 30  # a restarting controller is back within seconds
+CALL_MARGIN_S = 30.0   # beyond a wait the controller bounds itself (a drain, a restart)
 
 
 def resolve(ref: ray.ObjectRef | list[ray.ObjectRef], timeout: float | None = None) -> Any:
@@ -325,6 +326,30 @@ class ControllerClient:
 
     def balance_status(self) -> dict[str, Any]:
         return self._call(self.handle.balance_status)
+
+    # -- draining and restarting brokers (docs/operations.md) ----------------------------------
+    # Changes are sent once (retry=False); the waits inside the controller are bounded by
+    # the caller's timeout, and the call's own deadline is that plus a margin.
+
+    def drain_broker(self, broker: int, force: bool, timeout_s: float) -> dict[str, Any]:
+        return self._call(self.handle.drain_broker, broker, force, timeout_s, retry=False,
+                          timeout=timeout_s + CALL_MARGIN_S)
+
+    def stop_broker(self, broker: int) -> dict[str, Any]:
+        return self._call(self.handle.stop_broker, broker, retry=False)
+
+    def restart_broker(self, broker: int, timeout_s: float) -> dict[str, Any]:
+        return self._call(self.handle.restart_broker, broker, timeout_s, retry=False,
+                          timeout=timeout_s + CALL_MARGIN_S)
+
+    def resume_broker(self, broker: int) -> dict[str, Any]:
+        return self._call(self.handle.resume_broker, broker)
+
+    def roll_plan(self, brokers: list[int] | None) -> dict[str, Any]:
+        return self._call(self.handle.roll_plan, brokers)
+
+    def sync_state(self) -> dict[str, Any]:
+        return self._call(self.handle.sync_state)
 
     # -- consumer groups -----------------------------------------------------------------------
 

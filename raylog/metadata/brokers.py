@@ -122,6 +122,11 @@ class BrokerRegistry:
         if final:
             self.final.add(node_id)
 
+    def release(self, node_id: str) -> None:
+        """Ask the node again (an operator resumed the broker a drain stopped there)."""
+        self.refused.pop(node_id, None)
+        self.final.discard(node_id)
+
     def to_ask(self, node_id: str) -> bool:
         """Whether to ask a live broker node which broker it presents (again)."""
         return self.broker_of(node_id) is None and node_id not in self.final

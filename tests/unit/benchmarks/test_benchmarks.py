@@ -20,7 +20,7 @@ BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
                                     "replication", "schemas", "controller_restart",
                                     "broker_scaling", "compaction", "failover",
                                     "log_opening", "kafka_records", "gateway_security",
-                                    "transactions"])
+                                    "transactions", "roll"])
 def test_each_benchmark_explains_its_options(script):
     done = subprocess.run([sys.executable, str(BENCHMARKS / f"{script}.py"), "--help"],
                           capture_output=True, text=True, timeout=120)

@@ -1,0 +1,169 @@
+"""The controller's part for operations without downtime: draining a broker before it stops
+(Kafka's controlled shutdown), stopping or restarting its actors, resuming it, and the
+checks a rolling restart begins with.
+
+raylog/metadata/drain.py decides (which leader goes where, what is refused); every change
+is made through :meth:`BrokerManager.elect` (decided and committed under the metadata lock,
+then told to the brokers). A drain waits, bounded, until the replicas took the new leaders;
+a restart waits, bounded, until the broker's new process is registered. The roll itself is
+the admin client's (raylog/client/operations.py): a series of these calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import ray
+
+from actors.broker_manager import BrokerManager
+from raylog.errors import DrainTimeoutError, IllegalStateError, RequestTimeoutError
+from raylog.metadata import drain
+from raylog.metadata.access import MetadataAccess, Partition
+
+logger = logging.getLogger(__name__)
+
+POLL_S = 0.1  # how often a restart looks whether the broker's new process is registered
+
+
+def names(partitions: list[Partition]) -> list[str]:
+    return [drain.name_of(t, p) for t, p in partitions]
+
+
+class Drains:
+    """Drains, stops, restarts and resumes brokers over ``access``, through ``brokers``
+    (whose ``draining`` set it fills). ``started`` waits for the controller's first round.
+    Its event loop is the only user. ``stopped``: broker -> the node it was served by when
+    :meth:`stop_broker` stopped it (that node is refused until :meth:`resume_broker` or
+    until it leaves Ray); in memory only, as the drain itself."""
+
+    def __init__(self, access: MetadataAccess, brokers: BrokerManager,
+                 started: Callable[[], Awaitable[None]]) -> None:
+        self.access = access
+        self.brokers = brokers
+        self._started = started
+        self.stopped: dict[int, str] = {}
+
+    def _live(self) -> set[int]:
+        return self.brokers.live() - self.brokers.draining
+
+    async def drain_broker(self, broker: int, force: bool = False,
+                           timeout_s: float = 60.0) -> dict[str, Any]:
+        """Controlled shutdown of ``broker``, short of stopping it: every partition it leads
+        is given to another live in-sync replica, the replicas are told (waiting up to
+        ``timeout_s``), then it leaves every ISR it is in; until it is back as a new process
+        (or resumed) it leads nothing and joins no ISR. Refused (UnknownBrokerError,
+        LastInSyncReplicaError where it is a partition's last live in-sync replica, unless
+        ``force``) before anything changes; DrainTimeoutError (nothing more done, the drain
+        undone) if the replicas did not take the new leaders in time, unless ``force``.
+        Answers the partitions whose leader moved, those it left the ISR of, and those it
+        still leads (forced: no one could take them)."""
+        await self._started()
+        on_broker = self.access.replicas_on(broker)
+        alone = drain.check_drain(on_broker, broker, self.access.state.broker_ids,
+                                  self._live(), force)
+        self.brokers.draining.add(broker)
+        moved, told = await self.brokers.elect(
+            lambda: self.access.replicas_on(broker),
+            lambda _, p, live: drain.drained_leader(p, broker, live))
+        try:
+            await asyncio.wait_for(asyncio.shield(told), timeout_s)
+        except TimeoutError:
+            if not force:
+                self.brokers.draining.discard(broker)
+                raise DrainTimeoutError(
+                    f"the new leaders of broker {broker}'s {len(moved)} partitions were not "
+                    f"taken by their replicas within {timeout_s:g} s; broker {broker} is not "
+                    f"drained (it may lead again): try again, or force it") from None
+            logger.warning("drain of broker %d: new leaders not taken within %.0f s; forced",
+                           broker, timeout_s)
+        left, told = await self.brokers.elect(
+            lambda: self.access.replicas_on(broker),
+            lambda _, p, live: drain.left_isr(p, broker))
+        await self.brokers.delivered(told, f"the ISRs without broker {broker}", timeout_s)
+        leading = [drain.name_of(t, p) for t, p in self.access.replicas_on(broker)
+                   if p.leader == broker]
+        logger.info("broker %d drained: %d leaderships moved, left %d ISRs, still leads %d",
+                    broker, len(moved), len(left), len(leading))
+        return {"broker": broker, "moved": names(moved), "left_isr": names(left),
+                "still_leading": leading, "last_in_sync": alone}
+
+    def _drained_watch(self, broker: int) -> Any:
+        drain.check_known([broker], self.access.state.broker_ids)
+        if broker not in self.brokers.draining:
+            raise IllegalStateError(f"broker {broker} is not drained: drain it first")
+        watch = self.brokers.watches.get(broker)
+        if watch is None or not watch.alive:
+            raise IllegalStateError(f"broker {broker} is not running")
+        return watch
+
+    async def stop_broker(self, broker: int) -> dict[str, Any]:
+        """Stop a drained broker's actors (the broker actor and its replica hosts, its
+        children) for good: its node is not given a broker actor again until it leaves Ray
+        (``ray stop`` on it) or :meth:`resume_broker`. IllegalStateError unless drained and
+        running."""
+        await self._started()
+        watch = self._drained_watch(broker)
+        self.brokers.registry.refuse(
+            watch.node_id, f"broker {broker} was drained and stopped on this node "
+                           f"('raylog cluster resume {broker}' serves it again)")
+        self.stopped[broker] = watch.node_id
+        ray.kill(watch.handle, no_restart=True)
+        logger.warning("broker %d stopped after its drain (node %s)", broker, watch.node_id)
+        return {"broker": broker, "node_id": watch.node_id}
+
+    async def restart_broker(self, broker: int, timeout_s: float = 120.0) -> dict[str, Any]:
+        """Restart a drained broker's process (Ray starts it again on its node; its replica
+        hosts, its children, with it) and wait, up to ``timeout_s``, until the controller
+        registered the new process (it is then told its replicas, and catches up as a
+        follower). IllegalStateError unless drained and running; RequestTimeoutError if the
+        new process did not register in time."""
+        await self._started()
+        watch = self._drained_watch(broker)
+        old = watch.incarnation
+        ray.kill(watch.handle, no_restart=False)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            current = self.brokers.watches.get(broker)
+            if current is not None and current.alive and current.incarnation != old \
+                    and self.access.state.incarnations.get(broker) == current.incarnation:
+                return {"broker": broker, "incarnation": current.incarnation}
+            if time.monotonic() > deadline:
+                raise RequestTimeoutError(f"broker {broker} did not come back within "
+                                          f"{timeout_s:g} s of its restart")
+            await asyncio.sleep(POLL_S)
+
+    async def resume_broker(self, broker: int) -> dict[str, Any]:
+        """Undo a drain: the broker may lead and join ISRs again (its leaders rejoin it as
+        it catches up; a preferred-leader election gives its leaderships back); a broker
+        :meth:`stop_broker` stopped is served again by its node (if that node is still in
+        Ray; else by whichever node presents its data directory)."""
+        await self._started()
+        drain.check_known([broker], self.access.state.broker_ids)
+        self.brokers.draining.discard(broker)
+        node = self.stopped.pop(broker, None)
+        if node is not None:
+            self.brokers.registry.release(node)
+        return {"broker": broker, "restarted_node": node}
+
+    async def roll_plan(self, brokers: list[int] | None = None) -> dict[str, Any]:
+        """The order of a rolling restart of ``brokers`` (default: every live broker), or
+        its refusal (raylog/metadata/drain.py's roll_order), and what is not in sync now."""
+        await self._started()
+        live = self.brokers.live()
+        partitions = self.access.partitions()
+        order = drain.roll_order(brokers, self.access.state.broker_ids, live, partitions)
+        return {"order": order, "not_in_sync": drain.not_in_sync(partitions, live),
+                "draining": sorted(self.brokers.draining)}
+
+    async def sync_state(self) -> dict[str, Any]:
+        """What a roll waits for between steps: the live and draining brokers, and the
+        partitions not fully in sync (a replica not a live member of the ISR, or no live
+        leader)."""
+        await self._started()
+        live = self.brokers.live()
+        return {"live": sorted(live), "draining": sorted(self.brokers.draining),
+                "not_in_sync": drain.not_in_sync(self.access.partitions(), live)}

@@ -1,0 +1,138 @@
+"""Operations without downtime on the session's 3-broker cluster (docs/operations.md): a
+drain and a full rolling restart under acks=all load, checked by the history workload
+(nothing lost, nothing duplicated, every future resolved, and not one failed send), and
+the refusals before anything changes.
+
+Small workloads (two producers, 100 sends/s each): what is checked is that not one send
+fails and the history holds, not throughput. The tests run in file order; each leaves
+every broker up, in sync and leading its preferred partitions.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+import ray
+
+from raylog import Admin
+from raylog.cli import main
+from raylog.errors import (
+    LastInSyncReplicaError,
+    OfflinePartitionsError,
+    UnknownBrokerError,
+)
+from raylog.util.cluster_names import NAMESPACE, broker_actor_name
+from tests.history import summary
+from tests.integration.conftest import restarts, wait_for
+from tests.integration.workload import Workload
+
+PARTITIONS = 3
+SENDS_PER_SECOND = 100
+SYNC_S = 180  # every partition in sync again (a restarted broker catching up)
+
+
+@pytest.fixture(scope="module")
+def admin(ray_cluster) -> Admin:
+    return Admin(cluster=ray_cluster.raylog)
+
+
+def load(topic: str) -> Workload:
+    """Two acks=all producers and a consumer, every send of which must succeed."""
+    return Workload(topic, PARTITIONS, producers=2, sends_per_second=SENDS_PER_SECOND)
+
+
+def cli(*argv: str) -> tuple[int, str]:
+    """``raylog ARGV`` in this process (connected to the session's cluster): (status, stdout)."""
+    out = io.StringIO()
+    return main(list(argv), out=out), out.getvalue()
+
+
+def leaders(admin: Admin, topic: str) -> list[int | None]:
+    return [p["leader"] for p in admin.describe_topic(topic)["partitions"]]
+
+
+def check(workload: Workload) -> None:
+    anomalies = workload.finish()
+    assert anomalies == [], summary(anomalies)
+    assert workload.summary["failed"] == 0, workload.summary
+    assert workload.summary["acknowledged"] == workload.summary["sends"], workload.summary
+
+
+def test_bad_input_is_refused_before_anything_changes(ray_cluster, admin, topic_name,
+                                                       capsys):
+    brokers = ray_cluster.broker_ids
+    with pytest.raises(UnknownBrokerError, match=r"unknown broker 99 "):
+        admin.drain_broker(99)
+    with pytest.raises(UnknownBrokerError, match=r"unknown brokers 77, 99 "):
+        admin.roll([brokers[0], 99, 77])
+    assert cli("cluster", "drain", "99") == (1, "")
+    assert "raylog: error: unknown broker 99 " in capsys.readouterr().err
+    # a partition whose only replica is on a broker: draining it would leave it offline
+    admin.create_topic(topic_name, partitions=1, replication_factor=1)
+    alone = leaders(admin, topic_name)[0]
+    with pytest.raises(LastInSyncReplicaError, match=rf"broker {alone} .*{topic_name}-0"):
+        admin.drain_broker(alone)
+    assert admin.wait_in_sync(SYNC_S) is None  # nothing was drained
+    # forced and stopped, the partition is offline: a roll refuses to begin
+    assert admin.drain_broker(alone, force=True)["still_leading"] == [f"{topic_name}-0"]
+    admin.stop_broker(alone)
+    wait_for(lambda: alone not in ray_cluster.broker_ids, timeout=60, what="broker stopped")
+    try:
+        with pytest.raises(OfflinePartitionsError, match=rf"{topic_name}-0"):
+            admin.roll()
+    finally:
+        admin.resume_broker(alone)
+        wait_for(lambda: alone in ray_cluster.broker_ids, timeout=120, what="broker back")
+        admin.delete_topic(topic_name)
+        admin.wait_in_sync(SYNC_S)
+        admin.elect_leaders()
+
+
+def test_a_drained_and_stopped_broker_costs_producers_no_failed_send(ray_cluster, admin,
+                                                                     topic):
+    admin.wait_in_sync(SYNC_S)
+    with load(topic) as workload:
+        workload.healthy(sends_after=0)  # every send from the start must succeed
+        workload.wait_acknowledged(200)
+        victim = leaders(admin, topic)[0]
+        drained = admin.drain_broker(victim)
+        assert f"{topic}-0" in drained["moved"] and not drained["still_leading"]
+        described = admin.describe_topic(topic)["partitions"]
+        assert all(p["leader"] != victim and victim not in p["isr"] for p in described)
+        assert ray_cluster.brokers()[victim]["draining"]
+        # the command line's drain: already drained, it moves nothing more, and stops it
+        code, out = cli("cluster", "drain", str(victim), "--json")
+        assert code == 0 and json.loads(out)["moved"] == []
+        wait_for(lambda: victim not in ray_cluster.broker_ids, timeout=60,
+                 what="the drained broker stopped")
+        workload.wait_acknowledged(200)  # writes go on without it
+        assert cli("cluster", "resume", str(victim))[0] == 0
+        admin.wait_in_sync(SYNC_S)
+        admin.elect_leaders([topic])
+        assert leaders(admin, topic)[0] == victim
+        workload.wait_acknowledged(200)
+        check(workload)
+
+
+def test_a_full_roll_under_acks_all_load_fails_no_send(ray_cluster, admin, topic):
+    admin.wait_in_sync(SYNC_S)
+    brokers = ray_cluster.brokers()
+    actors = {b: ray.get_actor(broker_actor_name(info["node_id"]), namespace=NAMESPACE)
+              for b, info in brokers.items() if info["alive"]}
+    before = {b: restarts(a) for b, a in actors.items()}
+    preferred = [p["replicas"][0] for p in admin.describe_topic(topic)["partitions"]]
+    steps: list[tuple[str, int]] = []
+    with load(topic) as workload:
+        workload.healthy(sends_after=0)
+        workload.wait_acknowledged(200)
+        done = admin.roll(on_step=lambda step, broker: steps.append((step, broker)))
+        workload.wait_acknowledged(200)
+        check(workload)
+    assert done == sorted(actors)
+    # one broker at a time, each step in order
+    assert steps == [(s, b) for b in done for s in ("wait", "drain", "restart", "catch up",
+                                                    "leaders")]
+    assert all(restarts(a) == before[b] + 1 for b, a in actors.items())
+    assert leaders(admin, topic) == preferred

@@ -1,0 +1,155 @@
+"""The controller's drains (actors/drains.py) over a MetadataAccess in memory, without Ray:
+leaderships moved and told, ISRs left, refusals before any change, a draining broker kept
+from leading and from rejoining ISRs, stops and restarts through the Ray seam."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from actors import drains as drains_module
+from actors.drains import Drains
+from actors.partition_moves import PartitionMoves
+from raylog.errors import (
+    DrainTimeoutError,
+    IllegalStateError,
+    InvalidArgumentError,
+    LastInSyncReplicaError,
+    OfflinePartitionsError,
+    UnknownBrokerError,
+)
+from raylog.metadata import state as events
+from raylog.metadata.settings import ReplicationSettings
+from tests.unit.actors.test_controller_parts import cluster, told
+
+
+async def nothing() -> None:
+    return None
+
+
+def setup(replicas=((1, 2, 3), (2, 3, 1), (3, 1, 2))):
+    access, manager, channels = cluster(replicas=replicas)
+    return access, manager, channels, Drains(access, manager, nothing)
+
+
+def leaders(access) -> list:
+    return [p.leader for _, p in access.partitions()]
+
+
+def isrs(access) -> list:
+    return [p.isr for _, p in access.partitions()]
+
+
+def test_a_drain_moves_leaderships_then_leaves_the_isrs_and_tells_the_replicas():
+    access, manager, channels, drains = setup()
+    answer = asyncio.run(drains.drain_broker(1))
+    assert leaders(access) == [2, 2, 3]
+    assert isrs(access) == [[2, 3], [2, 3], [3, 2]]
+    assert answer == {"broker": 1, "moved": ["t-0"], "left_isr": ["t-0", "t-1", "t-2"],
+                      "still_leading": [], "last_in_sync": []}
+    assert told(channels)[1] >= {("t", 0)}  # the old leader learns it follows
+    assert manager.draining == {1}
+
+
+def test_a_draining_broker_neither_leads_nor_rejoins_an_isr():
+    access, manager, _, drains = setup()
+    asyncio.run(drains.drain_broker(1))
+    moves = PartitionMoves(access, manager, ReplicationSettings(), nothing, lambda t: {})
+    # its preferred leaderships are not given back while it drains
+    assert asyncio.run(moves.elect_leaders()) == {}
+    # a leader asking to add it back is refused
+    p = access.state.topic("t").partitions[0]
+    answer = asyncio.run(moves.alter_partition("t", 0, p.leader, p.leader_epoch,
+                                               p.partition_epoch, [2, 3, 1], {1: 0}))
+    assert isinstance(answer["error"], InvalidArgumentError)
+    assert p.isr == [2, 3]
+    # another broker going down hands its leaderships to the live ones only
+    asyncio.run(manager.broker_down(2))
+    assert leaders(access) == [3, 3, 3]
+    # resumed, it may lead again
+    asyncio.run(drains.resume_broker(1))
+    assert manager.draining == set()
+
+
+def test_draining_a_partitions_last_in_sync_replica_is_refused_unless_forced():
+    access, manager, _, drains = setup(replicas=((1, 2, 3), (2, 3, 1)))
+    p0 = access.state.topic("t").partitions[0]
+    access.commit(events.partition_changed("t", 0, leader=1, leader_epoch=p0.leader_epoch, isr=[1]))
+    before = [(p.leader, list(p.isr)) for _, p in access.partitions()]
+    with pytest.raises(LastInSyncReplicaError, match=r"t-0"):
+        asyncio.run(drains.drain_broker(1))
+    assert [(p.leader, list(p.isr)) for _, p in access.partitions()] == before
+    assert manager.draining == set()
+    answer = asyncio.run(drains.drain_broker(1, force=True))
+    assert answer["still_leading"] == ["t-0"] and answer["last_in_sync"] == ["t-0"]
+    assert leaders(access) == [1, 2]
+
+
+def test_unknown_brokers_are_named():
+    *_, drains = setup()
+    with pytest.raises(UnknownBrokerError, match=r"unknown broker 9 "):
+        asyncio.run(drains.drain_broker(9))
+    with pytest.raises(UnknownBrokerError, match=r"unknown broker 9 "):
+        asyncio.run(drains.resume_broker(9))
+    with pytest.raises(UnknownBrokerError, match=r"unknown brokers 7, 9 "):
+        asyncio.run(drains.roll_plan([1, 9, 7]))
+
+
+def test_a_drain_whose_leaders_are_not_taken_in_time_is_undone(monkeypatch):
+    access, manager, channels, drains = setup()
+
+    def never(partitions=(), full=False):
+        return asyncio.get_running_loop().create_future()  # never taken
+
+    monkeypatch.setattr(channels[2], "tell", never)
+    with pytest.raises(DrainTimeoutError, match=r"broker 1 is not drained"):
+        asyncio.run(drains.drain_broker(1, timeout_s=0.05))
+    assert manager.draining == set()
+    assert isrs(access)[0] == [1, 2, 3]  # it did not leave the ISRs
+
+
+def test_a_roll_plan_refuses_offline_partitions():
+    access, manager, _, drains = setup()
+    manager.watches[1].alive = False
+    asyncio.run(manager.broker_down(1))
+    access.commit(events.partition_changed("t", 1, leader=None, leader_epoch=9, isr=[2]))
+    with pytest.raises(OfflinePartitionsError, match=r"t-1"):
+        asyncio.run(drains.roll_plan(None))
+    assert asyncio.run(drains.sync_state())["not_in_sync"] == ["t-0", "t-1", "t-2"]
+
+
+def test_stop_and_restart_need_a_drained_running_broker_and_go_through_ray(monkeypatch):
+    _, manager, _, drains = setup()
+    killed = []
+    monkeypatch.setattr(drains_module.ray, "kill",
+                        lambda handle, no_restart: killed.append((handle, no_restart)))
+    with pytest.raises(IllegalStateError, match=r"broker 1 is not drained"):
+        asyncio.run(drains.stop_broker(1))
+    asyncio.run(drains.drain_broker(1))
+    watch = manager.watches[1]
+    assert asyncio.run(drains.stop_broker(1)) == {"broker": 1, "node_id": "node-1"}
+    assert killed == [(watch.handle, True)]
+    # its node is not asked to serve a broker again, until resumed
+    assert not manager.registry.to_ask("node-1")
+    asyncio.run(drains.resume_broker(1))
+    assert manager.registry.to_ask("node-1")
+
+
+def test_a_restart_waits_until_the_new_process_is_registered(monkeypatch):
+    access, manager, _, drains = setup()
+    asyncio.run(drains.drain_broker(1))
+    watch = manager.watches[1]
+
+    def kill(handle, no_restart):
+        assert no_restart is False
+        watch.incarnation = "new"  # Ray restarted it; the controller records it a bit later
+
+        async def registered():
+            await asyncio.sleep(0.2)
+            access.commit(events.broker_started(1, "new"))
+        asyncio.get_running_loop().create_task(registered())
+
+    monkeypatch.setattr(drains_module.ray, "kill", kill)
+    assert asyncio.run(drains.restart_broker(1, timeout_s=30)) == {"broker": 1,
+                                                                   "incarnation": "new"}
