@@ -447,3 +447,16 @@ class UnstableOffsetCommitError(RaylogError):
 
     retriable = True
     kafka_code = 88  # UNSTABLE_OFFSET_COMMIT
+
+
+class RemoteStorageUnavailableError(RaylogError):
+    """The object store of tiered segments could not be reached (down, slow, refusing):
+    a read of records below the local log start fails with this and may be retried; uploads
+    wait and resume by themselves."""
+
+    retriable = True
+
+
+class RemoteObjectError(CorruptRecordError):
+    """An object of a tiered segment in the object store is missing or does not match the
+    size and sha256 its remote-log metadata record says; the message names the object."""
