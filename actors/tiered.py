@@ -31,7 +31,13 @@ from typing import Any
 import ray
 
 from raylog.errors import OffsetOutOfRangeError, RaylogError
-from raylog.replica.partition import FetchResult, Partition, Role
+from raylog.replica.partition import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    FetchResult,
+    Partition,
+    Role,
+)
 from raylog.tiered.layout import METADATA_TOPIC, RemoteSegment
 from raylog.tiered.metadata import RemoteLogState
 from raylog.tiered.reader import RemoteReader
@@ -273,25 +279,37 @@ class TieredHost:
         with self.lock:
             return self.state.readable(topic_id, partition)
 
-    async def fetch(self, topic_id: str, partition: Partition, offset: int, max_bytes: int
-                    ) -> FetchResult | None:
+    async def fetch(self, topic_id: str, partition: Partition, offset: int, max_bytes: int,
+                    isolation: str = READ_UNCOMMITTED) -> FetchResult | None:
         """Batches from ``offset`` below the local log start, from the store (None when the
-        offset is not below it: the local log serves it)."""
+        offset is not below it: the local log serves it). ``read_committed``: below the last
+        stable offset, with the aborted transactions overlapping what is returned, from the
+        txn.index of every remote segment from this one on and from the local log."""
         log = partition.log
         if not log.config.remote_storage_enable or offset >= log.log_start_offset:
             return None
         self.start()
         start = self.remote_start(topic_id, partition)
         with self.lock:
-            segment = self.state.segment_for(topic_id, partition.partition, offset) \
-                if self.ready else None
-        if segment is None:
+            later = [s for s in self.state.readable(topic_id, partition.partition)
+                     if s.end_offset >= offset] if self.ready else []
+        if not later or later[0].base_offset > offset:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is outside [{start}, {log.log_end_offset}] of "
                 f"{partition.name}")
-        data = await asyncio.to_thread(self.reader.read, segment, offset, max_bytes,
-                                       log.high_watermark)
-        return FetchResult(data, log.high_watermark, start, log.log_end_offset)
+        committed = isolation == READ_COMMITTED
+        bound = partition.last_stable_offset if committed else log.high_watermark
+        data = await asyncio.to_thread(self.reader.read, later[0], offset, max_bytes, bound)
+        if not committed:
+            return FetchResult(data, log.high_watermark, start, log.log_end_offset)
+        aborted = list(log.aborted_transactions(log.log_start_offset, bound)) if data else []
+        if data:
+            for segment in later:
+                aborted += await asyncio.to_thread(self.reader.aborted, segment)
+        aborted = sorted({a for a in aborted if a.last_offset >= offset},
+                         key=lambda a: a.last_offset)
+        return FetchResult(data, log.high_watermark, start, log.log_end_offset, bound,
+                           tuple(aborted))
 
     def describe(self, topic_id: str, partition: Partition) -> dict[str, Any]:
         """The remote side of a replica, for ``raylog topics describe``."""

@@ -13,14 +13,17 @@ Thread-safe: fetches read on worker threads, under one lock for the cache's book
 from __future__ import annotations
 
 import collections
+import struct
 import threading
 
 from raylog.errors import RemoteObjectError, RemoteStorageUnavailableError
 from raylog.records.header import iter_headers
-from raylog.tiered.layout import SEGMENT, RemoteSegment, digest
+from raylog.storage.txn_index import AbortedTxn
+from raylog.tiered.layout import SEGMENT, TXN_INDEX, RemoteSegment, digest
 from raylog.tiered.store import ObjectStore
 
 DEFAULT_CACHE_BYTES = 256 << 20
+_TXN_ENTRY = struct.Struct(">qqqq")  # storage/txn_index.py's entries, as uploader.py writes
 
 
 class RemoteReader:
@@ -94,6 +97,14 @@ class RemoteReader:
         if start is None:
             return b""
         return data[start:end]
+
+    def aborted(self, segment: RemoteSegment) -> list[AbortedTxn]:
+        """The aborted transactions whose abort markers lie in ``segment`` (its verified
+        ``txn.index``; none if it has no such object)."""
+        if TXN_INDEX not in segment.files:
+            return []
+        data = self.object(segment, TXN_INDEX)
+        return [AbortedTxn(*entry) for entry in _TXN_ENTRY.iter_unpack(data)]
 
     @property
     def cached_bytes(self) -> int:

@@ -49,6 +49,7 @@ from raylog.tiered.layout import (
 )
 from raylog.tiered.metadata import RemoteLogState
 from raylog.tiered.store import ObjectStore
+from raylog.util import faults
 from raylog.util.clocks import wall_clock_ms
 
 # The formats of storage/index.py's offset and time indexes and storage/txn_index.py's
@@ -195,6 +196,7 @@ class Uploader:
         folder = started.folder(self.store.prefix)
         for name, body in objects.items():
             self.store.put(f"{folder}/{name}", body)
+            faults.point("tiered.copy.object_put")  # a leader dying mid-copy (tests)
         finished = started.with_state(COPY_FINISHED, self.clock())
         self.store.put(f"{folder}/{MANIFEST}", finished.to_json())
         self.write(finished)

@@ -73,3 +73,21 @@ def test_an_unreachable_store_is_a_retriable_error(copied):
     with pytest.raises(RemoteStorageUnavailableError) as raised:
         RemoteReader(store).object(readable[0])
     assert raised.value.retriable
+
+
+def test_aborted_transactions_of_a_copied_segment_read_back(tmp_path):
+    from raylog.storage.txn_index import AbortedTxn
+    from raylog.tiered.uploader import closed_segments, plan_copy
+    from tests.unit.tiered.test_uploader import REF
+
+    store = ObjectStore.from_uri(f"file://{tmp_path / 'store'}")
+    log = filled_log(tmp_path / "log")
+    recorder = Recorder(store)
+    entry = AbortedTxn(9, 0, 3, 0)
+    plan = plan_copy(recorder.state, REF, closed_segments(log), log.high_watermark, 0, 1, 7,
+                     [(1, 0)], lambda start, end: [entry])
+    Uploader(store, recorder.write).copy(plan)
+    reader = RemoteReader(store)
+    assert reader.aborted(recorder.state.readable("tid", 0)[0]) == [entry]
+    copy_all(log, recorder, Uploader(store, recorder.write))
+    assert reader.aborted(recorder.state.readable("tid", 0)[1]) == []
