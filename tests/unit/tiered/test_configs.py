@@ -63,3 +63,16 @@ def test_a_bad_store_setting_is_refused(environ, message):
         return
     with pytest.raises(InvalidConfigError, match=message):
         RemoteStorageSettings.from_environ(environ)
+
+
+def test_tiering_needs_the_clusters_store_and_cannot_be_turned_off():
+    from raylog.metadata.topics import check_remote_storage
+
+    tiered = normalize_configs({"remote.storage.enable": True})
+    check_remote_storage("t", tiered, store_configured=True)
+    check_remote_storage("t", {}, store_configured=False)
+    with pytest.raises(InvalidConfigError, match="RAYLOG_REMOTE_STORAGE_URI"):
+        check_remote_storage("t", tiered, store_configured=False)
+    with pytest.raises(InvalidConfigError, match="cannot be turned off"):
+        check_remote_storage("t", {}, store_configured=True, before=tiered)
+    check_remote_storage("t", tiered, store_configured=True, before={})  # turned on later
