@@ -190,7 +190,7 @@ class TieredHost:
 
     def copied_below(self, topic_id: str, partition: Partition) -> int | None:
         """Below this offset local segments are copied (see Partition.enforce_retention)."""
-        if not self.ready:
+        if not self.ready or not partition.log.config.remote_storage_enable:
             return None
         with self.lock:
             return local_deletable_below(self.state, _ref(partition, topic_id))
