@@ -117,8 +117,12 @@ class TieredHost:
         self.store = store
 
     def close(self) -> None:
+        """Stop the feed, drop jobs not started, close the record writer after the job
+        running (on the job thread: closing flushes, which must not block the loop)."""
         self._stop.set()
-        self._jobs.shutdown(wait=False, cancel_futures=True)
+        if self._producer is not None:
+            self._jobs.submit(self._producer.close)
+        self._jobs.shutdown(wait=False, cancel_futures=False)
 
     # -- the metadata feed (its own thread) --------------------------------------------------------
 
