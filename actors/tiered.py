@@ -237,14 +237,20 @@ class TieredHost:
                              log.aborted_transactions)
             if plan is None:
                 readable = self.state.readable(ref.topic_id, ref.partition)
-                copied = local_deletable_below(self.state, ref) or log.log_start_offset
-                local_only = sum(s.size for s in log.segments if s.base_offset >= copied)
-                doomed = expired_remote(readable, log.config, log.clock(), local_only)
+                doomed = expired_remote(readable, log.config, log.clock(),
+                                        self._not_copied_bytes(ref, partition))
                 doomed += self.state.orphans(ref.topic_id, ref.partition, epoch + 1)
         if plan is not None:
             self._submit(tp, self._uploader().copy, plan)
         elif doomed:
             self._submit(tp, self._job_delete, doomed, epoch)
+
+    def _not_copied_bytes(self, ref: PartitionRef, partition: Partition) -> int:
+        """Bytes of the local segments from the one holding the first offset not copied
+        (lock held)."""
+        log = partition.log
+        copied = local_deletable_below(self.state, ref) or log.log_start_offset
+        return sum(s.size for s in log.segments if s.next_offset > copied)
 
     def _submit(self, tp: tuple[str, int], job: Callable[..., Any], *args: Any) -> None:
         loop = asyncio.get_running_loop()
@@ -320,7 +326,10 @@ class TieredHost:
         if not partition.log.config.remote_storage_enable:
             return {}
         readable = self.readable(topic_id, partition.partition) if self.ready else []
+        with self.lock:
+            not_copied = self._not_copied_bytes(_ref(partition, topic_id), partition)
         return {"remote_log_start_offset": readable[0].base_offset if readable else None,
+                "not_copied_bytes": not_copied,
                 "remote_end_offset": readable[-1].end_offset if readable else None,
                 "remote_size_bytes": sum(s.size_bytes for s in readable),
                 "remote_segments": len(readable)}
