@@ -172,7 +172,7 @@ def _partition_filter(args: argparse.Namespace) -> Callable[[dict[str, Any]], bo
 # TieredHost.describe), as ``topics describe`` shows it.
 _STORAGE_FIELDS = ("log_start_offset", "high_watermark", "log_end_offset", "size_bytes",
                    "remote_log_start_offset", "remote_end_offset", "remote_size_bytes",
-                   "remote_segments")
+                   "remote_segments", "not_copied_bytes")
 
 
 def _tiered_storage(admin: Any, topic: dict[str, Any]) -> dict[int, dict[str, Any]]:
@@ -212,6 +212,7 @@ def _describe_topic(topic: dict[str, Any], out: TextIO,
                       f"{_dash(tiered['remote_log_start_offset'])}.."
                       f"{_dash(tiered['remote_end_offset'])} ({tiered['remote_size_bytes']} "
                       f"bytes, {tiered['remote_segments']} segments)\t"
+                      f"NotCopied: {tiered['not_copied_bytes']} bytes\t"
                       f"HighWatermark: {tiered['high_watermark']}\n")
 
 

@@ -293,7 +293,7 @@ class _TieredAdmin:
         return [{"partition": 0, "broker_id": broker, "log_start_offset": start,
                  "log_end_offset": 90, "high_watermark": 90, "size_bytes": 2000,
                  "remote_log_start_offset": 0, "remote_end_offset": 59,
-                 "remote_size_bytes": 6000, "remote_segments": 20}
+                 "remote_size_bytes": 6000, "remote_segments": 20, "not_copied_bytes": 900}
                 for broker, start in ((1, 55), (2, 60))]
 
 
@@ -305,6 +305,7 @@ def test_topics_describe_shows_a_tiered_partitions_local_and_remote_logs(monkeyp
     out = io.StringIO()
     assert main(["topics", "--address", "h:1", "describe"], out=out) == 0
     lines = out.getvalue().splitlines()
+    # the leader's (broker 2)
     assert lines[2] == ("\t\tLocal: 60..90 (2000 bytes)\tRemote: 0..59 (6000 bytes, "
-                        "20 segments)\tHighWatermark: 90")  # the leader's (broker 2)
+                        "20 segments)\tNotCopied: 900 bytes\tHighWatermark: 90")
     assert len(lines) == 5 and "Remote" not in lines[4]
