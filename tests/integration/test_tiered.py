@@ -67,6 +67,17 @@ def read_all(topic: str, end: int) -> list:
     return records
 
 
+def retention_done(admin: Admin, topic: str, retention_bytes: int) -> dict | None:
+    """The leader's view once whole-log retention deleted remote segments and has nothing
+    more to delete: the whole log (remote, and local not copied) is below
+    ``retention_bytes`` without its oldest remote segment."""
+    leader = next(r for r in admin.describe_replicas(topic) if r["role"] == "leader")
+    view = leader_view(admin, topic)
+    remote = [s.size_bytes for s in view["remote"]]
+    whole = sum(remote) + leader["not_copied_bytes"]
+    return view if view["log_start"] > 0 and whole - remote[0] < retention_bytes else None
+
+
 def remote_log(topic_id: str) -> RemoteLogState:
     """The metadata topic's state, read from its beginning by this test."""
     state = RemoteLogState()
@@ -117,17 +128,8 @@ def test_whole_log_retention_deletes_remote_segments(ray_cluster, topic_name):
     before = folders(ray_cluster.remote_store, topic, topic_id)
     assert len(before) >= len(view["remote"])
     admin.alter_configs(topic, {"retention.bytes": 4096})
-
-    def settled() -> dict | None:
-        """The leader's view once retention has nothing more to delete: the whole log
-        (remote, and local not copied) is below 4096 bytes without its oldest segment."""
-        leader = next(r for r in admin.describe_replicas(topic) if r["role"] == "leader")
-        view = leader_view(admin, topic)
-        remote = [s.size_bytes for s in view["remote"]]
-        whole = sum(remote) + leader["not_copied_bytes"]
-        return view if view["log_start"] > 0 and whole - remote[0] < 4096 else None
-
-    after = wait_for(settled, timeout=120, what="remote segments deleted")
+    after = wait_for(lambda: retention_done(admin, topic, 4096), timeout=120,
+                     what="remote segments deleted")
     kept = after["remote"]
     assert all(s.size_bytes for s in kept)
     wait_for(lambda: folders(ray_cluster.remote_store, topic, topic_id) == sorted(

@@ -1,6 +1,7 @@
 """Tiered storage against a real S3-compatible server on loopback (moto's server mode,
 ``moto[server]``), on a cluster of its own in a process of its own
-(tiered_s3_scenario.py, run once for the module)."""
+(tiered_s3_scenario.py, run once for the module): copies, reads from offset 0, the
+store stopped and started again, whole-log retention, a whole-cluster restart."""
 
 from __future__ import annotations
 
@@ -35,3 +36,11 @@ def test_a_store_that_is_down_blocks_neither_produce_nor_hot_fetch_and_copies_re
 def test_whole_log_retention_deletes_segments_in_s3(s3):
     assert s3["log_start_after_retention"] > 0
     assert s3["folders_after_retention"] == s3["remote_after_retention"]
+
+
+@pytest.mark.cluster
+def test_a_whole_cluster_restart_finds_the_remote_log_again(s3):
+    assert s3["restart_same_remote"]
+    kept, back = s3["restart_log_start"]
+    assert back == kept > 0
+    assert s3["restart_offsets_ok"]

@@ -23,7 +23,15 @@ from raylog.metadata.hosts import PROCESSES_ENV
 from raylog.tiered.settings import SETTINGS_ENV, URI_ENV
 from raylog.tiered.store import ObjectStore
 from tests.integration.restart_scenario import Nodes, wait_for
-from tests.integration.test_tiered import CONFIGS, PAD, copied, leader_view, produce, read_all
+from tests.integration.test_tiered import (
+    CONFIGS,
+    PAD,
+    copied,
+    leader_view,
+    produce,
+    read_all,
+    retention_done,
+)
 
 BUCKET = "raylog-tiered"
 CREDENTIALS = {"access_key": "testing", "secret_key": "testing", "region": "us-east-1",
@@ -55,9 +63,10 @@ def s3(root: Path) -> dict[str, Any]:
     store = ObjectStore.from_uri(f"s3://{BUCKET}/cold", settings)
     fs.S3FileSystem(allow_bucket_creation=True, **settings).create_dir(BUCKET)
 
-    nodes = Nodes(root, ["b0", "b1"], head_env={URI_ENV: f"s3://{BUCKET}/cold",
-                                               SETTINGS_ENV: json.dumps(settings)},
-                  env={IDLE_MAINTENANCE_ENV: "2", PROCESSES_ENV: "1"})
+    cluster_env = {"head_env": {URI_ENV: f"s3://{BUCKET}/cold",
+                                SETTINGS_ENV: json.dumps(settings)},
+                   "env": {IDLE_MAINTENANCE_ENV: "2", PROCESSES_ENV: "1"}}
+    nodes = Nodes(root, ["b0", "b1"], **cluster_env)
     out: dict[str, Any] = {}
     try:
         admin = Admin()
@@ -97,13 +106,27 @@ def s3(root: Path) -> dict[str, Any]:
 
         # Whole-log retention deletes in S3 too.
         admin.alter_configs("cold", {"retention.bytes": 4096})
-        after = wait_for(lambda: (v := leader_view(admin, "cold"))["log_start"] > 0 and v,
-                         timeout=120, what="remote segments deleted")
+        after = wait_for(lambda: retention_done(admin, "cold", 4096), timeout=120,
+                         what="remote segments deleted")
         out["log_start_after_retention"] = after["log_start"]
         wait_for(lambda: folder_count(store, "cold", topic_id) == len(
             leader_view(admin, "cold")["remote"]), timeout=60, what="S3 folders deleted")
         out["folders_after_retention"] = folder_count(store, "cold", topic_id)
-        out["remote_after_retention"] = len(leader_view(admin, "cold")["remote"])
+        kept = leader_view(admin, "cold")
+        out["remote_after_retention"] = len(kept["remote"])
+        nodes.stop()
+
+        # The whole cluster again, nodes in another order: the remote log is read back
+        # from the metadata topic, and a consumer reads from its start across both logs.
+        nodes = Nodes(root, ["b1", "b0"], **cluster_env)
+        admin = Admin()
+        back = wait_for(lambda: (v := leader_view(admin, "cold"))["remote"] and v,
+                        timeout=120, what="the remote log after the restart")
+        out["restart_same_remote"] = [s.segment_id for s in back["remote"]][:len(
+            kept["remote"])] == [s.segment_id for s in kept["remote"]]
+        out["restart_log_start"] = [kept["log_start"], back["log_start"]]
+        offsets = [r.offset for r in read_all("cold", 60)]
+        out["restart_offsets_ok"] = offsets == list(range(back["log_start"], 60))
     finally:
         nodes.stop()
         server.stop()
