@@ -345,6 +345,12 @@ class BrokerActor(ReplicaHost):
             return await ReplicaHost.list_offset(self, topic, partition, leader_epoch, spec)
         return await _forward(host.list_offset.remote(topic, partition, leader_epoch, spec))
 
+    async def tiered_view(self, topic: str, partition: int) -> dict[str, Any]:
+        host = self.hosts.elsewhere((topic, partition))
+        if host is None:
+            return await ReplicaHost.tiered_view(self, topic, partition)
+        return await _forward(host.tiered_view.remote(topic, partition))
+
     async def read_kafka_table(self, topic: str, partition: int, leader_epoch: int,
                                start: int, end: int, max_wait_ms: int = 10_000,
                                isolation: str = READ_UNCOMMITTED) -> pa.Table:

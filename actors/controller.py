@@ -63,6 +63,7 @@ from raylog.metadata.identity import DirectoryLock, IdentityError
 from raylog.metadata.limits import PartitionLimits
 from raylog.metadata.settings import ReplicationSettings
 from raylog.metadata.snapshot import SnapshotPolicy
+from raylog.tiered.settings import RemoteStorageSettings
 from raylog.util.cluster_names import controller_data_dir
 from raylog.util.interop import java_call
 from raylog.util.metrics import partition_health, rebalances, recorder
@@ -103,6 +104,7 @@ class ControllerActor:
         limits = PartitionLimits.from_environ()  # a bad setting fails loudly, here
         settings = ReplicationSettings.from_environ()
         balance = BalanceSettings.from_environ()
+        self.remote_storage_settings = RemoteStorageSettings.from_environ()
         if state.cluster_id is None:  # a new cluster: its id is the log's first event
             self.access.commit(events.cluster_created(uuid.uuid4().hex[:16]))
         self.limits = limits
@@ -110,6 +112,7 @@ class ControllerActor:
         self.topics = TopicManager(
             self.access, self.brokers, limits, self.started,
             lambda topics: self.groups.coordinator.topics_changed(topics))
+        self.topics.remote_storage = self.remote_storage_settings
         self.moves = PartitionMoves(self.access, self.brokers, settings, self.started,
                                     self.topics.describe)
         self.balancer = PartitionBalancer(self.access, self.brokers, self.moves, balance,
@@ -145,6 +148,11 @@ class ControllerActor:
     list_topics = served_by("topics", TopicManager.list_topics)
     describe_topics = served_by("topics", TopicManager.describe_topics)
     metadata = served_by("topics", TopicManager.metadata)
+
+    async def remote_storage(self) -> dict[str, Any]:
+        """The cluster's object store for tiered segments, as brokers and analytics readers
+        open it: ``{"uri": str | None, "settings": dict}`` (raylog/tiered/settings.py)."""
+        return self.remote_storage_settings.to_dict()
 
     # -- the API: leaders, ISRs and replicas -------------------------------------------------------
 

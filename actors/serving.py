@@ -52,6 +52,7 @@ from actors.hosting import (
     remove_partition_dir,
     wait_any,
 )
+from actors.tiered import TieredHost
 from raylog.errors import (
     BrokerStalledError,
     InvalidArgumentError,
@@ -179,6 +180,9 @@ class ReplicaHost:
         # An async actor's __init__ runs on its event loop: maintenance starts with every
         # incarnation, including the ones Ray restarts without the controller asking.
         self._storage = StorageWorker()  # compaction, flushes, deletions: off this loop
+        # Tiered replicas' uploads, remote reads and remote-log metadata (actors/tiered.py).
+        self.tiered = TieredHost(lambda: self.broker_id, self._controller_handle,
+                                 self._tiered_job_done)
         self._maintenance = asyncio.get_event_loop().create_task(self._maintain())
         self._ticker = asyncio.get_event_loop().create_task(self._tick())
 
@@ -419,9 +423,10 @@ class ReplicaHost:
         self._wake_maintenance.set()
 
     async def describe(self, topic: str | None = None) -> list[dict[str, Any]]:
-        """Every replica this broker holds (of ``topic``), as its Partition describes it."""
-        return [{**h.partition.describe(), "broker_id": self.broker_id,
-                 "node_id": self.node_id}
+        """Every replica this broker holds (of ``topic``), as its Partition describes it,
+        with its remote log if its topic is tiered."""
+        return [{**h.partition.describe(), **self.tiered.describe(h.topic_id, h.partition),
+                 "broker_id": self.broker_id, "node_id": self.node_id}
                 for (name, _), h in sorted(self.replicas.items())
                 if topic is None or name == topic]
 
@@ -431,6 +436,7 @@ class ReplicaHost:
             self._stop(tp, delete=False)
         for fetcher in self.fetchers.values():
             fetcher.stop()
+        self.tiered.close()
 
     # -- producers and consumers ---------------------------------------------------------------
 
@@ -504,6 +510,13 @@ class ReplicaHost:
         started = time.monotonic()
         hosted = self._hosted(topic, partition)  # checks the stall guard
         since = self.guard.generation
+        hosted.partition.check_serving(leader_epoch)
+        remote = await self.tiered.fetch(hosted.topic_id, hosted.partition, offset, max_bytes,
+                                         isolation)
+        if remote is not None:  # below the local log start of a tiered log
+            self.guard.check_since(since)
+            _count_out(topic, remote.data)
+            return remote
         result = hosted.partition.fetch(offset, max_bytes, leader_epoch, isolation)
         deadline = started + max_wait_ms / 1000
         while len(result.data) < min_bytes:
@@ -523,7 +536,32 @@ class ReplicaHost:
 
     async def list_offset(self, topic: str, partition: int, leader_epoch: int,
                           spec: str | int) -> tuple[int, int] | None:
-        return self._hosted(topic, partition).partition.list_offset(spec, leader_epoch)
+        """As Partition.list_offset; the earliest offset of a tiered log is its remote
+        log's start (consumers see one log)."""
+        hosted = self._hosted(topic, partition)
+        found = hosted.partition.list_offset(spec, leader_epoch)
+        if spec == EARLIEST:
+            return self.tiered.remote_start(hosted.topic_id, hosted.partition), -1
+        return found
+
+    async def tiered_view(self, topic: str, partition: int) -> dict[str, Any]:
+        """What a reader of a tiered partition without brokers needs (the analytics path):
+        ``{"remote": [RemoteSegment.to_json() bytes, ...]`` (readable, sorted by base
+        offset; empty when the topic is not tiered), ``"log_start"`` (the whole log's),
+        ``"local_log_start"``, ``"high_watermark"``, ``"store": {"uri", "settings"}}``.
+        Any replica answers (a follower's view may lag its leader's)."""
+        hosted = self._hosted(topic, partition)
+        p = hosted.partition
+        tiered = p.log.config.remote_storage_enable
+        if tiered:
+            self.tiered.start()
+        remote = self.tiered.readable(hosted.topic_id, partition) \
+            if tiered and self.tiered.ready else []
+        return {"remote": [s.to_json() for s in remote],
+                "log_start": self.tiered.remote_start(hosted.topic_id, p),
+                "local_log_start": p.log.log_start_offset,
+                "high_watermark": p.high_watermark,
+                "store": await self.tiered.store_settings()}
 
     async def read_kafka_table(self, topic: str, partition: int, leader_epoch: int,
                                start: int, end: int, max_wait_ms: int = 10_000,
@@ -763,8 +801,9 @@ class ReplicaHost:
         log = partition.log
         hosted.active = hosted.behind()
         self._storage.flush(log)
-        if partition.enforce_retention():
+        if partition.enforce_retention(self.tiered.copied_below(hosted.topic_id, partition)):
             hosted.notify()
+        self.tiered.upkeep(hosted.topic_id, partition)
         self._storage.delete_retired(log)
         if log.config.compact and partition.role is not Role.OFFLINE:
             self._storage.compact(log, log.high_watermark)
@@ -772,6 +811,14 @@ class ReplicaHost:
             log.checkpoint_high_watermark()
             hosted.last_hw_checkpoint = time.monotonic()
         hosted.maybe_propose_isr(self._propose_isr)
+
+
+    def _tiered_job_done(self, tp: TopicPartition) -> None:
+        """A tiered job of ``tp`` ended: its replica's maintenance looks again now."""
+        hosted = self.replicas.get(tp)
+        if hosted is not None:
+            hosted.active = True
+            self._wake_maintenance.set()
 
 
 def _count_out(topic: str, data: bytes) -> None:

@@ -34,12 +34,14 @@ from raylog.metadata.state import TopicState
 from raylog.metadata.topics import (
     check_min_insync,
     check_partition_growth,
+    check_remote_storage,
     check_user_topic,
     configs_to_delete,
     internal_topic_configs,
     normalize_configs,
     validate_topic_name,
 )
+from raylog.tiered.settings import RemoteStorageSettings
 from raylog.util.arguments import INT32_MAX, check_int
 
 logger = logging.getLogger(__name__)
@@ -65,6 +67,8 @@ class TopicManager:
         self.limits = limits
         self._started = started
         self._topics_changed = topics_changed
+        # The cluster's object store (tiered topics need one); the controller sets it.
+        self.remote_storage = RemoteStorageSettings()
 
     # -- changes ---------------------------------------------------------------------------------
 
@@ -91,6 +95,7 @@ class TopicManager:
                   InvalidReplicationFactorError)
         normalized = normalize_configs(configs)
         check_min_insync(name, normalized, replication_factor)
+        check_remote_storage(name, normalized, self.remote_storage.configured)
         async with self.access.lock:
             if name in state.topics:
                 raise TopicExistsError(f"topic {name!r} already exists")
@@ -172,6 +177,7 @@ class TopicManager:
             merged = {k: v for k, v in topic.configs.items() if k not in deleted}
             merged.update(updates)
             check_min_insync(name, merged, topic.replication_factor)
+            check_remote_storage(name, merged, self.remote_storage.configured, topic.configs)
             if merged == topic.configs:
                 return self.describe(topic)
             self.access.commit(events.configs_altered(name, merged))

@@ -510,3 +510,16 @@ class DrainTimeoutError(RaylogError):
 class RollStoppedError(RaylogError):
     """A rolling restart stopped at its first problem; the message names the broker, the
     step and the cause (raised from it), and which brokers were already restarted."""
+
+
+class RemoteStorageUnavailableError(RaylogError):
+    """The object store of tiered segments could not be reached (down, slow, refusing):
+    a read of records below the local log start fails with this and may be retried; uploads
+    wait and resume by themselves."""
+
+    retriable = True
+
+
+class RemoteObjectError(CorruptRecordError):
+    """An object of a tiered segment in the object store is missing or does not match the
+    size and sha256 its remote-log metadata record says; the message names the object."""

@@ -122,12 +122,14 @@ def cmd_topics(args: argparse.Namespace, out: TextIO) -> int:
     elif args.action == "describe":
         wanted = _partition_filter(args)
         topics = admin.describe_topics(args.names or None)
+        storage = {t["name"]: _tiered_storage(admin, t) for t in topics}
         if args.json:
-            print_json([{**_topic_json(t), "partitions": [p for p in t["partitions"]
-                                                           if wanted(p)]}
-                         for t in topics], out)
+            print_json([{**_topic_json(t), "partitions": [
+                {**p, **({"storage": storage[t["name"]][p["partition"]]}
+                         if p["partition"] in storage[t["name"]] else {})}
+                for p in t["partitions"] if wanted(p)]} for t in topics], out)
         for topic in [] if args.json else topics:
-            _describe_topic(topic, out, wanted)
+            _describe_topic(topic, out, wanted, storage[topic["name"]])
     elif args.action == "elect-leaders":
         moved = admin.elect_leaders(args.names or None)
         for name, partitions in sorted(moved.items()):
@@ -174,8 +176,27 @@ def _partition_filter(args: argparse.Namespace) -> Callable[[dict[str, Any]], bo
     return lambda p: True
 
 
+# What a tiered partition's leader says of its two logs (Partition.describe and
+# TieredHost.describe), as ``topics describe`` shows it.
+_STORAGE_FIELDS = ("log_start_offset", "high_watermark", "log_end_offset", "size_bytes",
+                   "remote_log_start_offset", "remote_end_offset", "remote_size_bytes",
+                   "remote_segments", "not_copied_bytes")
+
+
+def _tiered_storage(admin: Any, topic: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """Partition -> its leader's local and remote offsets and sizes, for a tiered topic
+    (remote.storage.enable); {} for any other."""
+    if not topic["configs"].get("remote_storage_enable"):
+        return {}
+    leaders = {p["partition"]: p["leader"] for p in topic["partitions"]}
+    return {r["partition"]: {k: r.get(k) for k in _STORAGE_FIELDS}
+            for r in admin.describe_replicas(topic["name"])
+            if r.get("broker_id") == leaders.get(r["partition"])}
+
+
 def _describe_topic(topic: dict[str, Any], out: TextIO,
-                    wanted: Callable[[dict[str, Any]], bool] = lambda p: True) -> None:
+                    wanted: Callable[[dict[str, Any]], bool] = lambda p: True,
+                    storage: dict[int, dict[str, Any]] | None = None) -> None:
     partitions = [p for p in topic["partitions"] if wanted(p)]
     if not partitions and len(topic["partitions"]):
         return  # a filter left nothing of this topic to show
@@ -192,6 +213,15 @@ def _describe_topic(topic: dict[str, Any], out: TextIO,
                   f"Replicas: {','.join(map(str, p['replicas']))}\t"
                   f"Isr: {','.join(map(str, p['isr']))}{target}"
                   f"{chr(9) + ' '.join(flags) if flags else ''}\n")
+        tiered = (storage or {}).get(p["partition"])
+        if tiered is not None:
+            out.write(f"\t\tLocal: {tiered['log_start_offset']}..{tiered['log_end_offset']} "
+                      f"({tiered['size_bytes']} bytes)\tRemote: "
+                      f"{_dash(tiered['remote_log_start_offset'])}.."
+                      f"{_dash(tiered['remote_end_offset'])} ({tiered['remote_size_bytes']} "
+                      f"bytes, {tiered['remote_segments']} segments)\t"
+                      f"NotCopied: {tiered['not_copied_bytes']} bytes\t"
+                      f"HighWatermark: {tiered['high_watermark']}\n")
 
 
 # -- groups --------------------------------------------------------------------------------------

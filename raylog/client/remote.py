@@ -218,6 +218,12 @@ class ReplicaClient:
                                                    isolation=isolation)
 
 
+    def tiered_view(self) -> ray.ObjectRef:
+        """The partition's remote segments, log starts, high watermark and object store,
+        for readers of cold segments without brokers (BrokerActor.tiered_view)."""
+        return self.handle.tiered_view.remote(self.topic, self.partition)
+
+
 class ControllerClient:
     """Synchronous, typed calls to the controller, each with a deadline: ``timeout`` s in
     all (the client's default, or the call's own), retries included. A controller that

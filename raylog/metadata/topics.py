@@ -85,11 +85,11 @@ def _coerce(name: str, value: Any, spelled: str) -> Any:
     if not isinstance(value, str):
         return value
     default = REPLICATION_DEFAULTS.get(name)
-    if isinstance(default, bool):
+    field = _LOG_FIELDS.get(name)
+    if isinstance(default, bool) or (field is not None and field.type == "bool"):
         if value.lower() in ("true", "false"):
             return value.lower() == "true"
         raise InvalidConfigError(f"{spelled} must be true or false, got {value!r}")
-    field = _LOG_FIELDS.get(name)
     if field is not None and field.type == "float":
         try:
             return float(value)
@@ -172,6 +172,21 @@ def check_min_insync(what: str, configs: Mapping[str, Any], replicas: int,
     if min_insync > replicas:
         raise error(f"{what}: min.insync.replicas={min_insync} is larger than its {replicas} "
                     f"replicas: no acks=all write could ever succeed")
+
+
+def check_remote_storage(topic: str, configs: Mapping[str, Any], store_configured: bool,
+                         before: Mapping[str, Any] | None = None) -> None:
+    """Refuse tiering ``topic`` (normalized ``configs``) on a cluster without an object store
+    (raylog/tiered/settings.py), and, as Kafka does, turning it off once on (``before``: the
+    configs it had): its old segments would be in the store and nowhere else."""
+    enabled = configs.get("remote_storage_enable", False)
+    if enabled and not store_configured:
+        raise InvalidConfigError(f"topic {topic!r}: remote.storage.enable needs the cluster's "
+                                 f"object store, and none is set (RAYLOG_REMOTE_STORAGE_URI "
+                                 f"on the head node)")
+    if before is not None and before.get("remote_storage_enable", False) and not enabled:
+        raise InvalidConfigError(f"topic {topic!r}: remote.storage.enable cannot be turned off "
+                                 f"once on (its old segments are only in the object store)")
 
 
 INTERNAL_REPLICATION = 3  # internal topics: min(this, live brokers) replicas ...

@@ -265,7 +265,7 @@ class Partition:
             raise NotLeaderError(f"replica {self.replica_id} is not the leader of {self.name} "
                                  f"(leader: {self.leader_id})")
 
-    def _check_serving(self, leader_epoch: object) -> None:
+    def check_serving(self, leader_epoch: object) -> None:
         """Whether this replica may serve consumers: a leader, or an in-sync follower (one
         the controller took out of the ISR may be far behind, or cut off from its leader:
         the caller is sent to the leader)."""
@@ -582,7 +582,7 @@ class Partition:
         offset and the aborted transactions overlapping [offset, last stable offset) in the
         result, for the reader to drop their batches (and, as always, the markers)."""
         _check_isolation(isolation)
-        self._check_serving(leader_epoch)
+        self.check_serving(leader_epoch)
         log = self.log
         # Between a follower's high watermark and its log end there is nothing to read yet;
         # beyond its log end or below its start, it cannot tell (it may only lag): out of
@@ -644,7 +644,7 @@ class Partition:
         caller's reader skips markers itself, so with no aborted batch to drop the chunks
         are returned as read, without a pass over their headers."""
         _check_isolation(isolation)
-        self._check_serving(leader_epoch)
+        self.check_serving(leader_epoch)
         log = self.log
         committed = isolation == READ_COMMITTED
         bound = self.last_stable_offset if committed else log.high_watermark
@@ -667,10 +667,23 @@ class Partition:
 
     # -- upkeep --------------------------------------------------------------------------------
 
-    def enforce_retention(self) -> int:
+    def enforce_retention(self, copied_below: int | None = None) -> int:
         """Delete the segments past retention (below the high watermark only); the epoch
-        cache forgets what the log no longer holds. Returns the segments deleted."""
-        deleted = self.log.enforce_retention(max_offset=self.log.high_watermark)
+        cache forgets what the log no longer holds. Returns the segments deleted.
+
+        A tiered log (``remote_storage_enable``) keeps its local tail by
+        ``local_retention_*`` instead, and deletes only segments wholly below
+        ``copied_below`` (their copy in the object store is recorded finished; None:
+        nothing is copied, nothing goes). Whole-log retention is the remote side's."""
+        config = self.log.config
+        if config.remote_storage_enable:
+            if copied_below is None:
+                return 0
+            deleted = self.log.enforce_retention(
+                max_offset=min(self.log.high_watermark, copied_below),
+                limits=config.local_retention)
+        else:
+            deleted = self.log.enforce_retention(max_offset=self.log.high_watermark)
         if deleted:
             self.epochs.truncate_from_start(self.log.log_start_offset)
         return deleted

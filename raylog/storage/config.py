@@ -11,6 +11,7 @@ from raylog.errors import InvalidConfigError
 DAY_MS = 24 * 3600 * 1000
 
 CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
+LOCAL_AS_WHOLE = -2  # Kafka's local.retention.* default: the whole log's retention
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,11 +38,24 @@ class LogConfig:
     min_cleanable_dirty_ratio: float = 0.5  # compact once the uncleaned share of the
                                             # cleanable bytes reaches this (0 to 1)
     max_message_bytes: int = 8 << 20      # largest batch the log accepts
+    # Tiered storage (docs/tiered.md): closed segments are copied to the cluster's object
+    # store; retention_ms / retention_bytes then bound the whole log (remote and local) and
+    # these two the local tail, whose segments go only once their copy is recorded.
+    remote_storage_enable: bool = False
+    local_retention_ms: int | None = LOCAL_AS_WHOLE    # -2: as retention_ms
+    local_retention_bytes: int | None = LOCAL_AS_WHOLE  # -2: as retention_bytes
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if field.name == "cleanup_policy":
+                continue
+            if field.type == "bool":
+                if type(value) is not bool:
+                    raise InvalidConfigError(f"{field.name} must be true or false, "
+                                             f"got {value!r}")
+                continue
+            if value == LOCAL_AS_WHOLE and field.name in _LOCAL_RETENTION:
                 continue
             if field.type == "float":
                 if type(value) not in (int, float) or not 0 <= value <= 1:
@@ -76,6 +90,32 @@ class LogConfig:
         object.__setattr__(self, "cleanup_policy", policy)
         if self.segment_bytes < 1024:
             raise InvalidConfigError(f"segment_bytes must be >= 1024, got {self.segment_bytes}")
+        self._check_tiered()
+
+    def _check_tiered(self) -> None:
+        """Kafka's rules: a compacted log is not tiered, and the local tail's retention is
+        at most the whole log's (None, no limit, is the largest)."""
+        if self.remote_storage_enable and self.compact:
+            raise InvalidConfigError(
+                f"remote_storage_enable cannot be set on a log with cleanup_policy "
+                f"{self.cleanup_policy!r}: compacted logs are not tiered")
+        for local, whole in (("local_retention_ms", "retention_ms"),
+                             ("local_retention_bytes", "retention_bytes")):
+            local_value, whole_value = getattr(self, local), getattr(self, whole)
+            if local_value == LOCAL_AS_WHOLE or whole_value is None:
+                continue
+            if local_value is None or local_value > whole_value:
+                raise InvalidConfigError(
+                    f"{local} ({'-1' if local_value is None else local_value}) must not be "
+                    f"more than {whole} ({whole_value})")
+
+    @property
+    def local_retention(self) -> tuple[int | None, int | None]:
+        """(ms, bytes) the local tail of a tiered log keeps: local_retention_*, or the whole
+        log's where those are -2."""
+        ms, size = self.local_retention_ms, self.local_retention_bytes
+        return (self.retention_ms if ms == LOCAL_AS_WHOLE else ms,
+                self.retention_bytes if size == LOCAL_AS_WHOLE else size)
 
     @property
     def syncs_each_append(self) -> bool:
@@ -111,5 +151,6 @@ class LogConfig:
         return dataclasses.asdict(self)
 
 
+_LOCAL_RETENTION = ("local_retention_ms", "local_retention_bytes")
 _POSITIVE = {"segment_bytes", "segment_ms", "index_interval_bytes", "flush_messages",
              "max_message_bytes"}

@@ -771,15 +771,19 @@ class PartitionLog:
 
     # -- retention and compaction --------------------------------------------------------------
 
-    def enforce_retention(self, max_offset: int | None = None) -> int:
+    def enforce_retention(self, max_offset: int | None = None,
+                          limits: tuple[int | None, int | None] | None = None) -> int:
         """Delete the oldest segments past ``retention_ms`` or ``retention_bytes``.
 
         Only whole segments below ``max_offset`` (default: the log end offset) go; the active
-        segment is rolled first if it must go too. Returns the number of segments deleted.
+        segment is rolled first if it must go too. ``limits``: (ms, bytes) to apply instead
+        (a tiered log's local tail: LogConfig.local_retention). Returns the number of
+        segments deleted.
         """
         self._check_open()
         config = self.config
-        if not config.delete or (config.retention_ms is None and config.retention_bytes is None):
+        retention_ms, retention_bytes = limits or (config.retention_ms, config.retention_bytes)
+        if not config.delete or (retention_ms is None and retention_bytes is None):
             return 0
         limit = self.log_end_offset if max_offset is None else max_offset
         now = self.clock()
@@ -788,10 +792,9 @@ class PartitionLog:
         for segment in self._segments:
             if segment.size == 0 or segment.next_offset > limit:
                 break
-            expired = config.retention_ms is not None and \
-                now - segment.max_timestamp > config.retention_ms
-            oversized = config.retention_bytes is not None and \
-                remaining - segment.size >= config.retention_bytes
+            expired = retention_ms is not None and now - segment.max_timestamp > retention_ms
+            oversized = retention_bytes is not None and \
+                remaining - segment.size >= retention_bytes
             if not (expired or oversized):
                 break
             doomed.append(segment)

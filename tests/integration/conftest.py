@@ -26,6 +26,7 @@ from raylog.client.connection import reset_default
 from raylog.client.remote import resolve
 from raylog.metadata.hosts import PROCESSES_ENV
 from raylog.metadata.limits import MAX_REPLICAS_ENV
+from raylog.tiered import settings as tiered_settings
 from raylog.util import faults
 from raylog.util.cluster_names import BROKER_RESOURCE, DATA_DIR_ENV, NAMESPACE, broker_actor_name
 
@@ -40,6 +41,11 @@ class TestCluster:
     data_dirs: dict[str, Path]  # broker node id -> its data directory (RAYLOG_DATA_DIR)
     raylog: raylog.RaylogCluster
     processes_node: str  # the broker node with two replica-host processes
+
+    @property
+    def remote_store(self) -> Path:
+        """The file:// object store of the cluster's tiered topics."""
+        return self.root / "remote-store"
 
     def brokers(self) -> dict[int, dict]:
         """The controller's view: broker id -> node id, host, data directory, alive, ..."""
@@ -97,7 +103,9 @@ def ray_cluster(tmp_path_factory) -> Iterator[TestCluster]:
         **NODE_ARGS, "include_dashboard": False,
         "_system_config": {"metrics_report_interval_ms": 2000},
         "env_vars": {DATA_DIR_ENV: str(root / "head"), MAX_REPLICAS_ENV: "3000",
-                     faults.FILE_ENV: str(root / "failpoints")}})
+                     faults.FILE_ENV: str(root / "failpoints"),
+                     # the object store of tiered topics (test_tiered.py)
+                     tiered_settings.URI_ENV: f"file://{root / 'remote-store'}"}})
     try:  # from here on the nodes are shut down however the setup ends
         data_dirs = {}
         for i in range(BROKERS):

@@ -271,3 +271,41 @@ def test_groups_describe_names_a_static_members_instance(monkeypatch):
     rows = out.getvalue().splitlines()[2:]
     assert rows[0].endswith("m-static (instance consumer-a)")
     assert rows[1].endswith("m-dynamic") and rows[2].endswith("-")
+
+
+class _TieredAdmin:
+    """An Admin of a tiered topic whose one partition has a remote and a local log, and of
+    a plain topic."""
+
+    def __init__(self, cluster: object = None) -> None:
+        pass
+
+    def describe_topics(self, names: object = None) -> list[dict]:
+        partition = {"partition": 0, "leader": 2, "leader_epoch": 4, "replicas": [2, 1],
+                     "isr": [2, 1], "under_replicated": False, "offline": False}
+        return [{"name": name, "topic_id": "id", "replication_factor": 2,
+                 "configs": configs, "partitions": [partition]}
+                for name, configs in (("cold", {"remote_storage_enable": True}),
+                                      ("plain", {}))]
+
+    def describe_replicas(self, name: str) -> list[dict]:
+        assert name == "cold"  # a plain topic costs no broker round trip
+        return [{"partition": 0, "broker_id": broker, "log_start_offset": start,
+                 "log_end_offset": 90, "high_watermark": 90, "size_bytes": 2000,
+                 "remote_log_start_offset": 0, "remote_end_offset": 59,
+                 "remote_size_bytes": 6000, "remote_segments": 20, "not_copied_bytes": 900}
+                for broker, start in ((1, 55), (2, 60))]
+
+
+def test_topics_describe_shows_a_tiered_partitions_local_and_remote_logs(monkeypatch):
+    import raylog
+
+    monkeypatch.setattr(cli, "connect", lambda args: None)
+    monkeypatch.setattr(raylog, "Admin", _TieredAdmin)
+    out = io.StringIO()
+    assert main(["topics", "--address", "h:1", "describe"], out=out) == 0
+    lines = out.getvalue().splitlines()
+    # the leader's (broker 2)
+    assert lines[2] == ("\t\tLocal: 60..90 (2000 bytes)\tRemote: 0..59 (6000 bytes, "
+                        "20 segments)\tNotCopied: 900 bytes\tHighWatermark: 90")
+    assert len(lines) == 5 and "Remote" not in lines[4]

@@ -1,0 +1,339 @@
+"""Tiered storage in one replica-host process: the thin part around raylog/tiered's rules.
+
+:class:`TieredHost` belongs to a :class:`~actors.serving.ReplicaHost` and owns, once the
+process hosts a tiered replica (or is asked for a tiered view):
+
+- the cluster's object store, as the controller names it (``remote_storage``);
+- a :class:`~raylog.tiered.metadata.RemoteLogState` fed by a thread that consumes
+  ``__raylog_remote_log`` from its beginning (raylog's own Consumer), under a lock;
+- one upload thread: the leader's copies, its orphans' deletions and whole-log retention,
+  each a job planned on the event loop (:meth:`upkeep`, from the host's maintenance) and run
+  there, one at a time, recording each step with raylog's own Producer (acks=all) and
+  returning once the feed has applied it (what this process decides next sees it);
+- the :class:`~raylog.tiered.reader.RemoteReader` (cache) fetches below the local log start
+  read through, on worker threads.
+
+Nothing here blocks the event loop: a store that is down fails jobs, which back off and
+resume, and fails remote fetches with a retriable error; produce and local fetches never
+wait for it. Only the event loop calls the methods not named ``_job_*``/``_feed*``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import ray
+
+from raylog.errors import OffsetOutOfRangeError, RaylogError
+from raylog.replica.partition import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    FetchResult,
+    Partition,
+    Role,
+)
+from raylog.tiered.layout import METADATA_TOPIC, RemoteSegment
+from raylog.tiered.metadata import RemoteLogState
+from raylog.tiered.reader import RemoteReader
+from raylog.tiered.store import ObjectStore
+from raylog.tiered.uploader import (
+    PartitionRef,
+    Uploader,
+    closed_segments,
+    expired_remote,
+    local_deletable_below,
+    plan_copy,
+)
+from raylog.util.backoff import Backoff
+
+logger = logging.getLogger(__name__)
+
+METADATA_PARTITIONS = 1
+METADATA_CONFIGS = {"cleanup.policy": "compact"}
+APPLY_WAIT_S = 60.0  # a written record not seen by the feed by then: the job fails, retries
+FEED_POLL_MS = 200
+
+
+class TieredHost:
+    """The tiered part of one replica-host process (see the module docstring)."""
+
+    def __init__(self, broker_id: Callable[[], int | None],
+                 controller: Callable[[], ray.actor.ActorHandle],
+                 job_done: Callable[[tuple[str, int]], None]) -> None:
+        self._broker_id = broker_id
+        self._controller = controller
+        self._job_done = job_done  # on the event loop: a replica's job ended, look again
+        self.state = RemoteLogState()
+        self.lock = threading.Lock()
+        self._applied = threading.Condition(self.lock)
+        self.position = 0  # the next metadata offset the feed applies
+        self.store_info: dict[str, Any] | None = None
+        self.store: ObjectStore | None = None
+        self.reader: RemoteReader | None = None
+        self._starting: asyncio.Task | None = None
+        self._stop = threading.Event()
+        self._feed_error: BaseException | None = None
+        self._jobs = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tiered")
+        self._running: dict[tuple[str, int], concurrent.futures.Future] = {}
+        self._backoff: dict[tuple[str, int], Backoff] = {}
+        self._not_before: dict[tuple[str, int], float] = {}
+        self._ready_epoch: dict[tuple[str, int], int] = {}  # caught up, orphans gone
+        self._producer: Any = None
+
+    # -- starting --------------------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        return self.store is not None
+
+    def start(self) -> None:
+        """Begin (once): ask the controller for the store, then start the feed."""
+        if self._starting is None or (self._starting.done() and not self.ready):
+            self._starting = asyncio.get_running_loop().create_task(self._start())
+
+    async def store_settings(self) -> dict[str, Any]:
+        """The cluster's store, as the controller names it (asked once)."""
+        if self.store_info is None:
+            self.store_info = await self._controller().remote_storage.remote()
+        return self.store_info
+
+    async def _start(self) -> None:
+        try:
+            info = await self.store_settings()
+            if info["uri"] is None:
+                return
+            store = await asyncio.to_thread(ObjectStore.from_uri, info["uri"], info["settings"])
+        except (RaylogError, OSError, ray.exceptions.RayError) as e:
+            logger.warning("tiered storage cannot start yet: %r", e)
+            return
+        self.reader = RemoteReader(store)
+        threading.Thread(target=self._feed, name="tiered-feed", daemon=True).start()
+        self.store = store
+
+    def close(self) -> None:
+        """Stop the feed, drop jobs not started, close the record writer after the job
+        running (on the job thread: closing flushes, which must not block the loop)."""
+        self._stop.set()
+        if self._producer is not None:
+            self._jobs.submit(self._producer.close)
+        self._jobs.shutdown(wait=False, cancel_futures=False)
+
+    # -- the metadata feed (its own thread) --------------------------------------------------------
+
+    def _feed(self) -> None:
+        from raylog.client.connection import default_cluster
+        from raylog.client.consumer import Consumer
+        from raylog.types import TopicPartition
+
+        backoff = Backoff(0.2, 5.0)
+        consumer = None
+        while not self._stop.is_set():
+            try:
+                if consumer is None:
+                    default_cluster().controller.ensure_internal_topic(
+                        METADATA_TOPIC, METADATA_PARTITIONS, METADATA_CONFIGS)
+                    consumer = Consumer(auto_offset_reset="earliest", enable_auto_commit=False,
+                                        fetch_from_nearest=False)
+                    tp = TopicPartition(METADATA_TOPIC, 0)
+                    consumer.assign([tp])
+                    consumer.seek(tp, self.position)
+                for record in consumer.poll(timeout_ms=FEED_POLL_MS):
+                    segment = RemoteSegment.from_json(record.value)
+                    with self.lock:
+                        self.state.apply(segment)
+                        self.position = record.offset + 1
+                        self._applied.notify_all()
+                backoff.reset()
+            except (RaylogError, ValueError, ray.exceptions.RayError) as e:
+                logger.warning("the remote-log metadata feed failed, again soon: %r", e)
+                self._feed_error = e
+                time.sleep(backoff.next())
+        if consumer is not None:
+            consumer.close()
+
+    def _wait_applied(self, offset: int) -> None:
+        """Until the feed has applied the metadata record at ``offset``."""
+        with self.lock:
+            if not self._applied.wait_for(lambda: self.position > offset, APPLY_WAIT_S):
+                raise TimeoutError(f"{METADATA_TOPIC} record {offset} not applied within "
+                                   f"{APPLY_WAIT_S} s")
+
+    def _write(self, record: RemoteSegment) -> None:
+        """Record ``record`` (acks=all) and return once this process's state has it."""
+        if self._producer is None:
+            from raylog.client.producer import Producer
+            self._producer = Producer(acks="all", linger_ms=0)
+        future = self._producer.send(METADATA_TOPIC, record.to_json(),
+                                     key=record.key().encode(), partition=0)
+        self._producer.flush()
+        self._wait_applied(future.result().offset)
+
+    def _catch_up(self) -> None:
+        """Until the feed has applied every record the metadata topic holds now."""
+        from raylog.client.connection import default_cluster
+        from raylog.client.consumer import Consumer
+        from raylog.types import TopicPartition
+
+        default_cluster()
+        tp = TopicPartition(METADATA_TOPIC, 0)
+        consumer = Consumer(enable_auto_commit=False, fetch_from_nearest=False)
+        try:
+            end = consumer.end_offsets([tp])[tp]
+        finally:
+            consumer.close()
+        if end:
+            self._wait_applied(end - 1)
+
+    # -- what the host's maintenance does for each replica -----------------------------------------
+
+    def copied_below(self, topic_id: str, partition: Partition) -> int | None:
+        """Below this offset local segments are copied (see Partition.enforce_retention)."""
+        if not self.ready or not partition.log.config.remote_storage_enable:
+            return None
+        with self.lock:
+            return local_deletable_below(self.state, _ref(partition, topic_id))
+
+    def upkeep(self, topic_id: str, partition: Partition) -> None:
+        """For a tiered leader, the next job: catch up and delete orphans after becoming
+        leader, then a copy, else retention's deletions. Returns at once."""
+        if not partition.log.config.remote_storage_enable:
+            return
+        self.start()
+        if not self.ready or partition.role is not Role.LEADER:
+            return
+        tp = (partition.topic, partition.partition)
+        job = self._running.get(tp)
+        if job is not None:
+            if not job.done():
+                return
+            del self._running[tp]
+            error = job.exception()
+            backoff = self._backoff.setdefault(tp, Backoff(0.5, 30.0))
+            if error is not None:
+                wait = backoff.next()
+                self._not_before[tp] = time.monotonic() + wait
+                logger.warning("%s: tiered job failed, again in %.1f s: %r", partition.name,
+                               wait, error)
+                return
+            backoff.reset()
+        if time.monotonic() < self._not_before.get(tp, 0.0):
+            return
+        ref, epoch = _ref(partition, topic_id), partition.leader_epoch
+        if self._ready_epoch.get(tp) != epoch:
+            self._submit(tp, self._job_prepare, tp, ref, epoch)
+            return
+        log = partition.log
+        broker_id = self._broker_id()
+        with self.lock:
+            plan = plan_copy(self.state, ref, closed_segments(log), log.high_watermark,
+                             log.log_start_offset, epoch, -1 if broker_id is None else broker_id,
+                             [tuple(e) for e in partition.epochs.entries],
+                             log.aborted_transactions)
+            if plan is None:
+                readable = self.state.readable(ref.topic_id, ref.partition)
+                doomed = expired_remote(readable, log.config, log.clock(),
+                                        self._not_copied_bytes(ref, partition))
+                doomed += self.state.orphans(ref.topic_id, ref.partition, epoch + 1)
+        if plan is not None:
+            self._submit(tp, self._uploader().copy, plan)
+        elif doomed:
+            self._submit(tp, self._job_delete, doomed, epoch)
+
+    def _not_copied_bytes(self, ref: PartitionRef, partition: Partition) -> int:
+        """Bytes of the local segments from the one holding the first offset not copied
+        (lock held)."""
+        log = partition.log
+        copied = local_deletable_below(self.state, ref) or log.log_start_offset
+        return sum(s.size for s in log.segments if s.next_offset > copied)
+
+    def _submit(self, tp: tuple[str, int], job: Callable[..., Any], *args: Any) -> None:
+        loop = asyncio.get_running_loop()
+        future = self._running[tp] = self._jobs.submit(job, *args)
+        future.add_done_callback(lambda _: loop.call_soon_threadsafe(self._job_done, tp))
+
+    def _uploader(self) -> Uploader:
+        return Uploader(self.store, self._write)
+
+    def _job_prepare(self, tp: tuple[str, int], ref: PartitionRef, epoch: int) -> None:
+        """A new leader: catch up with the metadata, then delete the orphans of earlier
+        attempts (nothing of this process is in flight for the partition now)."""
+        self._catch_up()
+        with self.lock:
+            orphans = self.state.orphans(ref.topic_id, ref.partition, epoch + 1)
+        self._job_delete(orphans, epoch)
+        self._ready_epoch[tp] = epoch
+
+    def _job_delete(self, segments: list[RemoteSegment], epoch: int) -> None:
+        uploader = self._uploader()
+        for segment in segments:
+            uploader.delete(segment, epoch)
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def remote_start(self, topic_id: str, partition: Partition) -> int:
+        """The first offset of the whole log: the remote log's start, or the local one."""
+        local = partition.log.log_start_offset
+        if not partition.log.config.remote_storage_enable or not self.ready:
+            return local
+        with self.lock:
+            start = self.state.log_start(topic_id, partition.partition)
+        return local if start is None else min(start, local)
+
+    def readable(self, topic_id: str, partition: int) -> list[RemoteSegment]:
+        with self.lock:
+            return self.state.readable(topic_id, partition)
+
+    async def fetch(self, topic_id: str, partition: Partition, offset: int, max_bytes: int,
+                    isolation: str = READ_UNCOMMITTED) -> FetchResult | None:
+        """Batches from ``offset`` below the local log start, from the store (None when the
+        offset is not below it: the local log serves it). ``read_committed``: below the last
+        stable offset, with the aborted transactions overlapping what is returned, from the
+        txn.index of every remote segment from this one on and from the local log."""
+        log = partition.log
+        if not log.config.remote_storage_enable or offset >= log.log_start_offset:
+            return None
+        self.start()
+        start = self.remote_start(topic_id, partition)
+        with self.lock:
+            later = [s for s in self.state.readable(topic_id, partition.partition)
+                     if s.end_offset >= offset] if self.ready else []
+        if not later or later[0].base_offset > offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside [{start}, {log.log_end_offset}] of "
+                f"{partition.name}")
+        committed = isolation == READ_COMMITTED
+        bound = partition.last_stable_offset if committed else log.high_watermark
+        data = await asyncio.to_thread(self.reader.read, later[0], offset, max_bytes, bound)
+        if not committed:
+            return FetchResult(data, log.high_watermark, start, log.log_end_offset)
+        aborted = list(log.aborted_transactions(log.log_start_offset, bound)) if data else []
+        if data:
+            for segment in later:
+                aborted += await asyncio.to_thread(self.reader.aborted, segment)
+        aborted = sorted({a for a in aborted if a.last_offset >= offset},
+                         key=lambda a: a.last_offset)
+        return FetchResult(data, log.high_watermark, start, log.log_end_offset, bound,
+                           tuple(aborted))
+
+    def describe(self, topic_id: str, partition: Partition) -> dict[str, Any]:
+        """The remote side of a replica, for ``raylog topics describe``."""
+        if not partition.log.config.remote_storage_enable:
+            return {}
+        readable = self.readable(topic_id, partition.partition) if self.ready else []
+        with self.lock:
+            not_copied = self._not_copied_bytes(_ref(partition, topic_id), partition)
+        return {"remote_log_start_offset": readable[0].base_offset if readable else None,
+                "not_copied_bytes": not_copied,
+                "remote_end_offset": readable[-1].end_offset if readable else None,
+                "remote_size_bytes": sum(s.size_bytes for s in readable),
+                "remote_segments": len(readable)}
+
+
+def _ref(partition: Partition, topic_id: str) -> PartitionRef:
+    return PartitionRef(partition.topic, topic_id, partition.partition)

@@ -1,0 +1,127 @@
+"""The remote-log metadata of every tiered partition: what ``__raylog_remote_log`` says.
+
+The metadata topic (layout.METADATA_TOPIC, compacted) holds one record per upload attempt
+per state change, keyed by :meth:`RemoteSegment.key`; :class:`RemoteLogState` is what its
+records say once applied in log order. Every broker that hosts a tiered replica keeps one,
+fed by the topic; it is plain Python, so its rules are tested without Ray.
+
+The rules (docs/tiered.md):
+
+- A record never moves an attempt back (COPY_STARTED < COPY_FINISHED < DELETE_STARTED <
+  DELETE_FINISHED): a late record of an older state is ignored.
+- **Readable** segments are COPY_FINISHED attempts that overlap no other readable one: where
+  finished attempts overlap (a deposed leader finished a copy its successor made too), the
+  one of the newer leader epoch wins, then the one that finished first. The outcome depends
+  only on each key's latest record, never on how records of different keys interleave, so a
+  compacted metadata topic replays to the same state. (Records below the high watermark are
+  the same bytes on every replica: a deposed leader's finished copy holds the right records.)
+  Sorted by base offset; the remote log starts at the first one's base offset.
+- **Orphans** are objects nobody will read: finished attempts that lost, COPY_STARTED of an
+  older leader epoch (its leader was deposed mid-upload), DELETE_STARTED never finished.
+  A leader deletes them (its own epoch's attempt in flight is not one).
+
+Not thread-safe: its owner applies records and reads on one thread (or under a lock).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from raylog.tiered.layout import (
+    COPY_FINISHED,
+    COPY_STARTED,
+    DELETE_STARTED,
+    STATES,
+    RemoteSegment,
+)
+
+PartitionKey = tuple[str, int]  # (topic id, partition)
+
+
+@dataclass
+class _PartitionRemoteLog:
+    attempts: dict[str, RemoteSegment] = field(default_factory=dict)  # segment id -> latest
+    readable: list[RemoteSegment] = field(default_factory=list)  # sorted by base offset
+
+    def resolve(self) -> None:
+        finished = sorted((s for s in self.attempts.values() if s.state == COPY_FINISHED),
+                          key=lambda s: (-s.leader_epoch, s.event_time_ms, s.segment_id))
+        chosen: list[RemoteSegment] = []
+        for s in finished:
+            if not any(c.base_offset <= s.end_offset and s.base_offset <= c.end_offset
+                       for c in chosen):
+                chosen.append(s)
+        self.readable = sorted(chosen, key=lambda s: s.base_offset)
+
+
+class RemoteLogState:
+    """Remote segments of every partition, from the metadata topic's records in order."""
+
+    def __init__(self) -> None:
+        self._partitions: dict[PartitionKey, _PartitionRemoteLog] = {}
+
+    def apply(self, record: RemoteSegment) -> bool:
+        """Take one record; False if it was ignored (an older state than the attempt's)."""
+        log = self._partitions.setdefault((record.topic_id, record.partition),
+                                          _PartitionRemoteLog())
+        previous = log.attempts.get(record.segment_id)
+        if previous is not None and STATES.index(record.state) < STATES.index(previous.state):
+            return False
+        log.attempts[record.segment_id] = record
+        if COPY_FINISHED in (record.state, previous.state if previous else None):
+            log.resolve()
+        return True
+
+    def apply_all(self, records: Iterable[RemoteSegment]) -> None:
+        for record in records:
+            self.apply(record)
+
+    def readable(self, topic_id: str, partition: int) -> list[RemoteSegment]:
+        """The segments a reader may read, sorted by base offset, never overlapping."""
+        log = self._partitions.get((topic_id, partition))
+        return list(log.readable) if log is not None else []
+
+    def segment_for(self, topic_id: str, partition: int, offset: int) -> RemoteSegment | None:
+        """The readable segment holding ``offset``, if any."""
+        for segment in self.readable(topic_id, partition):
+            if segment.base_offset <= offset <= segment.end_offset:
+                return segment
+        return None
+
+    def orphans(self, topic_id: str, partition: int, leader_epoch: int) -> list[RemoteSegment]:
+        """What a leader at ``leader_epoch`` must delete: finished attempts that lost,
+        copies started by older leaders and never finished, deletions never finished."""
+        log = self._partitions.get((topic_id, partition))
+        if log is None:
+            return []
+        readable = {s.segment_id for s in log.readable}
+        out = [s for key, s in log.attempts.items()
+               if s.state == DELETE_STARTED
+               or (s.state == COPY_FINISHED and key not in readable)
+               or (s.state == COPY_STARTED and s.leader_epoch < leader_epoch)]
+        return sorted(out, key=lambda s: (s.base_offset, s.segment_id))
+
+    def in_flight(self, topic_id: str, partition: int) -> list[RemoteSegment]:
+        """Copies started and not finished (any epoch)."""
+        log = self._partitions.get((topic_id, partition))
+        if log is None:
+            return []
+        return [s for s in log.attempts.values() if s.state == COPY_STARTED]
+
+    def log_start(self, topic_id: str, partition: int) -> int | None:
+        """The first offset the remote log holds; None if it holds none."""
+        readable = self.readable(topic_id, partition)
+        return readable[0].base_offset if readable else None
+
+    def end_offset(self, topic_id: str, partition: int) -> int | None:
+        """The last offset the remote log holds (inclusive); None if it holds none."""
+        readable = self.readable(topic_id, partition)
+        return readable[-1].end_offset if readable else None
+
+    def size_bytes(self, topic_id: str, partition: int) -> int:
+        return sum(s.size_bytes for s in self.readable(topic_id, partition))
+
+    def forget(self, topic_id: str, partition: int) -> None:
+        """Drop a partition's state (its topic was deleted)."""
+        self._partitions.pop((topic_id, partition), None)

@@ -1,0 +1,111 @@
+"""Reading tiered segments back for fetches below the local log start, through a bounded
+cache of verified objects (one per replica-host process).
+
+Every object is checked against its record (size and sha256) before a byte of it is
+served: a missing or corrupt one raises RemoteObjectError naming it (and is not cached); a
+store that cannot be reached raises RemoteStorageUnavailableError (retriable). The cache
+holds whole segment files, least recently used first out, up to ``max_bytes``.
+
+Thread-safe: fetches read on worker threads, under one lock for the cache's bookkeeping
+(never held while the store is read).
+"""
+
+from __future__ import annotations
+
+import collections
+import struct
+import threading
+
+from raylog.errors import RemoteObjectError, RemoteStorageUnavailableError
+from raylog.records.header import iter_headers
+from raylog.storage.txn_index import AbortedTxn
+from raylog.tiered.layout import SEGMENT, TXN_INDEX, RemoteSegment, digest
+from raylog.tiered.store import ObjectStore
+
+DEFAULT_CACHE_BYTES = 256 << 20
+_TXN_ENTRY = struct.Struct(">qqqq")  # storage/txn_index.py's entries, as uploader.py writes
+
+
+class RemoteReader:
+    """Batches of remote segments, from ``store``, with a cache of ``max_bytes``."""
+
+    def __init__(self, store: ObjectStore, max_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        self.store = store
+        self.max_bytes = max_bytes
+        self._cache: collections.OrderedDict[str, bytes] = collections.OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def object(self, segment: RemoteSegment, name: str = SEGMENT) -> bytes:
+        """One object of ``segment``, verified against its record."""
+        path = f"{segment.folder(self.store.prefix)}/{name}"
+        with self._lock:
+            data = self._cache.get(path)
+            if data is not None:
+                self._cache.move_to_end(path)
+                self.hits += 1
+                return data
+            self.misses += 1
+        expected = segment.files.get(name)
+        if expected is None:
+            raise RemoteObjectError(f"{path}: the record of remote segment {segment.key()} "
+                                    f"lists no object {name!r}")
+        try:
+            data = self.store.get(path)
+        except FileNotFoundError as e:
+            raise RemoteObjectError(f"{path} is missing from the object store") from e
+        except OSError as e:
+            if "does not exist" in str(e) or "NoSuchKey" in str(e):
+                raise RemoteObjectError(f"{path} is missing from the object store") from e
+            raise RemoteStorageUnavailableError(f"cannot read {path}: {e}") from e
+        if len(data) != expected.size or digest(data) != expected.sha256:
+            raise RemoteObjectError(f"{path} is corrupt: {len(data)} bytes of sha256 "
+                                    f"{digest(data)[:16]}..., its record says {expected.size} "
+                                    f"bytes of sha256 {expected.sha256[:16]}...")
+        self._keep(path, data)
+        return data
+
+    def _keep(self, path: str, data: bytes) -> None:
+        if len(data) > self.max_bytes:
+            return
+        with self._lock:
+            if path in self._cache:
+                return
+            self._cache[path] = data
+            self._bytes += len(data)
+            while self._bytes > self.max_bytes:
+                _, dropped = self._cache.popitem(last=False)
+                self._bytes -= len(dropped)
+
+    def read(self, segment: RemoteSegment, offset: int, max_bytes: int,
+             max_offset: int | None = None) -> bytes:
+        """Whole batches of ``segment`` from the one holding ``offset``, up to ``max_bytes``
+        (at least one batch) and below ``max_offset``; b"" past the segment's end."""
+        data = self.object(segment)
+        start = end = None
+        for position, header in iter_headers(data, verify=False):
+            if max_offset is not None and header.base_offset >= max_offset:
+                break
+            if start is None:
+                if header.next_offset <= offset:
+                    continue
+                start = position
+            elif position + header.size - start > max_bytes:
+                break
+            end = position + header.size
+        if start is None:
+            return b""
+        return data[start:end]
+
+    def aborted(self, segment: RemoteSegment) -> list[AbortedTxn]:
+        """The aborted transactions whose abort markers lie in ``segment`` (its verified
+        ``txn.index``; none if it has no such object)."""
+        if TXN_INDEX not in segment.files:
+            return []
+        data = self.object(segment, TXN_INDEX)
+        return [AbortedTxn(*entry) for entry in _TXN_ENTRY.iter_unpack(data)]
+
+    @property
+    def cached_bytes(self) -> int:
+        return self._bytes

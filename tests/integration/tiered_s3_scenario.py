@@ -1,0 +1,140 @@
+"""Tiered storage against a real S3-compatible server on loopback (moto's server mode), on
+a cluster of its own: run by test_tiered_s3.py as ``python -m
+tests.integration.tiered_s3_scenario s3 ROOT`` (the store is a cluster setting of the
+controller's environment, so it needs its own cluster, and a process joins one Ray cluster
+at a time). Copies, a read from offset 0, whole-log retention, and the store stopped and
+started again (on the same port; moto keeps its buckets in this process) while producers
+and hot readers go on. Prints what it saw as JSON."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from pyarrow import fs
+
+from actors.serving import IDLE_MAINTENANCE_ENV
+from raylog import Admin, Consumer, TopicPartition
+from raylog.metadata.hosts import PROCESSES_ENV
+from raylog.tiered.settings import SETTINGS_ENV, URI_ENV
+from raylog.tiered.store import ObjectStore
+from tests.integration.restart_scenario import Nodes, wait_for
+from tests.integration.test_tiered import (
+    CONFIGS,
+    PAD,
+    copied,
+    leader_view,
+    produce,
+    read_all,
+    retention_done,
+)
+
+BUCKET = "raylog-tiered"
+CREDENTIALS = {"access_key": "testing", "secret_key": "testing", "region": "us-east-1",
+               "scheme": "http"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_s3(port: int) -> Any:
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    server.start()
+    return server
+
+
+def folder_count(store: ObjectStore, topic: str, topic_id: str) -> int:
+    return len(store.list_folders(f"{store.prefix}/{topic}-{topic_id}/0"))
+
+
+def s3(root: Path) -> dict[str, Any]:
+    port = free_port()
+    server = start_s3(port)
+    settings = {"endpoint_override": f"127.0.0.1:{port}", **CREDENTIALS}
+    store = ObjectStore.from_uri(f"s3://{BUCKET}/cold", settings)
+    fs.S3FileSystem(allow_bucket_creation=True, **settings).create_dir(BUCKET)
+
+    cluster_env = {"head_env": {URI_ENV: f"s3://{BUCKET}/cold",
+                                SETTINGS_ENV: json.dumps(settings)},
+                   "env": {IDLE_MAINTENANCE_ENV: "2", PROCESSES_ENV: "1"}}
+    nodes = Nodes(root, ["b0", "b1"], **cluster_env)
+    out: dict[str, Any] = {}
+    try:
+        admin = Admin()
+        admin.create_topic("cold", 1, 2, CONFIGS)
+        topic_id = admin._cluster.topic("cold").topic_id
+        produce("cold", 0, 40)
+        view = wait_for(lambda: copied(admin, "cold", 3), timeout=120, what="copies to S3")
+        out["store"] = view["store"]
+        out["copied_segments"] = len(view["remote"])
+        out["folders"] = folder_count(store, "cold", topic_id)
+        records = read_all("cold", 40)
+        out["offsets_from_0"] = [r.offset for r in records] == list(range(40))
+
+        # The store goes away: producers and readers of the local tail go on.
+        server.stop()
+        started = time.monotonic()
+        produce("cold", 40, 20)
+        out["produce_while_down_s"] = round(time.monotonic() - started, 2)
+        tp = TopicPartition("cold", 0)
+        with Consumer(enable_auto_commit=False) as consumer:
+            consumer.assign([tp])
+            consumer.seek(tp, 55)
+            hot: list = []
+            wait_for(lambda: hot.extend(consumer.poll(timeout_ms=200)) or len(hot) >= 5,
+                     timeout=60, what="hot records while the store is down")
+        out["hot_while_down"] = [r.offset for r in hot]
+        stalled = leader_view(admin, "cold")["remote"][-1].end_offset
+
+        # It comes back (same port, same buckets): copies resume.
+        server = start_s3(port)
+        resumed = wait_for(lambda: (v := leader_view(admin, "cold"))["remote"][-1].end_offset
+                           > max(stalled, 45) and v, timeout=180, what="copies resumed")
+        out["resumed_past"] = [stalled, resumed["remote"][-1].end_offset]
+        records = read_all("cold", 60)
+        out["offsets_after_outage"] = [r.offset for r in records] == list(range(60))
+        out["values_ok"] = all(r.value == b"v%05d" % r.offset + PAD for r in records)
+
+        # Whole-log retention deletes in S3 too.
+        admin.alter_configs("cold", {"retention.bytes": 4096})
+        after = wait_for(lambda: retention_done(admin, "cold", 4096), timeout=120,
+                         what="remote segments deleted")
+        out["log_start_after_retention"] = after["log_start"]
+        wait_for(lambda: folder_count(store, "cold", topic_id) == len(
+            leader_view(admin, "cold")["remote"]), timeout=60, what="S3 folders deleted")
+        out["folders_after_retention"] = folder_count(store, "cold", topic_id)
+        kept = leader_view(admin, "cold")
+        out["remote_after_retention"] = len(kept["remote"])
+        nodes.stop()
+
+        # The whole cluster again, nodes in another order: the remote log is read back
+        # from the metadata topic, and a consumer reads from its start across both logs.
+        nodes = Nodes(root, ["b1", "b0"], **cluster_env)
+        admin = Admin()
+        back = wait_for(lambda: (v := leader_view(admin, "cold"))["remote"] and v,
+                        timeout=120, what="the remote log after the restart")
+        out["restart_same_remote"] = [s.segment_id for s in back["remote"]][:len(
+            kept["remote"])] == [s.segment_id for s in kept["remote"]]
+        out["restart_log_start"] = [kept["log_start"], back["log_start"]]
+        offsets = [r.offset for r in read_all("cold", 60)]
+        out["restart_offsets_ok"] = offsets == list(range(back["log_start"], 60))
+    finally:
+        nodes.stop()
+        server.stop()
+    return out
+
+
+SCENARIOS = {"s3": s3}
+
+if __name__ == "__main__":
+    scenario, root = sys.argv[1], Path(sys.argv[2])
+    print(json.dumps(SCENARIOS[scenario](root)))
