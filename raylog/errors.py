@@ -447,3 +447,12 @@ class UnstableOffsetCommitError(RaylogError):
 
     retriable = True
     kafka_code = 88  # UNSTABLE_OFFSET_COMMIT
+
+
+class InvalidQuotaError(InvalidConfigError):
+    """A client quota was refused: an unknown quota key (Kafka's are producer_byte_rate,
+    consumer_byte_rate and request_percentage), a value that is not a positive number (a
+    byte rate must be a whole number), or an entity that names no user and no client id.
+    Nothing is stored then."""
+
+    kafka_code = 42  # INVALID_REQUEST
