@@ -187,12 +187,24 @@ class ReplicaClient:
         self.broker_id = broker_id
         self.node_id = node_id
 
-    def append(self, batch: bytes, acks: int | str, timeout_ms: int = 30_000) -> ray.ObjectRef:
+    def append(self, batch: bytes, acks: int | str, timeout_ms: int = 30_000,
+               client_id: str | None = None) -> ray.ObjectRef:
+        """``client_id``: the producer's, for its quota (docs/quotas.md); None: charged to
+        nobody."""
+        if client_id is None:
+            return self.handle.produce.remote(self.topic, self.partition, self.leader_epoch,
+                                              batch, acks, timeout_ms)
         return self.handle.produce.remote(self.topic, self.partition, self.leader_epoch, batch,
-                                          acks, timeout_ms)
+                                          acks, timeout_ms, client_id=client_id)
 
     def fetch(self, offset: int, max_bytes: int, max_wait_ms: int,
-              min_bytes: int, isolation: str = READ_UNCOMMITTED) -> ray.ObjectRef:
+              min_bytes: int, isolation: str = READ_UNCOMMITTED,
+              client_id: str | None = None) -> ray.ObjectRef:
+        """``client_id``: the consumer's, for its quota (docs/quotas.md)."""
+        if client_id is not None:
+            return self.handle.fetch.remote(self.topic, self.partition, self.leader_epoch,
+                                            offset, max_bytes, max_wait_ms, min_bytes,
+                                            isolation, client_id=client_id)
         if isolation == READ_UNCOMMITTED:  # the broker's default (and older brokers')
             return self.handle.fetch.remote(self.topic, self.partition, self.leader_epoch,
                                             offset, max_bytes, max_wait_ms, min_bytes)

@@ -29,6 +29,7 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 from raylog.errors import InvalidConfigError
 from raylog.quotas.entity import (
@@ -142,3 +143,19 @@ class ClientQuotas:
         self._last_sweep = now
         for tags in [t for t, r in self._rates.items() if now - r.last_recorded() >= horizon]:
             del self._rates[tags]
+
+
+class Throttled(NamedTuple):
+    """A serving process's answer that was held back by the client's quota for
+    ``throttle_time_ms`` (only a request that named its client id gets one: raylog's
+    producer and consumer unwrap it)."""
+
+    answer: Any
+    throttle_time_ms: int
+
+
+def unwrap(answer: Any) -> tuple[Any, int]:
+    """(the answer, the ms it was held back: 0 if it was not)."""
+    if isinstance(answer, Throttled):
+        return answer.answer, answer.throttle_time_ms
+    return answer, 0
