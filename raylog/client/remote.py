@@ -323,6 +323,14 @@ class ControllerClient:
         return self._call(self.handle.alter_configs, name, set_configs, delete_configs,
                           retry=False)
 
+    def alter_quotas(self, entries: list[dict[str, Any]], validate_only: bool = False) -> None:
+        # safe to repeat: setting a quota to what it is changes nothing
+        return self._call(self.handle.alter_quotas, entries, validate_only)
+
+    def describe_quotas(self, components: list[tuple[str, str, str | None]] | None = None,
+                        strict: bool = False) -> list[dict[str, Any]]:
+        return self._call(self.handle.describe_quotas, components, strict)
+
     def elect_leaders(self, names: list[str] | None) -> dict[str, list[int]]:
         return self._call(self.handle.elect_leaders, names, retry=False)
 
