@@ -19,7 +19,7 @@ from typing import Any
 from raylog.errors import InvalidQuotaError
 from raylog.metadata import state as events
 from raylog.metadata.access import MetadataAccess
-from raylog.quotas.entity import QuotaEntity, check_keys, check_quotas, matching, to_wire
+from raylog.quotas.entity import QuotaEntity, check_change, matching, to_wire
 
 MAX_WATCH_S = 60.0  # a watch waits at most this long
 
@@ -41,18 +41,7 @@ class QuotaService:
         together, unless ``validate_only``. Deleting a quota that is not set is no error."""
         changes: dict[QuotaEntity, tuple[dict[str, float], list[str]]] = {}
         for entry in entries:
-            unknown = set(entry) - {"entity", "set", "delete"}
-            if unknown or "entity" not in entry:
-                raise InvalidQuotaError(f"a quota change is {{'entity', 'set', 'delete'}}, "
-                                        f"got keys {sorted(entry)}")
-            entity = QuotaEntity.from_dict(entry["entity"])
-            updates = check_quotas(entry.get("set") or {})
-            deletes = list(entry.get("delete") or [])
-            check_keys(deletes)
-            both = sorted(set(updates) & set(deletes))
-            if both:
-                raise InvalidQuotaError(f"cannot both set and delete {', '.join(both)} of "
-                                        f"{entity}")
+            entity, updates, deletes = check_change(entry)
             if entity in changes:
                 raise InvalidQuotaError(f"quota entity {entity} is named twice")
             changes[entity] = (updates, deletes)

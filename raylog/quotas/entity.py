@@ -164,6 +164,25 @@ def from_wire(entries: Iterable[Mapping[str, Any]]) -> dict[QuotaEntity, dict[st
     return {QuotaEntity.from_dict(e["entity"]): dict(e["quotas"]) for e in entries}
 
 
+def check_change(entry: Mapping[str, Any]) -> tuple[QuotaEntity, dict[str, float], list[str]]:
+    """One change of quotas, ``{"entity": {"client-id": "a"}, "set": {key: value},
+    "delete": [key]}`` (an entity as Kafka's: None is the default), checked: (entity,
+    values to set, keys to delete); InvalidQuotaError for an unknown key or entity type, a
+    value that is not a positive number, a key both set and deleted."""
+    if not isinstance(entry, Mapping) or set(entry) - {"entity", "set", "delete"} \
+            or "entity" not in entry:
+        raise InvalidQuotaError(f"a quota change is {{'entity', 'set', 'delete'}}, got "
+                                f"{short_repr(entry)}")
+    entity = QuotaEntity.from_dict(entry["entity"])
+    updates = check_quotas(entry.get("set") or {})
+    deletes = list(entry.get("delete") or [])
+    check_keys(deletes)
+    both = sorted(set(updates) & set(deletes))
+    if both:
+        raise InvalidQuotaError(f"cannot both set and delete {', '.join(both)} of {entity}")
+    return entity, updates, deletes
+
+
 MATCH_TYPES = ("exact", "default", "any")  # Kafka's match_type 0, 1, 2
 
 
