@@ -11,10 +11,12 @@ quota, gets a throttle time as Kafka computes it::
     throttle = (rate - quota) / quota * window
 
 (about the time after which the rate over the window is back at the quota if nothing
-more comes), at most the whole window for byte rates and one sample for request time (Kafka's
-bound of the latter; raylog bounds the former too, so that a delayed answer stays well
-within a client's request timeout). The caller delays the answer, or the connection's
-next request, by it, and reports it to the client; nothing is refused.
+more comes). For request time it is at most one sample, as Kafka's; for byte rates it is
+not bounded by the window (a client that burst far beyond its quota waits until the window
+has forgotten the burst: bounding it there would let the next burst through at once), only
+by MAX_THROTTLE_S, so that a held answer stays within a client's request timeout (30 s by
+default). The caller delays the answer, or the connection's next request, by it, and
+reports it to the client; nothing is refused.
 
 A quota is enforced by each serving process on its own, as Kafka's by each broker: a
 client talking to three brokers may reach three times its quota in all.
@@ -42,6 +44,7 @@ from raylog.quotas.entity import (
 from raylog.quotas.rate import WindowedRate
 from raylog.util.arguments import settings_from_environ
 
+MAX_THROTTLE_S = 20.0  # no answer is held back longer (clients' request timeouts: 30 s)
 WINDOW_NUM_ENV = "RAYLOG_QUOTA_WINDOW_NUM"
 WINDOW_SIZE_ENV = "RAYLOG_QUOTA_WINDOW_SIZE_SECONDS"
 
@@ -127,10 +130,10 @@ class ClientQuotas:
         measured = rate.rate(now)
         if measured <= bound:
             return 0.0
-        window = rate.window_s(now)
-        most = settings.window_size_s if key == REQUEST_PERCENTAGE \
-            else settings.window_size_s * settings.window_num
-        delay = min((measured - bound) / bound * window, most)
+        delay = (measured - bound) / bound * rate.window_s(now)
+        if key == REQUEST_PERCENTAGE:
+            delay = min(delay, settings.window_size_s)  # Kafka's bound: one sample
+        delay = min(delay, MAX_THROTTLE_S)
         self.throttled_s[key] += delay
         return delay
 

@@ -6,6 +6,7 @@ import pytest
 
 from raylog.errors import InvalidConfigError
 from raylog.quotas import DEFAULT, ClientQuotas, QuotaEntity, QuotaSettings
+from raylog.quotas.enforcer import MAX_THROTTLE_S
 from raylog.quotas.follow import follow_quotas
 
 
@@ -51,8 +52,17 @@ def test_a_sender_that_waits_its_delays_is_held_to_its_quota():
 def test_delays_are_bounded():
     quotas, _ = quotas_with({QuotaEntity(client_id="c"): {"consumer_byte_rate": 1,
                                                           "request_percentage": 1}})
-    assert quotas.record("consumer_byte_rate", None, "c", 10**9) == pytest.approx(3.0)
-    assert quotas.record("request_percentage", None, "c", 100) == pytest.approx(1.0)
+    assert quotas.record("consumer_byte_rate", None, "c", 10**9) == MAX_THROTTLE_S
+    assert quotas.record("request_percentage", None, "c", 100) == pytest.approx(1.0)  # 1 sample
+
+
+def test_a_burst_waits_until_the_window_forgot_it():
+    """Byte rates are not bounded by the window: a client that sent 10 times its quota's
+    worth of a window at once waits about 9 windows, not one (after which its next burst
+    would go through at once)."""
+    quotas, _ = quotas_with({QuotaEntity(client_id="c"): {"producer_byte_rate": 100}},
+                            window_num=3, window_size_s=1.0)
+    assert quotas.record("producer_byte_rate", None, "c", 2000) == pytest.approx(18.0)
 
 
 def test_request_time_is_a_share_of_one_handler():
