@@ -50,6 +50,7 @@ from raylog.metadata.identity import (
     write_identity,
 )
 from raylog.metadata.sessions import stall_threshold_s
+from raylog.quotas.enforcer import Throttled
 from raylog.replica.isr import NO_BROKER_EPOCH
 from raylog.replica.partition import READ_UNCOMMITTED, FetchResult
 from raylog.storage import AppendInfo
@@ -272,13 +273,14 @@ class BrokerActor(ReplicaHost):
     # -- requests for replicas another host serves -------------------------------------------
 
     async def produce(self, topic: str, partition: int, leader_epoch: int, batch: bytes,
-                      acks: int | str = 1, timeout_ms: int = 30_000) -> AppendInfo:
+                      acks: int | str = 1, timeout_ms: int = 30_000,
+                      client_id: str | None = None) -> AppendInfo | Throttled:
         host = self.hosts.elsewhere((topic, partition))
         if host is None:
             return await ReplicaHost.produce(self, topic, partition, leader_epoch, batch,
-                                             acks, timeout_ms)
+                                             acks, timeout_ms, client_id)
         return await _forward(host.produce.remote(topic, partition, leader_epoch, batch,
-                                                  acks, timeout_ms))
+                                                  acks, timeout_ms, client_id))
 
     async def write_txn_marker(self, topic: str, partition: int, producer_id: int,
                                producer_epoch: int, commit: bool, coordinator_epoch: int,
@@ -322,13 +324,16 @@ class BrokerActor(ReplicaHost):
 
     async def fetch(self, topic: str, partition: int, leader_epoch: int, offset: int,
                     max_bytes: int = 8 << 20, max_wait_ms: int = 0, min_bytes: int = 1,
-                    isolation: str = READ_UNCOMMITTED) -> FetchResult:
+                    isolation: str = READ_UNCOMMITTED,
+                    client_id: str | None = None) -> FetchResult | Throttled:
         host = self.hosts.elsewhere((topic, partition))
         if host is None:
             return await ReplicaHost.fetch(self, topic, partition, leader_epoch, offset,
-                                           max_bytes, max_wait_ms, min_bytes, isolation)
+                                           max_bytes, max_wait_ms, min_bytes, isolation,
+                                           client_id)
         return await _forward(host.fetch.remote(topic, partition, leader_epoch, offset,
-                                                max_bytes, max_wait_ms, min_bytes, isolation))
+                                                max_bytes, max_wait_ms, min_bytes, isolation,
+                                                client_id))
 
     async def delete_records(self, topic: str, partition: int, leader_epoch: int,
                              offset: int) -> int:

@@ -14,7 +14,8 @@ parts"): the metadata (raylog/metadata/access.py), brokers and elections
 (actors/broker_manager.py), topics (actors/topic_manager.py), partition moves
 (actors/partition_moves.py), the balancer (actors/balancing.py), drains and restarts of
 brokers (actors/drains.py), groups (actors/groups.py), transactions
-(actors/transactions.py) and the Spark connector's calls (actors/java_api.py). Its API is
+(actors/transactions.py), client quotas (actors/quota_service.py) and the Spark
+connector's calls (actors/java_api.py). Its API is
 the list of what each part serves.
 
 Its loop (every RECONCILE_INTERVAL_S): register new broker nodes, expire group members whose
@@ -53,6 +54,7 @@ from actors.hosting import background
 from actors.java_api import JavaApi
 from actors.kafka_groups import KafkaGroupService
 from actors.partition_moves import PartitionMoves
+from actors.quota_service import QuotaService
 from actors.topic_manager import CALL_TIMEOUT_S, TopicManager
 from actors.transactions import TransactionService
 from raylog.metadata import MetadataStore
@@ -128,6 +130,7 @@ class ControllerActor:
         self.groups.describe_transaction = self.transactions.txn_describe
         self.transactions.offsets_marker_written = self.groups.txn_marker_written
         self.java = JavaApi(self.topics, self.brokers)
+        self.quotas = QuotaService(self.access)
         self._steps: dict[str, asyncio.Task] = {}  # the reconcile steps running
         self._loop: asyncio.Task | None = None
         self._first_round: asyncio.Task | None = None
@@ -205,6 +208,12 @@ class ControllerActor:
     txn_list = served_by("transactions", TransactionService.txn_list)
     txn_describe = served_by("transactions", TransactionService.txn_describe)
     txn_abort = served_by("transactions", TransactionService.txn_abort)
+
+    # -- the API: client quotas (docs/quotas.md) --------------------------------------------------
+
+    alter_quotas = served_by("quotas", QuotaService.alter_quotas)
+    describe_quotas = served_by("quotas", QuotaService.describe_quotas)
+    watch_quotas = served_by("quotas", QuotaService.watch_quotas)
 
     # -- the API: the Spark connector (JSON in and out; a RaylogError leaves as JavaCallError) --
 

@@ -44,6 +44,7 @@ class KafkaListenerActor:
         from raylog.client.connection import connect
         from raylog.kafka.gateway.cluster import ClusterBackend, NodeListeners
         from raylog.kafka.gateway.listener import KafkaListener
+        from raylog.kafka.gateway.quotas import ListenerQuotas
         from raylog.kafka.gateway.security import ListenerSecurity
         from raylog.kafka.gateway.settings import GatewaySettings
         from raylog.kafka.gateway.users import credential_follower, start_access
@@ -62,7 +63,8 @@ class KafkaListenerActor:
         self.acls, access = await asyncio.to_thread(start_access, cluster, security)
         self.listener = KafkaListener(backend, settings, host="0.0.0.0", port=self.port,
                                       security=security, credentials=credentials,
-                                      write_users=write_users, access=access)
+                                      write_users=write_users, access=access,
+                                      quotas=ListenerQuotas())
         _, port = await self.listener.start()
         host = ray.util.get_node_ip_address()
         logger.info("Kafka listener of node %s on %s:%d", ray.get_runtime_context().get_node_id(),
@@ -75,4 +77,5 @@ class KafkaListenerActor:
             return {}
         return {"connections": listener.connections, "accepted": listener.accepted,
                 "answered": listener.answered, "refused": listener.refused,
-                "authentication_failures": listener.authentication_failures}
+                "authentication_failures": listener.authentication_failures,
+                "throttled": listener.throttled}

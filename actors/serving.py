@@ -45,6 +45,7 @@ import ray
 from actors import at, log_what_matters
 from actors.background import StorageWorker
 from actors.fetcher import ReplicaFetcher
+from actors.host_quotas import HostQuotas
 from actors.hosting import (
     METADATA_FILE,
     HostedReplica,
@@ -63,6 +64,8 @@ from raylog.errors import (
 )
 from raylog.metadata.sessions import StallGuard, stall_threshold_s
 from raylog.metadata.settings import DEFAULT_SESSION_TIMEOUT_MS
+from raylog.quotas.enforcer import Throttled
+from raylog.quotas.entity import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE
 from raylog.records.header import iter_headers
 from raylog.records.kafka_columns import ipc_bytes, kafka_table, spark_table
 from raylog.replica.isr import NO_BROKER_EPOCH
@@ -185,6 +188,9 @@ class ReplicaHost:
                                  self._tiered_job_done)
         self._maintenance = asyncio.get_event_loop().create_task(self._maintain())
         self._ticker = asyncio.get_event_loop().create_task(self._tick())
+        # client quotas (actors/host_quotas.py), following the controller's from now on
+        self.client_quotas = HostQuotas()
+        self.client_quotas.start(self._controller_handle, self._controller_lost)
 
     def _check(self) -> int:
         """Before serving a leader or consumer request: the stall guard's check."""
@@ -432,6 +438,7 @@ class ReplicaHost:
 
     async def close(self) -> None:
         """Close every replica cleanly (producer snapshots, clean-shutdown markers)."""
+        self.client_quotas.stop()
         for tp in list(self.replicas):
             self._stop(tp, delete=False)
         for fetcher in self.fetchers.values():
@@ -451,9 +458,11 @@ class ReplicaHost:
         return hosted
 
     async def produce(self, topic: str, partition: int, leader_epoch: int, batch: bytes,
-                      acks: int | str = 1, timeout_ms: int = 30_000) -> AppendInfo:
+                      acks: int | str = 1, timeout_ms: int = 30_000,
+                      client_id: str | None = None) -> AppendInfo | Throttled:
         """Append a producer's batch to a partition this broker leads (see
-        HostedReplica.produce)."""
+        HostedReplica.produce). ``client_id``: the producer's, whose quota the answer may be
+        held back by (actors/host_quotas.py; then it comes as Throttled)."""
         started = time.monotonic()
         hosted = self._hosted(topic, partition)  # checks the stall guard
         since = self.guard.generation
@@ -464,6 +473,11 @@ class ReplicaHost:
                         topic=topic)
         metrics.inc("raylog_bytes_in", len(batch), topic=topic)
         metrics.inc("raylog_records_in", info.record_count, topic=topic)
+        if client_id is not None:
+            throttled = await self.client_quotas.hold(PRODUCER_BYTE_RATE, client_id,
+                                                      len(batch), time.monotonic() - started)
+            if throttled:
+                return Throttled(info, throttled)
         return info
 
     async def write_txn_marker(self, topic: str, partition: int, producer_id: int,
@@ -503,10 +517,13 @@ class ReplicaHost:
 
     async def fetch(self, topic: str, partition: int, leader_epoch: int, offset: int,
                     max_bytes: int = 8 << 20, max_wait_ms: int = 0, min_bytes: int = 1,
-                    isolation: str = READ_UNCOMMITTED) -> FetchResult:
+                    isolation: str = READ_UNCOMMITTED,
+                    client_id: str | None = None) -> FetchResult | Throttled:
         """Batches from ``offset`` below the high watermark (``read_committed``: below the
         last stable offset, with the aborted transactions; Partition.fetch); waits up to
-        ``max_wait_ms`` for at least ``min_bytes`` to be there."""
+        ``max_wait_ms`` for at least ``min_bytes`` to be there. ``client_id``: the
+        consumer's, whose quota the answer may be held back by (actors/host_quotas.py; then
+        it comes as Throttled)."""
         started = time.monotonic()
         hosted = self._hosted(topic, partition)  # checks the stall guard
         since = self.guard.generation
@@ -518,16 +535,24 @@ class ReplicaHost:
             _count_out(topic, remote.data)
             return remote
         result = hosted.partition.fetch(offset, max_bytes, leader_epoch, isolation)
+        took = time.monotonic() - started  # the request's time here, its waits not counted
         deadline = started + max_wait_ms / 1000
         while len(result.data) < min_bytes:
             if not await hosted.wait(deadline - time.monotonic()):
                 break
             hosted = self._hosted(topic, partition)
+            again = time.monotonic()
             result = hosted.partition.fetch(offset, max_bytes, leader_epoch, isolation)
+            took += time.monotonic() - again
         self.guard.check_since(since)
         recorder().observe("raylog_fetch_latency_ms", (time.monotonic() - started) * 1000,
                            topic=topic)
         _count_out(topic, result.data)
+        if client_id is not None:
+            throttled = await self.client_quotas.hold(CONSUMER_BYTE_RATE, client_id,
+                                                      len(result.data), took)
+            if throttled:
+                return Throttled(result, throttled)
         return result
 
     async def delete_records(self, topic: str, partition: int, leader_epoch: int,
@@ -753,6 +778,9 @@ class ReplicaHost:
         return out
 
     # -- the ISR, maintenance --------------------------------------------------------------------
+
+    def _controller_lost(self) -> None:
+        self._controller = None
 
     def _controller_handle(self) -> ray.actor.ActorHandle:
         if self._controller is None:

@@ -523,3 +523,12 @@ class RemoteStorageUnavailableError(RaylogError):
 class RemoteObjectError(CorruptRecordError):
     """An object of a tiered segment in the object store is missing or does not match the
     size and sha256 its remote-log metadata record says; the message names the object."""
+
+
+class InvalidQuotaError(InvalidConfigError):
+    """A client quota was refused: an unknown quota key (Kafka's are producer_byte_rate,
+    consumer_byte_rate and request_percentage), a value that is not a positive number (a
+    byte rate must be a whole number), or an entity that names no user and no client id.
+    Nothing is stored then."""
+
+    kafka_code = 42  # INVALID_REQUEST

@@ -509,6 +509,9 @@ def build_parser() -> argparse.ArgumentParser:
     from raylog.cli.acls import add_parser as add_acls_parser
 
     add_acls_parser(commands)
+    from raylog.cli.quotas import add_parser as add_quotas_parser
+
+    add_quotas_parser(commands)
     _address_anywhere(commands)
     # Added after --address went everywhere: every argument after `bench` is the suite's.
     bench = commands.add_parser("bench", add_help=False, prefix_chars="\0",
@@ -560,6 +563,7 @@ def _address_anywhere(commands: argparse._SubParsersAction) -> None:
 # and those of them that read standard input.
 LAZY_COMMANDS = {"produce": "records", "consume": "records", "gateway": "gateway",
                  "users": "users", "acls": "acls", "transactions": "transactions",
+                 "quotas": "quotas",
                  "schemas": "schemas", "registry": "schemas", "balance": "balance"}
 READS_STDIN = frozenset({"produce", "users"})
 

@@ -121,6 +121,7 @@ def cmd_gateway(args: argparse.Namespace, out: TextIO) -> int:
     from raylog.errors import InvalidArgumentError
     from raylog.kafka.gateway.cluster import ClusterBackend, OneAddress
     from raylog.kafka.gateway.listener import KafkaListener, ListenerThread
+    from raylog.kafka.gateway.quotas import ListenerQuotas
     from raylog.kafka.gateway.settings import GatewaySettings, inline_appends
     from raylog.kafka.gateway.users import credential_follower, start_access
 
@@ -144,7 +145,7 @@ def cmd_gateway(args: argparse.Namespace, out: TextIO) -> int:
         running = ListenerThread(KafkaListener(
             backend, settings, host=args.host, port=args.port, security=security,
             credentials=credentials, write_users=users.topic.write if users else None,
-            access=access))
+            access=access, quotas=ListenerQuotas()))
         try:
             host, port = running.start()
         except OSError as e:

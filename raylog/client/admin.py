@@ -36,6 +36,7 @@ from raylog.metadata.topics import (
     topic_partitions,
     validate_topic_name,
 )
+from raylog.quotas.entity import DEFAULT, QuotaEntity, check_keys, check_quotas, from_wire
 from raylog.types import NewTopic, TopicPartition
 from raylog.util.arguments import (
     INT32_MAX,
@@ -242,6 +243,41 @@ class Admin:
 
         return self._change(lambda: self._controller().alter_configs(name, updates, deletes),
                             done=done)
+
+    # -- client quotas (docs/quotas.md) ------------------------------------------------
+
+    def alter_quotas(self, entity: QuotaEntity, set_quotas: Mapping[str, float] | None = None,
+                     delete_quotas: Iterable[str] | None = None) -> None:
+        """Set and delete quotas of ``entity`` (a user, a client id, or both; DEFAULT for
+        the default one); brokers and Kafka listeners enforce them within a moment. Keys:
+        producer_byte_rate, consumer_byte_rate (bytes/s), request_percentage. Bad input
+        (an unknown key, a value that is not a positive number) raises InvalidQuotaError,
+        changing nothing; deleting a quota that is not set is no error, as Kafka's.
+
+        >>> Admin().alter_quotas(QuotaEntity(client_id="loader"),
+        ...                      {"producer_byte_rate": 10 << 20})
+        """
+        if not isinstance(entity, QuotaEntity):
+            raise InvalidArgumentError(f"entity must be a QuotaEntity, got "
+                                       f"{short_repr(entity)}")
+        if isinstance(delete_quotas, str):
+            delete_quotas = [delete_quotas]
+        updates = check_quotas(set_quotas or {})  # refused here, before any remote call
+        deletes = list(delete_quotas or [])
+        check_keys(deletes)
+        self._controller().alter_quotas([{"entity": entity.to_dict(), "set": updates,
+                                          "delete": deletes}])
+
+    def describe_quotas(self, user: str | None = None, client_id: str | None = None,
+                        strict: bool = False) -> dict[QuotaEntity, dict[str, float]]:
+        """The quotas set, by entity: of ``user`` and of ``client_id`` when given (a name,
+        or DEFAULT for the default's), only of entities naming nothing else with
+        ``strict``."""
+        components = [(kind, "default" if name == DEFAULT else "exact",
+                       None if name == DEFAULT else name)
+                      for kind, name in (("user", user), ("client-id", client_id))
+                      if name is not None]
+        return from_wire(self._controller().describe_quotas(components, strict))
 
     # -- consumer groups --------------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ from raylog.errors import (
 )
 from raylog.groups.assignors import ASSIGNORS
 from raylog.metadata.topics import check_partition, topic_partition, topic_partitions
+from raylog.quotas.enforcer import unwrap as unwrap_throttled
 from raylog.records import decode, iter_batches
 from raylog.records.reader import row_columns, row_range
 from raylog.replica.partition import (
@@ -267,6 +268,9 @@ class Consumer(GroupMixin):
         committed = self.config.isolation_level == READ_COMMITTED
         self._latest = LAST_STABLE if committed else LATEST
         self._isolation = (READ_COMMITTED,) if committed else ()  # fetch's last argument
+        # How long, in all, the brokers held this consumer's fetches back for its quota
+        # (docs/quotas.md): as Kafka's fetch-throttle-time metrics, one running total.
+        self.throttle_time_ms = 0
 
     # -- assignment and positions ----------------------------------------------------------------
 
@@ -471,7 +475,7 @@ class Consumer(GroupMixin):
                 reader = self._reader(state.tp, leader_only=now < state.leader_only_until)
                 state.sent(reader.fetch(state.fetch_offset, config.max_partition_fetch_bytes,
                                         config.fetch_max_wait_ms, config.fetch_min_bytes,
-                                        *self._isolation),
+                                        *self._isolation, client_id=config.client_id),
                            reader, now, resetting=False)
                 state.pending_from_leader = \
                     reader.broker_id == self._meta(state.tp.topic).partitions[
@@ -542,6 +546,8 @@ class Consumer(GroupMixin):
         if state.resetting:
             state.reset(result[0])
             return
+        result, throttled = unwrap_throttled(result)
+        self.throttle_time_ms += throttled
         if not result.data:
             return
         start = state.fetch_offset

@@ -46,6 +46,7 @@ from raylog.errors import (
     UnknownPartitionError,
 )
 from raylog.metadata.topics import check_partition, validate_topic_name
+from raylog.quotas.enforcer import unwrap as unwrap_throttled
 from raylog.records import BatchBuilder, Codec, encode
 from raylog.records.append import PlainSend
 from raylog.records.builder import BATCH_OVERHEAD, RECORD_OVERHEAD, check_headers, record_size
@@ -56,6 +57,7 @@ from raylog.util.arguments import (
     INT64_MAX,
     build_config,
     check_functions,
+    check_id,
     check_int_fields,
     check_timeout,
     refuses_unknown_options,
@@ -94,6 +96,9 @@ class ProducerConfig:
     # coordinator aborts a transaction left open longer than transaction_timeout_ms.
     transactional_id: str | None = None
     transaction_timeout_ms: int = 60_000
+    # Who the brokers charge this producer's bytes and request time to (client quotas:
+    # docs/quotas.md); as Kafka's client.id.
+    client_id: str = "raylog-producer"
 
     def __post_init__(self) -> None:
         if type(self.acks) not in (int, str) or self.acks not in (0, 1, -1, "all", "0", "1",
@@ -111,7 +116,9 @@ class ProducerConfig:
         if self.transactional_id is not None and acks != "all":
             raise InvalidConfigError(f"a transactional producer needs acks='all' (its "
                                      f"default), got acks={self.acks!r}")
-        check_int_fields(self, skip=("acks", "compression_type", "transactional_id"),
+        check_id("client_id", self.client_id)
+        check_int_fields(self, skip=("acks", "compression_type", "transactional_id",
+                                     "client_id"),
                          zero_ok=("linger_ms", "retry_backoff_ms"),
                          maximums={"buffer_memory": INT64_MAX})
         if self.delivery_timeout_ms < self.linger_ms:
@@ -234,6 +241,9 @@ class Producer:
         self._send_pending = False  # something in _sendable may be sendable now
         self._closed = False
         self._stopping = False
+        # How long, in all, the brokers held this producer's answers back for its quota
+        # (docs/quotas.md): as Kafka's produce-throttle-time metrics, one running total.
+        self.throttle_time_ms = 0
         self._encode_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._submitting = threading.Lock()  # held by the one thread submitting batches
         self._caller_busy = False  # a send() sealed and submitted a batch since last look
@@ -1008,7 +1018,8 @@ class Producer:
             batch.sent_at = time.monotonic()
             batch.sent_to = leader.broker_id, leader.leader_epoch
             batch.attempts += 1
-            ref = leader.append(data, self.config.acks, self.config.request_timeout_ms)
+            ref = leader.append(data, self.config.acks, self.config.request_timeout_ms,
+                                client_id=self.config.client_id)
         except Exception as e:  # every failure ends in the batch's future
             self._failed(batch, e, sent=False)
             return
@@ -1044,10 +1055,14 @@ class Producer:
             if batch is None:
                 continue  # abandoned or expired since it was answered
             try:
-                info = appended(answer.get(), batch.topic, batch.partition)
+                info, throttled = unwrap_throttled(answer.get())
+                info = appended(info, batch.topic, batch.partition)
             except Exception as e:  # every failure ends in the batch's future
                 self._failed(batch, e)
                 continue
+            if throttled:
+                with self._lock:
+                    self.throttle_time_ms += throttled
             self._finish(batch, info.base_offset, None)
 
     def _failed(self, batch: OutgoingBatch, error: Exception, sent: bool = True) -> None:

@@ -188,12 +188,24 @@ class ReplicaClient:
         self.broker_id = broker_id
         self.node_id = node_id
 
-    def append(self, batch: bytes, acks: int | str, timeout_ms: int = 30_000) -> ray.ObjectRef:
+    def append(self, batch: bytes, acks: int | str, timeout_ms: int = 30_000,
+               client_id: str | None = None) -> ray.ObjectRef:
+        """``client_id``: the producer's, for its quota (docs/quotas.md); None: charged to
+        nobody."""
+        if client_id is None:
+            return self.handle.produce.remote(self.topic, self.partition, self.leader_epoch,
+                                              batch, acks, timeout_ms)
         return self.handle.produce.remote(self.topic, self.partition, self.leader_epoch, batch,
-                                          acks, timeout_ms)
+                                          acks, timeout_ms, client_id=client_id)
 
     def fetch(self, offset: int, max_bytes: int, max_wait_ms: int,
-              min_bytes: int, isolation: str = READ_UNCOMMITTED) -> ray.ObjectRef:
+              min_bytes: int, isolation: str = READ_UNCOMMITTED,
+              client_id: str | None = None) -> ray.ObjectRef:
+        """``client_id``: the consumer's, for its quota (docs/quotas.md)."""
+        if client_id is not None:
+            return self.handle.fetch.remote(self.topic, self.partition, self.leader_epoch,
+                                            offset, max_bytes, max_wait_ms, min_bytes,
+                                            isolation, client_id=client_id)
         if isolation == READ_UNCOMMITTED:  # the broker's default (and older brokers')
             return self.handle.fetch.remote(self.topic, self.partition, self.leader_epoch,
                                             offset, max_bytes, max_wait_ms, min_bytes)
@@ -317,6 +329,14 @@ class ControllerClient:
                       delete_configs: list[str]) -> dict[str, Any]:
         return self._call(self.handle.alter_configs, name, set_configs, delete_configs,
                           retry=False)
+
+    def alter_quotas(self, entries: list[dict[str, Any]], validate_only: bool = False) -> None:
+        # safe to repeat: setting a quota to what it is changes nothing
+        return self._call(self.handle.alter_quotas, entries, validate_only)
+
+    def describe_quotas(self, components: list[tuple[str, str, str | None]] | None = None,
+                        strict: bool = False) -> list[dict[str, Any]]:
+        return self._call(self.handle.describe_quotas, components, strict)
 
     def elect_leaders(self, names: list[str] | None) -> dict[str, list[int]]:
         return self._call(self.handle.elect_leaders, names, retry=False)

@@ -13,6 +13,7 @@ import dataclasses
 from typing import Any
 
 from raylog.errors import TopicExistsError, UnknownPartitionError, UnknownTopicError
+from raylog.quotas.entity import QuotaEntity, from_wire, to_wire
 
 
 @dataclasses.dataclass
@@ -84,6 +85,10 @@ class MetadataState:
         # with every one that takes over (0: none yet). Its markers carry it, and partitions
         # refuse markers of a smaller one (docs/transactions.md).
         self.coordinator_epoch = 0
+        # Client quotas (docs/quotas.md): entity -> quota key -> value, and the position in
+        # the log of the event that last changed them (followers compare it to theirs).
+        self.quotas: dict[QuotaEntity, dict[str, float]] = {}
+        self.quotas_version = 0
 
     @property
     def next_broker_id(self) -> int:
@@ -129,6 +134,8 @@ class MetadataState:
             "incarnations": list(self.incarnations.items()),
             "broker_epochs": list(self.broker_epochs.items()),
             "coordinator_epoch": self.coordinator_epoch,
+            "quotas": to_wire(self.quotas),
+            "quotas_version": self.quotas_version,
             "topics": [{"name": t.name, "topic_id": t.topic_id, "configs": t.configs,
                         "partitions": [p.to_dict() for p in t.partitions]}
                        for t in self.topics.values()],
@@ -147,6 +154,9 @@ class MetadataState:
         state.broker_epochs = {broker: int(epoch) for broker, epoch in data["broker_epochs"]}
         # (snapshots written before transactions have none)
         state.coordinator_epoch = int(data.get("coordinator_epoch", 0))
+        # (snapshots written before quotas have none)
+        state.quotas = from_wire(data.get("quotas", []))
+        state.quotas_version = int(data.get("quotas_version", 0))
         state.topics = {
             t["name"]: TopicState(t["name"], t["topic_id"],
                                   [PartitionState(**p) for p in t["partitions"]],
@@ -190,6 +200,11 @@ def partitions_added(name: str, replicas: list[list[int]]) -> dict[str, Any]:
 
 def configs_altered(name: str, configs: dict[str, Any]) -> dict[str, Any]:
     return {"type": "configs_altered", "name": name, "configs": configs}
+
+
+def quotas_altered(entity: QuotaEntity, quotas: dict[str, float]) -> dict[str, Any]:
+    """The quotas of ``entity`` are ``quotas`` from now on (none: it has none)."""
+    return {"type": "quotas_altered", "entity": entity.to_dict(), "quotas": quotas}
 
 
 def partition_changed(name: str, partition: int, *, leader: int | None, leader_epoch: int,
@@ -260,6 +275,15 @@ def _apply_configs_altered(state: MetadataState, event: dict[str, Any]) -> None:
     state.topic(event["name"]).configs = dict(event["configs"])
 
 
+def _apply_quotas_altered(state: MetadataState, event: dict[str, Any]) -> None:
+    entity = QuotaEntity.from_dict(event["entity"])
+    if event["quotas"]:
+        state.quotas[entity] = dict(event["quotas"])
+    else:
+        state.quotas.pop(entity, None)
+    state.quotas_version = state.applied  # this event's place in the log
+
+
 def _apply_partition_changed(state: MetadataState, event: dict[str, Any]) -> None:
     p = state.topic(event["name"]).partition(event["partition"])
     p.leader = event["leader"]
@@ -284,6 +308,7 @@ _HANDLERS = {
     "topic_deleted": _apply_topic_deleted,
     "partitions_added": _apply_partitions_added,
     "configs_altered": _apply_configs_altered,
+    "quotas_altered": _apply_quotas_altered,
     "partition_changed": _apply_partition_changed,
     "reassignment": _apply_reassignment,
 }

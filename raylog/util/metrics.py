@@ -47,6 +47,9 @@ METRICS: dict[str, Metric] = {
                                         ("topic",)),
     "raylog_fetch_latency_ms": Metric("histogram", "Time a broker took to answer a fetch, its "
                                                    "long-poll wait included", ("topic",)),
+    "raylog_throttle_time_ms": Metric("counter", "Time answers to a client were held back by "
+                                                 "its quota (docs/quotas.md)",
+                                      ("quota", "client_id")),
     "raylog_under_replicated_partitions": Metric("gauge", "Partitions whose ISR lacks some of "
                                                           "their replicas"),
     "raylog_offline_partitions": Metric("gauge", "Partitions without a live leader"),

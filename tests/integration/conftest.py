@@ -26,11 +26,13 @@ from raylog.client.connection import reset_default
 from raylog.client.remote import resolve
 from raylog.metadata.hosts import PROCESSES_ENV
 from raylog.metadata.limits import MAX_REPLICAS_ENV
+from raylog.quotas.enforcer import WINDOW_SIZE_ENV as QUOTA_WINDOW_SIZE_ENV
 from raylog.tiered import settings as tiered_settings
 from raylog.util import faults
 from raylog.util.cluster_names import BROKER_RESOURCE, DATA_DIR_ENV, NAMESPACE, broker_actor_name
 
 BROKERS = 3
+QUOTA_WINDOW_SIZE_S = "0.25"  # each broker's RAYLOG_QUOTA_WINDOW_SIZE_SECONDS
 NODE_ARGS = {"num_cpus": 1, "object_store_memory": 200 * 1024 * 1024}
 
 
@@ -98,7 +100,9 @@ def ray_cluster(tmp_path_factory) -> Iterator[TestCluster]:
     # of the three (test_bad_input provokes it); the machine's memory would allow more.
     # Metrics reach the nodes' Prometheus endpoints every 2 s (Ray's default: 10 s). An idle
     # broker looks at its replicas every 5 s (default 30 s): a compaction or a deletion that
-    # became due after the last write is done within seconds, not half a minute.
+    # became due after the last write is done within seconds, not half a minute. Client
+    # quotas are measured over 11 samples of 0.25 s (default 1 s): a quota holds a client
+    # within about 3 s, not 11 (tests/integration/test_quotas.py).
     cluster = Cluster(initialize_head=True, head_node_args={
         **NODE_ARGS, "include_dashboard": False,
         "_system_config": {"metrics_report_interval_ms": 2000},
@@ -114,7 +118,8 @@ def ray_cluster(tmp_path_factory) -> Iterator[TestCluster]:
                                     env_vars={DATA_DIR_ENV: str(data_dir),
                                               faults.FILE_ENV: str(root / "failpoints"),
                                               PROCESSES_ENV: "2" if i == 0 else "1",
-                                              IDLE_MAINTENANCE_ENV: "5"})
+                                              IDLE_MAINTENANCE_ENV: "5",
+                                              QUOTA_WINDOW_SIZE_ENV: QUOTA_WINDOW_SIZE_S})
             data_dirs[node.node_id] = data_dir
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, log_to_driver=False)

@@ -73,7 +73,7 @@ class Seam:
         self.lock = threading.Lock()
 
     def append(self, client: ReplicaClient, batch: bytes, acks: int | str,
-               timeout_ms: int = 30_000) -> ray.ObjectRef:
+               timeout_ms: int = 30_000, client_id: str | None = None) -> ray.ObjectRef:
         header = parse_header(batch)
         key = (header.producer_epoch, header.base_sequence)
         with self.lock:
@@ -90,7 +90,7 @@ class Seam:
                                                client.leader_epoch + 1, batch, acks,
                                                timeout_ms)
         else:
-            ref = self.original(client, batch, acks, timeout_ms)
+            ref = self.original(client, batch, acks, timeout_ms, client_id)
         with self.lock:
             self.attempts.append((*key, ref))
         return ref
@@ -107,7 +107,7 @@ def test_a_late_retry_after_an_epoch_bump_is_never_acknowledged_without_being_wr
     admin.create_topic(topic_name, partitions=1)
     seam = Seam(ReplicaClient.append)
     monkeypatch.setattr(ReplicaClient, "append",
-                        lambda client, *args: seam.append(client, *args))
+                        lambda client, *args, **kwargs: seam.append(client, *args, **kwargs))
     # A's retry comes 3.2 to 4.8 s after its failure: long after B's wait on the gap ended
     # (0.5 s now, 2 s before the fix, when B was accepted then).
     producer = Producer(cluster=ray_cluster.raylog, acks="all", linger_ms=0,

@@ -151,20 +151,20 @@ class _Method:
         self._serve = serve
         self._method_name = serve.__name__.lstrip("_")
 
-    def remote(self, *args: Any) -> concurrent.futures.Future:
-        return self._process.call(lambda: self._serve(*args))
+    def remote(self, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
+        return self._process.call(lambda: self._serve(*args, **kwargs))
 
 
 class _LongPoll(_Method):
     """A fetch that finds nothing to read is answered after its ``max_wait_ms``."""
 
     def remote(self, topic: str, partition: int, leader_epoch: int, offset: int,
-               max_bytes: int, max_wait_ms: int, min_bytes: int, *isolation: str
-               ) -> concurrent.futures.Future:
+               max_bytes: int, max_wait_ms: int, min_bytes: int, *isolation: str,
+               **kwargs: Any) -> concurrent.futures.Future:
         args = topic, partition, leader_epoch, offset, max_bytes, max_wait_ms, min_bytes, \
             *isolation
         empty = len(self._process.partitions[(topic, partition)].values) <= offset
-        return self._process.call(lambda: self._serve(*args),
+        return self._process.call(lambda: self._serve(*args, **kwargs),
                                   max_wait_ms / 1000 if empty else 0.0)
 
 
@@ -264,7 +264,7 @@ class FakeBroker(Stoppable):
         return p
 
     def _produce(self, topic: str, partition: int, leader_epoch: int, batch: bytes,
-                 acks: object, timeout_ms: int) -> AppendInfo:
+                 acks: object, timeout_ms: int, client_id: str | None = None) -> AppendInfo:
         p = self._leading(topic, partition, leader_epoch)
         try:
             return p.append(batch)
@@ -273,7 +273,8 @@ class FakeBroker(Stoppable):
 
     def _fetch(self, topic: str, partition: int, leader_epoch: int, offset: int,
                max_bytes: int, max_wait_ms: int, min_bytes: int,
-               isolation: str = "read_uncommitted") -> FetchResult:
+               isolation: str = "read_uncommitted",
+               client_id: str | None = None) -> FetchResult:
         return self._leading(topic, partition, leader_epoch).read(offset, isolation)
 
     def _delete_records(self, topic: str, partition: int, leader_epoch: int, offset: int

@@ -27,7 +27,8 @@ LAYERS: dict[str, tuple[list[str], set[str]]] = {
     "clients": (["raylog.client", "raylog.schemas.client", "raylog.kafka.gateway"], {"core"}),
     "core": (["raylog.errors", "raylog.types", "raylog.util", "raylog.records",
               "raylog.storage", "raylog.replica", "raylog.metadata", "raylog.groups",
-              "raylog.schemas", "raylog.kafka", "raylog.transactions", "raylog.tiered"], set()),
+              "raylog.schemas", "raylog.kafka", "raylog.transactions", "raylog.tiered",
+              "raylog.quotas"], set()),
 }
 
 def module_name(root: Path, path: Path) -> str:

@@ -8,6 +8,9 @@
 - :class:`ConnectionLimit`: at most ``max_per_address`` open connections per address
   (Kafka's ``max.connections.per.ip``); None: no limit.
 
+Rates per user and client id (Kafka's client quotas) are another thing, measured and
+enforced by raylog/quotas/ and raylog/kafka/gateway/quotas.py (docs/quotas.md).
+
 Plain Python with an injected clock; used from the listener's event loop only (not
 thread-safe).
 """

@@ -58,6 +58,7 @@ class Connection:
     authenticated: bool = True
     sasl: Any = None
     close_after_answer: bool = False
+    throttled_until: float = 0.0  # (monotonic s) a quota holds the client back until then
 
     def login(self, principal: Principal) -> None:
         """The connection is ``principal`` from now on, and may ask any API."""
@@ -140,7 +141,7 @@ class Dispatch:
 # The modules whose ``register(dispatch)`` adds their handlers: to add an API, write its
 # handler in a module of this package and name the module here.
 HANDLER_MODULES = ("versions", "metadata", "produce", "fetch", "admin", "groups", "sasl",
-                   "scram_users", "acls", "transactions")
+                   "scram_users", "acls", "transactions", "client_quotas")
 
 
 def default_dispatch() -> Dispatch:

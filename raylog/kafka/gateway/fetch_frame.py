@@ -68,6 +68,12 @@ class FetchAnswer:
     topics: list[tuple[str, list[Partition]]]
     error_code: int = 0
     session_id: int = 0
+    throttle_time_ms: int = 0  # set by the listener when a quota holds the client back
+
+    def records_bytes(self) -> int:
+        """The bytes of records it carries (what a consumer_byte_rate quota counts)."""
+        return sum(len(piece) for _, partitions in self.topics for p in partitions
+                   for piece in p.records)
 
     def frame(self, correlation_id: int) -> list[Buffer]:
         """The whole frame (length prefix, header, body) as buffers to write in order."""
@@ -77,9 +83,9 @@ class FetchAnswer:
         if flexible:
             head += _NO_TAGS
         if self.version >= 7:
-            head += _HEAD.pack(0, self.error_code, self.session_id)
+            head += _HEAD.pack(self.throttle_time_ms, self.error_code, self.session_id)
         else:
-            head += _I32.pack(0)
+            head += _I32.pack(self.throttle_time_ms)
         head += _count(len(self.topics), flexible)
         for name, partitions in self.topics:
             head += _string(name, flexible)

@@ -23,6 +23,8 @@ subject, or ``User:ANONYMOUS``), and on a SASL listener serves a connection noth
 ApiVersions and the login's APIs until it logged in (raylog/kafka/gateway/sasl.py; with
 SaslHandshake v0 the tokens come as raw frames, passed to the connection's SaslSession).
 Connections beyond ``max_connections_per_ip`` from one address are closed as accepted.
+With client quotas (raylog/kafka/gateway/quotas.py), an answer over its client's quota
+carries its throttle time, and the connection reads nothing more for that long.
 When a user's credential is deleted (the credentials' follower reads its tombstone), the
 connections that logged in with it are closed at once: Kafka's brokers keep them until they
 re-authenticate (KIP-368), raylog does not wait; their clients' reconnection is a new login,
@@ -63,6 +65,7 @@ from raylog.kafka.gateway.protocol import (
     frame_size,
     peek_header,
 )
+from raylog.kafka.gateway.quotas import ListenerQuotas
 from raylog.kafka.gateway.sasl import ALLOWED_BEFORE_LOGIN, SaslSession, Stage
 from raylog.kafka.gateway.scram_users import Records, UserAdmin
 from raylog.kafka.gateway.security import ListenerSecurity
@@ -86,10 +89,12 @@ class KafkaListener:
     ``credentials`` are what logins are checked against (needed with SASL);
     ``write_users`` writes records to ``__raylog_users`` (AlterUserScramCredentials).
     ``access``: its authorizer (ACLs; raylog/kafka/gateway/access.py), None for none.
+    ``quotas``: the client quotas it enforces, following the controller's from
+    :meth:`start` on (raylog/kafka/gateway/quotas.py), None for none.
     Counters (read from any thread): ``connections`` open now, ``accepted`` in all,
     ``answered`` requests, ``refused`` connections closed for bad input or idleness,
     ``authentication_failures``, ``revoked`` connections closed as their user's credential
-    was deleted.
+    was deleted, ``throttled`` requests taken only once a quota's throttle time had passed.
     Its coroutines run on the event loop that called :meth:`start`.
     """
 
@@ -98,7 +103,7 @@ class KafkaListener:
                  port: int = 9092, security: ListenerSecurity | None = None,
                  credentials: CredentialStore | None = None,
                  write_users: Callable[[Records], None] | None = None,
-                 access: Access | None = None) -> None:
+                 access: Access | None = None, quotas: ListenerQuotas | None = None) -> None:
         self.backend = backend
         self.settings = settings or GatewaySettings()
         self.dispatch = dispatch or default_dispatch()
@@ -110,6 +115,7 @@ class KafkaListener:
                                       f"the users' credentials to check logins against")
         self.credentials = credentials
         self.access = access
+        self.quotas = quotas
         self.users = None if credentials is None else UserAdmin(
             credentials, write_users, frozenset(self.security.super_users))
         self.throttle = FailureThrottle(self.security.failed_authentication_delay_ms,
@@ -123,6 +129,7 @@ class KafkaListener:
         self.answered = 0
         self.refused = 0
         self.revoked = 0
+        self.throttled = 0
         self._server: asyncio.base_events.Server | None = None
         self._serving: set[asyncio.Task] = set()
         self._open: dict[asyncio.Task, Connection] = {}  # by the task serving it
@@ -140,6 +147,8 @@ class KafkaListener:
                                                   backlog=1024,
                                                   ssl=self.security.ssl_context())
         self.port = self._server.sockets[0].getsockname()[1]
+        if self.quotas is not None:
+            self.quotas.start(self.backend)
         if self.credentials is not None:
             self._loop = asyncio.get_running_loop()
             self.credentials.watch(self._credential_deleted)
@@ -147,6 +156,8 @@ class KafkaListener:
 
     async def close(self) -> None:
         """Stop accepting and close every connection (their handlers are cancelled)."""
+        if self.quotas is not None:
+            self.quotas.stop()
         if self._loop is not None:
             self.credentials.unwatch(self._credential_deleted)
             self._loop = None
@@ -259,6 +270,12 @@ class KafkaListener:
                     raise _Closing(f"a frame of {size} bytes (at most "
                                    f"{self.settings.request_max_bytes})")
                 frame = await self._read_exactly(reader, size, state)
+                # A quota holds this client back (raylog/kafka/gateway/quotas.py): its next
+                # request is taken once the throttle time of the last answer has passed.
+                held = conn.throttled_until - time.monotonic()
+                if held > 0:
+                    self.throttled += 1
+                    await asyncio.sleep(held)
                 answer = self._start(frame, conn, state)
                 state.in_flight += 1
                 await answers.put(answer)  # waits while max_in_flight are unanswered
@@ -315,7 +332,7 @@ class KafkaListener:
             request = decode_request(frame)
         ctx = Context(self.backend, self.settings, self.dispatch, conn, request.client_id,
                       correlation_id, self.users, self.access)
-        return self._track(self._handle(api, ctx, request), state)
+        return self._track(self._handle(api, ctx, request, len(frame)), state)
 
     @staticmethod
     def _track(coroutine: Awaitable[list[Buffer] | None],
@@ -339,8 +356,16 @@ class KafkaListener:
             conn.login(conn.sasl.principal)
         return [_SIZE.pack(len(answer)) + answer]
 
-    async def _handle(self, api: Api, ctx: Context, request: Request) -> list[Buffer] | None:
+    async def _handle(self, api: Api, ctx: Context, request: Request,
+                      size: int) -> list[Buffer] | None:
+        started = time.monotonic()
         body = await api.handler(ctx, request.api_version, request.body)
+        if self.quotas is not None:
+            conn = ctx.connection
+            delay = self.quotas.charge(api.key, conn.principal.name, request.client_id, size,
+                                       body, time.monotonic() - started)
+            if delay:  # the connection reads nothing more until then (module docstring)
+                conn.throttled_until = max(conn.throttled_until, time.monotonic() + delay)
         if body is None:
             return None
         return encode_response(body, request.api_version, request.correlation_id)

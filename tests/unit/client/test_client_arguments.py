@@ -45,7 +45,7 @@ class _RefusingLeader:
     broker_id = 0
     leader_epoch = 0
 
-    def append(self, batch, acks, timeout_ms):
+    def append(self, batch, acks, timeout_ms, client_id=None):
         raise InvalidRecordError("refused by the test's leader")
 
 

@@ -65,7 +65,8 @@ def test_compression_none_is_accepted():
 
 
 PRODUCER_INT_FIELDS = [f.name for f in dataclasses.fields(ProducerConfig)
-                       if f.name not in ("acks", "compression_type", "transactional_id")]
+                       if f.name not in ("acks", "compression_type", "transactional_id",
+                                         "client_id")]
 ZERO_OK = {"linger_ms", "retry_backoff_ms"}
 
 

@@ -73,7 +73,7 @@ class FakeReplica:
     broker_id = 0  # the leader of every partition here
     leader_epoch = 0
 
-    def fetch(self, offset, max_bytes, max_wait_ms, min_bytes):
+    def fetch(self, offset, max_bytes, max_wait_ms, min_bytes, client_id=None):
         future = concurrent.futures.Future()
         future.set_result(FetchResult(b"", 0, 0, 0))
         return future

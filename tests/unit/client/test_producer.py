@@ -54,7 +54,8 @@ class FakeLeader:
         self.hung: list[bytes] = []  # batches whose requests never get an answer
         self.lock = threading.Lock()
 
-    def append(self, data: bytes, acks: object, timeout_ms: int) -> concurrent.futures.Future:
+    def append(self, data: bytes, acks: object, timeout_ms: int,
+               client_id: str | None = None) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
         with self.lock:
             if self.mode == "hang":
@@ -196,7 +197,8 @@ def test_each_append_answer_is_read_once(monkeypatch):
     refs: list[CountingRef] = []
 
     class Leader(FakeLeader):
-        def append(self, data: bytes, acks: object, timeout_ms: int) -> CountingRef:
+        def append(self, data: bytes, acks: object, timeout_ms: int,
+                   client_id: str | None = None) -> CountingRef:
             refs.append(CountingRef(super().append(data, acks, timeout_ms)))
             return refs[-1]
 

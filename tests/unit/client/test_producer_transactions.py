@@ -229,7 +229,7 @@ def test_a_failed_send_makes_commit_refuse_until_aborted_then_the_epoch_moves(co
     leader = controller.brokers[controller.partitions[("a", 1)].leader]
     original = leader.produce
 
-    def refuse(*args):
+    def refuse(*args, **kwargs):
         raise RecordTooLargeError("too big for the leader")
     leader.produce = _Method(leader, refuse)
     failed = producer.send("a", b"refused", partition=1)
@@ -312,7 +312,7 @@ def test_keyless_sends_take_the_fast_path_only_inside_a_healthy_transaction(cont
     producer.send("b", b"4")
     leader = controller.brokers[controller.partitions[("a", 1)].leader]
 
-    def refuse(*args):
+    def refuse(*args, **kwargs):
         raise RecordTooLargeError("too big for the leader")
     leader.produce = _Method(leader, refuse)
     import pyarrow as pa
