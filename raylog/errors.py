@@ -447,3 +447,16 @@ class UnstableOffsetCommitError(RaylogError):
 
     retriable = True
     kafka_code = 88  # UNSTABLE_OFFSET_COMMIT
+
+
+class CorruptRemoteObjectError(CorruptRecordError):
+    """An object of a tiered (remote) segment is missing from the object store, or its size
+    or sha256 is not what the segment's metadata records. The message names the object.
+    Not retriable: reading it again gives the same bytes."""
+
+
+class RemoteStorageUnavailableError(RaylogError):
+    """The object store holding tiered segments could not be reached or refused a read (a
+    store that is down, slow past its timeout, or throttling). Retriable."""
+
+    retriable = True
