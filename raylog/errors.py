@@ -449,14 +449,14 @@ class UnstableOffsetCommitError(RaylogError):
     kafka_code = 88  # UNSTABLE_OFFSET_COMMIT
 
 
-class CorruptRemoteObjectError(CorruptRecordError):
-    """An object of a tiered (remote) segment is missing from the object store, or its size
-    or sha256 is not what the segment's metadata records. The message names the object.
-    Not retriable: reading it again gives the same bytes."""
-
-
 class RemoteStorageUnavailableError(RaylogError):
-    """The object store holding tiered segments could not be reached or refused a read (a
-    store that is down, slow past its timeout, or throttling). Retriable."""
+    """The object store of tiered segments could not be reached (down, slow, refusing):
+    a read of records below the local log start fails with this and may be retried; uploads
+    wait and resume by themselves."""
 
     retriable = True
+
+
+class RemoteObjectError(CorruptRecordError):
+    """An object of a tiered segment in the object store is missing or does not match the
+    size and sha256 its remote-log metadata record says; the message names the object."""

@@ -2,7 +2,7 @@
 
 Analytics tasks (Ray Data's, Spark's) read cold offsets this way: the segment's
 ``segment.log`` object is fetched whole, its size and sha256 checked against the segment's
-record (a mismatch or a missing object is a CorruptRemoteObjectError naming the object, never
+record (a mismatch or a missing object is a RemoteObjectError naming the object, never
 data), and its batches turned into exactly what a broker's range read gives for the same
 offsets:
 
@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 
 import pyarrow as pa
 
-from raylog.errors import CorruptRemoteObjectError, RemoteStorageUnavailableError
+from raylog.errors import RemoteObjectError, RemoteStorageUnavailableError
 from raylog.records import read_table
 from raylog.records.header import iter_headers
 from raylog.records.kafka_columns import kafka_table, spark_table
@@ -50,25 +50,25 @@ def fetch_object(store: ObjectStore, segment: RemoteSegment, name: str) -> bytes
     path = f"{segment.folder(store.prefix)}/{name}"
     expected = segment.files.get(name)
     if expected is None:
-        raise CorruptRemoteObjectError(f"{path}: the record of remote segment "
+        raise RemoteObjectError(f"{path}: the record of remote segment "
                                        f"{segment.key()} lists no object {name!r}")
     try:
         data = store.get(path)
     except FileNotFoundError as e:
-        raise CorruptRemoteObjectError(f"{path} is missing from the object store") from e
+        raise RemoteObjectError(f"{path} is missing from the object store") from e
     except OSError as e:
         try:
             missing = store.size(path) is None
         except OSError:
             missing = False
         if missing:  # S3 filesystems report a missing key as a plain OSError
-            raise CorruptRemoteObjectError(f"{path} is missing from the object store") from e
+            raise RemoteObjectError(f"{path} is missing from the object store") from e
         raise RemoteStorageUnavailableError(f"cannot read {path}: {e}") from e
     if len(data) != expected.size:
-        raise CorruptRemoteObjectError(f"{path} holds {len(data)} bytes; its record says "
+        raise RemoteObjectError(f"{path} holds {len(data)} bytes; its record says "
                                        f"{expected.size}")
     if digest(data) != expected.sha256:
-        raise CorruptRemoteObjectError(f"{path}: sha256 {digest(data)} is not the recorded "
+        raise RemoteObjectError(f"{path}: sha256 {digest(data)} is not the recorded "
                                        f"{expected.sha256}")
     return data
 
@@ -83,7 +83,7 @@ def aborted_transactions(store: ObjectStore, segments: Iterable[RemoteSegment], 
             continue
         data = fetch_object(store, segment, TXN_INDEX)
         if len(data) % _TXN_ENTRY_BYTES:
-            raise CorruptRemoteObjectError(
+            raise RemoteObjectError(
                 f"{segment.folder(store.prefix)}/{TXN_INDEX}: {len(data)} bytes, not whole "
                 f"{_TXN_ENTRY_BYTES}-byte entries")
         out.extend(e for e in decode_entries(data)
