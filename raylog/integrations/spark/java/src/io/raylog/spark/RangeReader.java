@@ -68,7 +68,8 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
   private Chunk received; // the chunk whose data was received last
   private ColumnarBatch batch;
 
-  /** An outstanding request for records [start, end) of one range from one broker. */
+  /** An outstanding request for records [start, end) of one range from one broker (null: a
+   * cold range's task reading the object store). */
   private static final class Chunk {
     final int range;
     final long start;
@@ -166,6 +167,13 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
 
   private Chunk ask(int range, long start) {
     TopicPartition tp = ranges.get(range).tp;
+    String cold = ranges.get(range).cold;
+    if (cold != null) { // one request for the rest of the piece: its task fetches the segment
+      long until = ends[range];
+      cursor = until;
+      return new Chunk(range, start, until, null,
+          cluster.readCold(cold, start, until, stored, columns));
+    }
     long until = Math.min(ends[range], start + chunkRecords);
     Cluster.TopicInfo info = cluster.topic(tp.topic, false);
     if (tp.partition >= info.partitions.size()) {
@@ -211,7 +219,9 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
           throw e;
         }
         LOG.info("reading {} [{}, {}) again after {}", tp, chunk.start, chunk.end, e.toString());
-        cluster.forget(chunk.broker.actor, tp.topic);
+        if (chunk.broker != null) { // a broker's answer (a cold piece has none)
+          cluster.forget(chunk.broker.actor, tp.topic);
+        }
         Cluster.sleep(Cluster.RETRY_BACKOFF_MS);
         cluster.topic(tp.topic, true);
         pending.addLast(ask(asking, cursor));

@@ -81,7 +81,7 @@ final class RaylogScan implements Scan, Batch {
     if (count != null) {
       return new InputPartition[] {count.partition(ranges, options)};
     }
-    return tasks(ranges, offsets, options);
+    return tasks(TieredSplit.apply(cluster, ranges, options), offsets, options);
   }
 
   /** Where a read of {@code partitions} starts, as {@code options.starting} says, with the
