@@ -51,7 +51,7 @@ def fetch_object(store: ObjectStore, segment: RemoteSegment, name: str) -> bytes
     expected = segment.files.get(name)
     if expected is None:
         raise RemoteObjectError(f"{path}: the record of remote segment "
-                                       f"{segment.key()} lists no object {name!r}")
+                                f"{segment.key()} lists no object {name!r}")
     try:
         data = store.get(path)
     except FileNotFoundError as e:
@@ -66,10 +66,10 @@ def fetch_object(store: ObjectStore, segment: RemoteSegment, name: str) -> bytes
         raise RemoteStorageUnavailableError(f"cannot read {path}: {e}") from e
     if len(data) != expected.size:
         raise RemoteObjectError(f"{path} holds {len(data)} bytes; its record says "
-                                       f"{expected.size}")
+                                f"{expected.size}")
     if digest(data) != expected.sha256:
         raise RemoteObjectError(f"{path}: sha256 {digest(data)} is not the recorded "
-                                       f"{expected.sha256}")
+                                f"{expected.sha256}")
     return data
 
 

@@ -143,7 +143,11 @@ def test_read_topic_reads_cold_segments_from_the_store(topic, tiered):
     assert rows(read_topic(topic, *bounds, max_records_per_block=7)) == expected
 
 
-def test_a_damaged_remote_object_fails_the_read_naming_it(topic, tiered, tmp_path):
+def test_a_damaged_remote_object_fails_the_read_naming_it(topic, tiered, spark):
+    """Both readers fail naming the object: they read it from the store, not the brokers
+    (which still hold every record)."""
+    from raylog.integrations import spark as raylog_spark
+
     view = tiered[TopicPartition(topic, 1)]
     if not view["store"]["uri"].startswith("file://"):
         pytest.skip("damaged on the file:// store only (the same check guards both)")
@@ -155,6 +159,8 @@ def test_a_damaged_remote_object_fails_the_read_naming_it(topic, tiered, tmp_pat
     try:
         with pytest.raises(RemoteObjectError, match="sha256"):
             read_topic(topic, timeout_ms=5_000).materialize()
+        with pytest.raises(Exception, match=f"(?s)RemoteObjectError.*{segment.segment_id}"):
+            raylog_spark.read(spark, topic).selectExpr("sum(length(value))").collect()
     finally:
         store.put(path, good)
 

@@ -36,6 +36,7 @@ from typing import Any
 from raylog.client.connection import RaylogCluster, cluster_or_default
 from raylog.errors import InvalidArgumentError, RaylogError
 from raylog.integrations.ray_data import cold as ray_data_cold
+from raylog.integrations.ray_data import read_retrying
 from raylog.records.kafka_columns import ipc_bytes
 from raylog.replica.partition import READ_COMMITTED
 from raylog.storage.txn_index import AbortedTxn
@@ -58,9 +59,17 @@ def cold_plan(cluster: RaylogCluster, ranges: Mapping[TopicPartition, tuple[int,
     """The cold pieces of ``ranges`` as the connector's ``tieredPlan`` option takes them:
     JSON ``{topic: {partition: [[start, end, piece], ...]}}``, a piece being the JSON text
     :func:`java_cold_read` reads (store, segment, aborted transactions). Offsets of a range
-    in no piece are hot."""
+    in no piece are hot. Retriable failures (a leader moving) are asked again with fresh
+    metadata, as a read's are (raylog.integrations.ray_data.read_retrying)."""
+    return read_retrying(f"planning the cold ranges of {len(ranges)} partitions",
+                         lambda refresh: _cold_plan(cluster, ranges, isolation, refresh,
+                                                    timeout_s), timeout_s)
+
+
+def _cold_plan(cluster: RaylogCluster, ranges: Mapping[TopicPartition, tuple[int, int]],
+               isolation: str, refresh: bool, timeout_s: float | None) -> str:
     tps = sorted(ranges)
-    views = ray_data_cold.tiered_views(cluster, tps, False, timeout_s)
+    views = ray_data_cold.tiered_views(cluster, tps, refresh, timeout_s)
     out: dict[str, dict[str, list[list[Any]]]] = {}
     for tp in tps:
         view = views.get(tp)

@@ -198,7 +198,9 @@ final class RaylogMicroBatchStream implements MicroBatchStream, SupportsTriggerA
         options);
     List<OffsetRange> ranges = RangePlanner.ranges(from, until, offsets, options.failOnDataLoss,
         RaylogScan.hostsOf(cluster));
-    return RaylogScan.tasks(ranges, offsets, options);
+    // Offsets below a tiered partition's local log start (a stream starting from earliest,
+    // or far behind) are read from the object store, as in a batch read.
+    return RaylogScan.tasks(TieredSplit.apply(cluster, ranges, options), offsets, options);
   }
 
   @Override
