@@ -4,8 +4,8 @@ Run from the repository root::
 
     .venv/bin/python benchmarks/tiered.py [--quick] [--json PATH]
 
-``--quick`` (1 million records) takes a few minutes on a 2-core machine, most of it starting
-Spark; the full run 5 million. Prints a Markdown table and writes JSON (default
+``--quick`` (2 million records) takes a few minutes on a 2-core machine, most of it starting
+Spark; the full run 10 million. Prints a Markdown table and writes JSON (default
 ``benchmarks/results/tiered.json``).
 
 Setup: ``raylog.init(address="local", data_dir=<temporary directory>)`` (one embedded node,
@@ -130,8 +130,8 @@ class Mode:
     repetitions: int
 
 
-QUICK = Mode("quick", records=1_000_000, repetitions=3)
-FULL = Mode("full", records=5_000_000, repetitions=3)
+QUICK = Mode("quick", records=2_000_000, repetitions=3)
+FULL = Mode("full", records=10_000_000, repetitions=3)
 
 
 def fill(cluster: RaylogCluster, topic: str, rows: np.ndarray,

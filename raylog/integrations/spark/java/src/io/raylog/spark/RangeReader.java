@@ -43,6 +43,9 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
   static final long MAX_CHUNK_RECORDS = 1L << 20;
   static final long FIRST_CHUNK_RECORDS = 8192;
   static final int PREFETCH = 2;
+  /** Cold pieces asked for ahead: each is a Python task fetching a whole segment from the
+   * object store (latency more than work), so more of them overlap. */
+  static final int COLD_PREFETCH = 6;
   /** Bytes per record last seen in this JVM, so a task's first chunk is sized right too. */
   private static volatile long bytesPerRecord = 0;
 
@@ -152,9 +155,11 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
     }
   }
 
-  /** Keeps up to PREFETCH chunks asked for, moving on to the next range at each end. */
+  /** Keeps up to PREFETCH chunks asked for (COLD_PREFETCH while the next is a cold piece),
+   * moving on to the next range at each end. */
   private void askAhead() {
-    while (pending.size() < PREFETCH && asking < ranges.size()) {
+    while (asking < ranges.size() && pending.size()
+        < (ranges.get(asking).cold != null ? COLD_PREFETCH : PREFETCH)) {
       if (cursor >= ends[asking]) {
         if (++asking < ranges.size()) {
           cursor = ranges.get(asking).start;
