@@ -211,8 +211,7 @@ def broker_tiered(admin, topic) -> str:
         pytest.skip("needs the broker side of tiered storage (tiered_view): branch tiered-core")
     name = "tiered-by-brokers"
     admin.create_topic(name, partitions=PARTITIONS, replication_factor=2, configs={
-        "remote.storage.enable": True, "segment.bytes": SEGMENT_BYTES,
-        "local.retention.bytes": 2 * SEGMENT_BYTES})
+        "remote.storage.enable": "true", "segment.bytes": 1024, "local.retention.bytes": 2048})
     with Producer(linger_ms=5) as producer:
         for round_start in range(0, RECORDS, 100):
             futures = [producer.send(name, b"tiered-%05d" % i, key=b"k%d" % (i % 5),
@@ -222,12 +221,12 @@ def broker_tiered(admin, topic) -> str:
                 future.result(timeout=60)
     tps = [TopicPartition(name, p) for p in range(PARTITIONS)]
 
-    def mostly_remote():
+    def tiered():  # remote segments, and a local log that lost some of them
         views = ray_data_cold.tiered_views(admin._cluster, tps, True, 60)
-        return all(v.remote and v.local_log_start - v.log_start >
-                   (v.high_watermark - v.log_start) // 2 for v in views.values())
+        return all(len(v.remote) >= 3 and v.local_log_start > v.log_start
+                   for v in views.values())
 
-    wait_for(mostly_remote, timeout=180, what=f"the brokers to move most of {name} to the store")
+    wait_for(tiered, timeout=180, what=f"the brokers to move part of {name} to the store")
     return name
 
 
