@@ -12,8 +12,8 @@ in Python (raylog/tiered/cold_read.py), and nothing is done per record outside A
 Python touches each batch header once (to cut the range and drop aborted batches), hashlib
 checks the object, and the JVM decodes columns as it does for hot data.
 
-- :func:`java_split` (a Ray task the connector's planner starts): each planned range's
-  cold pieces, one per remote segment below the local log start, and, for read_committed,
+- :func:`java_split` (a Ray task the connector's planner starts): each partition's whole-log
+  start and cold pieces, one per remote segment below the local log start, and, for read_committed,
   the aborted transactions each piece needs (from the remote ``txn.index`` objects and
   the leader's local log).
 - :func:`java_cold_read` (a Ray task per cold piece, started by a Spark task's reader): the
@@ -54,28 +54,34 @@ from raylog.util.interop import java_error
 COLD_READ_CPUS = ray_data_cold.COLD_READ_CPUS
 
 
-def cold_plan(cluster: RaylogCluster, ranges: Mapping[TopicPartition, tuple[int, int]],
-              isolation: str, timeout_s: float | None = None) -> str:
-    """The cold pieces of ``ranges`` as the connector's ``tieredPlan`` option takes them:
-    JSON ``{topic: {partition: [[start, end, piece], ...]}}``, a piece being the JSON text
-    :func:`java_cold_read` reads (store, segment, aborted transactions). Offsets of a range
-    in no piece are hot. Retriable failures (a leader moving) are asked again with fresh
-    metadata, as a read's are (raylog.integrations.ray_data.read_retrying)."""
+def cold_plan(cluster: RaylogCluster,
+              ranges: Mapping[TopicPartition, tuple[int, int] | None], isolation: str,
+              timeout_s: float | None = None) -> str:
+    """The cold pieces of ``ranges`` (None for a partition: its whole cold part) as the
+    connector's ``tieredPlan`` option takes them: JSON ``{"pieces": {topic: {partition:
+    [[start, end, piece], ...]}}, "log_starts": {topic: {partition: offset}}}``, a piece
+    being the JSON text :func:`java_cold_read` reads (store, segment, aborted transactions)
+    and a log start the whole log's (a broker's ``java_offsets`` answers its local log's).
+    Offsets of a range in no piece are hot. Retriable failures (a leader moving) are asked
+    again with fresh metadata, as a read's are (raylog.integrations.ray_data.read_retrying)."""
     return read_retrying(f"planning the cold ranges of {len(ranges)} partitions",
                          lambda refresh: _cold_plan(cluster, ranges, isolation, refresh,
                                                     timeout_s), timeout_s)
 
 
-def _cold_plan(cluster: RaylogCluster, ranges: Mapping[TopicPartition, tuple[int, int]],
-               isolation: str, refresh: bool, timeout_s: float | None) -> str:
+def _cold_plan(cluster: RaylogCluster,
+               ranges: Mapping[TopicPartition, tuple[int, int] | None], isolation: str,
+               refresh: bool, timeout_s: float | None) -> str:
     tps = sorted(ranges)
     views = ray_data_cold.tiered_views(cluster, tps, refresh, timeout_s)
     out: dict[str, dict[str, list[list[Any]]]] = {}
+    starts: dict[str, dict[str, int]] = {}
     for tp in tps:
         view = views.get(tp)
         if view is None:
             continue
-        first, last = ranges[tp]
+        starts.setdefault(tp.topic, {})[str(tp.partition)] = view.log_start
+        first, last = ranges[tp] or (view.log_start, view.local_log_start)
         pieces, _ = split_range(view, first, last)
         if not pieces:
             continue
@@ -92,15 +98,15 @@ def _cold_plan(cluster: RaylogCluster, ranges: Mapping[TopicPartition, tuple[int
                 "aborted": [list(e) for e in aborted
                             if e.last_offset >= p.start and e.first_offset < p.end]})]
             for p in pieces]
-    return json.dumps(out)
+    return json.dumps({"pieces": out, "log_starts": starts})
 
 
 def java_split(request: str) -> str:
-    """``request``: JSON ``{"ranges": [[topic, partition, start, end], ...], "isolation"}``;
-    the answer: :func:`cold_plan` of those ranges."""
+    """``request``: JSON ``{"partitions": [[topic, partition], ...], "isolation"}``; the
+    answer: :func:`cold_plan` of their whole cold parts."""
     try:
         body = json.loads(request)
-        ranges = {TopicPartition(t, int(p)): (int(s), int(e)) for t, p, s, e in body["ranges"]}
+        ranges = {TopicPartition(t, int(p)): None for t, p in body["partitions"]}
         return cold_plan(cluster_or_default(None), ranges, body.get("isolation", ""))
     except RaylogError as e:
         raise java_error(e) from e

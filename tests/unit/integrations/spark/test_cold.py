@@ -34,13 +34,16 @@ def views(monkeypatch, uploaded):  # noqa: F811 - the fixture above
 
 
 def pieces(plan: str) -> list[list]:
-    return json.loads(plan)["t"]["0"]
+    return json.loads(plan)["pieces"]["t"]["0"]
 
 
 def test_the_plan_holds_a_piece_per_remote_segment(views):
     plan = cold.cold_plan(None, {T0: (5, 113), TopicPartition("u", 0): (0, 9)}, READ_UNCOMMITTED)
     assert [(s, e) for s, e, _ in pieces(plan)] == [(5, 7), (7, 107), (107, 110), (110, 112)]
-    assert set(json.loads(plan)) == {"t"}  # u has no view: all hot
+    assert set(json.loads(plan)["pieces"]) == {"t"}  # u has no view: all hot
+    assert json.loads(plan)["log_starts"] == {"t": {"0": 0}}
+    whole = cold.cold_plan(None, {T0: None}, READ_UNCOMMITTED)  # java_split's: all cold
+    assert [(s, e) for s, e, _ in pieces(whole)] == [(0, 7), (7, 107), (107, 110), (110, 112)]
     first = json.loads(pieces(plan)[0][2])
     assert layout.RemoteSegment.from_json(first["segment"]) == views[0]
     assert first["aborted"] == []

@@ -23,7 +23,7 @@ public final class TieredSplitTest {
   }
 
   public static void testPiecesAreLaidOverTheRanges() {
-    String plan = "{\"t\": {\"0\": [[0, 100, \"s0\"], [100, 200, \"s1\"]]}}";
+    String plan = "{\"pieces\": {\"t\": {\"0\": [[0, 100, \"s0\"], [100, 200, \"s1\"]]}}}";
     List<OffsetRange> ranges = Arrays.asList(
         new OffsetRange(T0, 50, 260, new String[] {"h"}),
         new OffsetRange(T1, 0, 10, new String[] {"h1"}));
@@ -32,7 +32,7 @@ public final class TieredSplitTest {
   }
 
   public static void testARangeInsideOnePieceIsColdAlone() {
-    String plan = "{\"t\": {\"0\": [[0, 100, \"s0\"]]}}";
+    String plan = "{\"pieces\": {\"t\": {\"0\": [[0, 100, \"s0\"]]}}}";
     List<OffsetRange> ranges = Arrays.asList(new OffsetRange(T0, 10, 20, new String[] {"h"}),
         new OffsetRange(T1, 5, 5, new String[] {"h1"}));
     assertEquals("t-0[10,20) s0; t-1[5,5) hot[h1]; ",
@@ -42,6 +42,18 @@ public final class TieredSplitTest {
   public static void testAnEmptyPlanLeavesEveryRangeHot() {
     List<OffsetRange> ranges = Arrays.asList(new OffsetRange(T0, 10, 20, new String[] {"h"}));
     assertEquals("t-0[10,20) hot[h]; ", show(TieredSplit.lay(Cluster.json("{}"), ranges)));
+  }
+
+  public static void testTieredPartitionsStartWhereThePlanSays() {
+    java.util.Map<TopicPartition, PartitionOffsets> offsets = new java.util.TreeMap<>();
+    offsets.put(T0, new PartitionOffsets(500, 600, null, 10, 590));
+    offsets.put(T1, new PartitionOffsets(0, 50, null));
+    TieredSplit.lowerStarts(Cluster.json(
+        "{\"log_starts\": {\"t\": {\"0\": 0, \"1\": 7}}}"), offsets);
+    assertEquals(0L, offsets.get(T0).logStart);
+    assertEquals(600L, offsets.get(T0).latest);
+    assertEquals(590L, offsets.get(T0).lastStable);
+    assertEquals(0L, offsets.get(T1).logStart); // never raised
   }
 
   public static void testSlicesOfAColdRangeStayCold() {
