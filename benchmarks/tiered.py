@@ -300,6 +300,7 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
         fill(cluster, TOPIC, rows, {})
         views, remote_share = upload(cluster, store_uri)
         parquet_bytes = write_parquet(cluster, store_dir / "parquet")
+        brokers_views = ray_data_cold.tiered_views
         ray_data_cold.tiered_views = lambda c, tps, *_: {  # the views of the uploads above
             tp: TieredView.from_answer(views[tp]) if tp in views else None for tp in tps}
         steps = Steps(mode, cluster, store_dir / "parquet")
@@ -325,6 +326,7 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
                 spark_facts = {"spark": steps.spark.version}
             finally:
                 raylog_spark.stop()
+            ray_data_cold.tiered_views = brokers_views  # the consumed topic is the brokers'
             consumed = measure_consume(mode, cluster, rows)
     finally:
         ray.shutdown()
