@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import pyarrow as pa
@@ -70,7 +70,7 @@ from raylog.replica.isr import NO_BROKER_EPOCH, ReplicaSet
 from raylog.replica.producer_state import REFUSED_FOR_GOOD, ProducerSnapshots, ProducerStates
 from raylog.replica.truncation import Ask, Truncate, first_step, next_step
 from raylog.storage import AppendInfo, PartitionLog
-from raylog.storage.txn_index import AbortedTxn
+from raylog.storage.txn_index import AbortedTxn, aborted_or_control, without_batches
 from raylog.types import EARLIEST, LAST_STABLE, LATEST
 from raylog.util.clocks import wall_clock_ms
 
@@ -663,7 +663,7 @@ class Partition:
         if markers_read and not aborted:
             return chunks
         drop = aborted_or_control(aborted)
-        return [_without(chunk, drop) for chunk in chunks]
+        return [without_batches(chunk, drop) for chunk in chunks]
 
     # -- upkeep --------------------------------------------------------------------------------
 
@@ -763,40 +763,3 @@ def _check_isolation(isolation: object) -> None:
     if isolation not in ISOLATION_LEVELS:
         raise InvalidArgumentError(f"isolation must be one of {ISOLATION_LEVELS}, "
                                    f"got {isolation!r}")
-
-
-def _is_control(header: BatchHeader) -> bool:
-    return header.control
-
-
-def aborted_or_control(aborted: Sequence[AbortedTxn]) -> Callable[[BatchHeader], bool]:
-    """Whether a batch is a marker or belongs to one of the ``aborted`` transactions (with
-    none, as for every read_uncommitted read, only the control bit is looked at)."""
-    if not aborted:
-        return _is_control
-    by_producer: dict[int, list[AbortedTxn]] = {}
-    for entry in aborted:
-        by_producer.setdefault(entry.producer_id, []).append(entry)
-
-    def drop(header: BatchHeader) -> bool:
-        if header.control:
-            return True
-        if not header.transactional:
-            return False
-        return any(e.covers(header.producer_id, header.base_offset)
-                   for e in by_producer.get(header.producer_id, ()))
-    return drop
-
-
-def _without(chunk: bytes, drop: Callable[[BatchHeader], bool]) -> bytes:
-    """``chunk`` (whole batches) without the batches ``drop`` picks; ``chunk`` itself when
-    none is dropped."""
-    kept, keep_from, dropped = [], 0, False
-    for pos, header in iter_headers(chunk, verify=False):
-        if drop(header):
-            kept.append(chunk[keep_from:pos])
-            keep_from, dropped = pos + header.size, True
-    if not dropped:
-        return chunk
-    kept.append(chunk[keep_from:])
-    return b"".join(kept)

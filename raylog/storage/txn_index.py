@@ -18,6 +18,10 @@ and refuses a file that is not whole entries in order inside the segment
 (CorruptTxnIndexError): the log then empties it and the replica rebuilds every segment's
 entries from the batches. Created only when a segment gets its first entry. Owned by one
 :class:`~raylog.storage.segment.LogSegment`; not safe for concurrent use.
+
+Readers drop what the entries name with :func:`aborted_or_control` and
+:func:`without_batches`: a replica's read_committed reads and a tiered segment read from the
+object store without a broker (raylog/tiered/cold_read.py) alike.
 """
 
 from __future__ import annotations
@@ -25,10 +29,12 @@ from __future__ import annotations
 import bisect
 import os
 import struct
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
 from raylog.errors import CorruptTxnIndexError
+from raylog.records.header import BatchHeader, iter_headers
 from raylog.storage import files
 
 TXN_INDEX_SUFFIX = ".txnindex"
@@ -74,7 +80,7 @@ class TxnIndex:
         if len(data) % _ENTRY.size:
             raise CorruptTxnIndexError(f"{self.path}: {len(data)} bytes, not whole "
                                        f"{_ENTRY.size}-byte entries")
-        entries = [AbortedTxn(*fields) for fields in _ENTRY.iter_unpack(data)]
+        entries = decode_entries(data)
         previous = base_offset - 1
         for i, entry in enumerate(entries):
             if entry.last_offset >= next_offset:  # a cut tail: ends the valid entries
@@ -161,5 +167,48 @@ class TxnIndex:
         self._dir_dirty = True
 
 
+def decode_entries(data: bytes | memoryview) -> list[AbortedTxn]:
+    """The entries of a whole index file's bytes (a remote segment's ``txn.index`` too);
+    the caller checks the length is whole entries."""
+    return [AbortedTxn(*fields) for fields in _ENTRY.iter_unpack(data)]
+
+
 def _last_offset(entry: AbortedTxn) -> int:
     return entry.last_offset
+
+
+def _is_control(header: BatchHeader) -> bool:
+    return header.control
+
+
+def aborted_or_control(aborted: Sequence[AbortedTxn]) -> Callable[[BatchHeader], bool]:
+    """Whether a batch is a marker or belongs to one of the ``aborted`` transactions (with
+    none, as for every read_uncommitted read, only the control bit is looked at)."""
+    if not aborted:
+        return _is_control
+    by_producer: dict[int, list[AbortedTxn]] = {}
+    for entry in aborted:
+        by_producer.setdefault(entry.producer_id, []).append(entry)
+
+    def drop(header: BatchHeader) -> bool:
+        if header.control:
+            return True
+        if not header.transactional:
+            return False
+        return any(e.covers(header.producer_id, header.base_offset)
+                   for e in by_producer.get(header.producer_id, ()))
+    return drop
+
+
+def without_batches(chunk: bytes, drop: Callable[[BatchHeader], bool]) -> bytes:
+    """``chunk`` (whole batches) without the batches ``drop`` picks; ``chunk`` itself when
+    none is dropped."""
+    kept, keep_from, dropped = [], 0, False
+    for pos, header in iter_headers(chunk, verify=False):
+        if drop(header):
+            kept.append(chunk[keep_from:pos])
+            keep_from, dropped = pos + header.size, True
+    if not dropped:
+        return chunk
+    kept.append(chunk[keep_from:])
+    return b"".join(kept)

@@ -31,6 +31,7 @@ from raylog.client.connection import RaylogCluster, cluster_or_default
 from raylog.client.remote import discard, unwrap
 from raylog.client.remote import resolve as resolve_ref
 from raylog.errors import InvalidArgumentError
+from raylog.integrations.ray_data import cold
 from raylog.integrations.ray_data.ranges import (
     EARLIEST,
     LATEST,
@@ -39,7 +40,6 @@ from raylog.integrations.ray_data.ranges import (
     check_range,
     resolve,
     spec_for,
-    split,
 )
 from raylog.metadata.topics import topic_names, validate_topic_name
 from raylog.mirror.retry import Backoff, Retrying
@@ -200,8 +200,6 @@ def read_topic(topics: str | Iterable[str], start_offset: Bound = EARLIEST,
     if override_num_blocks is not None:
         total = sum(last - first for first, last in ranges.values())
         max_records_per_block = max(math.ceil(total / override_num_blocks), 1)
-    blocks = [(tp, s, e) for tp, (first, last) in ranges.items()
-              for s, e in split(first, last, max_records_per_block)]
     build = _kafka_dataset
     if reader is not None:
         from raylog.integrations.ray_data.avro import avro_dataset
@@ -209,26 +207,34 @@ def read_topic(topics: str | Iterable[str], start_offset: Bound = EARLIEST,
         def build(refs: list[ray.ObjectRef]) -> ray.data.Dataset:
             return avro_dataset(refs, reader)
 
-    return read_retrying(f"reading {len(blocks)} blocks of {topic_names(topics)}",
-                         lambda refresh: _read_blocks(cluster, blocks, build, refresh,
-                                                      isolation_level),
+    return read_retrying(f"reading {topic_names(topics)}",
+                         lambda refresh: _read_blocks(cluster, ranges, max_records_per_block,
+                                                      build, refresh, isolation_level,
+                                                      timeout_s),
                          timeout_s)
 
 
-def _read_blocks(cluster: RaylogCluster, blocks: list[tuple[TopicPartition, int, int]],
+def _read_blocks(cluster: RaylogCluster, ranges: dict[TopicPartition, tuple[int, int]],
+                 max_records_per_block: int,
                  build: Callable[[list[ray.ObjectRef]], ray.data.Dataset],
-                 refresh: bool, isolation_level: str = READ_UNCOMMITTED) -> ray.data.Dataset:
-    """Ask for every block, each from an in-sync replica on this node if there is one, else
-    the leader (KIP-392; read_committed: the leader, whose last stable offset planned the
-    ranges), and build the Dataset of their tables. Ray Data waits for every
+                 refresh: bool, isolation_level: str = READ_UNCOMMITTED,
+                 timeout_s: float | None = None) -> ray.data.Dataset:
+    """Plan the ranges against the partitions' tiered views (cold pieces of remote segments
+    below the local log start, read by tasks from the object store: cold.py; the hot rest in
+    blocks), ask for every block, each from an in-sync replica on this node if there is one,
+    else the leader (KIP-392; read_committed: the leader, whose last stable offset planned
+    the ranges), and build the Dataset of their tables. Ray Data waits for every
     block as it builds it: a block that failed fails this attempt with the raylog error it
-    was, and the next attempt asks for all of them again."""
+    was, and the next attempt plans and asks for all of them again."""
     node_id = ray.get_runtime_context().get_node_id()
-    metas = {tp.topic: cluster.topic(tp.topic, refresh=refresh) for tp, _, _ in blocks}
+    views = cold.tiered_views(cluster, sorted(ranges), refresh, timeout_s)
+    plan = cold.plan_read(ranges, views, max_records_per_block)
+    metas = {tp.topic: cluster.topic(tp.topic, refresh=refresh) for tp, _, _ in plan.hot}
     committed = isolation_level == READ_COMMITTED
-    refs = [(metas[tp.topic].partitions[tp.partition].leader_client() if committed
-             else metas[tp.topic].partitions[tp.partition].nearest_client(node_id))
-            .read_kafka_table(s, e, isolation_level) for tp, s, e in blocks]
+    refs = cold.cold_refs(cluster, plan.cold, isolation_level, timeout_s)
+    refs += [(metas[tp.topic].partitions[tp.partition].leader_client() if committed
+              else metas[tp.topic].partitions[tp.partition].nearest_client(node_id))
+             .read_kafka_table(s, e, isolation_level) for tp, s, e in plan.hot]
     try:
         return build(refs)
     except (RayTaskError, RayActorError, ActorUnschedulableError) as e:

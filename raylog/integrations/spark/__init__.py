@@ -36,9 +36,11 @@ from raylog.integrations.ray_data import (
     write_dataset,
 )
 from raylog.integrations.ray_data.ranges import EARLIEST, LATEST, Bound, spec_for
+from raylog.integrations.spark.cold import cold_plan
 from raylog.integrations.spark.workers import python_frame
 from raylog.metadata.topics import topic_names
 from raylog.records.kafka_columns import KAFKA_SCHEMA
+from raylog.replica.partition import READ_UNCOMMITTED
 from raylog.session import init
 from raylog.types import TopicPartition
 from raylog.util.arguments import (
@@ -175,6 +177,9 @@ def read(spark: Any, topics: str | Iterable[str], starting_offsets: Bound = EARL
         raise InvalidArgumentError(f"value_format must be None or 'avro', got "
                                    f"{short_repr(value_format)}")
     ranges = offset_ranges(topics, starting_offsets, ending_offsets, cluster=cluster)
+    # The cold pieces (remote segments below the local log starts) are planned here, with
+    # the offsets, and read by the connector's tasks from the object store.
+    tiered = {"tieredPlan": cold_plan(cluster_or_default(cluster), ranges, READ_UNCOMMITTED)}
     if value_format == "avro":
         from raylog.integrations.ray_data.avro import given_schema, reader_schema
         from raylog.integrations.spark.avro import avro_frame, value_fields_first
@@ -184,7 +189,8 @@ def read(spark: Any, topics: str | Iterable[str], starting_offsets: Bound = EARL
             return avro_frame(spark, ranges, max_records_per_task or DEFAULT_BLOCK_RECORDS,
                               include_headers, reader_schema(names, value_schema))
         inline = given_schema(names, value_schema)
-        options = {"valueFormat": "avro", **({"valueSchema": inline} if inline else {})}
+        options = {"valueFormat": "avro", **({"valueSchema": inline} if inline else {}),
+                   **tiered}
         try:  # loading asks the registry for the reader schema
             frame = _connector_frame(spark, ranges, max_records_per_task, include_headers,
                                      options)
@@ -194,7 +200,7 @@ def read(spark: Any, topics: str | Iterable[str], starting_offsets: Bound = EARL
     if via == "arrow":
         return _frame(spark, ranges, max_records_per_task or DEFAULT_BLOCK_RECORDS,
                       include_headers)
-    return _connector_frame(spark, ranges, max_records_per_task, include_headers)
+    return _connector_frame(spark, ranges, max_records_per_task, include_headers, tiered)
 
 
 def _connector_frame(spark: Any, ranges: dict[TopicPartition, tuple[int, int]],

@@ -6,6 +6,7 @@ import io.ray.api.ObjectRef;
 import io.ray.api.PyActorHandle;
 import io.ray.api.Ray;
 import io.ray.api.function.PyActorMethod;
+import io.ray.api.function.PyFunction;
 import java.util.ArrayList;
 import java.util.Collection;
 import java.util.HashMap;
@@ -436,6 +437,26 @@ public final class Cluster {
       long start, long end, String isolation) {
     return actor(broker.actor).task(PyActorMethod.of("java_read_batches", byte[].class),
         tp.topic, tp.partition, new Object[] {leaderEpoch, start, end}, isolation).remote();
+  }
+
+  /** The Python module whose functions plan and read cold ranges (cross-language tasks). */
+  static final String COLD_MODULE = "raylog.integrations.spark.cold";
+  /** CPUs a cold task asks for: fetching waits more than decoding works. */
+  static final double COLD_CPUS = 0.25;
+
+  /** The cold pieces of ranges (a JSON request of raylog.integrations.spark.cold.java_split):
+   * planned by a Python task that asks the leaders for their tiered views. */
+  public String tieredPlan(String request, long timeoutMs) {
+    return await(Ray.task(PyFunction.of(COLD_MODULE, "java_split", String.class), request)
+        .setResource("CPU", COLD_CPUS).remote(), timeoutMs);
+  }
+
+  /** Starts a Python task reading records [start, end) of a cold piece from the object store:
+   * its stored batches ({@code batches}) or an Arrow IPC stream of {@code columns}. */
+  public ObjectRef<byte[]> readCold(String piece, long start, long end, boolean batches,
+      String columns) {
+    return Ray.task(PyFunction.of(COLD_MODULE, "java_cold_read", byte[].class), piece, start,
+        end, batches, columns).setResource("CPU", COLD_CPUS).remote();
   }
 
   /** Begins, in writer gateway {@code writer}, the transaction of the transactional id in

@@ -99,6 +99,10 @@ final class CountPartition implements InputPartition {
       }
       Map<TopicPartition, PartitionOffsets> now = tps.isEmpty() ? new LinkedHashMap<>()
           : Cluster.get().offsets(tps, tp -> null, partition.fetchTimeoutMs);
+      if (!tps.isEmpty()) { // a tiered partition's log starts in the object store
+        TieredSplit.lowerStarts(TieredSplit.plan(Cluster.get(), tps, null,
+            RaylogOptions.READ_UNCOMMITTED, partition.fetchTimeoutMs), now);
+      }
       rows = partition.rows(now);
     }
 

@@ -43,6 +43,9 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
   static final long MAX_CHUNK_RECORDS = 1L << 20;
   static final long FIRST_CHUNK_RECORDS = 8192;
   static final int PREFETCH = 2;
+  /** Cold pieces asked for ahead: each is a Python task fetching a whole segment from the
+   * object store (latency more than work), so more of them overlap. */
+  static final int COLD_PREFETCH = 6;
   /** Bytes per record last seen in this JVM, so a task's first chunk is sized right too. */
   private static volatile long bytesPerRecord = 0;
 
@@ -68,7 +71,8 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
   private Chunk received; // the chunk whose data was received last
   private ColumnarBatch batch;
 
-  /** An outstanding request for records [start, end) of one range from one broker. */
+  /** An outstanding request for records [start, end) of one range from one broker (null: a
+   * cold range's task reading the object store). */
   private static final class Chunk {
     final int range;
     final long start;
@@ -151,9 +155,11 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
     }
   }
 
-  /** Keeps up to PREFETCH chunks asked for, moving on to the next range at each end. */
+  /** Keeps up to PREFETCH chunks asked for (COLD_PREFETCH while the next is a cold piece),
+   * moving on to the next range at each end. */
   private void askAhead() {
-    while (pending.size() < PREFETCH && asking < ranges.size()) {
+    while (asking < ranges.size() && pending.size()
+        < (ranges.get(asking).cold != null ? COLD_PREFETCH : PREFETCH)) {
       if (cursor >= ends[asking]) {
         if (++asking < ranges.size()) {
           cursor = ranges.get(asking).start;
@@ -166,6 +172,13 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
 
   private Chunk ask(int range, long start) {
     TopicPartition tp = ranges.get(range).tp;
+    String cold = ranges.get(range).cold;
+    if (cold != null) { // one request for the rest of the piece: its task fetches the segment
+      long until = ends[range];
+      cursor = until;
+      return new Chunk(range, start, until, null,
+          cluster.readCold(cold, start, until, stored, columns));
+    }
     long until = Math.min(ends[range], start + chunkRecords);
     Cluster.TopicInfo info = cluster.topic(tp.topic, false);
     if (tp.partition >= info.partitions.size()) {
@@ -211,7 +224,9 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
           throw e;
         }
         LOG.info("reading {} [{}, {}) again after {}", tp, chunk.start, chunk.end, e.toString());
-        cluster.forget(chunk.broker.actor, tp.topic);
+        if (chunk.broker != null) { // a broker's answer (a cold piece has none)
+          cluster.forget(chunk.broker.actor, tp.topic);
+        }
         Cluster.sleep(Cluster.RETRY_BACKOFF_MS);
         cluster.topic(tp.topic, true);
         pending.addLast(ask(asking, cursor));

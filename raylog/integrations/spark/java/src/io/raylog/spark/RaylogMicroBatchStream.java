@@ -1,5 +1,6 @@
 package io.raylog.spark;
 
+import com.fasterxml.jackson.databind.JsonNode;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.OutputStream;
@@ -89,8 +90,9 @@ final class RaylogMicroBatchStream implements MicroBatchStream, SupportsTriggerA
   private SortedMap<TopicPartition, Long> startingOffsets() {
     Cluster cluster = Cluster.get();
     Map<TopicPartition, PartitionOffsets> offsets = new TreeMap<>();
-    SortedMap<TopicPartition, Long> starts = RaylogScan.starts(cluster, options,
-        cluster.partitions(options), offsets);
+    List<TopicPartition> partitions = cluster.partitions(options);
+    SortedMap<TopicPartition, Long> starts = RaylogScan.starts(cluster, options, partitions,
+        offsets, TieredSplit.plan(cluster, partitions, options));
     // Checked now as a batch's would be: a start that is not there follows failOnDataLoss.
     for (Map.Entry<TopicPartition, Long> e : starts.entrySet()) {
       e.setValue(RangePlanner.checked(e.getKey(), e.getValue(), offsets.get(e.getKey()),
@@ -196,9 +198,13 @@ final class RaylogMicroBatchStream implements MicroBatchStream, SupportsTriggerA
     until.keySet().retainAll(existing);
     Map<TopicPartition, PartitionOffsets> offsets = cluster.offsets(existing, tp -> null,
         options);
+    // Offsets below a tiered partition's local log start (a stream starting from earliest,
+    // or far behind) are read from the object store, as in a batch read.
+    JsonNode plan = TieredSplit.plan(cluster, existing, options);
+    TieredSplit.lowerStarts(plan, offsets);
     List<OffsetRange> ranges = RangePlanner.ranges(from, until, offsets, options.failOnDataLoss,
         RaylogScan.hostsOf(cluster));
-    return RaylogScan.tasks(ranges, offsets, options);
+    return RaylogScan.tasks(TieredSplit.lay(plan, ranges), offsets, options);
   }
 
   @Override

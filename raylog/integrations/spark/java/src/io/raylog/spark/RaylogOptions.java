@@ -44,6 +44,7 @@ public final class RaylogOptions implements Serializable {
   public static final String VALUE_SCHEMA_SUBJECT = "valueschemasubject";
   public static final String VALUE_SCHEMA_VERSION = "valueschemaversion";
   public static final String VALUE_FORMAT_ERRORS = "valueformaterrors";
+  public static final String TIERED_PLAN = "tieredplan";
   public static final String PRODUCER_PREFIX = "producer.";
   /** Spark's Kafka source spells it as the consumer's setting; the others are raylog's. */
   public static final String[] ISOLATION_LEVEL = {"kafka.isolation.level", "isolation.level",
@@ -71,6 +72,9 @@ public final class RaylogOptions implements Serializable {
   /** read_committed: ranges end at the last stable offset and aborted transactions' records
    * are left out by the broker; read_uncommitted (the default): up to the high watermark. */
   public final String isolation;
+  /** The cold pieces of the ranges, planned by the Python side (raylog.integrations.spark
+   * .read passes them); null: the planner asks for them. */
+  public final String tieredPlan;
 
   /**
    * How a read's {@code value} column comes: the stored bytes ({@code valueFormat} binary, the
@@ -152,6 +156,7 @@ public final class RaylogOptions implements Serializable {
     Long timeout = positive(o, FETCH_TIMEOUT_MS, Long.MAX_VALUE);
     this.fetchTimeoutMs = timeout == null ? 120_000L : timeout;
     this.isolation = isolation(o);
+    this.tieredPlan = o.get(TIERED_PLAN);
   }
 
   /** Whether a read leaves out what transactions have not committed. */
@@ -352,7 +357,7 @@ public final class RaylogOptions implements Serializable {
       "startingOffsetsByTimestampStrategy", "includeHeaders", "failOnDataLoss", "minPartitions",
       "maxRecordsPerPartition", "maxOffsetsPerTrigger", "fetchTimeoutMs", "topic", "valueFormat",
       "valueSchema", "valueSchemaSubject", "valueSchemaVersion", "valueFormatErrors",
-      "isolationLevel"};
+      "isolationLevel", "tieredPlan"};
 
   /** An option's name as the documentation spells it (keys are matched ignoring case). */
   static String display(String key) {

@@ -1,5 +1,6 @@
 package io.raylog.spark;
 
+import com.fasterxml.jackson.databind.JsonNode;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
@@ -69,10 +70,12 @@ final class RaylogScan implements Scan, Batch {
     Cluster cluster = Cluster.get();
     List<TopicPartition> partitions = cluster.partitions(options);
     Map<TopicPartition, PartitionOffsets> offsets = new TreeMap<>();
-    SortedMap<TopicPartition, Long> starts = starts(cluster, options, partitions, offsets);
+    JsonNode plan = TieredSplit.plan(cluster, partitions, options);
+    SortedMap<TopicPartition, Long> starts = starts(cluster, options, partitions, offsets, plan);
     if (options.ending.kind == Bound.Kind.TIMESTAMP
         || options.ending.kind == Bound.Kind.TIMESTAMPS) {
       offsets = cluster.offsets(partitions, options.ending::timestampFor, options);
+      TieredSplit.lowerStarts(plan, offsets);
     }
     SortedMap<TopicPartition, Long> ends = RangePlanner.resolve(options.ending, false,
         partitions, offsets, false);
@@ -81,14 +84,17 @@ final class RaylogScan implements Scan, Batch {
     if (count != null) {
       return new InputPartition[] {count.partition(ranges, options)};
     }
-    return tasks(ranges, offsets, options);
+    return tasks(TieredSplit.lay(plan, ranges), offsets, options);
   }
 
   /** Where a read of {@code partitions} starts, as {@code options.starting} says, with the
-   * partitions' offsets now put in {@code offsets}. */
+   * partitions' offsets now put in {@code offsets} (tiered ones starting where {@code plan}
+   * says). */
   static SortedMap<TopicPartition, Long> starts(Cluster cluster, RaylogOptions options,
-      List<TopicPartition> partitions, Map<TopicPartition, PartitionOffsets> offsets) {
+      List<TopicPartition> partitions, Map<TopicPartition, PartitionOffsets> offsets,
+      JsonNode plan) {
     offsets.putAll(cluster.offsets(partitions, options.starting::timestampFor, options));
+    TieredSplit.lowerStarts(plan, offsets);
     return RangePlanner.resolve(options.starting, true, partitions, offsets,
         options.startingLatestIfNoTimestampMatch);
   }

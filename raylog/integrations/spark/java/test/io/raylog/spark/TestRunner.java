@@ -24,6 +24,7 @@ public final class TestRunner {
     AvroTypesTest.class,
     AvroDecoderTest.class,
     RaylogExceptionTest.class,
+    TieredSplitTest.class,
   };
 
   private TestRunner() {}

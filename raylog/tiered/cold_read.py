@@ -1,0 +1,127 @@
+"""Reading a remote (tiered) segment straight from the object store, without a broker.
+
+Analytics tasks (Ray Data's, Spark's) read cold offsets this way: the segment's
+``segment.log`` object is fetched whole, its size and sha256 checked against the segment's
+record (a mismatch or a missing object is a RemoteObjectError naming the object, never
+data), and its batches turned into exactly what a broker's range read gives for the same
+offsets:
+
+- :func:`segment_batches`: the stored batches holding the offsets, as a broker's
+  ``read_batches`` answers them (never markers; read_committed: never an aborted
+  transaction's batch), for readers that decode batches themselves (the Spark connector's
+  BatchDecoder);
+- :func:`segment_table`: the records as a KAFKA_SCHEMA table, as a broker's
+  ``read_kafka_table`` answers them (records.read_table decodes each batch's Arrow payload
+  whole: no per-record Python).
+
+read_committed needs the aborted transactions holding the offsets: :func:`aborted_transactions`
+collects them from the ``txn.index`` objects of the segment and of every later remote segment
+(an abort marker may lie in a later segment than its transaction's batches); entries whose
+marker is still only in the local log come from the leader (the caller adds them).
+
+Stateless functions; safe to call from any thread or task. An unreachable store raises the
+retriable RemoteStorageUnavailableError.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import pyarrow as pa
+
+from raylog.errors import RemoteObjectError, RemoteStorageUnavailableError
+from raylog.records import read_table
+from raylog.records.header import iter_headers
+from raylog.records.kafka_columns import kafka_table, spark_table
+from raylog.storage.txn_index import (
+    AbortedTxn,
+    aborted_or_control,
+    decode_entries,
+    without_batches,
+)
+from raylog.tiered.layout import SEGMENT, TXN_INDEX, RemoteSegment, digest
+from raylog.tiered.store import ObjectStore
+
+_TXN_ENTRY_BYTES = 32
+
+
+def fetch_object(store: ObjectStore, segment: RemoteSegment, name: str) -> bytes:
+    """Object ``name`` of ``segment``, checked against the size and sha256 its record holds."""
+    path = f"{segment.folder(store.prefix)}/{name}"
+    expected = segment.files.get(name)
+    if expected is None:
+        raise RemoteObjectError(f"{path}: the record of remote segment "
+                                f"{segment.key()} lists no object {name!r}")
+    try:
+        data = store.get(path)
+    except FileNotFoundError as e:
+        raise RemoteObjectError(f"{path} is missing from the object store") from e
+    except OSError as e:
+        try:
+            missing = store.size(path) is None
+        except OSError:
+            missing = False
+        if missing:  # S3 filesystems report a missing key as a plain OSError
+            raise RemoteObjectError(f"{path} is missing from the object store") from e
+        raise RemoteStorageUnavailableError(f"cannot read {path}: {e}") from e
+    if len(data) != expected.size:
+        raise RemoteObjectError(f"{path} holds {len(data)} bytes; its record says "
+                                f"{expected.size}")
+    if digest(data) != expected.sha256:
+        raise RemoteObjectError(f"{path}: sha256 {digest(data)} is not the recorded "
+                                f"{expected.sha256}")
+    return data
+
+
+def aborted_transactions(store: ObjectStore, segments: Iterable[RemoteSegment], start: int,
+                         end: int) -> list[AbortedTxn]:
+    """The aborted transactions holding an offset in [start, end) that the ``txn.index``
+    objects of ``segments`` list (pass the segment holding ``start`` and every later one)."""
+    out = []
+    for segment in segments:
+        if segment.end_offset < start or TXN_INDEX not in segment.files:
+            continue
+        data = fetch_object(store, segment, TXN_INDEX)
+        if len(data) % _TXN_ENTRY_BYTES:
+            raise RemoteObjectError(
+                f"{segment.folder(store.prefix)}/{TXN_INDEX}: {len(data)} bytes, not whole "
+                f"{_TXN_ENTRY_BYTES}-byte entries")
+        out.extend(e for e in decode_entries(data)
+                   if e.last_offset >= start and e.first_offset < end)
+    return out
+
+
+def segment_batches(store: ObjectStore, segment: RemoteSegment, start: int, end: int,
+                    aborted: Sequence[AbortedTxn] = ()) -> bytes:
+    """The stored batches of ``segment`` holding offsets [start, end), whole (the first and
+    last may hold offsets outside the range: the reader trims them), without markers and
+    without the batches of the ``aborted`` transactions."""
+    data = fetch_object(store, segment, SEGMENT)
+    first = last = 0
+    # The object's checksum held: no batch needs its CRCs checked to be cut out here.
+    for pos, header in iter_headers(data, verify=False):
+        if header.last_offset < start:
+            continue
+        if header.base_offset >= end:
+            break
+        if not last:
+            first = pos
+        last = pos + header.size
+    return without_batches(data[first:last], aborted_or_control(aborted))
+
+
+def segment_table(store: ObjectStore, segment: RemoteSegment, start: int, end: int,
+                  aborted: Sequence[AbortedTxn] = ()) -> pa.Table:
+    """Records [start, end) of ``segment`` as a KAFKA_SCHEMA table."""
+    batches = segment_batches(store, segment, start, end, aborted)
+    return kafka_table(read_table(batches, start, end), segment.topic, segment.partition)
+
+
+def segment_spark_table(store: ObjectStore, segment: RemoteSegment, start: int, end: int,
+                        columns: Sequence[str], aborted: Sequence[AbortedTxn] = ()
+                        ) -> pa.Table:
+    """Only ``columns`` of records [start, end), in Spark's layout (as a broker's
+    ``java_read`` builds them)."""
+    batches = segment_batches(store, segment, start, end, aborted)
+    return spark_table(read_table(batches, start, end), segment.topic, segment.partition,
+                       columns)

@@ -1,0 +1,70 @@
+"""What the connector calls across languages for cold ranges: the plan of pieces over
+tiered views, and a piece read as stored batches or Spark columns, errors crossing with
+their type (no Ray: the views are the uploads', the store a file:// directory)."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pytest
+
+from raylog.integrations.ray_data import cold as ray_data_cold
+from raylog.integrations.spark import cold
+from raylog.records.kafka_columns import spark_table
+from raylog.replica.partition import READ_COMMITTED, READ_UNCOMMITTED
+from raylog.tiered import layout
+from raylog.tiered.cold_plan import TieredView
+from raylog.types import TopicPartition
+from raylog.util.interop import ERROR_MARK, JavaCallError
+from tests.tieredutil import fake_view
+from tests.unit.tiered.test_cold_read import partition, uploaded  # noqa: F401 - fixtures
+
+T0 = TopicPartition("t", 0)
+
+
+@pytest.fixture
+def views(monkeypatch, uploaded):  # noqa: F811 - the fixture above
+    _, segments, uri = uploaded
+    view = TieredView.from_answer(fake_view(segments, 0, 113, uri))
+    monkeypatch.setattr(ray_data_cold, "tiered_views",
+                        lambda cluster, tps, *_: {tp: view if tp == T0 else None for tp in tps})
+    monkeypatch.setattr(ray_data_cold, "local_aborted", lambda *_: ())
+    return segments
+
+
+def pieces(plan: str) -> list[list]:
+    return json.loads(plan)["pieces"]["t"]["0"]
+
+
+def test_the_plan_holds_a_piece_per_remote_segment(views):
+    plan = cold.cold_plan(None, {T0: (5, 113), TopicPartition("u", 0): (0, 9)}, READ_UNCOMMITTED)
+    assert [(s, e) for s, e, _ in pieces(plan)] == [(5, 7), (7, 107), (107, 110), (110, 112)]
+    assert set(json.loads(plan)["pieces"]) == {"t"}  # u has no view: all hot
+    assert json.loads(plan)["log_starts"] == {"t": {"0": 0}}
+    whole = cold.cold_plan(None, {T0: None}, READ_UNCOMMITTED)  # java_split's: all cold
+    assert [(s, e) for s, e, _ in pieces(whole)] == [(0, 7), (7, 107), (107, 110), (110, 112)]
+    first = json.loads(pieces(plan)[0][2])
+    assert layout.RemoteSegment.from_json(first["segment"]) == views[0]
+    assert first["aborted"] == []
+
+
+def test_pieces_read_as_the_broker_reads_them(views, partition):  # noqa: F811
+    for isolation in (READ_UNCOMMITTED, READ_COMMITTED):
+        plan = cold.cold_plan(None, {T0: (0, 112)}, isolation)
+        stored = b"".join(cold.java_cold_read(piece, s, e, True, "")
+                          for s, e, piece in pieces(plan))
+        assert stored == partition.read_batches(0, 112, 0, isolation)
+    piece = pieces(plan)[1][2]
+    ipc = cold.java_cold_read(piece, 9, 60, False, "offset,value")
+    table = pa.ipc.open_stream(ipc).read_all()
+    assert table.equals(spark_table(partition.read_table(9, 60, 0), "t", 0, ["offset", "value"]))
+
+
+def test_a_damaged_piece_crosses_as_its_raylog_error(views, uploaded):  # noqa: F811
+    store, segments, _ = uploaded
+    path = f"{segments[1].folder(store.prefix)}/{layout.SEGMENT}"
+    store.put(path, b"not the segment")
+    s, e, piece = pieces(cold.cold_plan(None, {T0: (0, 112)}, READ_UNCOMMITTED))[1]
+    with pytest.raises(JavaCallError, match=f"{ERROR_MARK}.*RemoteObjectError"):
+        cold.java_cold_read(piece, s, e, True, "")
