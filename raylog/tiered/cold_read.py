@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 
 import pyarrow as pa
 
-from raylog.errors import RemoteObjectError, RemoteStorageUnavailableError
+from raylog.errors import RemoteObjectError
 from raylog.records import read_table
 from raylog.records.header import iter_headers
 from raylog.records.kafka_columns import kafka_table, spark_table
@@ -39,38 +39,11 @@ from raylog.storage.txn_index import (
     decode_entries,
     without_batches,
 )
-from raylog.tiered.layout import SEGMENT, TXN_INDEX, RemoteSegment, digest
+from raylog.tiered.layout import SEGMENT, TXN_INDEX, RemoteSegment
+from raylog.tiered.reader import fetch_verified
 from raylog.tiered.store import ObjectStore
 
 _TXN_ENTRY_BYTES = 32
-
-
-def fetch_object(store: ObjectStore, segment: RemoteSegment, name: str) -> bytes:
-    """Object ``name`` of ``segment``, checked against the size and sha256 its record holds."""
-    path = f"{segment.folder(store.prefix)}/{name}"
-    expected = segment.files.get(name)
-    if expected is None:
-        raise RemoteObjectError(f"{path}: the record of remote segment "
-                                f"{segment.key()} lists no object {name!r}")
-    try:
-        data = store.get(path)
-    except FileNotFoundError as e:
-        raise RemoteObjectError(f"{path} is missing from the object store") from e
-    except OSError as e:
-        try:
-            missing = store.size(path) is None
-        except OSError:
-            missing = False
-        if missing:  # S3 filesystems report a missing key as a plain OSError
-            raise RemoteObjectError(f"{path} is missing from the object store") from e
-        raise RemoteStorageUnavailableError(f"cannot read {path}: {e}") from e
-    if len(data) != expected.size:
-        raise RemoteObjectError(f"{path} holds {len(data)} bytes; its record says "
-                                f"{expected.size}")
-    if digest(data) != expected.sha256:
-        raise RemoteObjectError(f"{path}: sha256 {digest(data)} is not the recorded "
-                                f"{expected.sha256}")
-    return data
 
 
 def aborted_transactions(store: ObjectStore, segments: Iterable[RemoteSegment], start: int,
@@ -81,7 +54,7 @@ def aborted_transactions(store: ObjectStore, segments: Iterable[RemoteSegment], 
     for segment in segments:
         if segment.end_offset < start or TXN_INDEX not in segment.files:
             continue
-        data = fetch_object(store, segment, TXN_INDEX)
+        data = fetch_verified(store, segment, TXN_INDEX)
         if len(data) % _TXN_ENTRY_BYTES:
             raise RemoteObjectError(
                 f"{segment.folder(store.prefix)}/{TXN_INDEX}: {len(data)} bytes, not whole "
@@ -96,7 +69,7 @@ def segment_batches(store: ObjectStore, segment: RemoteSegment, start: int, end:
     """The stored batches of ``segment`` holding offsets [start, end), whole (the first and
     last may hold offsets outside the range: the reader trims them), without markers and
     without the batches of the ``aborted`` transactions."""
-    data = fetch_object(store, segment, SEGMENT)
+    data = fetch_verified(store, segment, SEGMENT)
     first = last = 0
     # The object's checksum held: no batch needs its CRCs checked to be cut out here.
     for pos, header in iter_headers(data, verify=False):

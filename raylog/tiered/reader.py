@@ -47,22 +47,7 @@ class RemoteReader:
                 self.hits += 1
                 return data
             self.misses += 1
-        expected = segment.files.get(name)
-        if expected is None:
-            raise RemoteObjectError(f"{path}: the record of remote segment {segment.key()} "
-                                    f"lists no object {name!r}")
-        try:
-            data = self.store.get(path)
-        except FileNotFoundError as e:
-            raise RemoteObjectError(f"{path} is missing from the object store") from e
-        except OSError as e:
-            if "does not exist" in str(e) or "NoSuchKey" in str(e):
-                raise RemoteObjectError(f"{path} is missing from the object store") from e
-            raise RemoteStorageUnavailableError(f"cannot read {path}: {e}") from e
-        if len(data) != expected.size or digest(data) != expected.sha256:
-            raise RemoteObjectError(f"{path} is corrupt: {len(data)} bytes of sha256 "
-                                    f"{digest(data)[:16]}..., its record says {expected.size} "
-                                    f"bytes of sha256 {expected.sha256[:16]}...")
+        data = fetch_verified(self.store, segment, name)
         self._keep(path, data)
         return data
 
@@ -109,3 +94,33 @@ class RemoteReader:
     @property
     def cached_bytes(self) -> int:
         return self._bytes
+
+
+def fetch_verified(store: ObjectStore, segment: RemoteSegment, name: str = SEGMENT) -> bytes:
+    """Object ``name`` of ``segment``, checked against the size and sha256 its record holds:
+    RemoteObjectError (naming the object) if it is missing or differs, the retriable
+    RemoteStorageUnavailableError if the store cannot be read."""
+    path = f"{segment.folder(store.prefix)}/{name}"
+    expected = segment.files.get(name)
+    if expected is None:
+        raise RemoteObjectError(f"{path}: the record of remote segment {segment.key()} "
+                                f"lists no object {name!r}")
+    try:
+        data = store.get(path)
+    except FileNotFoundError as e:
+        raise RemoteObjectError(f"{path} is missing from the object store") from e
+    except OSError as e:
+        try:
+            missing = store.size(path) is None
+        except OSError:
+            missing = False
+        if missing:  # S3 filesystems report a missing key as a plain OSError
+            raise RemoteObjectError(f"{path} is missing from the object store") from e
+        raise RemoteStorageUnavailableError(f"cannot read {path}: {e}") from e
+    if len(data) != expected.size:
+        raise RemoteObjectError(f"{path} is corrupt: it holds {len(data)} bytes; its record "
+                                f"says {expected.size}")
+    if digest(data) != expected.sha256:
+        raise RemoteObjectError(f"{path} is corrupt: sha256 {digest(data)} is not the "
+                                f"recorded {expected.sha256}")
+    return data

@@ -117,10 +117,10 @@ def test_a_damaged_object_is_named(uploaded):
     data = bytearray(store.get(path))
     data[-1] ^= 1
     store.put(path, bytes(data))
-    with pytest.raises(RemoteObjectError, match=re.escape(f"{path}: sha256")):
+    with pytest.raises(RemoteObjectError, match=re.escape(f"{path} is corrupt: sha256")):
         segment_table(store, segments[1], 7, 10)
     store.put(path, bytes(data[:-1]))
-    with pytest.raises(RemoteObjectError, match=r"holds \d+ bytes; its record says"):
+    with pytest.raises(RemoteObjectError, match=r"is corrupt: it holds \d+ bytes; its record says"):
         segment_table(store, segments[1], 7, 10)
 
 
