@@ -1,4 +1,5 @@
-"""The scenario processes (restart_scenario.py, replication_scenario.py), started early.
+"""The scenario processes (restart_scenario.py, replication_scenario.py, balance_scenario.py,
+tiered_s3_scenario.py), started early.
 
 A scenario starts Ray clusters of its own in a process of its own, checks, and prints what it
 checked as JSON; its tests only look at that. Most of its time is spent waiting (nodes
@@ -32,6 +33,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 RESTARTS = "tests.integration.restart_scenario"
 REPLICATION = "tests.integration.replication_scenario"
+BALANCE = "tests.integration.balance_scenario"
+TIERED_S3 = "tests.integration.tiered_s3_scenario"
 TIMEOUT_S = 900  # one scenario, on a busy host
 
 
@@ -47,10 +50,13 @@ WHOLE_CLUSTER = Scenario(RESTARTS, "whole-cluster", "restarts")
 HEAD_FIRST = Scenario(RESTARTS, "head-first", "restarts", after="whole-cluster")
 EMBEDDED = Scenario(RESTARTS, "embedded", "embedded")
 MACHINES_GONE = Scenario(REPLICATION, "machines-gone", "machines-gone")
+NODE_ADDED = Scenario(BALANCE, "node-added", "node-added")
+S3 = Scenario(TIERED_S3, "s3", "tiered-s3")
 
 # fixture name -> the scenarios a test using it needs, in the order they run
 NEEDED = {"whole_cluster": [WHOLE_CLUSTER], "head_first": [WHOLE_CLUSTER, HEAD_FIRST],
-          "embedded_restart": [EMBEDDED], "machines_gone": [MACHINES_GONE]}
+          "embedded_restart": [EMBEDDED], "machines_gone": [MACHINES_GONE],
+          "node_added": [NODE_ADDED], "tiered_s3": [S3]}
 KEY = pytest.StashKey["Scenarios"]()
 
 

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.test_restarts import run_scenario
 
-MODULE = "tests.integration.balance_scenario"
+@pytest.fixture(scope="module")
+def node_added(scenarios) -> dict:
+    """The scenario's result (tests/integration/scenarios.py runs it)."""
+    return scenarios.result("node-added")
 
 
 @pytest.mark.cluster
-def test_a_node_added_is_balanced_in_and_emptied_while_producers_write(tmp_path):
-    result = run_scenario("node-added", tmp_path, module=MODULE)
+def test_a_node_added_is_balanced_in_and_emptied_while_producers_write(node_added):
+    result = node_added
     assert result["acknowledged"] > 0 and result["failed"] == 0
     assert result["removal_moves"] >= 3
     assert sorted(r for r, _ in result["loads"].values()) == [4, 4, 4]

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.test_restarts import run_scenario
+
+@pytest.fixture(scope="module")
+def s3(tiered_s3) -> dict:
+    return tiered_s3
 
 
 @pytest.fixture(scope="module")
-def s3(tmp_path_factory) -> dict:
-    return run_scenario("s3", tmp_path_factory.mktemp("tiered-s3"),
-                        module="tests.integration.tiered_s3_scenario")
+def tiered_s3(scenarios) -> dict:
+    """The scenario's result (tests/integration/scenarios.py runs it)."""
+    return scenarios.result("s3")
 
 
 @pytest.mark.cluster
