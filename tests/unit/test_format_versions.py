@@ -46,7 +46,8 @@ from raylog.transactions.log import VALUE_VERSION as TRANSACTION_VERSION
 from raylog.transactions.log import load as load_transactions
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "formats"
-NEWEST = FIXTURES / "main-1b297cb"  # today's formats (the newest set written)
+# today's formats but the metadata log's (at 0 there: no quota set, no metadata-format file)
+NEWEST = FIXTURES / "main-1b297cb"
 CONFIG = LogConfig(segment_bytes=4096, index_interval_bytes=256)
 
 
