@@ -46,8 +46,8 @@ class JavaApi:
     def __init__(self, topics: TopicManager, brokers: BrokerManager) -> None:
         self.topics = topics
         self.brokers = brokers
-        self._writers: dict[str, ray.actor.ActorHandle] = {}  # by name
-        self._writer_names: dict[str, str] = {}  # node id -> the name of its writer now
+        # node id -> the name and the handle of its writer now
+        self._writers: dict[str, tuple[str, ray.actor.ActorHandle]] = {}
         self._writers_lock = asyncio.Lock()  # one start per node at a time
 
     async def java_topics(self) -> str:
@@ -105,22 +105,16 @@ class JavaApi:
         if not isinstance(node_id, str) or not node_id:
             raise InvalidArgumentError(f"node_id must be a Ray node id, got {node_id!r}")
         async with self._writers_lock:
-            name = self._writer_names.get(node_id)
-            if name is not None and await _answers(self._writers[name]):
-                return name
-            if name is not None:
-                self._writers.pop(name)
+            if node_id in self._writers:
+                name, writer = self._writers[node_id]
+                if await _answers(writer):
+                    return name
                 name = f"spark-writer:{node_id}:{uuid.uuid4().hex[:8]}"
             else:
                 name = f"spark-writer:{node_id}"
             # Keep the handle that created it: a handle from get_if_exists or get_actor is
             # weak, and the actor would be destroyed, mid-write, once the first one went.
-            self._writers[name] = SparkWriter.options(  # it lives as long as this handle does
+            self._writers[node_id] = name, SparkWriter.options(  # it lives as long as this does
                 name=name, namespace=NAMESPACE, get_if_exists=True,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=True)).remote()
-            self._writer_names[node_id] = name
-        return name
-        self._writers[name] = SparkWriter.options(  # it lives as long as this handle does
-            name=name, namespace=NAMESPACE, get_if_exists=True,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=True)).remote()
         return name

@@ -25,7 +25,8 @@ A crash anywhere leaves a store that opens with every event appended: a snapshot
 whole or absent, and the log is never cut below a snapshot that is not durable.
 
 Format versions (docs/formats.md): the events' (METADATA_LOG_VERSION, in the directory's
-``metadata-format`` file, absent for version 0), the log directory's (``log-format``), the
+``metadata-format`` file, absent for version 0; raised by the first event of a newer
+format, EVENT_VERSIONS), the log directory's (``log-format``), the
 snapshots' (snapshot.VERSION, in each header). A store holding any of a newer version is
 refused with UnsupportedFormatVersionError before anything in its directory changes.
 """
@@ -53,7 +54,7 @@ from raylog.metadata.snapshot import (
 from raylog.metadata.state import MetadataState
 from raylog.records import BatchBuilder, Codec, read_records
 from raylog.storage import LogConfig, PartitionLog, files
-from raylog.storage.formats import read_format_file
+from raylog.storage.formats import read_format_file, write_format_file
 from raylog.util.clocks import wall_clock_ms
 
 logger = logging.getLogger(__name__)
@@ -65,10 +66,13 @@ METADATA_LOG_CONFIG = LogConfig(
     cleanup_policy="delete",
 )
 METADATA_FORMAT_FILE = "metadata-format"
-# The format of the events (one JSON object per record, as MetadataState.apply reads them).
-# A raylog whose events an older one cannot apply writes a higher version to
-# METADATA_FORMAT_FILE before its first such event (docs/formats.md); absent: version 0.
-METADATA_LOG_VERSION = 0
+# The format of the events (one JSON object per record, as MetadataState.apply reads them):
+# the version that first has each event type an older raylog cannot apply (any other: 0).
+# The store raises METADATA_FORMAT_FILE to it before the first such event goes in
+# (docs/formats.md); absent: version 0. A directory stays at the lowest version its events
+# need, so a raylog that never wrote such an event can still be downgraded.
+EVENT_VERSIONS = {"quotas_altered": 1}
+METADATA_LOG_VERSION = 1  # the newest this raylog reads
 BATCH_BYTES = 1 << 20  # events of one commit per batch (one write, one fsync), at most
 
 
@@ -82,8 +86,10 @@ class MetadataStore:
 
     def __init__(self, directory: str | os.PathLike,
                  policy: SnapshotPolicy | None = None) -> None:
+        self.format_version = 0  # of the events, as METADATA_FORMAT_FILE says
         if os.path.isdir(directory):  # refused before anything in it changes
-            read_format_file(Path(directory) / METADATA_FORMAT_FILE, METADATA_LOG_VERSION)
+            self.format_version = read_format_file(Path(directory) / METADATA_FORMAT_FILE,
+                                                   METADATA_LOG_VERSION)
             check_snapshot_versions(Path(directory))
         self.log = PartitionLog(directory, METADATA_LOG_CONFIG)
         self.directory = self.log.directory
@@ -110,6 +116,10 @@ class MetadataStore:
         thousands of partition changes) may come back as a prefix of whole batches, so a
         list is either one whose every prefix is a state of its own (each event stands
         alone, as one partition's change does), or short enough for one batch."""
+        needed = max((EVENT_VERSIONS.get(e["type"], 0) for e in events), default=0)
+        if needed > self.format_version:  # durably, before the first event of that format
+            write_format_file(self.directory / METADATA_FORMAT_FILE, needed)
+            self.format_version = needed
         first = self.log.log_end_offset
         now = wall_clock_ms()
         builder = BatchBuilder(BATCH_BYTES, codec=Codec.NONE)

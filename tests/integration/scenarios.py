@@ -126,13 +126,17 @@ class Scenarios:
     def _run_all(self) -> None:
         for run in self.runs.values():
             after = run.scenario.after
-            if self._stopping:
-                run.stderr = "not started: the session ended"
-            elif after is not None and self.runs[after].returncode != 0:
-                run.stderr = f"not started: {after}, whose cluster it starts again, failed"
-            else:
-                self._run(run)
-            run.ended.set()
+            try:
+                if self._stopping:
+                    run.stderr = "not started: the session ended"
+                elif after is not None and self.runs[after].returncode != 0:
+                    run.stderr = f"not started: {after}, whose cluster it starts again, failed"
+                else:
+                    self._run(run)
+            except Exception as e:  # its tests fail saying why, the next scenarios still run
+                run.stderr += f"\nthe scenario could not be run: {e!r}"
+            finally:
+                run.ended.set()
 
     def _run(self, run: Run) -> None:
         env = {**self._environ, "HOME": str(run.root)}  # ~/.raylog of the scenario is its own

@@ -19,6 +19,7 @@ from actors.hosting import partition_dir_owner
 from raylog.groups.coordinator import GroupCoordinator, OffsetAndMetadata
 from raylog.metadata import MetadataStore
 from raylog.metadata.identity import BrokerIdentity, read_identity
+from raylog.quotas.entity import QuotaEntity
 from raylog.records import read_records
 from raylog.replica.partition import Partition
 from raylog.schemas.compatibility import Level
@@ -63,6 +64,12 @@ def test_there_is_a_fixture_written_before_format_versions_existed():
     assert "main-1b297cb" in WRITTEN_BEFORE
 
 
+def test_there_is_a_fixture_of_each_metadata_log_format():
+    assert "rv-rest-5e3deb6" in WRITTEN_BEFORE
+    assert (FIXTURES / "rv-rest-5e3deb6" / "metadata" / "metadata-format").read_text() == \
+        "version=1\n"
+
+
 def test_a_partition_directory_opens_with_its_records_indexes_and_state(fixture_copy):
     directory = fixture_copy / "partition"
     assert partition_dir_owner(directory) == "fixture-topic-id"
@@ -103,7 +110,11 @@ def test_the_metadata_store_loads_its_snapshot_and_the_events_after_it(fixture_c
     store = MetadataStore(fixture_copy / "metadata")
     try:
         state = store.load()
-        assert store.snapshot_position == 4 and state.applied == 6
+        # A set at metadata format 1 was written by a raylog with quotas: one event more.
+        quotas = {QuotaEntity(client_id="fixture"): {"producer_byte_rate": 1024.0}} \
+            if store.format_version >= 1 else {}
+        assert state.quotas == quotas
+        assert store.snapshot_position == 4 and state.applied == 6 + len(quotas)
         data = state.to_data()
         assert data["cluster_id"] == "0123456789abcdef" and data["broker_ids"] == [0]
         [topic] = data["topics"]

@@ -21,11 +21,14 @@ from raylog.errors import StorageError, UnsupportedFormatVersionError
 from raylog.groups.coordinator import RECORD_VERSION as GROUPS_VERSION
 from raylog.groups.coordinator import GroupCoordinator
 from raylog.metadata import MetadataStore
+from raylog.metadata import store as metadata_store
 from raylog.metadata.identity import FORMAT_VERSION as IDENTITY_VERSION
 from raylog.metadata.identity import IDENTITY_FILE, read_identity
 from raylog.metadata.snapshot import VERSION as METADATA_SNAPSHOT_VERSION
 from raylog.metadata.snapshot import read_snapshot
-from raylog.metadata.store import METADATA_FORMAT_FILE, METADATA_LOG_VERSION
+from raylog.metadata.state import configs_altered, quotas_altered
+from raylog.metadata.store import EVENT_VERSIONS, METADATA_FORMAT_FILE, METADATA_LOG_VERSION
+from raylog.quotas.entity import QuotaEntity
 from raylog.replica.producer_state import SNAPSHOT_VERSION, ProducerSnapshots
 from raylog.schemas.state import RECORD_VERSION as SCHEMAS_VERSION
 from raylog.schemas.state import RegistryState
@@ -43,7 +46,8 @@ from raylog.transactions.log import VALUE_VERSION as TRANSACTION_VERSION
 from raylog.transactions.log import load as load_transactions
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "formats"
-NEWEST = FIXTURES / "main-1b297cb"  # today's formats (the newest set written)
+# today's formats but the metadata log's (at 0 there: no quota set, no metadata-format file)
+NEWEST = FIXTURES / "main-1b297cb"
 CONFIG = LogConfig(segment_bytes=4096, index_interval_bytes=256)
 
 
@@ -198,6 +202,29 @@ def test_a_metadata_log_of_a_newer_event_format_is_refused(store):
     write_format_file(store / "metadata" / METADATA_FORMAT_FILE, METADATA_LOG_VERSION + 1)
     refused(lambda: MetadataStore(store / "metadata"), METADATA_FORMAT_FILE,
             METADATA_LOG_VERSION + 1, METADATA_LOG_VERSION, store)
+
+
+def test_the_first_event_of_a_newer_format_raises_the_metadata_format_before_it(
+        store, monkeypatch):
+    directory = store / "metadata"  # version 0: no metadata-format file
+    metadata = MetadataStore(directory)
+    state = metadata.load()
+    topic = next(iter(state.topics))
+    metadata.commit(state, [configs_altered(topic, {"retention_ms": 1000})])
+    assert not (directory / METADATA_FORMAT_FILE).exists()  # a version-0 event: unchanged
+    quota = quotas_altered(QuotaEntity(client_id="loader"), {"producer_byte_rate": 1024.0})
+    metadata.commit(state, [quota])
+    assert EVENT_VERSIONS[quota["type"]] == 1 == METADATA_LOG_VERSION
+    assert read_format_file(directory / METADATA_FORMAT_FILE, METADATA_LOG_VERSION) == 1
+    metadata.close()
+    # Today's raylog reads it back; one that reads version 0 only refuses the directory
+    # rather than stopping at an event it cannot apply.
+    reopened = MetadataStore(directory)
+    assert reopened.load().quotas == {QuotaEntity(client_id="loader"):
+                                      {"producer_byte_rate": 1024.0}}
+    reopened.close()
+    monkeypatch.setattr(metadata_store, "METADATA_LOG_VERSION", 0)
+    refused(lambda: MetadataStore(directory), METADATA_FORMAT_FILE, 1, 0, store)
 
 
 def test_a_metadata_log_directory_of_a_newer_format_is_refused(store):

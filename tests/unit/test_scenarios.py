@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration import scenarios as scenarios_module
 from tests.integration.scenarios import Scenario, Scenarios
 
 FAKE = "tests.unit.fake_scenario"
@@ -66,3 +67,21 @@ def test_a_scenario_no_fixture_planned_is_refused_saying_so(directory):
     scenarios = Scenarios([Scenario(FAKE, "planned", "own")], directory)
     with pytest.raises(LookupError, match="scenario unplanned was not planned"):
         scenarios.result("unplanned")
+
+
+def test_a_scenario_that_cannot_start_fails_its_tests_at_once_and_the_next_one_runs(
+        directory, monkeypatch):
+    real_popen = scenarios_module.subprocess.Popen
+
+    def popen(command, **kwargs):
+        if command[-2] == "unstartable":
+            raise OSError("no interpreter")
+        return real_popen(command, **kwargs)
+
+    monkeypatch.setattr(scenarios_module.subprocess, "Popen", popen)
+    monkeypatch.setattr(scenarios_module, "TIMEOUT_S", 30)  # "did not end" after 60 s
+    scenarios = Scenarios([Scenario(FAKE, "unstartable", "own"),
+                           Scenario(FAKE, "next", "own")], directory)
+    with pytest.raises(AssertionError, match=r"(?s)unstartable failed:.*no interpreter"):
+        scenarios.result("unstartable")
+    assert scenarios.result("next")["name"] == "next"
