@@ -90,6 +90,25 @@ def test_a_changed_quota_applies_to_the_rate_measured_so_far():
     assert quotas.record("producer_byte_rate", None, "c", 10**6) == 0
 
 
+def test_a_clients_quota_is_resolved_once_until_the_quotas_change(monkeypatch):
+    from raylog.quotas import enforcer
+
+    asked, resolve = [], enforcer.resolve
+
+    def counted(*args):
+        asked.append(args[1:])
+        return resolve(*args)
+
+    quotas, _ = quotas_with({QuotaEntity(client_id="c"): {"producer_byte_rate": 1000}})
+    monkeypatch.setattr(enforcer, "resolve", counted)
+    for _ in range(3):  # a client without a quota, on every request
+        assert quotas.record("producer_byte_rate", None, "other", 10**6) == 0
+    assert asked == [("producer_byte_rate", None, "other")]
+    quotas.replace({QuotaEntity(client_id=DEFAULT): {"producer_byte_rate": 100}}, version=2)
+    assert quotas.record("producer_byte_rate", None, "other", 10**6) > 0
+    assert len(asked) == 2
+
+
 def test_settings_are_checked():
     for bad in ({"window_num": 1}, {"window_size_s": 0}, {"window_num": "11"}):
         with pytest.raises(InvalidConfigError):
