@@ -43,6 +43,7 @@ from raylog.quotas.entity import (
 )
 from raylog.quotas.rate import WindowedRate
 from raylog.util.arguments import settings_from_environ
+from raylog.util.metrics import recorder
 
 MAX_THROTTLE_S = 20.0  # no answer is held back longer (clients' request timeouts: 30 s)
 MAX_RESOLVED = 10_000  # clients whose quotas are remembered (then forgotten all at once)
@@ -114,6 +115,20 @@ class ClientQuotas:
         """The ``key`` quota of this client, None when it has none."""
         found = self._resolve(key, user, client_id)
         return None if found is None else found[0]
+
+    def charge(self, user: str | None, client_id: str, values: Mapping[str, float]) -> float:
+        """Record one answer of the client (``values``: quota key -> bytes, or seconds of
+        handling for request_percentage); the seconds it is to be held back, the largest of
+        the keys' delays (0: none), counted as ``raylog_throttle_time_ms`` by that key and
+        the client id. 0 at once while no quota is set."""
+        if not self._quotas:
+            return 0.0
+        key, delay = max(((k, self.record(k, user, client_id, v)) for k, v in values.items()),
+                         key=lambda kv: kv[1], default=("", 0.0))
+        if delay > 0:
+            recorder().inc("raylog_throttle_time_ms", int(delay * 1000), quota=key,
+                           client_id=client_id)
+        return delay
 
     def _resolve(self, key: str, user: str | None,
                  client_id: str) -> tuple[float, tuple[str, str]] | None:

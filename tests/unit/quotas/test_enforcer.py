@@ -109,6 +109,26 @@ def test_a_clients_quota_is_resolved_once_until_the_quotas_change(monkeypatch):
     assert len(asked) == 2
 
 
+def test_an_answer_is_held_back_by_its_largest_delay_and_counted_once(monkeypatch):
+    from raylog.quotas import enforcer
+
+    counted = []
+
+    class Recorder:
+        def inc(self, name, value, **tags):
+            counted.append((name, value, tags))
+
+    monkeypatch.setattr(enforcer, "recorder", Recorder)
+    quotas, _ = quotas_with({QuotaEntity(client_id="c"): {"producer_byte_rate": 1000,
+                                                          "request_percentage": 10}})
+    values = {"producer_byte_rate": 100, "request_percentage": 1.0}  # 1 s of 2 s: 50 %
+    delay = quotas.charge(None, "c", values)
+    assert delay == pytest.approx(1.0)  # request time: (50 - 10) / 10 * 2 s, one sample
+    assert counted == [("raylog_throttle_time_ms", 1000,
+                        {"quota": "request_percentage", "client_id": "c"})]
+    assert quotas.charge(None, "other", values) == 0 and len(counted) == 1
+
+
 def test_settings_are_checked():
     for bad in ({"window_num": 1}, {"window_size_s": 0}, {"window_num": "11"}):
         with pytest.raises(InvalidConfigError):
