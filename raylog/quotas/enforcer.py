@@ -81,8 +81,8 @@ class QuotaSettings:
 
 class ClientQuotas:
     """The quotas of every entity (as the controller said them) and the rates of the
-    clients that have one. ``throttled_s``: the delays given, in all, per quota key (what
-    the serving process reports as a metric)."""
+    clients that have one. ``throttled_s``: the delays given, in all, per quota key (the
+    metric, raylog_throttle_time_ms, is counted by :meth:`charge`)."""
 
     def __init__(self, settings: QuotaSettings | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
