@@ -76,7 +76,7 @@ class PartitionBalancer:
         await self._started()
         remove = check_brokers("brokers to empty", remove or [], self.access.state.broker_ids)
         self._check_settled()
-        live = self.brokers.live()
+        live = self.brokers.serving()  # a broker being drained is given nothing
         sizes = await self._sizes()
         # On a copy, in a thread: thousands of partitions take seconds to plan, which the
         # controller's event loop must not wait for.
@@ -187,7 +187,7 @@ class PartitionBalancer:
     def _start(self, moves: list[dict[str, Any]]) -> list[tuple[str, int]]:
         """Check every move, then commit their reassignments (lock held)."""
         self._check_settled()
-        state, live = self.access.state, self.brokers.live()
+        state, live = self.access.state, self.brokers.serving()
         checked = []
         for move in moves:
             try:

@@ -148,6 +148,11 @@ class BrokerManager:
     def live(self) -> set[int]:
         return {b for b, w in self.watches.items() if w.alive}
 
+    def serving(self) -> set[int]:
+        """The live brokers that may lead, join ISRs and be given replicas: all but those
+        being drained."""
+        return self.live() - self.draining
+
     def handles(self) -> dict[int, ray.actor.ActorHandle]:
         return {b: w.handle for b, w in self.watches.items() if w.alive}
 
@@ -323,7 +328,7 @@ class BrokerManager:
         pushes nothing."""
         changes: list[tuple[TopicState, PartitionState, election.Change]] = []
         async with self.access.lock:
-            live = self.live() - {without} - self.draining
+            live = self.serving() - {without}
             decided: set[int] = set()
             try:
                 for topic, p in partitions():

@@ -47,9 +47,6 @@ class Drains:
         self._started = started
         self.stopped: dict[int, str] = {}
 
-    def _live(self) -> set[int]:
-        return self.brokers.live() - self.brokers.draining
-
     async def drain_broker(self, broker: int, force: bool = False,
                            timeout_s: float = 60.0) -> dict[str, Any]:
         """Controlled shutdown of ``broker``, short of stopping it: every partition it leads
@@ -64,7 +61,7 @@ class Drains:
         await self._started()
         on_broker = self.access.replicas_on(broker)
         alone = drain.check_drain(on_broker, broker, self.access.state.broker_ids,
-                                  self._live(), force)
+                                  self.brokers.serving(), force)
         self.brokers.draining.add(broker)
         moved, told = await self.brokers.elect(
             lambda: self.access.replicas_on(broker),

@@ -24,12 +24,9 @@ import ray
 
 from raylog.quotas.enforcer import ClientQuotas, QuotaSettings
 from raylog.quotas.entity import REQUEST_PERCENTAGE
-from raylog.quotas.follow import WATCH_WAIT_S, follow_quotas
-from raylog.util.metrics import recorder
+from raylog.quotas.follow import WATCH_SLACK_S, WATCH_WAIT_S, follow_quotas
 
 logger = logging.getLogger(__name__)
-
-WATCH_SLACK_S = 10.0  # a watch call is given up this long after it should have answered
 
 
 class HostQuotas:
@@ -61,14 +58,10 @@ class HostQuotas:
         """Charge one answer to ``client_id`` (``size`` bytes against the ``key`` byte rate,
         ``took_s`` against its request time); wait out the throttle time, if any, and return
         it (ms). 0 at once without a client id or a quota."""
-        quotas = self.quotas
-        if client_id is None or not quotas.active:
+        if client_id is None or not self.quotas.active:
             return 0
-        delay = max(quotas.record(key, None, client_id, size),
-                    quotas.record(REQUEST_PERCENTAGE, None, client_id, took_s))
+        delay = self.quotas.charge(None, client_id, {key: size, REQUEST_PERCENTAGE: took_s})
         if delay <= 0:
             return 0
-        ms = int(delay * 1000)
-        recorder().inc("raylog_throttle_time_ms", ms, quota=key, client_id=client_id)
         await asyncio.sleep(delay)
-        return ms
+        return int(delay * 1000)

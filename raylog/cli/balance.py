@@ -7,8 +7,8 @@ out and waits for it, printing the progress (the bytes copied) as the moves go. 
 empties brokers before they leave for good. Exit statuses and one-line errors as every
 raylog command (raylog/cli/common.py). Imports nothing heavy until the command runs.
 
-:func:`add_action` adds the ``balance`` action to a command group's actions (``cluster``),
-:func:`cmd_balance` runs it.
+:func:`add_action` adds the ``balance`` action to the ``cluster`` group's actions (the way
+raylog/cli/cluster.py says: its handler is :func:`cmd_balance`).
 """
 
 from __future__ import annotations
@@ -16,17 +16,8 @@ from __future__ import annotations
 import argparse
 from typing import Any, TextIO
 
+from raylog.cli.cluster import seconds
 from raylog.cli.common import connect, int_in, json_flag, print_json
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
-    return value
 
 
 def add_action(actions: argparse._SubParsersAction) -> None:
@@ -38,14 +29,14 @@ def add_action(actions: argparse._SubParsersAction) -> None:
                     "bytes of the live brokers, copying as few bytes as it can; with "
                     "--execute, carry them out (new replicas copy within "
                     "replication.throttled.rate while producers go on) and wait.")
-    balance.set_defaults(run="balance")
+    balance.set_defaults(handler=cmd_balance)  # run as every cluster action
     mode = balance.add_mutually_exclusive_group()
     mode.add_argument("--execute", action="store_true", help="carry the plan out and wait")
     mode.add_argument("--dry-run", action="store_true",
                       help="only show the plan (what happens without --execute)")
     balance.add_argument("--remove", type=int_in(0), nargs="+", default=[], metavar="BROKER",
                          help="empty these brokers (before they leave for good)")
-    balance.add_argument("--timeout-s", type=_seconds, default=None,
+    balance.add_argument("--timeout-s", type=seconds, default=None,
                          help="with --execute: stop waiting after this long (the moves go "
                               "on); default: wait until done")
     json_flag(balance)

@@ -11,6 +11,8 @@
 - ``roll [--brokers B ...] [--timeout S]``: restart brokers one at a time (drain, restart,
   wait until every partition is in sync, preferred leaders back); stops at the first
   problem.
+- ``balance``: the partition balancer's plan, and its execution (raylog/cli/balance.py, which
+  adds it as below).
 
 The group is built by :func:`add_parser`, which returns the group's subparsers: another
 module adds an action with ``actions.add_parser(NAME)`` and
@@ -26,7 +28,7 @@ from typing import Any, TextIO
 from raylog.cli.common import connect, int_in, json_flag, print_json, short_node
 
 
-def _seconds(text: str) -> float:
+def seconds(text: str) -> float:
     """An argparse type: a number of seconds > 0."""
     try:
         value = float(text)
@@ -41,7 +43,7 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse._SubParsersActi
     """Add ``raylog cluster`` and its actions to ``commands``; return the actions'
     subparsers (for other modules' actions)."""
     cluster = commands.add_parser(
-        "cluster", help="cluster status; drain, resume and roll brokers without downtime")
+        "cluster", help="cluster status; drain, resume, roll and balance brokers without downtime")
     cluster.set_defaults(run="cluster")
     actions = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
 
@@ -62,7 +64,7 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse._SubParsersActi
                        help="drain even partitions it is the last in-sync replica of (they "
                             "are offline until it is back), and stop even if the replicas "
                             "were slower than --timeout")
-    drain.add_argument("--timeout", type=_seconds, default=60.0, metavar="S",
+    drain.add_argument("--timeout", type=seconds, default=60.0, metavar="S",
                        help="how long the replicas may take to take the new leaders "
                             "(default 60)")
     drain.add_argument("--keep-running", action="store_true",
@@ -85,7 +87,7 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse._SubParsersActi
     roll.add_argument("--brokers", type=int_in(0), nargs="+", metavar="BROKER",
                       help="the brokers to restart, in this order (default: every live "
                            "broker)")
-    roll.add_argument("--timeout", type=_seconds, default=300.0, metavar="S",
+    roll.add_argument("--timeout", type=seconds, default=300.0, metavar="S",
                       help="how long a restarted broker may take to be in sync again "
                            "(default 300)")
     return actions

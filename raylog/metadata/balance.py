@@ -45,7 +45,8 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
-from raylog.errors import InvalidArgumentError, UnknownBrokerError
+from raylog.errors import InvalidArgumentError
+from raylog.metadata.drain import check_known
 from raylog.metadata.state import PartitionState, TopicState
 from raylog.metadata.topics import REPLICATION_DEFAULTS
 
@@ -127,10 +128,7 @@ def check_brokers(what: str, brokers: Iterable[object], known: Collection[int]) 
         if type(broker) is not int:
             raise InvalidArgumentError(f"{what}: broker ids are integers, got {broker!r}")
         ids.append(broker)
-    unknown = sorted(set(ids) - set(known))
-    if unknown:
-        raise UnknownBrokerError(f"{what}: unknown brokers {unknown} (the cluster's brokers "
-                                 f"are {sorted(known)})")
+    check_known(ids, known, what)
     return sorted(set(ids))
 
 

@@ -52,12 +52,13 @@ def named(names: Sequence[str]) -> str:
     return shown + (f" and {len(names) - SHOWN} more" if len(names) > SHOWN else "")
 
 
-def check_known(brokers: Iterable[int], known: Collection[int]) -> None:
-    """UnknownBrokerError naming every broker of ``brokers`` the cluster never gave out."""
+def check_known(brokers: Iterable[int], known: Collection[int], what: str = "") -> None:
+    """UnknownBrokerError naming every broker of ``brokers`` the cluster never gave out
+    (the message begins with ``what``, if given: what the brokers were asked for)."""
     unknown = sorted({b for b in brokers if b not in known})
     if unknown:
         raise UnknownBrokerError(
-            f"unknown broker{'s' if len(unknown) > 1 else ''} "
+            f"{what + ': ' if what else ''}unknown broker{'s' if len(unknown) > 1 else ''} "
             f"{', '.join(map(str, unknown))} (the cluster's brokers: "
             f"{', '.join(map(str, sorted(known))) or 'none'})")
 

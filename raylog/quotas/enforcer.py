@@ -43,8 +43,10 @@ from raylog.quotas.entity import (
 )
 from raylog.quotas.rate import WindowedRate
 from raylog.util.arguments import settings_from_environ
+from raylog.util.metrics import recorder
 
 MAX_THROTTLE_S = 20.0  # no answer is held back longer (clients' request timeouts: 30 s)
+MAX_RESOLVED = 10_000  # clients whose quotas are remembered (then forgotten all at once)
 WINDOW_NUM_ENV = "RAYLOG_QUOTA_WINDOW_NUM"
 WINDOW_SIZE_ENV = "RAYLOG_QUOTA_WINDOW_SIZE_SECONDS"
 
@@ -79,8 +81,8 @@ class QuotaSettings:
 
 class ClientQuotas:
     """The quotas of every entity (as the controller said them) and the rates of the
-    clients that have one. ``throttled_s``: the delays given, in all, per quota key (what
-    the serving process reports as a metric)."""
+    clients that have one. ``throttled_s``: the delays given, in all, per quota key (the
+    metric, raylog_throttle_time_ms, is counted by :meth:`charge`)."""
 
     def __init__(self, settings: QuotaSettings | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -88,6 +90,10 @@ class ClientQuotas:
         self._clock = clock
         self._quotas: dict[QuotaEntity, dict[str, float]] = {}
         self._rates: dict[tuple[str, str, str], WindowedRate] = {}
+        # Each client's quota as resolve() found it, until the quotas change: a request
+        # pays one dict lookup, not a walk over the entities (most clients have none).
+        self._resolved: dict[tuple[str, str | None, str],
+                             tuple[float, tuple[str, str]] | None] = {}
         self._last_sweep = clock()
         self.version = -1  # of the controller's quotas last replaced; -1: none yet
         self.throttled_s = {PRODUCER_BYTE_RATE: 0.0, CONSUMER_BYTE_RATE: 0.0,
@@ -102,18 +108,46 @@ class ClientQuotas:
                 version: int) -> None:
         """The quotas in force from now on (the rates measured so far stay)."""
         self._quotas = {entity: dict(values) for entity, values in quotas.items()}
+        self._resolved = {}
         self.version = version
 
     def quota(self, key: str, user: str | None, client_id: str) -> float | None:
         """The ``key`` quota of this client, None when it has none."""
-        found = resolve(self._quotas, key, user, client_id)
+        found = self._resolve(key, user, client_id)
         return None if found is None else found[0]
+
+    def charge(self, user: str | None, client_id: str, values: Mapping[str, float]) -> float:
+        """Record one answer of the client (``values``: quota key -> bytes, or seconds of
+        handling for request_percentage); the seconds it is to be held back, the largest of
+        the keys' delays (0: none), counted as ``raylog_throttle_time_ms`` by that key and
+        the client id. 0 at once while no quota is set."""
+        if not self._quotas:
+            return 0.0
+        key, delay = max(((k, self.record(k, user, client_id, v)) for k, v in values.items()),
+                         key=lambda kv: kv[1], default=("", 0.0))
+        if delay > 0:
+            recorder().inc("raylog_throttle_time_ms", int(delay * 1000), quota=key,
+                           client_id=client_id)
+        return delay
+
+    def _resolve(self, key: str, user: str | None,
+                 client_id: str) -> tuple[float, tuple[str, str]] | None:
+        """resolve() over the quotas in force, remembered until they change."""
+        asked = (key, user, client_id)
+        try:
+            return self._resolved[asked]
+        except KeyError:
+            pass
+        if len(self._resolved) >= MAX_RESOLVED:  # many short-lived client ids
+            self._resolved.clear()
+        found = self._resolved[asked] = resolve(self._quotas, key, user, client_id)
+        return found
 
     def record(self, key: str, user: str | None, client_id: str, value: float) -> float:
         """Record ``value`` (bytes; for request_percentage, seconds of handling) for the
         client; the seconds its answer is to be delayed (0 when within its quota or
         without one)."""
-        found = resolve(self._quotas, key, user, client_id)
+        found = self._resolve(key, user, client_id)
         if found is None:
             return 0.0
         bound, (user_tag, client_tag) = found

@@ -23,6 +23,7 @@ logger = logging.getLogger(__name__)
 
 WATCH_WAIT_S = 30.0  # one watch call waits this long for a change
 RETRY_S = 1.0        # after a failed watch call
+WATCH_SLACK_S = 10.0  # a watch call is given up this long after it should have answered
 
 Watch = Callable[[int, float], Awaitable[dict[str, Any]]]
 

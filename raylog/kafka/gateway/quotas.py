@@ -26,13 +26,11 @@ from typing import Any
 
 from raylog.quotas.enforcer import ClientQuotas
 from raylog.quotas.entity import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE
-from raylog.quotas.follow import WATCH_WAIT_S, follow_quotas
-from raylog.util.metrics import recorder
+from raylog.quotas.follow import WATCH_SLACK_S, WATCH_WAIT_S, follow_quotas
 
 PRODUCE_KEY = 0
 FETCH_KEY = 1
 NOT_TIMED = frozenset({FETCH_KEY, 17, 18, 36})  # Fetch, SaslHandshake, ApiVersions, SaslAuth.
-WATCH_SLACK_S = 10.0  # a watch call is given up this long after it should have answered
 
 
 class ListenerQuotas:
@@ -61,25 +59,16 @@ class ListenerQuotas:
                body: Any, took_s: float) -> float:
         """Record one answered request; the seconds the connection is to be held back (0:
         none), also set as the answer's ``throttle_time_ms`` when it has one."""
-        quotas = self.quotas
-        if not quotas.active:
+        if not self.quotas.active:
             return 0.0
-        client = client_id or ""
-        delays = {}
+        values = {}
         if api_key == PRODUCE_KEY:
-            delays[PRODUCER_BYTE_RATE] = quotas.record(PRODUCER_BYTE_RATE, user, client,
-                                                       request_bytes)
+            values[PRODUCER_BYTE_RATE] = request_bytes
         elif api_key == FETCH_KEY and body is not None:
-            delays[CONSUMER_BYTE_RATE] = quotas.record(CONSUMER_BYTE_RATE, user, client,
-                                                       body.records_bytes())
+            values[CONSUMER_BYTE_RATE] = body.records_bytes()
         if api_key not in NOT_TIMED:
-            delays[REQUEST_PERCENTAGE] = quotas.record(REQUEST_PERCENTAGE, user, client,
-                                                       took_s)
-        key, delay = max(delays.items(), key=lambda kv: kv[1], default=("", 0.0))
-        if delay <= 0:
-            return 0.0
-        ms = int(delay * 1000)
-        if body is not None and hasattr(body, "throttle_time_ms"):
-            body.throttle_time_ms = ms
-        recorder().inc("raylog_throttle_time_ms", ms, quota=key, client_id=client)
+            values[REQUEST_PERCENTAGE] = took_s
+        delay = self.quotas.charge(user, client_id or "", values)
+        if delay > 0 and body is not None and hasattr(body, "throttle_time_ms"):
+            body.throttle_time_ms = int(delay * 1000)
         return delay

@@ -123,6 +123,11 @@ def test_other_modules_can_add_an_action_to_the_group():
     assert out.getvalue() == "planned"
     # and the real parser's group is the one add_parser builds
     assert build_parser().parse_args(["cluster", "drain", "1"]).handler is cluster_cli.cmd_drain
+    # raylog/cli/balance.py's action is added that way too, and run as the others are
+    from raylog.cli.balance import cmd_balance
+
+    balance = build_parser().parse_args(["cluster", "balance"])
+    assert (balance.run, balance.handler) == ("cluster", cmd_balance)
 
 
 def test_status_shows_a_drained_broker(monkeypatch):

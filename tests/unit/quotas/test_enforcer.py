@@ -90,6 +90,45 @@ def test_a_changed_quota_applies_to_the_rate_measured_so_far():
     assert quotas.record("producer_byte_rate", None, "c", 10**6) == 0
 
 
+def test_a_clients_quota_is_resolved_once_until_the_quotas_change(monkeypatch):
+    from raylog.quotas import enforcer
+
+    asked, resolve = [], enforcer.resolve
+
+    def counted(*args):
+        asked.append(args[1:])
+        return resolve(*args)
+
+    quotas, _ = quotas_with({QuotaEntity(client_id="c"): {"producer_byte_rate": 1000}})
+    monkeypatch.setattr(enforcer, "resolve", counted)
+    for _ in range(3):  # a client without a quota, on every request
+        assert quotas.record("producer_byte_rate", None, "other", 10**6) == 0
+    assert asked == [("producer_byte_rate", None, "other")]
+    quotas.replace({QuotaEntity(client_id=DEFAULT): {"producer_byte_rate": 100}}, version=2)
+    assert quotas.record("producer_byte_rate", None, "other", 10**6) > 0
+    assert len(asked) == 2
+
+
+def test_an_answer_is_held_back_by_its_largest_delay_and_counted_once(monkeypatch):
+    from raylog.quotas import enforcer
+
+    counted = []
+
+    class Recorder:
+        def inc(self, name, value, **tags):
+            counted.append((name, value, tags))
+
+    monkeypatch.setattr(enforcer, "recorder", Recorder)
+    quotas, _ = quotas_with({QuotaEntity(client_id="c"): {"producer_byte_rate": 1000,
+                                                          "request_percentage": 10}})
+    values = {"producer_byte_rate": 100, "request_percentage": 1.0}  # 1 s of 2 s: 50 %
+    delay = quotas.charge(None, "c", values)
+    assert delay == pytest.approx(1.0)  # request time: (50 - 10) / 10 * 2 s, one sample
+    assert counted == [("raylog_throttle_time_ms", 1000,
+                        {"quota": "request_percentage", "client_id": "c"})]
+    assert quotas.charge(None, "other", values) == 0 and len(counted) == 1
+
+
 def test_settings_are_checked():
     for bad in ({"window_num": 1}, {"window_size_s": 0}, {"window_num": "11"}):
         with pytest.raises(InvalidConfigError):
