@@ -164,8 +164,9 @@ class TieredHost:
                 raise TimeoutError(f"{METADATA_TOPIC} record {offset} not applied within "
                                    f"{APPLY_WAIT_S} s")
 
-    def _write(self, record: RemoteSegment) -> None:
-        """Record ``record`` (acks=all) and return once this process's state has it."""
+    def _write(self, record: RemoteSegment) -> bool:
+        """Record ``record`` (acks=all) and return once this process's state has it: whether
+        it took effect (the attempt had not gone further meanwhile)."""
         if self._producer is None:
             from raylog.client.producer import Producer
             self._producer = Producer(acks="all", linger_ms=0)
@@ -173,6 +174,8 @@ class TieredHost:
                                      key=record.key().encode(), partition=0)
         self._producer.flush()
         self._wait_applied(future.result().offset)
+        with self.lock:
+            return self.state.state_of(record) == record.state
 
     def _catch_up(self) -> None:
         """Until the feed has applied every record the metadata topic holds now."""
