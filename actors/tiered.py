@@ -30,7 +30,7 @@ from typing import Any
 
 import ray
 
-from raylog.errors import OffsetOutOfRangeError, RaylogError
+from raylog.errors import OffsetOutOfRangeError, RaylogError, RemoteObjectError
 from raylog.replica.partition import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
@@ -312,17 +312,31 @@ class TieredHost:
                 f"{partition.name}")
         committed = isolation == READ_COMMITTED
         bound = partition.last_stable_offset if committed else log.high_watermark
-        data = await asyncio.to_thread(self.reader.read, later[0], offset, max_bytes, bound)
+        data = await self._read(self.reader.read, later[0], offset, max_bytes, bound)
         if not committed:
             return FetchResult(data, log.high_watermark, start, log.log_end_offset)
         aborted = list(log.aborted_transactions(log.log_start_offset, bound)) if data else []
         if data:
             for segment in later:
-                aborted += await asyncio.to_thread(self.reader.aborted, segment)
+                aborted += await self._read(self.reader.aborted, segment)
         aborted = sorted({a for a in aborted if a.last_offset >= offset},
                          key=lambda a: a.last_offset)
         return FetchResult(data, log.high_watermark, start, log.log_end_offset, bound,
                            tuple(aborted))
+
+    async def _read(self, read: Callable[..., Any], segment: RemoteSegment, *args: Any) -> Any:
+        """``read(segment, *args)`` on a worker thread. An object missing because whole-log
+        retention deleted its segment after the fetch chose it is an offset out of range
+        (the consumer's reset policy, or a new plan, resolves it), not a corrupt store."""
+        try:
+            return await asyncio.to_thread(read, segment, *args)
+        except RemoteObjectError as e:
+            with self.lock:
+                readable = self.state.readable(segment.topic_id, segment.partition)
+            if any(s.segment_id == segment.segment_id for s in readable):
+                raise
+            raise OffsetOutOfRangeError(
+                f"remote segment {segment.key()} was deleted by retention while read") from e
 
     def describe(self, topic_id: str, partition: Partition) -> dict[str, Any]:
         """The remote side of a replica, for ``raylog topics describe``."""
