@@ -527,9 +527,8 @@ class ReplicaHost:
         started = time.monotonic()
         hosted = self._hosted(topic, partition)  # checks the stall guard
         since = self.guard.generation
-        hosted.partition.check_serving(leader_epoch)
-        remote = await self.tiered.fetch(hosted.topic_id, hosted.partition, offset, max_bytes,
-                                         isolation)
+        remote = await self.tiered.fetch(hosted.topic_id, hosted.partition, leader_epoch,
+                                         offset, max_bytes, isolation)
         if remote is not None:  # below the local log start of a tiered log
             self.guard.check_since(since)
             _count_out(topic, remote.data)

@@ -292,15 +292,18 @@ class TieredHost:
         with self.lock:
             return self.state.readable(topic_id, partition)
 
-    async def fetch(self, topic_id: str, partition: Partition, offset: int, max_bytes: int,
-                    isolation: str = READ_UNCOMMITTED) -> FetchResult | None:
+    async def fetch(self, topic_id: str, partition: Partition, leader_epoch: object,
+                    offset: int, max_bytes: int, isolation: str = READ_UNCOMMITTED
+                    ) -> FetchResult | None:
         """Batches from ``offset`` below the local log start, from the store (None when the
-        offset is not below it: the local log serves it). ``read_committed``: below the last
-        stable offset, with the aborted transactions overlapping what is returned, from the
-        txn.index of every remote segment from this one on and from the local log."""
+        offset is not below it: the local log serves it, and Partition.fetch checks the
+        replica may serve). ``read_committed``: below the last stable offset, with the
+        aborted transactions overlapping what is returned, from the txn.index of every
+        remote segment from this one on and from the local log."""
         log = partition.log
         if not log.config.remote_storage_enable or offset >= log.log_start_offset:
             return None
+        partition.check_serving(leader_epoch)
         self.start()
         start = self.remote_start(topic_id, partition)
         with self.lock:

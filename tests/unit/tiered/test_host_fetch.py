@@ -8,8 +8,8 @@ import asyncio
 import pytest
 
 from actors.tiered import TieredHost
-from raylog.errors import OffsetOutOfRangeError, RemoteObjectError
-from raylog.replica.partition import Partition
+from raylog.errors import NotLeaderError, OffsetOutOfRangeError, RemoteObjectError
+from raylog.replica.partition import LeaderAndIsr, Partition
 from raylog.tiered.layout import SEGMENT
 from raylog.tiered.reader import RemoteReader
 from raylog.tiered.store import ObjectStore
@@ -26,6 +26,7 @@ def host(tmp_path):
     log = filled_log(tmp_path / "log", config=TIERED.replace(local_retention_ms=100),
                      clock=clock)
     partition = Partition(REF.topic, REF.partition, log, 7, clock=clock)
+    partition.apply(LeaderAndIsr(7, 1, 1, (7,), (7,)))
     host = TieredHost(lambda: 7, lambda: None, lambda tp: None)
     recorder = Recorder(store)
     recorder.state = host.state
@@ -40,8 +41,18 @@ def host(tmp_path):
 
 def test_a_fetch_below_the_local_log_start_reads_the_remote_segment(host):
     host, partition, _ = host
-    result = asyncio.run(host.fetch(REF.topic_id, partition, 0, 1 << 20))
+    result = asyncio.run(host.fetch(REF.topic_id, partition, 1, 0, 1 << 20))
     assert result.data and result.log_start_offset == 0
+    # Not a local offset: the local log serves it (and checks the replica may serve).
+    assert asyncio.run(host.fetch(REF.topic_id, partition, 1, partition.log.log_start_offset,
+                                  1 << 20)) is None
+
+
+def test_a_replica_that_may_not_serve_refuses_a_remote_fetch(host):
+    host, partition, _ = host
+    partition.apply(LeaderAndIsr(8, 2, 2, (7, 8), (8,)))  # a follower out of the ISR
+    with pytest.raises(NotLeaderError):
+        asyncio.run(host.fetch(REF.topic_id, partition, 2, 0, 1 << 20))
 
 
 def test_a_segment_retention_deleted_after_the_fetch_chose_it_is_out_of_range(host):
@@ -55,7 +66,7 @@ def test_a_segment_retention_deleted_after_the_fetch_chose_it_is_out_of_range(ho
 
     host.reader.read = deleted_meanwhile
     with pytest.raises(OffsetOutOfRangeError) as raised:
-        asyncio.run(host.fetch(REF.topic_id, partition, 0, 1 << 20))
+        asyncio.run(host.fetch(REF.topic_id, partition, 1, 0, 1 << 20))
     assert isinstance(raised.value.__cause__, RemoteObjectError)
     # A segment still readable whose object is missing stays a RemoteObjectError.
     host.reader.read = read
@@ -64,4 +75,4 @@ def test_a_segment_retention_deleted_after_the_fetch_chose_it_is_out_of_range(ho
     host.store.delete_folder(second.folder(host.store.prefix))
     assert not host.store.size(f"{second.folder(host.store.prefix)}/{SEGMENT}")
     with pytest.raises(RemoteObjectError):
-        asyncio.run(host.fetch(REF.topic_id, partition, second.base_offset, 1 << 20))
+        asyncio.run(host.fetch(REF.topic_id, partition, 1, second.base_offset, 1 << 20))
