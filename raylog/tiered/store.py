@@ -15,6 +15,8 @@ themselves.
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import uuid
 from collections.abc import Mapping
@@ -122,3 +124,14 @@ class ObjectStore:
         from pyarrow import fs
         if self.filesystem.get_file_info(path).type != fs.FileType.NotFound:
             self.filesystem.delete_dir(path)
+
+
+def cached_store(uri: str, settings: Mapping[str, Any]) -> ObjectStore:
+    """One ObjectStore per store per process: analytics tasks open the store of every piece
+    they read, and Ray reuses worker processes across tasks."""
+    return _cached_store(uri, json.dumps(dict(settings), sort_keys=True))
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_store(uri: str, settings: str) -> ObjectStore:
+    return ObjectStore.from_uri(uri, json.loads(settings))
