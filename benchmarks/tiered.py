@@ -16,8 +16,8 @@ views of ``common.py`` by ``Producer.send_batch`` (LZ4).
 
 Cold segments. The closed segments holding the first REMOTE_SHARE (90%) of each partition's
 records are uploaded into the store in the layout of raylog/tiered/layout.py by
-tests/tieredutil.py (what a leader's upload writes: segment, indexes, epochs, producer
-snapshot, manifest last; every object's sha256 in its record), and the planners are given
+tests/tieredutil.py (with a leader's Uploader: segment, indexes, epochs, manifest last;
+every object's sha256 in its record), and the planners are given
 the views a broker's ``tiered_view`` would answer with the local log starting right after
 them. (The brokers still hold those records: this measures the analytics path from the
 store, the same code a tiered topic's reads run once the broker side uploads; the
