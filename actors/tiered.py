@@ -30,7 +30,12 @@ from typing import Any
 
 import ray
 
-from raylog.errors import OffsetOutOfRangeError, RaylogError, RemoteObjectError
+from raylog.errors import (
+    OffsetOutOfRangeError,
+    RaylogError,
+    RemoteObjectError,
+    RemoteStorageUnavailableError,
+)
 from raylog.replica.partition import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
@@ -78,6 +83,9 @@ class TieredHost:
         self.reader: RemoteReader | None = None
         self._starting: asyncio.Task | None = None
         self._stop = threading.Event()
+        # Set once the feed has applied what the metadata topic held when it started: until
+        # then the remote log looks shorter than it is (see check_loaded).
+        self.loaded = threading.Event()
         self._feed_error: BaseException | None = None
         self._jobs = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tiered")
         self._running: dict[tuple[str, int], concurrent.futures.Future] = {}
@@ -132,7 +140,8 @@ class TieredHost:
         from raylog.types import TopicPartition
 
         backoff = Backoff(0.2, 5.0)
-        consumer = None
+        tp = TopicPartition(METADATA_TOPIC, 0)
+        consumer, loaded_at = None, None
         while not self._stop.is_set():
             try:
                 if consumer is None:
@@ -140,15 +149,18 @@ class TieredHost:
                         METADATA_TOPIC, METADATA_PARTITIONS, METADATA_CONFIGS)
                     consumer = Consumer(auto_offset_reset="earliest", enable_auto_commit=False,
                                         fetch_from_nearest=False)
-                    tp = TopicPartition(METADATA_TOPIC, 0)
                     consumer.assign([tp])
                     consumer.seek(tp, self.position)
+                if loaded_at is None:
+                    loaded_at = consumer.end_offsets([tp])[tp]
                 for record in consumer.poll(timeout_ms=FEED_POLL_MS):
                     segment = RemoteSegment.from_json(record.value)
                     with self.lock:
                         self.state.apply(segment)
                         self.position = record.offset + 1
                         self._applied.notify_all()
+                if self.position >= loaded_at:
+                    self.loaded.set()
                 backoff.reset()
             except (RaylogError, ValueError, ray.exceptions.RayError) as e:
                 logger.warning("the remote-log metadata feed failed, again soon: %r", e)
@@ -279,6 +291,18 @@ class TieredHost:
 
     # -- reads -----------------------------------------------------------------------------------
 
+    def check_loaded(self, partition: Partition) -> None:
+        """For a tiered replica, RemoteStorageUnavailableError (retriable) until the store is
+        open and the feed has applied the metadata topic as it was at start: before, the
+        remote log looks empty or short, and an answer from it (an offset out of range, an
+        earliest offset at the local log start) would send a consumer past records the
+        store holds."""
+        if partition.log.config.remote_storage_enable and not (
+                self.ready and self.loaded.is_set()):
+            self.start()
+            raise RemoteStorageUnavailableError(
+                f"{partition.name}: the remote log's metadata is not loaded yet")
+
     def remote_start(self, topic_id: str, partition: Partition) -> int:
         """The first offset of the whole log: the remote log's start, or the local one."""
         local = partition.log.log_start_offset
@@ -304,11 +328,11 @@ class TieredHost:
         if not log.config.remote_storage_enable or offset >= log.log_start_offset:
             return None
         partition.check_serving(leader_epoch)
-        self.start()
+        self.check_loaded(partition)
         start = self.remote_start(topic_id, partition)
         with self.lock:
             later = [s for s in self.state.readable(topic_id, partition.partition)
-                     if s.end_offset >= offset] if self.ready else []
+                     if s.end_offset >= offset]
         if not later or later[0].base_offset > offset:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is outside [{start}, {log.log_end_offset}] of "

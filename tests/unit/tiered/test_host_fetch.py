@@ -8,7 +8,12 @@ import asyncio
 import pytest
 
 from actors.tiered import TieredHost
-from raylog.errors import NotLeaderError, OffsetOutOfRangeError, RemoteObjectError
+from raylog.errors import (
+    NotLeaderError,
+    OffsetOutOfRangeError,
+    RemoteObjectError,
+    RemoteStorageUnavailableError,
+)
 from raylog.replica.partition import LeaderAndIsr, Partition
 from raylog.tiered.layout import SEGMENT
 from raylog.tiered.reader import RemoteReader
@@ -35,6 +40,7 @@ def host(tmp_path):
     assert partition.enforce_retention(local_deletable_below(host.state, REF)) > 0
     host.store, host.reader = store, RemoteReader(store)
     host.store_info = {"uri": None, "settings": {}}  # start() asks no controller
+    host.loaded.set()  # as the feed does once it has applied the metadata topic
     yield host, partition, recorder
     host.close()
 
@@ -76,3 +82,16 @@ def test_a_segment_retention_deleted_after_the_fetch_chose_it_is_out_of_range(ho
     assert not host.store.size(f"{second.folder(host.store.prefix)}/{SEGMENT}")
     with pytest.raises(RemoteObjectError):
         asyncio.run(host.fetch(REF.topic_id, partition, 1, second.base_offset, 1 << 20))
+
+
+def test_before_the_remote_log_is_loaded_a_remote_fetch_is_retriable(host):
+    """Not an offset out of range: the consumer would reset past what the store holds."""
+    host, partition, _ = host
+    host.loaded.clear()
+    with pytest.raises(RemoteStorageUnavailableError) as raised:
+        asyncio.run(host.fetch(REF.topic_id, partition, 1, 0, 1 << 20))
+    assert raised.value.retriable
+    host.loaded.set()
+    host.store = None  # nor before the store is open
+    with pytest.raises(RemoteStorageUnavailableError):
+        asyncio.run(host.fetch(REF.topic_id, partition, 1, 0, 1 << 20))
