@@ -527,9 +527,8 @@ class ReplicaHost:
         started = time.monotonic()
         hosted = self._hosted(topic, partition)  # checks the stall guard
         since = self.guard.generation
-        hosted.partition.check_serving(leader_epoch)
-        remote = await self.tiered.fetch(hosted.topic_id, hosted.partition, offset, max_bytes,
-                                         isolation)
+        remote = await self.tiered.fetch(hosted.topic_id, hosted.partition, leader_epoch,
+                                         offset, max_bytes, isolation)
         if remote is not None:  # below the local log start of a tiered log
             self.guard.check_since(since)
             _count_out(topic, remote.data)
@@ -562,10 +561,12 @@ class ReplicaHost:
     async def list_offset(self, topic: str, partition: int, leader_epoch: int,
                           spec: str | int) -> tuple[int, int] | None:
         """As Partition.list_offset; the earliest offset of a tiered log is its remote
-        log's start (consumers see one log)."""
+        log's start (consumers see one log; RemoteStorageUnavailableError, retriable, while
+        this process has not loaded the remote log's metadata)."""
         hosted = self._hosted(topic, partition)
         found = hosted.partition.list_offset(spec, leader_epoch)
         if spec == EARLIEST:
+            self.tiered.check_loaded(hosted.partition)
             return self.tiered.remote_start(hosted.topic_id, hosted.partition), -1
         return found
 
@@ -574,14 +575,13 @@ class ReplicaHost:
         ``{"remote": [RemoteSegment.to_json() bytes, ...]`` (readable, sorted by base
         offset; empty when the topic is not tiered), ``"log_start"`` (the whole log's),
         ``"local_log_start"``, ``"high_watermark"``, ``"store": {"uri", "settings"}}``.
-        Any replica answers (a follower's view may lag its leader's)."""
+        Any replica answers (a follower's view may lag its leader's); for a tiered topic,
+        RemoteStorageUnavailableError (retriable) while its remote log is not loaded."""
         hosted = self._hosted(topic, partition)
         p = hosted.partition
-        tiered = p.log.config.remote_storage_enable
-        if tiered:
-            self.tiered.start()
+        self.tiered.check_loaded(p)
         remote = self.tiered.readable(hosted.topic_id, partition) \
-            if tiered and self.tiered.ready else []
+            if p.log.config.remote_storage_enable else []
         return {"remote": [s.to_json() for s in remote],
                 "log_start": self.tiered.remote_start(hosted.topic_id, p),
                 "local_log_start": p.log.log_start_offset,

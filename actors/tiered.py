@@ -30,7 +30,12 @@ from typing import Any
 
 import ray
 
-from raylog.errors import OffsetOutOfRangeError, RaylogError
+from raylog.errors import (
+    OffsetOutOfRangeError,
+    RaylogError,
+    RemoteObjectError,
+    RemoteStorageUnavailableError,
+)
 from raylog.replica.partition import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
@@ -78,6 +83,9 @@ class TieredHost:
         self.reader: RemoteReader | None = None
         self._starting: asyncio.Task | None = None
         self._stop = threading.Event()
+        # Set once the feed has applied what the metadata topic held when it started: until
+        # then the remote log looks shorter than it is (see check_loaded).
+        self.loaded = threading.Event()
         self._feed_error: BaseException | None = None
         self._jobs = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tiered")
         self._running: dict[tuple[str, int], concurrent.futures.Future] = {}
@@ -132,7 +140,8 @@ class TieredHost:
         from raylog.types import TopicPartition
 
         backoff = Backoff(0.2, 5.0)
-        consumer = None
+        tp = TopicPartition(METADATA_TOPIC, 0)
+        consumer, loaded_at = None, None
         while not self._stop.is_set():
             try:
                 if consumer is None:
@@ -140,15 +149,18 @@ class TieredHost:
                         METADATA_TOPIC, METADATA_PARTITIONS, METADATA_CONFIGS)
                     consumer = Consumer(auto_offset_reset="earliest", enable_auto_commit=False,
                                         fetch_from_nearest=False)
-                    tp = TopicPartition(METADATA_TOPIC, 0)
                     consumer.assign([tp])
                     consumer.seek(tp, self.position)
+                if loaded_at is None:
+                    loaded_at = consumer.end_offsets([tp])[tp]
                 for record in consumer.poll(timeout_ms=FEED_POLL_MS):
                     segment = RemoteSegment.from_json(record.value)
                     with self.lock:
                         self.state.apply(segment)
                         self.position = record.offset + 1
                         self._applied.notify_all()
+                if self.position >= loaded_at:
+                    self.loaded.set()
                 backoff.reset()
             except (RaylogError, ValueError, ray.exceptions.RayError) as e:
                 logger.warning("the remote-log metadata feed failed, again soon: %r", e)
@@ -164,8 +176,9 @@ class TieredHost:
                 raise TimeoutError(f"{METADATA_TOPIC} record {offset} not applied within "
                                    f"{APPLY_WAIT_S} s")
 
-    def _write(self, record: RemoteSegment) -> None:
-        """Record ``record`` (acks=all) and return once this process's state has it."""
+    def _write(self, record: RemoteSegment) -> bool:
+        """Record ``record`` (acks=all) and return once this process's state has it: whether
+        it took effect (the attempt had not gone further meanwhile)."""
         if self._producer is None:
             from raylog.client.producer import Producer
             self._producer = Producer(acks="all", linger_ms=0)
@@ -173,6 +186,8 @@ class TieredHost:
                                      key=record.key().encode(), partition=0)
         self._producer.flush()
         self._wait_applied(future.result().offset)
+        with self.lock:
+            return self.state.state_of(record) == record.state
 
     def _catch_up(self) -> None:
         """Until the feed has applied every record the metadata topic holds now."""
@@ -276,6 +291,18 @@ class TieredHost:
 
     # -- reads -----------------------------------------------------------------------------------
 
+    def check_loaded(self, partition: Partition) -> None:
+        """For a tiered replica, RemoteStorageUnavailableError (retriable) until the store is
+        open and the feed has applied the metadata topic as it was at start: before, the
+        remote log looks empty or short, and an answer from it (an offset out of range, an
+        earliest offset at the local log start) would send a consumer past records the
+        store holds."""
+        if partition.log.config.remote_storage_enable and not (
+                self.ready and self.loaded.is_set()):
+            self.start()
+            raise RemoteStorageUnavailableError(
+                f"{partition.name}: the remote log's metadata is not loaded yet")
+
     def remote_start(self, topic_id: str, partition: Partition) -> int:
         """The first offset of the whole log: the remote log's start, or the local one."""
         local = partition.log.log_start_offset
@@ -289,37 +316,54 @@ class TieredHost:
         with self.lock:
             return self.state.readable(topic_id, partition)
 
-    async def fetch(self, topic_id: str, partition: Partition, offset: int, max_bytes: int,
-                    isolation: str = READ_UNCOMMITTED) -> FetchResult | None:
+    async def fetch(self, topic_id: str, partition: Partition, leader_epoch: object,
+                    offset: int, max_bytes: int, isolation: str = READ_UNCOMMITTED
+                    ) -> FetchResult | None:
         """Batches from ``offset`` below the local log start, from the store (None when the
-        offset is not below it: the local log serves it). ``read_committed``: below the last
-        stable offset, with the aborted transactions overlapping what is returned, from the
-        txn.index of every remote segment from this one on and from the local log."""
+        offset is not below it: the local log serves it, and Partition.fetch checks the
+        replica may serve). ``read_committed``: below the last stable offset, with the
+        aborted transactions overlapping what is returned, from the txn.index of every
+        remote segment from this one on and from the local log."""
         log = partition.log
         if not log.config.remote_storage_enable or offset >= log.log_start_offset:
             return None
-        self.start()
+        partition.check_serving(leader_epoch)
+        self.check_loaded(partition)
         start = self.remote_start(topic_id, partition)
         with self.lock:
             later = [s for s in self.state.readable(topic_id, partition.partition)
-                     if s.end_offset >= offset] if self.ready else []
+                     if s.end_offset >= offset]
         if not later or later[0].base_offset > offset:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is outside [{start}, {log.log_end_offset}] of "
                 f"{partition.name}")
         committed = isolation == READ_COMMITTED
         bound = partition.last_stable_offset if committed else log.high_watermark
-        data = await asyncio.to_thread(self.reader.read, later[0], offset, max_bytes, bound)
+        data = await self._read(self.reader.read, later[0], offset, max_bytes, bound)
         if not committed:
             return FetchResult(data, log.high_watermark, start, log.log_end_offset)
         aborted = list(log.aborted_transactions(log.log_start_offset, bound)) if data else []
         if data:
             for segment in later:
-                aborted += await asyncio.to_thread(self.reader.aborted, segment)
+                aborted += await self._read(self.reader.aborted, segment)
         aborted = sorted({a for a in aborted if a.last_offset >= offset},
                          key=lambda a: a.last_offset)
         return FetchResult(data, log.high_watermark, start, log.log_end_offset, bound,
                            tuple(aborted))
+
+    async def _read(self, read: Callable[..., Any], segment: RemoteSegment, *args: Any) -> Any:
+        """``read(segment, *args)`` on a worker thread. An object missing because whole-log
+        retention deleted its segment after the fetch chose it is an offset out of range
+        (the consumer's reset policy, or a new plan, resolves it), not a corrupt store."""
+        try:
+            return await asyncio.to_thread(read, segment, *args)
+        except RemoteObjectError as e:
+            with self.lock:
+                readable = self.state.readable(segment.topic_id, segment.partition)
+            if any(s.segment_id == segment.segment_id for s in readable):
+                raise
+            raise OffsetOutOfRangeError(
+                f"remote segment {segment.key()} was deleted by retention while read") from e
 
     def describe(self, topic_id: str, partition: Partition) -> dict[str, Any]:
         """The remote side of a replica, for ``raylog topics describe``."""

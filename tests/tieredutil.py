@@ -1,47 +1,43 @@
-"""Uploading closed segments of a partition directory into an object store, as a leader's
-upload writes them (raylog/tiered/layout.py): the tests and the benchmark of the analytics
-read use it where the broker side's uploads are not there (or not wanted).
-
-What an upload writes, mirrored: per closed segment (every segment but the active one) a
-folder ``<base>-<segment id>`` with ``segment.log``, ``offset.index``, ``time.index``,
-``txn.index`` (only if the segment has entries), ``leader-epoch-checkpoint`` (the epochs
-starting at or below the segment's end offset), ``producer.snapshot`` (the newest snapshot
-at or below its end offset + 1, if the directory has one), every object put before
-``manifest.json``, which is written last; the returned records are in COPY_FINISHED with
-every object's size and sha256. Also a fake of the broker's ``tiered_view`` answer.
+"""Uploading closed segments of a partition directory into an object store with the
+leader's own Uploader (raylog/tiered/uploader.py): the tests and the benchmark of the
+analytics read use it where the brokers' uploads are not wanted (a directory a test reads
+from a live broker, or a log it wrote). Each closed segment (every segment but the active
+one) is one copy from its base offset, with the leader epochs and the aborted transactions
+the directory's checkpoint and transaction indexes hold for it; the returned records are
+the COPY_FINISHED ones. Also a fake of the broker's ``tiered_view`` answer.
 """
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 from typing import Any
 
 from raylog.records.header import iter_headers
 from raylog.replica.epochs import LEADER_EPOCH_FILE
 from raylog.storage.segment import log_bases, segment_files
-from raylog.tiered import layout
-from raylog.tiered.layout import COPY_FINISHED, RemoteFile, RemoteSegment
+from raylog.storage.txn_index import AbortedTxn, decode_entries
+from raylog.tiered.layout import RemoteSegment
 from raylog.tiered.store import ObjectStore
+from raylog.tiered.uploader import CopyPlan, LocalSegment, PartitionRef, Uploader
 
 TOPIC_ID = "0f0f0f0f0f0f4f0f8f0f0f0f0f0f0f0f"
 
 
-def _epochs_upto(directory: Path, end_offset: int) -> tuple[bytes, dict[int, int]]:
-    """The leader-epoch checkpoint's entries starting at or below ``end_offset``, as the
-    file's text (version, count, entries) and as a map."""
+def _epochs(directory: Path) -> list[tuple[int, int]]:
+    """The leader-epoch checkpoint's (epoch, start offset) entries."""
     path = directory / LEADER_EPOCH_FILE
     lines = path.read_text().split("\n") if path.exists() else []
-    entries = [tuple(int(v) for v in line.split()) for line in lines[2:] if line.strip()]
-    kept = {epoch: start for epoch, start in entries if start <= end_offset}
-    text = "\n".join(["0", str(len(kept)), *(f"{e} {s}" for e, s in kept.items())]) + "\n"
-    return text.encode(), kept
+    return [(int(e), int(s)) for e, s in (line.split() for line in lines[2:] if line.strip())]
 
 
-def _snapshot_upto(directory: Path, offset: int) -> bytes | None:
-    found = sorted(p for p in directory.glob("*.snapshot")
-                   if p.stem.isdigit() and int(p.stem) <= offset)
-    return found[-1].read_bytes() if found else None
+def _aborted(directory: Path, bases: list[int]) -> list[AbortedTxn]:
+    """Every entry of the directory's transaction indexes, in marker order."""
+    out: list[AbortedTxn] = []
+    for base in bases:
+        txn = directory / segment_files(base)[3]
+        if txn.exists():
+            out.extend(decode_entries(txn.read_bytes()))
+    return sorted(out, key=lambda e: e.last_offset)
 
 
 def upload_segments(directory: str | Path, store: ObjectStore, topic: str, partition: int, *,
@@ -52,40 +48,23 @@ def upload_segments(directory: str | Path, store: ObjectStore, topic: str, parti
     them); returns their records, in offset order."""
     directory = Path(directory)
     bases = log_bases(set(p.name for p in directory.iterdir()))
+    ref = PartitionRef(topic, topic_id, partition)
+    epochs, aborted = _epochs(directory), _aborted(directory, bases)
+    uploader = Uploader(store, lambda record: True, clock=lambda: now_ms)
     out = []
     for base in bases[:-1]:  # the last one is the active segment
-        log_name, index_name, time_name, txn_name = segment_files(base)
-        data = (directory / log_name).read_bytes()
-        headers = [h for _, h in iter_headers(data)]
-        if not headers:
+        path = directory / segment_files(base)[0]
+        size = path.stat().st_size
+        ends = [h.last_offset for _, h in iter_headers(path.read_bytes(), verify=False)]
+        if not ends:
             continue
-        end = headers[-1].last_offset
-        if below is not None and end >= below:
+        if below is not None and ends[-1] >= below:
             break
-        objects = {layout.SEGMENT: data,
-                   layout.OFFSET_INDEX: (directory / index_name).read_bytes(),
-                   layout.TIME_INDEX: (directory / time_name).read_bytes()}
-        txn = directory / txn_name
-        if txn.exists() and txn.stat().st_size:
-            objects[layout.TXN_INDEX] = txn.read_bytes()
-        epochs_file, epochs = _epochs_upto(directory, end)
-        objects[layout.LEADER_EPOCHS] = epochs_file
-        snapshot = _snapshot_upto(directory, end + 1)
-        if snapshot is not None:
-            objects[layout.PRODUCER_SNAPSHOT] = snapshot
-        segment = RemoteSegment(
-            topic=topic, topic_id=topic_id, partition=partition, segment_id=uuid.uuid4().hex,
-            base_offset=base, end_offset=end, max_timestamp=max(h.max_timestamp for h in headers),
-            size_bytes=len(data), leader_epoch=leader_epoch, broker_id=broker_id,
-            leader_epochs=epochs,
-            files={name: RemoteFile(len(body), layout.digest(body))
-                   for name, body in objects.items()})
-        folder = segment.folder(store.prefix)
-        for name, body in objects.items():
-            store.put(f"{folder}/{name}", body)
-        segment = segment.with_state(COPY_FINISHED, now_ms)
-        store.put(f"{folder}/{layout.MANIFEST}", segment.to_json())
-        out.append(segment)
+        plan = CopyPlan(ref, LocalSegment(base, ends[-1] + 1, str(path), size), base,
+                        leader_epoch, broker_id, {e: s for e, s in epochs if s <= ends[-1]},
+                        tuple(e for e in aborted
+                              if e.last_offset >= base and e.first_offset <= ends[-1]))
+        out.append(uploader.copy(plan))
     return out
 
 

@@ -49,8 +49,9 @@ _TXN_ENTRY_BYTES = 32
 def aborted_transactions(store: ObjectStore, segments: Iterable[RemoteSegment], start: int,
                          end: int) -> list[AbortedTxn]:
     """The aborted transactions holding an offset in [start, end) that the ``txn.index``
-    objects of ``segments`` list (pass the segment holding ``start`` and every later one)."""
-    out = []
+    objects of ``segments`` list (pass the segment holding ``start`` and every later one),
+    each once: a leader's upload lists a transaction in every segment it overlaps."""
+    out: dict[AbortedTxn, None] = {}
     for segment in segments:
         if segment.end_offset < start or TXN_INDEX not in segment.files:
             continue
@@ -59,9 +60,9 @@ def aborted_transactions(store: ObjectStore, segments: Iterable[RemoteSegment], 
             raise RemoteObjectError(
                 f"{segment.folder(store.prefix)}/{TXN_INDEX}: {len(data)} bytes, not whole "
                 f"{_TXN_ENTRY_BYTES}-byte entries")
-        out.extend(e for e in decode_entries(data)
+        out.update((e, None) for e in decode_entries(data)
                    if e.last_offset >= start and e.first_offset < end)
-    return out
+    return list(out)
 
 
 def segment_batches(store: ObjectStore, segment: RemoteSegment, start: int, end: int,

@@ -7,9 +7,9 @@ prefix::
         segment.log              the local segment's bytes, unchanged (whole Kafka batches)
         offset.index             its sparse offset index   (storage/index.py's format)
         time.index               its time index            (storage/index.py's format)
-        txn.index                its aborted transactions  (only if the segment has some)
+        txn.index                the aborted transactions overlapping its offsets whose
+                                 markers the leader had (only if there are some)
         leader-epoch-checkpoint  the leader epochs that start at or below its end offset
-        producer.snapshot        producer state as of its end offset + 1
         manifest.json            RemoteSegment.to_json(), written last
 
 The topic id is in the path so that a topic deleted and created again under its name never
@@ -38,7 +38,6 @@ OFFSET_INDEX = "offset.index"
 TIME_INDEX = "time.index"
 TXN_INDEX = "txn.index"
 LEADER_EPOCHS = "leader-epoch-checkpoint"
-PRODUCER_SNAPSHOT = "producer.snapshot"
 MANIFEST = "manifest.json"
 
 # The lifecycle of one upload attempt, in order (Kafka's RemoteLogSegmentState).

@@ -102,6 +102,12 @@ class RemoteLogState:
                or (s.state == COPY_STARTED and s.leader_epoch < leader_epoch)]
         return sorted(out, key=lambda s: (s.base_offset, s.segment_id))
 
+    def state_of(self, record: RemoteSegment) -> str | None:
+        """The state the attempt of ``record`` is in (None: no record of it)."""
+        log = self._partitions.get((record.topic_id, record.partition))
+        attempt = log.attempts.get(record.segment_id) if log is not None else None
+        return attempt.state if attempt is not None else None
+
     def in_flight(self, topic_id: str, partition: int) -> list[RemoteSegment]:
         """Copies started and not finished (any epoch)."""
         log = self._partitions.get((topic_id, partition))

@@ -13,17 +13,15 @@ Thread-safe: fetches read on worker threads, under one lock for the cache's book
 from __future__ import annotations
 
 import collections
-import struct
 import threading
 
 from raylog.errors import RemoteObjectError, RemoteStorageUnavailableError
 from raylog.records.header import iter_headers
-from raylog.storage.txn_index import AbortedTxn
+from raylog.storage.txn_index import AbortedTxn, decode_entries
 from raylog.tiered.layout import SEGMENT, TXN_INDEX, RemoteSegment, digest
 from raylog.tiered.store import ObjectStore
 
 DEFAULT_CACHE_BYTES = 256 << 20
-_TXN_ENTRY = struct.Struct(">qqqq")  # storage/txn_index.py's entries, as uploader.py writes
 
 
 class RemoteReader:
@@ -89,7 +87,7 @@ class RemoteReader:
         if TXN_INDEX not in segment.files:
             return []
         data = self.object(segment, TXN_INDEX)
-        return [AbortedTxn(*entry) for entry in _TXN_ENTRY.iter_unpack(data)]
+        return decode_entries(data)
 
     @property
     def cached_bytes(self) -> int:

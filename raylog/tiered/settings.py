@@ -21,10 +21,9 @@ import json
 import os
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlparse
 
 from raylog.errors import InvalidConfigError
-from raylog.tiered.store import S3_SETTINGS
+from raylog.tiered.store import check_location
 from raylog.util.arguments import settings_from_environ
 
 URI_ENV = "RAYLOG_REMOTE_STORAGE_URI"
@@ -51,17 +50,10 @@ class RemoteStorageSettings:
             if self.settings:
                 raise InvalidConfigError(f"{SETTINGS_ENV} is set but {URI_ENV} is not")
             return
-        scheme = urlparse(self.uri).scheme
-        if not scheme:
-            raise InvalidConfigError(f"{URI_ENV} must be a URI with a scheme (file:///path, "
-                                     f"s3://bucket/prefix), got {self.uri!r}")
-        if scheme == "file" and self.settings:
-            raise InvalidConfigError(f"a file:// store takes no settings, got "
-                                     f"{sorted(self.settings)}")
-        unknown = sorted(set(self.settings) - set(S3_SETTINGS))
-        if scheme == "s3" and unknown:
-            raise InvalidConfigError(f"{SETTINGS_ENV}: unknown S3 settings {unknown}; "
-                                     f"known: {list(S3_SETTINGS)}")
+        try:
+            check_location(self.uri, self.settings)
+        except InvalidConfigError as e:
+            raise InvalidConfigError(f"{URI_ENV} / {SETTINGS_ENV}: {e}") from e
 
     @property
     def configured(self) -> bool:

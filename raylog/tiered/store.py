@@ -15,6 +15,8 @@ themselves.
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import uuid
 from collections.abc import Mapping
@@ -34,26 +36,33 @@ class StoreLocation:
     prefix: str  # the path inside it, without a trailing slash
 
 
+def check_location(uri: str, settings: Mapping[str, Any]) -> None:
+    """InvalidConfigError for a URI without a scheme, settings for a file:// store, or a
+    setting S3 does not take (checked without opening anything)."""
+    scheme = urlparse(uri).scheme
+    if not scheme:
+        raise InvalidConfigError(f"remote storage URI {uri!r} must be a URI with a scheme "
+                                 "(file:///path, s3://bucket/prefix, ...)")
+    if scheme == "file" and settings:
+        raise InvalidConfigError(f"a file:// store takes no settings, got {sorted(settings)}")
+    unknown = sorted(set(settings) - set(S3_SETTINGS))
+    if scheme == "s3" and unknown:
+        raise InvalidConfigError(f"unknown S3 settings {unknown}; known: {list(S3_SETTINGS)}")
+
+
 def open_store(uri: str, settings: Mapping[str, Any] | None = None) -> StoreLocation:
-    """The filesystem and path prefix ``uri`` names. InvalidConfigError for a URI without a
-    scheme, a setting S3 does not take, or a URI pyarrow cannot open."""
+    """The filesystem and path prefix ``uri`` names. InvalidConfigError as check_location
+    says, or for a URI pyarrow cannot open."""
     from pyarrow import fs  # pyarrow is heavy: imported when a store is opened
 
     settings = dict(settings or {})
+    check_location(uri, settings)
     parsed = urlparse(uri)
-    if not parsed.scheme:
-        raise InvalidConfigError(f"remote storage URI {uri!r} has no scheme "
-                                 "(file:///path, s3://bucket/prefix, ...)")
     if parsed.scheme == "file":
-        if settings:
-            raise InvalidConfigError(f"a file:// store takes no settings, got {sorted(settings)}")
         path = parsed.path.rstrip("/") or "/"
         os.makedirs(path, exist_ok=True)
         return StoreLocation(fs.LocalFileSystem(), path)
     if parsed.scheme == "s3":
-        unknown = sorted(set(settings) - set(S3_SETTINGS))
-        if unknown:
-            raise InvalidConfigError(f"unknown S3 settings {unknown}; known: {list(S3_SETTINGS)}")
         prefix = f"{parsed.netloc}{parsed.path}".rstrip("/")
         return StoreLocation(fs.S3FileSystem(**settings), prefix)
     try:
@@ -115,3 +124,14 @@ class ObjectStore:
         from pyarrow import fs
         if self.filesystem.get_file_info(path).type != fs.FileType.NotFound:
             self.filesystem.delete_dir(path)
+
+
+def cached_store(uri: str, settings: Mapping[str, Any]) -> ObjectStore:
+    """One ObjectStore per store per process: analytics tasks open the store of every piece
+    they read, and Ray reuses worker processes across tasks."""
+    return _cached_store(uri, json.dumps(dict(settings), sort_keys=True))
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_store(uri: str, settings: str) -> ObjectStore:
+    return ObjectStore.from_uri(uri, json.loads(settings))

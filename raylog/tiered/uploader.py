@@ -9,6 +9,9 @@ readable segment or an orphan its successor deletes (docs/tiered.md):
    the record);
 3. put ``manifest.json`` last (what a reader without the metadata topic trusts);
 4. record COPY_FINISHED: from then on the segment is readable, and the local copy may go.
+   If the record is ignored (a newer leader deleted the attempt as a deposed leader's
+   orphan while it was being put), the folder is deleted again: objects put after that
+   deletion would otherwise be an orphan no record names.
 
 What is copied: whole batches from the one that starts at the partition's next offset to
 copy (the end of the remote log + 1) to the end of the local segment holding it. Replicas
@@ -58,7 +61,9 @@ _OFFSET_ENTRY = struct.Struct(">II")
 _TIME_ENTRY = struct.Struct(">qI")
 _TXN_ENTRY = struct.Struct(">qqqq")
 
-WriteRecord = Callable[[RemoteSegment], None]  # returns once the record is in the topic
+# Returns once the record is in the topic, whether it took effect: False when the attempt
+# had already gone further (RemoteLogState.apply ignored it).
+WriteRecord = Callable[[RemoteSegment], bool]
 
 
 @dataclass(frozen=True)
@@ -177,10 +182,11 @@ class Uploader:
         self.write = write
         self.clock = clock
 
-    def copy(self, plan: CopyPlan) -> RemoteSegment:
+    def copy(self, plan: CopyPlan) -> RemoteSegment | None:
         """Make one copy (the module docstring's four steps); returns its COPY_FINISHED
-        record. Raises OSError when the store fails, ValueError when the local segment is
-        not what the plan says; the attempt is then an orphan for a later cleanup."""
+        record, or None when a newer leader deleted the attempt meanwhile. Raises OSError
+        when the store fails, ValueError when the local segment is not what the plan says;
+        the attempt is then an orphan for a later cleanup."""
         data = read_from(plan.segment.path, plan.from_offset)
         objects, end, max_ts = segment_objects(data, plan.from_offset, plan.leader_epochs,
                                                plan.aborted)
@@ -199,7 +205,9 @@ class Uploader:
             faults.point("tiered.copy.object_put")  # a leader dying mid-copy (tests)
         finished = started.with_state(COPY_FINISHED, self.clock())
         self.store.put(f"{folder}/{MANIFEST}", finished.to_json())
-        self.write(finished)
+        if not self.write(finished):
+            self.store.delete_folder(folder)
+            return None
         return finished
 
     def delete(self, segment: RemoteSegment, leader_epoch: int) -> None:

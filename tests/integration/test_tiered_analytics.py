@@ -9,8 +9,7 @@ Two kinds of tests:
   ``tiered_views`` is replaced by one that answers what a broker's ``tiered_view`` would
   (local log start right after the uploaded segments). The brokers still hold every record,
   so a plain read is the reference.
-- **NEEDS THE BROKER SIDE** (branch tiered-core; skipped until brokers answer
-  ``tiered_view``): a topic with ``remote.storage.enable`` whose local log the brokers
+- **Brokers' uploads**: a topic with ``remote.storage.enable`` whose local log the brokers
   trimmed after their own uploads; the reference is a consumer reading from offset 0.
 """
 
@@ -194,21 +193,14 @@ def test_format_raylog_reads_cold_segments_from_the_store(topic, tiered, spark):
     assert spark_rows(pieces) == spark_rows(through_brokers)
 
 
-# -- NEEDS THE BROKER SIDE (branch tiered-core): skipped until brokers answer tiered_view ----
-# The cluster's store is the file:// directory tiered-core's conftest gives the head node
+# -- the brokers' uploads ----------------------------------------------------------------------
+# The cluster's store is the file:// directory conftest gives the head node
 # (RAYLOG_REMOTE_STORAGE_URI); the brokers upload the closed segments and trim their local
 # logs to local.retention.bytes; the reference is a consumer reading from offset 0 (the
 # brokers fetch below their local log start from the store).
 
-def brokers_tier(admin: Admin, topic: str) -> bool:
-    return hasattr(admin._cluster.topic(topic, refresh=True).partitions[0].leader_client()
-                   .handle, "tiered_view")
-
-
 @pytest.fixture(scope="module")
-def broker_tiered(admin, topic) -> str:
-    if not brokers_tier(admin, topic):
-        pytest.skip("needs the broker side of tiered storage (tiered_view): branch tiered-core")
+def broker_tiered(admin) -> str:
     name = "tiered-by-brokers"
     admin.create_topic(name, partitions=PARTITIONS, replication_factor=2, configs={
         "remote.storage.enable": "true", "segment.bytes": 1024, "local.retention.bytes": 2048})

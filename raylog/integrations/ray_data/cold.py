@@ -18,10 +18,8 @@ later remote segments, and from the leader for abort markers still only in its l
 
 from __future__ import annotations
 
-import functools
-import json
 from collections.abc import Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import ray
@@ -34,7 +32,7 @@ from raylog.storage.txn_index import AbortedTxn
 from raylog.tiered.cold_plan import ColdPiece, TieredView, split_range
 from raylog.tiered.cold_read import aborted_transactions, segment_table
 from raylog.tiered.layout import RemoteSegment
-from raylog.tiered.store import ObjectStore
+from raylog.tiered.store import cached_store
 from raylog.types import TopicPartition
 
 COLD_READ_CPUS = 0.25  # per cold-read task: decoding is short, fetching waits
@@ -107,23 +105,18 @@ def cold_refs(cluster: RaylogCluster, cold: list[tuple[TieredView, ColdPiece]],
         spread = {"scheduling_strategy": "SPREAD"} if (view.uri or "").startswith("file:") \
             else {}
         refs.append(_read_cold.options(**spread).remote(
-            view.uri, json.dumps(view.settings, sort_keys=True), segment.to_json(),
-            piece.start, piece.end, later if committed else None, extra))
+            view.uri, view.settings, segment.to_json(), piece.start, piece.end,
+            later if committed else None, extra))
     return refs
 
 
-@functools.lru_cache(maxsize=8)
-def _store(uri: str, settings: str) -> ObjectStore:
-    """One ObjectStore per store per worker process (Ray reuses workers across tasks)."""
-    return ObjectStore.from_uri(uri, json.loads(settings))
-
 
 @ray.remote(num_cpus=COLD_READ_CPUS)
-def _read_cold(uri: str, settings: str, segment_json: bytes, start: int, end: int,
+def _read_cold(uri: str, settings: dict[str, Any], segment_json: bytes, start: int, end: int,
                later: list[bytes] | None, local_aborted: tuple[AbortedTxn, ...]) -> pa.Table:
     """Records [start, end) of one remote segment as a KAFKA_SCHEMA table; ``later`` (the
     later remote segments' records) is None for read_uncommitted."""
-    store = _store(uri, settings)
+    store = cached_store(uri, settings)
     segment = RemoteSegment.from_json(segment_json)
     aborted: list[AbortedTxn] = []
     if later is not None:

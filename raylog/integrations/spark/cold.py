@@ -28,7 +28,6 @@ connector asks for (COLD_READ_CPUS). Errors cross as raylog's do from the actors
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -47,7 +46,7 @@ from raylog.tiered.cold_read import (
     segment_spark_table,
 )
 from raylog.tiered.layout import RemoteSegment
-from raylog.tiered.store import ObjectStore
+from raylog.tiered.store import cached_store
 from raylog.types import TopicPartition
 from raylog.util.interop import java_error
 
@@ -87,7 +86,7 @@ def _cold_plan(cluster: RaylogCluster,
             continue
         aborted: list[AbortedTxn] = []
         if isolation == READ_COMMITTED:
-            store = _store(view.uri, json.dumps(view.settings, sort_keys=True))
+            store = cached_store(view.uri, view.settings)
             aborted = aborted_transactions(store, view.remote, first, last)
             aborted += [e for e in ray_data_cold.local_aborted(cluster, view, tp, timeout_s)
                         if e.first_offset < last]
@@ -118,7 +117,7 @@ def java_cold_read(piece: str, start: int, end: int, batches: bool, columns: str
     (comma-separated; none: the offsets alone) in Spark's layout."""
     try:
         body = json.loads(piece)
-        store = _store(body["uri"], json.dumps(body["settings"], sort_keys=True))
+        store = cached_store(body["uri"], body["settings"])
         segment = RemoteSegment.from_json(body["segment"])
         aborted = [AbortedTxn(*e) for e in body["aborted"]]
         if batches:
@@ -132,7 +131,3 @@ def java_cold_read(piece: str, start: int, end: int, batches: bool, columns: str
     except RaylogError as e:
         raise java_error(e) from e
 
-
-@functools.lru_cache(maxsize=8)
-def _store(uri: str, settings: str) -> ObjectStore:
-    return ObjectStore.from_uri(uri, json.loads(settings))

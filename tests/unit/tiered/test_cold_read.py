@@ -77,7 +77,8 @@ def test_the_upload_writes_the_layout(uploaded, partition):
     assert [(s.base_offset, s.end_offset) for s in segments] == \
         [(0, 6), (7, 106), (107, 109), (110, 111)]
     assert all(s.state == layout.COPY_FINISHED for s in segments)
-    assert [layout.TXN_INDEX in s.files for s in segments] == [False, False, True, False]
+    # The aborted transaction 3..109 is listed by every segment it overlaps.
+    assert [layout.TXN_INDEX in s.files for s in segments] == [True, True, True, False]
     manifest = store.get(f"{segments[2].folder(store.prefix)}/{layout.MANIFEST}")
     assert layout.RemoteSegment.from_json(manifest) == segments[2]
 
@@ -108,6 +109,9 @@ def test_aborted_entries_come_from_later_segments(uploaded):
     store, segments, _ = uploaded
     found = aborted_transactions(store, segments, 0, 7)  # marker at 109, in the third
     assert [(e.producer_id, e.first_offset, e.last_offset) for e in found] == [(7, 3, 109)]
+    # Listed by each segment it overlaps, found once; and from a later segment alone (the
+    # first's upload may have come before the marker).
+    assert aborted_transactions(store, segments[2:], 0, 7) == found
     assert aborted_transactions(store, segments, 110, 112) == []
 
 

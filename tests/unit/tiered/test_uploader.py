@@ -54,10 +54,10 @@ class Recorder:
 
         store.put = recorded_put
 
-    def write(self, record: RemoteSegment) -> None:
+    def write(self, record: RemoteSegment) -> bool:
         self.events.append(record.state)
         self.records.append(record)
-        self.state.apply(record)
+        return self.state.apply(record)
 
 
 @pytest.fixture
@@ -169,6 +169,32 @@ def test_a_copy_the_store_failed_is_an_orphan_that_a_later_leader_deletes(tmp_pa
     plan = plan_copy(recorder.state, REF, closed_segments(log), log.high_watermark, 0, 2, 7,
                      [(1, 0)])
     assert plan.from_offset == 0
+
+
+def test_a_deposed_leaders_copy_deleted_by_its_successor_leaves_no_objects(tmp_path, store):
+    """The new leader deletes the old one's copy in flight (an orphan of an older epoch)
+    while the old one still puts objects: the old one's COPY_FINISHED is ignored, and it
+    deletes what it put after the deletion, which no record names any more."""
+    log = filled_log(tmp_path / "log")
+    recorder = Recorder(store)
+    put = store.put
+    successor = Uploader(store, recorder.write)
+
+    def put_then_deposed(path: str, data: bytes) -> None:
+        put(path, data)
+        if path.endswith(SEGMENT):
+            for orphan in recorder.state.orphans("tid", 0, 2):
+                successor.delete(orphan, 2)
+
+    store.put = put_then_deposed
+    plan = plan_copy(recorder.state, REF, closed_segments(log), log.high_watermark, 0, 1, 7,
+                     [(1, 0)])
+    assert Uploader(store, recorder.write).copy(plan) is None
+    assert recorder.events[-1] == COPY_FINISHED  # written, and ignored
+    assert recorder.state.readable("tid", 0) == []
+    assert recorder.state.orphans("tid", 0, 2) == []
+    folder = recorder.records[0].folder(store.prefix)
+    assert store.list_folders(folder.rsplit("/", 1)[0]) == []
 
 
 def test_whole_log_retention_takes_the_oldest_remote_segments(tmp_path, store):
