@@ -199,7 +199,7 @@ class PartitionMoves:
         if not gone:
             return
         async with self.access.lock:
-            live = sorted(self.brokers.live())
+            live = sorted(self.brokers.serving())
             existing = [p.target or p.replicas for _, p in self.access.partitions()]
             for broker in gone:
                 for topic, p in self.access.replicas_on(broker):

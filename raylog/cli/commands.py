@@ -564,7 +564,7 @@ def _address_anywhere(commands: argparse._SubParsersAction) -> None:
 LAZY_COMMANDS = {"produce": "records", "consume": "records", "gateway": "gateway",
                  "users": "users", "acls": "acls", "transactions": "transactions",
                  "quotas": "quotas",
-                 "schemas": "schemas", "registry": "schemas", "balance": "balance"}
+                 "schemas": "schemas", "registry": "schemas"}
 READS_STDIN = frozenset({"produce", "users"})
 
 

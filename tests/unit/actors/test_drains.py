@@ -153,3 +153,17 @@ def test_a_restart_waits_until_the_new_process_is_registered(monkeypatch):
     monkeypatch.setattr(drains_module.ray, "kill", kill)
     assert asyncio.run(drains.restart_broker(1, timeout_s=30)) == {"broker": 1,
                                                                    "incarnation": "new"}
+
+
+def test_a_gone_brokers_replicas_are_not_rebuilt_on_a_draining_broker():
+    """A replica rebuilt on a broker being drained would never join the ISR: the gone
+    broker's replica goes to a broker that serves, or nowhere."""
+    access, manager, _ = cluster(brokers=(1, 2, 3, 4, 5), replicas=((1, 2, 3),))
+    drains = Drains(access, manager, nothing)
+    asyncio.run(drains.drain_broker(4, force=True))
+    manager.watches[3].alive = False
+    manager.down_since[3] = 0.0
+    moves = PartitionMoves(access, manager, ReplicationSettings(replace_broker_after_s=1),
+                           nothing, lambda t: {}, clock=lambda: 100.0)
+    asyncio.run(moves.replace_gone_brokers())
+    assert access.state.topic("t").partitions[0].target == [1, 2, 5]
