@@ -219,6 +219,20 @@ def broker_tiered(admin) -> str:
                    for v in views.values())
 
     wait_for(tiered, timeout=180, what=f"the brokers to move part of {name} to the store")
+    # Then until copying and local retention are done with it: a planned hot range whose
+    # start local retention deletes before the read fails the read (a known limit, written
+    # in docs/tiered.md: brokers' Spark and Ray Data reads below the local log start are
+    # not served from the store yet), which is not what these tests are about.
+    seen: list = []
+
+    def settled() -> bool:
+        views = ray_data_cold.tiered_views(admin._cluster, tps, True, 60)
+        now = sorted((tp.partition, v.local_log_start, len(v.remote)) for tp, v in views.items())
+        seen.append(now)
+        return len(seen) > 1 and seen[-2] == now
+
+    wait_for(settled, timeout=180, interval=11,  # two maintenance rounds (conftest: 5 s)
+             what=f"copying and local retention of {name} to be done")
     return name
 
 
