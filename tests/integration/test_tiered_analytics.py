@@ -48,7 +48,10 @@ def topic(admin) -> str:
     name = "tiered-analytics"
     admin.create_topic(name, partitions=PARTITIONS, replication_factor=2,
                        configs={"segment_bytes": SEGMENT_BYTES})
-    with Producer(linger_ms=5) as producer:
+    # acks="all": every record below the high watermark when its future ends, so the
+    # uploads below it take every closed segment (with acks=1 a follower lagging on a busy
+    # cluster left the high watermark behind and nothing to upload)
+    with Producer(linger_ms=5, acks="all") as producer:
         for round_start in range(0, RECORDS, 100):  # rounds: many batches, many segments
             futures = [producer.send(name, b"value-%05d" % i + b"." * (i % 40),
                                      key=b"k%d" % (i % 17),
