@@ -4,7 +4,6 @@ the real planner's; against a cluster: tests/integration/test_balance.py)."""
 
 from __future__ import annotations
 
-import io
 import json
 from typing import Any
 
@@ -12,9 +11,9 @@ import pytest
 
 import raylog
 import raylog.cli.balance as balance_cli
-from raylog.cli import main
 from raylog.metadata.balance import check_brokers, plan_balance
 from raylog.metadata.state import PartitionState, TopicState
+from tests.unit.cli.common import run
 
 TOPIC = TopicState("t", "id", [PartitionState(i, r, r[0], 0, r) for i, r in enumerate(
     [[1, 2], [2, 3], [3, 1], [1, 2], [2, 3], [3, 1]])], {})
@@ -46,15 +45,6 @@ def admin(monkeypatch):
     monkeypatch.setattr(raylog, "Admin", FakeAdmin)
     monkeypatch.setattr(balance_cli, "connect", lambda args: None)
     return FakeAdmin
-
-
-def run(argv: list[str]) -> tuple[int, str]:
-    out = io.StringIO()
-    try:
-        code = main(argv, out=out)
-    except SystemExit as e:  # a usage error: argparse exits
-        code = e.code
-    return code, out.getvalue()
 
 
 @pytest.mark.parametrize("argv", [

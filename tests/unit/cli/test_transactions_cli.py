@@ -3,15 +3,14 @@ abort print (over a fake Admin; against a cluster: tests/integration/test_transa
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 import pytest
 
 import raylog
 import raylog.cli.transactions as transactions_cli
-from raylog.cli import main
 from raylog.errors import TransactionalIdNotFoundError
+from tests.unit.cli.common import run
 
 DESCRIBED = {"transactional_id": "app-1", "state": "ONGOING", "producer_id": 4242,
              "producer_epoch": 3, "timeout_ms": 60_000, "partitions": ["a:0", "b:1"],
@@ -47,15 +46,6 @@ def admin(monkeypatch):
     monkeypatch.setattr(raylog, "Admin", FakeAdmin)
     monkeypatch.setattr(transactions_cli, "connect", lambda args: None)
     return FakeAdmin
-
-
-def run(argv: list[str]) -> tuple[int, str]:
-    out = io.StringIO()
-    try:
-        code = main(argv, out=out)
-    except SystemExit as e:  # a usage error: argparse exits
-        code = e.code
-    return code, out.getvalue()
 
 
 @pytest.mark.parametrize("argv", [
