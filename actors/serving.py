@@ -594,22 +594,29 @@ class ReplicaHost:
         """Records [start, end) with the columns of Spark's Kafka source (KAFKA_SCHEMA). A
         follower whose high watermark is still short of ``end`` (the range was planned from
         the leader's) waits for it, up to ``max_wait_ms``. ``read_committed``: without the
-        aborted transactions' records (Partition.read_table)."""
-        p = await self._reading(topic, partition, leader_epoch, end, max_wait_ms)
+        aborted transactions' records (Partition.read_table). Of a tiered partition, offsets
+        below the local log start come from the object store (TieredHost.read_below)."""
+        p = await self._reading(topic, partition, leader_epoch, start, end, max_wait_ms,
+                                isolation)
         if isinstance(p, ray.actor.ActorHandle):
             return await p.read_kafka_table.remote(topic, partition, leader_epoch, start, end, 0,
                                                    isolation)
-        table = kafka_table(p.read_table(start, end, leader_epoch, isolation), topic,
+        p, remote = p
+        table = kafka_table(p.read_table(start, end, leader_epoch, isolation, remote), topic,
                             partition)
         metrics = recorder()
         metrics.inc("raylog_bytes_out", table.nbytes, topic=topic)
         metrics.inc("raylog_records_out", table.num_rows, topic=topic)
         return table
 
-    async def _reading(self, topic: str, partition: int, leader_epoch: int, end: int,
-                       max_wait_ms: int) -> Any:
-        """The partition to read a range ending at ``end`` from, or the leader's broker to
-        ask instead. A replica whose high watermark is short of ``end`` waits for it up to
+    async def _reading(self, topic: str, partition: int, leader_epoch: int, start: int,
+                       end: int, max_wait_ms: int, isolation: str) -> Any:
+        """The partition to read a range [start, end) from, with what the object store holds
+        of it below a tiered replica's local log start (TieredHost.read_below; None if
+        nothing), or the leader's broker to ask instead. The caller reads the local part
+        before it awaits anything (the local log start it was read up to still holds).
+
+        A replica whose high watermark is short of ``end`` waits for it up to
         ``max_wait_ms``: a follower (it may lag up to replica.lag.time.max.ms), or a new
         leader that has those records but does not know yet that they are committed (the
         range was planned from the old leader's high watermark, KIP-207; past the wait, the
@@ -628,7 +635,13 @@ class ReplicaHost:
         if p.role is Role.FOLLOWER and (p.high_watermark < end or p.replica_id not in p.isr) \
                 and p.leader_epoch == leader_epoch and p.leader_id in self.brokers:
             return self.brokers[p.leader_id]
-        return p
+        remote = await self.tiered.read_below(hosted.topic_id, p, leader_epoch, start, end,
+                                              isolation)
+        if remote is not None:
+            self.guard.check_since(since)
+            if self.replicas.get((topic, partition)) is not hosted:
+                raise NotLeaderError(f"{p.name} left broker {self.broker_id} while read")
+        return p, remote
 
     # -- the Java connector (raylog/util/interop.py: JSON and Arrow IPC in and out) ----------------
 
@@ -666,12 +679,13 @@ class ReplicaHost:
         ``read_committed``: without aborted transactions' records (Partition.read_table)."""
         leader_epoch, start, end = (int(v) for v in span)
         names = [c for c in columns.split(",") if c]
-        p = await self._reading(topic, partition, leader_epoch, end, 10_000)
+        p = await self._reading(topic, partition, leader_epoch, start, end, 10_000, isolation)
         if isinstance(p, ray.actor.ActorHandle):
             return await p.java_read.remote(topic, partition, span, columns, isolation)
+        p, remote = p
         try:
-            table = spark_table(p.read_table(start, end, leader_epoch, isolation), topic,
-                                partition, names)
+            table = spark_table(p.read_table(start, end, leader_epoch, isolation, remote),
+                                topic, partition, names)
         except ValueError as e:
             raise InvalidArgumentError(str(e)) from e
         data = ipc_bytes(table)
@@ -689,10 +703,11 @@ class ReplicaHost:
         reads the file and the bytes cross compressed. ``read_committed``: without aborted
         transactions' batches (Partition.read_batches)."""
         leader_epoch, start, end = (int(v) for v in span)
-        p = await self._reading(topic, partition, leader_epoch, end, 10_000)
+        p = await self._reading(topic, partition, leader_epoch, start, end, 10_000, isolation)
         if isinstance(p, ray.actor.ActorHandle):
             return await p.java_read_batches.remote(topic, partition, span, isolation)
-        data = p.read_batches(start, end, leader_epoch, isolation)
+        p, remote = p
+        data = p.read_batches(start, end, leader_epoch, isolation, remote)
         _count_out(topic, data)
         return data
 

@@ -36,13 +36,16 @@ from raylog.errors import (
     RemoteObjectError,
     RemoteStorageUnavailableError,
 )
+from raylog.records.header import iter_headers
 from raylog.replica.partition import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
     FetchResult,
     Partition,
+    RemoteRange,
     Role,
 )
+from raylog.storage.txn_index import AbortedTxn
 from raylog.tiered.layout import METADATA_TOPIC, RemoteSegment
 from raylog.tiered.metadata import RemoteLogState
 from raylog.tiered.reader import RemoteReader
@@ -330,13 +333,7 @@ class TieredHost:
         partition.check_serving(leader_epoch)
         self.check_loaded(partition)
         start = self.remote_start(topic_id, partition)
-        with self.lock:
-            later = [s for s in self.state.readable(topic_id, partition.partition)
-                     if s.end_offset >= offset]
-        if not later or later[0].base_offset > offset:
-            raise OffsetOutOfRangeError(
-                f"offset {offset} is outside [{start}, {log.log_end_offset}] of "
-                f"{partition.name}")
+        later = self._segments_from(topic_id, partition, offset)
         committed = isolation == READ_COMMITTED
         bound = partition.last_stable_offset if committed else log.high_watermark
         data = await self._read(self.reader.read, later[0], offset, max_bytes, bound)
@@ -344,12 +341,66 @@ class TieredHost:
             return FetchResult(data, log.high_watermark, start, log.log_end_offset)
         aborted = list(log.aborted_transactions(log.log_start_offset, bound)) if data else []
         if data:
-            for segment in later:
-                aborted += await self._read(self.reader.aborted, segment)
-        aborted = sorted({a for a in aborted if a.last_offset >= offset},
-                         key=lambda a: a.last_offset)
+            aborted += await self._remote_aborted(later, offset)
+        aborted = sorted(set(aborted), key=lambda a: a.last_offset)
         return FetchResult(data, log.high_watermark, start, log.log_end_offset, bound,
                            tuple(aborted))
+
+    async def read_below(self, topic_id: str, partition: Partition, leader_epoch: object,
+                         start: int, end: int, isolation: str = READ_UNCOMMITTED
+                         ) -> RemoteRange | None:
+        """For a range read (the analytics' hot path: ``read_kafka_table``, ``java_read``,
+        ``java_read_batches``) starting below the local log start of a tiered replica, the
+        store's part (None when ``start`` is not below it: the local log serves it all).
+        Read as a fetch reads: the readable segment holding each offset, through the
+        verified cache, with the same errors. Local retention may move the local log start
+        while the store is read: the part read goes on until it reaches the local log start
+        as it is when this returns, so the caller's local read (Partition.read_table,
+        read_batches, with this ``remote``), made before anything else runs on the event
+        loop, finds its start held."""
+        log = partition.log
+        if not log.config.remote_storage_enable or start >= log.log_start_offset:
+            return None
+        partition.check_serving(leader_epoch)
+        self.check_loaded(partition)
+        first = self._segments_from(topic_id, partition, start)
+        chunks, offset = [], start
+        while offset < (cut := min(end, log.log_start_offset)):
+            segment = self._segments_from(topic_id, partition, offset)[0]
+            data = await self._read(self.reader.read, segment, offset, segment.size_bytes, cut)
+            if not data:  # its record says it holds the offset; its verified object does not
+                raise RemoteObjectError(f"remote segment {segment.key()} holds no batch at "
+                                        f"offset {offset}")
+            *_, (_, last) = iter_headers(data, verify=False)
+            chunks.append(data)
+            offset = last.next_offset
+        aborted = await self._remote_aborted(first, start) \
+            if chunks and isolation == READ_COMMITTED else []
+        return RemoteRange(tuple(chunks), offset, tuple(aborted))
+
+    def _segments_from(self, topic_id: str, partition: Partition, offset: int
+                       ) -> list[RemoteSegment]:
+        """The readable remote segments from the one holding ``offset`` on;
+        OffsetOutOfRangeError when none holds it (below the remote log start: whole-log
+        retention deleted it)."""
+        with self.lock:
+            later = [s for s in self.state.readable(topic_id, partition.partition)
+                     if s.end_offset >= offset]
+        if not later or later[0].base_offset > offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside [{self.remote_start(topic_id, partition)}, "
+                f"{partition.log.log_end_offset}] of {partition.name}")
+        return later
+
+    async def _remote_aborted(self, segments: list[RemoteSegment], offset: int
+                              ) -> list[AbortedTxn]:
+        """The aborted transactions ending at or after ``offset`` that the txn.index objects
+        of ``segments`` list (a transaction's marker may be in a later segment than its
+        batches: pass the segment holding ``offset`` and every later one)."""
+        aborted: list[AbortedTxn] = []
+        for segment in segments:
+            aborted += await self._read(self.reader.aborted, segment)
+        return [a for a in aborted if a.last_offset >= offset]
 
     async def _read(self, read: Callable[..., Any], segment: RemoteSegment, *args: Any) -> Any:
         """``read(segment, *args)`` on a worker thread. An object missing because whole-log

@@ -142,6 +142,19 @@ class FetchResult(NamedTuple):
     aborted: tuple[AbortedTxn, ...] | None = None
 
 
+class RemoteRange(NamedTuple):
+    """What a tiered log's object store holds of a range read that starts below the local
+    log start (actors/tiered.py reads it through the fetch path's verified remote read):
+    the stored batches from the one holding the range's start, whole and as stored
+    (markers and aborted transactions' batches still in), the offset from which the local
+    log serves the rest (the end of the last batch read), and, for read_committed, the
+    aborted transactions the remote ``txn.index`` objects list from the range's start on."""
+
+    chunks: tuple[bytes, ...]
+    until: int
+    aborted: tuple[AbortedTxn, ...] = ()
+
+
 class Partition:
     """A partition replica: leader, follower or offline, at a leader epoch, over one log.
 
@@ -598,33 +611,38 @@ class Partition:
                            stable, aborted)
 
     def read_table(self, start: int, end: int, leader_epoch: int | None = None,
-                   isolation: str = READ_UNCOMMITTED) -> pa.Table:
+                   isolation: str = READ_UNCOMMITTED, remote: RemoteRange | None = None
+                   ) -> pa.Table:
         """Records at offsets [start, end) as one Arrow table (TABLE_SCHEMA).
 
         Raises OffsetOutOfRangeError if ``start`` is below the log start or ``end`` above the
         high watermark (of this replica: a follower may be behind its leader).
         ``read_committed``: ``end`` may reach the last stable offset only (between it and the
         log end: OffsetNotAvailableError, retriable), and the records of aborted
-        transactions are left out.
+        transactions are left out. ``remote``: of a tiered log, what the object store holds
+        of the range below the local log start (its start was checked against the remote
+        log's); the local log serves the rest from ``remote.until``.
         """
         # records.read_table skips markers itself: only aborted batches need taking out.
         tables = [read_table(chunk, start, end) for chunk in
-                  self._readable(start, end, leader_epoch, isolation, markers_read=True)]
+                  self._readable(start, end, leader_epoch, isolation, markers_read=True,
+                                 remote=remote)]
         if not tables:
             return TABLE_SCHEMA.empty_table()
         return pa.concat_tables(tables)
 
     def read_batches(self, start: int, end: int, leader_epoch: int | None = None,
-                     isolation: str = READ_UNCOMMITTED) -> bytes:
+                     isolation: str = READ_UNCOMMITTED, remote: RemoteRange | None = None
+                     ) -> bytes:
         """The stored batches holding offsets [start, end), whole and as they are on disk
         (the first and last may hold offsets outside the range: the reader trims them), for
         readers that check and decode batches themselves (the Spark connector).
 
         Transaction markers (control batches) are left out: the connector would read their
         record as data; with ``read_committed``, so are the batches of aborted transactions.
-        Raises as :meth:`read_table` does.
+        Raises as :meth:`read_table` does; ``remote`` as there.
         """
-        return b"".join(self._readable(start, end, leader_epoch, isolation))
+        return b"".join(self._readable(start, end, leader_epoch, isolation, remote=remote))
 
     def awaits_high_watermark(self, end: int) -> bool:
         """Whether a range read ending at ``end`` is worth waiting for here: the high
@@ -637,29 +655,44 @@ class Partition:
             self.role is Role.LEADER and end <= self.log_end_offset)
 
     def _readable(self, start: int, end: int, leader_epoch: int | None,
-                  isolation: str = READ_UNCOMMITTED, markers_read: bool = False
-                  ) -> list[bytes]:
+                  isolation: str = READ_UNCOMMITTED, markers_read: bool = False,
+                  remote: RemoteRange | None = None) -> list[bytes]:
         """The chunks of batches holding [start, end), without markers (and, for
         read_committed, without aborted transactions' batches). ``markers_read``: the
         caller's reader skips markers itself, so with no aborted batch to drop the chunks
-        are returned as read, without a pass over their headers."""
+        are returned as read, without a pass over their headers. ``remote``: the store's
+        part below the local log start (:class:`RemoteRange`), put before the local one."""
         _check_isolation(isolation)
         self.check_serving(leader_epoch)
         log = self.log
         committed = isolation == READ_COMMITTED
         bound = self.last_stable_offset if committed else log.high_watermark
-        if log.log_start_offset <= start <= end and bound < end <= log.log_end_offset:
+        # With a remote part, the store was the judge of the range's start.
+        floor = log.log_start_offset if remote is None else start
+        if floor <= start <= end and bound < end <= log.log_end_offset:
             raise OffsetNotAvailableError(
                 f"{self.name}: range [{start}, {end}) is in the log of replica "
                 f"{self.replica_id}, but its " + (
                     f"last stable offset is still {bound} (a transaction is open)" if committed
                     else f"high watermark is still {bound}"))
-        if not log.log_start_offset <= start <= end <= log.high_watermark:
+        if not floor <= start <= end <= log.high_watermark:
             raise OffsetOutOfRangeError(
                 f"{self.name}: range [{start}, {end}) is outside the readable "
                 f"[{log.log_start_offset}, {log.high_watermark}) of replica {self.replica_id}")
-        aborted = log.aborted_transactions(start, end) if committed else ()
-        chunks = log.read_range(start, end)
+        local_from = start if remote is None else max(start, remote.until)
+        if local_from < min(end, log.log_start_offset):
+            raise OffsetOutOfRangeError(
+                f"{self.name}: the store's part of [{start}, {end}) ends at {local_from}, "
+                f"below the local log start {log.log_start_offset}")
+        aborted: list[AbortedTxn] | tuple[()] = ()
+        if committed:
+            # The remote part's transactions may end in the local log: look from its start.
+            aborted = log.aborted_transactions(
+                local_from if remote is None else log.log_start_offset, end)
+            if remote is not None:
+                aborted = [*remote.aborted, *aborted]
+        chunks = [*(remote.chunks if remote is not None else ()),
+                  *(log.read_range(local_from, end) if local_from < end else ())]
         if markers_read and not aborted:
             return chunks
         drop = aborted_or_control(aborted)

@@ -11,7 +11,7 @@ import pytest
 
 from raylog.errors import OffsetOutOfRangeError, RemoteObjectError
 from raylog.records.kafka_columns import KAFKA_SCHEMA, kafka_table, spark_table
-from raylog.replica.partition import READ_COMMITTED, READ_UNCOMMITTED
+from raylog.replica.partition import READ_COMMITTED, READ_UNCOMMITTED, Partition
 from raylog.tiered import layout
 from raylog.tiered.cold_plan import ColdPiece, TieredView, split_range
 from raylog.tiered.cold_read import (
@@ -29,10 +29,15 @@ from tests.unit.txnutil import ABORT, COMMIT, txn_batch
 
 @pytest.fixture
 def partition(tmp_path):
-    """A leader's log of 4 closed segments and an active one (offsets in comments), with a
-    committed and an aborted transaction whose abort marker is in a later segment than its
-    records, keys, headers, LZ4 and plain batches."""
-    p = lead(new_partition(tmp_path))
+    p = fill(lead(new_partition(tmp_path)))
+    yield p
+    p.log.close()
+
+
+def fill(p: Partition) -> Partition:
+    """Make ``p`` (a leader at epoch 0 of an empty log) a log of 4 closed segments and an
+    active one (offsets in comments), with a committed and an aborted transaction whose abort
+    marker is in a later segment than its records, keys, headers, LZ4 and plain batches."""
     p.append(batch_of([b"a0", b"a1", b"a2"], keys=[b"k", None, b"k2"]), leader_epoch=0)  # 0-2
     p.append(txn_batch([b"t0", b"t1"], 7), leader_epoch=0)  # 3-4, aborted at 9
     p.append(txn_batch([b"c0"], 8), leader_epoch=0)  # 5, committed at 6
@@ -48,8 +53,7 @@ def partition(tmp_path):
     p.log.roll()
     p.append(batch_of([b"hot"]), leader_epoch=0)  # 112: the active segment
     p._set_hw(p.log_end_offset)
-    yield p
-    p.log.close()
+    return p
 
 
 @pytest.fixture
