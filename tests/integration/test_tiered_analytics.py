@@ -222,20 +222,6 @@ def broker_tiered(admin) -> str:
                    for v in views.values())
 
     wait_for(tiered, timeout=180, what=f"the brokers to move part of {name} to the store")
-    # Then until copying and local retention are done with it: a planned hot range whose
-    # start local retention deletes before the read fails the read (a known limit, written
-    # in docs/tiered.md: brokers' Spark and Ray Data reads below the local log start are
-    # not served from the store yet), which is not what these tests are about.
-    seen: list = []
-
-    def settled() -> bool:
-        views = ray_data_cold.tiered_views(admin._cluster, tps, True, 60)
-        now = sorted((tp.partition, v.local_log_start, len(v.remote)) for tp, v in views.items())
-        seen.append(now)
-        return len(seen) > 1 and seen[-2] == now
-
-    wait_for(settled, timeout=180, interval=11,  # two maintenance rounds (conftest: 5 s)
-             what=f"copying and local retention of {name} to be done")
     return name
 
 
@@ -267,3 +253,58 @@ def test_format_raylog_of_a_topic_the_brokers_tiered(broker_tiered, spark):
                       for r in frame.collect()) == expected
     assert plain.selectExpr("sum(length(value))").first()[0] == \
         sum(len(value) for *_, value in expected)
+
+
+def test_a_plan_whose_hot_start_local_retention_deleted_is_read_from_the_store(
+        admin, spark, monkeypatch):
+    """A read planned at the local log starts the leaders gave, then local retention moves
+    them past that split before the hot ranges are read: the brokers serve the hot ranges'
+    offsets below their new local log start from the store (the fetch path's remote read),
+    so Ray Data (both isolation levels) and Spark (stored batches, and Arrow columns without
+    ``value``) read every row, as a consumer reads them."""
+    from raylog.integrations import spark as raylog_spark
+
+    name = "tiered-moving-start"
+    admin.create_topic(name, partitions=PARTITIONS, replication_factor=2, configs={
+        "remote.storage.enable": "true", "segment.bytes": 1024, "local.retention.bytes": 8192})
+    with Producer(linger_ms=5, acks="all") as producer:
+        for round_start in range(0, RECORDS, 100):
+            futures = [producer.send(name, b"moving-%05d" % i, key=b"k%d" % (i % 5),
+                                     partition=i % PARTITIONS)
+                       for i in range(round_start, round_start + 100)]
+            for future in futures:
+                future.result(timeout=60)
+    tps = [TopicPartition(name, p) for p in range(PARTITIONS)]
+
+    def views() -> dict:
+        return ray_data_cold.tiered_views(admin._cluster, tps, True, 60)
+
+    def split() -> bool:  # remote segments, and a local part holding several more
+        return all(len(v.remote) >= 2 and v.log_start < v.local_log_start
+                   and v.high_watermark - v.local_log_start > 100 for v in views().values())
+
+    wait_for(split, timeout=180, interval=1, what=f"the brokers to move part of {name} away")
+    # The plans: Spark's now (raylog.integrations.spark.read plans at the call); Ray Data's
+    # at each attempt, so its views are pinned to ones taken after Spark's plan (local log
+    # starts only grow: theirs are at or past the split Spark's plan made).
+    frame = raylog_spark.read(spark, name)
+    planned = views()
+    admin.alter_configs(name, {"local.retention.bytes": 1024})
+    wait_for(lambda: all(v.local_log_start > planned[tp].local_log_start
+                         for tp, v in views().items()),
+             timeout=180, interval=1,
+             what=f"local retention of {name} to pass the planned split")
+    monkeypatch.setattr(ray_data_cold, "tiered_views",
+                        lambda cluster, tps, refresh, timeout_s=None: planned)
+
+    expected = consumed(name)
+    assert len(expected) == RECORDS
+    for isolation in ("read_uncommitted", "read_committed"):
+        found = read_topic(name, isolation_level=isolation).take_all()
+        assert sorted((r["partition"], r["offset"], r["key"], r["value"])
+                      for r in found) == expected, isolation
+    assert sorted((r["partition"], r["offset"], bytes(r["key"]), bytes(r["value"]))
+                  for r in frame.collect()) == expected
+    assert sorted((r["partition"], r["offset"]) for r in
+                  frame.select("partition", "offset").collect()) == \
+        [(partition, offset) for partition, offset, *_ in expected]
