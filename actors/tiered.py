@@ -279,8 +279,13 @@ class TieredHost:
         return Uploader(self.store, self._write)
 
     def _job_prepare(self, tp: tuple[str, int], ref: PartitionRef, epoch: int) -> None:
-        """A new leader: catch up with the metadata, then delete the orphans of earlier
-        attempts (nothing of this process is in flight for the partition now)."""
+        """A new leader: fence older leaders' copies, catch up with the metadata, then
+        delete the orphans of earlier attempts (nothing of this process is in flight for
+        the partition now). The fence comes first: a deposed leader's COPY_FINISHED
+        recorded after it is refused, so no copy found unfinished below can become
+        readable before it is deleted."""
+        broker_id = self._broker_id()
+        self._uploader().fence(ref, epoch, -1 if broker_id is None else broker_id)
         self._catch_up()
         with self.lock:
             orphans = self.state.orphans(ref.topic_id, ref.partition, epoch + 1)

@@ -22,6 +22,13 @@ A :class:`RemoteSegment` is also the value of the remote-log metadata topic's re
 :meth:`RemoteSegment.key`): the latest record of a key is the segment's state. A segment is
 readable only in state COPY_FINISHED; every object's size and sha256 are in ``files``, so a
 reader detects a corrupt or missing object before it serves a byte of it.
+
+A **fence** (:func:`fence_record`) is the record a new leader writes before it reads the
+metadata: from it on, a COPY_FINISHED of an older leader epoch of that partition finishes
+nothing (raylog/tiered/metadata.py). It is a RemoteSegment value of the same format, in
+state DELETE_FINISHED, whose segment id is ``fence-<leader epoch>``: a reader of before
+fences takes it for a deleted attempt and passes over it, and its key, one per epoch, is
+never superseded, so compaction keeps every fence where it was written.
 """
 
 from __future__ import annotations
@@ -51,6 +58,8 @@ STATES = (COPY_STARTED, COPY_FINISHED, DELETE_STARTED, DELETE_FINISHED)
 METADATA_TOPIC = "__raylog_remote_log"
 
 FORMAT_VERSION = 1
+
+FENCE_PREFIX = "fence-"  # the segment id of a fence record: fence-<leader epoch>
 
 
 def partition_prefix(prefix: str, topic: str, topic_id: str, partition: int) -> str:
@@ -110,6 +119,11 @@ class RemoteSegment:
     def key(self) -> str:
         return f"{self.topic_id}/{self.partition}/{self.segment_id}"
 
+    @property
+    def is_fence(self) -> bool:
+        """Whether this is a new leader's fence (:func:`fence_record`), not an attempt."""
+        return self.segment_id.startswith(FENCE_PREFIX)
+
     def folder(self, prefix: str) -> str:
         return segment_folder(prefix, self.topic, self.topic_id, self.partition,
                               self.base_offset, self.segment_id)
@@ -136,3 +150,14 @@ class RemoteSegment:
             return cls(**body)
         except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as e:
             raise ValueError(f"not a remote segment record: {e}") from e
+
+
+def fence_record(topic: str, topic_id: str, partition: int, leader_epoch: int, broker_id: int,
+                 event_time_ms: int) -> RemoteSegment:
+    """The fence a leader at ``leader_epoch`` writes before it reads the partition's
+    metadata (see the module docstring)."""
+    return RemoteSegment(topic=topic, topic_id=topic_id, partition=partition,
+                         segment_id=f"{FENCE_PREFIX}{leader_epoch}", base_offset=0,
+                         end_offset=0, max_timestamp=-1, size_bytes=0,
+                         leader_epoch=leader_epoch, broker_id=broker_id,
+                         state=DELETE_FINISHED, event_time_ms=event_time_ms)

@@ -19,6 +19,16 @@ The rules (docs/tiered.md):
 - **Orphans** are objects nobody will read: finished attempts that lost, COPY_STARTED of an
   older leader epoch (its leader was deposed mid-upload), DELETE_STARTED never finished.
   A leader deletes them (its own epoch's attempt in flight is not one).
+- **Fences** (layout.fence_record): a new leader writes one before it reads the metadata
+  and deletes orphans. A COPY_FINISHED of an epoch below the newest fence applied before it
+  finishes nothing: its attempt stays (or, if its earlier records were compacted away,
+  becomes) a COPY_STARTED of an older epoch, an orphan. So a deposed leader's late
+  COPY_FINISHED can neither make readable a copy its successor is deleting as an orphan
+  (the successor read the state after its fence) nor, as the latest record of its key
+  after compaction, bring back a copy that was deleted. This too is the same after
+  compaction: every fence has a key of its own (one per epoch) and stays where it was
+  written, compaction keeps the order of what it keeps, so a kept COPY_FINISHED has the
+  same fences before it as in the whole topic.
 
 Not thread-safe: its owner applies records and reads on one thread (or under a lock).
 """
@@ -43,6 +53,7 @@ PartitionKey = tuple[str, int]  # (topic id, partition)
 class _PartitionRemoteLog:
     attempts: dict[str, RemoteSegment] = field(default_factory=dict)  # segment id -> latest
     readable: list[RemoteSegment] = field(default_factory=list)  # sorted by base offset
+    fence_epoch: int = -1  # the newest leader epoch fenced so far
 
     def resolve(self) -> None:
         finished = sorted((s for s in self.attempts.values() if s.state == COPY_FINISHED),
@@ -62,10 +73,19 @@ class RemoteLogState:
         self._partitions: dict[PartitionKey, _PartitionRemoteLog] = {}
 
     def apply(self, record: RemoteSegment) -> bool:
-        """Take one record; False if it was ignored (an older state than the attempt's)."""
+        """Take one record; False if it was ignored (an older state than the attempt's) or
+        fenced (a COPY_FINISHED of an epoch below the partition's newest fence)."""
         log = self._partitions.setdefault((record.topic_id, record.partition),
                                           _PartitionRemoteLog())
+        if record.is_fence:
+            log.fence_epoch = max(log.fence_epoch, record.leader_epoch)
+            return True
         previous = log.attempts.get(record.segment_id)
+        if record.state == COPY_FINISHED and record.leader_epoch < log.fence_epoch:
+            if previous is None:  # its COPY_STARTED compacted away: still an orphan to delete
+                log.attempts[record.segment_id] = record.with_state(COPY_STARTED,
+                                                                    record.event_time_ms)
+            return False
         if previous is not None and STATES.index(record.state) < STATES.index(previous.state):
             return False
         log.attempts[record.segment_id] = record
@@ -102,9 +122,18 @@ class RemoteLogState:
                or (s.state == COPY_STARTED and s.leader_epoch < leader_epoch)]
         return sorted(out, key=lambda s: (s.base_offset, s.segment_id))
 
+    def fence_epoch(self, topic_id: str, partition: int) -> int:
+        """The newest leader epoch fenced for the partition (-1: none)."""
+        log = self._partitions.get((topic_id, partition))
+        return -1 if log is None else log.fence_epoch
+
     def state_of(self, record: RemoteSegment) -> str | None:
-        """The state the attempt of ``record`` is in (None: no record of it)."""
+        """The state the attempt of ``record`` is in (None: no record of it); of a fence,
+        its state once a fence of its epoch or a newer one was applied."""
         log = self._partitions.get((record.topic_id, record.partition))
+        if record.is_fence:
+            return record.state if log is not None and \
+                log.fence_epoch >= record.leader_epoch else None
         attempt = log.attempts.get(record.segment_id) if log is not None else None
         return attempt.state if attempt is not None else None
 

@@ -9,9 +9,13 @@ readable segment or an orphan its successor deletes (docs/tiered.md):
    the record);
 3. put ``manifest.json`` last (what a reader without the metadata topic trusts);
 4. record COPY_FINISHED: from then on the segment is readable, and the local copy may go.
-   If the record is ignored (a newer leader deleted the attempt as a deposed leader's
-   orphan while it was being put), the folder is deleted again: objects put after that
-   deletion would otherwise be an orphan no record names.
+   If the record is ignored (a newer leader fenced this one, or deleted the attempt as a
+   deposed leader's orphan, while it was being put), the folder is deleted again: objects
+   put after that deletion would otherwise be an orphan no record names.
+
+A new leader first records a fence (:meth:`Uploader.fence`), then reads the metadata and
+deletes the orphans it finds: a deposed leader's COPY_FINISHED recorded after the fence is
+refused (raylog/tiered/metadata.py), so what the new leader found unfinished stays so.
 
 What is copied: whole batches from the one that starts at the partition's next offset to
 copy (the end of the remote log + 1) to the end of the local segment holding it. Replicas
@@ -49,6 +53,7 @@ from raylog.tiered.layout import (
     RemoteFile,
     RemoteSegment,
     digest,
+    fence_record,
 )
 from raylog.tiered.metadata import RemoteLogState
 from raylog.tiered.store import ObjectStore
@@ -209,6 +214,13 @@ class Uploader:
             self.store.delete_folder(folder)
             return None
         return finished
+
+    def fence(self, ref: PartitionRef, leader_epoch: int, broker_id: int) -> None:
+        """Record a new leader's fence (layout.fence_record): from it on, copies of older
+        leaders finish nothing. Written before the leader reads the metadata to find what
+        is in flight and what to delete."""
+        self.write(fence_record(ref.topic, ref.topic_id, ref.partition, leader_epoch,
+                                broker_id, self.clock()))
 
     def delete(self, segment: RemoteSegment, leader_epoch: int) -> None:
         """DELETE_STARTED, remove the folder, DELETE_FINISHED (a crash between leaves a
