@@ -26,9 +26,10 @@ reader detects a corrupt or missing object before it serves a byte of it.
 A **fence** (:func:`fence_record`) is the record a new leader writes before it reads the
 metadata: from it on, a COPY_FINISHED of an older leader epoch of that partition finishes
 nothing (raylog/tiered/metadata.py). It is a RemoteSegment value of the same format, in
-state DELETE_FINISHED, whose segment id is ``fence-<leader epoch>``: a reader of before
-fences takes it for a deleted attempt and passes over it, and its key, one per epoch, is
-never superseded, so compaction keeps every fence where it was written.
+state DELETE_FINISHED, whose segment id is ``fence-<leader epoch>-<unique id>``: a reader
+of before fences takes it for a deleted attempt and passes over it, and its key, one per
+fence written (a leader that writes its fence again writes a new one), is never
+superseded, so compaction keeps every fence where it was written.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,7 +61,7 @@ METADATA_TOPIC = "__raylog_remote_log"
 
 FORMAT_VERSION = 1
 
-FENCE_PREFIX = "fence-"  # the segment id of a fence record: fence-<leader epoch>
+FENCE_PREFIX = "fence-"  # the segment id of a fence record: fence-<leader epoch>-<uuid>
 
 
 def partition_prefix(prefix: str, topic: str, topic_id: str, partition: int) -> str:
@@ -157,7 +159,8 @@ def fence_record(topic: str, topic_id: str, partition: int, leader_epoch: int, b
     """The fence a leader at ``leader_epoch`` writes before it reads the partition's
     metadata (see the module docstring)."""
     return RemoteSegment(topic=topic, topic_id=topic_id, partition=partition,
-                         segment_id=f"{FENCE_PREFIX}{leader_epoch}", base_offset=0,
+                         segment_id=f"{FENCE_PREFIX}{leader_epoch}-{uuid.uuid4().hex}",
+                         base_offset=0,
                          end_offset=0, max_timestamp=-1, size_bytes=0,
                          leader_epoch=leader_epoch, broker_id=broker_id,
                          state=DELETE_FINISHED, event_time_ms=event_time_ms)

@@ -55,8 +55,9 @@ def test_a_copy_finished_after_a_newer_leaders_fence_finishes_nothing():
     assert ids(state.readable("id", 0)) == ["before", "own"]
     assert state.fence_epoch("id", 0) == 2
     # A reader of before fences takes a fence for a deleted attempt: the same format.
-    assert fence(2).state == DELETE_FINISHED
-    assert RemoteSegment.from_json(fence(2).to_json()) == fence(2)
+    written = fence(2)
+    assert written.state == DELETE_FINISHED
+    assert RemoteSegment.from_json(written.to_json()) == written
 
 
 def test_a_late_copy_finished_kept_by_compaction_brings_nothing_back():
@@ -72,7 +73,8 @@ def test_a_late_copy_finished_kept_by_compaction_brings_nothing_back():
                new.with_state(DELETE_STARTED, 6), new.with_state(DELETE_FINISHED, 7),
                fence(3)]
     kept = compacted(records)
-    assert [r.segment_id for r in kept] == ["fence-2", "old", "new", "fence-3"]
+    assert [r.segment_id for r in kept] == \
+        [records[1].segment_id, "old", "new", records[-1].segment_id]
     for state in (replay(records), replay(kept)):
         assert state.readable("id", 0) == []
         assert state.log_start("id", 0) is None
@@ -159,3 +161,17 @@ def test_a_copy_finished_before_the_successors_fence_stays_readable(successor):
     assert ids(host.state.readable(REF.topic_id, 0)) == [late.segment_id]
     assert host.state.orphans(REF.topic_id, 0, 3) == []
     assert [r.state for r in recorder.records] == [COPY_STARTED, COPY_FINISHED, DELETE_FINISHED]
+
+
+def test_a_fence_written_again_keeps_its_first_place_through_compaction():
+    """A new leader whose preparation failed after its fence (and its orphans' deletion)
+    writes its fence again: the first fence must stay where it was, or a late COPY_FINISHED
+    between the two would lose the fence before it once compaction kept only the second."""
+    old = attempt("old", 0, 99, epoch=1)
+    first, again = fence(2), fence(2)
+    assert first.key() != again.key()
+    records = [old, first, old.with_state(DELETE_STARTED, 2),
+               old.with_state(DELETE_FINISHED, 3), old.with_state(COPY_FINISHED, 4), again]
+    kept = compacted(records)
+    assert kept == [first, old.with_state(COPY_FINISHED, 4), again]
+    assert replay(kept).readable("id", 0) == []
