@@ -160,7 +160,6 @@ def fence_record(topic: str, topic_id: str, partition: int, leader_epoch: int, b
     metadata (see the module docstring)."""
     return RemoteSegment(topic=topic, topic_id=topic_id, partition=partition,
                          segment_id=f"{FENCE_PREFIX}{leader_epoch}-{uuid.uuid4().hex}",
-                         base_offset=0,
-                         end_offset=0, max_timestamp=-1, size_bytes=0,
+                         base_offset=0, end_offset=0, max_timestamp=-1, size_bytes=0,
                          leader_epoch=leader_epoch, broker_id=broker_id,
                          state=DELETE_FINISHED, event_time_ms=event_time_ms)

@@ -26,7 +26,7 @@ The rules (docs/tiered.md):
   COPY_FINISHED can neither make readable a copy its successor is deleting as an orphan
   (the successor read the state after its fence) nor, as the latest record of its key
   after compaction, bring back a copy that was deleted. This too is the same after
-  compaction: every fence has a key of its own (one per epoch) and stays where it was
+  compaction: every fence has a key of its own (one per fence written) and stays where it was
   written, compaction keeps the order of what it keeps, so a kept COPY_FINISHED has the
   same fences before it as in the whole topic.
 
