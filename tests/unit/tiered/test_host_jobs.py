@@ -39,17 +39,13 @@ def started_host(store: ObjectStore, job_done) -> tuple[TieredHost, Recorder]:
     return host, recorder
 
 
-async def until_idle(host: TieredHost, timeout_s: float = 30.0) -> None:
-    """Until the host runs no job of TP and planned no other after the last one ended."""
+async def until(condition, timeout_s: float = 30.0) -> None:
+    """Until ``condition()`` holds (checked between the loop's callbacks: a job's end is
+    handled whole by then), or the deadline."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
-    while TP in host._running and loop.time() < deadline:
-        job = host._running[TP]
+    while not condition() and loop.time() < deadline:
         await asyncio.sleep(0.01)
-        if job.done() and host._running.get(TP) is job:  # ended; nothing planned after it
-            await asyncio.sleep(0.05)
-            if host._running.get(TP) is job:
-                return
 
 
 def test_a_backlog_of_closed_segments_is_copied_without_waiting_for_maintenance(tmp_path,
@@ -62,16 +58,16 @@ def test_a_backlog_of_closed_segments_is_copied_without_waiting_for_maintenance(
         return REF.topic_id, leader
 
     host, _ = started_host(store, job_done)
+    backlog = closed_segments(leader.log)
 
     async def run() -> None:
         host.upkeep(REF.topic_id, leader)  # maintenance looks once
-        await until_idle(host)
+        await until(lambda: len(ended) == 1 + len(backlog))  # preparing, then each copy
 
     try:
         asyncio.run(run())
     finally:
         host.close()
-    backlog = closed_segments(leader.log)
     assert len(backlog) > 3
     readable = host.state.readable(REF.topic_id, REF.partition)
     assert [s.base_offset for s in readable] == [s.base_offset for s in backlog]
@@ -80,11 +76,13 @@ def test_a_backlog_of_closed_segments_is_copied_without_waiting_for_maintenance(
 
 def test_a_replica_the_host_no_longer_holds_gets_no_next_job(tmp_path, leader):
     store = ObjectStore.from_uri(f"file://{tmp_path / 'store'}")
-    host, recorder = started_host(store, lambda tp: None)
+    ended: list[tuple[str, int]] = []
+    host, recorder = started_host(store, lambda tp: ended.append(tp))  # answers None
 
     async def run() -> None:
         host.upkeep(REF.topic_id, leader)
-        await until_idle(host)
+        await until(lambda: ended)  # the preparation's end, handled whole
+        assert host._running[TP].done()  # the preparation's: nothing planned after it
 
     try:
         asyncio.run(run())
