@@ -76,6 +76,7 @@ from raylog.replica.partition import (
     AlterIsr,
     FetchResult,
     LeaderAndIsr,
+    Partition,
     Role,
     Transition,
 )
@@ -856,12 +857,16 @@ class ReplicaHost:
         hosted.maybe_propose_isr(self._propose_isr)
 
 
-    def _tiered_job_done(self, tp: TopicPartition) -> None:
-        """A tiered job of ``tp`` ended: its replica's maintenance looks again now."""
+    def _tiered_job_done(self, tp: TopicPartition) -> tuple[str, Partition] | None:
+        """A tiered job of ``tp`` ended: its replica's maintenance looks again now (local
+        retention may delete what was copied). The replica's topic id and partition, for
+        its next job, while it is hosted here."""
         hosted = self.replicas.get(tp)
-        if hosted is not None:
-            hosted.active = True
-            self._wake_maintenance.set()
+        if hosted is None:
+            return None
+        hosted.active = True
+        self._wake_maintenance.set()
+        return hosted.topic_id, hosted.partition
 
 
 def _count_out(topic: str, data: bytes) -> None:

@@ -7,9 +7,10 @@ process hosts a tiered replica (or is asked for a tiered view):
 - a :class:`~raylog.tiered.metadata.RemoteLogState` fed by a thread that consumes
   ``__raylog_remote_log`` from its beginning (raylog's own Consumer), under a lock;
 - one upload thread: the leader's copies, its orphans' deletions and whole-log retention,
-  each a job planned on the event loop (:meth:`upkeep`, from the host's maintenance) and run
-  there, one at a time, recording each step with raylog's own Producer (acks=all) and
-  returning once the feed has applied it (what this process decides next sees it);
+  each a job planned on the event loop (:meth:`upkeep`, from the host's maintenance, and as
+  soon as the job before it ended) and run there, one at a time, recording each step with
+  raylog's own Producer (acks=all) and returning once the feed has applied it (what this
+  process decides next sees it);
 - the :class:`~raylog.tiered.reader.RemoteReader` (cache) fetches below the local log start
   read through, on worker threads.
 
@@ -73,10 +74,12 @@ class TieredHost:
 
     def __init__(self, broker_id: Callable[[], int | None],
                  controller: Callable[[], ray.actor.ActorHandle],
-                 job_done: Callable[[tuple[str, int]], None]) -> None:
+                 job_done: Callable[[tuple[str, int]], tuple[str, Partition] | None]) -> None:
         self._broker_id = broker_id
         self._controller = controller
-        self._job_done = job_done  # on the event loop: a replica's job ended, look again
+        # On the event loop: a replica's job ended. The host answers (topic id, partition)
+        # while it still hosts the replica (its next job is planned then), else None.
+        self._job_done = job_done
         self.state = RemoteLogState()
         self.lock = threading.Lock()
         self._applied = threading.Condition(self.lock)
@@ -273,7 +276,19 @@ class TieredHost:
     def _submit(self, tp: tuple[str, int], job: Callable[..., Any], *args: Any) -> None:
         loop = asyncio.get_running_loop()
         future = self._running[tp] = self._jobs.submit(job, *args)
-        future.add_done_callback(lambda _: loop.call_soon_threadsafe(self._job_done, tp))
+        future.add_done_callback(lambda _: loop.call_soon_threadsafe(self._ended, tp))
+
+    def _ended(self, tp: tuple[str, int]) -> None:
+        """(On the event loop.) A job of ``tp`` ended: its next job (a copy, retention's
+        deletions) is planned now, not at the host's next maintenance round: a busy host
+        looks once a second, and a backlog of small segments would be copied one a second."""
+        hosted = self._job_done(tp)
+        if hosted is None or self._stop.is_set():
+            return
+        try:
+            self.upkeep(*hosted)
+        except Exception:  # maintenance plans it again; one replica must not stop the loop
+            logger.exception("planning the next tiered job of %s-%d failed", *tp)
 
     def _uploader(self) -> Uploader:
         return Uploader(self.store, self._write)

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import io
-import os
-import subprocess
-import sys
+
+import pytest
 
 from raylog.cli.demo import run_demo
 
@@ -17,13 +16,16 @@ def test_demo_on_a_running_cluster(ray_cluster):
     assert "OK: every record arrived exactly once" in out.getvalue()
 
 
-def test_demo_command_starts_its_own_embedded_cluster():
-    result = subprocess.run(
-        [os.path.join(os.path.dirname(sys.executable), "raylog"), "demo", "--embedded",
-         "--services", "2", "--records", "2000"],
-        capture_output=True, text=True, timeout=300,
-        env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"})
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "on an embedded local cluster" in result.stdout
+@pytest.fixture
+def demo_embedded(scenarios) -> dict:
+    """``raylog demo --embedded``, run early (tests/integration/command_scenario.py): its
+    exit status, output and errors."""
+    return scenarios.result("demo-embedded")
+
+
+def test_demo_command_starts_its_own_embedded_cluster(demo_embedded):
+    result = demo_embedded
+    assert result["returncode"] == 0, result["stdout"] + result["stderr"]
+    assert "on an embedded local cluster" in result["stdout"]
     assert "OK: every record arrived exactly once, in order within its partition" in \
-        result.stdout
+        result["stdout"]

@@ -6,10 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import signal
-import socket
-import sys
 
 import pytest
 import ray
@@ -23,7 +19,6 @@ from raylog.schemas.client import SchemaRegistry
 from raylog.schemas.errors import SubjectNotFoundError
 from raylog.schemas.serde import AvroDeserializer, AvroSerializer
 from raylog.util.cluster_names import NAMESPACE, REGISTRY_NAME
-from tests.children import Child
 from tests.integration.conftest import restart_controller, wait_for
 from tests.unit.registry_server import registry_server
 
@@ -210,52 +205,21 @@ def test_the_schemas_commands(ray_cluster, topic_name, tmp_path):
     assert run("schemas", "register", subject, str(tmp_path / "nope.avsc"))[0] == 1
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+@pytest.fixture
+def registry_restart(scenarios) -> dict:
+    """``raylog registry --embedded`` stopped and started again on its data, run early
+    (tests/integration/registry_scenario.py): what it saw."""
+    return scenarios.result("registry-restart")
 
 
-class _Registry(Child):
-    """``raylog registry --embedded`` in a subprocess (tests/children.py)."""
-
-    def __init__(self, data_dir, port: int) -> None:
-        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-        env["RAYLOG_DATA_DIR"] = str(data_dir)
-        raylog = os.path.join(os.path.dirname(sys.executable), "raylog")
-        super().__init__([raylog, "registry", "--embedded", "--port", str(port)], env=env,
-                         merge_stderr=True)
-
-    def stop(self, sig: int) -> int:
-        code = super().stop(sig)
-        self.wait_for_line("schema registry stopped", timeout=10)
-        return code
-
-
-def test_an_embedded_registry_keeps_its_ids_across_a_restart(tmp_path):
-    port, data_dir = _free_port(), tmp_path / "data"
-    url = f"http://127.0.0.1:{port}"
-    first = _Registry(data_dir, port)
-    try:
-        first.wait_for_line("schema registry listening on", timeout=120)
-        client = SchemaRegistryClient({"url": url})
-        ids = [client.register_schema("a-value", Schema(json.dumps(USER), "AVRO")),
-               client.register_schema("a-value", Schema(json.dumps(USER_V2), "AVRO")),
-               client.register_schema("b-value", Schema(json.dumps(NO_DEFAULT), "AVRO"))]
-        assert client.delete_subject("b-value") == [1]
-        assert first.stop(signal.SIGTERM) == 0
-    finally:
-        first.kill()
-    second = _Registry(data_dir, port)
-    try:
-        second.wait_for_line("schema registry listening on", timeout=120)
-        assert any("2 subjects, highest id 3" in line for line in second.lines)
-        client = SchemaRegistryClient({"url": url})
-        assert [client.get_version("a-value", v).schema_id for v in (1, 2)] == ids[:2]
-        assert client.get_subjects() == ["a-value"]
-        assert json.loads(client.get_schema(ids[2]).schema_str) == NO_DEFAULT
-        fresh = {"type": "record", "name": "C", "fields": []}
-        assert client.register_schema("c-value", Schema(json.dumps(fresh), "AVRO")) == 4
-        assert second.stop(signal.SIGINT) == 0
-    finally:
-        second.kill()
+def test_an_embedded_registry_keeps_its_ids_across_a_restart(registry_restart):
+    seen = registry_restart
+    ids = seen["ids"]
+    assert seen["deleted_versions"] == [1]
+    assert seen["first_stop"] == 0
+    assert any("2 subjects, highest id 3" in line for line in seen["second_lines"])
+    assert seen["version_ids"] == ids[:2]
+    assert seen["subjects"] == ["a-value"]
+    assert seen["deleted_schema"] == NO_DEFAULT
+    assert seen["fresh_id"] == 4
+    assert seen["second_stop"] == 0
