@@ -19,6 +19,13 @@ PREPARE_ABORT) before any marker, then the host writes a marker to every partiti
 (:meth:`abort`) is fenced first: the coordinator bumps the epoch, so the old producer's
 requests and batches are refused from then on, and aborts it at that epoch.
 
+A joint commit (:meth:`commit_jointly`) commits several ids' ongoing transactions all or
+none: one decision record (:class:`JointCommit`) naming them all is the commit point; then
+each id is moved to PREPARE_COMMIT and its markers written as an end's are. Its members are
+held meanwhile (no abort, timeout, new transaction or new incarnation): from the moment its
+write begins until its record is removed once all committed, or retracted (a tombstone)
+when its write failed and it may or may not be in the log.
+
 The host (an actor) calls it from one event loop; it is not safe for use from threads.
 """
 
@@ -45,17 +52,23 @@ from raylog.records.header import MAX_PRODUCER_EPOCH, NO_PRODUCER_EPOCH, random_
 from raylog.transactions.log import (
     TRANSACTION_STATE_PARTITIONS,
     Record,
+    decision_tombstone,
     encode,
+    encode_decision,
     partition_for,
     tombstone,
 )
 from raylog.transactions.state import (
+    JointCommit,
     MarkerWork,
+    Member,
+    MemberStatus,
     TransactionMetadata,
     TransactionState,
     epoch_exhausted,
 )
 from raylog.types import TopicPartition
+from raylog.util import faults
 from raylog.util.arguments import INT32_MAX, check_id, check_int, short_repr
 from raylog.util.clocks import wall_clock_ms
 
@@ -77,13 +90,15 @@ class ProducerIdAndEpoch(NamedTuple):
 
 class TransactionCoordinator:
     """Transactional ids and their transactions. ``transactions`` is what
-    :func:`raylog.transactions.log.load` replayed; ``coordinator_epoch`` must grow with
+    :func:`raylog.transactions.log.load` replayed, and ``decisions`` the joint commits it
+    found (finished by :meth:`finish_decisions`); ``coordinator_epoch`` must grow with
     every coordinator that takes over (the host's choice: e.g. its own incarnation in the
     controller's metadata log), so that partitions refuse markers of an older one."""
 
     def __init__(self, write: WriteRecord, *, coordinator_epoch: int,
                  clock: Callable[[], int] = wall_clock_ms,
                  transactions: Mapping[str, TransactionMetadata] | None = None,
+                 decisions: Mapping[str, JointCommit] | None = None,
                  state_partitions: int = TRANSACTION_STATE_PARTITIONS,
                  offsets_partitions: int = OFFSETS_TOPIC_PARTITIONS,
                  max_timeout_ms: int = MAX_TIMEOUT_MS,
@@ -100,6 +115,15 @@ class TransactionCoordinator:
         self._new_producer_id = new_producer_id
         # Transactional ids whose record is being written, and the state it takes them to.
         self.writing: dict[str, TransactionState] = {}
+        # Joint commits whose record is durable, until every member committed; those whose
+        # write failed (their record may be in the log), until retracted; the write ids
+        # whose record is being written; and the ids they hold, with the write id.
+        self.decisions: dict[str, JointCommit] = {}
+        self.in_doubt: dict[str, JointCommit] = {}
+        self.deciding: set[str] = set()
+        self.held: dict[str, str] = {}
+        for decision in (decisions or {}).values():
+            self._decided(decision)
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -124,6 +148,13 @@ class TransactionCoordinator:
             raise ConcurrentTransactionsError(
                 f"transactional id {tid!r} is being moved to {self.writing[tid].name}; "
                 f"retry shortly")
+
+    def _not_held(self, tid: str) -> None:
+        """Refuses every step of an id a joint commit holds, but that commit's own."""
+        if tid in self.held:
+            raise ConcurrentTransactionsError(
+                f"transactional id {tid!r} is in the joint commit {self.held[tid]!r}, which "
+                f"is being decided or completed; retry shortly")
 
     def _producers(self, tid: str, producer_id: int, producer_epoch: int
                    ) -> TransactionMetadata:
@@ -171,6 +202,7 @@ class TransactionCoordinator:
         tid = check_id("transactional_id", transactional_id, InvalidArgumentError)
         timeout_ms = self._check_timeout(timeout_ms)
         self._not_writing(tid)
+        self._not_held(tid)
         now = self.clock()
         metadata = self.transactions.get(tid)
         if metadata is None:
@@ -239,8 +271,8 @@ class TransactionCoordinator:
             await self._apply(metadata.add([tp], [group_id], self.clock()))
         return tp
 
-    @staticmethod
-    def _check_addable(metadata: TransactionMetadata) -> None:
+    def _check_addable(self, metadata: TransactionMetadata) -> None:
+        self._not_held(metadata.transactional_id)
         if metadata.state.preparing:
             raise ConcurrentTransactionsError(
                 f"transactional id {metadata.transactional_id!r}: its transaction is "
@@ -253,6 +285,7 @@ class TransactionCoordinator:
         :meth:`markers_done`). A retry of an end already complete returns None; one still
         writing its markers gets ConcurrentTransactionsError."""
         metadata = self._producers(transactional_id, producer_id, producer_epoch)
+        self._not_held(transactional_id)
         wanted = "commit" if commit else "abort"
         if metadata.state is S.ONGOING:
             new = await self._apply(metadata.prepare_end(commit, self.clock()))
@@ -284,6 +317,146 @@ class TransactionCoordinator:
                 f"{'commit' if work.commit else 'abort'} markers were not awaited")
         return await self._apply(metadata.complete(self.clock()))
 
+    # -- joint commits -------------------------------------------------------------------------
+
+    async def commit_jointly(self, write_id: str, members: Iterable[Member]
+                             ) -> list[MarkerWork]:
+        """Commit the ongoing transactions of ``members`` (transactional id, producer id,
+        epoch) all, or none. Every member must be ONGOING at that producer id and epoch,
+        else the whole is refused with the member's error (ProducerFencedError,
+        InvalidProducerIdMappingError, InvalidTxnStateError, ConcurrentTransactionsError)
+        and nothing changes. Then one record, the decision naming them all, is written to
+        ``__transaction_state``: that write is the commit point. Then each member's
+        PREPARE_COMMIT is written; returns the markers to write (the host writes them and
+        calls :meth:`markers_done`, as for an end). A member whose PREPARE_COMMIT fails is
+        left to :meth:`finish_decisions`: the answer is still the commit.
+
+        A write of the decision that raised leaves it in doubt (its record may land): its
+        members stay held until it is retracted by :meth:`finish_decisions`, or decided by a
+        retry of this call with the same ``write_id`` and members, which is also how a
+        retry of a call that did decide is answered. A retry once every member committed
+        answers [] (the members' producers must begin no other transaction meanwhile).
+        """
+        write_id = check_id("write_id", write_id, InvalidArgumentError)
+        members = _members(members)
+        if write_id in self.deciding:
+            raise ConcurrentTransactionsError(
+                f"joint commit {write_id!r} is being written; retry shortly")
+        known = self.decisions.get(write_id) or self.in_doubt.get(write_id)
+        if known is not None and set(known.members) != set(members):
+            raise InvalidArgumentError(
+                f"joint commit {write_id!r} was asked for members "
+                f"{sorted(known.members)}, not {sorted(members)}")
+        if write_id in self.decisions:
+            return await self._finish(known)
+        current = [self._producers(*m) for m in members]
+        if known is None and all(m.state in (S.PREPARE_COMMIT, S.COMPLETE_COMMIT)
+                                 for m in current):
+            return []  # a retry of a joint commit done (or of ends that committed each)
+        for metadata in current:
+            tid = metadata.transactional_id
+            if self.held.get(tid, write_id) != write_id:
+                self._not_held(tid)
+            if metadata.state is not S.ONGOING:
+                raise InvalidTxnStateError(
+                    f"joint commit {write_id!r}: transactional id {tid!r} is "
+                    f"{metadata.state.name}, not ONGOING: nothing was committed")
+        decision = JointCommit(write_id, members, self.clock())
+        await self._write_decision(decision)
+        # (a fault test kills the coordinator's host here: decided, no member prepared)
+        faults.point("transactions.joint_commit_decided")
+        logger.info("joint commit %s decided: %s", write_id,
+                    [m.transactional_id for m in members])
+        return await self._finish(decision)
+
+    async def _write_decision(self, decision: JointCommit) -> None:
+        """The commit point. Its members are held from now on: if the write raised, its
+        record may still land, so they stay held (in doubt) until it is retracted."""
+        write_id = decision.write_id
+        tids = [m.transactional_id for m in decision.members]
+        self.deciding.add(write_id)
+        for tid in tids:
+            self.held[tid] = write_id
+            self.writing[tid] = S.PREPARE_COMMIT
+        try:
+            await self._write(partition_for(write_id, self.state_partitions),
+                              encode_decision(decision))
+        except BaseException:
+            self.in_doubt[write_id] = decision
+            raise
+        finally:
+            self.deciding.discard(write_id)
+            for tid in tids:
+                del self.writing[tid]
+        self.in_doubt.pop(write_id, None)
+        self._decided(decision)
+
+    def _decided(self, decision: JointCommit) -> None:
+        self.decisions[decision.write_id] = decision
+        for m in decision.members:
+            self.held[m.transactional_id] = decision.write_id
+
+    async def _finish(self, decision: JointCommit) -> list[MarkerWork]:
+        """Each member of a decided joint commit still ONGOING is moved to PREPARE_COMMIT
+        (one that fails is tried again at the next call); returns the markers of every
+        member whose commit is prepared."""
+        out = []
+        for member in decision.members:
+            tid = member.transactional_id
+            metadata = self.transactions.get(tid)
+            status = decision.status(member, metadata)
+            if status is MemberStatus.PREPARE and tid not in self.writing:
+                try:
+                    metadata = await self._apply(metadata.prepare_end(True, self.clock()))
+                except RaylogError as e:
+                    logger.warning("joint commit %s: the commit of %s is decided, its "
+                                   "PREPARE_COMMIT failed (tried again): %r",
+                                   decision.write_id, tid, e)
+                    continue
+                status = MemberStatus.MARKERS
+            if status is MemberStatus.MARKERS:
+                out.append(metadata.marker_work(self.coordinator_epoch))
+        return out
+
+    async def finish_decisions(self) -> list[MarkerWork]:
+        """The coordinator's periodic step for joint commits: retract those in doubt (their
+        members are free again), move the members of decided ones to PREPARE_COMMIT, and
+        remove the record of those whose members all committed. Returns the markers to
+        write. After a load this finishes every decision the log holds."""
+        out = []
+        for write_id in sorted(self.in_doubt):
+            if write_id not in self.deciding:
+                await self._remove(self.in_doubt[write_id], "retracted")
+        for write_id in sorted(self.decisions):
+            decision = self.decisions.get(write_id)
+            if decision is None or write_id in self.deciding:
+                continue
+            if decision.done(self.transactions):
+                await self._remove(decision, "complete")
+            else:
+                out.extend(await self._finish(decision))
+        return out
+
+    async def _remove(self, decision: JointCommit, why: str) -> None:
+        """The decision's tombstone; once durable, its members are free. A failure is
+        logged and tried again at the next call."""
+        write_id = decision.write_id
+        self.deciding.add(write_id)
+        try:
+            await self._write(partition_for(write_id, self.state_partitions),
+                              decision_tombstone(write_id))
+        except RaylogError as e:
+            logger.warning("joint commit %s: its tombstone (%s) failed: %r", write_id, why, e)
+            return
+        finally:
+            self.deciding.discard(write_id)
+        self.decisions.pop(write_id, None)
+        self.in_doubt.pop(write_id, None)
+        for m in decision.members:
+            if self.held.get(m.transactional_id) == write_id:
+                del self.held[m.transactional_id]
+        logger.info("joint commit %s %s", write_id, why)
+
     # -- the coordinator's own steps -----------------------------------------------------------
 
     async def expire(self) -> list[MarkerWork]:
@@ -293,7 +466,8 @@ class TransactionCoordinator:
         now = self.clock()
         out = []
         for metadata in self._current(lambda m: m.state is S.ONGOING
-                                      and now > m.start_ms + m.timeout_ms):
+                                      and now > m.start_ms + m.timeout_ms
+                                      and m.transactional_id not in self.held):
             tid = metadata.transactional_id
             try:
                 out.append(await self._fence_and_abort(metadata, now))
@@ -327,7 +501,8 @@ class TransactionCoordinator:
         now = self.clock()
         out = []
         for metadata in self._current(lambda m: not m.state.open
-                                      and now - m.update_ms > self.id_expiration_ms):
+                                      and now - m.update_ms > self.id_expiration_ms
+                                      and m.transactional_id not in self.held):
             tid = metadata.transactional_id
             try:
                 await self._apply(metadata.dead(now))
@@ -343,6 +518,12 @@ class TransactionCoordinator:
         commit is decided, or no open transaction, is refused with InvalidTxnStateError."""
         metadata = self._known(transactional_id)
         self._not_writing(transactional_id)
+        if self.held.get(transactional_id) in self.decisions:
+            raise InvalidTxnStateError(
+                f"transactional id {transactional_id!r}: its commit is decided (joint commit "
+                f"{self.held[transactional_id]!r}) and is being completed; it cannot be "
+                f"aborted")
+        self._not_held(transactional_id)
         if metadata.state is S.PREPARE_ABORT:
             return metadata.marker_work(self.coordinator_epoch)
         if metadata.state is not S.ONGOING:
@@ -374,6 +555,7 @@ class TransactionCoordinator:
         out = self._known(transactional_id).describe(self.clock())
         out["writing"] = self.writing[transactional_id].name \
             if transactional_id in self.writing else None
+        out["joint_commit"] = self.held.get(transactional_id)
         out["coordinator_epoch"] = self.coordinator_epoch
         return out
 
@@ -399,6 +581,22 @@ def _partitions(partitions: Iterable[TopicPartition]) -> frozenset[TopicPartitio
     if not out:
         raise InvalidArgumentError("add_partitions needs at least one partition")
     return frozenset(out)
+
+
+def _members(members: Iterable[Member]) -> tuple[Member, ...]:
+    out = []
+    for m in members:
+        if (not isinstance(m, tuple) or len(m) != 3 or type(m[1]) is not int
+                or type(m[2]) is not int):
+            raise InvalidArgumentError(f"not a (transactional id, producer id, epoch): "
+                                       f"{short_repr(m)}")
+        out.append(Member(check_id("transactional_id", m[0], InvalidArgumentError), m[1], m[2]))
+    if not out:
+        raise InvalidArgumentError("a joint commit needs at least one transaction")
+    if len({m.transactional_id for m in out}) != len(out):
+        raise InvalidArgumentError(f"a joint commit names a transactional id twice: "
+                                   f"{short_repr([m.transactional_id for m in out])}")
+    return tuple(out)
 
 
 def _states(names: Iterable[str] | None) -> frozenset[TransactionState]:

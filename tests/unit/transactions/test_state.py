@@ -11,6 +11,9 @@ from raylog.records.header import MAX_PRODUCER_EPOCH, NO_PRODUCER_EPOCH
 from raylog.transactions.state import (
     PERSISTED,
     TRANSITIONS,
+    JointCommit,
+    Member,
+    MemberStatus,
     TransactionMetadata,
     TransactionState,
     epoch_exhausted,
@@ -139,3 +142,17 @@ def test_describe_shows_the_age_of_an_open_transaction():
     d = in_state(S.ONGOING).describe(now_ms=520)
     assert d["state"] == "ONGOING" and d["age_ms"] == 500 and d["partitions"] == ["a:0"]
     assert in_state(S.COMPLETE_COMMIT).describe(520)["age_ms"] is None
+
+
+@pytest.mark.parametrize("state, status", [
+    (S.ONGOING, MemberStatus.PREPARE), (S.PREPARE_COMMIT, MemberStatus.MARKERS),
+    (S.COMPLETE_COMMIT, MemberStatus.DONE),
+])
+def test_a_joint_commit_member_goes_prepare_markers_done(state, status):
+    m = in_state(state)
+    decision = JointCommit("w", (Member("t", 7, 3),), 10)
+    assert decision.status(decision.members[0], m) is status
+    assert decision.done({"t": m}) is (status is MemberStatus.DONE)
+    # Another producer or epoch of the id is not the member's transaction.
+    other = JointCommit("w", (Member("t", 7, 2),), 10)
+    assert other.status(other.members[0], m) is MemberStatus.DONE
