@@ -348,6 +348,10 @@ class TransactionCoordinator:
                 f"joint commit {write_id!r} was asked for members "
                 f"{sorted(known.members)}, not {sorted(members)}")
         if write_id in self.decisions:
+            if MemberStatus.LOST in known.statuses(self.transactions):
+                raise InvalidTxnStateError(
+                    f"joint commit {write_id!r} commits nothing: a member is not the "
+                    f"transaction decided any more (it is being retracted)")
             return await self._finish(known)
         current = [self._producers(*m) for m in members]
         if known is None and all(m.state in (S.PREPARE_COMMIT, S.COMPLETE_COMMIT)
@@ -399,7 +403,9 @@ class TransactionCoordinator:
     async def _finish(self, decision: JointCommit) -> list[MarkerWork]:
         """Each member of a decided joint commit still ONGOING is moved to PREPARE_COMMIT
         (one that fails is tried again at the next call); returns the markers of every
-        member whose commit is prepared."""
+        member whose commit is prepared. Nothing for a decision with a LOST member."""
+        if MemberStatus.LOST in decision.statuses(self.transactions):
+            return []
         out = []
         for member in decision.members:
             tid = member.transactional_id
@@ -431,8 +437,16 @@ class TransactionCoordinator:
             decision = self.decisions.get(write_id)
             if decision is None or write_id in self.deciding:
                 continue
-            if decision.done(self.transactions):
+            statuses = decision.statuses(self.transactions)
+            if statuses == {MemberStatus.DONE}:
                 await self._remove(decision, "complete")
+            elif MemberStatus.LOST in statuses:
+                logger.error("joint commit %s: a member is not the transaction decided any "
+                             "more (%s); the decision is retracted, its ongoing members "
+                             "abort at their timeout", write_id,
+                             {m.transactional_id: self.transactions.get(m.transactional_id)
+                              for m in decision.members})
+                await self._remove(decision, "retracted")
             else:
                 out.extend(await self._finish(decision))
         return out

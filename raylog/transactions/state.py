@@ -102,7 +102,12 @@ class Member(NamedTuple):
 class MemberStatus(enum.Enum):
     PREPARE = "prepare"   # still ONGOING: its PREPARE_COMMIT is to be written
     MARKERS = "markers"   # PREPARE_COMMIT: its markers are being written
-    DONE = "done"         # COMPLETE_COMMIT (or moved on: nothing more to do for it)
+    DONE = "done"         # COMPLETE_COMMIT
+    # Not the decided transaction any more (another producer or epoch, aborted, or gone):
+    # impossible while the decision holds its members, unless the decision's record reached
+    # the log after a coordinator that never knew of it moved a member on. Such a decision
+    # governs nothing: it is retracted, and commits none of its members.
+    LOST = "lost"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,17 +130,16 @@ class JointCommit:
         """Where ``member`` is, given its id's current ``metadata``."""
         if (metadata is None or metadata.producer_id != member.producer_id
                 or metadata.producer_epoch != member.producer_epoch):
-            return MemberStatus.DONE  # never, while members are held: see the class docstring
-        if metadata.state is S.ONGOING:
-            return MemberStatus.PREPARE
-        if metadata.state is S.PREPARE_COMMIT:
-            return MemberStatus.MARKERS
-        return MemberStatus.DONE
+            return MemberStatus.LOST
+        return _MEMBER_STATUS.get(metadata.state, MemberStatus.LOST)
 
-    def done(self, transactions: dict[str, TransactionMetadata]) -> bool:
-        """Every member has committed: the decision's record may go."""
-        return all(self.status(m, transactions.get(m.transactional_id)) is MemberStatus.DONE
-                   for m in self.members)
+    def statuses(self, transactions: dict[str, TransactionMetadata]) -> set[MemberStatus]:
+        """The statuses its members are in (all DONE: the decision's record may go)."""
+        return {self.status(m, transactions.get(m.transactional_id)) for m in self.members}
+
+
+_MEMBER_STATUS = {S.ONGOING: MemberStatus.PREPARE, S.PREPARE_COMMIT: MemberStatus.MARKERS,
+                  S.COMPLETE_COMMIT: MemberStatus.DONE}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,8 +19,14 @@ from raylog.errors import (
     RequestTimeoutError,
 )
 from raylog.transactions.coordinator import TransactionCoordinator
-from raylog.transactions.log import Record, decision_key, load, partition_for
-from raylog.transactions.state import Member, TransactionState
+from raylog.transactions.log import (
+    Record,
+    decision_key,
+    encode_decision,
+    load,
+    partition_for,
+)
+from raylog.transactions.state import JointCommit, Member, TransactionState
 from raylog.types import TopicPartition
 from tests.unit.transactions.test_coordinator import Clock, FakeLog, coordinator, run
 
@@ -267,6 +273,26 @@ def test_a_retry_of_a_decision_in_doubt_decides_it():
         run(c.commit_jointly("w", members[:2]))
     assert len(run(c.commit_jointly("w", members))) == 3
     assert c.in_doubt == {} and set(c.decisions) == {"w"}
+
+
+def test_a_decision_landing_after_a_member_moved_on_commits_none():
+    """A decision record that reached the log behind a coordinator that never knew of it
+    (an append of a dead host landing late) after it aborted a member governs nothing."""
+    log, clock = FakeLog(), Clock()
+    c = coordinator(log, clock)
+    members = begun(c)
+    run(c.abort("w-0"))  # aborted at epoch + 1 by a coordinator not holding it
+    log.written.append((partition_for("w"), encode_decision(JointCommit("w", tuple(members),
+                                                                        clock.now))))
+    d = replayed(log, clock)
+    assert set(d.held) == set(IDS)
+    with pytest.raises(InvalidTxnStateError, match="commits nothing"):
+        run(d.commit_jointly("w", members))
+    assert run(d.finish_decisions()) == []  # retracted: no member prepared to commit
+    assert decisions_in(log) == ["decision", "tombstone"] and d.held == {}
+    assert [d.transactions[t].state for t in IDS[1:]] == [S.ONGOING, S.ONGOING]
+    clock.now += TIMEOUT + 1
+    assert sorted(w.transactional_id for w in run(d.expire())) == list(IDS[1:])
 
 
 def test_without_a_decision_members_abort_at_their_timeout():

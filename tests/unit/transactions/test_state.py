@@ -152,7 +152,19 @@ def test_a_joint_commit_member_goes_prepare_markers_done(state, status):
     m = in_state(state)
     decision = JointCommit("w", (Member("t", 7, 3),), 10)
     assert decision.status(decision.members[0], m) is status
-    assert decision.done({"t": m}) is (status is MemberStatus.DONE)
+    assert decision.statuses({"t": m}) == {status}
     # Another producer or epoch of the id is not the member's transaction.
     other = JointCommit("w", (Member("t", 7, 2),), 10)
-    assert other.status(other.members[0], m) is MemberStatus.DONE
+    assert other.status(other.members[0], m) is MemberStatus.LOST
+
+
+@pytest.mark.parametrize("state", [S.EMPTY, S.PREPARE_ABORT, S.COMPLETE_ABORT,
+                                   S.PREPARE_EPOCH_FENCE])
+def test_a_joint_commit_member_aborted_or_gone_is_lost(state):
+    decision = JointCommit("w", (Member("t", 7, 3), Member("u", 8, 0)), 10)
+    m = in_state(state)
+    if state is S.PREPARE_EPOCH_FENCE:
+        m = dataclasses.replace(m, producer_epoch=3)
+    assert decision.status(decision.members[0], m) is MemberStatus.LOST
+    assert decision.statuses({"t": in_state(S.ONGOING)}) == {MemberStatus.PREPARE,
+                                                             MemberStatus.LOST}
