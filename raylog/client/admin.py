@@ -19,6 +19,7 @@ from raylog.errors import (
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     InvalidTxnStateError,
+    NoClusterError,
     RaylogError,
     ReassignmentInProgressError,
     RequestTimeoutError,
@@ -382,9 +383,11 @@ class Admin:
                 return
             except RaylogError as e:
                 # A write of the decision in doubt is decided by the retry; a member busy
-                # (its previous transaction completing) is free in a moment.
+                # (its previous transaction completing) is free in a moment; a controller
+                # still restarting after the client's own retries answers later.
                 pause = backoff_s(attempt, 0.05, 1.0)
-                if not e.retriable or time.monotonic() + pause >= deadline:
+                if (not (e.retriable or isinstance(e, NoClusterError))
+                        or time.monotonic() + pause >= deadline):
                     raise
                 time.sleep(pause)
 

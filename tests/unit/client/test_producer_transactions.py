@@ -23,6 +23,7 @@ from raylog.errors import (
     IllegalStateError,
     InvalidArgumentError,
     InvalidConfigError,
+    NoClusterError,
     ProducerFencedError,
     RecordTooLargeError,
     RequestTimeoutError,
@@ -496,9 +497,11 @@ def test_prepared_transactions_of_two_producers_commit_jointly_through_admin(con
         prepared.append(producer.prepare_transaction())
         producer.close()
     admin = Admin(cluster=fake_remote.fake_cluster(controller))
-    # Retriable answers (a decision in doubt, a member busy) are asked again.
+    # Retriable answers (a decision in doubt, a member busy, a controller restarting) are
+    # asked again.
     controller.joint_refusals = [ConcurrentTransactionsError("busy"),
-                                 RequestTimeoutError("in doubt")]
+                                 RequestTimeoutError("in doubt"),
+                                 NoClusterError("the controller is restarting")]
     admin.commit_transactions("w", prepared)
     assert controller.joint == [("w", [tuple(p) for p in prepared])]
     assert sorted(tid for tid, commit, _ in controller.ended if commit) == ["w-0", "w-1"]

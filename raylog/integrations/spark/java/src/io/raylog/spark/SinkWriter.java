@@ -237,14 +237,19 @@ final class SinkWriter implements DataWriter<InternalRow> {
       }
     }
 
+    /** The coordinator's refusals of a joint commit: nothing of it was committed. */
+    private static final java.util.Set<String> REFUSALS = new java.util.HashSet<>(
+        Arrays.asList("ProducerFencedError", "InvalidProducerIdMappingError",
+            "InvalidTxnStateError", "InvalidArgumentError"));
+
     /** Aborts the transactions of {@code ids} after the joint commit failed with {@code e};
      * returns the error to throw. */
     private RaylogException aborted(List<String> ids, RaylogException e) {
       abortAll(ids, e);
       return new RaylogException(e.type, "the raylog write did not commit (" + e.getMessage()
-          + (e.retriable ? "): its outcome was not known, and its transactions were aborted"
-              + " unless the commit had been decided (then all of it is committed)"
-          : "): nothing was committed, its transactions are aborted"), false, e);
+          + (REFUSALS.contains(e.type) ? "): nothing was committed, its transactions are aborted"
+          : "): its outcome was not known, and its transactions were aborted unless the"
+              + " commit had been decided (then all of it is committed)"), false, e);
     }
 
     /**
