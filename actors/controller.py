@@ -205,6 +205,7 @@ class ControllerActor:
     txn_add_partitions = served_by("transactions", TransactionService.txn_add_partitions)
     txn_add_offsets = served_by("transactions", TransactionService.txn_add_offsets)
     txn_end = served_by("transactions", TransactionService.txn_end)
+    txn_commit_jointly = served_by("transactions", TransactionService.txn_commit_jointly)
     txn_list = served_by("transactions", TransactionService.txn_list)
     txn_describe = served_by("transactions", TransactionService.txn_describe)
     txn_abort = served_by("transactions", TransactionService.txn_abort)

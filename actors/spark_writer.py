@@ -11,11 +11,16 @@ every record is acknowledged. Several writers share the actor; its threads share
 A transactional write (the sink's ``transactional.id`` option, docs/spark.md) gives each Spark
 task its own transactional Producer here, ``<id>-<partition>``: :meth:`java_begin` fences any
 earlier producer of that id (aborting what it left open) and begins; the task's batches go
-through :meth:`java_write` into that transaction, which stays open when the task ends; the
-driver, once every task succeeded, commits each with :meth:`java_end`, or aborts them all
-(:meth:`java_abort`, also from a gateway that does not hold them).
+through :meth:`java_write` into that transaction. A batch write's task ends with
+:meth:`java_prepare`: its producer sends everything, names its transaction (id, producer id,
+epoch) and is closed, the transaction left open; the driver, once every task succeeded,
+commits them all in one joint commit (:meth:`java_commit_jointly`, from any gateway: all
+or none), or aborts them all (:meth:`java_abort`, also from a gateway that does not hold
+them).
 
-The streaming sink with ``transactional.id`` does the same per micro-batch, with the ids
+The streaming sink with ``transactional.id`` begins and writes alike per micro-batch (its
+tasks' transactions stay open here, and the driver commits each with :meth:`java_end`), with
+the ids
 ``<id>-<query id>-<partition>``, and :meth:`java_begin` is given the batch: each task's
 transaction also commits the record "this id wrote batch b" (a transactional offset commit,
 :func:`batch_offsets`), and a task of a batch its id already committed writes nothing. A
@@ -36,16 +41,18 @@ import pyarrow.compute as pc
 import ray
 
 from actors import log_what_matters
+from raylog.client.admin import Admin
 from raylog.client.connection import connect
 from raylog.client.producer import Producer, producer_config
 from raylog.errors import (
+    InvalidArgumentError,
     InvalidRecordError,
     RaylogError,
     TransactionAbortedError,
     UnstableOffsetCommitError,
 )
 from raylog.records.payload import HEADERS_TYPE
-from raylog.types import TopicPartition
+from raylog.types import PreparedTransaction, TopicPartition
 from raylog.util import faults
 from raylog.util.backoff import backoff_s
 from raylog.util.interop import java_error
@@ -71,13 +78,7 @@ class SparkWriter:
         parsed = json.loads(settings) if settings else {}
         transactional_id = parsed.get("transactional_id")
         if transactional_id is not None:
-            with self._lock:
-                producer = self._transactions.get(transactional_id)
-            if producer is None:
-                raise TransactionAbortedError(
-                    f"no transaction of {transactional_id!r} is open in this writer gateway "
-                    f"(it restarted, or the transaction ended): the task must begin again")
-            return producer
+            return self._open(transactional_id)
         with self._lock:
             producer = self._producers.get(settings)
             if producer is None:
@@ -86,6 +87,16 @@ class SparkWriter:
                 producer = Producer(cluster=self._cluster, **parsed)
                 self._producers[settings] = producer
             return producer
+
+    def _open(self, transactional_id: str) -> Producer:
+        """The producer of the open transaction of ``transactional_id`` held here."""
+        with self._lock:
+            producer = self._transactions.get(transactional_id)
+        if producer is None:
+            raise TransactionAbortedError(
+                f"no transaction of {transactional_id!r} is open in this writer gateway "
+                f"(it restarted, or the transaction ended): the task must begin again")
+        return producer
 
     def java_write(self, topic: str, settings: str, batch: bytes) -> str:
         """Produce the rows of ``batch`` (an Arrow IPC stream) to the topic of each row's
@@ -191,6 +202,44 @@ class SparkWriter:
             return "{}"
         except RaylogError as e:
             raise java_error(e) from e
+
+    def java_prepare(self, transactional_id: str) -> str:
+        """The task's part of a joint commit: the open transaction of ``transactional_id``
+        held here sends everything and stops (Producer.prepare_transaction), and its
+        producer is closed and forgotten, the transaction left open at the coordinator for
+        the driver's :meth:`java_commit_jointly` (or abort, or its timeout). Returns JSON
+        ``{"producer_id": p, "producer_epoch": e}``, or ``{}`` if the coordinator holds
+        nothing of it. One that fails stays held here, for the task's abort."""
+        try:
+            producer = self._open(transactional_id)
+            prepared = producer.prepare_transaction(WRITE_TIMEOUT_S)
+            with self._lock:
+                self._transactions.pop(transactional_id, None)
+            producer.close()
+            if prepared is None:
+                return "{}"
+            return json.dumps({"producer_id": prepared.producer_id,
+                               "producer_epoch": prepared.producer_epoch})
+        except RaylogError as e:
+            raise java_error(e) from e
+
+    def java_commit_jointly(self, write_id: str, members: str) -> str:
+        """Commit the prepared transactions of ``members`` (JSON ``[[transactional id,
+        producer id, producer epoch], ...]``) all or none, as the commit named
+        ``write_id`` (Admin.commit_transactions: retried while the answer is retriable).
+        Returns ``{}`` once decided."""
+        try:
+            prepared = [PreparedTransaction(*m) for m in json.loads(members)]
+            Admin(cluster=self._cluster).commit_transactions(write_id, prepared,
+                                                             WRITE_TIMEOUT_S)
+            # (a fault test kills the gateway here: committed, not yet answered)
+            faults.point("spark_writer.committed_jointly")
+            return "{}"
+        except RaylogError as e:
+            raise java_error(e) from e
+        except (ValueError, TypeError) as e:
+            raise java_error(InvalidArgumentError(
+                f"not a list of [transactional id, producer id, epoch]: {e}")) from e
 
     def java_abort(self, transactional_ids: str) -> str:
         """Abort the transactions of a JSON list of transactional ids, wherever they are

@@ -10,10 +10,13 @@ controller's metadata log (``coordinator_started``), so it grows with every cont
 process that takes over. Every step of the coordinator is written to the partition's leader
 (acks=all) before it counts (raylog/transactions/writer.py), and the markers of every
 decided end are written by a :class:`MarkerWriter` to every partition of the transaction
-through its leader's ``write_txn_marker`` (actors/serving.py), then completed. The
-controller's loop calls :meth:`TransactionService.expire_transactions`: transactions past
-their timeout are aborted, long-unused ids forgotten, and decided ends whose markers are not
-being written (after a load, a fenced init, or a failure) are handed to the writer again.
+through its leader's ``write_txn_marker`` (actors/serving.py), then completed. A joint
+commit (:meth:`TransactionService.txn_commit_jointly`: several ids' transactions by one
+decision record) hands its members' markers to the same writer. The controller's loop calls
+:meth:`TransactionService.expire_transactions`: transactions past their timeout are aborted,
+long-unused ids forgotten, joint commits finished (or retracted), and decided ends whose
+markers are not being written (after a load, a fenced init, or a failure) are handed to the
+writer again.
 
 Every RPC answers within a deadline: at most LOAD_WAIT_S for the load and WRITE_WAIT_S for
 its record. Its event loop is the only user.
@@ -99,18 +102,19 @@ class TransactionService:
         async with self.access.lock:
             self.access.commit(events.coordinator_started())
         epoch = self.access.state.coordinator_epoch
-        transactions = load(records)
+        loaded = load(records)
         self.state = StateWriter(self._append, random_producer_id, background)
         self.coordinator = TransactionCoordinator(
-            self.state.write, coordinator_epoch=epoch, transactions=transactions,
-            state_partitions=len(topic.partitions))
+            self.state.write, coordinator_epoch=epoch, transactions=loaded.transactions,
+            decisions=loaded.decisions, state_partitions=len(topic.partitions))
         self.markers = MarkerWriter(self._write_marker, self.coordinator.markers_done)
         pending = self.coordinator.pending_markers()
         for work in pending:
             self.markers.submit(work)
         logger.info("loaded %d records of %s: %d transactional ids, %d decided ends to "
-                    "complete; coordinator epoch %d", len(records), TRANSACTION_STATE_TOPIC,
-                    len(self.coordinator.transactions), len(pending), epoch)
+                    "complete, %d joint commits to finish; coordinator epoch %d",
+                    len(records), TRANSACTION_STATE_TOPIC, len(self.coordinator.transactions),
+                    len(pending), len(loaded.decisions), epoch)
 
     def _close(self) -> None:
         """The previous coordinator's writers stop: the new one replays what they wrote."""
@@ -197,6 +201,18 @@ class TransactionService:
             faults.point("controller.txn_prepared")
             self.markers.submit(work)
 
+    async def txn_commit_jointly(self, write_id: str,
+                                 members: list[tuple[str, int, int]]) -> None:
+        """Commit the ongoing transactions of ``members`` (transactional id, producer id,
+        producer epoch) all or none: answered once the decision naming them all is durable
+        (the commit point), or refused whole with nothing changed; the members' commits and
+        markers follow. A retry with the same ``write_id`` is answered alike."""
+        coordinator = await self._ready()
+        works = await coordinator.commit_jointly(write_id, members)
+        if coordinator is self.coordinator:
+            for work in works:
+                self.markers.submit(work)
+
     # -- operators ---------------------------------------------------------------------------
 
     async def txn_list(self, states: list[str] | None = None, min_age_ms: int = 0
@@ -229,7 +245,7 @@ class TransactionService:
                 return
             await self._ready()
         coordinator = self.coordinator
-        for work in await coordinator.expire():
+        for work in [*await coordinator.expire(), *await coordinator.finish_decisions()]:
             if coordinator is self.coordinator:
                 self.markers.submit(work)
         if time.monotonic() - self._ids_checked >= ID_EXPIRY_EVERY_S:

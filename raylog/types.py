@@ -27,6 +27,16 @@ class ConsumerGroupMetadata(NamedTuple):
     generation: int
 
 
+class PreparedTransaction(NamedTuple):
+    """A transaction whose producer sent everything and stopped
+    (``Producer.prepare_transaction()``), left open to be committed with others by
+    ``Admin.commit_transactions`` (all or none)."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+
+
 class NewTopic(NamedTuple):
     """A topic for ``Admin.create_topics``, as kafka-python's ``NewTopic``."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -18,6 +19,7 @@ from raylog.errors import (
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     InvalidTxnStateError,
+    NoClusterError,
     RaylogError,
     ReassignmentInProgressError,
     RequestTimeoutError,
@@ -37,7 +39,7 @@ from raylog.metadata.topics import (
     validate_topic_name,
 )
 from raylog.quotas.entity import DEFAULT, QuotaEntity, check_keys, check_quotas, from_wire
-from raylog.types import NewTopic, TopicPartition
+from raylog.types import NewTopic, PreparedTransaction, TopicPartition
 from raylog.util.arguments import (
     INT32_MAX,
     check_bool,
@@ -47,6 +49,7 @@ from raylog.util.arguments import (
     check_timeout,
     short_repr,
 )
+from raylog.util.backoff import backoff_s
 
 CHANGE_RETRY_S = 60.0  # how long a change rides out a controller restart
 
@@ -359,6 +362,34 @@ class Admin:
 
         out = self._change(lambda: self._controller().txn_abort(transactional_id), done=done)
         return out if out is not None else self.describe_transaction(transactional_id)
+
+    def commit_transactions(self, write_id: str, prepared: Iterable[PreparedTransaction],
+                            timeout: float | None = CHANGE_RETRY_S) -> None:
+        """Commit several prepared transactions (``Producer.prepare_transaction()``'s, of
+        producers anywhere) all or none: returns once the coordinator's one decision naming
+        them all is durable; the markers follow (docs/transactions.md, "Joint commits").
+        Refused whole, with nothing committed, if one is not open at its producer id and
+        epoch any more (ProducerFencedError, InvalidTxnStateError, ...). ``write_id`` names
+        the commit: a retry with it (done here while the answer is retriable, for up to
+        ``timeout`` s) is answered as the first, so an answer lost is never a second
+        commit."""
+        check_id("write_id", write_id, InvalidArgumentError)
+        members = [tuple(p) for p in prepared]
+        timeout = check_timeout("timeout", timeout)
+        deadline = time.monotonic() + (CHANGE_RETRY_S if timeout is None else timeout)
+        for attempt in itertools.count():
+            try:
+                self._controller().txn_commit_jointly(write_id, members)
+                return
+            except RaylogError as e:
+                # A write of the decision in doubt is decided by the retry; a member busy
+                # (its previous transaction completing) is free in a moment; a controller
+                # still restarting after the client's own retries answers later.
+                pause = backoff_s(attempt, 0.05, 1.0)
+                if (not (e.retriable or isinstance(e, NoClusterError))
+                        or time.monotonic() + pause >= deadline):
+                    raise
+                time.sleep(pause)
 
     # -- replication ------------------------------------------------------------------------------
 

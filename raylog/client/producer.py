@@ -52,7 +52,7 @@ from raylog.records.append import PlainSend
 from raylog.records.builder import BATCH_OVERHEAD, RECORD_OVERHEAD, check_headers, record_size
 from raylog.records.partitioner import Partitioner, StickyPartitioner, key_partition
 from raylog.replica.producer_state import RECENT_BATCHES
-from raylog.types import ConsumerGroupMetadata, TopicPartition
+from raylog.types import ConsumerGroupMetadata, PreparedTransaction, TopicPartition
 from raylog.util.arguments import (
     INT64_MAX,
     build_config,
@@ -666,9 +666,32 @@ class Producer:
         txn = self._transaction("commit_transaction()")
         deadline = self._deadline(timeout)
         txn.begin_end(commit=True)
-        with contextlib.suppress(ProduceFailedError):  # the transaction's error: end() raises it
-            self.flush(max(deadline - time.monotonic(), 0.0))
+        self._flush_transaction(deadline)
         txn.end(True, deadline)
+
+    def _flush_transaction(self, deadline: float) -> None:
+        """Send every record of the transaction; a failure is the transaction's error,
+        which its end (or prepare) raises."""
+        with contextlib.suppress(ProduceFailedError):
+            self.flush(max(deadline - time.monotonic(), 0.0))
+
+    def prepare_transaction(self, timeout: float | None = None
+                            ) -> PreparedTransaction | None:
+        """Send every record of the transaction and stop sending, leaving it open for
+        another party to commit jointly with others (the controller's
+        ``txn_commit_jointly``, docs/transactions.md "Joint commits"): returns its
+        transactional id, producer id and epoch, or None if the coordinator holds nothing
+        of it (nothing was sent). Only commit_transaction() and abort_transaction() may
+        follow; the producer may also be closed, which leaves the transaction open (it is
+        aborted at its timeout unless committed). A failed send makes it IllegalStateError
+        and the transaction ABORTABLE, as for a commit."""
+        txn = self._transaction("prepare_transaction()")
+        deadline = self._deadline(timeout)
+        txn.begin_prepare()
+        self._flush_transaction(deadline)
+        prepared = txn.prepared()
+        return None if prepared is None else PreparedTransaction(txn.transactional_id,
+                                                                 *prepared)
 
     def abort_transaction(self, timeout: float | None = None) -> None:
         """Abort the transaction: records not yet sent fail with TransactionAbortedError,

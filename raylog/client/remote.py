@@ -469,6 +469,15 @@ class ControllerClient:
         return self._call(self.handle.txn_end, transactional_id, producer_id, producer_epoch,
                           commit, timeout=timeout)
 
+    def txn_commit_jointly(self, write_id: str, members: list[tuple[str, int, int]],
+                           timeout: float | None = None) -> None:
+        """Commit the ongoing transactions of (transactional id, producer id, epoch)
+        ``members`` all or none: returns once the decision is durable (the commit point;
+        markers follow); refused whole otherwise. Safe to send again with the same
+        ``write_id``."""
+        return self._call(self.handle.txn_commit_jointly, write_id,
+                          [tuple(m) for m in members], timeout=timeout)
+
     def txn_list(self, states: list[str] | None = None, min_age_ms: int = 0,
                  timeout: float | None = None) -> list[dict[str, Any]]:
         return self._call(self.handle.txn_list, states, min_age_ms, timeout=timeout)

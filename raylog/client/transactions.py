@@ -56,10 +56,15 @@ class TxnState(enum.Enum):
     INITIALIZING = "initializing"
     READY = "ready"
     IN_TRANSACTION = "in transaction"
+    PREPARED = "prepared"  # every send succeeded; committed jointly by another party
     COMMITTING = "committing"
     ABORTING = "aborting"
     ABORTABLE = "abortable error"
     FATAL = "fatal error"
+
+
+# The states in which the transaction's records still leave (their partitions are added).
+SENDING = frozenset({TxnState.IN_TRANSACTION, TxnState.PREPARED, TxnState.COMMITTING})
 
 
 def fenced(error: BaseException) -> BaseException:
@@ -169,12 +174,34 @@ class TransactionManager:
                         f"the transaction of {self.transactional_id!r} cannot commit: "
                         f"{self.error!r}; abort_transaction() it") from self.error
                 self._check("commit_transaction()", TxnState.IN_TRANSACTION,
-                            TxnState.COMMITTING)
+                            TxnState.PREPARED, TxnState.COMMITTING)
                 self.state = TxnState.COMMITTING
             else:
                 self._check("abort_transaction()", TxnState.IN_TRANSACTION,
-                            TxnState.ABORTABLE, TxnState.ABORTING)
+                            TxnState.PREPARED, TxnState.ABORTABLE, TxnState.ABORTING)
                 self.state = TxnState.ABORTING
+
+    def begin_prepare(self) -> None:
+        """prepare_transaction() starts: no sends from now on (a repeat resumes)."""
+        with self._lock:
+            if self.state is TxnState.ABORTABLE:
+                raise IllegalStateError(
+                    f"the transaction of {self.transactional_id!r} cannot be prepared: "
+                    f"{self.error!r}; abort_transaction() it") from self.error
+            self._check("prepare_transaction()", TxnState.IN_TRANSACTION, TxnState.PREPARED)
+            self.state = TxnState.PREPARED
+
+    def prepared(self) -> tuple[int, int] | None:
+        """Once its sends are done: the producer id and epoch of a prepared transaction
+        the coordinator holds, None if it holds nothing of it. A failed send makes it
+        ABORTABLE instead."""
+        with self._lock:
+            if self.error is not None:
+                self.state = TxnState.ABORTABLE
+                raise IllegalStateError(
+                    f"the transaction of {self.transactional_id!r} cannot be prepared: a "
+                    f"send failed ({self.error!r}); abort_transaction() it") from self.error
+            return (self.producer_id, self.epoch) if self.started else None
 
     def end(self, commit: bool, deadline: float) -> None:
         """Tell the coordinator the outcome (if it has anything of the transaction); READY
@@ -234,8 +261,7 @@ class TransactionManager:
                 wanted, self._wanted = sorted(self._wanted), set()
                 self._asking = set(wanted)
                 producer = self.producer_id, self.epoch
-                if not wanted or self._closed or self.state not in (TxnState.IN_TRANSACTION,
-                                                    TxnState.COMMITTING):
+                if not wanted or self._closed or self.state not in SENDING:
                     error = self.error or IllegalStateError("no transaction in progress")
                     self.refused.update(dict.fromkeys(wanted, error))
                     self._adding = False
@@ -288,7 +314,7 @@ class TransactionManager:
             return
         if isinstance(error, FATAL):
             self.state, self.error = TxnState.FATAL, fenced(error)
-        elif self.state in (TxnState.IN_TRANSACTION, TxnState.COMMITTING):
+        elif self.state in SENDING:
             self.error = self.error or error
             if self.state is TxnState.IN_TRANSACTION:
                 self.state = TxnState.ABORTABLE

@@ -19,6 +19,10 @@ PREPARE_ABORT) before any marker, then the host writes a marker to every partiti
 (:meth:`abort`) is fenced first: the coordinator bumps the epoch, so the old producer's
 requests and batches are refused from then on, and aborts it at that epoch.
 
+Joint commits (:meth:`commit_jointly`: several ids' transactions, all or none, by one
+decision record) are in raylog/transactions/joint.py, a base class of the coordinator; the
+ids they hold refuse the coordinator's other steps (``_not_held``).
+
 The host (an actor) calls it from one event loop; it is not safe for use from threads.
 """
 
@@ -42,6 +46,7 @@ from raylog.errors import (
 from raylog.groups.coordinator import OFFSETS_TOPIC_PARTITIONS, GroupCoordinator
 from raylog.metadata.topics import CONSUMER_OFFSETS_TOPIC
 from raylog.records.header import MAX_PRODUCER_EPOCH, NO_PRODUCER_EPOCH, random_producer_id
+from raylog.transactions.joint import JointCommits
 from raylog.transactions.log import (
     TRANSACTION_STATE_PARTITIONS,
     Record,
@@ -50,6 +55,7 @@ from raylog.transactions.log import (
     tombstone,
 )
 from raylog.transactions.state import (
+    JointCommit,
     MarkerWork,
     TransactionMetadata,
     TransactionState,
@@ -75,15 +81,17 @@ class ProducerIdAndEpoch(NamedTuple):
     producer_epoch: int
 
 
-class TransactionCoordinator:
+class TransactionCoordinator(JointCommits):
     """Transactional ids and their transactions. ``transactions`` is what
-    :func:`raylog.transactions.log.load` replayed; ``coordinator_epoch`` must grow with
+    :func:`raylog.transactions.log.load` replayed, and ``decisions`` the joint commits it
+    found (finished by :meth:`finish_decisions`); ``coordinator_epoch`` must grow with
     every coordinator that takes over (the host's choice: e.g. its own incarnation in the
     controller's metadata log), so that partitions refuse markers of an older one."""
 
     def __init__(self, write: WriteRecord, *, coordinator_epoch: int,
                  clock: Callable[[], int] = wall_clock_ms,
                  transactions: Mapping[str, TransactionMetadata] | None = None,
+                 decisions: Mapping[str, JointCommit] | None = None,
                  state_partitions: int = TRANSACTION_STATE_PARTITIONS,
                  offsets_partitions: int = OFFSETS_TOPIC_PARTITIONS,
                  max_timeout_ms: int = MAX_TIMEOUT_MS,
@@ -100,6 +108,7 @@ class TransactionCoordinator:
         self._new_producer_id = new_producer_id
         # Transactional ids whose record is being written, and the state it takes them to.
         self.writing: dict[str, TransactionState] = {}
+        self._start_joint_commits(decisions)
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -171,6 +180,7 @@ class TransactionCoordinator:
         tid = check_id("transactional_id", transactional_id, InvalidArgumentError)
         timeout_ms = self._check_timeout(timeout_ms)
         self._not_writing(tid)
+        self._not_held(tid)
         now = self.clock()
         metadata = self.transactions.get(tid)
         if metadata is None:
@@ -239,8 +249,8 @@ class TransactionCoordinator:
             await self._apply(metadata.add([tp], [group_id], self.clock()))
         return tp
 
-    @staticmethod
-    def _check_addable(metadata: TransactionMetadata) -> None:
+    def _check_addable(self, metadata: TransactionMetadata) -> None:
+        self._not_held(metadata.transactional_id)
         if metadata.state.preparing:
             raise ConcurrentTransactionsError(
                 f"transactional id {metadata.transactional_id!r}: its transaction is "
@@ -253,6 +263,7 @@ class TransactionCoordinator:
         :meth:`markers_done`). A retry of an end already complete returns None; one still
         writing its markers gets ConcurrentTransactionsError."""
         metadata = self._producers(transactional_id, producer_id, producer_epoch)
+        self._not_held(transactional_id)
         wanted = "commit" if commit else "abort"
         if metadata.state is S.ONGOING:
             new = await self._apply(metadata.prepare_end(commit, self.clock()))
@@ -293,7 +304,8 @@ class TransactionCoordinator:
         now = self.clock()
         out = []
         for metadata in self._current(lambda m: m.state is S.ONGOING
-                                      and now > m.start_ms + m.timeout_ms):
+                                      and now > m.start_ms + m.timeout_ms
+                                      and m.transactional_id not in self.held):
             tid = metadata.transactional_id
             try:
                 out.append(await self._fence_and_abort(metadata, now))
@@ -327,7 +339,8 @@ class TransactionCoordinator:
         now = self.clock()
         out = []
         for metadata in self._current(lambda m: not m.state.open
-                                      and now - m.update_ms > self.id_expiration_ms):
+                                      and now - m.update_ms > self.id_expiration_ms
+                                      and m.transactional_id not in self.held):
             tid = metadata.transactional_id
             try:
                 await self._apply(metadata.dead(now))
@@ -343,6 +356,12 @@ class TransactionCoordinator:
         commit is decided, or no open transaction, is refused with InvalidTxnStateError."""
         metadata = self._known(transactional_id)
         self._not_writing(transactional_id)
+        if self.held.get(transactional_id) in self.decisions:
+            raise InvalidTxnStateError(
+                f"transactional id {transactional_id!r}: its commit is decided (joint commit "
+                f"{self.held[transactional_id]!r}) and is being completed; it cannot be "
+                f"aborted")
+        self._not_held(transactional_id)
         if metadata.state is S.PREPARE_ABORT:
             return metadata.marker_work(self.coordinator_epoch)
         if metadata.state is not S.ONGOING:
@@ -374,6 +393,7 @@ class TransactionCoordinator:
         out = self._known(transactional_id).describe(self.clock())
         out["writing"] = self.writing[transactional_id].name \
             if transactional_id in self.writing else None
+        out["joint_commit"] = self.held.get(transactional_id)
         out["coordinator_epoch"] = self.coordinator_epoch
         return out
 

@@ -11,6 +11,10 @@ The model is Kafka's (its ``TransactionMetadata`` and ``TransactionState``), wit
 transaction protocol: the producer's epoch changes only when it initialises, or when the
 coordinator fences it (at the transaction's timeout, or for a new incarnation, or by an
 operator), never at each commit. docs/transactions.md draws the transitions.
+
+A :class:`JointCommit` is the coordinator's decision to commit several ids' ongoing
+transactions together (all or none): raylog's own, in the spirit of KIP-939's prepared
+state; its record in ``__transaction_state`` is the commit point of them all.
 """
 
 from __future__ import annotations
@@ -84,6 +88,58 @@ class MarkerWork(NamedTuple):
     commit: bool
     partitions: tuple[TopicPartition, ...]
     coordinator_epoch: int
+
+
+class Member(NamedTuple):
+    """One transaction of a joint commit: the id, and the producer whose ongoing
+    transaction commits (its id and epoch, as the producer got them at init)."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+
+
+class MemberStatus(enum.Enum):
+    PREPARE = "prepare"   # still ONGOING: its PREPARE_COMMIT is to be written
+    MARKERS = "markers"   # PREPARE_COMMIT: its markers are being written
+    DONE = "done"         # COMPLETE_COMMIT
+    # Not the decided transaction any more (another producer or epoch, aborted, or gone):
+    # impossible while the decision holds its members, unless the decision's record reached
+    # the log after a coordinator that never knew of it moved a member on. Such a decision
+    # governs nothing: it is retracted, and commits none of its members.
+    LOST = "lost"
+
+
+@dataclasses.dataclass(frozen=True)
+class JointCommit:
+    """The decision to commit the ongoing transactions of ``members`` together, named by
+    ``write_id`` (the key of its record). Once its record is durable every member commits,
+    whatever fails after: the coordinator writes each member's PREPARE_COMMIT, then its
+    markers, then COMPLETE_COMMIT, and a coordinator that replays the record finishes what
+    is left. Its record is removed (a tombstone) only once every member is DONE.
+
+    While the decision exists, its members take no other step (no abort, no timeout, no new
+    transaction, no new incarnation): so a member ONGOING at the member's producer id and
+    epoch is always the transaction that was decided."""
+
+    write_id: str
+    members: tuple[Member, ...]
+    decided_ms: int
+
+    def status(self, member: Member, metadata: TransactionMetadata | None) -> MemberStatus:
+        """Where ``member`` is, given its id's current ``metadata``."""
+        if (metadata is None or metadata.producer_id != member.producer_id
+                or metadata.producer_epoch != member.producer_epoch):
+            return MemberStatus.LOST
+        return _MEMBER_STATUS.get(metadata.state, MemberStatus.LOST)
+
+    def statuses(self, transactions: dict[str, TransactionMetadata]) -> set[MemberStatus]:
+        """The statuses its members are in (all DONE: the decision's record may go)."""
+        return {self.status(m, transactions.get(m.transactional_id)) for m in self.members}
+
+
+_MEMBER_STATUS = {S.ONGOING: MemberStatus.PREPARE, S.PREPARE_COMMIT: MemberStatus.MARKERS,
+                  S.COMPLETE_COMMIT: MemberStatus.DONE}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,6 +7,10 @@ from __future__ import annotations
 import pytest
 
 from raylog import Admin, Producer
+from raylog.metadata.topics import TRANSACTION_STATE_TOPIC
+from raylog.transactions.log import TRANSACTION_STATE_PARTITIONS
+from raylog.types import TopicPartition
+from tests.integration.conftest import read_to_ends, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
@@ -113,6 +117,50 @@ def test_a_transactional_write_commits_every_row_once(spark, admin):
             .option("transactional.id", "spark-txn-write").mode("append").save()
     assert read_values(spark, topic, **{"kafka.isolation.level": "read_committed"}) \
         == sorted([f"w-{i}" for i in range(90)] * 2)
+
+
+@pytest.mark.parametrize("host, point", [
+    ("controller", "transactions.joint_commit_decided"),
+    ("gateway", "spark_writer.committed_jointly"),
+])
+def test_a_transactional_write_survives_a_death_right_after_its_commit_was_decided(
+        spark, admin, ray_cluster, tmp_path, host, point):
+    """The driver commits the tasks' transactions in one joint commit, whose decision record
+    is the commit point of all. The coordinator's host (the controller) dies right after
+    that record is durable, before any task's transaction is prepared to commit; or the
+    writer gateway that asked dies before answering. Either way the driver's call is asked
+    again (the same write id), the restarted controller finishes the decision it replays,
+    and every row is read_committed, once."""
+    topic = f"spark-txn-decided-{host}"
+    admin.create_topic(topic, partitions=2)
+    frame = spark.range(0, 90, 1, numPartitions=3).selectExpr("CONCAT('d-', id) AS value")
+    died = tmp_path / f"{host}-died"
+    with ray_cluster.failpoints({point: f"exit-once:{died}"}):
+        frame.write.format("raylog").option("topic", topic) \
+            .option("transactional.id", f"spark-decided-{host}").mode("append").save()
+    assert died.exists()  # it died where the fail point is
+    committed = {"kafka.isolation.level": "read_committed"}
+    rows = sorted(f"d-{i}" for i in range(90))
+    wait_for(lambda: read_values(spark, topic, **committed) == rows, timeout=120,
+             what="every row of the write read_committed")
+    assert read_values(spark, topic) == rows  # nothing written twice or aborted
+    # One decision was written: the driver's retry was answered from the decision the
+    # restarted controller replayed (or held), not decided again; once every task's
+    # transaction committed, the decision's tombstone followed.
+    prefix = f'["joint_commit", "spark-decided-{host}@'.encode()
+
+    def decision_records() -> list[bytes | None]:
+        tps = [TopicPartition(TRANSACTION_STATE_TOPIC, p)
+               for p in range(TRANSACTION_STATE_PARTITIONS)]
+        return [r.value for r in read_to_ends(tps) if r.key.startswith(prefix)]
+
+    def removed() -> list[bytes | None] | None:
+        values = decision_records()
+        return values if None in values else None
+
+    # (In the active segment of its partition: compaction has not touched it.)
+    found = wait_for(removed, timeout=60, what="the decision's tombstone")
+    assert len(found) == 2 and found[0] is not None and found[1] is None
 
 
 def test_a_transactional_write_failing_midway_leaves_no_row_committed(spark, admin):

@@ -145,7 +145,7 @@ def test_the_records_of_the_internal_topics_replay(fixture_copy):
         assert registry.apply(offset, key, value)
     assert registry.levels == {"s": Level.FULL} and registry.max_id == 1
     assert registry.live_versions("s")[0].schema == '"string"'
-    transactions = load_transactions(by_topic["__transaction_state"])
+    transactions = load_transactions(by_topic["__transaction_state"]).transactions
     assert list(transactions) == ["tx"]
     assert transactions["tx"].state is TransactionState.COMPLETE_COMMIT
     assert transactions["tx"].partitions == frozenset([TopicPartition("t", 0)])

@@ -227,3 +227,43 @@ def test_requests_wait_for_the_load_and_then_see_what_it_loaded():
         assert (await new.txn_describe("t"))["partitions"] == ["a:0", "b:0"]
 
     run(scenario())
+
+
+def test_a_joint_commit_marks_every_member_and_a_new_service_finishes_one_decided():
+    access, leader = metadata(), FakeLeader()
+
+    async def begin(txns: TransactionService, tid: str, tp: tuple[str, int]
+                    ) -> tuple[str, int, int]:
+        pid, epoch = await txns.txn_init_producer_id(tid, 60_000)
+        await txns.txn_add_partitions(tid, pid, epoch, [tp])
+        return tid, pid, epoch
+
+    async def scenario() -> None:
+        txns = service(access, leader)
+        members = [await begin(txns, "j-0", ("a", 0)), await begin(txns, "j-1", ("b", 0))]
+        await txns.txn_commit_jointly("w", members)
+        await until(lambda: all(txns.coordinator.transactions[t].state.name
+                                == "COMPLETE_COMMIT" for t in ("j-0", "j-1")))
+        assert sorted(m[:2] + m[4:5] for m in leader.markers) == [("a", 0, True),
+                                                                 ("b", 0, True)]
+        await txns.expire_transactions()  # the periodic step removes the decision
+        assert txns.coordinator.decisions == {} and txns.coordinator.held == {}
+
+        # The controller dies right after the next decision is durable: nothing prepared.
+        members = [await begin(txns, "k-0", ("a", 1)), await begin(txns, "k-1", ("b", 0))]
+
+        async def died(decision):
+            return []
+        txns.coordinator._finish = died
+        txns.markers.close()
+        await txns.txn_commit_jointly("v", members)
+        assert {txns.coordinator.transactions[t].state.name for t in ("k-0", "k-1")} == {
+            "ONGOING"}
+        new = service(access, leader)
+        await new.expire_transactions()  # loads, finishes the decision, writes markers
+        await until(lambda: all(new.coordinator.transactions[t].state.name
+                                == "COMPLETE_COMMIT" for t in ("k-0", "k-1")))
+        await new.expire_transactions()
+        assert new.coordinator.decisions == {}
+
+    run(scenario())

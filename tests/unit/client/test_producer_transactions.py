@@ -13,6 +13,7 @@ import pytest
 
 import raylog.client.producer as producer_module
 import raylog.client.transactions as transactions_module
+from raylog.client.admin import Admin
 from raylog.client.consumer import Consumer
 from raylog.client.producer import Producer
 from raylog.client.transactions import TransactionManager, TxnState
@@ -20,14 +21,17 @@ from raylog.errors import (
     ConcurrentTransactionsError,
     IllegalGenerationError,
     IllegalStateError,
+    InvalidArgumentError,
     InvalidConfigError,
+    NoClusterError,
     ProducerFencedError,
     RecordTooLargeError,
+    RequestTimeoutError,
     TransactionAbortedError,
 )
 from raylog.records import parse_header
 from raylog.records.append import PlainSend
-from raylog.types import ConsumerGroupMetadata
+from raylog.types import ConsumerGroupMetadata, PreparedTransaction
 from tests.unit import fake_remote
 from tests.unit.fake_remote import FakeController, _Method, wait_until
 
@@ -48,8 +52,10 @@ class TxnController(FakeController):
         self.add_gate.set()
         self.producers_made: list[Producer] = []
         self.refuse_offsets = False
+        self.joint: list[tuple[str, list]] = []
+        self.joint_refusals: list[BaseException] = []  # raised by the next joint commits
         for name in ("txn_init_producer_id", "txn_add_partitions", "txn_add_offsets",
-                     "txn_offset_commit", "txn_end"):
+                     "txn_offset_commit", "txn_end", "txn_commit_jointly"):
             setattr(self, name, _Method(self, getattr(self, "_" + name)))
 
     def _fence(self, tid: str, producer_id: int, epoch: int) -> None:
@@ -88,6 +94,15 @@ class TxnController(FakeController):
     def _txn_end(self, tid, producer_id, epoch, commit):
         self._fence(tid, producer_id, epoch)
         self.ended.append((tid, commit, frozenset(self.open.pop(tid, ()))))
+
+    def _txn_commit_jointly(self, write_id, members):
+        if self.joint_refusals:
+            raise self.joint_refusals.pop(0)
+        for tid, producer_id, epoch in members:
+            self._fence(tid, producer_id, epoch)
+        self.joint.append((write_id, members))
+        for tid, _, _ in members:
+            self.ended.append((tid, True, frozenset(self.open.pop(tid, ()))))
 
     def adds(self) -> list[tuple]:
         return [c for c in self.calls_log if c[0] == "add"]
@@ -419,3 +434,80 @@ def test_an_add_that_breaks_unexpectedly_refuses_its_partitions_instead_of_holdi
     assert manager.state is TxnState.ABORTABLE
     assert not manager.ready(("a", 0))
     manager.close()
+
+
+def test_prepare_sends_everything_stops_sending_and_names_the_transaction(controller):
+    producer = txn_producer(controller)
+    with pytest.raises(IllegalStateError, match="prepare_transaction"):
+        producer.prepare_transaction()  # before init
+    producer.init_transactions()
+    producer.begin_transaction()
+    assert producer.prepare_transaction() is None  # nothing sent: nothing to commit
+    producer.abort_transaction()
+    producer.begin_transaction()
+    futures = [producer.send("a", b"%d" % i, partition=i % 2) for i in range(10)]
+    prepared = producer.prepare_transaction()
+    assert all(f.done() and f.exception() is None for f in futures)
+    assert prepared == PreparedTransaction("app", 1000, 0)
+    assert producer.prepare_transaction() == prepared  # a repeat answers alike
+    with pytest.raises(IllegalStateError, match="prepared"):
+        producer.send("a", b"late", partition=0)
+    assert controller.ended == []  # left open for the joint commit
+    producer.close()  # closing leaves it open too
+    assert controller.ended == [] and controller.open["app"] == {("a", 0), ("a", 1)}
+
+
+def test_a_prepared_transaction_may_still_be_aborted_or_committed_by_its_producer(controller):
+    producer = txn_producer(controller)
+    producer.init_transactions()
+    for commit in (False, True):
+        producer.begin_transaction()
+        producer.send("a", b"x", partition=0)
+        producer.prepare_transaction()
+        (producer.commit_transaction if commit else producer.abort_transaction)()
+    assert [(tid, commit) for tid, commit, _ in controller.ended] == [("app", False),
+                                                                     ("app", True)]
+    producer.close()
+
+
+def test_a_send_failing_before_the_prepare_makes_it_abortable(controller):
+    producer = txn_producer(controller)
+    producer.init_transactions()
+    producer.begin_transaction()
+    leader = controller.brokers[controller.partitions[("a", 1)].leader]
+
+    def refuse(*args, **kwargs):
+        raise RecordTooLargeError("too big for the leader")
+    leader.produce = _Method(leader, refuse)
+    failed = producer.send("a", b"refused", partition=1)
+    with pytest.raises(IllegalStateError, match="cannot be prepared") as caught:
+        producer.prepare_transaction()
+    assert isinstance(caught.value.__cause__, RecordTooLargeError) and failed.done()
+    assert producer._txn.state is TxnState.ABORTABLE
+    producer._abandon(RuntimeError("the test ended"))
+
+
+def test_prepared_transactions_of_two_producers_commit_jointly_through_admin(controller):
+    prepared = []
+    for tid in ("w-0", "w-1"):
+        producer = txn_producer(controller, tid)
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("a", tid.encode(), partition=int(tid[-1]))
+        prepared.append(producer.prepare_transaction())
+        producer.close()
+    admin = Admin(cluster=fake_remote.fake_cluster(controller))
+    # Retriable answers (a decision in doubt, a member busy, a controller restarting) are
+    # asked again.
+    controller.joint_refusals = [ConcurrentTransactionsError("busy"),
+                                 RequestTimeoutError("in doubt"),
+                                 NoClusterError("the controller is restarting")]
+    admin.commit_transactions("w", prepared)
+    assert controller.joint == [("w", [tuple(p) for p in prepared])]
+    assert sorted(tid for tid, commit, _ in controller.ended if commit) == ["w-0", "w-1"]
+    # A refusal is not.
+    controller.joint_refusals = [ProducerFencedError("fenced")]
+    with pytest.raises(ProducerFencedError):
+        admin.commit_transactions("v", prepared)
+    with pytest.raises(InvalidArgumentError):
+        admin.commit_transactions("", prepared)

@@ -59,7 +59,7 @@ class FakeLog:
                 for _, r in self.written if r[0] == f'["txn", "{tid}"]'.encode()]
 
     def replay(self) -> dict[str, TransactionMetadata]:
-        return load([r for _, r in self.written])
+        return load([r for _, r in self.written]).transactions
 
 
 class Clock:

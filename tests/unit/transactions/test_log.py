@@ -6,20 +6,24 @@ import json
 
 import pytest
 
-from raylog.errors import CorruptRecordError
+from raylog.errors import CorruptRecordError, UnsupportedFormatVersionError
 from raylog.groups.coordinator import GroupCoordinator
 from raylog.records.partitioner import key_partition
 from raylog.transactions.coordinator import TransactionCoordinator
 from raylog.transactions.log import (
     TRANSACTION_STATE_PARTITIONS,
+    decision_key,
+    decision_tombstone,
     decode,
+    decode_decision,
     encode,
+    encode_decision,
     encode_key,
     load,
     partition_for,
     tombstone,
 )
-from raylog.transactions.state import TransactionMetadata, TransactionState
+from raylog.transactions.state import JointCommit, Member, TransactionMetadata, TransactionState
 from raylog.types import TopicPartition
 
 S = TransactionState
@@ -74,7 +78,7 @@ def test_load_keeps_the_last_record_per_key_and_drops_tombstones():
     records = [encode(a), encode(b), encode(c), encode(a.prepare_end(True, 200)),
                tombstone("c"), encode(b.prepare_end(False, 210)),
                encode(b.prepare_end(False, 210).complete(220)), tombstone("never-seen")]
-    loaded = load(records)
+    loaded = load(records).transactions
     assert sorted(loaded) == ["a", "b"]
     assert loaded["a"].state is S.PREPARE_COMMIT
     assert loaded["b"].state is S.COMPLETE_ABORT
@@ -87,11 +91,11 @@ def test_load_keeps_the_last_record_per_key_and_drops_tombstones():
 
 def test_a_tombstone_then_a_new_record_brings_the_id_back():
     records = [encode(metadata("a")), tombstone("a"), encode(metadata("a", pid=9))]
-    assert load(records)["a"].producer_id == 9
+    assert load(records).transactions["a"].producer_id == 9
 
 
 def test_an_ongoing_transaction_keeps_its_start_time():
-    loaded = load([encode(ongoing(start=1234))])
+    loaded = load([encode(ongoing(start=1234))]).transactions
     assert loaded["t"].start_ms == 1234
     assert TransactionCoordinator(write_nothing, coordinator_epoch=0,
                                   transactions=loaded).pending_markers() == []
@@ -128,3 +132,44 @@ def test_a_malformed_value_is_corrupt(change, message):
     fields = {**json.loads(value), **change}
     with pytest.raises(CorruptRecordError, match=message):
         decode(key, json.dumps(fields).encode())
+
+
+DECISION = JointCommit("w", (Member("a", 7, 0), Member("b", 8, 3)), 500)
+
+
+def test_a_joint_commit_decision_round_trips_under_its_own_key():
+    key, value = encode_decision(DECISION)
+    assert key == decision_key("w") == decision_tombstone("w")[0] == b'["joint_commit", "w"]'
+    assert json.loads(value) == {"version": 1, "members": [["a", 7, 0], ["b", 8, 3]],
+                                 "decided_ms": 500}
+    assert decode_decision(key, value) == DECISION
+
+
+def test_load_keeps_decisions_beside_the_ids_until_their_tombstone():
+    other = JointCommit("x", (Member("c", 9, 0),), 600)
+    records = [encode(ongoing("a")), encode_decision(DECISION), encode_decision(other),
+               encode(ongoing("a").prepare_end(True, 200)), decision_tombstone("x")]
+    loaded = load(records)
+    assert loaded.decisions == {"w": DECISION}
+    assert loaded.transactions["a"].state is S.PREPARE_COMMIT
+    # An id named like a write id is another key: neither hides the other.
+    assert load([encode(metadata("w")), encode_decision(DECISION)]).transactions.keys() == {"w"}
+
+
+@pytest.mark.parametrize("value, message", [
+    (b"{not json", "is not JSON"),
+    (b'{"version": 1, "members": [], "decided_ms": 1}', "no members"),
+    (b'{"version": 1, "members": [["a", "7", 0]], "decided_ms": 1}', "member"),
+    (b'{"version": 1, "members": [["a", 7]], "decided_ms": 1}', "malformed"),
+    (b'{"version": 1, "members": [["a", 7, 0]]}', "malformed: KeyError"),
+    (b'{"version": 0, "members": [["a", 7, 0]], "decided_ms": 1}', "has version 0"),
+])
+def test_a_decision_that_cannot_be_read_stops_the_load(value, message):
+    with pytest.raises(CorruptRecordError, match=message):
+        load([encode_decision(DECISION), (decision_key("w"), value)])
+
+
+def test_a_newer_decision_version_is_refused_as_such():
+    value = json.dumps({"version": 2, "members": [["a", 7, 0]], "decided_ms": 1}).encode()
+    with pytest.raises(UnsupportedFormatVersionError, match="version 2"):
+        load([(decision_key("w"), value)])

@@ -11,6 +11,9 @@ from raylog.records.header import MAX_PRODUCER_EPOCH, NO_PRODUCER_EPOCH
 from raylog.transactions.state import (
     PERSISTED,
     TRANSITIONS,
+    JointCommit,
+    Member,
+    MemberStatus,
     TransactionMetadata,
     TransactionState,
     epoch_exhausted,
@@ -139,3 +142,29 @@ def test_describe_shows_the_age_of_an_open_transaction():
     d = in_state(S.ONGOING).describe(now_ms=520)
     assert d["state"] == "ONGOING" and d["age_ms"] == 500 and d["partitions"] == ["a:0"]
     assert in_state(S.COMPLETE_COMMIT).describe(520)["age_ms"] is None
+
+
+@pytest.mark.parametrize("state, status", [
+    (S.ONGOING, MemberStatus.PREPARE), (S.PREPARE_COMMIT, MemberStatus.MARKERS),
+    (S.COMPLETE_COMMIT, MemberStatus.DONE),
+])
+def test_a_joint_commit_member_goes_prepare_markers_done(state, status):
+    m = in_state(state)
+    decision = JointCommit("w", (Member("t", 7, 3),), 10)
+    assert decision.status(decision.members[0], m) is status
+    assert decision.statuses({"t": m}) == {status}
+    # Another producer or epoch of the id is not the member's transaction.
+    other = JointCommit("w", (Member("t", 7, 2),), 10)
+    assert other.status(other.members[0], m) is MemberStatus.LOST
+
+
+@pytest.mark.parametrize("state", [S.EMPTY, S.PREPARE_ABORT, S.COMPLETE_ABORT,
+                                   S.PREPARE_EPOCH_FENCE])
+def test_a_joint_commit_member_aborted_or_gone_is_lost(state):
+    decision = JointCommit("w", (Member("t", 7, 3), Member("u", 8, 0)), 10)
+    m = in_state(state)
+    if state is S.PREPARE_EPOCH_FENCE:
+        m = dataclasses.replace(m, producer_epoch=3)
+    assert decision.status(decision.members[0], m) is MemberStatus.LOST
+    assert decision.statuses({"t": in_state(S.ONGOING)}) == {MemberStatus.PREPARE,
+                                                             MemberStatus.LOST}

@@ -61,7 +61,7 @@ def test_a_coordinator_over_the_writer_leaves_a_log_that_replays_to_its_state():
 
     c = run(scenario())
     assert set(leader.batches) == {partition_for("t"), partition_for("u")}
-    loaded = load(leader.records())
+    loaded = load(leader.records()).transactions
     assert loaded == c.transactions
     assert loaded["t"].state is TransactionState.PREPARE_COMMIT
     assert [tid for tid, m in loaded.items() if m.state.preparing] == ["t"]

@@ -478,6 +478,23 @@ public final class Cluster {
         transactionalId, outcome).remote(), timeoutMs);
   }
 
+  /** Ends a batch write task's part of its transaction, {@code transactionalId}, held by
+   * writer gateway {@code writer}: every record sent, the producer closed, the transaction
+   * left open for the driver's joint commit. The answer's {@code producer_id} and
+   * {@code producer_epoch} name it (neither: the coordinator holds nothing of it). */
+  public JsonNode prepareTransaction(String writer, String transactionalId, long timeoutMs) {
+    return json(awaitWriter(writer, actor(writer).task(
+        PyActorMethod.of("java_prepare", String.class), transactionalId).remote(), timeoutMs));
+  }
+
+  /** Commits the prepared transactions {@code members} (JSON {@code [[transactional id,
+   * producer id, epoch], ...]}) all or none, as the joint commit {@code writeId}, through
+   * writer gateway {@code writer}: returns once the commit is decided. */
+  public void commitJointly(String writer, String writeId, String members, long timeoutMs) {
+    awaitWriter(writer, actor(writer).task(PyActorMethod.of("java_commit_jointly",
+        String.class), writeId, members).remote(), timeoutMs);
+  }
+
   /** Aborts the transactions of {@code transactionalIds} (a JSON list) wherever they are
    * open, through writer gateway {@code writer} (it fences the ids it does not hold). */
   public void abortTransactions(String writer, String transactionalIds, long timeoutMs) {

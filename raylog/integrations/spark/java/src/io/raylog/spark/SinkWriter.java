@@ -161,11 +161,11 @@ final class SinkWriter implements DataWriter<InternalRow> {
 
     /**
      * Writes every row of {@code data} or none: task {@code p} writes in the transaction of
-     * {@code <transactional.id>-<p>} and leaves it open; once every task succeeded the driver
-     * commits them one by one, and if the job fails it aborts them all (a task's failed
-     * attempt aborts its own, and the next attempt's begin fences what it left). Returns how
-     * many records were written. Not two-phase: a driver dying between the first and the
-     * last commit leaves the rest to the coordinator's timeout (aborted).
+     * {@code <transactional.id>-<p>} and prepares it (left open, named by its producer id
+     * and epoch); once every task succeeded the driver commits them all in one joint commit,
+     * whose one decision record at the coordinator is the commit point of all, and if the
+     * job fails it aborts them all (a task's failed attempt aborts its own, and the next
+     * attempt's begin fences what it left). Returns how many records were written.
      */
     private long writeAllInTransactions(Dataset<Row> data) {
       Settings settings = this;
@@ -196,11 +196,66 @@ final class SinkWriter implements DataWriter<InternalRow> {
         abortAll(ids, e);
         throw e;
       }
-      return commitAll(prepared, ids, "the others are aborted");
+      return commitJointly(prepared, ids);
     }
 
     /**
-     * Commits the open transactions of the tasks' {@code prepared} messages one by one;
+     * Commits the tasks' {@code prepared} transactions in one joint commit (all or none),
+     * through the driver's node's writer gateway; returns how many records they hold. If it
+     * fails, every transaction of {@code ids} is aborted: the commit was refused (nothing
+     * committed), or its outcome is unknown (all of it committed, or all aborted now).
+     */
+    long commitJointly(List<Written> prepared, List<String> ids) {
+      List<List<Object>> members = new ArrayList<>();
+      long records = 0;
+      for (Written w : prepared) {
+        if (w != null && w.transactionalId != null) {
+          members.add(Arrays.asList(w.transactionalId, w.producerId, w.producerEpoch));
+          records += w.records;
+        }
+      }
+      if (members.isEmpty()) {
+        return 0; // no task had a row
+      }
+      Cluster cluster = Cluster.get();
+      // A name of its own per write: the coordinator answers a retry of it as the first, so
+      // an answer lost (a gateway lost, a timeout) is asked again, never committed twice.
+      String writeId = transactionalId + "@" + java.util.UUID.randomUUID();
+      long deadline = System.currentTimeMillis() + timeoutMs;
+      while (true) {
+        try {
+          cluster.commitJointly(cluster.writerFor(Cluster.nodeId()), writeId,
+              Cluster.toJson(members), timeoutMs);
+          return records;
+        } catch (RaylogException e) {
+          if (!e.retriable || System.currentTimeMillis() >= deadline) {
+            throw aborted(ids, e);
+          }
+          LOG.info("the joint commit {} is asked again: {}", writeId, e.toString());
+          Cluster.sleep(Cluster.RETRY_BACKOFF_MS);
+        }
+      }
+    }
+
+    /** The coordinator's refusals of a joint commit: nothing of it was committed. */
+    private static final java.util.Set<String> REFUSALS = new java.util.HashSet<>(
+        Arrays.asList("ProducerFencedError", "InvalidProducerIdMappingError",
+            "InvalidTxnStateError", "InvalidArgumentError"));
+
+    /** Aborts the transactions of {@code ids} after the joint commit failed with {@code e};
+     * returns the error to throw. */
+    private RaylogException aborted(List<String> ids, RaylogException e) {
+      abortAll(ids, e);
+      return new RaylogException(e.type, "the raylog write did not commit (" + e.getMessage()
+          + (REFUSALS.contains(e.type) ? "): nothing was committed, its transactions are aborted"
+          : "): its outcome was not known, and its transactions were aborted unless the"
+              + " commit had been decided (then all of it is committed)"), false, e);
+    }
+
+    /**
+     * Commits the open transactions of the tasks' {@code prepared} messages one by one (the
+     * streaming sink's: each task's transaction also records its micro-batch, so a batch
+     * partly committed is rerun safely);
      * returns how many records they hold. If the first commit fails, every transaction of
      * {@code ids} is aborted; if a later one fails, the error says which committed and
      * {@code whatThen}.
@@ -259,15 +314,24 @@ final class SinkWriter implements DataWriter<InternalRow> {
     final long records;
     final String gateway; // a transactional write's: where its open transaction is
     final String transactionalId; // null unless a transaction was begun
+    final long producerId; // a prepared transaction's (a batch write's); -1 otherwise
+    final int producerEpoch;
 
     Written(long records) {
       this(records, null, null);
     }
 
     Written(long records, String gateway, String transactionalId) {
+      this(records, gateway, transactionalId, -1, -1);
+    }
+
+    Written(long records, String gateway, String transactionalId, long producerId,
+        int producerEpoch) {
       this.records = records;
       this.gateway = gateway;
       this.transactionalId = transactionalId;
+      this.producerId = producerId;
+      this.producerEpoch = producerEpoch;
     }
   }
 
@@ -567,6 +631,16 @@ final class SinkWriter implements DataWriter<InternalRow> {
     send();
     while (!inFlight.isEmpty()) {
       acknowledged(inFlight.removeFirst());
+    }
+    if (begun && batchId < 0) {
+      // A batch write's task prepares its transaction for the driver's joint commit; the
+      // gateway holds nothing of it after (a failure to leaves it there, to abort).
+      com.fasterxml.jackson.databind.JsonNode answer =
+          cluster.prepareTransaction(gateway, transactionalId, settings.timeoutMs);
+      prepared = true;
+      return answer.has("producer_id") ? new Written(written, gateway, transactionalId,
+          answer.get("producer_id").asLong(), answer.get("producer_epoch").asInt())
+          : new Written(written);
     }
     prepared = true;
     return begun ? new Written(written, gateway, transactionalId) : new Written(written);
