@@ -18,7 +18,8 @@ brokers (actors/drains.py), groups (actors/groups.py), transactions
 connector's calls (actors/java_api.py). Its API is
 the list of what each part serves.
 
-Its loop (every RECONCILE_INTERVAL_S): register new broker nodes, expire group members whose
+Its loop (every RECONCILE_INTERVAL_S): register new broker nodes, drain and stop the
+brokers of nodes Ray drains (actors/drains.py), expire group members whose
 session ran out, abort transactions past their timeout (loading the transaction coordinator
 after a restart, so that it finishes what its predecessor decided), give leaderless
 partitions a leader when one can be had, move reassigned partitions on, replace the
@@ -276,6 +277,7 @@ class ControllerActor:
         for name, step in (("members", self.groups.expire_members),
                            ("transactions", self.transactions.expire_transactions),
                            ("registration", self.brokers.register),
+                           ("node drains", self.drains.follow_node_drains),
                            ("partitions", self._partition_steps),
                            ("balance", self.balancer.step),
                            ("metrics", self._report_metrics)):

@@ -7,6 +7,13 @@ is made through :meth:`BrokerManager.elect` (decided and committed under the met
 then told to the brokers). A drain waits, bounded, until the replicas took the new leaders;
 a restart waits, bounded, until the broker's new process is registered. The roll itself is
 the admin client's (raylog/client/operations.py): a series of these calls.
+
+It also follows **Ray's node drains** (:meth:`Drains.follow_node_drains`, a step of the
+controller's loop): a node Ray marks DRAINING (``ray start --block`` on SIGTERM, ``ray
+drain-node``, an autoscaler's preemption: a reason and a deadline, seen through the GCS as Ray
+Serve and Ray Train see them) has its broker drained, forced (the node goes whatever raylog
+says), and stopped before the deadline; with its actors gone the node is idle, and Ray then
+ends it at once rather than at the deadline.
 """
 
 from __future__ import annotations
@@ -19,7 +26,8 @@ from typing import Any
 
 import ray
 
-from actors.broker_manager import BrokerManager
+from actors.broker_manager import NODES_TIMEOUT_S, BrokerManager
+from actors.hosting import background
 from raylog.errors import DrainTimeoutError, IllegalStateError, RequestTimeoutError
 from raylog.metadata import drain
 from raylog.metadata.access import MetadataAccess, Partition
@@ -27,6 +35,19 @@ from raylog.metadata.access import MetadataAccess, Partition
 logger = logging.getLogger(__name__)
 
 POLL_S = 0.1  # how often a restart looks whether the broker's new process is registered
+
+_gcs: Any = None
+
+
+def ray_draining_nodes() -> dict[str, int]:
+    """Ray's draining nodes: node id -> deadline (ms since the epoch; 0 for none), from the
+    GCS. Blocking: run it in a thread."""
+    global _gcs
+    if _gcs is None:
+        from ray._raylet import GcsClient
+
+        _gcs = GcsClient(address=ray.get_runtime_context().gcs_address)
+    return _gcs.get_draining_nodes(timeout=NODES_TIMEOUT_S)
 
 
 def names(partitions: list[Partition]) -> list[str]:
@@ -38,14 +59,20 @@ class Drains:
     (whose ``draining`` set it fills). ``started`` waits for the controller's first round.
     Its event loop is the only user. ``stopped``: broker -> the node it was served by when
     :meth:`stop_broker` stopped it (that node is refused until :meth:`resume_broker` or
-    until it leaves Ray); in memory only, as the drain itself."""
+    until it leaves Ray); in memory only, as the drain itself. ``draining_nodes`` says
+    which Ray nodes drain (blocking; :func:`ray_draining_nodes`, or a fake);
+    ``node_drained``: (broker, node) -> the task draining and stopping it for its node's
+    drain, so that each is done once."""
 
     def __init__(self, access: MetadataAccess, brokers: BrokerManager,
-                 started: Callable[[], Awaitable[None]]) -> None:
+                 started: Callable[[], Awaitable[None]],
+                 draining_nodes: Callable[[], dict[str, int]] = ray_draining_nodes) -> None:
         self.access = access
         self.brokers = brokers
         self._started = started
+        self._draining_nodes = draining_nodes
         self.stopped: dict[int, str] = {}
+        self.node_drained: dict[tuple[int, str], asyncio.Task] = {}
 
     async def drain_broker(self, broker: int, force: bool = False,
                            timeout_s: float = 60.0) -> dict[str, Any]:
@@ -164,3 +191,39 @@ class Drains:
         live = self.brokers.live()
         return {"live": sorted(live), "draining": sorted(self.brokers.draining),
                 "not_in_sync": drain.not_in_sync(self.access.partitions(), live)}
+
+    # -- Ray's node drains ---------------------------------------------------------------------
+
+    async def follow_node_drains(self) -> None:
+        """One look at Ray's draining nodes (a step of the controller's loop, every second):
+        each live broker served by a draining node is drained and stopped, in a task of its
+        own, once."""
+        await self._started()
+        draining = await asyncio.wait_for(asyncio.to_thread(self._draining_nodes),
+                                          NODES_TIMEOUT_S)
+        for key in [k for k, task in self.node_drained.items()
+                    if task.done() and k[1] not in draining]:
+            del self.node_drained[key]  # that node is gone (or no longer draining)
+        served = {b: w.node_id for b, w in self.brokers.watches.items() if w.alive}
+        for broker, budget_s in drain.node_drains(draining, served, self.node_drained,
+                                                   int(time.time() * 1000)):
+            node = served[broker]
+            logger.warning("Ray drains node %s (deadline %d): draining broker %d within "
+                           "%.0f s, then stopping it", node, draining[node], broker, budget_s)
+            self.node_drained[broker, node] = background(
+                self._drain_for_node(broker, node, budget_s))
+
+    async def _drain_for_node(self, broker: int, node: str, budget_s: float) -> None:
+        """Drain ``broker``, forced (its node goes whatever it holds), its two waits (the new
+        leaders taken, the ISRs without it taken) each within half of ``budget_s``; then
+        stop it, if it is still served by ``node``."""
+        try:
+            drained = await self.drain_broker(broker, force=True, timeout_s=budget_s / 2)
+            if drained["last_in_sync"]:
+                logger.error("broker %d was the last in-sync replica of %s: offline while "
+                             "its node is away", broker, drain.named(drained["last_in_sync"]))
+            watch = self.brokers.watches.get(broker)
+            if watch is not None and watch.alive and watch.node_id == node:
+                await self.stop_broker(broker)
+        except Exception:  # one broker's trouble must not stop the others' drains
+            logger.exception("the drain of broker %d for its node's drain failed", broker)

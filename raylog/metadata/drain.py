@@ -17,6 +17,11 @@ the only live in-sync replica of a partition: no one could take over, and the pa
 would go offline while it is stopped; ``force`` drains anyway (those partitions keep it as
 leader until it stops, then wait for it to come back).
 
+A broker whose **Ray node is draining** (Ray's DRAINING node state, with a deadline: ``ray
+start --block`` on SIGTERM, ``ray drain-node``, an autoscaler's preemption) is drained the
+same way, forced, and stopped before the deadline: :func:`node_drains` says which brokers and
+how long each drain may take.
+
 A **rolling restart** restarts brokers one at a time; :func:`roll_order` refuses to begin on
 a cluster with offline partitions (``OfflinePartitionsError``) and names unknown brokers
 (``UnknownBrokerError``); :func:`not_in_sync` says what a step still waits for.
@@ -27,7 +32,7 @@ Plain Python, no Ray: the controller (actors/drains.py) commits and tells; the a
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from raylog.errors import (
     InvalidArgumentError,
@@ -40,6 +45,9 @@ from raylog.metadata.state import PartitionState, TopicState
 
 Partition = tuple[TopicState, PartitionState]
 SHOWN = 10  # partitions named in a message; the rest are counted
+NODE_DRAIN_LONGEST_S = 60.0  # a node drain's bound when Ray gives no deadline
+NODE_DRAIN_SHORTEST_S = 1.0  # ... and when its deadline is (nearly) past: still try
+STOP_MARGIN_S = 3.0  # kept before a node's deadline to stop the broker's actors
 
 
 def name_of(topic: TopicState, p: PartitionState) -> str:
@@ -147,3 +155,23 @@ def roll_order(requested: Sequence[int] | None, known: Collection[int],
             f"{len(gone)} partition{'s have' if len(gone) > 1 else ' has'} no live leader "
             f"({named(gone)}): a roll would not begin on a cluster with offline partitions")
     return order
+
+
+def node_drains(draining: Mapping[str, int], served: Mapping[int, str],
+                handled: Collection[tuple[int, str]], now_ms: int,
+                longest_s: float = NODE_DRAIN_LONGEST_S) -> list[tuple[int, float]]:
+    """The brokers to drain because their Ray node is draining: ``draining`` is Ray's
+    draining nodes (node id -> deadline, ms since the epoch; 0 for none), ``served`` the
+    live brokers' nodes, ``handled`` the (broker, node) pairs already drained for that
+    reason. Each with how long its drain may wait for the replicas: until the node's
+    deadline less ``STOP_MARGIN_S`` (the broker is stopped before Ray takes the node), at
+    most ``longest_s`` (also without a deadline), at least ``NODE_DRAIN_SHORTEST_S``.
+    In broker order."""
+    found = []
+    for broker, node in sorted(served.items()):
+        if node not in draining or (broker, node) in handled:
+            continue
+        deadline = draining[node]
+        budget = longest_s if deadline == 0 else (deadline - now_ms) / 1000 - STOP_MARGIN_S
+        found.append((broker, max(NODE_DRAIN_SHORTEST_S, min(longest_s, budget))))
+    return found

@@ -167,3 +167,41 @@ def test_a_gone_brokers_replicas_are_not_rebuilt_on_a_draining_broker():
                            nothing, lambda t: {}, clock=lambda: 100.0)
     asyncio.run(moves.replace_gone_brokers())
     assert access.state.topic("t").partitions[0].target == [1, 2, 5]
+
+
+def test_a_broker_whose_ray_node_drains_is_drained_and_stopped_once(monkeypatch):
+    """Ray marks node-1 draining (``ray start --block`` on SIGTERM, ``ray drain-node``):
+    the controller's next look drains its broker, forced, and stops it; later looks leave
+    it alone."""
+    access, manager, _ = cluster(replicas=((1, 2, 3), (2, 3, 1), (3, 1, 2)))
+    # t-2's only in-sync replica is broker 1: forced, it stays its leader until it stops
+    access.commit(events.partition_changed("t", 2, leader=1, leader_epoch=9, isr=[1]))
+    draining: dict[str, int] = {}
+    looks = []
+
+    def draining_nodes():
+        looks.append(1)
+        return dict(draining)
+
+    drains = Drains(access, manager, nothing, draining_nodes)
+    killed = []
+    monkeypatch.setattr(drains_module.ray, "kill",
+                        lambda handle, no_restart: killed.append((handle, no_restart)))
+    watch = manager.watches[1]
+
+    async def scenario():
+        await drains.follow_node_drains()  # no node drains: nothing happens
+        assert manager.draining == set() and not drains.node_drained
+        draining["node-1"] = 0
+        await drains.follow_node_drains()
+        await asyncio.gather(*drains.node_drained.values())
+        await drains.follow_node_drains()  # handled: not again
+        assert list(drains.node_drained) == [(1, "node-1")]
+
+    asyncio.run(scenario())
+    assert len(looks) == 3
+    assert manager.draining == {1}
+    assert leaders(access) == [2, 2, 1]
+    assert isrs(access)[:2] == [[2, 3], [2, 3]]
+    assert killed == [(watch.handle, True)]
+    assert drains.stopped == {1: "node-1"}
