@@ -11,15 +11,18 @@ import pytest
 from actors import drains as drains_module
 from actors.drains import Drains
 from actors.partition_moves import PartitionMoves
+from actors.topic_manager import TopicManager
 from raylog.errors import (
     DrainTimeoutError,
     IllegalStateError,
     InvalidArgumentError,
+    InvalidReplicationFactorError,
     LastInSyncReplicaError,
     OfflinePartitionsError,
     UnknownBrokerError,
 )
 from raylog.metadata import state as events
+from raylog.metadata.limits import PartitionLimits
 from raylog.metadata.settings import ReplicationSettings
 from tests.unit.actors.test_controller_parts import cluster, told
 
@@ -205,3 +208,18 @@ def test_a_broker_whose_ray_node_drains_is_drained_and_stopped_once(monkeypatch)
     assert isrs(access)[:2] == [[2, 3], [2, 3]]
     assert killed == [(watch.handle, True)]
     assert drains.stopped == {1: "node-1"}
+
+
+def test_new_topics_and_partitions_are_not_placed_on_a_draining_broker(monkeypatch):
+    access, manager, _, drains = setup()
+    monkeypatch.setattr(manager, "node_memory", lambda: {1: None, 2: None, 3: None})
+    topics = TopicManager(access, manager, PartitionLimits(), nothing, lambda names: None)
+    asyncio.run(drains.drain_broker(1))
+    asyncio.run(topics.create_topic("new", 4, 2))
+    assert {b for p in access.state.topic("new").partitions for b in p.replicas} == {2, 3}
+    asyncio.run(topics.add_partitions("new", 6))
+    assert all(1 not in p.replicas for p in access.state.topic("new").partitions)
+    with pytest.raises(InvalidReplicationFactorError, match=r"not being drained \(2\)"):
+        asyncio.run(topics.create_topic("wide", 1, 3))
+    asyncio.run(drains.resume_broker(1))
+    asyncio.run(topics.create_topic("wide", 1, 3))
