@@ -49,7 +49,7 @@ import ray
 from actors import log_what_matters
 from actors.balancing import PartitionBalancer
 from actors.broker_manager import BrokerManager
-from actors.drains import Drains
+from actors.drains import Drains, GcsValue
 from actors.groups import GroupService
 from actors.hosting import background
 from actors.java_api import JavaApi
@@ -120,7 +120,8 @@ class ControllerActor:
                                     self.topics.describe)
         self.balancer = PartitionBalancer(self.access, self.brokers, self.moves, balance,
                                           self.started, limits)
-        self.drains = Drains(self.access, self.brokers, self.started)
+        self.drains = Drains(self.access, self.brokers, self.started,
+                             record=GcsValue(f"drains-{self.access.state.cluster_id}"))
         self.groups = GroupService(self.access, self.brokers.leader,
                                    self.topics.ensure_internal_topic,
                                    expiry_every_s=RECONCILE_INTERVAL_S)
@@ -249,6 +250,10 @@ class ControllerActor:
             logger.exception("the controller's first reconcile round failed")
 
     async def _first(self) -> None:
+        try:  # the drains a previous controller left: before any node is asked to serve
+            await self.drains.restore()
+        except Exception:  # the GCS unreachable: go on, as if there were none
+            logger.exception("the drains of the previous controller could not be restored")
         await self.brokers.register()
         # Brokers no live node presents now are down: their leaderships move.
         for broker in self.brokers.missing_after_start():

@@ -22,6 +22,11 @@ start --block`` on SIGTERM, ``ray drain-node``, an autoscaler's preemption) is d
 same way, forced, and stopped before the deadline: :func:`node_drains` says which brokers and
 how long each drain may take.
 
+What a drain leaves behind (brokers drained, and the node each stopped one was served by)
+outlives a controller restart as a **record** (:func:`drain_record`, kept in Ray's GCS by the
+controller: it concerns processes, and lives as long as the Ray cluster does);
+:func:`restored_drains` takes from it what still holds (the broker has not restarted since).
+
 A **rolling restart** restarts brokers one at a time; :func:`roll_order` refuses to begin on
 a cluster with offline partitions (``OfflinePartitionsError``) and names unknown brokers
 (``UnknownBrokerError``); :func:`not_in_sync` says what a step still waits for.
@@ -33,6 +38,7 @@ Plain Python, no Ray: the controller (actors/drains.py) commits and tells; the a
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any
 
 from raylog.errors import (
     InvalidArgumentError,
@@ -175,3 +181,29 @@ def node_drains(draining: Mapping[str, int], served: Mapping[int, str],
         budget = longest_s if deadline == 0 else (deadline - now_ms) / 1000 - STOP_MARGIN_S
         found.append((broker, max(NODE_DRAIN_SHORTEST_S, min(longest_s, budget))))
     return found
+
+
+def drain_record(draining: Collection[int], stopped: Mapping[int, str],
+                 incarnations: Mapping[int, str]) -> dict[str, Any]:
+    """The drains to keep across a controller restart, as JSON-able data: per drained
+    broker, the incarnation of its process when drained (the metadata's last seen) and the
+    node it was stopped on, if stopped."""
+    return {"brokers": [{"broker": b, "incarnation": incarnations.get(b),
+                         "stopped_node": stopped.get(b)} for b in sorted(draining)]}
+
+
+def restored_drains(record: Mapping[str, Any] | None, incarnations: Mapping[int, str]
+                    ) -> tuple[set[int], dict[int, str]]:
+    """(the brokers still drained, broker -> the node it was stopped on) from a
+    :func:`drain_record`: a broker whose process restarted since it was drained (another
+    incarnation in the metadata) is no longer drained, as when the controller sees it
+    come back."""
+    draining, stopped = set(), {}
+    for entry in (record or {}).get("brokers", []):
+        broker = int(entry["broker"])
+        if incarnations.get(broker) != entry["incarnation"]:
+            continue
+        draining.add(broker)
+        if entry["stopped_node"] is not None:
+            stopped[broker] = entry["stopped_node"]
+    return draining, stopped

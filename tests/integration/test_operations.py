@@ -32,7 +32,13 @@ from raylog.errors import (
 )
 from raylog.util.cluster_names import BROKER_RESOURCE, NAMESPACE, broker_actor_name
 from tests.history import summary
-from tests.integration.conftest import NODE_ARGS, broker_node_env, restarts, wait_for
+from tests.integration.conftest import (
+    NODE_ARGS,
+    broker_node_env,
+    restart_controller,
+    restarts,
+    wait_for,
+)
 from tests.integration.workload import Workload
 
 PARTITIONS = 3
@@ -152,6 +158,31 @@ def test_a_full_roll_under_acks_all_load_fails_no_send(ray_cluster, admin, topic
                                                     "leaders")]
     assert all(restarts(a) == before[b] + 1 for b, a in actors.items())
     assert leaders(admin, topic) == preferred
+
+
+def test_a_drain_outlives_a_controller_restart(ray_cluster, admin, topic):
+    """Drains are kept in Ray's GCS: a new controller neither gives a drained broker its
+    leaderships back nor starts a stopped one again."""
+    admin.wait_in_sync(SYNC_S)
+    drained, stopped = leaders(admin, topic)[:2]
+    assert drained != stopped
+    admin.drain_broker(drained)
+    admin.stop_brokers([stopped])
+    wait_for(lambda: stopped not in ray_cluster.broker_ids, timeout=60, what="broker stopped")
+    try:
+        restart_controller()
+        brokers = ray_cluster.brokers()
+        assert brokers[drained]["draining"] and brokers[drained]["alive"]
+        assert brokers[stopped]["draining"] and not brokers[stopped]["alive"]
+        admin.elect_leaders([topic])
+        assert {drained, stopped}.isdisjoint(leaders(admin, topic))
+        assert stopped not in ray_cluster.broker_ids  # its node was not asked again
+    finally:
+        admin.resume_broker(drained)
+        admin.resume_broker(stopped)
+        wait_for(lambda: stopped in ray_cluster.broker_ids, timeout=120, what="broker back")
+        admin.wait_in_sync(SYNC_S)
+        admin.elect_leaders()
 
 
 def a_leaders_node(ray_cluster, admin: Admin, topic: str):

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from actors import drains as drains_module
-from actors.drains import Drains
+from actors.drains import Drains, MemoryValue
 from actors.partition_moves import PartitionMoves
 from actors.topic_manager import TopicManager
 from raylog.errors import (
@@ -223,3 +223,35 @@ def test_new_topics_and_partitions_are_not_placed_on_a_draining_broker(monkeypat
         asyncio.run(topics.create_topic("wide", 1, 3))
     asyncio.run(drains.resume_broker(1))
     asyncio.run(topics.create_topic("wide", 1, 3))
+
+
+def test_a_new_controller_restores_the_drains_of_brokers_that_did_not_restart(monkeypatch):
+    """Drains outlive the controller (kept in Ray's GCS): a stopped broker's node is not
+    asked to serve it again, a drained broker does not lead, until resumed; a broker whose
+    process restarted since is no longer drained."""
+    monkeypatch.setattr(drains_module.ray, "kill", lambda handle, no_restart: None)
+    access, manager, _ = cluster(brokers=(1, 2, 3, 4), replicas=((1, 2, 3, 4), (4, 3, 2, 1)))
+    for broker in (1, 2, 3, 4):
+        access.commit(events.broker_started(broker, "i"))
+    record = MemoryValue()
+    drains = Drains(access, manager, nothing, record=record)
+    asyncio.run(drains.drain_broker(1))
+    asyncio.run(drains.stop_broker(1))
+    asyncio.run(drains.drain_broker(2))
+    asyncio.run(drains.drain_broker(3))
+    access.commit(events.broker_started(3, "restarted"))  # 3 came back as a new process
+
+    _, new_manager, _ = cluster(replicas=())
+    new_manager.access = access
+    restored = Drains(access, new_manager, nothing, record=record)
+    asyncio.run(restored.restore())
+    assert new_manager.draining == {1, 2}
+    assert restored.stopped == {1: "node-1"}
+    assert not new_manager.registry.to_ask("node-1")
+    asyncio.run(restored.resume_broker(1))
+    assert new_manager.registry.to_ask("node-1")
+    # and the resume is recorded too
+    again = Drains(access, new_manager, nothing, record=record)
+    new_manager.draining = set()
+    asyncio.run(again.restore())
+    assert new_manager.draining == {2} and again.stopped == {}

@@ -119,3 +119,14 @@ def test_a_node_drain_is_bounded_without_a_deadline_and_tried_past_one():
     assert drain.node_drains({"n": now - 1}, {1: "n"}, set(), now) == [
         (1, drain.NODE_DRAIN_SHORTEST_S)]
     assert drain.node_drains({}, {1: "n"}, set(), now) == []
+
+
+def test_a_drain_record_gives_back_the_drains_of_brokers_that_did_not_restart():
+    incarnations = {1: "a", 2: "b", 3: "c"}
+    record = drain.drain_record({1, 2, 3}, {2: "node-2", 3: "node-3"}, incarnations)
+    assert drain.restored_drains(record, incarnations) == ({1, 2, 3},
+                                                           {2: "node-2", 3: "node-3"})
+    # broker 3 restarted since (the roll's restart, or its node came back): not drained
+    assert drain.restored_drains(record, {**incarnations, 3: "c2"}) == ({1, 2},
+                                                                        {2: "node-2"})
+    assert drain.restored_drains(None, incarnations) == (set(), {})
