@@ -132,9 +132,16 @@ class Drains:
                            sorted(draining), sorted(stopped))
 
     async def _save(self) -> None:
+        """Write the drains to the record. A failure is logged, not raised: the drain goes
+        on (only a controller restarted meanwhile would forget it)."""
         record = drain.drain_record(self.brokers.draining, self.stopped,
                                     self.access.state.incarnations)
-        await asyncio.to_thread(self.record.put, json.dumps(record).encode())
+        try:
+            await asyncio.wait_for(
+                asyncio.to_thread(self.record.put, json.dumps(record).encode()),
+                NODES_TIMEOUT_S)
+        except Exception:
+            logger.exception("the drains could not be recorded in the GCS")
 
     def _refuse(self, broker: int, node: str) -> None:
         self.brokers.registry.refuse(

@@ -219,8 +219,9 @@ def node_brokers(status: dict[str, Any], node: str | None, host: str | None) -> 
 
 def cmd_stop_node(args: argparse.Namespace, out: TextIO) -> int:
     admin = _admin(args)
-    where = f"node {args.node}" if args.node else f"this machine ({this_host()})"
-    brokers = node_brokers(admin.cluster_status(), args.node, None if args.node else this_host())
+    host = None if args.node else this_host()
+    where = f"node {args.node}" if args.node else f"this machine ({host})"
+    brokers = node_brokers(admin.cluster_status(), args.node, host)
     stopped = admin.stop_brokers(brokers, force=args.force, timeout_s=args.timeout) \
         if brokers else []
     if args.json:

@@ -255,3 +255,14 @@ def test_a_new_controller_restores_the_drains_of_brokers_that_did_not_restart(mo
     new_manager.draining = set()
     asyncio.run(again.restore())
     assert new_manager.draining == {2} and again.stopped == {}
+
+
+def test_a_drain_goes_on_when_its_record_cannot_be_written():
+    class Unreachable(MemoryValue):
+        def put(self, value: bytes) -> None:
+            raise ConnectionError("GCS unreachable")
+
+    access, manager, _ = cluster(replicas=((1, 2, 3),))
+    drains = Drains(access, manager, nothing, record=Unreachable())
+    assert asyncio.run(drains.drain_broker(1))["moved"] == ["t-0"]
+    assert manager.draining == {1}
