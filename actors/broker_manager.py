@@ -120,8 +120,7 @@ class BrokerManager:
         self._sessions_task: asyncio.Task | None = None
         # Brokers being drained (actors/drains.py): not live for elections (they lead
         # nothing, join no ISR) until they come back as a new process, or are resumed.
-        # Not persisted: a restarted controller forgets a drain, as Kafka's forgets a
-        # controlled shutdown (the broker asks again, or just stops).
+        # Kept in Ray's GCS by actors/drains.py, which a restarted controller restores.
         self.draining: set[int] = set()
 
     def start_sessions(self) -> None:

@@ -18,7 +18,8 @@ brokers (actors/drains.py), groups (actors/groups.py), transactions
 connector's calls (actors/java_api.py). Its API is
 the list of what each part serves.
 
-Its loop (every RECONCILE_INTERVAL_S): register new broker nodes, expire group members whose
+Its loop (every RECONCILE_INTERVAL_S): register new broker nodes, drain and stop the
+brokers of nodes Ray drains (actors/drains.py), expire group members whose
 session ran out, abort transactions past their timeout (loading the transaction coordinator
 after a restart, so that it finishes what its predecessor decided), give leaderless
 partitions a leader when one can be had, move reassigned partitions on, replace the
@@ -48,7 +49,7 @@ import ray
 from actors import log_what_matters
 from actors.balancing import PartitionBalancer
 from actors.broker_manager import BrokerManager
-from actors.drains import Drains
+from actors.drains import Drains, GcsValue
 from actors.groups import GroupService
 from actors.hosting import background
 from actors.java_api import JavaApi
@@ -119,7 +120,8 @@ class ControllerActor:
                                     self.topics.describe)
         self.balancer = PartitionBalancer(self.access, self.brokers, self.moves, balance,
                                           self.started, limits)
-        self.drains = Drains(self.access, self.brokers, self.started)
+        self.drains = Drains(self.access, self.brokers, self.started,
+                             record=GcsValue(f"drains-{self.access.state.cluster_id}"))
         self.groups = GroupService(self.access, self.brokers.leader,
                                    self.topics.ensure_internal_topic,
                                    expiry_every_s=RECONCILE_INTERVAL_S)
@@ -249,6 +251,10 @@ class ControllerActor:
             logger.exception("the controller's first reconcile round failed")
 
     async def _first(self) -> None:
+        try:  # the drains a previous controller left: before any node is asked to serve
+            await self.drains.restore()
+        except Exception:  # the GCS unreachable: go on, as if there were none
+            logger.exception("the drains of the previous controller could not be restored")
         await self.brokers.register()
         # Brokers no live node presents now are down: their leaderships move.
         for broker in self.brokers.missing_after_start():
@@ -277,6 +283,7 @@ class ControllerActor:
         for name, step in (("members", self.groups.expire_members),
                            ("transactions", self.transactions.expire_transactions),
                            ("registration", self.brokers.register),
+                           ("node drains", self.drains.follow_node_drains),
                            ("partitions", self._partition_steps),
                            ("balance", self.balancer.step),
                            ("metrics", self._report_metrics)):

@@ -119,17 +119,19 @@ class TopicManager:
         if name in self.access.state.topics:
             return
         validate_topic_name(name)
-        factor, settings = internal_topic_configs(configs, len(self.brokers.live()))
+        factor, settings = internal_topic_configs(configs, len(self.brokers.serving()))
         if factor == 0:
             raise LeaderNotAvailableError(f"{name} cannot be created: no broker is alive")
         with contextlib.suppress(TopicExistsError):  # created meanwhile by another caller
             await self._create(name, partitions, factor, settings, None)
 
     def _place(self, name: str, partitions: int, replication_factor: int) -> list[list[int]]:
-        """Replicas for ``partitions`` new partitions of topic ``name`` on the live brokers,
-        within the limits per broker (lock held; nothing is written)."""
+        """Replicas for ``partitions`` new partitions of topic ``name`` on the live brokers
+        not being drained (a drained broker is about to stop: a replica there would never
+        join the ISR), within the limits per broker (lock held; nothing is written)."""
         existing = [p.replicas for _, p in self.access.partitions()]
-        memory = self.brokers.node_memory()
+        serving = self.brokers.serving()
+        memory = {b: m for b, m in self.brokers.node_memory().items() if b in serving}
         assignment = assign_replicas(list(memory), partitions, replication_factor, existing)
         self.limits.check_placement(name, assignment, existing, memory)
         return assignment

@@ -8,6 +8,10 @@
   stop (its node serves no broker until it leaves Ray or ``resume``). Refused if it is a
   partition's last in-sync replica, unless ``--force``.
 - ``resume BROKER``: undo a drain or a stop.
+- ``stop-node [--node NODE] [--force] [--timeout S] [--keep-ray]``: how to stop a broker
+  node: drain every broker on this machine's Ray nodes, stop them, then run ``ray stop``
+  here (with NODE: that node's brokers, and no ``ray stop``). All or nothing: a refused
+  drain stops nothing.
 - ``roll [--brokers B ...] [--timeout S]``: restart brokers one at a time (drain, restart,
   wait until every partition is in sync, preferred leaders back); stops at the first
   problem.
@@ -23,6 +27,10 @@ module adds an action with ``actions.add_parser(NAME)`` and
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import subprocess
+import sys
 from typing import Any, TextIO
 
 from raylog.cli.common import connect, int_in, json_flag, print_json, short_node
@@ -76,6 +84,30 @@ def add_parser(commands: argparse._SubParsersAction) -> argparse._SubParsersActi
                                                "again")
     resume.set_defaults(handler=cmd_resume)
     resume.add_argument("broker", type=int_in(0), metavar="BROKER")
+
+    stop_node = actions.add_parser(
+        "stop-node", help="stop this machine's Ray node: drain and stop its brokers, then "
+                          "'ray stop'",
+        description="Drain every broker served by this machine's Ray nodes (or by --node), "
+                    "stop them, then run 'ray stop' here: the way to stop a broker node "
+                    "without a failed send ('ray stop' alone signals the raylet, which takes "
+                    "its brokers down undrained). Refused, with nothing stopped, if a broker "
+                    "is the last in-sync replica of a partition, unless --force.")
+    stop_node.set_defaults(handler=cmd_stop_node)
+    stop_node.add_argument("--node", metavar="NODE",
+                           help="the Ray node id (or its first characters, as 'raylog cluster "
+                                "status' prints them) whose brokers to stop, here or on "
+                                "another machine; then 'ray stop' is not run (stop that node "
+                                "yourself) (default: the nodes at this machine's address)")
+    stop_node.add_argument("--force", action="store_true",
+                           help="drain even partitions a broker is the last in-sync replica "
+                                "of (offline until it is back)")
+    stop_node.add_argument("--timeout", type=seconds, default=60.0, metavar="S",
+                           help="how long the replicas may take to take each broker's new "
+                                "leaders (default 60)")
+    stop_node.add_argument("--keep-ray", action="store_true",
+                           help="drain and stop the brokers only; do not run 'ray stop'")
+    json_flag(stop_node)
 
     roll = actions.add_parser(
         "roll", help="restart brokers one at a time without downtime",
@@ -159,6 +191,56 @@ def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
     out.write(f"broker {args.broker} resumed: it leads and joins ISRs again as it catches "
               f"up ('raylog topics elect-leaders' gives its leaderships back)\n")
     return 0
+
+
+def this_host() -> str:
+    """This machine's address as Ray's nodes on it report it."""
+    import ray
+
+    return ray.util.get_node_ip_address()
+
+
+def ray_stop() -> int:
+    """Disconnect, then ``ray stop`` on this machine; its exit status."""
+    import ray
+
+    ray.shutdown()
+    ray_script = shutil.which("ray") or os.path.join(os.path.dirname(sys.executable), "ray")
+    return subprocess.call([ray_script, "stop"])
+
+
+def node_brokers(status: dict[str, Any], node: str | None, host: str | None) -> list[int]:
+    """The live brokers served by ``node`` (a node id or its beginning), or by the nodes at
+    ``host`` if no node is given."""
+    return [b["broker_id"] for b in status["brokers"] if b["alive"] and (
+        b["node_id"] is not None and b["node_id"].startswith(node) if node
+        else b["host"] == host)]
+
+
+def cmd_stop_node(args: argparse.Namespace, out: TextIO) -> int:
+    admin = _admin(args)
+    host = None if args.node else this_host()
+    where = f"node {args.node}" if args.node else f"this machine ({host})"
+    brokers = node_brokers(admin.cluster_status(), args.node, host)
+    stopped = admin.stop_brokers(brokers, force=args.force, timeout_s=args.timeout) \
+        if brokers else []
+    if args.json:
+        print_json({"brokers": stopped}, out)
+    elif not brokers:
+        out.write(f"no live broker on {where}\n")
+    for drained in [] if args.json else stopped:
+        out.write(f"broker {drained['broker']} drained ({len(drained['moved'])} leaderships "
+                  f"moved, left {len(drained['left_isr'])} ISRs) and stopped\n")
+        if drained["still_leading"]:
+            out.write(f"  offline until it is back (forced): "
+                      f"{', '.join(drained['still_leading'])}\n")
+    if args.keep_ray or args.node:
+        if not args.json:
+            out.write(f"Ray still runs on {where}: 'ray stop' there when ready ('raylog "
+                      f"cluster resume BROKER' serves a broker again)\n")
+        return 0
+    out.flush()
+    return ray_stop()
 
 
 def cmd_roll(args: argparse.Namespace, out: TextIO) -> int:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from raylog.client.connection import RaylogCluster, cluster_or_default
-from raylog.client.operations import RollTimeouts, roll, wait_in_sync
+from raylog.client.operations import RollTimeouts, roll, stop_brokers, wait_in_sync
 from raylog.client.remote import ControllerClient, discard, resolve
 from raylog.errors import (
     ClientClosedError,
@@ -549,6 +549,16 @@ class Admin:
         """Undo a drain (or a stop): the broker may lead and join ISRs again."""
         check_int("broker id", broker, 0, INT32_MAX)
         return self._change(lambda: self._controller().resume_broker(broker))
+
+    def stop_brokers(self, brokers: Iterable[int], force: bool = False,
+                     timeout_s: float = 60.0) -> list[dict[str, Any]]:
+        """Drain every broker of ``brokers`` (as :meth:`drain_broker`), then stop them all:
+        what ``raylog cluster stop-node`` does before ``ray stop``. All or nothing: a
+        refused drain resumes the brokers drained before it, stops none, and is raised.
+        Returns each drain's answer, with ``stopped``."""
+        chosen = [check_int("broker id", b, 0, INT32_MAX) for b in brokers]
+        check_bool("force", force)
+        return stop_brokers(self._controller(), chosen, force, _positive("timeout_s", timeout_s))
 
     def wait_in_sync(self, timeout_s: float = 300.0) -> None:
         """Wait until every partition has a live leader and all its replicas in the ISR on

@@ -1,5 +1,5 @@
-"""A rolling restart, run by the admin client as a series of controller calls
-(docs/operations.md).
+"""A rolling restart, and the stop of a node's brokers, run by the admin client as series
+of controller calls (docs/operations.md).
 
 For each broker in turn (:func:`roll`): wait until every partition is in sync, drain the
 broker (its leaderships move to other in-sync replicas, it leaves the ISRs), restart its
@@ -7,6 +7,9 @@ actors, wait until every partition is in sync again (the restarted broker caught
 rejoined every ISR), and give the preferred replicas their leaderships back. The first
 problem stops the roll (``RollStoppedError``, naming the broker, the step and the brokers
 done): it never goes on to restart another broker while one is missing.
+
+:func:`stop_brokers` drains every broker of a node (``raylog cluster stop-node``, before
+``ray stop`` there), then stops them; a refused drain undoes the ones before it.
 
 The controller decides and refuses (raylog/metadata/drain.py, actors/drains.py); this
 module only sequences and waits. ``controller`` is the client's typed wrapper
@@ -91,3 +94,23 @@ def roll(controller: Any, brokers: list[int] | None = None,
                 f"{', '.join(map(str, order[len(done):]))}") from e
         done.append(broker)
     return done
+
+
+def stop_brokers(controller: Any, brokers: list[int], force: bool = False,
+                 timeout_s: float = 60.0) -> list[dict[str, Any]]:
+    """Drain each of ``brokers`` (as ``drain_broker``: its leaderships move, it leaves the
+    ISRs), then stop them all; returns each drain's answer, with ``stopped`` the stop's.
+    All or nothing: if a drain is refused (``LastInSyncReplicaError``, say: the brokers
+    drained before it hold what it would strand), the brokers drained before it are
+    resumed, none is stopped, and the refusal is raised."""
+    drained: list[dict[str, Any]] = []
+    try:
+        for broker in brokers:
+            drained.append(controller.drain_broker(broker, force, timeout_s))
+    except RaylogError:
+        for done in drained:
+            controller.resume_broker(done["broker"])
+        raise
+    for answer in drained:
+        answer["stopped"] = controller.stop_broker(answer["broker"])
+    return drained

@@ -17,6 +17,16 @@ the only live in-sync replica of a partition: no one could take over, and the pa
 would go offline while it is stopped; ``force`` drains anyway (those partitions keep it as
 leader until it stops, then wait for it to come back).
 
+A broker whose **Ray node is draining** (Ray's DRAINING node state, with a deadline: ``ray
+start --block`` on SIGTERM, ``ray drain-node``, an autoscaler's preemption) is drained the
+same way, forced, and stopped before the deadline: :func:`node_drains` says which brokers and
+how long each drain may take.
+
+What a drain leaves behind (brokers drained, and the node each stopped one was served by)
+outlives a controller restart as a **record** (:func:`drain_record`, kept in Ray's GCS by the
+controller: it concerns processes, and lives as long as the Ray cluster does);
+:func:`restored_drains` takes from it what still holds (the broker has not restarted since).
+
 A **rolling restart** restarts brokers one at a time; :func:`roll_order` refuses to begin on
 a cluster with offline partitions (``OfflinePartitionsError``) and names unknown brokers
 (``UnknownBrokerError``); :func:`not_in_sync` says what a step still waits for.
@@ -27,7 +37,8 @@ Plain Python, no Ray: the controller (actors/drains.py) commits and tells; the a
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any
 
 from raylog.errors import (
     InvalidArgumentError,
@@ -40,6 +51,9 @@ from raylog.metadata.state import PartitionState, TopicState
 
 Partition = tuple[TopicState, PartitionState]
 SHOWN = 10  # partitions named in a message; the rest are counted
+NODE_DRAIN_LONGEST_S = 60.0  # a node drain's bound when Ray gives no deadline
+NODE_DRAIN_SHORTEST_S = 1.0  # ... and when its deadline is (nearly) past: still try
+STOP_MARGIN_S = 3.0  # kept before a node's deadline to stop the broker's actors
 
 
 def name_of(topic: TopicState, p: PartitionState) -> str:
@@ -147,3 +161,49 @@ def roll_order(requested: Sequence[int] | None, known: Collection[int],
             f"{len(gone)} partition{'s have' if len(gone) > 1 else ' has'} no live leader "
             f"({named(gone)}): a roll would not begin on a cluster with offline partitions")
     return order
+
+
+def node_drains(draining: Mapping[str, int], served: Mapping[int, str],
+                handled: Collection[tuple[int, str]], now_ms: int,
+                longest_s: float = NODE_DRAIN_LONGEST_S) -> list[tuple[int, float]]:
+    """The brokers to drain because their Ray node is draining: ``draining`` is Ray's
+    draining nodes (node id -> deadline, ms since the epoch; 0 for none), ``served`` the
+    live brokers' nodes, ``handled`` the (broker, node) pairs already drained for that
+    reason. Each with how long its drain may wait for the replicas: until the node's
+    deadline less ``STOP_MARGIN_S`` (the broker is stopped before Ray takes the node), at
+    most ``longest_s`` (also without a deadline), at least ``NODE_DRAIN_SHORTEST_S``.
+    In broker order."""
+    found = []
+    for broker, node in sorted(served.items()):
+        if node not in draining or (broker, node) in handled:
+            continue
+        deadline = draining[node]
+        budget = longest_s if deadline == 0 else (deadline - now_ms) / 1000 - STOP_MARGIN_S
+        found.append((broker, max(NODE_DRAIN_SHORTEST_S, min(longest_s, budget))))
+    return found
+
+
+def drain_record(draining: Collection[int], stopped: Mapping[int, str],
+                 incarnations: Mapping[int, str]) -> dict[str, Any]:
+    """The drains to keep across a controller restart, as JSON-able data: per drained
+    broker, the incarnation of its process when drained (the metadata's last seen) and the
+    node it was stopped on, if stopped."""
+    return {"brokers": [{"broker": b, "incarnation": incarnations.get(b),
+                         "stopped_node": stopped.get(b)} for b in sorted(draining)]}
+
+
+def restored_drains(record: Mapping[str, Any] | None, incarnations: Mapping[int, str]
+                    ) -> tuple[set[int], dict[int, str]]:
+    """(the brokers still drained, broker -> the node it was stopped on) from a
+    :func:`drain_record`: a broker whose process restarted since it was drained (another
+    incarnation in the metadata) is no longer drained, as when the controller sees it
+    come back."""
+    draining, stopped = set(), {}
+    for entry in (record or {}).get("brokers", []):
+        broker = int(entry["broker"])
+        if incarnations.get(broker) != entry["incarnation"]:
+            continue
+        draining.add(broker)
+        if entry["stopped_node"] is not None:
+            stopped[broker] = entry["stopped_node"]
+    return draining, stopped

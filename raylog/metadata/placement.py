@@ -24,7 +24,7 @@ def assign_replicas(brokers: Sequence[int], partitions: int, replication_factor:
     if replication_factor > len(brokers):
         raise InvalidReplicationFactorError(
             f"replication factor {replication_factor} is larger than the number of live "
-            f"brokers ({len(brokers)})")
+            f"brokers ({len(brokers)}), not counting brokers being drained")
     leaders: Counter[int] = Counter()
     replicas: Counter[int] = Counter()
     for nodes in existing:

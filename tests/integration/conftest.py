@@ -93,6 +93,14 @@ def wait_for(condition: Callable[[], object], timeout: float = 30.0, interval: f
                          f"last error: {last_error!r}")
 
 
+def broker_node_env(root: Path, data_dir: Path, processes: int = 1) -> dict[str, str]:
+    """The environment of a broker node of the session's cluster (its raylet's, which the
+    actors it starts inherit), serving ``data_dir`` from ``processes`` processes."""
+    return {DATA_DIR_ENV: str(data_dir), faults.FILE_ENV: str(root / "failpoints"),
+            PROCESSES_ENV: str(processes), IDLE_MAINTENANCE_ENV: "5",
+            QUOTA_WINDOW_SIZE_ENV: QUOTA_WINDOW_SIZE_S}
+
+
 @pytest.fixture(scope="session")
 def ray_cluster(tmp_path_factory) -> Iterator[TestCluster]:
     root = tmp_path_factory.mktemp("raylog-cluster")
@@ -115,11 +123,7 @@ def ray_cluster(tmp_path_factory) -> Iterator[TestCluster]:
         for i in range(BROKERS):
             data_dir = root / f"broker-{i}"
             node = cluster.add_node(**NODE_ARGS, resources={BROKER_RESOURCE: 1},
-                                    env_vars={DATA_DIR_ENV: str(data_dir),
-                                              faults.FILE_ENV: str(root / "failpoints"),
-                                              PROCESSES_ENV: "2" if i == 0 else "1",
-                                              IDLE_MAINTENANCE_ENV: "5",
-                                              QUOTA_WINDOW_SIZE_ENV: QUOTA_WINDOW_SIZE_S})
+                                    env_vars=broker_node_env(root, data_dir, 2 if i == 0 else 1))
             data_dirs[node.node_id] = data_dir
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, log_to_driver=False)

@@ -9,17 +9,20 @@ import asyncio
 import pytest
 
 from actors import drains as drains_module
-from actors.drains import Drains
+from actors.drains import Drains, MemoryValue
 from actors.partition_moves import PartitionMoves
+from actors.topic_manager import TopicManager
 from raylog.errors import (
     DrainTimeoutError,
     IllegalStateError,
     InvalidArgumentError,
+    InvalidReplicationFactorError,
     LastInSyncReplicaError,
     OfflinePartitionsError,
     UnknownBrokerError,
 )
 from raylog.metadata import state as events
+from raylog.metadata.limits import PartitionLimits
 from raylog.metadata.settings import ReplicationSettings
 from tests.unit.actors.test_controller_parts import cluster, told
 
@@ -167,3 +170,100 @@ def test_a_gone_brokers_replicas_are_not_rebuilt_on_a_draining_broker():
                            nothing, lambda t: {}, clock=lambda: 100.0)
     asyncio.run(moves.replace_gone_brokers())
     assert access.state.topic("t").partitions[0].target == [1, 2, 5]
+
+
+def test_a_broker_whose_ray_node_drains_is_drained_and_stopped_once(monkeypatch):
+    """Ray marks node-1 draining (``ray start --block`` on SIGTERM, ``ray drain-node``):
+    the controller's next look drains its broker, forced, and stops it; later looks leave
+    it alone."""
+    access, manager, _ = cluster(replicas=((1, 2, 3), (2, 3, 1), (3, 1, 2)))
+    # t-2's only in-sync replica is broker 1: forced, it stays its leader until it stops
+    access.commit(events.partition_changed("t", 2, leader=1, leader_epoch=9, isr=[1]))
+    draining: dict[str, int] = {}
+    looks = []
+
+    def draining_nodes():
+        looks.append(1)
+        return dict(draining)
+
+    drains = Drains(access, manager, nothing, draining_nodes)
+    killed = []
+    monkeypatch.setattr(drains_module.ray, "kill",
+                        lambda handle, no_restart: killed.append((handle, no_restart)))
+    watch = manager.watches[1]
+
+    async def scenario():
+        await drains.follow_node_drains()  # no node drains: nothing happens
+        assert manager.draining == set() and not drains.node_drained
+        draining["node-1"] = 0
+        await drains.follow_node_drains()
+        await asyncio.gather(*drains.node_drained.values())
+        await drains.follow_node_drains()  # handled: not again
+        assert list(drains.node_drained) == [(1, "node-1")]
+
+    asyncio.run(scenario())
+    assert len(looks) == 3
+    assert manager.draining == {1}
+    assert leaders(access) == [2, 2, 1]
+    assert isrs(access)[:2] == [[2, 3], [2, 3]]
+    assert killed == [(watch.handle, True)]
+    assert drains.stopped == {1: "node-1"}
+
+
+def test_new_topics_and_partitions_are_not_placed_on_a_draining_broker(monkeypatch):
+    access, manager, _, drains = setup()
+    monkeypatch.setattr(manager, "node_memory", lambda: {1: None, 2: None, 3: None})
+    topics = TopicManager(access, manager, PartitionLimits(), nothing, lambda names: None)
+    asyncio.run(drains.drain_broker(1))
+    asyncio.run(topics.create_topic("new", 4, 2))
+    assert {b for p in access.state.topic("new").partitions for b in p.replicas} == {2, 3}
+    asyncio.run(topics.add_partitions("new", 6))
+    assert all(1 not in p.replicas for p in access.state.topic("new").partitions)
+    with pytest.raises(InvalidReplicationFactorError,
+                       match=r"live brokers \(2\), not counting brokers being drained"):
+        asyncio.run(topics.create_topic("wide", 1, 3))
+    asyncio.run(drains.resume_broker(1))
+    asyncio.run(topics.create_topic("wide", 1, 3))
+
+
+def test_a_new_controller_restores_the_drains_of_brokers_that_did_not_restart(monkeypatch):
+    """Drains outlive the controller (kept in Ray's GCS): a stopped broker's node is not
+    asked to serve it again, a drained broker does not lead, until resumed; a broker whose
+    process restarted since is no longer drained."""
+    monkeypatch.setattr(drains_module.ray, "kill", lambda handle, no_restart: None)
+    access, manager, _ = cluster(brokers=(1, 2, 3, 4), replicas=((1, 2, 3, 4), (4, 3, 2, 1)))
+    for broker in (1, 2, 3, 4):
+        access.commit(events.broker_started(broker, "i"))
+    record = MemoryValue()
+    drains = Drains(access, manager, nothing, record=record)
+    asyncio.run(drains.drain_broker(1))
+    asyncio.run(drains.stop_broker(1))
+    asyncio.run(drains.drain_broker(2))
+    asyncio.run(drains.drain_broker(3))
+    access.commit(events.broker_started(3, "restarted"))  # 3 came back as a new process
+
+    _, new_manager, _ = cluster(replicas=())
+    new_manager.access = access
+    restored = Drains(access, new_manager, nothing, record=record)
+    asyncio.run(restored.restore())
+    assert new_manager.draining == {1, 2}
+    assert restored.stopped == {1: "node-1"}
+    assert not new_manager.registry.to_ask("node-1")
+    asyncio.run(restored.resume_broker(1))
+    assert new_manager.registry.to_ask("node-1")
+    # and the resume is recorded too
+    again = Drains(access, new_manager, nothing, record=record)
+    new_manager.draining = set()
+    asyncio.run(again.restore())
+    assert new_manager.draining == {2} and again.stopped == {}
+
+
+def test_a_drain_goes_on_when_its_record_cannot_be_written():
+    class Unreachable(MemoryValue):
+        def put(self, value: bytes) -> None:
+            raise ConnectionError("GCS unreachable")
+
+    access, manager, _ = cluster(replicas=((1, 2, 3),))
+    drains = Drains(access, manager, nothing, record=Unreachable())
+    assert asyncio.run(drains.drain_broker(1))["moved"] == ["t-0"]
+    assert manager.draining == {1}

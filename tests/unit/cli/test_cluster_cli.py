@@ -146,3 +146,66 @@ def test_status_shows_a_drained_broker(monkeypatch):
     code, out = run("cluster", "status")
     assert code == 0
     assert [line.split()[3] for line in out.splitlines()[2:]] == ["drain", "yes", "no"]
+
+
+class NodeAdmin:
+    """Brokers 0 and 2 on this machine (10.0.0.5, node aaaa...), 1 elsewhere, 3 down here."""
+
+    def __init__(self, error: Exception | None = None) -> None:
+        self.calls: list[tuple] = []
+        self.error = error
+
+    def cluster_status(self):
+        def broker(b, node, host, alive=True):
+            return {"broker_id": b, "node_id": node, "host": host, "alive": alive}
+        return {"brokers": [broker(0, "aaaa0000", "10.0.0.5"), broker(1, "bbbb1111", "10.0.0.6"),
+                            broker(2, "cccc2222", "10.0.0.5"),
+                            broker(3, "dddd3333", "10.0.0.5", alive=False)]}
+
+    def stop_brokers(self, brokers, force, timeout_s):
+        self.calls.append(("stop_brokers", brokers, force, timeout_s))
+        if self.error is not None:
+            raise self.error
+        return [{"broker": b, "moved": ["t-0"], "left_isr": ["t-0", "t-1"],
+                 "still_leading": [], "stopped": {"broker": b}} for b in brokers]
+
+
+@pytest.fixture
+def node_admin(monkeypatch) -> NodeAdmin:
+    fake = NodeAdmin()
+    monkeypatch.setattr(cluster_cli, "_admin", lambda args: fake)
+    monkeypatch.setattr(cluster_cli, "this_host", lambda: "10.0.0.5")
+    monkeypatch.setattr(cluster_cli, "ray_stop", lambda: fake.calls.append(("ray stop",)) or 0)
+    return fake
+
+
+def test_stop_node_drains_and_stops_this_machines_brokers_then_stops_ray(node_admin):
+    code, out = run("cluster", "stop-node")
+    assert code == 0
+    assert node_admin.calls == [("stop_brokers", [0, 2], False, 60.0), ("ray stop",)]
+    assert out.splitlines() == [
+        "broker 0 drained (1 leaderships moved, left 2 ISRs) and stopped",
+        "broker 2 drained (1 leaderships moved, left 2 ISRs) and stopped"]
+
+
+def test_stop_node_of_a_named_node_leaves_ray_running(node_admin):
+    code, out = run("cluster", "stop-node", "--node", "bbbb", "--force", "--timeout", "7")
+    assert code == 0
+    assert node_admin.calls == [("stop_brokers", [1], True, 7.0)]  # no 'ray stop' here
+    assert "Ray still runs on node bbbb: 'ray stop' there" in out
+
+
+def test_stop_node_without_brokers_stops_ray_only(node_admin):
+    node_admin.cluster_status = lambda: {"brokers": []}
+    code, out = run("cluster", "stop-node")
+    assert code == 0 and node_admin.calls == [("ray stop",)]
+    assert out == "no live broker on this machine (10.0.0.5)\n"
+
+
+def test_a_refused_stop_node_does_not_stop_ray(node_admin, capsys):
+    node_admin.error = LastInSyncReplicaError("broker 2 is the last in-sync replica of t-0")
+    assert main(["cluster", "stop-node", "--keep-ray"]) == 1
+    assert node_admin.calls == [("stop_brokers", [0, 2], False, 60.0)]
+    assert main(["cluster", "stop-node"]) == 1
+    assert ("ray stop",) not in node_admin.calls
+    assert "raylog: error: broker 2 is the last in-sync replica of t-0" in capsys.readouterr().err

@@ -7,10 +7,11 @@ from __future__ import annotations
 import pytest
 
 from raylog import Admin
-from raylog.client.operations import RollTimeouts, roll, wait_in_sync
+from raylog.client.operations import RollTimeouts, roll, stop_brokers, wait_in_sync
 from raylog.errors import (
     DrainTimeoutError,
     InvalidArgumentError,
+    LastInSyncReplicaError,
     OfflinePartitionsError,
     RequestTimeoutError,
     RollStoppedError,
@@ -136,7 +137,49 @@ def test_waiting_in_sync_names_drained_brokers_too():
     lambda a: a.resume_broker(1.5),
     lambda a: a.wait_in_sync(0),
     lambda a: a.roll(["0"]),
+    lambda a: a.stop_brokers([1, -1]),
+    lambda a: a.stop_brokers([1], force=1),
+    lambda a: a.stop_brokers([1], timeout_s=0),
 ])
 def test_the_admin_refuses_bad_arguments_before_asking(call):
     # that file's cluster fails the test on any call to the controller
     refused(lambda: call(Admin(cluster=_Cluster())), InvalidArgumentError)
+
+
+class NodeController:
+    """Drains answer; ``refuse`` names the broker whose drain is refused."""
+
+    def __init__(self, refuse: int | None = None) -> None:
+        self.calls: list[tuple] = []
+        self.refuse = refuse
+
+    def drain_broker(self, broker, force, timeout_s):
+        self.calls.append(("drain", broker, force, timeout_s))
+        if broker == self.refuse:
+            raise LastInSyncReplicaError(f"broker {broker} is the last in-sync replica of t-0")
+        return {"broker": broker, "moved": [], "left_isr": [], "still_leading": [],
+                "last_in_sync": []}
+
+    def stop_broker(self, broker):
+        self.calls.append(("stop", broker))
+        return {"broker": broker, "node_id": "n"}
+
+    def resume_broker(self, broker):
+        self.calls.append(("resume", broker))
+        return {}
+
+
+def test_a_nodes_brokers_are_all_drained_before_any_is_stopped():
+    controller = NodeController()
+    stopped = stop_brokers(controller, [4, 2], force=True, timeout_s=9)
+    assert controller.calls == [("drain", 4, True, 9), ("drain", 2, True, 9),
+                                ("stop", 4), ("stop", 2)]
+    assert [s["stopped"]["broker"] for s in stopped] == [4, 2]
+
+
+def test_a_refused_drain_of_a_nodes_broker_resumes_the_others_and_stops_none():
+    controller = NodeController(refuse=2)
+    with pytest.raises(LastInSyncReplicaError, match=r"broker 2 "):
+        stop_brokers(controller, [4, 2, 5])
+    assert controller.calls == [("drain", 4, False, 60.0), ("drain", 2, False, 60.0),
+                                ("resume", 4)]

@@ -93,3 +93,40 @@ def test_what_a_roll_waits_for_between_steps():
 def test_long_lists_are_cut_in_messages():
     names = [f"t-{i}" for i in range(25)]
     assert drain.named(names).endswith("t-9 and 15 more")
+
+
+def test_the_brokers_of_a_draining_node_are_drained_within_its_deadline():
+    now = 1_000_000
+    served = {0: "n0", 1: "n1", 2: "n2", 3: "n1"}
+    draining = {"n1": now + 20_000, "n9": now + 5_000}  # n9 serves no broker
+    # each broker of the node, in broker order; the deadline less the margin to stop it
+    assert drain.node_drains(draining, served, set(), now) == [
+        (1, 20 - drain.STOP_MARGIN_S), (3, 20 - drain.STOP_MARGIN_S)]
+    # once each: a broker handled for that node is not drained again
+    assert drain.node_drains(draining, served, {(1, "n1")}, now) == [
+        (3, 20 - drain.STOP_MARGIN_S)]
+    # ... but it is when it is served by another node that drains later
+    assert drain.node_drains({"n2": 0}, {1: "n2"}, {(1, "n1")}, now) == [
+        (1, drain.NODE_DRAIN_LONGEST_S)]
+
+
+def test_a_node_drain_is_bounded_without_a_deadline_and_tried_past_one():
+    now = 1_000_000
+    assert drain.node_drains({"n": 0}, {1: "n"}, set(), now) == [
+        (1, drain.NODE_DRAIN_LONGEST_S)]
+    assert drain.node_drains({"n": now + 3600_000}, {1: "n"}, set(), now, longest_s=30) == [
+        (1, 30)]
+    assert drain.node_drains({"n": now - 1}, {1: "n"}, set(), now) == [
+        (1, drain.NODE_DRAIN_SHORTEST_S)]
+    assert drain.node_drains({}, {1: "n"}, set(), now) == []
+
+
+def test_a_drain_record_gives_back_the_drains_of_brokers_that_did_not_restart():
+    incarnations = {1: "a", 2: "b", 3: "c"}
+    record = drain.drain_record({1, 2, 3}, {2: "node-2", 3: "node-3"}, incarnations)
+    assert drain.restored_drains(record, incarnations) == ({1, 2, 3},
+                                                           {2: "node-2", 3: "node-3"})
+    # broker 3 restarted since (the roll's restart, or its node came back): not drained
+    assert drain.restored_drains(record, {**incarnations, 3: "c2"}) == ({1, 2},
+                                                                        {2: "node-2"})
+    assert drain.restored_drains(None, incarnations) == (set(), {})
