@@ -224,6 +224,7 @@ class ControllerActor:
     java_metadata = java_call(served_by("java", JavaApi.java_metadata))
     java_schema_registry = java_call(served_by("java", JavaApi.java_schema_registry))
     java_writer = java_call(served_by("java", JavaApi.java_writer))
+    java_cold_reader = java_call(served_by("java", JavaApi.java_cold_reader))
 
     # -- lifecycle -------------------------------------------------------------------------------
 

@@ -3,7 +3,8 @@ and out.
 
 Java calls the controller's ``java_*`` methods by name (.../spark/Cluster.java); they
 are served here, over the same parts the Python clients' calls are (topics, brokers), and
-keep the actors Spark's writers go through (actors/spark_writer.py), one per node.
+keep the gateways Spark's tasks go through, one per node of each kind: writers
+(actors/spark_writer.py) and cold readers (actors/spark_cold_reader.py).
 """
 
 from __future__ import annotations
@@ -24,14 +25,14 @@ from raylog.metadata.topics import log_config
 from raylog.util.cluster_names import NAMESPACE, REGISTRY_NAME, broker_actor_name
 from raylog.util.interop import error_json
 
-WRITER_PING_S = 10.0
+GATEWAY_PING_S = 10.0
 
 
 async def _answers(actor: ray.actor.ActorHandle) -> bool:
-    """Whether ``actor`` is not dead: it answers, or is too busy to within WRITER_PING_S
-    (a gateway writing for many tasks is not replaced)."""
+    """Whether ``actor`` is not dead: it answers, or is too busy to within GATEWAY_PING_S
+    (a gateway serving many tasks is not replaced)."""
     try:
-        await asyncio.wait_for(actor.__ray_ready__.remote(), WRITER_PING_S)
+        await asyncio.wait_for(actor.__ray_ready__.remote(), GATEWAY_PING_S)
     except TimeoutError:
         return True
     except ray.exceptions.RayActorError:
@@ -40,15 +41,15 @@ async def _answers(actor: ray.actor.ActorHandle) -> bool:
 
 
 class JavaApi:
-    """What the Spark connector asks the controller. Holds the Spark writer actors it
-    started (their handles keep them alive). Its event loop is the only user."""
+    """What the Spark connector asks the controller. Holds the gateway actors it started
+    (their handles keep them alive). Its event loop is the only user."""
 
     def __init__(self, topics: TopicManager, brokers: BrokerManager) -> None:
         self.topics = topics
         self.brokers = brokers
-        # node id -> the name and the handle of its writer now
-        self._writers: dict[str, tuple[str, ray.actor.ActorHandle]] = {}
-        self._writers_lock = asyncio.Lock()  # one start per node at a time
+        # (kind, node id) -> the name and the handle of that node's gateway of that kind now
+        self._gateways: dict[tuple[str, str], tuple[str, ray.actor.ActorHandle]] = {}
+        self._gateways_lock = asyncio.Lock()  # one start at a time
 
     async def java_topics(self) -> str:
         """The user topics' names, as a JSON list (Spark's ``subscribePattern`` matches them)."""
@@ -94,27 +95,40 @@ class JavaApi:
     async def java_writer(self, node_id: str) -> str:
         """The name (in namespace ``raylog``) of the actor through which Spark tasks on
         ``node_id`` write (actors/spark_writer.py), started if there is none yet or if the
-        one there died. It is the controller's child: a controller restart takes it down,
-        and the next writer that asks starts it again.
+        one there died (see :meth:`_gateway`)."""
+        from actors.spark_writer import SparkWriter
+
+        return await self._gateway("spark-writer", SparkWriter, node_id)
+
+    async def java_cold_reader(self, node_id: str) -> str:
+        """The name (in namespace ``raylog``) of the actor through which Spark tasks on
+        ``node_id`` read cold pieces from the object store (actors/spark_cold_reader.py),
+        started if there is none yet or if the one there died (see :meth:`_gateway`)."""
+        from actors.spark_cold_reader import SparkColdReader
+
+        return await self._gateway("spark-cold-reader", SparkColdReader, node_id)
+
+    async def _gateway(self, kind: str, actor_class: Any, node_id: str) -> str:
+        """The name of ``node_id``'s gateway of ``kind``, an ``actor_class`` started on that
+        node if there is none yet or if the one there died. It is the controller's child: a
+        controller restart takes it down, and the next task that asks starts it again.
 
         A replacement gets a new name: Ray may answer a lookup of a dead actor's name with
         the dead actor for a while (its handle cache, ray-project/ray#44083), so a task
         asking again right after the gateway died would be given it again."""
-        from actors.spark_writer import SparkWriter
-
         if not isinstance(node_id, str) or not node_id:
             raise InvalidArgumentError(f"node_id must be a Ray node id, got {node_id!r}")
-        async with self._writers_lock:
-            if node_id in self._writers:
-                name, writer = self._writers[node_id]
-                if await _answers(writer):
+        async with self._gateways_lock:
+            if (kind, node_id) in self._gateways:
+                name, gateway = self._gateways[kind, node_id]
+                if await _answers(gateway):
                     return name
-                name = f"spark-writer:{node_id}:{uuid.uuid4().hex[:8]}"
+                name = f"{kind}:{node_id}:{uuid.uuid4().hex[:8]}"
             else:
-                name = f"spark-writer:{node_id}"
+                name = f"{kind}:{node_id}"
             # Keep the handle that created it: a handle from get_if_exists or get_actor is
-            # weak, and the actor would be destroyed, mid-write, once the first one went.
-            self._writers[node_id] = name, SparkWriter.options(  # it lives as long as this does
+            # weak, and the actor would be destroyed, mid-call, once the first one went.
+            self._gateways[kind, node_id] = name, actor_class.options(  # lives as this does
                 name=name, namespace=NAMESPACE, get_if_exists=True,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=True)).remote()
         return name

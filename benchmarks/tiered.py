@@ -31,10 +31,11 @@ after one warm-up round (the checks below), best and median of REPETITIONS:
 
 spark_cold_sum     ``raylog.integrations.spark.read(spark, topic)`` then
                    ``selectExpr("sum(length(value))")``: the connector's planner lays the
-                   cold pieces over the ranges; each cold piece is read by a cross-language
-                   Ray task from the store (the segment fetched, its sha256 checked, its
+                   cold pieces over the ranges; each cold piece is read from the store by
+                   the executor's node's cold-read gateway (actors/spark_cold_reader.py,
+                   called across languages: the segment fetched, its sha256 checked, its
                    batches handed to the JVM, decoded by BatchDecoder), the hot rest by the
-                   brokers.
+                   brokers. The warm-up (the checks) starts the gateway.
 parquet_spark_sum  ``spark.read.parquet(<store>/parquet).selectExpr("sum(length(value))")``.
 dataset_cold_scan  ``read_topic(topic)`` (cold pieces as Ray tasks reading the store),
                    iterated as Arrow, adding up rows and value bytes.

@@ -14,6 +14,10 @@ offsets:
   ``read_kafka_table`` answers them (records.read_table decodes each batch's Arrow payload
   whole: no per-record Python).
 
+The Spark connector carries a piece as JSON text (:func:`piece_text`: the store, the
+segment's record, the aborted transactions it needs) and has it read by :func:`read_piece`
+(in its node's cold-read gateway, actors/spark_cold_reader.py).
+
 read_committed needs the aborted transactions holding the offsets: :func:`aborted_transactions`
 collects them from the ``txn.index`` objects of the segment and of every later remote segment
 (an abort marker may lie in a later segment than its transaction's batches); entries whose
@@ -25,14 +29,16 @@ retriable RemoteStorageUnavailableError.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import pyarrow as pa
 
-from raylog.errors import RemoteObjectError
+from raylog.errors import InvalidArgumentError, RemoteObjectError
 from raylog.records import read_table
 from raylog.records.header import iter_headers
-from raylog.records.kafka_columns import kafka_table, spark_table
+from raylog.records.kafka_columns import ipc_bytes, kafka_table, spark_table
 from raylog.storage.txn_index import (
     AbortedTxn,
     aborted_or_control,
@@ -41,7 +47,7 @@ from raylog.storage.txn_index import (
 )
 from raylog.tiered.layout import SEGMENT, TXN_INDEX, RemoteSegment
 from raylog.tiered.reader import fetch_verified
-from raylog.tiered.store import ObjectStore
+from raylog.tiered.store import ObjectStore, cached_store
 
 _TXN_ENTRY_BYTES = 32
 
@@ -99,3 +105,30 @@ def segment_spark_table(store: ObjectStore, segment: RemoteSegment, start: int, 
     batches = segment_batches(store, segment, start, end, aborted)
     return spark_table(read_table(batches, start, end), segment.topic, segment.partition,
                        columns)
+
+
+def piece_text(uri: str | None, settings: Mapping[str, Any], segment: RemoteSegment,
+               aborted: Iterable[AbortedTxn]) -> str:
+    """A cold piece as JSON text for :func:`read_piece`: the store (its URI and settings),
+    the segment's record and the aborted transactions its offsets need (read_committed)."""
+    return json.dumps({"uri": uri, "settings": dict(settings),
+                       "segment": segment.to_json().decode(),
+                       "aborted": [list(e) for e in aborted]})
+
+
+def read_piece(piece: str, start: int, end: int, batches: bool, columns: str) -> bytes:
+    """Records [start, end) of a :func:`piece_text` piece: with ``batches``, its stored
+    batches (:func:`segment_batches`); else an Arrow IPC stream of ``columns``
+    (comma-separated; none: the offsets alone) in Spark's layout."""
+    body = json.loads(piece)
+    store = cached_store(body["uri"], body["settings"])
+    segment = RemoteSegment.from_json(body["segment"])
+    aborted = [AbortedTxn(*e) for e in body["aborted"]]
+    if batches:
+        return segment_batches(store, segment, start, end, aborted)
+    try:
+        table = segment_spark_table(store, segment, start, end,
+                                    [c for c in columns.split(",") if c], aborted)
+    except ValueError as e:
+        raise InvalidArgumentError(str(e)) from e
+    return ipc_bytes(table)

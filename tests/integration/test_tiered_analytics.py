@@ -20,6 +20,7 @@ import socket
 from collections.abc import Iterator
 
 import pytest
+import ray
 
 import raylog.integrations.ray_data.cold as ray_data_cold
 from raylog import Admin, Producer, TopicPartition
@@ -28,6 +29,7 @@ from raylog.integrations.ray_data import read_topic
 from raylog.tiered import layout
 from raylog.tiered.cold_plan import TieredView
 from raylog.tiered.store import ObjectStore
+from raylog.util.cluster_names import CONTROLLER_NAME, NAMESPACE
 from tests.integration.conftest import consume_all, replica_info, wait_for
 from tests.tieredutil import fake_view, upload_segments
 
@@ -194,6 +196,25 @@ def test_format_raylog_reads_cold_segments_from_the_store(topic, tiered, spark):
     # Small tasks: a cold range cut into pieces still reads each from its segment.
     pieces = raylog_spark.read(spark, topic, max_records_per_task=25)
     assert spark_rows(pieces) == spark_rows(through_brokers)
+
+
+def test_a_cold_read_gateway_that_died_is_replaced(topic, tiered, spark, ray_cluster):
+    """Spark tasks read cold pieces through their node's gateway; once it died, a task's
+    call fails, the task asks the controller again (which starts a new one under a new
+    name) and reads the piece again: the same rows."""
+    from raylog.integrations import spark as raylog_spark
+
+    cold = raylog_spark.read(spark, topic)
+    expected = spark_rows(cold)  # the executors' JVMs hold their nodes' gateways now
+    controller = ray.get_actor(CONTROLLER_NAME, namespace=NAMESPACE)
+    nodes = [n.node_id for n in ray_cluster.cluster.list_all_nodes()]
+    gateways = {node: ray.get(controller.java_cold_reader.remote(node)) for node in nodes}
+    for name in gateways.values():
+        ray.kill(ray.get_actor(name, namespace=NAMESPACE), no_restart=True)
+    assert spark_rows(cold) == expected
+    for node, killed in gateways.items():
+        name = ray.get(controller.java_cold_reader.remote(node))
+        assert name != killed and name.startswith(f"spark-cold-reader:{node}:")
 
 
 # -- the brokers' uploads ----------------------------------------------------------------------

@@ -1,10 +1,9 @@
-"""The cold part of a ``format("raylog")`` read: what the Java connector calls, across
-languages, to plan and read offsets below a partition's local log start from the object
-store, without a broker.
+"""The cold part of a ``format("raylog")`` read: how the Java connector plans offsets below a
+partition's local log start, read from the object store without a broker.
 
-Why Python tasks, not Java reading the objects: the hot path already splits the work this
-way (a broker's ``java_read_batches`` finds the batches in its files, leaves out markers
-and aborted transactions, and the task's BatchDecoder checks and decodes them into Arrow
+Why Python, not Java reading the objects: the hot path already splits the work this way (a
+broker's ``java_read_batches`` finds the batches in its files, leaves out markers and
+aborted transactions, and the task's BatchDecoder checks and decodes them into Arrow
 vectors), so the cold path reuses both halves as they are. The store is reached through
 ``pyarrow.fs`` with the cluster's URI and settings (S3, file://, any pyarrow filesystem; the
 JVM has no S3 client in Spark's jars), the checksum and transaction rules stay written once
@@ -12,18 +11,18 @@ in Python (raylog/tiered/cold_read.py), and nothing is done per record outside A
 Python touches each batch header once (to cut the range and drop aborted batches), hashlib
 checks the object, and the JVM decodes columns as it does for hot data.
 
-- :func:`java_split` (a Ray task the connector's planner starts): each partition's whole-log
-  start and cold pieces, one per remote segment below the local log start, and, for read_committed,
-  the aborted transactions each piece needs (from the remote ``txn.index`` objects and
-  the leader's local log).
-- :func:`java_cold_read` (a Ray task per cold piece, started by a Spark task's reader): the
-  piece's stored batches (for BatchDecoder) or, for queries without ``value``, an Arrow IPC
-  stream of only the columns asked for, in Spark's layout, as a broker's ``java_read``.
+- :func:`cold_plan` (``raylog.integrations.spark.read``, in the driver) and :func:`java_split`
+  (a cross-language Ray task the connector's planner starts when it was given no plan):
+  each partition's whole-log start and cold pieces, one per remote segment below the local
+  log start, and, for read_committed, the aborted transactions each piece needs (from the
+  remote ``txn.index`` objects and the leader's local log). A piece is the JSON text of
+  raylog.tiered.cold_read.piece_text.
+- The pieces are read by the cold-read gateway of the Spark task's node
+  (actors/spark_cold_reader.py, a long-lived actor the controller starts), with
+  raylog.tiered.cold_read.read_piece: a piece's stored batches (for BatchDecoder) or, for
+  queries without ``value``, an Arrow IPC stream of only the columns asked for.
 
-Both are plain functions: Ray's cross-language calls (``PyFunction.of(module, name)``)
-import this module in a Python worker and run them as tasks, with the resources the
-connector asks for (COLD_READ_CPUS). Errors cross as raylog's do from the actors'
-``java_*`` methods (raylog/util/interop.py).
+Errors cross as raylog's do from the actors' ``java_*`` methods (raylog/util/interop.py).
 """
 
 from __future__ import annotations
@@ -33,24 +32,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from raylog.client.connection import RaylogCluster, cluster_or_default
-from raylog.errors import InvalidArgumentError, RaylogError
+from raylog.errors import RaylogError
 from raylog.integrations.ray_data import cold as ray_data_cold
 from raylog.integrations.ray_data import read_retrying
-from raylog.records.kafka_columns import ipc_bytes
 from raylog.replica.partition import READ_COMMITTED
 from raylog.storage.txn_index import AbortedTxn
 from raylog.tiered.cold_plan import split_range
-from raylog.tiered.cold_read import (
-    aborted_transactions,
-    segment_batches,
-    segment_spark_table,
-)
-from raylog.tiered.layout import RemoteSegment
+from raylog.tiered.cold_read import aborted_transactions, piece_text
 from raylog.tiered.store import cached_store
 from raylog.types import TopicPartition
 from raylog.util.interop import java_error
-
-COLD_READ_CPUS = ray_data_cold.COLD_READ_CPUS
 
 
 def cold_plan(cluster: RaylogCluster,
@@ -91,11 +82,9 @@ def _cold_plan(cluster: RaylogCluster,
             aborted += [e for e in ray_data_cold.local_aborted(cluster, view, tp, timeout_s)
                         if e.first_offset < last]
         out.setdefault(tp.topic, {})[str(tp.partition)] = [
-            [p.start, p.end, json.dumps({
-                "uri": view.uri, "settings": view.settings,
-                "segment": p.segment.to_json().decode(),
-                "aborted": [list(e) for e in aborted
-                            if e.last_offset >= p.start and e.first_offset < p.end]})]
+            [p.start, p.end, piece_text(view.uri, view.settings, p.segment,
+                                        [e for e in aborted if e.last_offset >= p.start
+                                         and e.first_offset < p.end])]
             for p in pieces]
     return json.dumps({"pieces": out, "log_starts": starts})
 
@@ -109,25 +98,3 @@ def java_split(request: str) -> str:
         return cold_plan(cluster_or_default(None), ranges, body.get("isolation", ""))
     except RaylogError as e:
         raise java_error(e) from e
-
-
-def java_cold_read(piece: str, start: int, end: int, batches: bool, columns: str) -> bytes:
-    """Records [start, end) of a cold piece (:func:`cold_plan`): with ``batches``, its
-    stored batches (for BatchDecoder); else an Arrow IPC stream of ``columns``
-    (comma-separated; none: the offsets alone) in Spark's layout."""
-    try:
-        body = json.loads(piece)
-        store = cached_store(body["uri"], body["settings"])
-        segment = RemoteSegment.from_json(body["segment"])
-        aborted = [AbortedTxn(*e) for e in body["aborted"]]
-        if batches:
-            return segment_batches(store, segment, start, end, aborted)
-        try:
-            table = segment_spark_table(store, segment, start, end,
-                                        [c for c in columns.split(",") if c], aborted)
-        except ValueError as e:
-            raise InvalidArgumentError(str(e)) from e
-        return ipc_bytes(table)
-    except RaylogError as e:
-        raise java_error(e) from e
-

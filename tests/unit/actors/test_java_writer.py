@@ -1,11 +1,14 @@
-"""JavaApi.java_writer without Ray: one gateway per node, kept while it answers, replaced
-under a new name once it is dead (actors/java_api.py)."""
+"""JavaApi.java_writer and java_cold_reader without Ray: one gateway per node and kind, kept
+while it answers, replaced under a new name once it is dead (actors/java_api.py)."""
 
 from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 import actors.java_api as java_api
+import actors.spark_cold_reader as spark_cold_reader
 import actors.spark_writer as spark_writer
 from actors.java_api import JavaApi
 
@@ -26,15 +29,24 @@ class FakeWriterClass:
         return self.started[-1]  # the "handle": the name it was started under
 
 
-def test_a_node_keeps_its_writer_while_it_answers_and_gets_a_new_name_once_dead(monkeypatch):
-    writers = FakeWriterClass()
+@pytest.fixture
+def gateways(monkeypatch) -> tuple[FakeWriterClass, set[str]]:
+    """Both gateway classes replaced by one fake recording the names started, and the
+    handles (names) that are dead."""
+    started = FakeWriterClass()
     dead: set[str] = set()
 
     async def answers(handle: str) -> bool:
         return handle not in dead
 
-    monkeypatch.setattr(spark_writer, "SparkWriter", writers)
+    monkeypatch.setattr(spark_writer, "SparkWriter", started)
+    monkeypatch.setattr(spark_cold_reader, "SparkColdReader", started)
     monkeypatch.setattr(java_api, "_answers", answers)
+    return started, dead
+
+
+def test_a_node_keeps_its_writer_while_it_answers_and_gets_a_new_name_once_dead(gateways):
+    writers, dead = gateways
 
     async def scenario() -> None:
         api = JavaApi(None, None)
@@ -46,5 +58,24 @@ def test_a_node_keeps_its_writer_while_it_answers_and_gets_a_new_name_once_dead(
         assert replacement.startswith(f"spark-writer:{N1}:") and replacement != first
         assert await api.java_writer(N1) == replacement
         assert writers.started == [first, f"spark-writer:{N2}", replacement]
+
+    asyncio.run(scenario())
+
+
+def test_a_nodes_cold_reader_is_a_gateway_of_its_own_kind(gateways):
+    """java_cold_reader keeps one cold-read gateway per node, beside the node's writer, and
+    replaces it under a new name once dead, as it does writers."""
+    started, dead = gateways
+
+    async def scenario() -> None:
+        api = JavaApi(None, None)
+        reader = await api.java_cold_reader(N1)
+        assert reader == f"spark-cold-reader:{N1}" and await api.java_cold_reader(N1) == reader
+        assert await api.java_writer(N1) == f"spark-writer:{N1}"
+        dead.add(reader)
+        replacement = await api.java_cold_reader(N1)
+        assert replacement.startswith(f"spark-cold-reader:{N1}:") and replacement != reader
+        assert await api.java_writer(N1) == f"spark-writer:{N1}"  # the writer answers: kept
+        assert started.started == [reader, f"spark-writer:{N1}", replacement]
 
     asyncio.run(scenario())

@@ -1,6 +1,7 @@
 """What the connector calls across languages for cold ranges: the plan of pieces over
-tiered views, and a piece read as stored batches or Spark columns, errors crossing with
-their type (no Ray: the views are the uploads', the store a file:// directory)."""
+tiered views, and a piece read by the cold-read gateway (actors/spark_cold_reader.py) as
+stored batches or Spark columns, errors crossing with their type (no Ray: the views are the
+uploads', the store a file:// directory, the gateway's class undecorated)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import pyarrow as pa
 import pytest
 
+from actors.spark_cold_reader import SparkColdReader
 from raylog.integrations.ray_data import cold as ray_data_cold
 from raylog.integrations.spark import cold
 from raylog.records.kafka_columns import spark_table
@@ -21,6 +23,7 @@ from tests.tieredutil import fake_view
 from tests.unit.tiered.test_cold_read import partition, uploaded  # noqa: F401 - fixtures
 
 T0 = TopicPartition("t", 0)
+GATEWAY = SparkColdReader.__ray_actor_class__()  # the actor's class, without Ray
 
 
 @pytest.fixture
@@ -52,11 +55,11 @@ def test_the_plan_holds_a_piece_per_remote_segment(views):
 def test_pieces_read_as_the_broker_reads_them(views, partition):  # noqa: F811
     for isolation in (READ_UNCOMMITTED, READ_COMMITTED):
         plan = cold.cold_plan(None, {T0: (0, 112)}, isolation)
-        stored = b"".join(cold.java_cold_read(piece, s, e, True, "")
+        stored = b"".join(GATEWAY.java_cold_read(piece, s, e, True, "")
                           for s, e, piece in pieces(plan))
         assert stored == partition.read_batches(0, 112, 0, isolation)
     piece = pieces(plan)[1][2]
-    ipc = cold.java_cold_read(piece, 9, 60, False, "offset,value")
+    ipc = GATEWAY.java_cold_read(piece, 9, 60, False, "offset,value")
     table = pa.ipc.open_stream(ipc).read_all()
     assert table.equals(spark_table(partition.read_table(9, 60, 0), "t", 0, ["offset", "value"]))
 
@@ -67,4 +70,4 @@ def test_a_damaged_piece_crosses_as_its_raylog_error(views, uploaded):  # noqa: 
     store.put(path, b"not the segment")
     s, e, piece = pieces(cold.cold_plan(None, {T0: (0, 112)}, READ_UNCOMMITTED))[1]
     with pytest.raises(JavaCallError, match=f"{ERROR_MARK}.*RemoteObjectError"):
-        cold.java_cold_read(piece, s, e, True, "")
+        GATEWAY.java_cold_read(piece, s, e, True, "")

@@ -43,6 +43,8 @@ public final class Cluster {
 
   private final Map<String, PyActorHandle> actors = new ConcurrentHashMap<>();
   private final Map<String, TopicInfo> topics = new ConcurrentHashMap<>();
+  /** This node's cold-read gateway, once a reader asked for it. */
+  private volatile String coldReader;
 
   /** Where one broker serves: its actor's name, Ray node and host. */
   public static final class BrokerInfo {
@@ -439,9 +441,9 @@ public final class Cluster {
         tp.topic, tp.partition, new Object[] {leaderEpoch, start, end}, isolation).remote();
   }
 
-  /** The Python module whose functions plan and read cold ranges (cross-language tasks). */
+  /** The Python module whose function plans cold ranges (a cross-language task). */
   static final String COLD_MODULE = "raylog.integrations.spark.cold";
-  /** CPUs a cold task asks for: fetching waits more than decoding works. */
+  /** CPUs the planning task asks for: it waits on the leaders more than it works. */
   static final double COLD_CPUS = 0.25;
 
   /** The cold pieces of ranges (a JSON request of raylog.integrations.spark.cold.java_split):
@@ -451,12 +453,33 @@ public final class Cluster {
         .setResource("CPU", COLD_CPUS).remote(), timeoutMs);
   }
 
-  /** Starts a Python task reading records [start, end) of a cold piece from the object store:
-   * its stored batches ({@code batches}) or an Arrow IPC stream of {@code columns}. */
-  public ObjectRef<byte[]> readCold(String piece, long start, long end, boolean batches,
-      String columns) {
-    return Ray.task(PyFunction.of(COLD_MODULE, "java_cold_read", byte[].class), piece, start,
-        end, batches, columns).setResource("CPU", COLD_CPUS).remote();
+  /** The name of this node's cold-read gateway (actors/spark_cold_reader.py), asked of the
+   * controller once per JVM (and again after {@link #forgetColdReader}). */
+  public String coldReader() {
+    String name = coldReader;
+    if (name == null) {
+      name = callController("java_cold_reader", nodeId());
+      coldReader = name;
+    }
+    return name;
+  }
+
+  /** Forgets cold-read gateway {@code name}, found gone: the next {@link #coldReader} asks
+   * the controller, which starts a new one. */
+  public void forgetColdReader(String name) {
+    forget(name, null);
+    if (name.equals(coldReader)) {
+      coldReader = null;
+    }
+  }
+
+  /** Asks cold-read gateway {@code reader} for records [start, end) of a cold piece, read
+   * from the object store: its stored batches ({@code batches}) or an Arrow IPC stream of
+   * {@code columns}; the answer comes later, through the ref. */
+  public ObjectRef<byte[]> readCold(String reader, String piece, long start, long end,
+      boolean batches, String columns) {
+    return actor(reader).task(PyActorMethod.of("java_cold_read", byte[].class), piece, start,
+        end, batches, columns).remote();
   }
 
   /** Begins, in writer gateway {@code writer}, the transaction of the transactional id in

@@ -43,8 +43,8 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
   static final long MAX_CHUNK_RECORDS = 1L << 20;
   static final long FIRST_CHUNK_RECORDS = 8192;
   static final int PREFETCH = 2;
-  /** Cold pieces asked for ahead: each is a Python task fetching a whole segment from the
-   * object store (latency more than work), so more of them overlap. */
+  /** Cold pieces asked for ahead: the node's cold-read gateway fetches each whole segment
+   * from the object store (latency more than work), so more of them overlap. */
   static final int COLD_PREFETCH = 6;
   /** Bytes per record last seen in this JVM, so a task's first chunk is sized right too. */
   private static volatile long bytesPerRecord = 0;
@@ -71,20 +71,23 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
   private Chunk received; // the chunk whose data was received last
   private ColumnarBatch batch;
 
-  /** An outstanding request for records [start, end) of one range from one broker (null: a
-   * cold range's task reading the object store). */
+  /** An outstanding request for records [start, end) of one range from one broker, or
+   * (broker null) from the node's cold-read gateway {@code gateway}, reading the store. */
   private static final class Chunk {
     final int range;
     final long start;
     final long end;
     final Cluster.BrokerInfo broker;
+    final String gateway;
     final ObjectRef<byte[]> ref;
 
-    Chunk(int range, long start, long end, Cluster.BrokerInfo broker, ObjectRef<byte[]> ref) {
+    Chunk(int range, long start, long end, Cluster.BrokerInfo broker, String gateway,
+        ObjectRef<byte[]> ref) {
       this.range = range;
       this.start = start;
       this.end = end;
       this.broker = broker;
+      this.gateway = gateway;
       this.ref = ref;
     }
   }
@@ -173,11 +176,22 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
   private Chunk ask(int range, long start) {
     TopicPartition tp = ranges.get(range).tp;
     String cold = ranges.get(range).cold;
-    if (cold != null) { // one request for the rest of the piece: its task fetches the segment
+    if (cold != null) { // one request for the rest of the piece: the segment is fetched once
       long until = ends[range];
       cursor = until;
-      return new Chunk(range, start, until, null,
-          cluster.readCold(cold, start, until, stored, columns));
+      String gateway = cluster.coldReader();
+      ObjectRef<byte[]> ref;
+      try {
+        ref = cluster.readCold(gateway, cold, start, until, stored, columns);
+      } catch (RaylogException e) { // its name is gone: the controller starts another
+        if (!e.type.equals(RaylogException.ACTOR_LOST)) {
+          throw e;
+        }
+        cluster.forgetColdReader(gateway);
+        gateway = cluster.coldReader();
+        ref = cluster.readCold(gateway, cold, start, until, stored, columns);
+      }
+      return new Chunk(range, start, until, null, gateway, ref);
     }
     long until = Math.min(ends[range], start + chunkRecords);
     Cluster.TopicInfo info = cluster.topic(tp.topic, false);
@@ -188,7 +202,7 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
     Cluster.BrokerInfo broker = info.replicaFor(tp.partition, nodeId);
     int epoch = info.partitions.get(tp.partition).leaderEpoch;
     cursor = until;
-    return new Chunk(range, start, until, broker, stored
+    return new Chunk(range, start, until, broker, null, stored
         ? cluster.readBatches(broker, tp, epoch, start, until, isolation)
         : cluster.read(broker, tp, epoch, start, until, columns, isolation));
   }
@@ -224,8 +238,10 @@ final class RangeReader implements PartitionReader<ColumnarBatch> {
           throw e;
         }
         LOG.info("reading {} [{}, {}) again after {}", tp, chunk.start, chunk.end, e.toString());
-        if (chunk.broker != null) { // a broker's answer (a cold piece has none)
+        if (chunk.broker != null) {
           cluster.forget(chunk.broker.actor, tp.topic);
+        } else if (e.type.equals(RaylogException.ACTOR_LOST)) { // the cold-read gateway died
+          cluster.forgetColdReader(chunk.gateway);
         }
         Cluster.sleep(Cluster.RETRY_BACKOFF_MS);
         cluster.topic(tp.topic, true);
