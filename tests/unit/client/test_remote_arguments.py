@@ -1,0 +1,42 @@
+"""What a produce call carries (raylog/client/remote.py, zero_copy): a large batch as a
+pa.Buffer, which Ray passes out of band (the broker reads it in place), a small one as it
+is; the bytes are the same."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from raylog.client.remote import OBJECT_STORE_ARGUMENT_BYTES, ReplicaClient, zero_copy
+
+
+def test_a_large_batch_goes_as_a_buffer_of_the_same_bytes_without_a_copy():
+    batch = bytes(range(256)) * (OBJECT_STORE_ARGUMENT_BYTES // 256 + 1)
+    sent = zero_copy(batch)
+    assert isinstance(sent, pa.Buffer) and sent.to_pybytes() == batch
+    assert sent.address == pa.py_buffer(batch).address  # wraps the bytes, no copy
+
+
+def test_a_small_batch_and_a_buffer_go_as_they_are():
+    small = b"x" * OBJECT_STORE_ARGUMENT_BYTES
+    assert zero_copy(small) is small
+    buffer = pa.py_buffer(b"y" * (2 * OBJECT_STORE_ARGUMENT_BYTES))
+    assert zero_copy(buffer) is buffer
+
+
+def test_append_hands_the_broker_the_zero_copy_argument():
+    calls = []
+
+    class Method:
+        def remote(self, *args, **kwargs):
+            calls.append(args)
+
+    class Handle:
+        produce = Method()
+
+    large = b"z" * (OBJECT_STORE_ARGUMENT_BYTES + 1)
+    ReplicaClient(Handle(), "t", 0, 3).append(large, "all", 1_000)
+    ReplicaClient(Handle(), "t", 0, 3).append(b"small", 1, 1_000, client_id="c")
+    (topic, partition, epoch, batch, acks, timeout), (*_, small, _, _) = calls
+    assert (topic, partition, epoch, acks, timeout) == ("t", 0, 3, "all", 1_000)
+    assert isinstance(batch, pa.Buffer) and batch.to_pybytes() == large
+    assert small == b"small"
