@@ -11,9 +11,10 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import itertools
+import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -36,8 +37,11 @@ if TYPE_CHECKING:
     from raylog.storage import AppendInfo
 
 # Above this, Ray puts a call's argument into the object store (its
-# max_direct_call_object_size, 100 KiB by default) instead of inlining it in the call.
+# max_direct_call_object_size, 100 KiB by default) instead of inlining it in the call. A
+# process may raise it (the Kafka listener does, raylog/kafka/gateway/settings.py), read
+# from the environment as Ray reads it.
 OBJECT_STORE_ARGUMENT_BYTES = 100 * 1024
+INLINE_SETTING = "RAY_max_direct_call_object_size"
 CONTROLLER_RETRIES = 30  # a restarting controller is back within seconds
 CALL_MARGIN_S = 30.0   # beyond a wait the controller bounds itself (a drain, a restart)
 
@@ -174,11 +178,20 @@ def zero_copy(batch: bytes | pa.Buffer) -> bytes | pa.Buffer:
     argument is a view of the object store's memory, which its checks and file write read
     in place. Measured on 2 M 120-byte records in 4 MiB batches, two calls in flight to an
     async actor: 0.25 s against 0.49 s as bytes (docs/performance.md, "Columnar produce").
-    Small batches are left as they are: Ray sends them inline in the call.
+    Batches Ray sends inline in the call (up to its max_direct_call_object_size, as this
+    process has it) are left as they are.
     """
-    if type(batch) is bytes and len(batch) > OBJECT_STORE_ARGUMENT_BYTES:
+    if type(batch) is bytes and len(batch) > inline_limit():
         return pa.py_buffer(batch)
     return batch
+
+
+def inline_limit(environ: Mapping[str, str] = os.environ) -> int:
+    """The largest argument Ray sends inline in a call from this process."""
+    try:
+        return int(environ.get(INLINE_SETTING, OBJECT_STORE_ARGUMENT_BYTES))
+    except ValueError:  # Ray would refuse it; not this module's to judge
+        return OBJECT_STORE_ARGUMENT_BYTES
 
 
 def appended(info: AppendInfo, topic: str, partition: int) -> AppendInfo:

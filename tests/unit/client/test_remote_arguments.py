@@ -5,8 +5,20 @@ is; the bytes are the same."""
 from __future__ import annotations
 
 import pyarrow as pa
+import pytest
 
-from raylog.client.remote import OBJECT_STORE_ARGUMENT_BYTES, ReplicaClient, zero_copy
+from raylog.client.remote import (
+    INLINE_SETTING,
+    OBJECT_STORE_ARGUMENT_BYTES,
+    ReplicaClient,
+    inline_limit,
+    zero_copy,
+)
+
+
+@pytest.fixture(autouse=True)
+def ray_default_inline_limit(monkeypatch):
+    monkeypatch.delenv(INLINE_SETTING, raising=False)
 
 
 def test_a_large_batch_goes_as_a_buffer_of_the_same_bytes_without_a_copy():
@@ -40,3 +52,13 @@ def test_append_hands_the_broker_the_zero_copy_argument():
     assert (topic, partition, epoch, acks, timeout) == ("t", 0, 3, "all", 1_000)
     assert isinstance(batch, pa.Buffer) and batch.to_pybytes() == large
     assert small == b"small"
+
+
+def test_a_process_that_inlines_larger_arguments_sends_them_as_bytes(monkeypatch):
+    """The Kafka listener raises Ray's inline limit to 4 MiB for its process: its batches up
+    to that size stay bytes, inline in the call, as its measurements chose."""
+    monkeypatch.setenv(INLINE_SETTING, str(4 << 20))
+    batch = b"k" * (1 << 20)
+    assert inline_limit() == 4 << 20 and zero_copy(batch) is batch
+    assert isinstance(zero_copy(b"k" * ((4 << 20) + 1)), pa.Buffer)
+    assert inline_limit({INLINE_SETTING: "lots"}) == OBJECT_STORE_ARGUMENT_BYTES
