@@ -272,8 +272,8 @@ class BrokerActor(ReplicaHost):
 
     # -- requests for replicas another host serves -------------------------------------------
 
-    async def produce(self, topic: str, partition: int, leader_epoch: int, batch: bytes,
-                      acks: int | str = 1, timeout_ms: int = 30_000,
+    async def produce(self, topic: str, partition: int, leader_epoch: int,
+                      batch: bytes | pa.Buffer, acks: int | str = 1, timeout_ms: int = 30_000,
                       client_id: str | None = None) -> AppendInfo | Throttled:
         host = self.hosts.elsewhere((topic, partition))
         if host is None:

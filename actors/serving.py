@@ -66,7 +66,7 @@ from raylog.metadata.sessions import StallGuard, stall_threshold_s
 from raylog.metadata.settings import DEFAULT_SESSION_TIMEOUT_MS
 from raylog.quotas.enforcer import Throttled
 from raylog.quotas.entity import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE
-from raylog.records.header import iter_headers
+from raylog.records.header import batch_view, iter_headers
 from raylog.records.kafka_columns import ipc_bytes, kafka_table, spark_table
 from raylog.replica.isr import NO_BROKER_EPOCH
 from raylog.replica.partition import (
@@ -458,13 +458,15 @@ class ReplicaHost:
                                  f"{topic}-{partition}")
         return hosted
 
-    async def produce(self, topic: str, partition: int, leader_epoch: int, batch: bytes,
-                      acks: int | str = 1, timeout_ms: int = 30_000,
+    async def produce(self, topic: str, partition: int, leader_epoch: int,
+                      batch: bytes | pa.Buffer, acks: int | str = 1, timeout_ms: int = 30_000,
                       client_id: str | None = None) -> AppendInfo | Throttled:
         """Append a producer's batch to a partition this broker leads (see
         HostedReplica.produce). ``client_id``: the producer's, whose quota the answer may be
-        held back by (actors/host_quotas.py; then it comes as Throttled)."""
+        held back by (actors/host_quotas.py; then it comes as Throttled). ``batch``: bytes,
+        or a buffer (a large batch comes as a view of Ray's object store, read in place)."""
         started = time.monotonic()
+        batch = batch_view(batch)
         hosted = self._hosted(topic, partition)  # checks the stall guard
         since = self.guard.generation
         info = await hosted.produce(batch, acks, leader_epoch, timeout_ms / 1000)

@@ -47,10 +47,11 @@ from raylog.errors import (
 )
 from raylog.metadata.topics import check_partition, validate_topic_name
 from raylog.quotas.enforcer import unwrap as unwrap_throttled
-from raylog.records import BatchBuilder, Codec, encode
+from raylog.records import BatchBuilder, Codec
 from raylog.records.append import PlainSend
 from raylog.records.builder import BATCH_OVERHEAD, RECORD_OVERHEAD, check_headers, record_size
 from raylog.records.partitioner import Partitioner, StickyPartitioner, key_partition
+from raylog.records.payload import encode_buffer
 from raylog.replica.producer_state import RECENT_BATCHES
 from raylog.types import ConsumerGroupMetadata, PreparedTransaction, TopicPartition
 from raylog.util.arguments import (
@@ -437,9 +438,9 @@ class Producer:
             planned = self._plan_numbers(topic, pieces)
         # LZ4 and Arrow's IPC writer release the GIL: encode the batches in parallel.
         encoded = self._encoder().map(
-            lambda piece, fields: encode(piece[1], codec=self._codec, producer_id=fields[0],
-                                         producer_epoch=fields[1], base_sequence=fields[2],
-                                         transactional=self._txn is not None),
+            lambda piece, fields: encode_buffer(
+                piece[1], codec=self._codec, producer_id=fields[0], producer_epoch=fields[1],
+                base_sequence=fields[2], transactional=self._txn is not None),
             pieces, planned)
         results = []
         now = time.monotonic()

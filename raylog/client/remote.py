@@ -11,11 +11,13 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import itertools
+import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 import ray
 from ray.exceptions import ActorUnschedulableError, GetTimeoutError, RayActorError, RayTaskError
 
@@ -34,6 +36,12 @@ from raylog.util.backoff import backoff_s
 if TYPE_CHECKING:
     from raylog.storage import AppendInfo
 
+# Above this, Ray puts a call's argument into the object store (its
+# max_direct_call_object_size, 100 KiB by default) instead of inlining it in the call. A
+# process may raise it (the Kafka listener does, raylog/kafka/gateway/settings.py), read
+# from the environment as Ray reads it.
+OBJECT_STORE_ARGUMENT_BYTES = 100 * 1024
+INLINE_SETTING = "RAY_max_direct_call_object_size"
 CONTROLLER_RETRIES = 30  # a restarting controller is back within seconds
 CALL_MARGIN_S = 30.0   # beyond a wait the controller bounds itself (a drain, a restart)
 
@@ -162,6 +170,30 @@ def unwrap(error: BaseException) -> BaseException:
     return error
 
 
+def zero_copy(batch: bytes | pa.Buffer) -> bytes | pa.Buffer:
+    """``batch`` as the argument of a produce call: a ``pa.Buffer`` when it is large.
+
+    Ray pickles ``bytes`` into the call's object (a copy) and unpickles them into fresh
+    bytes in the broker (another); a ``pa.Buffer`` goes out of band, so the broker's
+    argument is a view of the object store's memory, which its checks and file write read
+    in place. Measured on 2 M 120-byte records in 4 MiB batches, two calls in flight to an
+    async actor: 0.25 s against 0.49 s as bytes (docs/performance.md, "Columnar produce").
+    Batches Ray sends inline in the call (up to its max_direct_call_object_size, as this
+    process has it) are left as they are.
+    """
+    if type(batch) is bytes and len(batch) > inline_limit():
+        return pa.py_buffer(batch)
+    return batch
+
+
+def inline_limit(environ: Mapping[str, str] = os.environ) -> int:
+    """The largest argument Ray sends inline in a call from this process."""
+    try:
+        return int(environ.get(INLINE_SETTING, OBJECT_STORE_ARGUMENT_BYTES))
+    except ValueError:  # Ray would refuse it; not this module's to judge
+        return OBJECT_STORE_ARGUMENT_BYTES
+
+
 def appended(info: AppendInfo, topic: str, partition: int) -> AppendInfo:
     """A leader's answer to an append (acks 1 or all), checked: InternalError for a negative
     offset, which acknowledges nothing (no leader answers one; an older one answered -1 for
@@ -188,10 +220,11 @@ class ReplicaClient:
         self.broker_id = broker_id
         self.node_id = node_id
 
-    def append(self, batch: bytes, acks: int | str, timeout_ms: int = 30_000,
+    def append(self, batch: bytes | pa.Buffer, acks: int | str, timeout_ms: int = 30_000,
                client_id: str | None = None) -> ray.ObjectRef:
         """``client_id``: the producer's, for its quota (docs/quotas.md); None: charged to
-        nobody."""
+        nobody. A large batch goes as a ``pa.Buffer`` (see :func:`zero_copy`)."""
+        batch = zero_copy(batch)
         if client_id is None:
             return self.handle.produce.remote(self.topic, self.partition, self.leader_epoch,
                                               batch, acks, timeout_ms)

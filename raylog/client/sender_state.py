@@ -44,7 +44,7 @@ import collections
 import heapq
 import itertools
 from collections.abc import Callable, Hashable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raylog.records import BatchBuilder
 from raylog.records.header import (
@@ -56,6 +56,9 @@ from raylog.records.header import (
     random_producer_id,
     with_producer,
 )
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 class OutgoingBatch:
@@ -81,7 +84,7 @@ class OutgoingBatch:
         self.attempts = 0           # sends so far
         self.acks_before = 0        # its partition's acknowledgements when it last went out
         self.buffered = 0           # bytes counted against buffer_memory
-        self.data: bytes | None = None
+        self.data: bytes | pa.Buffer | None = None  # pa.Buffer: send_batch's
         self.stamped: tuple[int, int, int] | None = None  # producer fields inside ``data``
         self.sent_at = 0.0          # when the last attempt went out (monotonic s)
         self.sent_to = (-1, -1)     # ... to which leader: (broker id, leader epoch)
@@ -101,7 +104,7 @@ class OutgoingBatch:
     def producer_fields(self) -> tuple[int, int, int]:
         return self.producer_id, self.producer_epoch, self.base_sequence
 
-    def encoded(self) -> bytes:
+    def encoded(self) -> bytes | pa.Buffer:
         """The batch's bytes, carrying its current producer fields: built once from the
         builder, re-stamped (payload CRC recomputed) only after a renumbering."""
         fields = self.producer_fields

@@ -43,7 +43,7 @@ from typing import NamedTuple
 
 from crc32c import crc32c as _crc32c
 
-from raylog.errors import CorruptRecordError, InvalidBatchAttributesError
+from raylog.errors import CorruptRecordError, InvalidBatchAttributesError, InvalidRecordError
 
 MAGIC = 1
 HEADER = struct.Struct(">qiiBIIhiqqqhii")
@@ -218,6 +218,20 @@ def with_producer(batch: bytes | bytearray | memoryview, producer_id: int,
     _PRODUCER.pack_into(out, _PRODUCER_POS, producer_id, producer_epoch, base_sequence)
     _CRC_FIELD.pack_into(out, CRC_POS, _crc32c(memoryview(out)[CRC_START:]))
     return bytes(out)
+
+
+def batch_view(batch: object) -> bytes | bytearray | memoryview:
+    """A received batch as bytes to read: ``bytes``, ``bytearray`` and ``memoryview`` as
+    they are, any other object with the buffer protocol (a ``pa.Buffer`` from a producer,
+    a view of Ray's object store) as a flat byte view of its memory, not copied. Raises
+    InvalidRecordError for anything else."""
+    if isinstance(batch, (bytes, bytearray, memoryview)):
+        return batch
+    try:
+        return memoryview(batch).cast("B")
+    except TypeError as e:
+        raise InvalidRecordError(
+            f"a batch is bytes or a buffer, got {type(batch).__name__}") from e
 
 
 def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:

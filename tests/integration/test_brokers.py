@@ -202,6 +202,23 @@ def test_send_batch_writes_a_table_without_per_record_python(admin, topic_name):
         assert r.timestamp == start + json.loads(r.value)["i"]
 
 
+
+@pytest.mark.parametrize("compression", ["none", "lz4"])
+def test_send_batch_batches_beyond_rays_inline_limit_arrive_whole(admin, topic_name,
+                                                                  compression):
+    """Batches over Ray's inline limit go as pa.Buffers (remote.zero_copy) that the broker
+    checks and writes in place: every row arrives once, in order, byte for byte."""
+    admin.create_topic(topic_name, partitions=2)
+    n = 40_000  # 100-byte values: about 4 MB, so 1 MiB batches of 10,000 rows or so
+    values = [os.urandom(50).hex().encode() for _ in range(n)]
+    with Producer(batch_size=1 << 20, compression_type=compression, acks="all") as producer:
+        batches = producer.send_batch(topic_name, pa.table({"value": values}),
+                                      partition=1).result(60)
+    assert len(batches) > 1 and sum(rows for _, _, rows in batches) == n
+    records = consume_all(topic_name, 2, n)
+    assert [r.value for r in records] == values
+    assert [r.offset for r in records] == list(range(n))
+
 def test_topic_admin_round_trip(admin, topic_name):
     admin.create_topic(topic_name, partitions=2, configs={"cleanup.policy": "compact"})
     assert topic_name in admin.list_topics()

@@ -13,6 +13,7 @@ import threading
 import time
 import weakref
 
+import pyarrow as pa
 import pytest
 
 import raylog.client.producer as producer_module
@@ -486,3 +487,26 @@ def test_the_c_send_never_falls_back_on_the_python_shortcut(leader, send_path, m
         assert (shortcut_calls == []) == (send_path == "compiled")
     finally:
         producer.close()
+
+
+def test_send_batch_hands_the_leader_buffers_and_a_retry_resends_them_once(leader):
+    """send_batch encodes into pooled buffers (payload.encode_buffer), which reach the
+    leader as they are; an attempt whose answer is lost is resent and lands once."""
+    sent = []
+    append = leader.append
+
+    def recording(data, *args, **kwargs):
+        sent.append(data)
+        return append(data, *args, **kwargs)
+
+    leader.append = recording
+    leader.mode, leader.failures = "die", 1
+    producer = producer_for(leader, retry_backoff_ms=10)
+    values = [b"row-%d" % i for i in range(300)]
+    batches = producer.send_batch("t", pa.table({"value": values})).result(timeout=10)
+    assert sum(rows for _, _, rows in batches) == 300
+    assert leader.values == values  # each row once, in order
+    assert sent and all(isinstance(data, pa.Buffer) for data in sent)
+    sent_bytes = [data.to_pybytes() for data in sent]
+    assert sent_bytes.count(sent_bytes[0]) == 2  # the retry: the same batch again
+    producer.close()

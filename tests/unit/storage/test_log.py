@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import pyarrow as pa
 import pytest
 
 from raylog.errors import (
@@ -13,7 +14,8 @@ from raylog.errors import (
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
-from raylog.records import BatchBuilder, iter_batches, read_records, validate_batch
+from raylog.records import BatchBuilder, Codec, iter_batches, read_records, validate_batch
+from raylog.records.header import batch_view
 from raylog.storage import LogConfig, PartitionLog
 from raylog.storage.log import HIGH_WATERMARK_FILE, RECOVERY_POINT_FILE
 from tests.unit.logutil import FakeClock, all_records, batch_of, files_snapshot
@@ -374,3 +376,25 @@ def test_delete_records_moves_the_log_start_into_a_segment_durably(tmp_path, clo
     assert reopened.log_start_offset == reopened.log_end_offset
     fill(reopened, 2)
     assert next(r.offset for r in all_records(reopened)) == reopened.log_start_offset < 123
+
+
+@pytest.mark.parametrize("codec", [Codec.NONE, Codec.LZ4])
+def test_a_batch_received_as_a_buffer_is_checked_and_stored_as_bytes_are(tmp_path, clock,
+                                                                         codec):
+    """A large produced batch reaches the broker as a pa.Buffer (a view of Ray's object
+    store) and is read in place through batch_view: the same checks, the same stored bytes."""
+    log = PartitionLog(tmp_path, small_config(), clock=clock)
+    fill(log, 2)
+    good = batch_of([b"fine", b"too"], codec=codec)
+    before = files_snapshot(tmp_path)
+    for position in (0, 30, len(good) - 1):
+        corrupt = bytearray(good)
+        corrupt[position] ^= 0x40
+        with pytest.raises(CorruptRecordError):
+            log.append(batch_view(pa.py_buffer(corrupt)))
+    assert files_snapshot(tmp_path) == before
+    info = log.append(batch_view(pa.py_buffer(good)), leader_epoch=4)
+    assert (info.base_offset, info.last_offset) == (10, 11)
+    stored = log.read(10)
+    assert validate_batch(stored).leader_epoch == 4 and stored[21:] == good[21:]
+    assert [r.value for r in all_records(log)][-2:] == [b"fine", b"too"]
