@@ -10,7 +10,9 @@ process hosts a tiered replica (or is asked for a tiered view):
   each a job planned on the event loop (:meth:`upkeep`, from the host's maintenance, and as
   soon as the job before it ended) and run there, one at a time, recording each step with
   raylog's own Producer (acks=all) and returning once the feed has applied it (what this
-  process decides next sees it);
+  process decides next sees it); and the sweep of each partition led (after the new
+  leader's orphans, then every ``RAYLOG_TIERED_SWEEP_S``: raylog/tiered/sweep.py), a job
+  of the same queue that backs off on its own;
 - the :class:`~raylog.tiered.reader.RemoteReader` (cache) fetches below the local log start
   read through, on worker threads.
 
@@ -51,6 +53,7 @@ from raylog.tiered.layout import METADATA_TOPIC, RemoteSegment
 from raylog.tiered.metadata import RemoteLogState
 from raylog.tiered.reader import RemoteReader
 from raylog.tiered.store import ObjectStore
+from raylog.tiered.sweep import SweepSettings, list_upload_folders, plan_sweep, sweep
 from raylog.tiered.uploader import (
     PartitionRef,
     Uploader,
@@ -60,6 +63,7 @@ from raylog.tiered.uploader import (
     plan_copy,
 )
 from raylog.util.backoff import Backoff
+from raylog.util.clocks import wall_clock_ms
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +78,8 @@ class TieredHost:
 
     def __init__(self, broker_id: Callable[[], int | None],
                  controller: Callable[[], ray.actor.ActorHandle],
-                 job_done: Callable[[tuple[str, int]], tuple[str, Partition] | None]) -> None:
+                 job_done: Callable[[tuple[str, int]], tuple[str, Partition] | None],
+                 sweep_settings: SweepSettings | None = None) -> None:
         self._broker_id = broker_id
         self._controller = controller
         # On the event loop: a replica's job ended. The host answers (topic id, partition)
@@ -99,6 +104,12 @@ class TieredHost:
         self._not_before: dict[tuple[str, int], float] = {}
         self._ready_epoch: dict[tuple[str, int], int] = {}  # caught up, orphans gone
         self._producer: Any = None
+        # The sweep of each partition led (_job_sweep): when it is due next (monotonic),
+        # and its own backoff, so a store that is down delays it, not the other jobs.
+        self.sweep_settings = sweep_settings or SweepSettings.from_environ()
+        self._sweep_due: dict[tuple[str, int], float] = {}
+        self._sweep_backoff: dict[tuple[str, int], Backoff] = {}
+        self.clock = wall_clock_ms  # the store's objects' times are compared with it
 
     # -- starting --------------------------------------------------------------------------------
 
@@ -249,6 +260,9 @@ class TieredHost:
         if self._ready_epoch.get(tp) != epoch:
             self._submit(tp, self._job_prepare, tp, ref, epoch)
             return
+        if time.monotonic() >= self._sweep_due.get(tp, 0.0):
+            self._submit(tp, self._job_sweep, tp, ref, epoch)
+            return
         log = partition.log
         broker_id = self._broker_id()
         with self.lock:
@@ -301,16 +315,46 @@ class TieredHost:
         readable before it is deleted."""
         broker_id = self._broker_id()
         self._uploader().fence(ref, epoch, -1 if broker_id is None else broker_id)
+        since_ms = self.clock()
         self._catch_up()
         with self.lock:
             orphans = self.state.orphans(ref.topic_id, ref.partition, epoch + 1)
         self._job_delete(orphans, epoch)
+        self._job_sweep(tp, ref, epoch, since_ms)
         self._ready_epoch[tp] = epoch
 
     def _job_delete(self, segments: list[RemoteSegment], epoch: int) -> None:
         uploader = self._uploader()
         for segment in segments:
             uploader.delete(segment, epoch)
+
+    def _job_sweep(self, tp: tuple[str, int], ref: PartitionRef, epoch: int,
+                   since_ms: int | None = None) -> None:
+        """Delete the partition's upload folders the metadata does not account for
+        (raylog/tiered/sweep.py), after catching up with the metadata (``since_ms``: the
+        clock before a catch-up the caller made). A failure (the store or the metadata
+        unreachable) is logged and the sweep alone backs off: it never fails the job it
+        runs in."""
+        backoff = self._sweep_backoff.setdefault(tp, Backoff(0.5, 30.0))
+        try:
+            if since_ms is None:
+                since_ms = self.clock()
+                self._catch_up()
+            folders = list_upload_folders(self.store, ref)
+            with self.lock:
+                plan = plan_sweep(self.state, ref, epoch, folders)
+            deleted = sweep(self.store, plan, since_ms,
+                            int(self.sweep_settings.grace * 1000))
+        except (OSError, RaylogError, ray.exceptions.RayError) as e:  # OSError: timeouts too
+            wait = backoff.next()
+            self._sweep_due[tp] = time.monotonic() + wait
+            logger.warning("%s-%d: tiered sweep failed, again in %.1f s: %r", *tp, wait, e)
+            return
+        backoff.reset()
+        self._sweep_due[tp] = time.monotonic() + self.sweep_settings.interval_s
+        if deleted:
+            logger.info("%s-%d: swept %d upload folders no metadata accounts for: %s",
+                        *tp, len(deleted), deleted)
 
     # -- reads -----------------------------------------------------------------------------------
 

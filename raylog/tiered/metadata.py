@@ -137,6 +137,11 @@ class RemoteLogState:
         attempt = log.attempts.get(record.segment_id) if log is not None else None
         return attempt.state if attempt is not None else None
 
+    def attempt(self, topic_id: str, partition: int, segment_id: str) -> RemoteSegment | None:
+        """The latest record of the attempt ``segment_id`` (None: no record of it)."""
+        log = self._partitions.get((topic_id, partition))
+        return None if log is None else log.attempts.get(segment_id)
+
     def in_flight(self, topic_id: str, partition: int) -> list[RemoteSegment]:
         """Copies started and not finished (any epoch)."""
         log = self._partitions.get((topic_id, partition))
