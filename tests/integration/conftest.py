@@ -28,11 +28,13 @@ from raylog.metadata.hosts import PROCESSES_ENV
 from raylog.metadata.limits import MAX_REPLICAS_ENV
 from raylog.quotas.enforcer import WINDOW_SIZE_ENV as QUOTA_WINDOW_SIZE_ENV
 from raylog.tiered import settings as tiered_settings
+from raylog.tiered.sweep import INTERVAL_ENV as TIERED_SWEEP_ENV
 from raylog.util import faults
 from raylog.util.cluster_names import BROKER_RESOURCE, DATA_DIR_ENV, NAMESPACE, broker_actor_name
 
 BROKERS = 3
 QUOTA_WINDOW_SIZE_S = "0.25"  # each broker's RAYLOG_QUOTA_WINDOW_SIZE_SECONDS
+TIERED_SWEEP_S = "5"  # each tiered leader's sweep of its store folder (default 600 s)
 NODE_ARGS = {"num_cpus": 1, "object_store_memory": 200 * 1024 * 1024}
 
 
@@ -98,7 +100,8 @@ def broker_node_env(root: Path, data_dir: Path, processes: int = 1) -> dict[str,
     actors it starts inherit), serving ``data_dir`` from ``processes`` processes."""
     return {DATA_DIR_ENV: str(data_dir), faults.FILE_ENV: str(root / "failpoints"),
             PROCESSES_ENV: str(processes), IDLE_MAINTENANCE_ENV: "5",
-            QUOTA_WINDOW_SIZE_ENV: QUOTA_WINDOW_SIZE_S}
+            QUOTA_WINDOW_SIZE_ENV: QUOTA_WINDOW_SIZE_S,
+            TIERED_SWEEP_ENV: TIERED_SWEEP_S}
 
 
 @pytest.fixture(scope="session")
@@ -110,7 +113,8 @@ def ray_cluster(tmp_path_factory) -> Iterator[TestCluster]:
     # broker looks at its replicas every 5 s (default 30 s): a compaction or a deletion that
     # became due after the last write is done within seconds, not half a minute. Client
     # quotas are measured over 11 samples of 0.25 s (default 1 s): a quota holds a client
-    # within about 3 s, not 11 (tests/integration/test_quotas.py).
+    # within about 3 s, not 11 (tests/integration/test_quotas.py). A tiered leader sweeps its
+    # store folder every 5 s (default 600 s; test_tiered.py's leader kill).
     cluster = Cluster(initialize_head=True, head_node_args={
         **NODE_ARGS, "include_dashboard": False,
         "_system_config": {"metrics_report_interval_ms": 2000},

@@ -8,6 +8,7 @@ remote segments."""
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from pathlib import Path
 
@@ -16,7 +17,14 @@ import pytest
 from raylog import Admin, Consumer, Producer, TopicPartition
 from raylog.client.remote import resolve
 from raylog.errors import RemoteObjectError
-from raylog.tiered.layout import METADATA_TOPIC, SEGMENT, RemoteSegment, digest
+from raylog.tiered.layout import (
+    DELETE_FINISHED,
+    METADATA_TOPIC,
+    SEGMENT,
+    RemoteSegment,
+    digest,
+    segment_folder,
+)
 from raylog.tiered.metadata import RemoteLogState
 from tests.integration.conftest import read_to_ends, wait_for
 
@@ -85,6 +93,21 @@ def remote_log(topic_id: str) -> RemoteLogState:
     for record in read_to_ends([tp]):
         state.apply(RemoteSegment.from_json(record.value))
     return state
+
+
+def metadata_records(topic_id: str) -> list[RemoteSegment]:
+    """The metadata topic's records of ``topic_id``, from its beginning."""
+    records = [RemoteSegment.from_json(r.value)
+               for r in read_to_ends([TopicPartition(METADATA_TOPIC, 0)])]
+    return [r for r in records if r.topic_id == topic_id]
+
+
+def only_readable_folders(store: Path, topic: str, topic_id: str) -> bool:
+    """Whether partition 0's folder in the store holds the readable segments' folders and
+    nothing else."""
+    return folders(store, topic, topic_id) == sorted(
+        f"{s.base_offset:020d}-{s.segment_id}"
+        for s in remote_log(topic_id).readable(topic_id, 0))
 
 
 def folders(store: Path, topic: str, topic_id: str) -> list[str]:
@@ -163,10 +186,27 @@ def test_a_leader_killed_mid_copy_leaves_no_gap_duplicate_or_forgotten_orphan(ra
     assert readable[0].base_offset == 0
     assert all(a.end_offset + 1 == b.base_offset for a, b in itertools.pairwise(readable))
     # Every folder in the store is a readable segment's: the killed copy's is gone.
-    wait_for(lambda: folders(ray_cluster.remote_store, topic, topic_id) == sorted(
-        f"{s.base_offset:020d}-{s.segment_id}"
-        for s in remote_log(topic_id).readable(topic_id, 0)),
-        timeout=60, what="no folder but the readable segments'")
+    wait_for(lambda: only_readable_folders(ray_cluster.remote_store, topic, topic_id),
+             timeout=60, what="no folder but the readable segments'")
+    # What no record leads to is swept (every 5 s here): an object the killed leader's put
+    # would have landed in its deleted folder (the race a deposed leader that is not dead
+    # yet runs), and an hour-old folder no record names.
+    killed = [r for r in metadata_records(topic_id)
+              if r.state == DELETE_FINISHED and not r.is_fence]
+    assert killed, "the killed copy's attempt was deleted by its successor"
+    late = Path(killed[0].folder(str(ray_cluster.remote_store)))
+    late.mkdir(parents=True, exist_ok=True)
+    (late / SEGMENT).write_bytes(b"late")
+    unrecorded = Path(segment_folder(str(ray_cluster.remote_store), topic, topic_id, 0, 0,
+                                     "unrecorded"))
+    unrecorded.mkdir()
+    (unrecorded / SEGMENT).write_bytes(b"lost")
+    hour_ago = time.time() - 3600
+    os.utime(unrecorded / SEGMENT, (hour_ago, hour_ago))
+    os.utime(unrecorded, (hour_ago, hour_ago))
+    assert not only_readable_folders(ray_cluster.remote_store, topic, topic_id)
+    wait_for(lambda: only_readable_folders(ray_cluster.remote_store, topic, topic_id),
+             timeout=60, what="the leader's sweep of what no record leads to")
     records = read_all(topic, 60)
     assert [r.offset for r in records] == list(range(60))
 
