@@ -310,9 +310,9 @@ class TieredHost:
     def _job_prepare(self, tp: tuple[str, int], ref: PartitionRef, epoch: int) -> None:
         """A new leader: fence older leaders' copies, catch up with the metadata, then
         delete the orphans of earlier attempts (nothing of this process is in flight for
-        the partition now). The fence comes first: a deposed leader's COPY_FINISHED
-        recorded after it is refused, so no copy found unfinished below can become
-        readable before it is deleted."""
+        the partition now) and sweep the folders no record accounts for. The fence comes
+        first: a deposed leader's COPY_FINISHED recorded after it is refused, so no copy
+        found unfinished below can become readable before it is deleted."""
         broker_id = self._broker_id()
         self._uploader().fence(ref, epoch, -1 if broker_id is None else broker_id)
         since_ms = self.clock()
