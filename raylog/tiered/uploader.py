@@ -204,12 +204,13 @@ def segment_objects(data: bytes, base_offset: int, leader_epochs: dict[int, int]
     return objects, end, max_ts
 
 
-def stored_batches(data: bytes, start: int, end: int | None = None
+def stored_batches(data: bytes, start: int, end: int | None = None, verify: bool = True
                    ) -> Iterator[tuple[BatchHeader, Marker | None]]:
     """The batches of ``data`` (whole stored batches) holding offsets from ``start`` and
     starting below ``end``: each header with its marker if it is a control batch, as
-    ProducerStates.rebuild takes them (PartitionLog.replay's answer, from bytes)."""
-    for position, header in iter_headers(data, verify=True):
+    ProducerStates.rebuild takes them (PartitionLog.replay's answer, from bytes). CRCs are
+    checked unless ``verify`` is False (bytes checked already)."""
+    for position, header in iter_headers(data, verify=verify):
         if end is not None and header.base_offset >= end:
             return
         if header.next_offset > start:
@@ -274,7 +275,8 @@ class Uploader:
         objects, end, max_ts = segment_objects(data, plan.from_offset, plan.leader_epochs,
                                                plan.aborted)
         producers = producers_before(self.store, plan)
-        producers.rebuild(stored_batches(data, plan.from_offset))
+        # segment_objects checked the batches' CRCs already.
+        producers.rebuild(stored_batches(data, plan.from_offset, verify=False))
         objects[PRODUCER_SNAPSHOT] = snapshot_bytes(producers)
         ref = plan.ref
         started = RemoteSegment(
