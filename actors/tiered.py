@@ -269,7 +269,7 @@ class TieredHost:
             plan = plan_copy(self.state, ref, closed_segments(log), log.high_watermark,
                              log.log_start_offset, epoch, -1 if broker_id is None else broker_id,
                              [tuple(e) for e in partition.epochs.entries],
-                             log.aborted_transactions)
+                             log.aborted_transactions, log.directory)
             if plan is None:
                 readable = self.state.readable(ref.topic_id, ref.partition)
                 doomed = expired_remote(readable, log.config, log.clock(),

@@ -18,7 +18,13 @@ from raylog.storage.segment import log_bases, segment_files
 from raylog.storage.txn_index import AbortedTxn, decode_entries
 from raylog.tiered.layout import RemoteSegment
 from raylog.tiered.store import ObjectStore
-from raylog.tiered.uploader import CopyPlan, LocalSegment, PartitionRef, Uploader
+from raylog.tiered.uploader import (
+    CopyPlan,
+    LocalSegment,
+    PartitionRef,
+    ProducersBefore,
+    Uploader,
+)
 
 TOPIC_ID = "0f0f0f0f0f0f4f0f8f0f0f0f0f0f0f0f"
 
@@ -63,7 +69,8 @@ def upload_segments(directory: str | Path, store: ObjectStore, topic: str, parti
         plan = CopyPlan(ref, LocalSegment(base, ends[-1] + 1, str(path), size), base,
                         leader_epoch, broker_id, {e: s for e, s in epochs if s <= ends[-1]},
                         tuple(e for e in aborted
-                              if e.last_offset >= base and e.first_offset <= ends[-1]))
+                              if e.last_offset >= base and e.first_offset <= ends[-1]),
+                        ProducersBefore(out[-1] if out else None))
         out.append(uploader.copy(plan))
     return out
 

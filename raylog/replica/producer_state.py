@@ -375,6 +375,26 @@ def _outcome_v1(fields: list) -> Outcome:
     return _V1_REFUSAL if info.base_offset < 0 else info
 
 
+def snapshot_bytes(states: ProducerStates) -> bytes:
+    """A snapshot's bytes: a CRC32C line (8 hex digits) and the state's JSON line. The one
+    format of ``<offset>.snapshot`` files and of tiered segments' ``producer.snapshot``."""
+    body = json.dumps(states.to_json(), separators=(",", ":")).encode()
+    return b"%08x\n" % crc32c.crc32c(body) + body
+
+
+def snapshot_json(data: bytes, name: str | Path) -> Any:
+    """The JSON of a snapshot's bytes (:func:`snapshot_bytes`), for
+    :meth:`ProducerStates.from_json`. ValueError if it is torn or damaged;
+    UnsupportedFormatVersionError (naming ``name``) if a newer raylog wrote it."""
+    crc, _, body = data.partition(b"\n")
+    if int(crc, 16) != crc32c.crc32c(body):
+        raise ValueError("checksum mismatch")
+    parsed = json.loads(body)
+    if isinstance(parsed, dict) and type(parsed.get("version")) is int:
+        check_version(name, parsed["version"], SNAPSHOT_VERSION)
+    return parsed
+
+
 SNAPSHOT_SUFFIX = ".snapshot"
 KEEP_SNAPSHOTS = 2
 
@@ -404,10 +424,8 @@ class ProducerSnapshots:
 
     def write(self, offset: int, states: ProducerStates) -> None:
         """Snapshot ``states`` as of ``offset``; keep the newest KEEP_SNAPSHOTS."""
-        body = json.dumps(states.to_json(), separators=(",", ":")).encode()
         # The directory is synced once, after the older snapshots' deletions too.
-        files.write_atomic(self._path(offset), b"%08x\n" % crc32c.crc32c(body) + body,
-                           sync_dir=False)
+        files.write_atomic(self._path(offset), snapshot_bytes(states), sync_dir=False)
         for old in self.offsets()[:-KEEP_SNAPSHOTS]:
             files.remove(self._path(old))
         files.fsync_dir(self.directory)
@@ -430,13 +448,8 @@ class ProducerSnapshots:
         """The JSON of the snapshot at ``offset``. OSError or ValueError if it is torn or
         damaged; UnsupportedFormatVersionError if a newer raylog wrote it (refused, not
         skipped: this raylog would write its own snapshots over the newer one's)."""
-        crc, _, body = self._path(offset).read_bytes().partition(b"\n")
-        if int(crc, 16) != crc32c.crc32c(body):
-            raise ValueError("checksum mismatch")
-        data = json.loads(body)
-        if isinstance(data, dict) and type(data.get("version")) is int:
-            check_version(self._path(offset), data["version"], SNAPSHOT_VERSION)
-        return data
+        path = self._path(offset)
+        return snapshot_json(path.read_bytes(), path)
 
     def check_versions(self) -> None:
         """Raise UnsupportedFormatVersionError if any snapshot is of a newer version: called

@@ -10,6 +10,9 @@ prefix::
         txn.index                the aborted transactions overlapping its offsets whose
                                  markers the leader had (only if there are some)
         leader-epoch-checkpoint  the leader epochs that start at or below its end offset
+        producer.snapshot        the producer state as of its end offset (after its last
+                                 batch), in the format of a log's ``<offset>.snapshot``
+                                 (replica/producer_state.py); uploads of before it have none
         manifest.json            RemoteSegment.to_json(), written last
 
 The topic id is in the path so that a topic deleted and created again under its name never
@@ -47,6 +50,7 @@ OFFSET_INDEX = "offset.index"
 TIME_INDEX = "time.index"
 TXN_INDEX = "txn.index"
 LEADER_EPOCHS = "leader-epoch-checkpoint"
+PRODUCER_SNAPSHOT = "producer.snapshot"  # absent from uploads of before 2026-11-26 night
 MANIFEST = "manifest.json"
 
 # The lifecycle of one upload attempt, in order (Kafka's RemoteLogSegmentState).

@@ -17,8 +17,9 @@ import threading
 
 from raylog.errors import RemoteObjectError, RemoteStorageUnavailableError
 from raylog.records.header import iter_headers
+from raylog.replica.producer_state import ProducerStates, snapshot_json
 from raylog.storage.txn_index import AbortedTxn, decode_entries
-from raylog.tiered.layout import SEGMENT, TXN_INDEX, RemoteSegment, digest
+from raylog.tiered.layout import PRODUCER_SNAPSHOT, SEGMENT, TXN_INDEX, RemoteSegment, digest
 from raylog.tiered.store import ObjectStore
 
 DEFAULT_CACHE_BYTES = 256 << 20
@@ -122,3 +123,22 @@ def fetch_verified(store: ObjectStore, segment: RemoteSegment, name: str = SEGME
         raise RemoteObjectError(f"{path} is corrupt: sha256 {digest(data)} is not the "
                                 f"recorded {expected.sha256}")
     return data
+
+
+def load_producer_snapshot(store: ObjectStore, segment: RemoteSegment) -> ProducerStates | None:
+    """The producer state as of ``segment``'s end offset (after its last batch), from its
+    verified ``producer.snapshot``; None if its upload has none (uploads of before it).
+    RemoteObjectError if the object is missing, differs from its record or is no snapshot
+    (UnsupportedFormatVersionError if a newer raylog wrote it); the retriable
+    RemoteStorageUnavailableError if the store cannot be read.
+
+    What a replica whose local log starts above 0 could load instead of an empty state (not
+    used so yet: the replica rebuilds from its own log and snapshots)."""
+    if PRODUCER_SNAPSHOT not in segment.files:
+        return None
+    data = fetch_verified(store, segment, PRODUCER_SNAPSHOT)
+    path = f"{segment.folder(store.prefix)}/{PRODUCER_SNAPSHOT}"
+    try:
+        return ProducerStates.from_json(snapshot_json(data, path))
+    except (ValueError, TypeError, KeyError) as e:
+        raise RemoteObjectError(f"{path} is not a producer snapshot: {e}") from e

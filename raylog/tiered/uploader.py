@@ -24,18 +24,31 @@ batches are the same on every replica, so the copy starts at that batch and the 
 stays without gap or overlap. Only closed segments wholly below the high watermark are
 copied.
 
+With each copy goes the producer state as of its end (``producer.snapshot``): the state at
+the end of the previous remote segment (its own ``producer.snapshot``), or, when there is
+none (the partition's first copy, or the previous upload is of before snapshots or its
+snapshot is damaged), the state rebuilt from the local log below the copy (its newest local
+snapshot at or below, then the batches after); then the copy's own batch headers (and
+markers) applied by ProducerStates.rebuild, the replica's own rules. No payload is
+decompressed.
+
 Plain Python; the store and the record writer are injected (tests use a file:// store and
 a list), as is the clock. One Uploader is used by one thread.
 """
 
 from __future__ import annotations
 
+import logging
 import struct
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-from raylog.records.header import iter_headers
+from raylog.errors import RemoteObjectError
+from raylog.records.control import Marker, read_marker
+from raylog.records.header import BatchHeader, iter_headers
+from raylog.replica.producer_state import ProducerSnapshots, ProducerStates, snapshot_bytes
 from raylog.storage.config import LogConfig
 from raylog.storage.log import PartitionLog
 from raylog.storage.txn_index import AbortedTxn
@@ -47,6 +60,7 @@ from raylog.tiered.layout import (
     LEADER_EPOCHS,
     MANIFEST,
     OFFSET_INDEX,
+    PRODUCER_SNAPSHOT,
     SEGMENT,
     TIME_INDEX,
     TXN_INDEX,
@@ -56,9 +70,12 @@ from raylog.tiered.layout import (
     fence_record,
 )
 from raylog.tiered.metadata import RemoteLogState
+from raylog.tiered.reader import load_producer_snapshot
 from raylog.tiered.store import ObjectStore
 from raylog.util import faults
 from raylog.util.clocks import wall_clock_ms
+
+logger = logging.getLogger(__name__)
 
 # The formats of storage/index.py's offset and time indexes and storage/txn_index.py's
 # entries, relative to the remote segment's base offset and positions in its segment.log.
@@ -97,10 +114,25 @@ class PartitionRef:
 
 
 @dataclass(frozen=True)
+class ProducersBefore:
+    """Where a copy's producer state before its first offset comes from: ``previous``, the
+    readable remote segment ending just below it (its snapshot, if its upload has one), else
+    the local log: ``earlier``, its closed segments starting below the copy's first offset
+    (the copied one too, when the copy starts inside it), from ``log_start`` on, and the
+    producer snapshots in ``directory``."""
+
+    previous: RemoteSegment | None = None
+    earlier: tuple[LocalSegment, ...] = ()
+    log_start: int = 0
+    directory: str | None = None
+
+
+@dataclass(frozen=True)
 class CopyPlan:
     """One copy to make: ``segment`` from the batch at ``from_offset`` on, by the leader
     ``broker_id`` at ``leader_epoch``, with the leader epochs and aborted transactions of
-    those offsets."""
+    those offsets, and where the producer state before them is (the default: none, a log
+    that starts at ``from_offset``)."""
 
     ref: PartitionRef
     segment: LocalSegment
@@ -109,6 +141,7 @@ class CopyPlan:
     broker_id: int
     leader_epochs: dict[int, int]
     aborted: tuple[AbortedTxn, ...] = ()
+    producers: ProducersBefore = ProducersBefore()
 
 
 def next_offset_to_copy(state: RemoteLogState, ref: PartitionRef, local_log_start: int) -> int:
@@ -122,20 +155,26 @@ def next_offset_to_copy(state: RemoteLogState, ref: PartitionRef, local_log_star
 def plan_copy(state: RemoteLogState, ref: PartitionRef, segments: Sequence[LocalSegment],
               high_watermark: int, local_log_start: int, leader_epoch: int, broker_id: int,
               epochs: Sequence[tuple[int, int]],
-              aborted: Callable[[int, int], list[AbortedTxn]] = lambda s, e: []
-              ) -> CopyPlan | None:
+              aborted: Callable[[int, int], list[AbortedTxn]] = lambda s, e: [],
+              directory: str | Path | None = None) -> CopyPlan | None:
     """The next copy, or None: the closed segment (``segments``: every closed one, in
     order) that holds the next offset to copy, if it lies wholly below the high watermark.
-    ``epochs``: the leader-epoch cache's (epoch, start offset) entries."""
+    ``epochs``: the leader-epoch cache's (epoch, start offset) entries; ``directory``: the
+    local log's, for its producer snapshots."""
     start = next_offset_to_copy(state, ref, local_log_start)
     for segment in segments:
         if segment.base_offset <= start < segment.next_offset:
             if segment.next_offset > high_watermark:
                 return None
             end = segment.next_offset - 1
+            previous = state.segment_for(ref.topic_id, ref.partition, start - 1) \
+                if start > 0 else None
+            before = ProducersBefore(
+                previous, tuple(s for s in segments if s.base_offset < start),
+                local_log_start, None if directory is None else str(directory))
             return CopyPlan(ref, segment, start, leader_epoch, broker_id,
                             {e: s for e, s in epochs if s <= end},
-                            tuple(aborted(start, segment.next_offset)))
+                            tuple(aborted(start, segment.next_offset)), before)
     return None
 
 
@@ -163,6 +202,46 @@ def segment_objects(data: bytes, base_offset: int, leader_epochs: dict[int, int]
     if aborted:
         objects[TXN_INDEX] = b"".join(_TXN_ENTRY.pack(*entry) for entry in aborted)
     return objects, end, max_ts
+
+
+def stored_batches(data: bytes, start: int, end: int | None = None, verify: bool = True
+                   ) -> Iterator[tuple[BatchHeader, Marker | None]]:
+    """The batches of ``data`` (whole stored batches) holding offsets from ``start`` and
+    starting below ``end``: each header with its marker if it is a control batch, as
+    ProducerStates.rebuild takes them (PartitionLog.replay's answer, from bytes). CRCs are
+    checked unless ``verify`` is False (bytes checked already)."""
+    for position, header in iter_headers(data, verify=verify):
+        if end is not None and header.base_offset >= end:
+            return
+        if header.next_offset > start:
+            yield header, read_marker(header, data, position) if header.control else None
+
+
+def producers_before(store: ObjectStore, plan: CopyPlan) -> ProducerStates:
+    """The producer state after every batch below ``plan.from_offset`` (see the module
+    docstring). Reads the local files on the caller's thread: the closed segments below
+    the high watermark do not change, and a snapshot file removed meanwhile is skipped."""
+    before = plan.producers
+    previous = before.previous
+    if previous is not None:
+        try:
+            states = load_producer_snapshot(store, previous)
+        except RemoteObjectError as e:
+            logger.warning("%s: rebuilding producer state from the local log instead", e)
+        else:
+            if states is not None:
+                return states
+    states, start = ProducerStates(), before.log_start
+    if before.directory is not None:
+        found = ProducerSnapshots(Path(before.directory)).load(plan.from_offset)
+        if found is not None and found[0] >= start:
+            start, states = found
+    for segment in before.earlier:
+        if segment.next_offset <= start:
+            continue
+        with open(segment.path, "rb") as f:
+            states.rebuild(stored_batches(f.read(), start, plan.from_offset))
+    return states
 
 
 def read_from(path: str, from_offset: int) -> bytes:
@@ -195,6 +274,10 @@ class Uploader:
         data = read_from(plan.segment.path, plan.from_offset)
         objects, end, max_ts = segment_objects(data, plan.from_offset, plan.leader_epochs,
                                                plan.aborted)
+        producers = producers_before(self.store, plan)
+        # segment_objects checked the batches' CRCs already.
+        producers.rebuild(stored_batches(data, plan.from_offset, verify=False))
+        objects[PRODUCER_SNAPSHOT] = snapshot_bytes(producers)
         ref = plan.ref
         started = RemoteSegment(
             topic=ref.topic, topic_id=ref.topic_id, partition=ref.partition,
