@@ -105,7 +105,9 @@ class TieredHost:
         self._running: dict[tuple[str, int], concurrent.futures.Future] = {}
         self._backoff: dict[tuple[str, int], Backoff] = {}
         self._not_before: dict[tuple[str, int], float] = {}
-        self._ready_epoch: dict[tuple[str, int], int] = {}  # caught up, orphans gone
+        # (topic id, leader epoch) caught up, orphans gone: the id, as a topic deleted and
+        # created again under its name is another log whose leaders must fence theirs.
+        self._ready_epoch: dict[tuple[str, int], tuple[str, int]] = {}
         self._producer: Any = None
 
     # -- starting --------------------------------------------------------------------------------
@@ -250,7 +252,7 @@ class TieredHost:
         if not self._may_plan(tp, partition.name):
             return
         ref, epoch = _ref(partition, topic_id), partition.leader_epoch
-        if self._ready_epoch.get(tp) != epoch:
+        if self._ready_epoch.get(tp) != (ref.topic_id, epoch):
             self._submit(tp, self._job_prepare, tp, ref, epoch)
             return
         log = partition.log
@@ -356,7 +358,7 @@ class TieredHost:
         with self.lock:
             orphans = self.state.orphans(ref.topic_id, ref.partition, epoch + 1)
         self._job_delete(orphans, epoch)
-        self._ready_epoch[tp] = epoch
+        self._ready_epoch[tp] = ref.topic_id, epoch
 
     def _job_delete(self, segments: list[RemoteSegment], epoch: int) -> None:
         uploader = self._uploader()
