@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from raylog.tiered.layout import folder_topic_id, topic_folder
 from raylog.tiered.store import ObjectStore
+from raylog.util import faults
 
 
 @dataclass(frozen=True)
@@ -70,4 +71,5 @@ def remove(store: ObjectStore, deleted: DeletedTopic, tombstone: Callable[[str],
     for folder in deleted.folders:
         store.delete_folder(folder)
     for key in deleted.keys:
+        faults.point("tiered.sweep.tombstone")  # a process dying mid-sweep (tests)
         tombstone(key)

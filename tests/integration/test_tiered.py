@@ -217,3 +217,21 @@ def test_deleting_a_tiered_topic_removes_its_objects_and_metadata(ray_cluster, t
     assert new_id in remote_log(new_id).topics()
     records = read_all(topic, 40)
     assert [r.value for r in records] == [b"v%05d" % i + PAD for i in range(40)]
+
+
+def test_a_sweep_cut_short_by_a_crash_is_finished_after_it(ray_cluster, topic_name):
+    """The process sweeping dies after the folder went, before any tombstone: the metadata
+    topic's next leader (or the same process, back) finds the keys left and finishes."""
+    admin = Admin()
+    topic = create(admin, topic_name)
+    topic_id = admin._cluster.topic(topic).topic_id
+    produce(topic, 0, 30)
+    wait_for(lambda: copied(admin, topic, 2), timeout=120, what="segments copied")
+    folder = ray_cluster.remote_store / f"{topic}-{topic_id}"
+    marker = ray_cluster.root / f"tiered-sweep-kill-{topic}"
+    with ray_cluster.failpoints({"tiered.sweep.tombstone": f"exit-once:{marker}"}):
+        admin.delete_topic(topic)
+        wait_for(marker.exists, timeout=180, what="the sweeping process killed")
+    assert not folder.exists()
+    wait_for(lambda: topic_id not in remote_log(topic_id).topics(), timeout=240,
+             what="the keys left by the killed sweep tombstoned")
