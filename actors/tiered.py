@@ -14,7 +14,11 @@ process hosts a tiered replica (or is asked for a tiered view):
   leader's orphans, then every ``RAYLOG_TIERED_SWEEP_S``: raylog/tiered/sweep.py), a job
   of the same queue that backs off on its own;
 - the :class:`~raylog.tiered.reader.RemoteReader` (cache) fetches below the local log start
-  read through, on worker threads.
+  read through, on worker threads;
+- in the process leading ``__raylog_remote_log``, the sweep of deleted topics'
+  remote data (raylog/tiered/cleanup.py), a job of the same thread every SWEEP_INTERVAL_S,
+  backing off as the others do: so whichever process leads the metadata topic after a
+  restart finishes what a sweep cut short left.
 
 Nothing here blocks the event loop: a store that is down fails jobs, which back off and
 resume, and fails remote fetches with a retriable error; produce and local fetches never
@@ -49,6 +53,7 @@ from raylog.replica.partition import (
     Role,
 )
 from raylog.storage.txn_index import AbortedTxn
+from raylog.tiered.cleanup import find_deleted, remove
 from raylog.tiered.layout import METADATA_TOPIC, RemoteSegment
 from raylog.tiered.metadata import RemoteLogState
 from raylog.tiered.reader import RemoteReader
@@ -71,6 +76,9 @@ METADATA_PARTITIONS = 1
 METADATA_CONFIGS = {"cleanup.policy": "compact"}
 APPLY_WAIT_S = 60.0  # a written record not seen by the feed by then: the job fails, retries
 FEED_POLL_MS = 200
+SWEEP = (METADATA_TOPIC, -1)  # the sweep's key among the jobs
+SWEEP_INTERVAL_S = 10.0  # between sweeps of deleted topics' remote data
+CONTROLLER_TIMEOUT_S = 30.0
 
 
 class TieredHost:
@@ -102,7 +110,9 @@ class TieredHost:
         self._running: dict[tuple[str, int], concurrent.futures.Future] = {}
         self._backoff: dict[tuple[str, int], Backoff] = {}
         self._not_before: dict[tuple[str, int], float] = {}
-        self._ready_epoch: dict[tuple[str, int], int] = {}  # caught up, orphans gone
+        # (topic id, leader epoch) caught up, orphans gone: the id, as a topic deleted and
+        # created again under its name is another log whose leaders must fence theirs.
+        self._ready_epoch: dict[tuple[str, int], tuple[str, int]] = {}
         self._producer: Any = None
         # The sweep of each partition led (_job_sweep): when it is due next (monotonic),
         # and its own backoff, so a store that is down delays it, not the other jobs.
@@ -171,9 +181,8 @@ class TieredHost:
                 if loaded_at is None:
                     loaded_at = consumer.end_offsets([tp])[tp]
                 for record in consumer.poll(timeout_ms=FEED_POLL_MS):
-                    segment = RemoteSegment.from_json(record.value)
                     with self.lock:
-                        self.state.apply(segment)
+                        self.state.apply_value(record.key, record.value)
                         self.position = record.offset + 1
                         self._applied.notify_all()
                 if self.position >= loaded_at:
@@ -196,15 +205,21 @@ class TieredHost:
     def _write(self, record: RemoteSegment) -> bool:
         """Record ``record`` (acks=all) and return once this process's state has it: whether
         it took effect (the attempt had not gone further meanwhile)."""
+        self._send(record.key(), record.to_json())
+        with self.lock:
+            return self.state.state_of(record) == record.state
+
+    def _tombstone(self, key: str) -> None:
+        """Record a tombstone of ``key`` (acks=all); return once this process applied it."""
+        self._send(key, None)
+
+    def _send(self, key: str, value: bytes | None) -> None:
         if self._producer is None:
             from raylog.client.producer import Producer
             self._producer = Producer(acks="all", linger_ms=0)
-        future = self._producer.send(METADATA_TOPIC, record.to_json(),
-                                     key=record.key().encode(), partition=0)
+        future = self._producer.send(METADATA_TOPIC, value, key=key.encode(), partition=0)
         self._producer.flush()
         self._wait_applied(future.result().offset)
-        with self.lock:
-            return self.state.state_of(record) == record.state
 
     def _catch_up(self) -> None:
         """Until the feed has applied every record the metadata topic holds now."""
@@ -233,31 +248,22 @@ class TieredHost:
 
     def upkeep(self, topic_id: str, partition: Partition) -> None:
         """For a tiered leader, the next job: catch up and delete orphans after becoming
-        leader, then a copy, else retention's deletions. Returns at once."""
+        leader, then a copy, else retention's deletions; for the leader of the metadata
+        topic, a sweep of deleted topics when due. Returns at once."""
+        if partition.topic == METADATA_TOPIC:
+            if partition.role is Role.LEADER:
+                self._sweep()
+            return
         if not partition.log.config.remote_storage_enable:
             return
         self.start()
         if not self.ready or partition.role is not Role.LEADER:
             return
         tp = (partition.topic, partition.partition)
-        job = self._running.get(tp)
-        if job is not None:
-            if not job.done():
-                return
-            del self._running[tp]
-            error = job.exception()
-            backoff = self._backoff.setdefault(tp, Backoff(0.5, 30.0))
-            if error is not None:
-                wait = backoff.next()
-                self._not_before[tp] = time.monotonic() + wait
-                logger.warning("%s: tiered job failed, again in %.1f s: %r", partition.name,
-                               wait, error)
-                return
-            backoff.reset()
-        if time.monotonic() < self._not_before.get(tp, 0.0):
+        if not self._may_plan(tp, partition.name):
             return
         ref, epoch = _ref(partition, topic_id), partition.leader_epoch
-        if self._ready_epoch.get(tp) != epoch:
+        if self._ready_epoch.get(tp) != (ref.topic_id, epoch):
             self._submit(tp, self._job_prepare, tp, ref, epoch)
             return
         if time.monotonic() >= self._sweep_due.get(tp, 0.0):
@@ -279,6 +285,53 @@ class TieredHost:
             self._submit(tp, self._uploader().copy, plan)
         elif doomed:
             self._submit(tp, self._job_delete, doomed, epoch)
+
+    def _may_plan(self, tp: tuple[str, int], name: str) -> bool:
+        """Whether a job of ``tp`` may be planned now: none running, and not waiting out the
+        backoff of a failed one (its failure is logged and its backoff begun here)."""
+        job = self._running.get(tp)
+        if job is not None:
+            if not job.done():
+                return False
+            del self._running[tp]
+            error = job.exception()
+            backoff = self._backoff.setdefault(tp, Backoff(0.5, 30.0))
+            if error is not None:
+                wait = backoff.next()
+                self._not_before[tp] = time.monotonic() + wait
+                logger.warning("%s: tiered job failed, again in %.1f s: %r", name, wait, error)
+                return False
+            backoff.reset()
+        return time.monotonic() >= self._not_before.get(tp, 0.0)
+
+    def _sweep(self) -> None:
+        """Plan a sweep of deleted topics' remote data when due (this process leads the
+        metadata topic; its store is open and its state loaded)."""
+        self.start()
+        if not (self.ready and self.loaded.is_set()) or not self._may_plan(SWEEP, "sweep"):
+            return
+        self._not_before[SWEEP] = time.monotonic() + SWEEP_INTERVAL_S
+        self._submit(SWEEP, self._job_sweep)
+
+    def _job_sweep(self) -> None:
+        """Remove what deleted topics left in the store and the metadata topic
+        (raylog/tiered/cleanup.py: the state is read before the controller is asked)."""
+        with self.lock:
+            recorded = self.state.topics()
+        for deleted in find_deleted(self.store, recorded, self._live_topic_ids):
+            logger.info("removing the remote data of deleted topic id %s: %d folders, "
+                        "%d metadata keys", deleted.topic_id, len(deleted.folders),
+                        len(deleted.keys))
+            remove(self.store, deleted, self._tombstone)
+
+    def _live_topic_ids(self) -> set[str] | None:
+        """The ids of the controller's topics now; None if its answer cannot be whole (it
+        lacks the metadata topic, which exists while this process leads it)."""
+        topics = ray.get(self._controller().describe_topics.remote(),
+                         timeout=CONTROLLER_TIMEOUT_S)
+        if not any(t["name"] == METADATA_TOPIC for t in topics):
+            return None
+        return {t["topic_id"] for t in topics}
 
     def _not_copied_bytes(self, ref: PartitionRef, partition: Partition) -> int:
         """Bytes of the local segments from the one holding the first offset not copied
@@ -321,7 +374,7 @@ class TieredHost:
             orphans = self.state.orphans(ref.topic_id, ref.partition, epoch + 1)
         self._job_delete(orphans, epoch)
         self._job_sweep(tp, ref, epoch, since_ms)
-        self._ready_epoch[tp] = epoch
+        self._ready_epoch[tp] = ref.topic_id, epoch
 
     def _job_delete(self, segments: list[RemoteSegment], epoch: int) -> None:
         uploader = self._uploader()

@@ -14,9 +14,11 @@ offsets:
   ``read_kafka_table`` answers them (records.read_table decodes each batch's Arrow payload
   whole: no per-record Python).
 
-The Spark connector carries a piece as JSON text (:func:`piece_text`: the store, the
-segment's record, the aborted transactions it needs) and has it read by :func:`read_piece`
-(in its node's cold-read gateway, actors/spark_cold_reader.py).
+The Spark connector carries a piece as JSON text (:func:`piece_text`: the store's URI and
+settings without credentials, the segment's record, the aborted transactions it needs) and
+has it read by :func:`read_piece` (in its node's cold-read gateway,
+actors/spark_cold_reader.py, which opens the cluster's store with the settings the controller
+gives it: the text sits in Spark's plan and logs, the credentials never do).
 
 read_committed needs the aborted transactions holding the offsets: :func:`aborted_transactions`
 collects them from the ``txn.index`` objects of the segment and of every later remote segment
@@ -47,7 +49,7 @@ from raylog.storage.txn_index import (
 )
 from raylog.tiered.layout import SEGMENT, TXN_INDEX, RemoteSegment
 from raylog.tiered.reader import fetch_verified
-from raylog.tiered.store import ObjectStore, cached_store
+from raylog.tiered.store import ObjectStore, cached_store, public_settings
 
 _TXN_ENTRY_BYTES = 32
 
@@ -109,19 +111,27 @@ def segment_spark_table(store: ObjectStore, segment: RemoteSegment, start: int, 
 
 def piece_text(uri: str | None, settings: Mapping[str, Any], segment: RemoteSegment,
                aborted: Iterable[AbortedTxn]) -> str:
-    """A cold piece as JSON text for :func:`read_piece`: the store (its URI and settings),
-    the segment's record and the aborted transactions its offsets need (read_committed)."""
-    return json.dumps({"uri": uri, "settings": dict(settings),
+    """A cold piece as JSON text for :func:`read_piece`: the store (its URI, and its settings
+    without credentials), the segment's record and the aborted transactions its offsets need
+    (read_committed)."""
+    return json.dumps({"uri": uri, "settings": public_settings(settings),
                        "segment": segment.to_json().decode(),
                        "aborted": [list(e) for e in aborted]})
 
 
-def read_piece(piece: str, start: int, end: int, batches: bool, columns: str) -> bytes:
+def read_piece(piece: str, start: int, end: int, batches: bool, columns: str,
+               cluster_store: Mapping[str, Any] | None = None) -> bytes:
     """Records [start, end) of a :func:`piece_text` piece: with ``batches``, its stored
     batches (:func:`segment_batches`); else an Arrow IPC stream of ``columns``
-    (comma-separated; none: the offsets alone) in Spark's layout."""
+    (comma-separated; none: the offsets alone) in Spark's layout. The store is opened with
+    ``cluster_store``'s settings (``{"uri", "settings"}``, the controller's
+    ``remote_storage``: credentials included) when it names the piece's URI, else with the
+    piece's own (none secret: a store that takes no credentials, or finds them itself)."""
     body = json.loads(piece)
-    store = cached_store(body["uri"], body["settings"])
+    settings = body["settings"]
+    if cluster_store is not None and cluster_store.get("uri") == body["uri"]:
+        settings = cluster_store["settings"]
+    store = cached_store(body["uri"], settings)
     segment = RemoteSegment.from_json(body["segment"])
     aborted = [AbortedTxn(*e) for e in body["aborted"]]
     if batches:

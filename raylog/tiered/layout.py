@@ -40,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,12 +66,35 @@ METADATA_TOPIC = "__raylog_remote_log"
 
 FORMAT_VERSION = 1
 
+TOPIC_ID = re.compile(r"[0-9a-f]{32}")  # uuid.uuid4().hex, as the controller makes them
+
 FENCE_PREFIX = "fence-"  # the segment id of a fence record: fence-<leader epoch>-<uuid>
+
+
+def topic_folder(prefix: str, topic: str, topic_id: str) -> str:
+    """The folder holding every remote segment of one topic (one topic id)."""
+    return f"{prefix.rstrip('/')}/{topic}-{topic_id}"
+
+
+def folder_topic_id(folder: str) -> str | None:
+    """The topic id a topic's folder (:func:`topic_folder`, full path or last name) names;
+    None for a name of another form (a topic id is 32 hex digits, a uuid's: whatever else
+    shares the store's prefix is never taken for a topic's folder)."""
+    name = folder.rstrip("/").rsplit("/", 1)[-1]
+    topic, dash, topic_id = name.rpartition("-")
+    return topic_id if topic and dash and TOPIC_ID.fullmatch(topic_id) else None
+
+
+def parse_key(key: str) -> tuple[str, int, str]:
+    """(topic id, partition, segment id) of a metadata record's key (RemoteSegment.key);
+    ValueError for another form."""
+    topic_id, partition, segment_id = key.split("/", 2)
+    return topic_id, int(partition), segment_id
 
 
 def partition_prefix(prefix: str, topic: str, topic_id: str, partition: int) -> str:
     """The folder holding every remote segment of one partition."""
-    return f"{prefix.rstrip('/')}/{topic}-{topic_id}/{partition}"
+    return f"{topic_folder(prefix, topic, topic_id)}/{partition}"
 
 
 def segment_folder(prefix: str, topic: str, topic_id: str, partition: int,

@@ -29,6 +29,10 @@ The rules (docs/tiered.md):
   compaction: every fence has a key of its own (one per fence written) and stays where it was
   written, compaction keeps the order of what it keeps, so a kept COPY_FINISHED has the
   same fences before it as in the whole topic.
+- **Tombstones** (a record without a value, raylog/tiered/cleanup.py): once a deleted topic's
+  objects are gone, every key of its topic id gets one; the key is forgotten (attempt or
+  fence), and a partition with no key left is forgotten whole, so a replay of the compacted
+  topic, where compaction dropped the key, ends in the same state.
 
 Not thread-safe: its owner applies records and reads on one thread (or under a lock).
 """
@@ -44,6 +48,7 @@ from raylog.tiered.layout import (
     DELETE_STARTED,
     STATES,
     RemoteSegment,
+    parse_key,
 )
 
 PartitionKey = tuple[str, int]  # (topic id, partition)
@@ -54,6 +59,8 @@ class _PartitionRemoteLog:
     attempts: dict[str, RemoteSegment] = field(default_factory=dict)  # segment id -> latest
     readable: list[RemoteSegment] = field(default_factory=list)  # sorted by base offset
     fence_epoch: int = -1  # the newest leader epoch fenced so far
+    fences: set[str] = field(default_factory=set)  # their segment ids (keys to tombstone)
+    topic: str = ""  # the topic's name, as its records give it
 
     def resolve(self) -> None:
         finished = sorted((s for s in self.attempts.values() if s.state == COPY_FINISHED),
@@ -77,8 +84,10 @@ class RemoteLogState:
         fenced (a COPY_FINISHED of an epoch below the partition's newest fence)."""
         log = self._partitions.setdefault((record.topic_id, record.partition),
                                           _PartitionRemoteLog())
+        log.topic = record.topic
         if record.is_fence:
             log.fence_epoch = max(log.fence_epoch, record.leader_epoch)
+            log.fences.add(record.segment_id)
             return True
         previous = log.attempts.get(record.segment_id)
         if record.state == COPY_FINISHED and record.leader_epoch < log.fence_epoch:
@@ -96,6 +105,38 @@ class RemoteLogState:
     def apply_all(self, records: Iterable[RemoteSegment]) -> None:
         for record in records:
             self.apply(record)
+
+    def apply_value(self, key: bytes | None, value: bytes | None) -> bool:
+        """Take one record of the metadata topic as stored: a tombstone (no value) forgets
+        its key, anything else is a RemoteSegment. ValueError for neither."""
+        if value is not None:
+            return self.apply(RemoteSegment.from_json(value))
+        if key is None:
+            raise ValueError("a remote-log metadata record with neither key nor value")
+        self.remove(key.decode())
+        return True
+
+    def remove(self, key: str) -> None:
+        """Forget the attempt or fence of ``key`` (its tombstone); a partition with no key
+        left is forgotten whole."""
+        topic_id, partition, segment_id = parse_key(key)
+        log = self._partitions.get((topic_id, partition))
+        if log is None:
+            return
+        log.fences.discard(segment_id)
+        if log.attempts.pop(segment_id, None) is not None:
+            log.resolve()
+        if not log.attempts and not log.fences:
+            del self._partitions[(topic_id, partition)]
+
+    def topics(self) -> dict[str, tuple[str, list[str]]]:
+        """Per topic id with any record: its topic's name and every key it holds (attempts
+        and fences), sorted."""
+        out: dict[str, tuple[str, list[str]]] = {}
+        for (topic_id, partition), log in sorted(self._partitions.items()):
+            keys = out.setdefault(topic_id, (log.topic, []))[1]
+            keys += sorted(f"{topic_id}/{partition}/{s}" for s in (*log.attempts, *log.fences))
+        return out
 
     def readable(self, topic_id: str, partition: int) -> list[RemoteSegment]:
         """The segments a reader may read, sorted by base offset, never overlapping."""

@@ -28,6 +28,8 @@ from raylog.errors import InvalidConfigError
 
 S3_SETTINGS = ("endpoint_override", "access_key", "secret_key", "session_token", "region",
                "scheme")
+# Credentials: never written where others read (a Spark plan, logs); see public_settings.
+SECRET_SETTINGS = ("access_key", "secret_key", "session_token")
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,11 @@ def check_location(uri: str, settings: Mapping[str, Any]) -> None:
     unknown = sorted(set(settings) - set(S3_SETTINGS))
     if scheme == "s3" and unknown:
         raise InvalidConfigError(f"unknown S3 settings {unknown}; known: {list(S3_SETTINGS)}")
+
+
+def public_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """``settings`` without credentials (SECRET_SETTINGS): what may name a store in a plan."""
+    return {k: v for k, v in settings.items() if k not in SECRET_SETTINGS}
 
 
 def open_store(uri: str, settings: Mapping[str, Any] | None = None) -> StoreLocation:

@@ -1,6 +1,7 @@
 """Tiered storage on the session cluster, whose object store is a file:// directory
 (conftest.py): segments copied and read back as one log from offset 0, whole-log retention
-deleting remote segments, a leader killed mid-copy, a corrupted object detected.
+deleting remote segments, a leader killed mid-copy, a corrupted object detected, a deleted
+topic's remote data removed.
 
 Topics use 1 KiB segments and a 2 KiB local tail, so a few dozen records make a dozen
 remote segments."""
@@ -91,7 +92,7 @@ def remote_log(topic_id: str) -> RemoteLogState:
     state = RemoteLogState()
     tp = TopicPartition(METADATA_TOPIC, 0)
     for record in read_to_ends([tp]):
-        state.apply(RemoteSegment.from_json(record.value))
+        state.apply_value(record.key, record.value)  # tombstones of deleted topics too
     return state
 
 
@@ -230,3 +231,47 @@ def test_a_corrupted_object_is_detected_and_named(ray_cluster, topic_name):
         while time.monotonic() < deadline:  # the first fetch's answer raises
             consumer.poll(timeout_ms=500)
     consumer.close()
+
+
+def test_deleting_a_tiered_topic_removes_its_objects_and_metadata(ray_cluster, topic_name):
+    admin = Admin()
+    topic = create(admin, topic_name)
+    old_id = admin._cluster.topic(topic).topic_id
+    produce(topic, 0, 40)
+    wait_for(lambda: copied(admin, topic, 3), timeout=120, what="segments copied")
+    old_folder = ray_cluster.remote_store / f"{topic}-{old_id}"
+    assert folders(ray_cluster.remote_store, topic, old_id)
+    assert old_id in remote_log(old_id).topics()
+    admin.delete_topic(topic)
+    # Created again at once under its name, before the old one's data is gone: not touched.
+    create(admin, topic)
+    new_id = admin._cluster.topic(topic, refresh=True).topic_id
+    assert new_id != old_id
+    produce(topic, 0, 40)
+    wait_for(lambda: not old_folder.exists() and old_id not in remote_log(old_id).topics(),
+             timeout=180, what="the deleted topic's folder and metadata gone")
+    view = wait_for(lambda: copied(admin, topic, 3), timeout=120, what="the new topic copied")
+    assert view["log_start"] == 0
+    assert {s.topic_id for s in view["remote"]} == {new_id}
+    assert folders(ray_cluster.remote_store, topic, new_id)
+    assert new_id in remote_log(new_id).topics()
+    records = read_all(topic, 40)
+    assert [r.value for r in records] == [b"v%05d" % i + PAD for i in range(40)]
+
+
+def test_a_sweep_cut_short_by_a_crash_is_finished_after_it(ray_cluster, topic_name):
+    """The process sweeping dies after the folder went, before any tombstone: the metadata
+    topic's next leader (or the same process, back) finds the keys left and finishes."""
+    admin = Admin()
+    topic = create(admin, topic_name)
+    topic_id = admin._cluster.topic(topic).topic_id
+    produce(topic, 0, 30)
+    wait_for(lambda: copied(admin, topic, 2), timeout=120, what="segments copied")
+    folder = ray_cluster.remote_store / f"{topic}-{topic_id}"
+    marker = ray_cluster.root / f"tiered-sweep-kill-{topic}"
+    with ray_cluster.failpoints({"tiered.sweep.tombstone": f"exit-once:{marker}"}):
+        admin.delete_topic(topic)
+        wait_for(marker.exists, timeout=180, what="the sweeping process killed")
+    assert not folder.exists()
+    wait_for(lambda: topic_id not in remote_log(topic_id).topics(), timeout=240,
+             what="the keys left by the killed sweep tombstoned")

@@ -89,6 +89,30 @@ def test_a_replica_the_host_no_longer_holds_gets_no_next_job(tmp_path, leader):
         asyncio.run(run())
     finally:
         host.close()
-    assert host._ready_epoch[TP] == leader.leader_epoch  # the preparation ran ...
+    assert host._ready_epoch[TP] == (REF.topic_id, leader.leader_epoch)  # it ran ...
     # ... and nothing was copied after it (the preparation writes only its fence)
     assert [r.segment_id.startswith(FENCE_PREFIX) for r in recorder.records] == [True]
+
+
+def test_a_topic_created_again_under_its_name_is_prepared_again(tmp_path, leader):
+    """Same name, same leader epoch, another topic id: its leader fences and catches up
+    before it copies, as any new leader (the deleted topic's preparation is not its)."""
+    store = ObjectStore.from_uri(f"file://{tmp_path / 'store'}")
+    ended: list[tuple[str, int]] = []
+    host, recorder = started_host(store, lambda tp: ended.append(tp))
+    again = "1" * 32
+
+    async def run() -> None:
+        host.upkeep(REF.topic_id, leader)
+        await until(lambda: len(ended) == 1)
+        host.upkeep(again, leader)  # the old one deleted, this one led at the same epoch
+        await until(lambda: len(ended) == 2)
+
+    try:
+        asyncio.run(run())
+    finally:
+        host.close()
+    fences = [r for r in recorder.records if r.segment_id.startswith(FENCE_PREFIX)]
+    assert [(r.topic_id, r.leader_epoch) for r in fences] == [
+        (REF.topic_id, leader.leader_epoch), (again, leader.leader_epoch)]
+    assert host._ready_epoch[TP] == (again, leader.leader_epoch)

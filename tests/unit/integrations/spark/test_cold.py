@@ -10,12 +10,13 @@ import json
 import pyarrow as pa
 import pytest
 
+from actors import spark_cold_reader
 from actors.spark_cold_reader import SparkColdReader
 from raylog.integrations.ray_data import cold as ray_data_cold
 from raylog.integrations.spark import cold
 from raylog.records.kafka_columns import spark_table
 from raylog.replica.partition import READ_COMMITTED, READ_UNCOMMITTED
-from raylog.tiered import layout
+from raylog.tiered import cold_read, layout
 from raylog.tiered.cold_plan import TieredView
 from raylog.types import TopicPartition
 from raylog.util.interop import ERROR_MARK, JavaCallError
@@ -24,6 +25,9 @@ from tests.unit.tiered.test_cold_read import partition, uploaded  # noqa: F401 -
 
 T0 = TopicPartition("t", 0)
 GATEWAY = SparkColdReader.__ray_actor_class__()  # the actor's class, without Ray
+GATEWAY._cluster_store = {"uri": None, "settings": {}}  # no controller: the pieces' own
+SECRETS = {"access_key": "AKIDEXAMPLE", "secret_key": "wJalrXUtnFEMI-secret",
+           "session_token": "FwoGZXIvYXdzE-token"}
 
 
 @pytest.fixture
@@ -71,3 +75,45 @@ def test_a_damaged_piece_crosses_as_its_raylog_error(views, uploaded):  # noqa: 
     s, e, piece = pieces(cold.cold_plan(None, {T0: (0, 112)}, READ_UNCOMMITTED))[1]
     with pytest.raises(JavaCallError, match=f"{ERROR_MARK}.*RemoteObjectError"):
         GATEWAY.java_cold_read(piece, s, e, True, "")
+
+
+def test_the_plan_names_the_store_without_its_credentials(monkeypatch, uploaded):  # noqa: F811
+    _, segments, _ = uploaded
+    settings = {"endpoint_override": "127.0.0.1:9000", "scheme": "http", **SECRETS}
+    view = TieredView.from_answer(fake_view(segments, 0, 113, "s3://bucket/tiered", settings))
+    monkeypatch.setattr(ray_data_cold, "tiered_views", lambda cluster, tps, *_: {T0: view})
+    plan = cold.cold_plan(None, {T0: (0, 112)}, READ_UNCOMMITTED)
+    for name, secret in SECRETS.items():
+        assert secret not in plan and name not in plan
+    piece = json.loads(pieces(plan)[0][2])
+    assert piece["uri"] == "s3://bucket/tiered"
+    assert piece["settings"] == {"endpoint_override": "127.0.0.1:9000", "scheme": "http"}
+
+
+def test_the_gateway_opens_the_clusters_store_with_the_controllers_settings(
+        monkeypatch, views, uploaded):  # noqa: F811
+    store, _, uri = uploaded
+    opened: list[tuple[str, dict]] = []
+
+    def cached_store(piece_uri, settings):
+        opened.append((piece_uri, dict(settings)))
+        return store
+
+    monkeypatch.setattr(cold_read, "cached_store", cached_store)
+    s, e, piece = pieces(cold.cold_plan(None, {T0: (0, 112)}, READ_UNCOMMITTED))[1]
+    gateway = SparkColdReader.__ray_actor_class__()
+    gateway._cluster_store = {"uri": uri, "settings": SECRETS}  # the controller's answer
+    assert gateway.java_cold_read(piece, s, e, True, "")
+    gateway._cluster_store = {"uri": "s3://another/store", "settings": SECRETS}
+    assert gateway.java_cold_read(piece, s, e, True, "")
+    assert opened == [(uri, SECRETS), (uri, {})]  # another store: the piece's settings
+
+
+def test_a_gateway_without_a_controller_fails_retriably(monkeypatch):
+    def no_controller(name, namespace):
+        raise ValueError(f"Failed to look up actor with name {name!r}")
+
+    monkeypatch.setattr(spark_cold_reader.ray, "get_actor", no_controller)  # no Ray here
+    gateway = SparkColdReader.__ray_actor_class__()
+    with pytest.raises(JavaCallError, match=f"{ERROR_MARK}.*RemoteStorageUnavailableError"):
+        gateway.java_cold_read("{}", 0, 1, True, "")
