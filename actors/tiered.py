@@ -15,8 +15,8 @@ process hosts a tiered replica (or is asked for a tiered view):
   of the same queue that backs off on its own;
 - the :class:`~raylog.tiered.reader.RemoteReader` (cache) fetches below the local log start
   read through, on worker threads;
-- in the process leading ``__raylog_remote_log``, the sweep of deleted topics'
-  remote data (raylog/tiered/cleanup.py), a job of the same thread every SWEEP_INTERVAL_S,
+- in the process leading ``__raylog_remote_log``, the cleanup of deleted topics'
+  remote data (raylog/tiered/cleanup.py), a job of the same thread every CLEANUP_INTERVAL_S,
   backing off as the others do: so whichever process leads the metadata topic after a
   restart finishes what a sweep cut short left.
 
@@ -76,8 +76,8 @@ METADATA_PARTITIONS = 1
 METADATA_CONFIGS = {"cleanup.policy": "compact"}
 APPLY_WAIT_S = 60.0  # a written record not seen by the feed by then: the job fails, retries
 FEED_POLL_MS = 200
-SWEEP = (METADATA_TOPIC, -1)  # the sweep's key among the jobs
-SWEEP_INTERVAL_S = 10.0  # between sweeps of deleted topics' remote data
+CLEANUP = (METADATA_TOPIC, -1)  # the cleanup's key among the jobs
+CLEANUP_INTERVAL_S = 10.0  # between cleanups of deleted topics' remote data
 CONTROLLER_TIMEOUT_S = 30.0
 
 
@@ -249,10 +249,10 @@ class TieredHost:
     def upkeep(self, topic_id: str, partition: Partition) -> None:
         """For a tiered leader, the next job: catch up and delete orphans after becoming
         leader, then a copy, else retention's deletions; for the leader of the metadata
-        topic, a sweep of deleted topics when due. Returns at once."""
+        topic, a cleanup of deleted topics when due. Returns at once."""
         if partition.topic == METADATA_TOPIC:
             if partition.role is Role.LEADER:
-                self._sweep()
+                self._plan_cleanup()
             return
         if not partition.log.config.remote_storage_enable:
             return
@@ -304,16 +304,16 @@ class TieredHost:
             backoff.reset()
         return time.monotonic() >= self._not_before.get(tp, 0.0)
 
-    def _sweep(self) -> None:
-        """Plan a sweep of deleted topics' remote data when due (this process leads the
+    def _plan_cleanup(self) -> None:
+        """Plan a cleanup of deleted topics' remote data when due (this process leads the
         metadata topic; its store is open and its state loaded)."""
         self.start()
-        if not (self.ready and self.loaded.is_set()) or not self._may_plan(SWEEP, "sweep"):
+        if not (self.ready and self.loaded.is_set()) or not self._may_plan(CLEANUP, "cleanup"):
             return
-        self._not_before[SWEEP] = time.monotonic() + SWEEP_INTERVAL_S
-        self._submit(SWEEP, self._job_sweep)
+        self._not_before[CLEANUP] = time.monotonic() + CLEANUP_INTERVAL_S
+        self._submit(CLEANUP, self._job_cleanup)
 
-    def _job_sweep(self) -> None:
+    def _job_cleanup(self) -> None:
         """Remove what deleted topics left in the store and the metadata topic
         (raylog/tiered/cleanup.py: the state is read before the controller is asked)."""
         with self.lock:

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from actors.tiered import SWEEP, TieredHost
+from actors.tiered import CLEANUP, TieredHost
 from raylog.replica.partition import LeaderAndIsr, Partition
 from raylog.storage.log import PartitionLog
 from raylog.tiered.cleanup import find_deleted
@@ -91,10 +91,10 @@ def sweeping_host(store: ObjectStore, topic: MetadataTopic, live: set[str]) -> T
 def sweep(host: TieredHost, leader: Partition, done) -> None:
     async def run() -> None:
         while not done():  # the host's maintenance, once a round, the next sweep due
-            host._not_before.pop(SWEEP, None)
+            host._not_before.pop(CLEANUP, None)
             host.upkeep("", leader)  # plans a sweep, or takes the last one's end (failed:
             # it backs off, and the next round plans one)
-            await until(lambda: SWEEP not in host._running or host._running[SWEEP].done())
+            await until(lambda: CLEANUP not in host._running or host._running[CLEANUP].done())
 
     try:
         asyncio.run(asyncio.wait_for(run(), 60))
@@ -139,12 +139,12 @@ def test_a_store_that_is_down_is_retried_and_nothing_is_recorded_meanwhile(store
 
     async def first_round() -> None:
         host.upkeep("", leader)
-        await until(lambda: host._running[SWEEP].done(), 10)
+        await until(lambda: host._running[CLEANUP].done(), 10)
         host.upkeep("", leader)  # sees the failure: backs off
 
     asyncio.run(first_round())
     assert failures and len(topic.records) == records  # no tombstone before the folder went
-    assert host._not_before[SWEEP] > 0 and host._backoff[SWEEP].attempts > 0
+    assert host._not_before[CLEANUP] > 0 and host._backoff[CLEANUP].attempts > 0
     sweep(host, leader, lambda: OLD not in topic.state.topics())
     assert len(failures) == 2 and folders(store) == {f"t-{NEW}", f"u-{OTHER}"}
 
@@ -162,7 +162,7 @@ def test_a_sweep_cut_short_is_finished_by_another_process(store, topic, tmp_path
 
     first._tombstone = killed_after_three
     with pytest.raises(SystemExit):
-        first._job_sweep()
+        first._job_cleanup()
     first.close()
     assert f"t-{OLD}" not in folders(store) and len(written) == 3
     # A new process (the metadata topic's next leader) replays the topic and finishes.

@@ -105,7 +105,8 @@ def test_a_store_failing_the_sweep_delays_only_the_sweep(tmp_path, leader,  # no
 
     try:
         asyncio.run(run())
-        assert host._ready_epoch[TP] == (REF.topic_id, leader.leader_epoch)  # the preparation went through
+        # the preparation went through
+        assert host._ready_epoch[TP] == (REF.topic_id, leader.leader_epoch)
         assert listings  # the sweep was tried, in the preparation and after its backoff
         assert TP not in host._not_before  # no job of the partition failed
         assert host._sweep_backoff[TP].attempts >= 1  # the sweep's own backoff
