@@ -1,5 +1,5 @@
-"""A restarted controller serves soon: it imports only what the controller runs and finds its
-brokers' actors by name.
+"""A restarted controller serves soon: it imports only what the controller runs, finds its
+brokers' actors by name, and starts its first reconcile round at once.
 
 Ray restarts the controller into a fresh process that imports actors/controller.py before it
 can load its metadata; the broker's modules (replicas, logs, fetcher, tiered storage) and the
@@ -8,13 +8,17 @@ whole client are not needed for that, and are imported only where they are used.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from actors import broker_manager
 from actors.broker_manager import BrokerManager
+from actors.controller import RECONCILE_INTERVAL_S, ControllerActor
 from raylog.util.cluster_names import NAMESPACE, broker_actor_name
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -47,3 +51,34 @@ def test_a_running_broker_actor_is_found_by_name(monkeypatch):
     manager = BrokerManager.__new__(BrokerManager)  # _actor reads nothing of its state
     assert manager._actor("node-1") is running
     assert asked == [(broker_actor_name("node-1"), NAMESPACE)]
+
+
+class Stop(Exception):
+    pass
+
+
+class FakeBrokers:
+    def start_sessions(self) -> None:
+        pass
+
+
+def test_the_first_reconcile_round_runs_without_waiting_an_interval(monkeypatch):
+    happened: list[object] = []
+
+    async def sleep(seconds: float) -> None:
+        happened.append(("sleep", seconds))
+        raise Stop
+
+    controller = ControllerActor.__ray_actor_class__.__new__(ControllerActor.__ray_actor_class__)
+    controller.brokers = FakeBrokers()
+    controller._reconcile = lambda: happened.append("round")
+
+    async def run() -> None:
+        controller._first_round = asyncio.get_running_loop().create_future()
+        controller._first_round.set_result(None)
+        monkeypatch.setattr(asyncio, "sleep", sleep)
+        await controller._reconcile_forever()
+
+    with pytest.raises(Stop):
+        asyncio.run(run())
+    assert happened == ["round", ("sleep", RECONCILE_INTERVAL_S)]
