@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
-from collections.abc import Awaitable
-from typing import Any
 
 _FORMAT = "%(asctime)s %(levelname)s %(name)s%(fields)s: %(message)s"
 
@@ -15,18 +12,6 @@ def at(topic: str, partition: int) -> dict[str, dict[str, object]]:
     """``extra=`` for a log line about one partition: it then carries ``topic=...
     partition=...`` fields that a log search can match."""
     return {"extra": {"topic": topic, "partition": partition}}
-
-
-_background: set[asyncio.Task] = set()
-
-
-def background(work: Awaitable[Any]) -> asyncio.Task:
-    """Run ``work`` on the event loop without waiting for it, keeping a reference until it
-    ends (asyncio keeps only weak ones: an unreferenced task may vanish mid-way)."""
-    task = asyncio.get_running_loop().create_task(work)
-    _background.add(task)
-    task.add_done_callback(_background.discard)
-    return task
 
 
 class _Fields(logging.Filter):

@@ -46,11 +46,12 @@ from typing import Any
 
 import ray
 
-from actors import background, log_what_matters
+from actors import log_what_matters
 from actors.balancing import PartitionBalancer
 from actors.broker_manager import BrokerManager
 from actors.drains import Drains, GcsValue
 from actors.groups import GroupService
+from actors.hosting import background
 from actors.java_api import JavaApi
 from actors.kafka_groups import KafkaGroupService
 from actors.partition_moves import PartitionMoves

@@ -34,8 +34,8 @@ from typing import Any
 
 import ray
 
-from actors import background
 from actors.broker_manager import NODES_TIMEOUT_S, BrokerManager
+from actors.hosting import background
 from raylog.errors import DrainTimeoutError, IllegalStateError, RequestTimeoutError
 from raylog.metadata import drain
 from raylog.metadata.access import MetadataAccess, Partition

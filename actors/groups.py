@@ -23,8 +23,8 @@ from typing import Any
 import ray
 from ray.exceptions import ActorDiedError, ActorUnschedulableError, RayActorError
 
-from actors import background
 from actors.actor_notices import actor_notices
+from actors.hosting import background
 from actors.leader_calls import LEADER_RETRY_S, Leader, LeaderCalls, Loading
 from raylog.errors import (
     InvalidArgumentError,

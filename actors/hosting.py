@@ -26,7 +26,6 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from actors import background
 from raylog.errors import (
     FencedEpochError,
     NotLeaderError,
@@ -368,6 +367,18 @@ class HostedReplica:
         replica_set = partition.replica_set
         return any(replica_set.follower(r).log_end_offset != end
                    for r in partition.replicas if r != partition.replica_id)
+
+
+_background: set[asyncio.Task] = set()
+
+
+def background(work: Awaitable[Any]) -> asyncio.Task:
+    """Run ``work`` on the event loop without waiting for it, keeping a reference until it
+    ends (asyncio keeps only weak ones: an unreferenced task may vanish mid-way)."""
+    task = asyncio.get_running_loop().create_task(work)
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+    return task
 
 
 async def wait_any(replicas: Iterable[HostedReplica], timeout: float) -> bool:

@@ -31,8 +31,8 @@ from typing import Any
 
 from ray.exceptions import ActorUnschedulableError, RayActorError
 
-from actors import background
 from actors.groups import OFFSETS_TOPIC_CONFIGS, EnsureTopic
+from actors.hosting import background
 from actors.leader_calls import APPEND_TIMEOUT_MS, Leader, LeaderCalls, Loading
 from raylog.errors import ConcurrentTransactionsError, LeaderNotAvailableError
 from raylog.metadata import state as events

@@ -22,9 +22,8 @@ from actors.controller import RECONCILE_INTERVAL_S, ControllerActor
 from raylog.util.cluster_names import NAMESPACE, broker_actor_name
 
 ROOT = Path(__file__).resolve().parents[3]
-NOT_FOR_A_CONTROLLER_START = ["actors.broker", "actors.serving", "actors.fetcher", "actors.hosting",
-                              "actors.tiered", "actors.replica_hosts", "raylog.replica.partition",
-                              "raylog.client"]
+NOT_FOR_A_CONTROLLER_START = ["actors.broker", "actors.serving", "actors.fetcher",
+                              "actors.tiered", "actors.replica_hosts", "raylog.client"]
 
 
 def test_importing_the_controller_imports_neither_the_broker_nor_the_client():
