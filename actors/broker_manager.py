@@ -38,10 +38,8 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors import at
-from actors.broker import BrokerActor
 from actors.channels import BrokerChannel, Outcome, Words
 from actors.supervision import BrokerWatch, Health
-from raylog.client.remote import unwrap
 from raylog.errors import BrokerRestartedError, LeaderNotAvailableError
 from raylog.metadata import election
 from raylog.metadata import state as events
@@ -202,6 +200,17 @@ class BrokerManager:
     # -- registration --------------------------------------------------------------------------
 
     def _actor(self, node_id: str) -> ray.actor.ActorHandle:
+        """The broker actor of ``node_id``: the running one (after a controller restart, every
+        live node's), else a new one."""
+        try:
+            return ray.get_actor(broker_actor_name(node_id), namespace=NAMESPACE)
+        except ValueError:
+            pass
+        # Imported here, not at the top: the broker's modules (its replicas, their logs, the
+        # fetcher, tiered storage) weigh on every controller start, and a restarted
+        # controller finds its brokers running (measured: docs/replication.md).
+        from actors.broker import BrokerActor
+
         return BrokerActor.options(
             name=broker_actor_name(node_id), namespace=NAMESPACE, get_if_exists=True,
             lifetime="detached", max_restarts=-1, max_task_retries=0,
@@ -536,6 +545,10 @@ class BrokerManager:
             logger.warning("could not tell broker %d (%r)", broker, e)
             return Outcome.FAILED
         except Exception as e:
+            # Imported here: raylog.client's package loads the whole client (producer,
+            # consumer, admin), which a controller's start need not wait for.
+            from raylog.client.remote import unwrap
+
             if isinstance(unwrap(e), BrokerRestartedError):
                 # Its watch takes the old process down, then tells the new one everything.
                 logger.info("broker %d restarted before it was told: %s", broker, unwrap(e))

@@ -276,8 +276,10 @@ class ControllerActor:
             await asyncio.shield(self._first_round)
         self.brokers.start_sessions()
         while True:
-            await asyncio.sleep(RECONCILE_INTERVAL_S)
+            # A round at once, then one every interval: after a restart, partitions the
+            # previous controller left leaderless get their leaders now, not an interval later.
             self._reconcile()
+            await asyncio.sleep(RECONCILE_INTERVAL_S)
 
     def _reconcile(self) -> None:
         """Start each step of a round that is not still running from an earlier round."""

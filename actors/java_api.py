@@ -19,7 +19,6 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.broker_manager import BrokerManager
 from actors.topic_manager import TopicManager
-from raylog.client.connection import METADATA_MAX_AGE_S
 from raylog.errors import InvalidArgumentError, RaylogError
 from raylog.metadata.topics import log_config
 from raylog.util.cluster_names import NAMESPACE, REGISTRY_NAME, broker_actor_name
@@ -62,6 +61,10 @@ class JavaApi:
         its cache (the Python clients' METADATA_MAX_AGE_S: one age for both), and per live
         broker among its replicas the name of the broker's actor, its node and host; per
         unknown topic ``{"error": ...}``."""
+        # Imported here: raylog.client's package loads the whole client (producer,
+        # consumer, admin), which a controller's start need not wait for.
+        from raylog.client.connection import METADATA_MAX_AGE_S
+
         answer: dict[str, Any] = {}
         for name in json.loads(names):
             try:
