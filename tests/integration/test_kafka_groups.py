@@ -34,6 +34,7 @@ from tests.integration.test_cli import run
 PARTITIONS = 4
 REPO = Path(__file__).resolve().parents[2]
 SESSION_MS = 6000
+STATIC_JAVA_SESSION_MS = "60000"  # a restart within the session, however loaded the machine
 
 
 @pytest.fixture
@@ -343,12 +344,15 @@ def test_a_static_java_member_killed_and_restarted_gets_its_partitions_back(
         gateway, topic, group, java_member):
     """The Java client's static membership: a Java member (group.instance.id "ij") is killed
     and started again under the same instance id; it gets its partitions back in the same
-    generation while a static librdkafka member keeps its own, never revoked."""
+    generation while a static librdkafka member keeps its own, never revoked. The Java
+    member's session is long (STATIC_JAVA_SESSION_MS): the test is about a restart within
+    it, and a JVM started again on a loaded machine took longer than the 6 s default."""
     produce(topic, 20)
     revoked: list[list] = []
     consumer = kafka_consumer(gateway, group, **{"group.instance.id": "il"})
     try:
-        with Child([*java_member, gateway, group, topic, "ij"], cwd=REPO) as java:
+        with Child([*java_member, gateway, group, topic, "ij", STATIC_JAVA_SESSION_MS],
+                   cwd=REPO) as java:
             wait_for(lambda: java_owned(java) == all_partitions(topic), timeout=120,
                      what="the Java member to own every partition")
             consumer.subscribe([topic], on_revoke=lambda _, ps: revoked.append(ps))
@@ -359,7 +363,8 @@ def test_a_static_java_member_killed_and_restarted_gets_its_partitions_back(
             theirs, mine = java_owned(java), owned(consumer)
             revoked.clear()
             java.kill()  # no LeaveGroup: a static member's partitions stay its own
-        with Child([*java_member, gateway, group, topic, "ij"], cwd=REPO) as java:
+        with Child([*java_member, gateway, group, topic, "ij", STATIC_JAVA_SESSION_MS],
+                   cwd=REPO) as java:
             poll_until([consumer], lambda: java_owned(java) == theirs,
                        "the restarted Java member to get its partitions back")
             after = Admin().describe_group(group)

@@ -1,7 +1,8 @@
 // A Kafka group member on the Java client (kafka-clients 4.x), for tests: args BOOTSTRAP
-// GROUP TOPIC [INSTANCE_ID]. It subscribes with the client's default assignors (a static
+// GROUP TOPIC [INSTANCE_ID [SESSION_MS]]. It subscribes with the client's default assignors (a static
 // member with group.instance.id INSTANCE_ID if given) and polls until killed, printing its
-// sorted assignment ("topic:partition,...") each time it changes.
+// sorted assignment ("topic:partition,...") each time it changes. SESSION_MS: its
+// session.timeout.ms (6000 unless given).
 
 import java.time.Duration;
 import java.util.List;
@@ -15,7 +16,7 @@ public class KafkaGroupMember {
         Properties props = new Properties();
         props.put("bootstrap.servers", args[0]);
         props.put("group.id", args[1]);
-        props.put("session.timeout.ms", "6000");
+        props.put("session.timeout.ms", args.length > 4 ? args[4] : "6000");
         props.put("heartbeat.interval.ms", "500");
         props.put("enable.auto.commit", "false");
         props.put("auto.offset.reset", "earliest");
