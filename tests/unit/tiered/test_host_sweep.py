@@ -68,8 +68,8 @@ def test_a_new_leader_sweeps_in_its_preparation_then_every_interval(tmp_path, le
                     and (TP not in host._running or host._running[TP].done()))
         assert "before" not in folder_ids(store)  # swept by the preparation
         deleted_attempt_with_late_objects(store, recorder, "after")
-        host.upkeep(REF.topic_id, leader)
-        await asyncio.sleep(0.1)
+        host.upkeep(REF.topic_id, leader)  # a sweep wrongly planned here would run now
+        await until(lambda: TP not in host._running or host._running[TP].done())
         assert "after" in folder_ids(store)  # not due for an hour
         host._sweep_due[TP] = 0.0  # the interval passed
         host.upkeep(REF.topic_id, leader)
