@@ -225,6 +225,9 @@ class ControllerActor:
     java_schema_registry = java_call(served_by("java", JavaApi.java_schema_registry))
     java_writer = java_call(served_by("java", JavaApi.java_writer))
     java_cold_reader = java_call(served_by("java", JavaApi.java_cold_reader))
+    # The same node's cold-read gateway for Python callers (Ray Data's read_topic), whose
+    # errors stay raylog's.
+    cold_reader = served_by("java", JavaApi.java_cold_reader)
 
     # -- lifecycle -------------------------------------------------------------------------------
 

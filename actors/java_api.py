@@ -4,7 +4,8 @@ and out.
 Java calls the controller's ``java_*`` methods by name (.../spark/Cluster.java); they
 are served here, over the same parts the Python clients' calls are (topics, brokers), and
 keep the gateways Spark's tasks go through, one per node of each kind: writers
-(actors/spark_writer.py) and cold readers (actors/spark_cold_reader.py).
+(actors/spark_writer.py) and cold readers (actors/cold_reader.py, which Ray Data's reads use
+too: the controller's ``cold_reader``).
 """
 
 from __future__ import annotations
@@ -104,12 +105,13 @@ class JavaApi:
         return await self._gateway("spark-writer", SparkWriter, node_id)
 
     async def java_cold_reader(self, node_id: str) -> str:
-        """The name (in namespace ``raylog``) of the actor through which Spark tasks on
-        ``node_id`` read cold pieces from the object store (actors/spark_cold_reader.py),
-        started if there is none yet or if the one there died (see :meth:`_gateway`)."""
-        from actors.spark_cold_reader import SparkColdReader
+        """The name (in namespace ``raylog``) of the actor through which Spark tasks and Ray
+        Data reads read cold pieces on ``node_id`` from the object store
+        (actors/cold_reader.py), started if there is none yet or if the one there died (see
+        :meth:`_gateway`)."""
+        from actors.cold_reader import ColdReader
 
-        return await self._gateway("spark-cold-reader", SparkColdReader, node_id)
+        return await self._gateway("cold-reader", ColdReader, node_id)
 
     async def _gateway(self, kind: str, actor_class: Any, node_id: str) -> str:
         """The name of ``node_id``'s gateway of ``kind``, an ``actor_class`` started on that

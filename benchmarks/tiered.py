@@ -32,7 +32,7 @@ after one warm-up round (the checks below), best and median of REPETITIONS:
 spark_cold_sum     ``raylog.integrations.spark.read(spark, topic)`` then
                    ``selectExpr("sum(length(value))")``: the connector's planner lays the
                    cold pieces over the ranges; each cold piece is read from the store by
-                   the executor's node's cold-read gateway (actors/spark_cold_reader.py,
+                   the executor's node's cold-read gateway (actors/cold_reader.py,
                    called across languages: the segment fetched, its sha256 checked, its
                    batches handed to the JVM, decoded by BatchDecoder), the hot rest by the
                    brokers. The warm-up (the checks) starts the gateway.

@@ -325,6 +325,11 @@ class ControllerClient:
         there is none yet (as for the Java connector)."""
         return self._call(self.handle.java_schema_registry)
 
+    def cold_reader(self, node_id: str) -> str:
+        """The name of ``node_id``'s cold-read gateway (actors/cold_reader.py), which the
+        controller starts if there is none yet or the one there died."""
+        return self._call(self.handle.cold_reader, node_id)
+
     def metadata(self, names: list[str], timeout: float | None = None
                  ) -> dict[str, dict[str, Any]]:
         return self._call(self.handle.metadata, names, timeout=timeout)

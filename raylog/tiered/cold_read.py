@@ -1,6 +1,6 @@
 """Reading a remote (tiered) segment straight from the object store, without a broker.
 
-Analytics tasks (Ray Data's, Spark's) read cold offsets this way: the segment's
+Analytics (Ray Data's and Spark's readers) read cold offsets this way: the segment's
 ``segment.log`` object is fetched whole, its size and sha256 checked against the segment's
 record (a mismatch or a missing object is a RemoteObjectError naming the object, never
 data), and its batches turned into exactly what a broker's range read gives for the same
@@ -14,11 +14,12 @@ offsets:
   ``read_kafka_table`` answers them (records.read_table decodes each batch's Arrow payload
   whole: no per-record Python).
 
-The Spark connector carries a piece as JSON text (:func:`piece_text`: the store's URI and
-settings without credentials, the segment's record, the aborted transactions it needs) and
-has it read by :func:`read_piece` (in its node's cold-read gateway,
-actors/spark_cold_reader.py, which opens the cluster's store with the settings the controller
-gives it: the text sits in Spark's plan and logs, the credentials never do).
+Both readers carry a piece as JSON text (:func:`piece_text`: the store's URI and settings
+without credentials, the segment's record, the aborted transactions it needs) and have it
+read by a node's cold-read gateway (actors/cold_reader.py, which opens the cluster's store
+with the settings the controller gives it: the text sits in Spark's plan and logs and in
+Ray's task specs, the credentials never do): :func:`read_piece` for the Spark connector,
+:func:`piece_table` for Ray Data.
 
 read_committed needs the aborted transactions holding the offsets: :func:`aborted_transactions`
 collects them from the ``txn.index`` objects of the segment and of every later remote segment
@@ -119,21 +120,27 @@ def piece_text(uri: str | None, settings: Mapping[str, Any], segment: RemoteSegm
                        "aborted": [list(e) for e in aborted]})
 
 
-def read_piece(piece: str, start: int, end: int, batches: bool, columns: str,
-               cluster_store: Mapping[str, Any] | None = None) -> bytes:
-    """Records [start, end) of a :func:`piece_text` piece: with ``batches``, its stored
-    batches (:func:`segment_batches`); else an Arrow IPC stream of ``columns``
-    (comma-separated; none: the offsets alone) in Spark's layout. The store is opened with
-    ``cluster_store``'s settings (``{"uri", "settings"}``, the controller's
+def _open_piece(piece: str, cluster_store: Mapping[str, Any] | None
+                ) -> tuple[ObjectStore, RemoteSegment, list[AbortedTxn]]:
+    """The store, segment and aborted transactions of a :func:`piece_text` piece. The store
+    is opened with ``cluster_store``'s settings (``{"uri", "settings"}``, the controller's
     ``remote_storage``: credentials included) when it names the piece's URI, else with the
     piece's own (none secret: a store that takes no credentials, or finds them itself)."""
     body = json.loads(piece)
     settings = body["settings"]
     if cluster_store is not None and cluster_store.get("uri") == body["uri"]:
         settings = cluster_store["settings"]
-    store = cached_store(body["uri"], settings)
-    segment = RemoteSegment.from_json(body["segment"])
-    aborted = [AbortedTxn(*e) for e in body["aborted"]]
+    return (cached_store(body["uri"], settings), RemoteSegment.from_json(body["segment"]),
+            [AbortedTxn(*e) for e in body["aborted"]])
+
+
+def read_piece(piece: str, start: int, end: int, batches: bool, columns: str,
+               cluster_store: Mapping[str, Any] | None = None) -> bytes:
+    """Records [start, end) of a :func:`piece_text` piece (its store opened as
+    :func:`_open_piece` says): with ``batches``, its stored batches
+    (:func:`segment_batches`); else an Arrow IPC stream of ``columns`` (comma-separated;
+    none: the offsets alone) in Spark's layout. The Spark connector's read."""
+    store, segment, aborted = _open_piece(piece, cluster_store)
     if batches:
         return segment_batches(store, segment, start, end, aborted)
     try:
@@ -142,3 +149,11 @@ def read_piece(piece: str, start: int, end: int, batches: bool, columns: str,
     except ValueError as e:
         raise InvalidArgumentError(str(e)) from e
     return ipc_bytes(table)
+
+
+def piece_table(piece: str, start: int, end: int,
+                cluster_store: Mapping[str, Any] | None = None) -> pa.Table:
+    """Records [start, end) of a :func:`piece_text` piece (its store opened as
+    :func:`_open_piece` says) as a KAFKA_SCHEMA table: Ray Data's read."""
+    store, segment, aborted = _open_piece(piece, cluster_store)
+    return segment_table(store, segment, start, end, aborted)

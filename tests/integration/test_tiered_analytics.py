@@ -214,7 +214,7 @@ def test_a_cold_read_gateway_that_died_is_replaced(topic, tiered, spark, ray_clu
     assert spark_rows(cold) == expected
     for node, killed in gateways.items():
         name = ray.get(controller.java_cold_reader.remote(node))
-        assert name != killed and name.startswith(f"spark-cold-reader:{node}:")
+        assert name != killed and name.startswith(f"cold-reader:{node}:")
 
 
 # -- the brokers' uploads ----------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""The cold part of a Ray Data read: offsets below a partition's local log start, read by Ray
-tasks straight from the object store, one task per remote segment, without a broker.
+"""The cold part of a Ray Data read: offsets below a partition's local log start, read
+straight from the object store by the nodes' cold-read gateways, one block per remote
+segment piece, without a broker.
 
 Planning (:func:`plan_read`, plain Python): each partition's leader describes its log with
 ``tiered_view`` (:class:`raylog.tiered.cold_plan.TieredView`); a planned range is cut into
@@ -7,21 +8,24 @@ the pieces of remote segments below the local log start and the hot rest, which 
 serve as before. A broker without ``tiered_view`` (a cluster without tiered storage) makes
 every range hot.
 
-Reading (:func:`cold_refs`): one task per piece fetches the segment's ``segment.log``, checks
-its checksum and decodes its batches into the same KAFKA_SCHEMA table a broker's
-``read_kafka_table`` answers (raylog/tiered/cold_read.py). Tasks take COLD_READ_CPUS each, so
-a small cluster runs several at once; with a ``file://`` store (a directory every node
-mounts) they are spread over the nodes, each reading through its own mount. read_committed:
-the aborted transactions come from the ``txn.index`` objects of the piece's segment and the
-later remote segments, and from the leader for abort markers still only in its local log.
+Reading (:func:`cold_refs`): each piece, as the text the Spark connector carries too
+(:func:`piece_texts`: the store's URI and its settings without credentials, the segment's
+record, the aborted transactions its offsets need), is asked of the cold-read gateway
+(actors/cold_reader.py) of its partition's leader's node: a long-lived actor that fetches the
+segment's ``segment.log``, checks its checksum and decodes its batches into the same
+KAFKA_SCHEMA table a broker's ``read_kafka_table`` answers (raylog/tiered/cold_read.py), on
+several threads at once; a node's brokers reach the store (they upload to it). The gateway
+asks the controller for the store's credentials: no secret is in a call's arguments.
+read_committed: the aborted transactions come from the ``txn.index`` objects of the
+partition's remote segments (read here, once per partition) and from the leader for abort
+markers still only in its local log.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-import pyarrow as pa
 import ray
 
 from raylog.client.connection import RaylogCluster
@@ -30,16 +34,14 @@ from raylog.integrations.ray_data.ranges import split
 from raylog.replica.partition import READ_COMMITTED
 from raylog.storage.txn_index import AbortedTxn
 from raylog.tiered.cold_plan import ColdPiece, TieredView, split_range
-from raylog.tiered.cold_read import aborted_transactions, segment_table
-from raylog.tiered.layout import RemoteSegment
+from raylog.tiered.cold_read import aborted_transactions, piece_text
 from raylog.tiered.store import cached_store
 from raylog.types import TopicPartition
-
-COLD_READ_CPUS = 0.25  # per cold-read task: decoding is short, fetching waits
+from raylog.util.cluster_names import NAMESPACE
 
 
 class ReadPlan(NamedTuple):
-    """The blocks a read asks brokers for, and the remote pieces its tasks read."""
+    """The blocks a read asks brokers for, and the remote pieces the gateways read."""
 
     hot: list[tuple[TopicPartition, int, int]]
     cold: list[tuple[TieredView, ColdPiece]]
@@ -86,41 +88,63 @@ def local_aborted(cluster: RaylogCluster, view: TieredView, tp: TopicPartition,
     return tuple(found.aborted or ())
 
 
+def piece_texts(cluster: RaylogCluster, tp: TopicPartition, view: TieredView,
+                pieces: list[ColdPiece], isolation: str, timeout_s: float | None = None
+                ) -> list[str]:
+    """``pieces`` (of ``tp``, in offset order) as raylog.tiered.cold_read.piece_text gives
+    them, the form both readers send to a cold-read gateway: no credentials in them. For
+    read_committed, each with the aborted transactions holding its offsets, from the
+    ``txn.index`` objects of the view's remote segments and the leader's local log."""
+    aborted: list[AbortedTxn] = []
+    if isolation == READ_COMMITTED and pieces:
+        first, last = pieces[0].start, pieces[-1].end
+        aborted = aborted_transactions(cached_store(view.uri, view.settings), view.remote,
+                                       first, last)
+        aborted += [e for e in local_aborted(cluster, view, tp, timeout_s)
+                    if e.last_offset >= first and e.first_offset < last]
+    return [piece_text(view.uri, view.settings, p.segment,
+                       [e for e in aborted if e.last_offset >= p.start and e.first_offset < p.end])
+            for p in pieces]
+
+
+class ColdReaders:
+    """The cold-read gateways (actors/cold_reader.py) one read sends its pieces to, by node,
+    as the controller names them (it starts one where there is none, or a new one, under a
+    new name, where the last died). A gateway that dies fails the read's attempt with a
+    retriable error; the next attempt asks the controller again. Not thread-safe."""
+
+    def __init__(self, cluster: RaylogCluster) -> None:
+        self._controller = cluster.controller
+        self._handles: dict[str, ray.actor.ActorHandle] = {}
+
+    def read_table(self, node_id: str, piece: str, start: int, end: int) -> ray.ObjectRef:
+        """Records [start, end) of ``piece`` (piece_text) as a KAFKA_SCHEMA table, read by
+        ``node_id``'s gateway."""
+        handle = self._handles.get(node_id)
+        if handle is None:
+            name = self._controller.cold_reader(node_id)
+            handle = self._handles[node_id] = ray.get_actor(name, namespace=NAMESPACE)
+        return handle.read_table.remote(piece, start, end)
+
+
 def cold_refs(cluster: RaylogCluster, cold: list[tuple[TieredView, ColdPiece]],
               isolation: str, timeout_s: float | None = None) -> list[ray.ObjectRef]:
-    """Start a task per cold piece; their tables' references, in the order of ``cold``."""
-    committed = isolation == READ_COMMITTED
-    local: dict[tuple[str, int], tuple[AbortedTxn, ...]] = {}
-    refs = []
-    for view, piece in cold:
-        segment = piece.segment
-        later: list[bytes] = []
-        extra: tuple[AbortedTxn, ...] = ()
-        if committed:
-            later = [s.to_json() for s in view.remote if s.base_offset > segment.base_offset]
-            key = (segment.topic, segment.partition)
-            if key not in local:
-                local[key] = local_aborted(cluster, view, TopicPartition(*key), timeout_s)
-            extra = local[key]
-        spread = {"scheduling_strategy": "SPREAD"} if (view.uri or "").startswith("file:") \
-            else {}
-        refs.append(_read_cold.options(**spread).remote(
-            view.uri, view.settings, segment.to_json(), piece.start, piece.end,
-            later if committed else None, extra))
-    return refs
-
-
-
-@ray.remote(num_cpus=COLD_READ_CPUS)
-def _read_cold(uri: str, settings: dict[str, Any], segment_json: bytes, start: int, end: int,
-               later: list[bytes] | None, local_aborted: tuple[AbortedTxn, ...]) -> pa.Table:
-    """Records [start, end) of one remote segment as a KAFKA_SCHEMA table; ``later`` (the
-    later remote segments' records) is None for read_uncommitted."""
-    store = cached_store(uri, settings)
-    segment = RemoteSegment.from_json(segment_json)
-    aborted: list[AbortedTxn] = []
-    if later is not None:
-        segments = [segment, *(RemoteSegment.from_json(s) for s in later)]
-        aborted = aborted_transactions(store, segments, start, end)
-        aborted += [e for e in local_aborted if e.last_offset >= start and e.first_offset < end]
-    return segment_table(store, segment, start, end, aborted)
+    """Ask for each cold piece's table from its leader's node's gateway; their references,
+    in the order of ``cold``."""
+    by_partition: dict[TopicPartition, list[int]] = {}
+    for i, (_, piece) in enumerate(cold):
+        by_partition.setdefault(TopicPartition(piece.segment.topic, piece.segment.partition),
+                                []).append(i)
+    texts: list[str] = [""] * len(cold)
+    nodes: dict[TopicPartition, str] = {}
+    for tp, indexes in by_partition.items():
+        found = piece_texts(cluster, tp, cold[indexes[0]][0], [cold[i][1] for i in indexes],
+                            isolation, timeout_s)
+        for i, text in zip(indexes, found, strict=True):
+            texts[i] = text
+        leader = cluster.topic(tp.topic).partitions[tp.partition].leader_client()
+        nodes[tp] = leader.node_id or ray.get_runtime_context().get_node_id()
+    readers = ColdReaders(cluster)
+    return [readers.read_table(nodes[TopicPartition(p.segment.topic, p.segment.partition)],
+                               text, p.start, p.end)
+            for (_, p), text in zip(cold, texts, strict=True)]

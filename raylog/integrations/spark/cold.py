@@ -16,9 +16,11 @@ checks the object, and the JVM decodes columns as it does for hot data.
   each partition's whole-log start and cold pieces, one per remote segment below the local
   log start, and, for read_committed, the aborted transactions each piece needs (from the
   remote ``txn.index`` objects and the leader's local log). A piece is the JSON text of
-  raylog.tiered.cold_read.piece_text.
+  raylog.tiered.cold_read.piece_text, made as Ray Data's are
+  (raylog.integrations.ray_data.cold.piece_texts).
 - The pieces are read by the cold-read gateway of the Spark task's node
-  (actors/spark_cold_reader.py, a long-lived actor the controller starts), with
+  (actors/cold_reader.py, a long-lived actor the controller starts, which Ray Data's reads
+  use too), with
   raylog.tiered.cold_read.read_piece: a piece's stored batches (for BatchDecoder) or, for
   queries without ``value``, an Arrow IPC stream of only the columns asked for.
 
@@ -35,11 +37,7 @@ from raylog.client.connection import RaylogCluster, cluster_or_default
 from raylog.errors import RaylogError
 from raylog.integrations.ray_data import cold as ray_data_cold
 from raylog.integrations.ray_data import read_retrying
-from raylog.replica.partition import READ_COMMITTED
-from raylog.storage.txn_index import AbortedTxn
 from raylog.tiered.cold_plan import split_range
-from raylog.tiered.cold_read import aborted_transactions, piece_text
-from raylog.tiered.store import cached_store
 from raylog.types import TopicPartition
 from raylog.util.interop import java_error
 
@@ -75,17 +73,9 @@ def _cold_plan(cluster: RaylogCluster,
         pieces, _ = split_range(view, first, last)
         if not pieces:
             continue
-        aborted: list[AbortedTxn] = []
-        if isolation == READ_COMMITTED:
-            store = cached_store(view.uri, view.settings)
-            aborted = aborted_transactions(store, view.remote, first, last)
-            aborted += [e for e in ray_data_cold.local_aborted(cluster, view, tp, timeout_s)
-                        if e.first_offset < last]
+        texts = ray_data_cold.piece_texts(cluster, tp, view, pieces, isolation, timeout_s)
         out.setdefault(tp.topic, {})[str(tp.partition)] = [
-            [p.start, p.end, piece_text(view.uri, view.settings, p.segment,
-                                        [e for e in aborted if e.last_offset >= p.start
-                                         and e.first_offset < p.end])]
-            for p in pieces]
+            [p.start, p.end, text] for p, text in zip(pieces, texts, strict=True)]
     return json.dumps({"pieces": out, "log_starts": starts})
 
 

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 import actors.java_api as java_api
-import actors.spark_cold_reader as spark_cold_reader
+import actors.cold_reader as cold_reader
 import actors.spark_writer as spark_writer
 from actors.java_api import JavaApi
 
@@ -40,7 +40,7 @@ def gateways(monkeypatch) -> tuple[FakeWriterClass, set[str]]:
         return handle not in dead
 
     monkeypatch.setattr(spark_writer, "SparkWriter", started)
-    monkeypatch.setattr(spark_cold_reader, "SparkColdReader", started)
+    monkeypatch.setattr(cold_reader, "ColdReader", started)
     monkeypatch.setattr(java_api, "_answers", answers)
     return started, dead
 
@@ -70,11 +70,11 @@ def test_a_nodes_cold_reader_is_a_gateway_of_its_own_kind(gateways):
     async def scenario() -> None:
         api = JavaApi(None, None)
         reader = await api.java_cold_reader(N1)
-        assert reader == f"spark-cold-reader:{N1}" and await api.java_cold_reader(N1) == reader
+        assert reader == f"cold-reader:{N1}" and await api.java_cold_reader(N1) == reader
         assert await api.java_writer(N1) == f"spark-writer:{N1}"
         dead.add(reader)
         replacement = await api.java_cold_reader(N1)
-        assert replacement.startswith(f"spark-cold-reader:{N1}:") and replacement != reader
+        assert replacement.startswith(f"cold-reader:{N1}:") and replacement != reader
         assert await api.java_writer(N1) == f"spark-writer:{N1}"  # the writer answers: kept
         assert started.started == [reader, f"spark-writer:{N1}", replacement]
 

@@ -1,5 +1,5 @@
 """What the connector calls across languages for cold ranges: the plan of pieces over
-tiered views, and a piece read by the cold-read gateway (actors/spark_cold_reader.py) as
+tiered views, and a piece read by the cold-read gateway (actors/cold_reader.py) as
 stored batches or Spark columns, errors crossing with their type (no Ray: the views are the
 uploads', the store a file:// directory, the gateway's class undecorated)."""
 
@@ -10,8 +10,8 @@ import json
 import pyarrow as pa
 import pytest
 
-from actors import spark_cold_reader
-from actors.spark_cold_reader import SparkColdReader
+from actors import cold_reader
+from actors.cold_reader import ColdReader
 from raylog.integrations.ray_data import cold as ray_data_cold
 from raylog.integrations.spark import cold
 from raylog.records.kafka_columns import spark_table
@@ -24,7 +24,7 @@ from tests.tieredutil import fake_view
 from tests.unit.tiered.test_cold_read import partition, uploaded  # noqa: F401 - fixtures
 
 T0 = TopicPartition("t", 0)
-GATEWAY = SparkColdReader.__ray_actor_class__()  # the actor's class, without Ray
+GATEWAY = ColdReader.__ray_actor_class__()  # the actor's class, without Ray
 GATEWAY._cluster_store = {"uri": None, "settings": {}}  # no controller: the pieces' own
 SECRETS = {"access_key": "AKIDEXAMPLE", "secret_key": "wJalrXUtnFEMI-secret",
            "session_token": "FwoGZXIvYXdzE-token"}
@@ -101,7 +101,7 @@ def test_the_gateway_opens_the_clusters_store_with_the_controllers_settings(
 
     monkeypatch.setattr(cold_read, "cached_store", cached_store)
     s, e, piece = pieces(cold.cold_plan(None, {T0: (0, 112)}, READ_UNCOMMITTED))[1]
-    gateway = SparkColdReader.__ray_actor_class__()
+    gateway = ColdReader.__ray_actor_class__()
     gateway._cluster_store = {"uri": uri, "settings": SECRETS}  # the controller's answer
     assert gateway.java_cold_read(piece, s, e, True, "")
     gateway._cluster_store = {"uri": "s3://another/store", "settings": SECRETS}
@@ -113,7 +113,7 @@ def test_a_gateway_without_a_controller_fails_retriably(monkeypatch):
     def no_controller(name, namespace):
         raise ValueError(f"Failed to look up actor with name {name!r}")
 
-    monkeypatch.setattr(spark_cold_reader.ray, "get_actor", no_controller)  # no Ray here
-    gateway = SparkColdReader.__ray_actor_class__()
+    monkeypatch.setattr(cold_reader.ray, "get_actor", no_controller)  # no Ray here
+    gateway = ColdReader.__ray_actor_class__()
     with pytest.raises(JavaCallError, match=f"{ERROR_MARK}.*RemoteStorageUnavailableError"):
         gateway.java_cold_read("{}", 0, 1, True, "")

@@ -1,19 +1,22 @@
-"""The gateway through which Spark's raylog reader reads cold pieces (offsets of a tiered
-partition below its local log start) straight from the object store: one actor per node,
-asked for by the connector's readers on that node (ControllerActor.java_cold_reader starts
-it).
+"""The gateway through which analytics read cold pieces (offsets of a tiered partition below
+its local log start) straight from the object store: one actor per node, started by the
+controller (``cold_reader`` / ``java_cold_reader``, actors/java_api.py), shared by Spark's
+raylog reader (its tasks on that node call ``java_cold_read`` across languages) and Ray
+Data's ``read_topic`` (``read_table``, asked for on the nodes of the partitions' leaders).
 
 Why a long-lived actor: a piece's own work (fetch the segment object, check its sha256, cut
-the range) is a few milliseconds, but a Ray task per piece, started across languages from
-the JVM, needed a Python worker each time: Ray keeps few idle workers, so most tasks paid a
-worker's start and raylog's import (measured, docs/tiered.md), several times the read. This
-actor is started once per node and imported once; its threads read several pieces at once
-(the fetch and the sha256 run outside the GIL) while the Spark tasks decode the ones they
-have. It holds no state but the cluster's store setting, asked of the controller on its first
-read (``remote_storage``, as brokers ask): the pieces name their store by URI and settings
-without credentials (they sit in Spark's plan and logs), and a piece of the cluster's store is
-read with the controller's settings, credentials included. A replacement (after it died)
-serves the same calls.
+the range, decode it) is a few milliseconds, but a Ray task per piece needed a Python worker
+each time: Ray keeps few idle workers, so most tasks paid a worker's start and raylog's
+import (measured, docs/tiered.md), several times the read. This actor is started once per
+node and imported once; its threads read several pieces at once (the fetch, the sha256 and
+Arrow's decoding run outside the GIL).
+
+No credentials travel: a piece names its store by URI and by the settings that are not
+secret (raylog.tiered.cold_read.piece_text; it sits in Spark's plan and logs, in Ray's task
+specs); the gateway asks the controller for the cluster's store on its first read
+(``remote_storage``, as brokers ask) and reads a piece of the cluster's store with the
+controller's settings, credentials included. It holds no other state: a replacement (after
+it died) serves the same calls.
 """
 
 from __future__ import annotations
@@ -21,11 +24,12 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import pyarrow as pa
 import ray
 
 from actors import log_what_matters
 from raylog.errors import RaylogError, RemoteStorageUnavailableError
-from raylog.tiered.cold_read import read_piece
+from raylog.tiered.cold_read import piece_table, read_piece
 from raylog.util.cluster_names import CONTROLLER_NAME, NAMESPACE
 from raylog.util.interop import java_error
 
@@ -34,8 +38,8 @@ CONTROLLER_TIMEOUT_S = 30.0
 
 
 @ray.remote(num_cpus=0, max_concurrency=COLD_READ_CONCURRENCY)
-class SparkColdReader:
-    """Reads cold pieces for the Spark tasks of its node. Its calls run on
+class ColdReader:
+    """Reads cold pieces for the analytics readers of its node. Its calls run on
     COLD_READ_CONCURRENCY threads; the store setting, once known, is shared (under a lock)."""
 
     def __init__(self) -> None:
@@ -56,6 +60,11 @@ class SparkColdReader:
                     raise RemoteStorageUnavailableError(
                         f"the controller did not name the cluster's store: {e}") from e
             return self._cluster_store
+
+    def read_table(self, piece: str, start: int, end: int) -> pa.Table:
+        """Records [start, end) of a cold piece as a KAFKA_SCHEMA table (Ray Data's block;
+        raylog.tiered.cold_read.piece_table). Raises raylog's errors."""
+        return piece_table(piece, start, end, self.cluster_store())
 
     def java_cold_read(self, piece: str, start: int, end: int, batches: bool,
                        columns: str) -> bytes:
