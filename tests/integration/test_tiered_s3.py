@@ -1,7 +1,8 @@
 """Tiered storage against a real S3-compatible server on loopback (moto's server mode,
 ``moto[server]``), on a cluster of its own in a process of its own
 (tiered_s3_scenario.py, run once for the module): copies, reads from offset 0, the
-store stopped and started again, whole-log retention, a whole-cluster restart."""
+store stopped and started again, whole-log retention, a whole-cluster restart, and Ray
+Data's read of the cold part without credentials in what it sends."""
 
 from __future__ import annotations
 
@@ -47,3 +48,15 @@ def test_a_whole_cluster_restart_finds_the_remote_log_again(s3):
     kept, back = s3["restart_log_start"]
     assert back == kept > 0
     assert s3["restart_offsets_ok"]
+
+
+@pytest.mark.cluster
+def test_ray_data_reads_the_cold_part_without_sending_the_credentials(s3):
+    """read_topic's cold pieces are read by the leader's node's gateway, which asks the
+    controller for the store's credentials: none is in what the driver sent to Ray, nor in
+    the Dataset; a gateway killed is replaced (a new name) and the read gives the same rows."""
+    assert s3["dataset_cold_records"] > 0
+    assert s3["dataset_rows_ok"]
+    assert s3["dataset_secrets_sent"] == []
+    killed, replacement = s3["dataset_gateways"]
+    assert replacement != killed and replacement.startswith(f"{killed}:")

@@ -2,7 +2,8 @@
 a cluster of its own: run by test_tiered_s3.py as ``python -m
 tests.integration.tiered_s3_scenario s3 ROOT`` (the store is a cluster setting of the
 controller's environment, so it needs its own cluster, and a process joins one Ray cluster
-at a time). Copies, a read from offset 0, whole-log retention, and the store stopped and
+at a time). Copies, a read from offset 0 (a consumer's, and Ray Data's without credentials
+in what it sends), whole-log retention, and the store stopped and
 started again (on the same port; moto keeps its buckets in this process) while producers
 and hot readers go on. Prints what it saw as JSON."""
 
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import ray
 from pyarrow import fs
 
 from actors.serving import IDLE_MAINTENANCE_ENV
@@ -22,7 +24,9 @@ from raylog import Admin, Consumer, TopicPartition
 from raylog.metadata.hosts import PROCESSES_ENV
 from raylog.tiered.settings import SETTINGS_ENV, URI_ENV
 from raylog.tiered.store import ObjectStore
+from raylog.util.cluster_names import NAMESPACE
 from tests.integration.restart_scenario import Nodes, wait_for
+from tests.integration.sent_arguments import SentArguments
 from tests.integration.test_tiered import (
     CONFIGS,
     PAD,
@@ -34,8 +38,10 @@ from tests.integration.test_tiered import (
 )
 
 BUCKET = "raylog-tiered"
-CREDENTIALS = {"access_key": "testing", "secret_key": "testing", "region": "us-east-1",
-               "scheme": "http"}
+# Distinct values (moto takes any): the Ray Data read below looks for them in what it sent.
+SECRETS = {"access_key": "AKIDraylogS3test", "secret_key": "raylog-secret-wJalrXUtnFEMI",
+           "session_token": "raylog-token-FwoGZXIvYXdz"}
+CREDENTIALS = {**SECRETS, "region": "us-east-1", "scheme": "http"}
 
 
 def free_port() -> int:
@@ -54,6 +60,38 @@ def start_s3(port: int) -> Any:
 
 def folder_count(store: ObjectStore, topic: str, topic_id: str) -> int:
     return len(store.list_folders(f"{store.prefix}/{topic}-{topic_id}/0"))
+
+
+def ray_data_read(admin: Admin, view: dict, records: list) -> dict[str, Any]:
+    """Ray Data reads the topic, its cold part through the cold-read gateway of the
+    leader's node, which asks the controller for the store's credentials: the rows are the
+    consumer's, and no secret is in any argument this driver sent to Ray nor in the
+    Dataset. Then the gateway is killed and a read again gives the same rows (the
+    controller starts a new gateway, under a new name, which asks for the credentials
+    again)."""
+    from raylog.integrations.ray_data import read_topic
+
+    def rows() -> list[tuple]:
+        sent = SentArguments()
+        with sent.recording():
+            dataset = read_topic("cold", end_offset={"cold": {0: 40}}, timeout_ms=60_000)
+            found = sorted((r["offset"], r["key"], r["value"]) for r in dataset.take_all())
+            sent.chunks.append(ray.cloudpickle.dumps(dataset))
+        sent_secrets.extend(name for name, value in SECRETS.items()
+                            if value.encode() in sent.blob())
+        return found
+
+    sent_secrets: list[str] = []
+    expected = [(r.offset, r.key, r.value) for r in records]
+    node = admin._cluster.topic("cold", refresh=True).partitions[0].leader_client().node_id
+    first = rows()
+    gateway = admin._cluster.controller.cold_reader(node)
+    ray.kill(ray.get_actor(gateway, namespace=NAMESPACE), no_restart=True)
+    again = rows()
+    return {"dataset_cold_records": view["local_log_start"] - view["log_start"],
+            "dataset_rows_ok": first == expected and again == expected,
+            "dataset_secrets_sent": sent_secrets,
+            "dataset_gateways": [gateway, admin._cluster.controller.cold_reader(node)]}
 
 
 def s3(root: Path) -> dict[str, Any]:
@@ -79,6 +117,7 @@ def s3(root: Path) -> dict[str, Any]:
         out["folders"] = folder_count(store, "cold", topic_id)
         records = read_all("cold", 40)
         out["offsets_from_0"] = [r.offset for r in records] == list(range(40))
+        out |= ray_data_read(admin, view, records)
 
         # The store goes away: producers and readers of the local tail go on.
         server.stop()
