@@ -178,7 +178,7 @@ def spark_rows(frame) -> list[tuple]:
 
 def test_format_raylog_reads_cold_segments_from_the_store(topic, tiered, spark):
     """raylog.integrations.spark.read plans the cold pieces (the tiered views above) and the
-    connector's tasks read them through cross-language Python tasks from the store; a plain
+    connector's tasks read them through their nodes' cold-read gateways from the store; a plain
     format("raylog") here plans with the brokers' own views: every range hot."""
     from raylog.integrations import spark as raylog_spark
 

@@ -30,6 +30,7 @@ import ray
 
 from raylog.client.connection import RaylogCluster
 from raylog.client.remote import resolve as resolve_ref
+from raylog.errors import ActorUnavailableError
 from raylog.integrations.ray_data.ranges import split
 from raylog.replica.partition import READ_COMMITTED
 from raylog.storage.txn_index import AbortedTxn
@@ -123,7 +124,11 @@ class ColdReaders:
         handle = self._handles.get(node_id)
         if handle is None:
             name = self._controller.cold_reader(node_id)
-            handle = self._handles[node_id] = ray.get_actor(name, namespace=NAMESPACE)
+            try:
+                handle = ray.get_actor(name, namespace=NAMESPACE)
+            except ValueError as e:  # it died since the controller answered
+                raise ActorUnavailableError(f"cold-read gateway {name}: {e}") from e
+            self._handles[node_id] = handle
         return handle.read_table.remote(piece, start, end)
 
 

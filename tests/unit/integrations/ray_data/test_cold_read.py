@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 
 from actors.cold_reader import ColdReader
+from raylog.errors import ActorUnavailableError
 from raylog.integrations.ray_data import cold
 from raylog.records.kafka_columns import kafka_table
 from raylog.replica.partition import READ_COMMITTED, READ_UNCOMMITTED
@@ -103,3 +104,13 @@ def test_pieces_go_to_the_leaders_gateway_without_secrets(sent, uploaded, partit
     # The gateway opened the store with the controller's settings, credentials included
     # (and the planner, for read_committed, with the view's: in the driver, not sent).
     assert sent.opened and all(o == SETTINGS for o in sent.opened)
+
+
+def test_a_gateway_gone_before_it_is_found_fails_the_attempt_retriably(monkeypatch):
+    def gone(name, namespace):
+        raise ValueError(f"Failed to look up actor with name '{name}'")
+
+    monkeypatch.setattr(cold.ray, "get_actor", gone)
+    with pytest.raises(ActorUnavailableError, match="cold-reader") as caught:
+        cold.ColdReaders(fake_cluster([])).read_table(NODE, "{}", 0, 1)
+    assert caught.value.retriable
