@@ -220,12 +220,13 @@ def _read_blocks(cluster: RaylogCluster, ranges: dict[TopicPartition, tuple[int,
                  refresh: bool, isolation_level: str = READ_UNCOMMITTED,
                  timeout_s: float | None = None) -> ray.data.Dataset:
     """Plan the ranges against the partitions' tiered views (cold pieces of remote segments
-    below the local log start, read by tasks from the object store: cold.py; the hot rest in
-    blocks), ask for every block, each from an in-sync replica on this node if there is one,
-    else the leader (KIP-392; read_committed: the leader, whose last stable offset planned
-    the ranges), and build the Dataset of their tables. Ray Data waits for every
-    block as it builds it: a block that failed fails this attempt with the raylog error it
-    was, and the next attempt plans and asks for all of them again."""
+    below the local log start, read from the object store by the cold-read gateways of the
+    leaders' nodes: cold.py; the hot rest in blocks), ask for every block, each hot one
+    from an in-sync replica on this node if there is one, else the leader (KIP-392;
+    read_committed: the leader, whose last stable offset planned the ranges), and build
+    the Dataset of their tables. Ray Data waits for every block as it builds it: a block
+    that failed fails this attempt with the raylog error it was, and the next attempt plans
+    and asks for all of them again."""
     node_id = ray.get_runtime_context().get_node_id()
     views = cold.tiered_views(cluster, sorted(ranges), refresh, timeout_s)
     plan = cold.plan_read(ranges, views, max_records_per_block)

@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-import actors.java_api as java_api
 import actors.cold_reader as cold_reader
+import actors.java_api as java_api
 import actors.spark_writer as spark_writer
 from actors.java_api import JavaApi
 
