@@ -345,6 +345,9 @@ class Consumer(GroupMixin):
         wanted = topic_partitions(partitions, "assign()")
         for tp in wanted:
             check_partition(tp.topic, tp.partition, self._topic(tp.topic).num_partitions)
+        for tp, state in self._assigned.items():
+            if tp not in wanted:
+                state.abandon()  # its share of a fetch out now goes unread
         self._assigned = {tp: self._assigned.get(tp) or _Fetching(tp) for tp in wanted}
 
     def assignment(self) -> set[TopicPartition]:
