@@ -483,7 +483,9 @@ class Consumer(GroupMixin):
                  and any(not state.buffered for state, _ in wants)]
         if stale:
             for key in stale:
-                self._fetches.pop(key).detach()
+                given_up = self._fetches.pop(key)
+                given_up.detach()
+                discard(given_up.ref)
             wanted = self._wanted(now)
         config = self.config
         for key, wants in wanted.items():
