@@ -545,8 +545,9 @@ class Consumer(GroupMixin):
                 state.abandon()
         for key, fetch in list(self._fetches.items()):
             states = fetch.attached()
-            if not states:
-                del self._fetches[key]  # all reset or revoked: its answer is nobody's
+            if not states:  # all reset or revoked: its answer is nobody's
+                del self._fetches[key]
+                discard(fetch.ref)
                 continue
             sent_to = [to for s, to in zip(fetch.states, fetch.sent_to, strict=True)
                        if s.fetch is fetch]
