@@ -478,9 +478,11 @@ class Consumer(GroupMixin):
         now = time.monotonic()
         wanted = self._wanted(now)
         # A partition with nothing buffered does not wait for the outstanding fetch that
-        # it is not in: that one is given up and made again with it.
+        # it is not in (nor does any for one whose partitions were all reset or revoked):
+        # that one is given up and made again with it.
         stale = [key for key, wants in wanted.items() if key in self._fetches
-                 and any(not state.buffered for state, _ in wants)]
+                 and (any(not state.buffered for state, _ in wants)
+                      or not self._fetches[key].attached())]
         if stale:
             for key in stale:
                 given_up = self._fetches.pop(key)
