@@ -51,6 +51,7 @@ from raylog.metadata.identity import (
 )
 from raylog.metadata.sessions import stall_threshold_s
 from raylog.quotas.enforcer import Throttled
+from raylog.quotas.enforcer import unwrap as unwrap_throttled
 from raylog.replica.isr import NO_BROKER_EPOCH
 from raylog.replica.partition import READ_UNCOMMITTED, FetchResult
 from raylog.storage import AppendInfo
@@ -335,6 +336,41 @@ class BrokerActor(ReplicaHost):
                                                 max_bytes, max_wait_ms, min_bytes, isolation,
                                                 client_id))
 
+    async def fetch_many(self, reads: list[tuple[str, int, int, int, int]],
+                         max_bytes: int = 50 << 20, max_wait_ms: int = 0, min_bytes: int = 1,
+                         isolation: str = READ_UNCOMMITTED, client_id: str | None = None
+                         ) -> list[FetchResult | RaylogError | None] | Throttled:
+        """As ReplicaHost.fetch_many; the reads of partitions other hosts serve are passed
+        on to them (a client whose metadata is older than a replica's move), each host's
+        share answered by it, or with the error its failure stands for. Such a call
+        answers once every host has: it parks until a partition of each has data, at most
+        ``max_wait_ms`` (clients call the hosts themselves, which the metadata names)."""
+        groups = self.hosts.group([(r[0], r[1]) for r in reads])
+        own = groups.pop(0, [])
+        if not groups:
+            return await ReplicaHost.fetch_many(self, reads, max_bytes, max_wait_ms,
+                                                min_bytes, isolation, client_id)
+        shares: list[tuple[list[int], Any]] = []
+        if own:
+            shares.append((own, ReplicaHost.fetch_many(
+                self, [reads[i] for i in own], max_bytes, max_wait_ms, min_bytes, isolation,
+                client_id)))
+        for key, indexes in groups.items():
+            shares.append((indexes, _forward(self.hosts.handles[key].fetch_many.remote(
+                [reads[i] for i in indexes], max_bytes, max_wait_ms, min_bytes, isolation,
+                client_id))))
+        got = await asyncio.gather(*(call for _, call in shares), return_exceptions=True)
+        answers: list[Any] = [None] * len(reads)
+        throttled = 0
+        for (indexes, _), share in zip(shares, got, strict=True):
+            if isinstance(share, BaseException):
+                share = [_host_failure(share)] * len(indexes)
+            share, held = unwrap_throttled(share)
+            throttled = max(throttled, held)
+            for i, answer in zip(indexes, share, strict=True):
+                answers[i] = answer
+        return Throttled(answers, throttled) if throttled else answers
+
     async def delete_records(self, topic: str, partition: int, leader_epoch: int,
                              offset: int) -> int:
         host = self.hosts.elsewhere((topic, partition))
@@ -481,6 +517,18 @@ class ReplicaHostActor(ReplicaHost):
         self.broker_id = broker_id
         self.broker_epoch = max(self.broker_epoch, broker_epoch)
         return self._take(states, brokers, full, version, assigned)
+
+
+def _host_failure(error: BaseException) -> RaylogError:
+    """The error a replica host's failed call answers its partitions with (a bug in this
+    process is raised, not answered)."""
+    if isinstance(error, RaylogError):
+        return error
+    if isinstance(error, RayActorError):
+        return LeaderNotAvailableError(f"a partition replica is unavailable: {error}")
+    if isinstance(error, RayError):
+        return InternalError(f"{type(error).__name__} inside the cluster: {error}")
+    raise error
 
 
 async def _forward(call: Any) -> Any:

@@ -557,6 +557,90 @@ class ReplicaHost:
                 return Throttled(result, throttled)
         return result
 
+    async def fetch_many(self, reads: list[tuple[str, int, int, int, int]],
+                         max_bytes: int = 50 << 20, max_wait_ms: int = 0, min_bytes: int = 1,
+                         isolation: str = READ_UNCOMMITTED, client_id: str | None = None
+                         ) -> list[FetchResult | RaylogError | None] | Throttled:
+        """Kafka's fetch: several partitions this process serves in one call, each read as
+        :meth:`fetch` reads one. ``reads``: ``(topic, partition, leader epoch, offset, most
+        bytes for it)`` each (Kafka's max.partition.fetch.bytes); ``max_bytes`` bounds the
+        whole answer (fetch.max.bytes), each partition's read being at least one whole batch
+        as :meth:`fetch`'s is. Answers per read, in order: its FetchResult, the RaylogError
+        it met (one partition's error fails none of the others), or None when it was not
+        read: the answer's bytes were spent on the reads before it (the caller rotates
+        their order, as Kafka's consumer does, so that none starves).
+
+        Parks up to ``max_wait_ms`` until the answer holds ``min_bytes``, woken by an append
+        to (or any other change of) any of the partitions; a partition's error, or a read
+        of a tiered log below its local start, answers at once. ``client_id`` as for
+        :meth:`fetch`: the whole answer's bytes count against the consumer's quota."""
+        started = time.monotonic()
+        try:
+            since = self._check()
+        except BrokerStalledError as e:  # per partition, as the consumer reads them
+            return [e] * len(reads)
+        deadline = started + max_wait_ms / 1000
+        took = 0.0  # the request's time here, its waits not counted
+        while True:
+            began = time.monotonic()
+            answers, hosts, ready = await self._read_many(reads, max_bytes, isolation)
+            took += time.monotonic() - began
+            size = sum(len(a.data) for a in answers if isinstance(a, FetchResult))
+            if ready or size >= min_bytes or not hosts or \
+                    not await wait_any(hosts, deadline - time.monotonic()):
+                break
+        try:
+            self._check()  # (a host's lease may have lapsed meanwhile)
+            self.guard.check_since(since)
+        except BrokerStalledError as e:
+            return [e] * len(reads)
+        latency_ms = (time.monotonic() - started) * 1000
+        metrics = recorder()
+        for topic in {read[0] for read in reads}:
+            metrics.observe("raylog_fetch_latency_ms", latency_ms, topic=topic)
+        for read, answer in zip(reads, answers, strict=True):
+            if isinstance(answer, FetchResult) and answer.data:
+                _count_out(read[0], answer.data)
+        if client_id is not None:
+            throttled = await self.client_quotas.hold(CONSUMER_BYTE_RATE, client_id, size, took)
+            if throttled:
+                return Throttled(answers, throttled)
+        return answers
+
+    async def _read_many(self, reads: list[tuple[str, int, int, int, int]], max_bytes: int,
+                         isolation: str
+                         ) -> tuple[list[FetchResult | RaylogError | None],
+                                    list[HostedReplica], bool]:
+        """One pass of :meth:`fetch_many` over its reads: the answers, the replicas to wait
+        on, and whether to answer now (a partition failed, or was read from the store)."""
+        answers: list[FetchResult | RaylogError | None] = [None] * len(reads)
+        hosts: list[HostedReplica] = []
+        budget, ready = max_bytes, False
+        for i, (topic, partition, leader_epoch, offset, most) in enumerate(reads):
+            hosted = self.replicas.get((topic, partition))
+            if hosted is None:
+                answers[i], ready = NotLeaderError(f"broker {self.broker_id} holds no replica "
+                                                   f"of {topic}-{partition}"), True
+                continue
+            hosts.append(hosted)
+            if budget <= 0:
+                continue  # not read: None
+            try:
+                result = await self.tiered.fetch(hosted.topic_id, hosted.partition,
+                                                 leader_epoch, offset, min(most, budget),
+                                                 isolation)
+                if result is not None:  # below a tiered log's local start: no wait
+                    ready = True
+                else:
+                    result = hosted.partition.fetch(offset, min(most, budget), leader_epoch,
+                                                    isolation)
+            except RaylogError as e:
+                answers[i], ready = e, True
+                continue
+            answers[i] = result
+            budget -= len(result.data)
+        return answers, hosts, ready
+
     async def delete_records(self, topic: str, partition: int, leader_epoch: int,
                              offset: int) -> int:
         return self._hosted(topic, partition).partition.delete_records(offset, leader_epoch)

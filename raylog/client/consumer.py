@@ -21,8 +21,9 @@ from raylog.client.connection import (
     TopicMetadata,
     cluster_or_default,
 )
+from raylog.client.fetch_plan import BrokerFetch, by_process, rotated
 from raylog.client.group_member import GroupMixin
-from raylog.client.remote import discard, resolve, wait_done
+from raylog.client.remote import HostClient, discard, resolve, wait_done
 from raylog.errors import (
     ClientClosedError,
     IllegalStateError,
@@ -37,7 +38,6 @@ from raylog.errors import (
 )
 from raylog.groups.assignors import ASSIGNORS
 from raylog.metadata.topics import check_partition, topic_partition, topic_partitions
-from raylog.quotas.enforcer import unwrap as unwrap_throttled
 from raylog.records import decode, iter_batches
 from raylog.records.reader import row_columns, row_range
 from raylog.replica.partition import (
@@ -78,7 +78,10 @@ class ConsumerConfig:
                                            # latest, or none (raise OffsetOutOfRangeError)
     fetch_min_bytes: int = 1               # a fetch waits for this much data ...
     fetch_max_wait_ms: int = 500           # ... at most this long
-    max_partition_fetch_bytes: int = 8 << 20  # per fetch (at least one whole batch)
+    max_partition_fetch_bytes: int = 8 << 20  # per partition in a fetch (at least one
+                                           # whole batch)
+    fetch_max_bytes: int = 50 << 20        # per fetch, all its partitions (at least one
+                                           # whole batch)
     max_poll_records: int = 500            # records one poll returns at most
     max_buffered_records: int = 200_000    # stop prefetching a partition past this
     consumer_timeout_ms: int | None = None  # iteration ends after this long without records
@@ -139,30 +142,29 @@ class _Fetching:
     costs compact Arrow memory and no garbage-collector work. ``fetch_offset`` is where the
     next (or outstanding) fetch starts, past the buffered batches.
 
-    ``pending`` is the one outstanding request: a fetch, or while the partition has no
-    position, the leader's ``list_offset`` for ``auto_offset_reset`` (``resetting``); made
-    at ``pending_since`` to ``pending_to`` (broker id, leader epoch). After a retriable
-    error nothing is asked before ``not_before``.
+    At most one request is outstanding: ``fetch``, the fetch to the process serving it
+    that it is in (with the consumer's other partitions there: fetch_plan.py), or while
+    the partition has no position, ``pending``: the leader's ``list_offset`` for
+    ``auto_offset_reset``, made at ``pending_since`` to ``pending_to`` (broker id, leader
+    epoch). After a retriable error nothing is asked before ``not_before``.
     """
 
-    __slots__ = ("buffered", "chunks", "fetch_offset", "leader_only_until", "not_before",
-                 "pending", "pending_from_leader", "pending_since", "pending_to", "position",
-                 "resetting", "tp")
+    __slots__ = ("buffered", "chunks", "fetch", "fetch_offset", "leader_only_until",
+                 "not_before", "pending", "pending_since", "pending_to", "position", "tp")
 
     def __init__(self, tp: TopicPartition) -> None:
         # After a follower could not place the position (out of range there), fetch from the
         # leader for a while: only the leader may decide that a position is out of range.
         self.leader_only_until = 0.0
-        self.pending_from_leader = True
         self.tp = tp
         self.position: int | None = None
         self.fetch_offset: int | None = None
         self.chunks: collections.deque[list] = collections.deque()  # [header, payload, lo, hi]
         self.buffered = 0
+        self.fetch: BrokerFetch | None = None
         self.pending: ray.ObjectRef | None = None
         self.pending_since = 0.0
         self.pending_to: tuple[int | None, int] = (None, -1)
-        self.resetting = False
         self.not_before = 0.0
 
     def reset(self, offset: int | None) -> None:
@@ -173,14 +175,21 @@ class _Fetching:
         self.buffered = 0
         self.abandon()
 
-    def sent(self, ref: ray.ObjectRef, replica: Any, now: float, resetting: bool) -> None:
-        self.pending, self.pending_since, self.resetting = ref, now, resetting
+    def sent(self, ref: ray.ObjectRef, replica: Any, now: float) -> None:
+        self.pending, self.pending_since = ref, now
         self.pending_to = replica.broker_id, replica.leader_epoch
 
     def abandon(self) -> None:
-        """Drop the outstanding request; its answer, if any, goes unread."""
+        """Drop the outstanding request; its answer, if any, goes unread (a fetch of other
+        partitions too goes on for them)."""
         discard(self.pending)
         self.pending = None
+        self.fetch = None
+
+    @property
+    def idle(self) -> bool:
+        """Nothing outstanding."""
+        return self.pending is None and self.fetch is None
 
     def take(self, limit: int, out: list) -> None:
         """Append up to ``limit`` buffered records to ``out`` as ConsumerRecords."""
@@ -230,10 +239,11 @@ def poll_timeout_ms(timeout_ms: object, timeout: object) -> int:
 class Consumer(GroupMixin):
     """Reads records from assigned partitions, in offset order per partition.
 
-    Positions start where ``seek`` put them, else at ``auto_offset_reset``. Each partition
-    keeps one fetch in flight to its leader (a long poll of up to ``fetch_max_wait_ms``),
-    so decoding one response overlaps with the next fetch. Consumers see only records below
-    the high watermark. Not safe for concurrent use.
+    Positions start where ``seek`` put them, else at ``auto_offset_reset``. The consumer
+    keeps one fetch in flight to each process serving partitions it reads, for all of
+    them (Kafka's fetch: a long poll of up to ``fetch_max_wait_ms``, answered when any of
+    them has data: fetch_plan.py), so decoding one response overlaps with the next fetch.
+    Consumers see only records below the high watermark. Not safe for concurrent use.
 
     ``poll`` never waits on the controller: metadata is refreshed by the connection's
     background thread, and the group's calls run on threads of their own (group_member.py),
@@ -261,6 +271,8 @@ class Consumer(GroupMixin):
         self._assigned: dict[TopicPartition, _Fetching] = {}
         self._paused: set[TopicPartition] = set()
         self._next = 0  # round-robin start among partitions in poll
+        self._fetches: dict[Any, BrokerFetch] = {}  # outstanding, by serving process
+        self._turn = 0  # rotates the partitions' order in fetches (fetch_max_bytes)
         self._closed = False
         self._init_group()
         self._node_id: str | None = None  # the Ray node this consumer runs on
@@ -333,6 +345,9 @@ class Consumer(GroupMixin):
         wanted = topic_partitions(partitions, "assign()")
         for tp in wanted:
             check_partition(tp.topic, tp.partition, self._topic(tp.topic).num_partitions)
+        for tp, state in self._assigned.items():
+            if tp not in wanted:
+                state.abandon()  # its share of a fetch out now goes unread
         self._assigned = {tp: self._assigned.get(tp) or _Fetching(tp) for tp in wanted}
 
     def assignment(self) -> set[TopicPartition]:
@@ -458,59 +473,116 @@ class Consumer(GroupMixin):
 
     def _send_fetches(self) -> None:
         """Ask for what each partition needs next: its position (from its leader, for
-        ``auto_offset_reset``) or its next records. Never waits."""
-        config = self.config
+        ``auto_offset_reset``) or its next records, in one fetch per serving process
+        (fetch_plan.py). Never waits."""
         now = time.monotonic()
+        wanted = self._wanted(now)
+        # A partition with nothing buffered does not wait for the outstanding fetch that
+        # it is not in (nor does any for one whose partitions were all reset or revoked):
+        # that one is given up and made again with it.
+        stale = [key for key, wants in wanted.items() if key in self._fetches
+                 and (any(not state.buffered for state, _ in wants)
+                      or not self._fetches[key].attached())]
+        if stale:
+            for key in stale:
+                given_up = self._fetches.pop(key)
+                given_up.detach()
+                discard(given_up.ref)
+            wanted = self._wanted(now)
+        config = self.config
+        for key, wants in wanted.items():
+            if key in self._fetches:
+                continue  # they go into the next one
+            self._turn += 1
+            wants = rotated(wants, self._turn)
+            states = [state for state, _ in wants]
+            reads = [(*state.tp, reader.leader_epoch, state.fetch_offset,
+                      config.max_partition_fetch_bytes) for state, reader in wants]
+            leaders = [reader.broker_id == self._meta(state.tp.topic).partitions[
+                state.tp.partition].leader for state, reader in wants]
+            ref = HostClient(key).fetch_many(reads, config.fetch_max_bytes,
+                                             config.fetch_max_wait_ms, config.fetch_min_bytes,
+                                             *self._isolation, client_id=config.client_id)
+            self._fetches[key] = BrokerFetch(
+                key, ref, states, [(r.broker_id, r.leader_epoch) for _, r in wants], leaders,
+                now)
+
+    def _wanted(self, now: float) -> dict[Any, list[tuple[_Fetching, Any]]]:
+        """The partitions to fetch now, with the replica to read each from, by the process
+        serving it; partitions without a position get their leader's ``list_offset`` sent
+        here instead."""
+        config = self.config
+        wanted = []
         for state in self._assigned.values():
-            if state.pending is not None or state.buffered >= config.max_buffered_records \
+            if not state.idle or state.buffered >= config.max_buffered_records \
                     or now < state.not_before:
                 continue
             try:
                 if state.position is None:
                     self._no_position(state)  # raises for auto_offset_reset "none"
                     leader = self._reader(state.tp, leader_only=True)
-                    state.sent(leader.list_offset(self._reset_spec()), leader, now,
-                               resetting=True)
+                    state.sent(leader.list_offset(self._reset_spec()), leader, now)
                     continue
                 reader = self._reader(state.tp, leader_only=now < state.leader_only_until)
-                state.sent(reader.fetch(state.fetch_offset, config.max_partition_fetch_bytes,
-                                        config.fetch_max_wait_ms, config.fetch_min_bytes,
-                                        *self._isolation, client_id=config.client_id),
-                           reader, now, resetting=False)
-                state.pending_from_leader = \
-                    reader.broker_id == self._meta(state.tp.topic).partitions[
-                        state.tp.partition].leader
+                wanted.append((reader.handle, (state, reader)))
             except RaylogError as e:
                 if not e.retriable:
                     raise
                 self._retry_later(state, now)
+        return by_process(wanted)
 
     def _watch_requests(self, now: float) -> None:
         """Give up requests that will not be answered soon (reads: asking again is always
-        safe). One outstanding SLOW_REQUEST_S past the wait it asked for has the topic's
+        safe). One outstanding SLOW_REQUEST_S past the wait it asked for has its topics'
         metadata refreshed in the background (at most every SLOW_REFRESH_S), and is given
-        up once the replica to read from is another one (a hung leader fenced and replaced,
-        a follower out of the ISR), or past request_timeout_ms and REQUEST_SLACK_S."""
+        up once the replica to read one of its partitions from is another one (a hung
+        leader fenced and replaced, a follower out of the ISR), or past request_timeout_ms
+        and REQUEST_SLACK_S."""
         limit_s = self.config.request_timeout_ms / 1000 + REQUEST_SLACK_S
+        max_wait_s = self.config.fetch_max_wait_ms / 1000
         for state in self._assigned.values():
-            if state.pending is None:
+            if state.pending is not None and \
+                    self._overdue([state], [state.pending_to], state.pending_since, now,
+                                  limit_s, leader_only=True):
+                state.abandon()
+        for key, fetch in list(self._fetches.items()):
+            states = fetch.attached()
+            if not states:  # all reset or revoked: its answer is nobody's
+                del self._fetches[key]
+                discard(fetch.ref)
                 continue
-            waited = now - state.pending_since - \
-                (0 if state.resetting else self.config.fetch_max_wait_ms / 1000)
-            if waited < SLOW_REQUEST_S:
-                continue
-            self._cluster.refresh_soon(state.tp.topic, newer_than=now - SLOW_REFRESH_S)
+            sent_to = [to for s, to in zip(fetch.states, fetch.sent_to, strict=True)
+                       if s.fetch is fetch]
+            if self._overdue(states, sent_to, fetch.sent_at + max_wait_s, now, limit_s):
+                del self._fetches[key]
+                fetch.detach()
+                discard(fetch.ref)
+
+    def _overdue(self, states: list[_Fetching], sent_to: list[tuple[int | None, int]],
+                 since: float, now: float, limit_s: float, leader_only: bool = False) -> bool:
+        """Whether a request for ``states``, asked of ``sent_to`` (broker id, leader epoch
+        per partition) and due since ``since``, is to be given up (see _watch_requests)."""
+        waited = now - since
+        if waited < SLOW_REQUEST_S:
+            return False
+        for topic in {state.tp.topic for state in states}:
+            self._cluster.refresh_soon(topic, newer_than=now - SLOW_REFRESH_S)
+        moved = False
+        for state, to in zip(states, sent_to, strict=True):
             try:
-                replica = self._reader(state.tp, leader_only=state.resetting or
+                replica = self._reader(state.tp, leader_only=leader_only or
                                        now < state.leader_only_until)
-                moved = (replica.broker_id, replica.leader_epoch) != state.pending_to
+                moved = (replica.broker_id, replica.leader_epoch) != to
             except RaylogError:  # no leader now: nowhere better to ask
                 moved = False
-            if moved or waited >= limit_s:
-                logger.info("%s: no answer from broker %s for %.1f s%s: asking again",
-                            state.tp, state.pending_to[0], waited,
-                            ", and the partition moved" if moved else "")
-                state.abandon()
+            if moved:
+                break
+        if moved or waited >= limit_s:
+            logger.info("%s: no answer from broker %s for %.1f s%s: asking again",
+                        ", ".join(str(s.tp) for s in states), sent_to[0][0], waited,
+                        ", and a partition moved" if moved else "")
+            return True
+        return False
 
     def _no_position(self, state: _Fetching) -> None:
         if self.config.auto_offset_reset == "none":
@@ -519,35 +591,60 @@ class Consumer(GroupMixin):
                 f"is 'none'")
 
     def _receive(self, state: _Fetching, ref: ray.ObjectRef) -> None:
-        """Take in the answer ``ref`` to ``state``'s outstanding request."""
+        """Take in the answer ``ref`` to ``state``'s outstanding ``list_offset``."""
         state.pending = None
         try:
-            result = resolve(ref)
-        except OffsetOutOfRangeError:
-            if state.resetting:
-                self._retry_later(state, time.monotonic())  # the log moved meanwhile
-                return
-            if not state.pending_from_leader:
+            found = resolve(ref)
+        except RaylogError as e:
+            if not e.retriable and not isinstance(e, OffsetOutOfRangeError):
+                raise
+            self._retry_later(state, time.monotonic())  # (out of range: the log moved)
+            return
+        state.reset(found[0])
+
+    def _receive_fetch(self, fetch: BrokerFetch) -> None:
+        """Take in the answer to ``fetch``, partition by partition: one partition's error
+        (raised if not retriable, after the others were taken in) fails none of the
+        others."""
+        if self._fetches.get(fetch.key) is fetch:
+            del self._fetches[fetch.key]
+        try:
+            answer: Any = resolve(fetch.ref)
+        except RaylogError as e:  # the whole call: every partition in it
+            answer = e
+        answers, throttled = fetch.split(answer)
+        self.throttle_time_ms += throttled
+        failure: RaylogError | None = None
+        for state, result, from_leader in answers:
+            try:
+                if isinstance(result, RaylogError):
+                    self._fetch_failed(state, result, from_leader)
+                else:
+                    self._take_in(state, result)
+            except RaylogError as e:
+                failure = failure or e
+        if failure is not None:
+            raise failure
+
+    def _fetch_failed(self, state: _Fetching, error: RaylogError, from_leader: bool) -> None:
+        if isinstance(error, OffsetOutOfRangeError):
+            if not from_leader:
                 # A follower cannot tell whether the position exists (it may lag, or have
                 # run retention before the leader): ask the leader (KIP-392).
                 state.leader_only_until = time.monotonic() + LEADER_ONLY_S
                 return
             if self.config.auto_offset_reset == "none":
-                raise
+                raise error
             logger.info("%s: offset %d out of range, resetting to %s", state.tp,
                         state.fetch_offset, self.config.auto_offset_reset)
             state.reset(None)
             return
-        except RaylogError as e:
-            if not e.retriable:
-                raise
-            self._retry_later(state, time.monotonic())
-            return
-        if state.resetting:
-            state.reset(result[0])
-            return
-        result, throttled = unwrap_throttled(result)
-        self.throttle_time_ms += throttled
+        if not error.retriable:
+            raise error
+        self._retry_later(state, time.monotonic())
+
+    def _take_in(self, state: _Fetching, result: Any) -> None:
+        """Buffer a partition's fetched batches (decoded, not yet records)."""
         if not result.data:
             return
         start = state.fetch_offset
@@ -610,7 +707,9 @@ class Consumer(GroupMixin):
                     else records
             now = time.monotonic()
             self._watch_requests(now)
-            pending = {s.pending: s for s in self._assigned.values() if s.pending is not None}
+            pending: dict[Any, _Fetching | BrokerFetch] = {
+                s.pending: s for s in self._assigned.values() if s.pending is not None}
+            pending.update((f.ref, f) for f in self._fetches.values())
             remaining = deadline - now
             if not pending:
                 if remaining <= 0:
@@ -621,7 +720,11 @@ class Consumer(GroupMixin):
             # At least every WATCH_INTERVAL_S, look for requests to give up.
             done = wait_done(refs, min(max(remaining, 0), WATCH_INTERVAL_S))
             for ref in done:
-                self._receive(pending[ref], ref)
+                owner = pending[ref]
+                if isinstance(owner, BrokerFetch):
+                    self._receive_fetch(owner)
+                else:
+                    self._receive(owner, ref)
             if remaining <= 0:
                 # Time is up, whatever came: fetches that keep answering at once (errors
                 # while a leader moves) must not keep poll from returning.
@@ -708,7 +811,9 @@ class Consumer(GroupMixin):
             self._closed = True
             for state in self._assigned.values():
                 discard(state.pending)
-            self._assigned = {}
+            for fetch in self._fetches.values():
+                discard(fetch.ref)
+            self._assigned, self._fetches = {}, {}
 
     def __enter__(self) -> Consumer:
         return self

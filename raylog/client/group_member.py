@@ -23,7 +23,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from raylog.client.membership import Membership
-from raylog.client.remote import discard
 from raylog.errors import (
     IllegalGenerationError,
     IllegalStateError,
@@ -143,7 +142,7 @@ class GroupMixin:
         for tp in partitions:
             state = self._assigned.pop(tp, None)
             if state is not None:
-                discard(state.pending)  # its answer, if any, goes unread
+                state.abandon()  # its answer, if any, goes unread
             self._paused.discard(tp)
 
     def _revoke(self, partitions: set[TopicPartition], wait: bool = False) -> None:

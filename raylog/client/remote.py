@@ -269,6 +269,26 @@ class ReplicaClient:
         return self.handle.tiered_view.remote(self.topic, self.partition)
 
 
+class HostClient:
+    """Calls about several partitions at once to the process serving them (a broker actor
+    or one of its replica hosts: a ReplicaClient's ``handle``). Every method returns an
+    ObjectRef."""
+
+    __slots__ = ("handle",)
+
+    def __init__(self, handle: ray.actor.ActorHandle) -> None:
+        self.handle = handle
+
+    def fetch_many(self, reads: list[tuple[str, int, int, int, int]], max_bytes: int,
+                   max_wait_ms: int, min_bytes: int, isolation: str = READ_UNCOMMITTED,
+                   client_id: str | None = None) -> ray.ObjectRef:
+        """Kafka's fetch: ``(topic, partition, leader epoch, offset, most bytes)`` each,
+        answered per partition (ReplicaHost.fetch_many); ``client_id``: the consumer's, for
+        its quota (docs/quotas.md)."""
+        return self.handle.fetch_many.remote(reads, max_bytes, max_wait_ms, min_bytes,
+                                             isolation, client_id=client_id)
+
+
 class ControllerClient:
     """Synchronous, typed calls to the controller, each with a deadline: ``timeout`` s in
     all (the client's default, or the call's own), retries included. A controller that

@@ -168,6 +168,19 @@ class _LongPoll(_Method):
                                   max_wait_ms / 1000 if empty else 0.0)
 
 
+class _LongPollMany(_Method):
+    """A fetch of several partitions that finds nothing to read in any is answered after
+    its ``max_wait_ms``."""
+
+    def remote(self, reads: list[tuple], max_bytes: int, max_wait_ms: int, min_bytes: int,
+               *rest: Any, **kwargs: Any) -> concurrent.futures.Future:
+        partitions = self._process.partitions
+        empty = all(len(partitions[(t, p)].values) <= offset for t, p, _, offset, _ in reads)
+        return self._process.call(
+            lambda: self._serve(reads, max_bytes, max_wait_ms, min_bytes, *rest, **kwargs),
+            max_wait_ms / 1000 if empty else 0.0)
+
+
 class FakePartition:
     """One partition's log, shared by its replicas: stamped batches, the leader, its epoch
     and the leader's producer states."""
@@ -240,6 +253,7 @@ class FakeBroker(Stoppable):
         self.dead = False
         self.produce = _Method(self, self._produce)
         self.fetch = _LongPoll(self, self._fetch)
+        self.fetch_many = _LongPollMany(self, self._fetch_many)
         self.list_offset = _Method(self, self._list_offset)
         self.delete_records = _Method(self, self._delete_records)
 
@@ -276,6 +290,19 @@ class FakeBroker(Stoppable):
                isolation: str = "read_uncommitted",
                client_id: str | None = None) -> FetchResult:
         return self._leading(topic, partition, leader_epoch).read(offset, isolation)
+
+    def _fetch_many(self, reads: list[tuple], max_bytes: int, max_wait_ms: int,
+                    min_bytes: int, isolation: str = "read_uncommitted",
+                    client_id: str | None = None) -> list[FetchResult | RaylogError]:
+        """Each partition's read or error, as the real one answers (no byte budget here)."""
+        answers: list[FetchResult | RaylogError] = []
+        for topic, partition, leader_epoch, offset, _ in reads:
+            try:
+                answers.append(self._fetch(topic, partition, leader_epoch, offset, 0, 0, 0,
+                                           isolation))
+            except RaylogError as e:
+                answers.append(e)
+        return answers
 
     def _delete_records(self, topic: str, partition: int, leader_epoch: int, offset: int
                         ) -> int:

@@ -15,7 +15,7 @@ from raylog.client.producer import Producer
 from raylog.quotas.enforcer import Throttled
 from raylog.types import TopicPartition
 from tests.unit import fake_remote
-from tests.unit.fake_remote import FakeController, _LongPoll, _Method
+from tests.unit.fake_remote import FakeController, _LongPoll, _LongPollMany, _Method
 
 
 @pytest.fixture
@@ -41,8 +41,15 @@ def throttling(controller: FakeController, held_ms: int) -> list[str | None]:
             answer = _serve(*args)
             return Throttled(answer, held_ms) if answer.data else answer
 
+        def fetch_many(*args, client_id=None, _serve=broker._fetch_many):
+            named.append(client_id)
+            answers = _serve(*args)
+            return Throttled(answers, held_ms) if any(getattr(a, "data", None)
+                                                      for a in answers) else answers
+
         broker.produce = _Method(broker, produce)
         broker.fetch = _LongPoll(broker, fetch)
+        broker.fetch_many = _LongPollMany(broker, fetch_many)
     return named
 
 

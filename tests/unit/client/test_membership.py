@@ -69,9 +69,21 @@ class FakeCoordinator:
         return {tuple(tp): None for tp in partitions}
 
 
+class FakeHost:
+    """The process serving every partition here: its fetches find nothing."""
+
+    class fetch_many:  # an actor method's shape
+        @staticmethod
+        def remote(reads, *args, **kwargs):
+            future = concurrent.futures.Future()
+            future.set_result([FetchResult(b"", 0, 0, 0)] * len(reads))
+            return future
+
+
 class FakeReplica:
     broker_id = 0  # the leader of every partition here
     leader_epoch = 0
+    handle = FakeHost()
 
     def fetch(self, offset, max_bytes, max_wait_ms, min_bytes, client_id=None):
         future = concurrent.futures.Future()
