@@ -1,7 +1,7 @@
 """The scenario processes (restart_scenario.py, replication_scenario.py, balance_scenario.py,
-tiered_s3_scenario.py, registry_scenario.py, command_scenario.py's commands that start
-an embedded cluster of their own, and the chaos suite's seeds: tests/chaos/scenario.py),
-started early.
+tiered_s3_scenario.py, registry_scenario.py, connecting_scenario.py, command_scenario.py's
+commands that start an embedded cluster of their own, and the chaos suite's seeds:
+tests/chaos/scenario.py), started early.
 
 A scenario starts Ray clusters of its own in a process of its own, checks, and prints what it
 checked as JSON; its tests only look at that. Most of its time is spent waiting (nodes
@@ -41,6 +41,7 @@ BALANCE = "tests.integration.balance_scenario"
 TIERED_S3 = "tests.integration.tiered_s3_scenario"
 COMMAND = "tests.integration.command_scenario"
 REGISTRY = "tests.integration.registry_scenario"
+CONNECTING = "tests.integration.connecting_scenario"
 CHAOS = "tests.chaos.scenario"
 TIMEOUT_S = 900  # one scenario, on a busy host
 
@@ -62,13 +63,14 @@ S3 = Scenario(TIERED_S3, "s3", "tiered-s3")
 DEMO_EMBEDDED = Scenario(COMMAND, "demo-embedded", "demo-embedded")
 TRANSACTIONS_BENCHMARK = Scenario(COMMAND, "transactions-benchmark", "transactions-benchmark")
 REGISTRY_RESTART = Scenario(REGISTRY, "registry-restart", "registry-restart")
+TOKEN_CLUSTER = Scenario(CONNECTING, "token-cluster", "token-cluster")
 
 # fixture name -> the scenarios a test using it needs, in the order they run
 NEEDED = {"whole_cluster": [WHOLE_CLUSTER], "head_first": [WHOLE_CLUSTER, HEAD_FIRST],
           "embedded_restart": [EMBEDDED], "machines_gone": [MACHINES_GONE],
           "node_added": [NODE_ADDED], "tiered_s3": [S3], "demo_embedded": [DEMO_EMBEDDED],
           "transactions_benchmark": [TRANSACTIONS_BENCHMARK],
-          "registry_restart": [REGISTRY_RESTART]}
+          "registry_restart": [REGISTRY_RESTART], "token_cluster": [TOKEN_CLUSTER]}
 KEY = pytest.StashKey["Scenarios"]()
 
 
