@@ -5,7 +5,8 @@ tests run on are shared and noisy (a slow example is not a wrong one)."""
 
 from hypothesis import settings
 
-pytest_plugins = ["tests.chaos.plugin", "tests.integration.scenarios"]
+# tests.chaos.plugin imports tests.integration.scenarios: the latter is registered first.
+pytest_plugins = ["tests.integration.scenarios", "tests.chaos.plugin"]
 
 settings.register_profile("raylog", deadline=None)
 settings.load_profile("raylog")

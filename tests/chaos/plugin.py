@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.integration.scenarios import chaos_scenario
+
 # The seed `make test` runs: one round of every kind of fault (about 135 s of faults). It
 # found, before issue 22's items 7 and 8 landed, every partition stalled while a broker was
 # paused (hung brokers were not fenced) and futures resolved late while the controller hung
@@ -29,7 +31,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "chaos_seed" in metafunc.fixturenames:
         seeds = metafunc.config.getoption("--chaos-seed") or [QUICK_SEED]
-        metafunc.parametrize("chaos_seed", seeds, ids=[f"seed={s}" for s in seeds])
+        # A run of the default length is a scenario (tests/chaos/scenario.py): `make test`
+        # runs it on the scenario thread while the integration tests run. A soak runs in its
+        # test, past the scenarios' time limit.
+        soak = bool(metafunc.config.getoption("--minutes"))
+        metafunc.parametrize("chaos_seed", [
+            pytest.param(s, id=f"seed={s}",
+                         marks=() if soak else pytest.mark.scenario(chaos_scenario(s)))
+            for s in seeds])
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -34,7 +34,7 @@ from raylog.util.cluster_names import BROKER_RESOURCE, DATA_DIR_ENV, NAMESPACE, 
 
 BROKERS = 3
 QUOTA_WINDOW_SIZE_S = "0.25"  # each broker's RAYLOG_QUOTA_WINDOW_SIZE_SECONDS
-TIERED_SWEEP_S = "5"  # each tiered leader's sweep of its store folder (default 600 s)
+TIERED_SWEEP_S = "2"  # each tiered leader's sweep of its store folder (default 600 s)
 NODE_ARGS = {"num_cpus": 1, "object_store_memory": 200 * 1024 * 1024}
 
 
@@ -114,7 +114,8 @@ def ray_cluster(tmp_path_factory) -> Iterator[TestCluster]:
     # became due after the last write is done within seconds, not half a minute. Client
     # quotas are measured over 11 samples of 0.25 s (default 1 s): a quota holds a client
     # within about 3 s, not 11 (tests/integration/test_quotas.py). A tiered leader sweeps its
-    # store folder every 5 s (default 600 s; test_tiered.py's leader kill).
+    # store folder every 2 s (default 600 s), and a folder no record names goes after twice
+    # that (test_tiered.py's leader kill waits for both).
     cluster = Cluster(initialize_head=True, head_node_args={
         **NODE_ARGS, "include_dashboard": False,
         "_system_config": {"metrics_report_interval_ms": 2000},

@@ -1,6 +1,7 @@
 """The scenario processes (restart_scenario.py, replication_scenario.py, balance_scenario.py,
-tiered_s3_scenario.py, registry_scenario.py, and command_scenario.py's commands that start
-an embedded cluster of their own), started early.
+tiered_s3_scenario.py, registry_scenario.py, connecting_scenario.py, command_scenario.py's
+commands that start an embedded cluster of their own, and the chaos suite's seeds:
+tests/chaos/scenario.py), started early.
 
 A scenario starts Ray clusters of its own in a process of its own, checks, and prints what it
 checked as JSON; its tests only look at that. Most of its time is spent waiting (nodes
@@ -11,7 +12,9 @@ their tests' fixtures take the results (:meth:`Scenarios.result`, which waits fo
 still running) and fail as the scenario did. A session that selects none of their tests
 starts none: the unit tests alone start no cluster.
 
-Which scenarios a test needs is said by the fixtures it uses (:data:`NEEDED`); a scenario
+Which scenarios a test needs is said by the fixtures it uses (:data:`NEEDED`), or by its
+``scenario`` marks (``pytest.mark.scenario(chaos_scenario(10))``, for scenarios a parameter
+names); a scenario
 that continues another's cluster (``head-first`` after ``whole-cluster``) shares its
 directory and does not start when that one failed. ``python -m MODULE NAME ROOT`` runs one
 by hand.
@@ -38,6 +41,8 @@ BALANCE = "tests.integration.balance_scenario"
 TIERED_S3 = "tests.integration.tiered_s3_scenario"
 COMMAND = "tests.integration.command_scenario"
 REGISTRY = "tests.integration.registry_scenario"
+CONNECTING = "tests.integration.connecting_scenario"
+CHAOS = "tests.chaos.scenario"
 TIMEOUT_S = 900  # one scenario, on a busy host
 
 
@@ -58,14 +63,21 @@ S3 = Scenario(TIERED_S3, "s3", "tiered-s3")
 DEMO_EMBEDDED = Scenario(COMMAND, "demo-embedded", "demo-embedded")
 TRANSACTIONS_BENCHMARK = Scenario(COMMAND, "transactions-benchmark", "transactions-benchmark")
 REGISTRY_RESTART = Scenario(REGISTRY, "registry-restart", "registry-restart")
+TOKEN_CLUSTER = Scenario(CONNECTING, "token-cluster", "token-cluster")
 
 # fixture name -> the scenarios a test using it needs, in the order they run
 NEEDED = {"whole_cluster": [WHOLE_CLUSTER], "head_first": [WHOLE_CLUSTER, HEAD_FIRST],
           "embedded_restart": [EMBEDDED], "machines_gone": [MACHINES_GONE],
           "node_added": [NODE_ADDED], "tiered_s3": [S3], "demo_embedded": [DEMO_EMBEDDED],
           "transactions_benchmark": [TRANSACTIONS_BENCHMARK],
-          "registry_restart": [REGISTRY_RESTART]}
+          "registry_restart": [REGISTRY_RESTART], "token_cluster": [TOKEN_CLUSTER]}
 KEY = pytest.StashKey["Scenarios"]()
+
+
+def chaos_scenario(seed: int) -> Scenario:
+    """One run of the chaos suite's seed (its default length), as tests/chaos/scenario.py
+    names it."""
+    return Scenario(CHAOS, f"chaos-seed-{seed}", f"chaos-seed-{seed}")
 
 
 @dataclasses.dataclass
@@ -166,8 +178,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the scenarios the session's tests need now if unit tests run first (``make
     test``); otherwise when their first test asks (a session of integration tests would run
     them beside its own cluster)."""
-    needed = [s for item in session.items for name in getattr(item, "fixturenames", ())
-              for s in NEEDED.get(name, ())]
+    needed = [s for item in session.items
+              for s in [*(s for name in getattr(item, "fixturenames", ())
+                          for s in NEEDED.get(name, ())),
+                        *(s for mark in item.iter_markers("scenario") for s in mark.args)]]
     if needed:
         factory = session.config._tmp_path_factory  # what tmp_path_factory hands out
         scenarios = Scenarios(needed, factory.mktemp)

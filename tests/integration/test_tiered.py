@@ -189,7 +189,7 @@ def test_a_leader_killed_mid_copy_leaves_no_gap_duplicate_or_forgotten_orphan(ra
     # Every folder in the store is a readable segment's: the killed copy's is gone.
     wait_for(lambda: only_readable_folders(ray_cluster.remote_store, topic, topic_id),
              timeout=60, what="no folder but the readable segments'")
-    # What no record leads to is swept (every 5 s here): an object the killed leader's put
+    # What no record leads to is swept (every 2 s here): an object the killed leader's put
     # would have landed in its deleted folder (the race a deposed leader that is not dead
     # yet runs), and an hour-old folder no record names.
     killed = [r for r in metadata_records(topic_id)
