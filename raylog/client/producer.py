@@ -78,21 +78,23 @@ class ProducerConfig:
     """Producer settings, checked when built; names as Kafka's with ``_`` for ``.``."""
 
     acks: int | str = 1                  # 0: don't wait; 1: leader wrote it; "all": ISR has it
-    batch_size: int = 4 << 20            # bytes per batch (one actor call per batch)
+    batch_size: int = 4 << 20            # bytes per batch (of one partition)
     linger_ms: int = 5                   # wait this long for a batch to fill before sending
     compression_type: str = "lz4"        # "lz4" or "none"
     buffer_memory: int = 64 << 20        # bytes of sealed, unacknowledged batches; send blocks
     max_block_ms: int = 60_000           # ... at most this long
-    max_request_size: int = 8 << 20      # largest record a send accepts
+    # The largest record a send accepts, and the bytes of batches one produce call carries
+    # (one batch at least), as Kafka's max.request.size.
+    max_request_size: int = 8 << 20
     delivery_timeout_ms: int = 120_000   # give up on a batch (with retries) after this long
     request_timeout_ms: int = 30_000     # acks="all": the leader answers a timeout after this
     retry_backoff_ms: int = 100          # wait before the first retry of a batch, then ...
     retry_backoff_max_ms: int = 1000     # ... twice as long each time, up to this (KIP-580)
     max_in_flight_requests_per_partition: int = 5
-    # Requests one broker has in flight from this producer, all its partitions together (as
-    # Kafka's max.in.flight.requests.per.connection): a broker serves its calls one at a
-    # time, so more only wait in its queue, and while they wait new records gather into
-    # fewer, larger batches instead.
+    # Produce calls one broker has in flight from this producer (as Kafka's
+    # max.in.flight.requests.per.connection); each call carries the ready batches of the
+    # partitions one of its hosts serves. A host serves its calls one at a time, so more only
+    # wait in its queue, and while they wait new records gather into fewer, larger batches.
     max_in_flight_requests_per_broker: int = 2
     # A transactional producer (docs/transactions.md): idempotent with acks="all"; the
     # coordinator aborts a transaction left open longer than transaction_timeout_ms.
@@ -168,7 +170,9 @@ class Producer:
 
     ``send`` appends a record to its partition's open batch and returns a future at once; a
     background sender thread seals batches that are full or ``linger_ms`` old, encodes them
-    and sends each to its partition leader as one actor call, retrying retriable errors with
+    and sends them to their partitions' leaders, one actor call to a leader's host carrying
+    the ready batches of every partition it serves (each answered on its own), retrying
+    retriable errors with
     refreshed metadata and a growing backoff. Every future resolves: acknowledged, or failed
     at the latest when ``delivery_timeout_ms`` has passed since its batch was opened, also
     while the controller or a leader hangs: the sender thread never waits on the controller
