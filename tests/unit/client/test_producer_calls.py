@@ -167,3 +167,12 @@ def test_a_call_that_dies_fails_each_batch_and_the_retries_land_once_in_order(co
         assert [f.result(timeout=5).offset for p, f in futures if p == partition] == \
             list(range(len(sent[partition])))
     producer.close()
+
+
+def test_acks_0_sends_calls_and_reads_no_answer(controller):
+    with producer_for(controller, acks=0) as producer:
+        futures = [producer.send("t", b"v%d" % p, partition=p) for p in range(6)]
+        producer.flush(timeout=10)
+        assert [f.result(timeout=5).offset for f in futures] == [-1] * 6
+    assert [controller.partitions[("t", p)].values for p in range(6)] == \
+        [[b"v%d" % p] for p in range(6)]
