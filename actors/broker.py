@@ -296,32 +296,49 @@ class BrokerActor(ReplicaHost):
             topic, partition, producer_id, producer_epoch, commit, coordinator_epoch,
             leader_epoch, timeout_ms))
 
-    async def produce_batches(self, batches: list[tuple[str, int, int, bytes]],
-                              acks: int | str = 1, timeout_ms: int = 30_000
-                              ) -> list[AppendInfo | RaylogError]:
-        """As ReplicaHost.produce_batches; a batch for a replica another host serves is
-        passed on to it at its turn (so in order) and its answer awaited after."""
-        answers: list[Any] = []
-        for topic, partition, leader_epoch, batch in batches:
-            host = self.hosts.elsewhere((topic, partition))
+    async def produce_batches(self, batches: list[tuple[str, int, int, bytes | pa.Buffer]],
+                              acks: int | str = 1, timeout_ms: int = 30_000,
+                              client_id: str | None = None
+                              ) -> list[AppendInfo | RaylogError] | Throttled:
+        """As ReplicaHost.produce_batches; the batches for replicas another host of this
+        node serves are passed on to it, one call per host carrying its batches in the
+        call's order, sent before this host appends its own (a partition's batches all go
+        to the one host serving it, so each keeps its order). A host that fails answers its
+        own batches alone; the answer is held back as long as the longest of the hosts'
+        throttles."""
+        mine: list[int] = []
+        theirs: dict[Any, tuple[Any, list[int]]] = {}  # by host: (its handle, the places)
+        for place, item in enumerate(batches):
+            host = self.hosts.elsewhere((item[0], item[1]))
             if host is None:
-                answers.extend(await ReplicaHost.produce_batches(
-                    self, [(topic, partition, leader_epoch, batch)], acks, timeout_ms))
+                mine.append(place)
             else:
-                answers.append(host.produce.remote(topic, partition, leader_epoch, batch,
-                                                   acks, timeout_ms))
-        for i, answer in enumerate(answers):
-            if isinstance(answer, ray.ObjectRef):
-                try:
-                    answers[i] = await _forward(answer)
-                except RaylogError as e:
-                    answers[i] = e
-                except RayActorError as e:  # that host's failure answers its batch alone
-                    answers[i] = LeaderNotAvailableError(
-                        f"a partition replica is unavailable: {e}")
-                except RayError as e:
-                    answers[i] = InternalError(f"{type(e).__name__} inside the cluster: {e}")
-        return answers
+                theirs.setdefault(host, (host, []))[1].append(place)
+        passed = [(places, host.produce_batches.remote([batches[p] for p in places], acks,
+                                                       timeout_ms, client_id))
+                  for host, places in theirs.values()]
+        answers: list[Any] = [None] * len(batches)
+        throttled = 0
+        if mine:
+            own, throttled = unwrap_throttled(await ReplicaHost.produce_batches(
+                self, [batches[p] for p in mine], acks, timeout_ms, client_id))
+            for place, answer in zip(mine, own, strict=True):
+                answers[place] = answer
+        for places, call in passed:
+            try:
+                their, held = unwrap_throttled(await _forward(call))
+                throttled = max(throttled, held)
+            except RaylogError as e:
+                their = [e] * len(places)
+            except RayActorError as e:  # that host's failure answers its batches alone
+                their = [LeaderNotAvailableError(f"a partition replica is unavailable: {e}")
+                         ] * len(places)
+            except RayError as e:
+                their = [InternalError(f"{type(e).__name__} inside the cluster: {e}")
+                         ] * len(places)
+            for place, answer in zip(places, their, strict=True):
+                answers[place] = answer
+        return Throttled(answers, throttled) if throttled else answers
 
     async def fetch(self, topic: str, partition: int, leader_epoch: int, offset: int,
                     max_bytes: int = 8 << 20, max_wait_ms: int = 0, min_bytes: int = 1,

@@ -240,28 +240,42 @@ class HostedReplica:
 
     # -- appending as leader -------------------------------------------------------------------
 
+    def append_now(self, batch: bytes, acks: int | str, leader_epoch: int
+                   ) -> AppendInfo | SequenceGap:
+        """Append a producer's batch now, without waiting: where it landed, or the
+        SequenceGap that holds it back (not appended: batches of its producer before it are
+        missing). Raises what Partition.append raises for a batch it refuses."""
+        try:
+            info = self.partition.append(batch, acks, leader_epoch)
+        except SequenceGap as gap:
+            return gap
+        self.notify()
+        return info
+
+    async def append(self, batch: bytes, acks: int | str, leader_epoch: int,
+                     first: AppendInfo | SequenceGap | None = None) -> AppendInfo:
+        """Append a producer's batch (``first``: what :meth:`append_now` answered for it
+        already, if the caller tried). A batch ahead of its producer's sequence waits (up to
+        SEQUENCE_WAIT_S) for the batches before it, which Ray may have started later; if
+        they do not come it fails with OutOfOrderSequenceError (UnknownProducerIdError for a
+        producer id this replica has no state for), never appended."""
+        attempt = self.append_now(batch, acks, leader_epoch) if first is None else first
+        deadline = time.monotonic() + SEQUENCE_WAIT_S
+        while isinstance(attempt, SequenceGap):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise attempt.error(self.name, SEQUENCE_WAIT_S)
+            await self.wait(remaining)  # then once more: the gap may have filled
+            attempt = self.append_now(batch, acks, leader_epoch)
+        return attempt
+
     async def produce(self, batch: bytes, acks: int | str, leader_epoch: int,
                       timeout_s: float) -> AppendInfo:
-        """Append a producer's batch; with acks=all, answer once the ISR has it.
-
-        A batch ahead of its producer's sequence waits (up to SEQUENCE_WAIT_S) for the batches
-        before it, which Ray may have started later; if they do not come it fails with
-        OutOfOrderSequenceError (UnknownProducerIdError for a producer id this replica has no
-        state for), never appended. An acks=all batch that is not committed within
-        ``timeout_s`` fails with RequestTimeoutError (it is written: the producer's retry is
-        recognised as a duplicate)."""
-        partition = self.partition
-        deadline = time.monotonic() + SEQUENCE_WAIT_S
-        while True:
-            try:
-                info = partition.append(batch, acks, leader_epoch)
-                break
-            except SequenceGap as gap:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise gap.error(self.name, SEQUENCE_WAIT_S) from None
-                await self.wait(remaining)  # then once more: the gap may have filled
-        self.notify()
+        """Append a producer's batch (:meth:`append`); with acks=all, answer once the ISR
+        has it. An acks=all batch that is not committed within ``timeout_s`` fails with
+        RequestTimeoutError (it is written: the producer's retry is recognised as a
+        duplicate)."""
+        info = await self.append(batch, acks, leader_epoch)
         if acks in ("all", -1):
             await self.committed(info.last_offset, timeout_s)
         return info

@@ -80,6 +80,7 @@ from raylog.replica.partition import (
     Role,
     Transition,
 )
+from raylog.replica.producer_state import SequenceGap
 from raylog.replica.throttle import ByteRate
 from raylog.storage import AppendInfo
 from raylog.util.arguments import settings_from_environ
@@ -470,17 +471,21 @@ class ReplicaHost:
         hosted = self._hosted(topic, partition)  # checks the stall guard
         since = self.guard.generation
         info = await hosted.produce(batch, acks, leader_epoch, timeout_ms / 1000)
-        self.guard.check_since(since)  # stalled meanwhile: it may have been fenced
+        self._produced(topic, batch, info, started, since)
+        throttled = await self.client_quotas.hold(PRODUCER_BYTE_RATE, client_id, len(batch),
+                                                  time.monotonic() - started)
+        return Throttled(info, throttled) if throttled else info
+
+    def _produced(self, topic: str, batch: pa.Buffer, info: AppendInfo, started: float,
+                  since: int) -> AppendInfo:
+        """An append answered: BrokerStalledError if this process stalled since the guard's
+        generation ``since`` (it may have been fenced meanwhile), else counted."""
+        self.guard.check_since(since)
         metrics = recorder()
         metrics.observe("raylog_produce_latency_ms", (time.monotonic() - started) * 1000,
                         topic=topic)
         metrics.inc("raylog_bytes_in", len(batch), topic=topic)
         metrics.inc("raylog_records_in", info.record_count, topic=topic)
-        if client_id is not None:
-            throttled = await self.client_quotas.hold(PRODUCER_BYTE_RATE, client_id,
-                                                      len(batch), time.monotonic() - started)
-            if throttled:
-                return Throttled(info, throttled)
         return info
 
     async def write_txn_marker(self, topic: str, partition: int, producer_id: int,
@@ -497,26 +502,93 @@ class ReplicaHost:
         self.guard.check_since(since)  # stalled meanwhile: it may have been fenced
         return info
 
-    async def produce_batches(self, batches: list[tuple[str, int, int, bytes]],
-                              acks: int | str = 1, timeout_ms: int = 30_000
-                              ) -> list[AppendInfo | RaylogError]:
-        """Several producers' batches, ``(topic, partition, leader_epoch, batch)`` each, in one
-        call: each appended as :meth:`produce` appends it and answered with its own AppendInfo
-        or the RaylogError it raised, in order (the Kafka listener merges the appends it
-        sends one broker while earlier ones are unanswered: raylog/kafka/gateway/appends.py).
+    async def produce_batches(self, batches: list[tuple[str, int, int, bytes | pa.Buffer]],
+                              acks: int | str = 1, timeout_ms: int = 30_000,
+                              client_id: str | None = None
+                              ) -> list[AppendInfo | RaylogError] | Throttled:
+        """Several partitions' batches, ``(topic, partition, leader_epoch, batch)`` each, in
+        one call (Kafka's produce request: the producer sends a host every ready batch of
+        the partitions it serves together; the Kafka listener merges its acks=1 appends):
+        each appended and answered as :meth:`produce` would, with its own AppendInfo or the
+        RaylogError it raised, in order, so one partition's refusal (not the leader, a
+        sequence error, a fenced epoch) fails no other. ``client_id``: the producer's, whose
+        quota the whole call is charged to (then the list comes as Throttled).
 
-        Each batch is appended before the next is looked at, so a call's batches reach their
-        logs in order and before any later call's; a batch that waits inside (acks=all, a
-        producer's sequence gap) holds the ones after it, which is why the listener merges
-        only acks=1 batches without a producer id."""
-        answers: list[AppendInfo | RaylogError] = []
-        for topic, partition, leader_epoch, batch in batches:
+        Order: every batch is appended before the call first waits, in the call's order,
+        so a call's batches reach their logs in order and before those of any call that
+        starts after it. Only a batch ahead of its producer's sequence waits for its
+        append (for the batches before it, HostedReplica.append), and the batches of its
+        partition after it in the call wait behind it; the other partitions' do not. The
+        waits for the in-sync replicas (acks=all) run together, not one after another."""
+        started = time.monotonic()
+        size = 0
+        answers: list[Any] = []
+        later: dict[int, Any] = {}  # the place of each batch whose answer waits: its wait
+        held: dict[TopicPartition, asyncio.Future] = {}  # a partition's batch not yet appended
+        for topic, partition, leader_epoch, data in batches:
+            data = batch_view(data)
+            size += len(data)
+            item = (topic, partition, leader_epoch, data)
+            before = held.get((topic, partition))
+            begun = None
+            if before is None:
+                try:
+                    begun = self._begin_append(item, acks)
+                    if isinstance(begun[2], AppendInfo) and acks not in ("all", -1):
+                        answers.append(self._produced(topic, data, begun[2], started,
+                                                      begun[1]))
+                        continue
+                except RaylogError as e:
+                    answers.append(e)
+                    continue
+            appended = None
+            if before is not None or isinstance(begun[2], SequenceGap):
+                appended = held[(topic, partition)] = asyncio.get_running_loop().create_future()
+            later[len(answers)] = self._finish_append(item, acks, timeout_ms / 1000, started,
+                                                      begun, before, appended)
+            answers.append(None)
+        if later:
+            for place, answer in zip(later, await asyncio.gather(*later.values()),
+                                     strict=True):
+                answers[place] = answer
+        throttled = await self.client_quotas.hold(PRODUCER_BYTE_RATE, client_id, size,
+                                                  time.monotonic() - started)
+        return Throttled(answers, throttled) if throttled else answers
+
+    def _begin_append(self, item: tuple[str, int, int, pa.Buffer], acks: int | str
+                      ) -> tuple[HostedReplica, int, AppendInfo | SequenceGap]:
+        """Try a batch of produce_batches' at once: its replica, the stall guard's
+        generation before it, and where it landed (or the gap that holds it back)."""
+        topic, partition, leader_epoch, data = item
+        hosted = self._hosted(topic, partition)  # checks the stall guard
+        return hosted, self.guard.generation, hosted.append_now(data, acks, leader_epoch)
+
+    async def _finish_append(self, item: tuple[str, int, int, pa.Buffer], acks: int | str,
+                             timeout_s: float, started: float,
+                             begun: tuple[HostedReplica, int, AppendInfo | SequenceGap] | None,
+                             before: asyncio.Future | None,
+                             appended: asyncio.Future | None) -> AppendInfo | RaylogError:
+        """The rest of a batch of produce_batches' whose answer waits: its append, begun
+        (``begun``) or after the batch ``before`` it of its partition in the call was
+        appended or failed; the wait for the in-sync replicas (acks=all). Sets ``appended``
+        once its own append is done or failed (the next batch of its partition waits on
+        it)."""
+        topic, _, leader_epoch, data = item
+        try:
             try:
-                answers.append(await ReplicaHost.produce(self, topic, partition, leader_epoch,
-                                                         batch, acks, timeout_ms))
-            except RaylogError as e:
-                answers.append(e)
-        return answers
+                if before is not None:
+                    await before
+                    begun = self._begin_append(item, acks)
+                hosted, since, first = begun
+                info = await hosted.append(data, acks, leader_epoch, first)
+            finally:
+                if appended is not None:
+                    appended.set_result(None)
+            if acks in ("all", -1):
+                await hosted.committed(info.last_offset, timeout_s)
+            return self._produced(topic, data, info, started, since)
+        except RaylogError as e:
+            return e
 
     async def fetch(self, topic: str, partition: int, leader_epoch: int, offset: int,
                     max_bytes: int = 8 << 20, max_wait_ms: int = 0, min_bytes: int = 1,

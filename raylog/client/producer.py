@@ -28,13 +28,14 @@ from raylog.client.connection import (
 )
 from raylog.client.futures import BatchResult, RecordFuture, TableFuture
 from raylog.client.remote import Answer, appended, discard, when_done
-from raylog.client.sender_state import Alarms, OutgoingBatch, PartitionSender
+from raylog.client.sender_state import Alarms, OutgoingBatch, PartitionSender, ProduceCall
 from raylog.client.tables import assign_sticky, partition_rows
 from raylog.client.transactions import TransactionManager, fenced
 from raylog.errors import (
     ActorUnavailableError,
     ClientClosedError,
     IllegalStateError,
+    InternalError,
     InvalidConfigError,
     InvalidRecordError,
     OutOfOrderSequenceError,
@@ -77,21 +78,23 @@ class ProducerConfig:
     """Producer settings, checked when built; names as Kafka's with ``_`` for ``.``."""
 
     acks: int | str = 1                  # 0: don't wait; 1: leader wrote it; "all": ISR has it
-    batch_size: int = 4 << 20            # bytes per batch (one actor call per batch)
+    batch_size: int = 4 << 20            # bytes per batch (of one partition)
     linger_ms: int = 5                   # wait this long for a batch to fill before sending
     compression_type: str = "lz4"        # "lz4" or "none"
     buffer_memory: int = 64 << 20        # bytes of sealed, unacknowledged batches; send blocks
     max_block_ms: int = 60_000           # ... at most this long
-    max_request_size: int = 8 << 20      # largest record a send accepts
+    # The largest record a send accepts, and the bytes of batches one produce call carries
+    # (one batch at least), as Kafka's max.request.size.
+    max_request_size: int = 8 << 20
     delivery_timeout_ms: int = 120_000   # give up on a batch (with retries) after this long
     request_timeout_ms: int = 30_000     # acks="all": the leader answers a timeout after this
     retry_backoff_ms: int = 100          # wait before the first retry of a batch, then ...
     retry_backoff_max_ms: int = 1000     # ... twice as long each time, up to this (KIP-580)
     max_in_flight_requests_per_partition: int = 5
-    # Requests one broker has in flight from this producer, all its partitions together (as
-    # Kafka's max.in.flight.requests.per.connection): a broker serves its calls one at a
-    # time, so more only wait in its queue, and while they wait new records gather into
-    # fewer, larger batches instead.
+    # Produce calls one broker has in flight from this producer (as Kafka's
+    # max.in.flight.requests.per.connection); each call carries the ready batches of the
+    # partitions one of its hosts serves. A host serves its calls one at a time, so more only
+    # wait in its queue, and while they wait new records gather into fewer, larger batches.
     max_in_flight_requests_per_broker: int = 2
     # A transactional producer (docs/transactions.md): idempotent with acks="all"; the
     # coordinator aborts a transaction left open longer than transaction_timeout_ms.
@@ -167,7 +170,9 @@ class Producer:
 
     ``send`` appends a record to its partition's open batch and returns a future at once; a
     background sender thread seals batches that are full or ``linger_ms`` old, encodes them
-    and sends each to its partition leader as one actor call, retrying retriable errors with
+    and sends them to their partitions' leaders, one actor call to a leader's host carrying
+    the ready batches of every partition it serves (each answered on its own), retrying
+    retriable errors with
     refreshed metadata and a growing backoff. Every future resolves: acknowledged, or failed
     at the latest when ``delivery_timeout_ms`` has passed since its batch was opened, also
     while the controller or a leader hangs: the sender thread never waits on the controller
@@ -225,7 +230,7 @@ class Producer:
         self._open: dict[tuple[str, int], OutgoingBatch] = {}
         self._senders: dict[tuple[str, int], PartitionSender] = {}
         self._sendable: dict[tuple[str, int], None] = {}  # partitions with queued batches
-        self._in_flight: dict[ray.ObjectRef, OutgoingBatch] = {}
+        self._in_flight: dict[ray.ObjectRef, ProduceCall] = {}
         self._buffered_bytes = 0
         self._failures = _Failures()
         self._lock = threading.Lock()
@@ -840,12 +845,11 @@ class Producer:
         return None if meta is None else meta.partitions[key[1]].leader
 
     def _broker_loads(self) -> collections.Counter[int | None]:
-        """Requests in flight (or being encoded to go) per leader broker (lock held)."""
-        loads: collections.Counter[int | None] = collections.Counter()
-        for key, sender in self._senders.items():
-            if sender.in_flight:
-                loads[self._leader_of(key)] += len(sender.in_flight)
-        return loads
+        """Produce calls in flight (or being encoded to go) per leader broker (lock held):
+        a call counts while any of its batches is in flight."""
+        calls = {id(batch.call): batch.call for sender in self._senders.values()
+                 for batch in sender.in_flight if batch.call is not None}
+        return collections.Counter(call.broker for call in calls.values())
 
     def _abandon(self, error: BaseException) -> None:
         """Fail every batch the producer holds and refuse further sends."""
@@ -928,31 +932,30 @@ class Producer:
         slow = set()
         with self._lock:
             look_again = math.inf
-            for ref, batch in list(self._in_flight.items()):
-                waited = now - batch.sent_at
+            for call in list(self._in_flight.values()):
+                waited = now - call.sent_at
                 if waited < SLOW_REQUEST_S:
-                    look_again = min(look_again, batch.sent_at + SLOW_REQUEST_S)
+                    look_again = min(look_again, call.sent_at + SLOW_REQUEST_S)
                     continue
-                slow.add(batch.topic)
-                broker, epoch = batch.sent_to
-                current = self._latest(batch.topic).partitions[batch.partition]
-                if current.leader_epoch > epoch:
-                    why = (f"the partition has a new leader (broker {current.leader}, leader "
-                           f"epoch {current.leader_epoch})")
-                elif waited >= limit_s:
-                    why = (f"longer than request_timeout_ms={self.config.request_timeout_ms} "
-                           f"and {REQUEST_SLACK_S:g} s")
-                else:
-                    look_again = min(look_again, now + SLOW_REFRESH_S,
-                                     batch.sent_at + limit_s)
-                    continue
-                del self._in_flight[ref]
-                discard(ref)  # a late answer is read and dropped
-                batch.ref = None
-                abandoned.append((batch, RequestTimeoutError(
-                    f"no answer from broker {broker} (leader epoch {epoch}) for "
-                    f"{batch.topic}-{batch.partition} after {waited:.1f} s, and {why}: the "
-                    f"batch may have been appended")))
+                for batch in call.carried():
+                    slow.add(batch.topic)
+                    broker, epoch = batch.sent_to
+                    current = self._latest(batch.topic).partitions[batch.partition]
+                    if current.leader_epoch > epoch:
+                        why = (f"the partition has a new leader (broker {current.leader}, "
+                               f"leader epoch {current.leader_epoch})")
+                    elif waited >= limit_s:
+                        why = (f"longer than request_timeout_ms="
+                               f"{self.config.request_timeout_ms} and {REQUEST_SLACK_S:g} s")
+                    else:
+                        look_again = min(look_again, now + SLOW_REFRESH_S,
+                                         call.sent_at + limit_s)
+                        continue
+                    self._release(batch)  # a late answer is read and dropped
+                    abandoned.append((batch, RequestTimeoutError(
+                        f"no answer from broker {broker} (leader epoch {epoch}) for "
+                        f"{batch.topic}-{batch.partition} after {waited:.1f} s, and {why}: "
+                        f"the batch may have been appended")))
             if look_again < math.inf:
                 self._alarms.set(("watch", None), look_again)
         for topic in slow:
@@ -966,10 +969,7 @@ class Producer:
         needs any more (lock held)."""
         self._buffered_bytes -= batch.buffered
         batch.buffered = 0
-        if batch.ref is not None:
-            if self._in_flight.pop(batch.ref, None) is not None:
-                discard(batch.ref)  # its late answer is read and dropped
-            batch.ref = None
+        self._release(batch)
         key = batch.key
         if not self._senders.get(key) and key not in self._open:
             self._alarms.clear(("expire", key))
@@ -977,15 +977,34 @@ class Producer:
             self._alarms.clear(("watch", None))
         self._progress.notify_all()
 
-    def _take_sendable(self, now: float) -> tuple[list[OutgoingBatch], list[OutgoingBatch]]:
-        """Batches to send now: per partition in sequence order, within the in-flight limit
-        and after any backoff of the batch at the head of the queue; and the batches an
-        epoch bump cannot renumber safely, which fail (lock held)."""
+    def _release(self, batch: OutgoingBatch) -> None:
+        """Take a batch out of the request it is in flight in, if any (lock held); the
+        request's answer, once no batch is left in it, is read and dropped."""
+        ref, batch.ref = batch.ref, None
+        call = self._in_flight.get(ref) if ref is not None else None
+        if call is not None and not call.drop(batch):
+            del self._in_flight[ref]
+            discard(ref)
+
+    def _take_sendable(self, now: float
+                       ) -> tuple[list[ProduceCall], list[tuple[OutgoingBatch, Exception]],
+                                  list[OutgoingBatch]]:
+        """The produce calls to make now (lock held); the batches that cannot go, each with
+        its error (its partition has no leader now); and the batches an epoch bump cannot
+        renumber safely, which fail. A call carries the batches of the
+        partitions one replica host serves, per partition in sequence order, within the
+        partition's in-flight limit and after any backoff of the batch at the head of its
+        queue, up to max_request_size bytes (one batch at least); a broker has at most
+        max_in_flight_requests_per_broker calls in flight."""
         limit = self.config.max_in_flight_requests_per_partition
         per_broker = self.config.max_in_flight_requests_per_broker
+        max_bytes = self.config.max_request_size
         self._send_pending = False
         loads = self._broker_loads()
-        out, unsafe = [], []
+        calls: list[ProduceCall] = []
+        filling: dict[Any, ProduceCall] = {}  # by host: the call its batches join
+        unsafe: list[OutgoingBatch] = []
+        unsendable: list[tuple[OutgoingBatch, Exception]] = []
         for key in list(self._sendable):
             sender = self._senders[key]
             if self._txn is not None and not self._txn.ready(key):
@@ -999,22 +1018,37 @@ class Producer:
                         unsafe.append(batch)
                     del self._sendable[key]
                 continue
-            leader = self._leader_of(key)
-            free = per_broker - loads[leader]
-            if free <= 0:
-                continue  # stays sendable until its broker answers one
-            sendable, dropped = sender.take(now, min(limit, len(sender.in_flight) + free))
+            try:
+                replica = self._latest(key[0]).partitions[key[1]].leader_client()
+            except RaylogError as e:  # no leader now: each batch fails its attempt
+                replica, error = None, e
+            broker = replica.broker_id if replica is not None else self._leader_of(key)
+            call = filling.get(replica.handle) if replica is not None else None
+            while sender.queue and len(sender.in_flight) < limit:
+                if replica is not None and (call is None or (
+                        call.live and call.size + sender.queue[0].buffered > max_bytes)):
+                    if loads[broker] >= per_broker:
+                        break  # stays sendable until its broker answers one
+                    loads[broker] += 1
+                    call = filling[replica.handle] = ProduceCall(broker, replica)
+                    calls.append(call)
+                sendable, dropped = sender.take(now, len(sender.in_flight) + 1)
+                unsafe.extend(dropped)
+                if not sendable:
+                    break  # stalled, a reset waiting for its in-flight batches, a backoff
+                if replica is None:
+                    sendable[0].call = None
+                    unsendable.append((sendable[0], error))
+                else:
+                    call.add(sendable[0], replica)
             if sender.queue and sender.queue[0].not_before > now:  # a retry's backoff
                 self._alarms.set(("retry", key), sender.queue[0].not_before)
-            loads[leader] += len(sendable)
-            out.extend(sendable)
-            unsafe.extend(dropped)
             if not sender.queue:
                 del self._sendable[key]
         for batch in unsafe:
             self._forget(batch)
             self._failed_batch(batch, batch.last_error)
-        return out, unsafe
+        return [call for call in calls if call.live], unsendable, unsafe
 
     def _submit_ready(self) -> None:
         """Encode and submit the sendable batches, unless another thread is doing it: then
@@ -1023,39 +1057,60 @@ class Producer:
         while self._submitting.acquire(blocking=False):
             try:
                 with self._lock:
-                    sendable, unsafe = self._take_sendable(time.monotonic())
+                    calls, unsendable, unsafe = self._take_sendable(time.monotonic())
                 for batch in unsafe:
                     batch.result.complete(-1, batch.last_error)
-                for batch in sendable:
-                    self._submit(batch)
+                for batch, error in unsendable:
+                    self._failed(batch, error, sent=False)
+                for call in calls:
+                    self._submit(call)
             finally:
                 self._submitting.release()
             with self._lock:
                 if not self._send_pending:
                     return
 
-    def _submit(self, batch: OutgoingBatch) -> None:
-        """Encode (once) and send one batch to its leader."""
-        try:
-            data = batch.encoded()
-            leader = self._latest(batch.topic).partitions[batch.partition].leader_client()
-            batch.sent_at = time.monotonic()
-            batch.sent_to = leader.broker_id, leader.leader_epoch
+    def _submit(self, call: ProduceCall) -> None:
+        """Encode (once) each batch of a call and make it: one request to the host."""
+        items, carried = [], []
+        for batch, replica in zip(call.batches, call.replicas, strict=True):
+            try:
+                items.append((replica, batch.encoded()))
+                carried.append(batch)
+            except Exception as e:  # every failure ends in the batch's future
+                self._failed(batch, e, sent=False)
+        if not items:
+            return
+        call.batches, call.live = list(carried), len(carried)  # the answers' places
+        call.sent_at = time.monotonic()
+        for batch, (replica, _) in zip(carried, items, strict=True):
+            batch.sent_at = call.sent_at
+            batch.sent_to = replica.broker_id, replica.leader_epoch
             batch.attempts += 1
-            ref = leader.append(data, self.config.acks, self.config.request_timeout_ms,
-                                client_id=self.config.client_id)
-        except Exception as e:  # every failure ends in the batch's future
-            self._failed(batch, e, sent=False)
+        try:
+            ref = call.replica.append_batches(items, self.config.acks,
+                                              self.config.request_timeout_ms,
+                                              client_id=self.config.client_id)
+        except Exception as e:  # every failure ends in the batches' futures
+            for batch in carried:
+                self._failed(batch, e, sent=False)
             return
         if self.config.acks == 0:
-            self._finish(batch, -1, None)
+            for batch in carried:
+                self._finish(batch, -1, None)
             return
         with self._lock:
-            if batch not in self._senders[batch.key].in_flight:
-                return  # expired meanwhile
-            batch.ref = ref
-            self._in_flight[ref] = batch
-            slow_at = batch.sent_at + SLOW_REQUEST_S
+            for batch in carried:
+                if batch not in self._senders[batch.key].in_flight:
+                    call.drop(batch)  # expired meanwhile
+                else:
+                    batch.ref = ref
+            if not call.live:
+                discard(ref)
+                return
+            call.ref = ref
+            self._in_flight[ref] = call
+            slow_at = call.sent_at + SLOW_REQUEST_S
             if self._alarms.set(("watch", None), slow_at):
                 self._nudge(slow_at)
         when_done(ref, self._answer)
@@ -1069,25 +1124,43 @@ class Producer:
                 self._nudge()
 
     def _collect_answered(self) -> None:
-        """Complete the batches whose requests finished."""
+        """Complete the batches whose requests finished: each with its own answer (a call
+        that failed as a whole, its error for each)."""
         while True:
             with self._lock:
                 if not self._answered:
                     return
                 ref, answer = self._answered.popleft()
-                batch = self._in_flight.pop(ref, None)
-            if batch is None:
-                continue  # abandoned or expired since it was answered
+                call = self._in_flight.pop(ref, None)
+                if call is None:
+                    continue  # every batch of it abandoned or expired since it was answered
+                batches = list(call.batches)
+                for batch in call.carried():
+                    batch.ref = None
             try:
-                info, throttled = unwrap_throttled(answer.get())
-                info = appended(info, batch.topic, batch.partition)
-            except Exception as e:  # every failure ends in the batch's future
-                self._failed(batch, e)
+                answers, throttled = unwrap_throttled(answer.get())
+                if len(answers) != len(batches):
+                    raise InternalError(f"a broker answered {len(answers)} of the "
+                                        f"{len(batches)} batches of a produce call")
+            except Exception as e:  # every failure ends in the batches' futures
+                for batch in batches:
+                    if batch is not None:
+                        self._failed(batch, e)
                 continue
             if throttled:
                 with self._lock:
                     self.throttle_time_ms += throttled
-            self._finish(batch, info.base_offset, None)
+            for batch, info in zip(batches, answers, strict=True):
+                if batch is None:
+                    continue
+                try:
+                    if isinstance(info, BaseException):
+                        raise info
+                    info = appended(info, batch.topic, batch.partition)
+                except Exception as e:  # every failure ends in the batch's future
+                    self._failed(batch, e)
+                    continue
+                self._finish(batch, info.base_offset, None)
 
     def _failed(self, batch: OutgoingBatch, error: Exception, sent: bool = True) -> None:
         """An attempt failed; ``sent`` says whether the request left (then an error that is

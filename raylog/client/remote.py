@@ -231,6 +231,22 @@ class ReplicaClient:
         return self.handle.produce.remote(self.topic, self.partition, self.leader_epoch, batch,
                                           acks, timeout_ms, client_id=client_id)
 
+    def append_batches(self, batches: list[tuple[ReplicaClient, bytes | pa.Buffer]],
+                       acks: int | str, timeout_ms: int = 30_000,
+                       client_id: str | None = None) -> ray.ObjectRef:
+        """One call to this replica's host (its ``handle``) carrying the batches of several
+        partitions it serves, each with the client of its partition (the broker's
+        ``produce_batches``): answered with a list, each batch's AppendInfo or the error it
+        raised, in order (in a Throttled if ``client_id``'s quota held it back). Once the
+        call's batches together exceed what Ray sends inline, each goes as a ``pa.Buffer``
+        (see :func:`zero_copy`): the call's argument is in the object store then anyway, and
+        a buffer is read there in place where ``bytes`` would be copied out."""
+        out_of_band = sum(len(data) for _, data in batches) > inline_limit()
+        items = [(replica.topic, replica.partition, replica.leader_epoch,
+                  pa.py_buffer(data) if out_of_band and type(data) is bytes else data)
+                 for replica, data in batches]
+        return self.handle.produce_batches.remote(items, acks, timeout_ms, client_id=client_id)
+
     def fetch(self, offset: int, max_bytes: int, max_wait_ms: int,
               min_bytes: int, isolation: str = READ_UNCOMMITTED,
               client_id: str | None = None) -> ray.ObjectRef:

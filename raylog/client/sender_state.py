@@ -67,10 +67,10 @@ class OutgoingBatch:
     ``result`` is completed exactly once, by whoever ends the batch.
     """
 
-    __slots__ = ("acks_before", "attempts", "base_sequence", "buffered", "builder", "created",
-                 "data", "deadline", "last_error", "not_before", "partition", "producer_epoch",
-                 "producer_id", "ref", "result", "sent_at", "sent_to", "stamped", "topic",
-                 "transactional")
+    __slots__ = ("acks_before", "attempts", "base_sequence", "buffered", "builder", "call",
+                 "created", "data", "deadline", "last_error", "not_before", "partition",
+                 "producer_epoch", "producer_id", "ref", "result", "sent_at", "sent_to",
+                 "stamped", "topic", "transactional")
 
     def __init__(self, topic: str, partition: int, builder: BatchBuilder | None, result: Any,
                  created: float, delivery_timeout_s: float) -> None:
@@ -88,7 +88,8 @@ class OutgoingBatch:
         self.stamped: tuple[int, int, int] | None = None  # producer fields inside ``data``
         self.sent_at = 0.0          # when the last attempt went out (monotonic s)
         self.sent_to = (-1, -1)     # ... to which leader: (broker id, leader epoch)
-        self.ref: Any = None        # the outstanding request, while in flight
+        self.call: ProduceCall | None = None  # the produce call of its latest attempt
+        self.ref: Any = None        # that call's outstanding request, while in flight
         # The error of an attempt that ended without an answer: it may have been appended.
         self.last_error: BaseException | None = None
         self.producer_id = NO_PRODUCER_ID
@@ -116,6 +117,47 @@ class OutgoingBatch:
             self.data = with_producer(self.data, *fields)
         self.stamped = fields
         return self.data
+
+
+class ProduceCall:
+    """One produce request to a replica host (Kafka's produce request): the batches of the
+    partitions it serves, led by ``broker``, in the order they go, at most one call's worth
+    of bytes (``size``: what the batches count against buffer_memory). ``replica`` is the
+    client of its first batch's partition, which makes the call; ``replicas`` each batch's.
+
+    A batch given up while the call is out (expired, abandoned, closed) leaves its place
+    empty (None), so the answers still match the places; the call counts against its
+    broker's requests in flight while any of its batches is in flight."""
+
+    __slots__ = ("batches", "broker", "live", "ref", "replica", "replicas", "sent_at", "size")
+
+    def __init__(self, broker: int | None, replica: Any) -> None:
+        self.broker = broker
+        self.replica = replica
+        self.batches: list[OutgoingBatch | None] = []
+        self.replicas: list[Any] = []
+        self.live = 0
+        self.size = 0
+        self.ref: Any = None
+        self.sent_at = 0.0
+
+    def add(self, batch: OutgoingBatch, replica: Any) -> None:
+        batch.call = self
+        self.batches.append(batch)
+        self.replicas.append(replica)
+        self.live += 1
+        self.size += batch.buffered
+
+    def drop(self, batch: OutgoingBatch) -> bool:
+        """Leave ``batch``'s place empty; whether the call still carries any batch."""
+        for place, carried in enumerate(self.batches):
+            if carried is batch:
+                self.batches[place] = None
+                self.live -= 1
+        return self.live > 0
+
+    def carried(self) -> list[OutgoingBatch]:
+        return [batch for batch in self.batches if batch is not None]
 
 
 class PartitionSender:

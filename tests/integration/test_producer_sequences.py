@@ -7,9 +7,10 @@ leader lost goes on at once.
     leader used to accept B once its wait ended and then answer A's retry at offset -1,
     which the producer took for success: A was lost. Now B fails with
     OutOfOrderSequenceError and is retried behind A; both land, at the offsets reported.
-    The seam is the client's wrapper (ReplicaClient.append, which every produce call goes
-    through): it fails one batch for good before it is sent, as an expiry would, and sends
-    A's first attempt with a leader epoch the leader does not know yet. Ray is real.
+    The seam is the client's wrapper (ReplicaClient.append_batches, which every produce
+    call goes through): it fails one batch for good before it is sent, as an expiry would,
+    and sends A's first attempt with a leader epoch the leader does not know yet. Ray is
+    real.
 (b) An acks=1 producer writes to a topic with two replicas; its follower is paused
     (SIGSTOP) so that it lacks the last acknowledged batches, and the leader's broker is
     killed. The follower, elected, has no record of those batches: the producer's next batch
@@ -60,44 +61,48 @@ def batch_at(admin: Admin, topic: str, offset: int) -> tuple[BatchHeader, dict[i
 
 
 class Seam:
-    """Wraps ReplicaClient.append: fails the next batch for good before it is sent (after
-    the test has queued more behind it), and sends the first attempt of the batch with
-    producer epoch 1 and sequence 0 at a leader epoch one ahead of the leader's."""
+    """Wraps ReplicaClient.append_batches (one produce call carrying batches): fails the next
+    call for good before it is sent (after the test has queued more behind its batch), and
+    sends the first attempt of the batch with producer epoch 1 and sequence 0 at a leader
+    epoch one ahead of the leader's."""
 
-    def __init__(self, original) -> None:
-        self.original = original
+    def __init__(self) -> None:
         self.fail_next = False
         self.entered = threading.Event()  # the batch to fail is in the seam
         self.release = threading.Event()  # ... and may fail now
-        self.attempts: list[tuple[int, int, ray.ObjectRef | None]] = []
+        # (producer epoch, base sequence, the call, the batch's place in it) per attempt
+        self.attempts: list[tuple[int, int, ray.ObjectRef | None, int]] = []
         self.lock = threading.Lock()
 
-    def append(self, client: ReplicaClient, batch: bytes, acks: int | str,
-               timeout_ms: int = 30_000, client_id: str | None = None) -> ray.ObjectRef:
-        header = parse_header(batch)
-        key = (header.producer_epoch, header.base_sequence)
+    def append_batches(self, client: ReplicaClient, batches: list, acks: int | str,
+                       timeout_ms: int = 30_000, client_id: str | None = None
+                       ) -> ray.ObjectRef:
+        keys = [(h.producer_epoch, h.base_sequence)
+                for h in (parse_header(data) for _, data in batches)]
         with self.lock:
             fail, self.fail_next = self.fail_next, False
-            first_a = key == (1, 0) and all((e, q) != key for e, q, _ in self.attempts)
+            first_a = [key == (1, 0) and all((e, q) != key for e, q, _, _ in self.attempts)
+                       for key in keys]
         if fail:
             self.entered.set()
             self.release.wait(60)
             with self.lock:
-                self.attempts.append((*key, None))
+                self.attempts.extend((*key, None, place) for place, key in enumerate(keys))
             raise InvalidRecordError("failed for good by the test before it was sent")
-        if first_a:  # what a leader answers a client whose metadata is ahead of it
-            ref = client.handle.produce.remote(client.topic, client.partition,
-                                               client.leader_epoch + 1, batch, acks,
-                                               timeout_ms)
-        else:
-            ref = self.original(client, batch, acks, timeout_ms, client_id)
+        # A's first attempt as a leader answers a client whose metadata is ahead of it.
+        items = [(replica.topic, replica.partition,
+                  replica.leader_epoch + 1 if first else replica.leader_epoch, data)
+                 for (replica, data), first in zip(batches, first_a, strict=True)]
+        ref = client.handle.produce_batches.remote(items, acks, timeout_ms,
+                                                   client_id=client_id)
         with self.lock:
-            self.attempts.append((*key, ref))
+            self.attempts.extend((*key, ref, place) for place, key in enumerate(keys))
         return ref
 
-    def refs(self, epoch: int, sequence: int) -> list[ray.ObjectRef]:
+    def answers(self, epoch: int, sequence: int) -> list[tuple[ray.ObjectRef | None, int]]:
+        """The calls that carried the batch at ``(epoch, sequence)``, with its place."""
         with self.lock:
-            return [r for e, s, r in self.attempts if (e, s) == (epoch, sequence)]
+            return [(r, place) for e, s, r, place in self.attempts if (e, s) == (epoch, sequence)]
 
 
 @pytest.mark.cluster
@@ -105,9 +110,10 @@ def test_a_late_retry_after_an_epoch_bump_is_never_acknowledged_without_being_wr
         ray_cluster, topic_name, monkeypatch):
     admin = Admin(cluster=ray_cluster.raylog)
     admin.create_topic(topic_name, partitions=1)
-    seam = Seam(ReplicaClient.append)
-    monkeypatch.setattr(ReplicaClient, "append",
-                        lambda client, *args, **kwargs: seam.append(client, *args, **kwargs))
+    seam = Seam()
+    monkeypatch.setattr(ReplicaClient, "append_batches",
+                        lambda client, *args, **kwargs: seam.append_batches(client, *args,
+                                                                            **kwargs))
     # A's retry comes 3.2 to 4.8 s after its failure: long after B's wait on the gap ended
     # (0.5 s now, 2 s before the fix, when B was accepted then).
     producer = Producer(cluster=ray_cluster.raylog, acks="all", linger_ms=0,
@@ -146,11 +152,10 @@ def test_a_late_retry_after_an_epoch_bump_is_never_acknowledged_without_being_wr
     assert (a_offset, b_offset) == (2, 5)  # after w0, w1; nothing else was written
     # The interleaving happened: A went first at an unknown leader epoch and was retried;
     # B's first attempt reached the leader ahead of A and was refused, not accepted.
-    _, *a_retries = seam.refs(1, 0)
+    _, *a_retries = seam.answers(1, 0)
     assert a_retries, "A was not retried"
-    first_b, *b_retries = seam.refs(1, 3)
-    with pytest.raises(OutOfOrderSequenceError):
-        resolve(first_b, timeout=60)
+    (first_b, place), *b_retries = seam.answers(1, 3)
+    assert isinstance(resolve(first_b, timeout=60)[place], OutOfOrderSequenceError)
     assert b_retries, "B was not retried"
 
 

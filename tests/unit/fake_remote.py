@@ -76,6 +76,32 @@ def answered(value: Any) -> concurrent.futures.Future:
     return future
 
 
+def gathered(futures: list[concurrent.futures.Future]) -> concurrent.futures.Future:
+    """One produce call's answer made of its batches' (a broker's ``produce_batches``): the
+    list of each one's result or error, in order, once all are answered; the call's own
+    failure if one of them is ActorUnavailableError (the process died: no answer at all)."""
+    call: concurrent.futures.Future = concurrent.futures.Future()
+    left = [len(futures)]
+    lock = threading.Lock()
+
+    def done(_: concurrent.futures.Future) -> None:
+        with lock:
+            left[0] -= 1
+            if left[0]:
+                return
+        errors = [f.exception() for f in futures]
+        died = next((e for e in errors if isinstance(e, ActorUnavailableError)), None)
+        if died is not None:
+            call.set_exception(died)
+        else:
+            call.set_result([e if e is not None else f.result()
+                             for f, e in zip(futures, errors, strict=True)])
+
+    for future in futures:
+        future.add_done_callback(done)
+    return call
+
+
 def failed(error: BaseException) -> concurrent.futures.Future:
     future: concurrent.futures.Future = concurrent.futures.Future()
     future.set_exception(error)
@@ -251,7 +277,10 @@ class FakeBroker(Stoppable):
         self.partitions = partitions
         self.swallow = False
         self.dead = False
+        # each produce_batches call's batches: (topic, partition, bytes)
+        self.produce_calls: list[list[tuple[str, int, int]]] = []
         self.produce = _Method(self, self._produce)
+        self.produce_batches = _Method(self, self._produce_batches)
         self.fetch = _LongPoll(self, self._fetch)
         self.fetch_many = _LongPollMany(self, self._fetch_many)
         self.list_offset = _Method(self, self._list_offset)
@@ -284,6 +313,22 @@ class FakeBroker(Stoppable):
             return p.append(batch)
         except SequenceGap as gap:  # the real leader waits a moment first
             raise gap.error(f"{topic}-{partition}", 0.0) from None
+
+    def _produce_batches(self, batches: list[tuple[str, int, int, bytes]], acks: object,
+                         timeout_ms: int, client_id: str | None = None
+                         ) -> list[AppendInfo | RaylogError]:
+        """Each batch as ``produce`` would answer it (a test's replacement of it too), in
+        order: the broker's own."""
+        self.produce_calls.append([(topic, partition, len(batch))
+                                   for topic, partition, _, batch in batches])
+        answers: list[AppendInfo | RaylogError] = []
+        for topic, partition, leader_epoch, batch in batches:
+            try:
+                answers.append(self.produce._serve(topic, partition, leader_epoch, batch, acks,
+                                                   timeout_ms))
+            except RaylogError as e:
+                answers.append(e)
+        return answers
 
     def _fetch(self, topic: str, partition: int, leader_epoch: int, offset: int,
                max_bytes: int, max_wait_ms: int, min_bytes: int,

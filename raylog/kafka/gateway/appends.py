@@ -16,10 +16,12 @@ oldest waiting ones), and the broker appends a call's batches in order before it
 anything else, so a connection's appends reach a leader in request order as before
 (raylog/kafka/gateway/produce.py); a batch the listener sends to that broker without the
 Appender first sends the waiting ones (:meth:`Appender.flush`). Only batches whose append
-never waits inside the broker are merged (:func:`mergeable`: acks=1, no producer id), since
-a waiting batch would hold the ones after it in its call: acks=all waits for the in-sync
-replicas, an idempotent producer's batch may wait for a sequence gap to fill. Those are
-sent alone, as before.
+never waits inside the broker are merged (:func:`mergeable`: acks=1, no producer id): the
+broker runs a call's waits together (acks=all waits for the in-sync replicas, an idempotent
+producer's batch may wait for a sequence gap to fill, and the later batches of its
+partition in the call wait behind it), but the call is answered once all of them ended, so
+a waiting batch would hold back the answers of the others. Those are sent alone, as
+before.
 
 Used from one event loop; no locks.
 """

@@ -48,6 +48,11 @@ class _RefusingLeader:
     def append(self, batch, acks, timeout_ms, client_id=None):
         raise InvalidRecordError("refused by the test's leader")
 
+    handle = None  # every partition's host
+
+    def append_batches(self, batches, acks, timeout_ms, client_id=None):
+        raise InvalidRecordError("refused by the test's leader")
+
 
 class _Cluster(RaylogCluster):
     """Knows topic "t" (2 partitions, leaders that refuse every batch); any controller call

@@ -1,6 +1,6 @@
 """raylog's clients and quotas (docs/quotas.md), over a fake cluster behind the client's
 wrappers (tests/unit/fake_remote.py): the producer and the consumer name their client id on
-every produce and fetch, and add up the throttle times their answers carried."""
+every produce call and fetch, and add up the throttle times their answers carried."""
 
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ def throttling(controller: FakeController, held_ms: int) -> list[str | None]:
     ids they named."""
     named: list[str | None] = []
     for broker in controller.brokers.values():
-        def produce(*args, client_id=None, _serve=broker._produce):
-            named.append(client_id)
+        def produce(*args, client_id=None, _serve=broker._produce_batches):
+            named.append(client_id)  # a produce call's answers are held back together
             return Throttled(_serve(*args), held_ms)
 
         def fetch(*args, client_id=None, _serve=broker._fetch):
@@ -47,7 +47,7 @@ def throttling(controller: FakeController, held_ms: int) -> list[str | None]:
             return Throttled(answers, held_ms) if any(getattr(a, "data", None)
                                                       for a in answers) else answers
 
-        broker.produce = _Method(broker, produce)
+        broker.produce_batches = _Method(broker, produce)
         broker.fetch = _LongPoll(broker, fetch)
         broker.fetch_many = _LongPollMany(broker, fetch_many)
     return named

@@ -87,6 +87,16 @@ class FakeLeader:
                 future.set_result(info)
         return future
 
+    @property
+    def handle(self) -> FakeLeader:  # the host its partition's batches are grouped by
+        return self
+
+    def append_batches(self, batches: list, acks: object, timeout_ms: int,
+                       client_id: str | None = None) -> concurrent.futures.Future:
+        """One call carrying several batches: each appended as ``append`` would."""
+        return fake_remote.gathered([replica.append(data, acks, timeout_ms)
+                                     for replica, data in batches])
+
     def _append(self, data: bytes) -> AppendInfo:
         return self.log.append(data)
 
@@ -198,9 +208,9 @@ def test_each_append_answer_is_read_once(monkeypatch):
     refs: list[CountingRef] = []
 
     class Leader(FakeLeader):
-        def append(self, data: bytes, acks: object, timeout_ms: int,
-                   client_id: str | None = None) -> CountingRef:
-            refs.append(CountingRef(super().append(data, acks, timeout_ms)))
+        def append_batches(self, batches: list, acks: object, timeout_ms: int,
+                           client_id: str | None = None) -> CountingRef:
+            refs.append(CountingRef(super().append_batches(batches, acks, timeout_ms)))
             return refs[-1]
 
     # Ray's when_done (remote.py's), and any ray.get of the producer's reads the ref again.
