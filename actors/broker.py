@@ -328,14 +328,8 @@ class BrokerActor(ReplicaHost):
             try:
                 their, held = unwrap_throttled(await _forward(call))
                 throttled = max(throttled, held)
-            except RaylogError as e:
-                their = [e] * len(places)
-            except RayActorError as e:  # that host's failure answers its batches alone
-                their = [LeaderNotAvailableError(f"a partition replica is unavailable: {e}")
-                         ] * len(places)
-            except RayError as e:
-                their = [InternalError(f"{type(e).__name__} inside the cluster: {e}")
-                         ] * len(places)
+            except (RaylogError, RayError) as e:  # that host's failure answers its batches alone
+                their = [_host_failure(e)] * len(places)
             for place, answer in zip(places, their, strict=True):
                 answers[place] = answer
         return Throttled(answers, throttled) if throttled else answers
