@@ -51,9 +51,11 @@ alternated with the others, beside confluent-kafka -> Kafka and raylog's own cli
 
 The machine's limits beside them (issue 25): ``send_batch`` of the same Arrow table
 uncompressed, to a topic of its own; ``lz4`` alone compressing the batches ``send_batch``
-would compress, on one core (``vs_lz4_limit``: send_batch's rate over it), both alternated
-with the produce rounds; an empty async Ray actor call's round trip, right after the latency
-runs (``vs_actor_call_p50``: e2e p50 at ``linger_ms=0`` over the call's p50).
+would compress, on one core (``vs_lz4_limit``: send_batch's rate over it); writing the
+uncompressed batches' streams into a new file on the brokers' disk, one core, no fsync, as a
+log's append does (``vs_page_cache_limit``: uncompressed send_batch's rate over it); these
+alternated with the produce rounds; an empty async Ray actor call's round trip, right after
+the latency runs (``vs_actor_call_p50``: e2e p50 at ``linger_ms=0`` over the call's p50).
 
 Every figure is the best of its timed rounds after one warm-up round; the JSON keeps every
 round's seconds. Checks outside the timed regions: each produce round grew its topic by
@@ -181,6 +183,7 @@ def single_node(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
         start_workers,
         stop_workers,
         uncompressed_payloads,
+        write_fresh,
     )
 
     import raylog
@@ -241,6 +244,8 @@ def single_node(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
                         "raylog_arrow": send_batch(arrow_producer, arrowed),
                         "raylog_arrow_uncompressed": send_batch(raw_producer, raw),
                         "lz4_alone": lambda: timed(lambda: compress_all(payloads))[0],
+                        "page_cache_write": lambda: timed(lambda: write_fresh(payloads,
+                                                                              root))[0],
                         "queue": lambda: timed(lambda: queue_put(queue, chunks))[0]}
                     if redis is not None:
                         produce_steps["redis"] = \
@@ -258,6 +263,7 @@ def single_node(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
                                              "raylog_arrow": mode.arrow_records,
                                              "raylog_arrow_uncompressed": mode.arrow_records,
                                              "lz4_alone": mode.arrow_records,
+                                             "page_cache_write": mode.arrow_records,
                                              "queue": mode.peer_records,
                                              "redis": mode.peer_records,
                                              "kafka": mode.records,
@@ -271,6 +277,7 @@ def single_node(mode: Mode, root: Path, steps: Steps) -> dict[str, Any]:
                 out["produce_arrow_uncompressed_records_per_s"] = \
                     rates["raylog_arrow_uncompressed"]
                 out["lz4_compress_records_per_s"] = rates["lz4_alone"]
+                out["page_cache_write_records_per_s"] = rates["page_cache_write"]
                 out["queue_produce_records_per_s"] = rates["queue"]
                 out["redis_produce_records_per_s"] = rates.get("redis")
                 out["kafka_produce_records_per_s"] = rates.get("kafka")
@@ -730,6 +737,9 @@ def method(defaults: ProducerConfig) -> list[str]:
         "compress (the same table cut by the producer's `partition_rows` at its default "
         "batch_size, each batch's Arrow IPC stream compressed by raylog's `payload.compress`), "
         "one after the other in the driver (one core), alternated with the produce rounds; "
+        "the page cache: the same batches' uncompressed streams written one after the other "
+        "into a new file on the brokers' disk (one core, no fsync, the file deleted after), "
+        "alternated the same way; "
         f"an empty Ray actor call: {ACTOR_CALLS:,} calls, one at a time, of an async actor's "
         "method that does nothing (the broker is an async actor), from the driver, right after "
         "the latency runs; the ratio is the linger_ms=0 run's end-to-end p50 over its p50.",

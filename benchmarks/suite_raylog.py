@@ -23,8 +23,10 @@ them), one after the other on one core, for the columnar path's.
 from __future__ import annotations
 
 import gc
+import os
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -262,6 +264,19 @@ def uncompressed_payloads(table: Any, partitions: int) -> list[bytes]:
     pieces = partition_rows(table, partitions, ProducerConfig().batch_size, partition=None,
                             topic="lz4")
     return [encode(columns, codec=Codec.NONE)[HEADER_SIZE:] for _, columns in pieces]
+
+
+def write_fresh(payloads: list[bytes], directory: Path) -> int:
+    """Write every payload, one after the other (one core), into a new file of
+    ``directory`` (the brokers' disk), as a log's append writes a batch into the page cache,
+    no fsync; the file is deleted after. The bytes written."""
+    path = directory / f"page-cache-{os.getpid()}-{time.monotonic_ns()}"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        return sum(os.write(fd, payload) for payload in payloads)
+    finally:
+        os.close(fd)
+        path.unlink()
 
 
 def compress_all(payloads: list[bytes]) -> int:
