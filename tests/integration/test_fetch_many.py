@@ -109,7 +109,9 @@ def test_the_answers_bytes_are_bounded_and_the_partitions_after_are_left_unread(
 def test_the_broker_passes_on_reads_of_partitions_its_replica_host_serves(
         ray_cluster, admin, topic_name):
     broker, node = two_process_broker(ray_cluster)
-    partitions = to_spread(ray_cluster, admin, broker, 4, 1)
+    # as many as test_replica_hosts' produce_batches test: with a few, the ones this broker
+    # leads could all go to one process, whatever the earlier tests left
+    partitions = to_spread(ray_cluster, admin, broker, 24, 1)
     admin.create_topic(topic_name, partitions=partitions)
     wait_for(lambda: hosts_of(ray_cluster, topic_name, broker), timeout=60,
              what="a partition on the replica host")
