@@ -253,14 +253,17 @@ class HostedReplica:
         return info
 
     async def append(self, batch: bytes, acks: int | str, leader_epoch: int,
-                     first: AppendInfo | SequenceGap | None = None) -> AppendInfo:
+                     first: AppendInfo | SequenceGap | None = None,
+                     gap_deadline: float | None = None) -> AppendInfo:
         """Append a producer's batch (``first``: what :meth:`append_now` answered for it
         already, if the caller tried). A batch ahead of its producer's sequence waits (up to
-        SEQUENCE_WAIT_S) for the batches before it, which Ray may have started later; if
-        they do not come it fails with OutOfOrderSequenceError (UnknownProducerIdError for a
-        producer id this replica has no state for), never appended."""
+        SEQUENCE_WAIT_S, or until ``gap_deadline``, monotonic s) for the batches before it,
+        which Ray may have started later; if they do not come it fails with
+        OutOfOrderSequenceError (UnknownProducerIdError for a producer id this replica has
+        no state for), never appended."""
         attempt = self.append_now(batch, acks, leader_epoch) if first is None else first
-        deadline = time.monotonic() + SEQUENCE_WAIT_S
+        deadline = time.monotonic() + SEQUENCE_WAIT_S if gap_deadline is None \
+            else gap_deadline
         while isinstance(attempt, SequenceGap):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
