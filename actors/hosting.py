@@ -28,7 +28,7 @@ from typing import Any
 
 from raylog.errors import (
     FencedEpochError,
-    NotLeaderError,
+    LeadershipLostAfterAppendError,
     RaylogError,
     RequestTimeoutError,
     StorageError,
@@ -304,13 +304,15 @@ class HostedReplica:
 
     async def committed(self, last_offset: int, timeout_s: float) -> None:
         """Wait until the records up to ``last_offset`` are committed (the high watermark
-        passed them), this replica stopped leading (NotLeaderError) or ``timeout_s``."""
+        passed them), this replica stopped leading (LeadershipLostAfterAppendError, a
+        NotLeaderError: the records may be in the new leader's log) or ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         epoch = self.partition.leader_epoch
         while not self.partition.acks_all_done(last_offset):
             if self.stopped or self.partition.leader_epoch != epoch:
-                raise NotLeaderError(f"{self.name}: this replica stopped leading before the "
-                                     f"batch was committed")
+                raise LeadershipLostAfterAppendError(
+                    f"{self.name}: this replica stopped leading before the batch was "
+                    f"committed")
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise RequestTimeoutError(

@@ -39,6 +39,8 @@ from raylog.errors import (
     InternalError,
     InvalidConfigError,
     InvalidRecordError,
+    LeadershipLostAfterAppendError,
+    NotEnoughReplicasAfterAppendError,
     OutOfOrderSequenceError,
     ProduceFailedError,
     RaylogError,
@@ -1173,11 +1175,13 @@ class Producer:
         not the leader's answer leaves the outcome unknown)."""
         now = time.monotonic()
         retriable = isinstance(error, RaylogError) and error.retriable
-        # Whether the attempt may have been appended: no answer, or a leader that answers a
+        # Whether the attempt may have been appended: no answer; a leader that answers a
         # call whose processing spanned a stall of its process (BrokerStalledError: it may
-        # have appended before the stall, or refused before it).
+        # have appended before the stall, or refused before it); or one that appended it
+        # and stopped leading, or lost in-sync replicas, before it was committed.
         unanswered = error if sent and isinstance(
-            error, ActorUnavailableError | RequestTimeoutError | BrokerStalledError) else None
+            error, ActorUnavailableError | RequestTimeoutError | BrokerStalledError
+            | LeadershipLostAfterAppendError | NotEnoughReplicasAfterAppendError) else None
         if retriable and now < batch.deadline and not self._closed:
             logger.debug("retrying batch for %s-%d after %r", batch.topic, batch.partition, error)
             # Refused as ahead of its producer's sequence: the leader answered, and knowing

@@ -22,6 +22,8 @@ from raylog.client.producer import Producer
 from raylog.errors import (
     ActorUnavailableError,
     BrokerStalledError,
+    LeadershipLostAfterAppendError,
+    NotEnoughReplicasAfterAppendError,
     ProduceFailedError,
     RecordTooLargeError,
 )
@@ -183,12 +185,18 @@ def test_acks_0_sends_calls_and_reads_no_answer(controller):
         [[b"v%d" % p] for p in range(6)]
 
 
-def test_a_batch_the_leader_stalled_after_appending_is_never_renumbered(controller):
-    """A leader answers a batch of a call with BrokerStalledError after it appended it (the
-    call's processing spanned a stall: actors/serving.py answers it so), and the later
-    batches of the partition fail for good (a hole: the epoch is bumped). The first
-    batch's outcome is unknown: it fails at the bump instead of going out again
-    renumbered, which would append its records a second time."""
+@pytest.mark.parametrize("after_append", [
+    BrokerStalledError("broker 1 stalled while the call was in it"),
+    LeadershipLostAfterAppendError("broker 1 stopped leading before it was committed"),
+    NotEnoughReplicasAfterAppendError("the ISR shrank before it was committed")])
+def test_a_batch_whose_leader_failed_after_appending_is_never_renumbered(controller,
+                                                                         after_append):
+    """A leader answers a batch of a call with an error it may give after it appended it
+    (the call's processing spanned a stall of its process; it stopped leading before the
+    batch was committed: actors/serving.py, actors/hosting.py), and the later batches of
+    the partition fail for good (a hole: the epoch is bumped). The first batch's outcome
+    is unknown: it fails at the bump instead of going out again renumbered, which would
+    append its records a second time."""
     broker = controller.brokers[1]
     serve, first = broker._produce_batches, [True]
 
@@ -197,7 +205,7 @@ def test_a_batch_the_leader_stalled_after_appending_is_never_renumbered(controll
             return serve(batches, *args, **kwargs)
         first[0] = False
         serve(batches[:1], *args, **kwargs)  # appended, then the stall
-        return [BrokerStalledError("broker 1 stalled while the call was in it")] + \
+        return [after_append] + \
             [RecordTooLargeError("refused")] * (len(batches) - 1)
 
     broker.produce_batches = _Method(broker, stall_after_the_first_append)
@@ -221,7 +229,7 @@ def test_a_batch_the_leader_stalled_after_appending_is_never_renumbered(controll
     values = [v[:3] for v in controller.partitions[("t", 0)].values]
     assert values == [b"000", b"001"]  # each once: the second not renumbered and resent
     assert futures[0].result(timeout=5).offset == 0
-    assert isinstance(futures[1].exception(timeout=5), BrokerStalledError)
+    assert futures[1].exception(timeout=5) is after_append
     producer.close()
 
 
