@@ -33,10 +33,10 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from actors.replica_hosts import HostSet
 from actors.serving import CONFIRM_TIMEOUT_S, MAX_CONCURRENCY, ReplicaHost, TopicPartition
 from raylog.errors import (
+    ActorUnavailableError,
     BrokerRestartedError,
     BrokerStalledError,
     InternalError,
-    LeaderNotAvailableError,
     NotLeaderError,
     RaylogError,
     UnsupportedFormatVersionError,
@@ -280,8 +280,11 @@ class BrokerActor(ReplicaHost):
         if host is None:
             return await ReplicaHost.produce(self, topic, partition, leader_epoch, batch,
                                              acks, timeout_ms, client_id)
-        return await _forward(host.produce.remote(topic, partition, leader_epoch, batch,
-                                                  acks, timeout_ms, client_id))
+        try:
+            return await _forward(host.produce.remote(topic, partition, leader_epoch, batch,
+                                                      acks, timeout_ms, client_id))
+        except RayActorError as e:  # its outcome unknown, as produce_batches answers it
+            raise _host_failure(e) from e
 
     async def write_txn_marker(self, topic: str, partition: int, producer_id: int,
                                producer_epoch: int, commit: bool, coordinator_epoch: int,
@@ -532,11 +535,14 @@ class ReplicaHostActor(ReplicaHost):
 
 def _host_failure(error: BaseException) -> RaylogError:
     """The error a replica host's failed call answers its partitions with (a bug in this
-    process is raised, not answered)."""
+    process is raised, not answered). A host that died or could not be reached mid-call
+    answers ActorUnavailableError, as a client calling it itself would see
+    (remote.unwrap): its outcome is unknown, a produce call's batches may have been
+    appended (the producer then never renumbers them)."""
     if isinstance(error, RaylogError):
         return error
     if isinstance(error, RayActorError):
-        return LeaderNotAvailableError(f"a partition replica is unavailable: {error}")
+        return ActorUnavailableError(f"a replica host is unavailable: {error}")
     if isinstance(error, RayError):
         return InternalError(f"{type(error).__name__} inside the cluster: {error}")
     raise error

@@ -28,7 +28,7 @@ from typing import Any
 
 from raylog.errors import (
     FencedEpochError,
-    NotLeaderError,
+    LeadershipLostAfterAppendError,
     RaylogError,
     RequestTimeoutError,
     StorageError,
@@ -253,14 +253,17 @@ class HostedReplica:
         return info
 
     async def append(self, batch: bytes, acks: int | str, leader_epoch: int,
-                     first: AppendInfo | SequenceGap | None = None) -> AppendInfo:
+                     first: AppendInfo | SequenceGap | None = None,
+                     gap_deadline: float | None = None) -> AppendInfo:
         """Append a producer's batch (``first``: what :meth:`append_now` answered for it
         already, if the caller tried). A batch ahead of its producer's sequence waits (up to
-        SEQUENCE_WAIT_S) for the batches before it, which Ray may have started later; if
-        they do not come it fails with OutOfOrderSequenceError (UnknownProducerIdError for a
-        producer id this replica has no state for), never appended."""
+        SEQUENCE_WAIT_S, or until ``gap_deadline``, monotonic s) for the batches before it,
+        which Ray may have started later; if they do not come it fails with
+        OutOfOrderSequenceError (UnknownProducerIdError for a producer id this replica has
+        no state for), never appended."""
         attempt = self.append_now(batch, acks, leader_epoch) if first is None else first
-        deadline = time.monotonic() + SEQUENCE_WAIT_S
+        deadline = time.monotonic() + SEQUENCE_WAIT_S if gap_deadline is None \
+            else gap_deadline
         while isinstance(attempt, SequenceGap):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -301,13 +304,15 @@ class HostedReplica:
 
     async def committed(self, last_offset: int, timeout_s: float) -> None:
         """Wait until the records up to ``last_offset`` are committed (the high watermark
-        passed them), this replica stopped leading (NotLeaderError) or ``timeout_s``."""
+        passed them), this replica stopped leading (LeadershipLostAfterAppendError, a
+        NotLeaderError: the records may be in the new leader's log) or ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         epoch = self.partition.leader_epoch
         while not self.partition.acks_all_done(last_offset):
             if self.stopped or self.partition.leader_epoch != epoch:
-                raise NotLeaderError(f"{self.name}: this replica stopped leading before the "
-                                     f"batch was committed")
+                raise LeadershipLostAfterAppendError(
+                    f"{self.name}: this replica stopped leading before the batch was "
+                    f"committed")
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise RequestTimeoutError(

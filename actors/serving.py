@@ -48,6 +48,7 @@ from actors.fetcher import ReplicaFetcher
 from actors.host_quotas import HostQuotas
 from actors.hosting import (
     METADATA_FILE,
+    SEQUENCE_WAIT_S,
     HostedReplica,
     partition_dir_owner,
     remove_partition_dir,
@@ -580,7 +581,11 @@ class ReplicaHost:
                     await before
                     begun = self._begin_append(item, acks)
                 hosted, since, first = begun
-                info = await hosted.append(data, acks, leader_epoch, first)
+                # One wait for a gap per call: the batches of a partition behind one that
+                # waited in vain fail at once (were each to wait its own SEQUENCE_WAIT_S,
+                # after the one before it, the call's other answers would wait for all).
+                info = await hosted.append(data, acks, leader_epoch, first,
+                                           started + SEQUENCE_WAIT_S)
             finally:
                 if appended is not None:
                     appended.set_result(None)

@@ -273,6 +273,13 @@ class BrokerStalledError(NotLeaderError):
     Refresh metadata and retry (the partition may have another leader by now)."""
 
 
+class LeadershipLostAfterAppendError(NotLeaderError):
+    """The leader appended the batch, then stopped leading before the in-sync replicas had
+    it (acks=all): it may be in the new leader's log or not. Retry under the same producer
+    fields (the new leader answers a duplicate with its first answer); a producer never
+    renumbers such a batch, or it could land twice."""
+
+
 class BrokerRestartedError(RaylogError):
     """A word of the controller addressed an earlier process of this broker: it restarted
     since the controller last heard from it, and takes nothing meant for the process it

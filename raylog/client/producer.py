@@ -33,11 +33,14 @@ from raylog.client.tables import assign_sticky, partition_rows
 from raylog.client.transactions import TransactionManager, fenced
 from raylog.errors import (
     ActorUnavailableError,
+    BrokerStalledError,
     ClientClosedError,
     IllegalStateError,
     InternalError,
     InvalidConfigError,
     InvalidRecordError,
+    LeadershipLostAfterAppendError,
+    NotEnoughReplicasAfterAppendError,
     OutOfOrderSequenceError,
     ProduceFailedError,
     RaylogError,
@@ -70,6 +73,11 @@ from raylog.util.backoff import backoff_s
 logger = logging.getLogger(__name__)
 
 _CODECS = {"lz4": Codec.LZ4, "none": Codec.NONE}
+# The sender thread stays out of the way of a caller's thread that submits its own batches
+# for a linger period, at most this long (s): nothing wakes that wait, and the answers of the
+# batches the caller submitted last are collected by the sender once it ends (a caller that
+# stopped sending, to flush or to wait on a future, collects none itself).
+CALLER_BUSY_MAX_S = 0.05
 
 
 @refuses_unknown_options
@@ -789,7 +797,7 @@ class Producer:
                 # answers as it goes: stay out of its way (and off the GIL) for a linger
                 # period. (Not idle: nothing nudges this wait but close.)
                 with self._lock:
-                    self._wake.wait(max(linger_s, 0.005))
+                    self._wake.wait(min(max(linger_s, 0.005), CALLER_BUSY_MAX_S))
                 continue
             self._collect_answered()
             self._submit_ready()
@@ -1167,8 +1175,13 @@ class Producer:
         not the leader's answer leaves the outcome unknown)."""
         now = time.monotonic()
         retriable = isinstance(error, RaylogError) and error.retriable
+        # Whether the attempt may have been appended: no answer; a leader that answers a
+        # call whose processing spanned a stall of its process (BrokerStalledError: it may
+        # have appended before the stall, or refused before it); or one that appended it
+        # and stopped leading, or lost in-sync replicas, before it was committed.
         unanswered = error if sent and isinstance(
-            error, ActorUnavailableError | RequestTimeoutError) else None
+            error, ActorUnavailableError | RequestTimeoutError | BrokerStalledError
+            | LeadershipLostAfterAppendError | NotEnoughReplicasAfterAppendError) else None
         if retriable and now < batch.deadline and not self._closed:
             logger.debug("retrying batch for %s-%d after %r", batch.topic, batch.partition, error)
             # Refused as ahead of its producer's sequence: the leader answered, and knowing

@@ -56,6 +56,7 @@ from raylog.errors import (
     FencedEpochError,
     InvalidArgumentError,
     InvalidBatchAttributesError,
+    LeadershipLostAfterAppendError,
     NotLeaderError,
     OffsetNotAvailableError,
     OffsetOutOfRangeError,
@@ -377,10 +378,12 @@ class Partition:
     def acks_all_done(self, last_offset: int) -> bool:
         """Whether an acks=all append ending at ``last_offset`` can be answered (raises
         NotEnoughReplicasAfterAppendError if the ISR shrank below min.insync.replicas
-        meanwhile, NotLeaderError if this replica no longer leads)."""
+        meanwhile, LeadershipLostAfterAppendError, a NotLeaderError, if this replica no
+        longer leads)."""
         if self.role is not Role.LEADER:
-            raise NotLeaderError(f"replica {self.replica_id} stopped leading {self.name} "
-                                 f"before the batch was committed")
+            raise LeadershipLostAfterAppendError(
+                f"replica {self.replica_id} stopped leading {self.name} before the batch was "
+                f"committed")
         return self.replica_set.acks_all_done(last_offset, self.configs["min_insync_replicas"])
 
     def follower_fetched(self, follower: int, leader_epoch: int, offset: int,

@@ -54,9 +54,9 @@ class Host:
         return self.guard.check()
 
 
-@pytest.fixture
-def host(tmp_path):
-    """A process leading t-0 and t-1 at epoch 0, alone in their ISRs."""
+def leaders(tmp_path, make_host):
+    """A process (``make_host(replicas)``) leading t-0 and t-1 at epoch 0, alone in their
+    ISRs; their logs closed when the test ends."""
     clock = FakeClock(NOW)
     replicas = {}
     for p in (0, 1):
@@ -64,9 +64,14 @@ def host(tmp_path):
         partition = Partition("t", p, log, 1, {}, clock=clock)
         partition.apply(LeaderAndIsr(1, 0, 0, (1,), (1,)))
         replicas[("t", p)] = HostedReplica(partition, "topic-id", {})
-    yield Host(replicas)
+    yield make_host(replicas)
     for hosted in replicas.values():
         hosted.partition.log.close()
+
+
+@pytest.fixture
+def host(tmp_path):
+    yield from leaders(tmp_path, Host)
 
 
 def append(host: Host, partition: int, *values: bytes) -> None:

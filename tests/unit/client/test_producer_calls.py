@@ -19,7 +19,14 @@ import pytest
 
 import raylog.client.producer as producer_module
 from raylog.client.producer import Producer
-from raylog.errors import ActorUnavailableError, ProduceFailedError, RecordTooLargeError
+from raylog.errors import (
+    ActorUnavailableError,
+    BrokerStalledError,
+    LeadershipLostAfterAppendError,
+    NotEnoughReplicasAfterAppendError,
+    ProduceFailedError,
+    RecordTooLargeError,
+)
 from tests.unit import fake_remote
 from tests.unit.fake_remote import FakeController, _Method, wait_until
 
@@ -176,3 +183,63 @@ def test_acks_0_sends_calls_and_reads_no_answer(controller):
         assert [f.result(timeout=5).offset for f in futures] == [-1] * 6
     assert [controller.partitions[("t", p)].values for p in range(6)] == \
         [[b"v%d" % p] for p in range(6)]
+
+
+@pytest.mark.parametrize("after_append", [
+    BrokerStalledError("broker 1 stalled while the call was in it"),
+    LeadershipLostAfterAppendError("broker 1 stopped leading before it was committed"),
+    NotEnoughReplicasAfterAppendError("the ISR shrank before it was committed")])
+def test_a_batch_whose_leader_failed_after_appending_is_never_renumbered(controller,
+                                                                         after_append):
+    """A leader answers a batch of a call with an error it may give after it appended it
+    (the call's processing spanned a stall of its process; it stopped leading before the
+    batch was committed: actors/serving.py, actors/hosting.py), and the later batches of
+    the partition fail for good (a hole: the epoch is bumped). The first batch's outcome
+    is unknown: it fails at the bump instead of going out again renumbered, which would
+    append its records a second time."""
+    broker = controller.brokers[1]
+    serve, first = broker._produce_batches, [True]
+
+    def stall_after_the_first_append(batches, *args, **kwargs):
+        if not first[0] or len(batches) < 2:
+            return serve(batches, *args, **kwargs)
+        first[0] = False
+        serve(batches[:1], *args, **kwargs)  # appended, then the stall
+        return [after_append] + \
+            [RecordTooLargeError("refused")] * (len(batches) - 1)
+
+    broker.produce_batches = _Method(broker, stall_after_the_first_append)
+    broker.stop()  # the first batch's call is held: the others go in one call after it
+    producer = producer_for(controller, batch_size=4096, max_in_flight_requests_per_broker=1)
+    futures = [producer.send("t", b"%03d" % i + b"x" * 1500, partition=0) for i in range(4)]
+    raised: list[BaseException] = []
+
+    def flush() -> None:
+        try:
+            producer.flush(timeout=20)
+        except ProduceFailedError as e:
+            raised.append(e)
+
+    flushed = threading.Thread(target=flush)
+    flushed.start()
+    wait_until(lambda: not producer._open)
+    broker.cont()
+    flushed.join(timeout=30)
+    assert not flushed.is_alive() and raised
+    values = [v[:3] for v in controller.partitions[("t", 0)].values]
+    assert values == [b"000", b"001"]  # each once: the second not renumbered and resent
+    assert futures[0].result(timeout=5).offset == 0
+    assert futures[1].exception(timeout=5) is after_append
+    producer.close()
+
+
+def test_a_flush_after_sends_that_sealed_batches_ends_with_their_answers(controller):
+    """A send that seals a batch submits it on the caller's thread, and the sender thread
+    stays out of its way for a while: with a long linger_ms, the answers of the batches
+    submitted last must still be collected without a further send (a flush waits on
+    them). It waited linger_ms (here 60 s)."""
+    producer = producer_for(controller, batch_size=4096)
+    futures = [producer.send("t", b"%03d" % i + b"x" * 1500, partition=0) for i in range(3)]
+    producer.flush(timeout=20)
+    assert [f.result(timeout=5).offset for f in futures] == [0, 1, 2]
+    producer.close()
