@@ -109,7 +109,9 @@ class _Reaper:
             try:
                 if not ray.is_initialized():  # shut down: nothing is left to report them
                     raise RuntimeError("Ray is not running")
-                done, _ = ray.wait(refs, num_returns=len(refs), timeout=REAP_WAIT_S)
+                # Not ray.wait itself: Ray shut down between the check and the call would
+                # make it connect the process again, to whichever cluster it finds
+                done, _ = _wait_connected(refs, num_returns=len(refs), timeout=REAP_WAIT_S)
             except (Exception, SystemExit):  # Ray shut down (its worker raises SystemExit
                 # in the threads that wait on it then): nothing is left to report them
                 with self._lock:
@@ -117,12 +119,18 @@ class _Reaper:
                 continue
             for ref in done:
                 with contextlib.suppress(Exception):  # dropped on purpose: any answer goes
-                    ray.get(ref, timeout=0)
+                    _get_connected(ref, timeout=0)
             with self._lock:
                 self._refs.difference_update(done)
 
 
 REAP_WAIT_S = 1.0
+# Ray's public ray.wait and ray.get start (or join) a Ray instance when the process is not
+# connected (its auto-connect); the functions they wrap raise instead. A client's own
+# threads use these, so that a thread still busy when its process shut Ray down never
+# connects it again behind the caller's back.
+_wait_connected = getattr(ray.wait, "__wrapped__", ray.wait)
+_get_connected = getattr(ray.get, "__wrapped__", ray.get)
 _reaper = _Reaper()
 
 

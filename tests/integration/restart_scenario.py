@@ -90,6 +90,8 @@ class Nodes:
     def stop(self) -> None:
         reset_default()
         ray.shutdown()
+        if ray.is_initialized():  # a thread's Ray call connected it again meanwhile (Ray's
+            ray.shutdown()        # auto-connect): the cluster would refuse to remove its head
         self.cluster.shutdown()
 
 
