@@ -485,9 +485,7 @@ class Consumer(GroupMixin):
                       or not self._fetches[key].attached())]
         if stale:
             for key in stale:
-                given_up = self._fetches.pop(key)
-                given_up.detach()
-                discard(given_up.ref)
+                self._give_up(key)
             wanted = self._wanted(now)
         config = self.config
         for key, wants in wanted.items():
@@ -548,15 +546,19 @@ class Consumer(GroupMixin):
         for key, fetch in list(self._fetches.items()):
             states = fetch.attached()
             if not states:  # all reset or revoked: its answer is nobody's
-                del self._fetches[key]
-                discard(fetch.ref)
+                self._give_up(key)
                 continue
             sent_to = [to for s, to in zip(fetch.states, fetch.sent_to, strict=True)
                        if s.fetch is fetch]
             if self._overdue(states, sent_to, fetch.sent_at + max_wait_s, now, limit_s):
-                del self._fetches[key]
-                fetch.detach()
-                discard(fetch.ref)
+                self._give_up(key)
+
+    def _give_up(self, key: Any) -> None:
+        """Drop the fetch out to process ``key``: its partitions are free for the next one,
+        its answer goes unread."""
+        fetch = self._fetches.pop(key)
+        fetch.detach()
+        discard(fetch.ref)
 
     def _overdue(self, states: list[_Fetching], sent_to: list[tuple[int | None, int]],
                  since: float, now: float, limit_s: float, leader_only: bool = False) -> bool:
