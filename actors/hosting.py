@@ -24,7 +24,7 @@ import shutil
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raylog.errors import (
     FencedEpochError,
@@ -40,6 +40,9 @@ from raylog.replica.partition import AlterIsr, LeaderAndIsr, Partition, Role
 from raylog.replica.producer_state import ProducerSnapshots, SequenceGap
 from raylog.storage import AppendInfo, PartitionLog, files
 from raylog.storage.formats import json_version
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 logger = logging.getLogger(__name__)
 
@@ -240,13 +243,14 @@ class HostedReplica:
 
     # -- appending as leader -------------------------------------------------------------------
 
-    def append_now(self, batch: bytes, acks: int | str, leader_epoch: int
-                   ) -> AppendInfo | SequenceGap:
+    def append_now(self, batch: bytes, acks: int | str, leader_epoch: int,
+                   checked: pa.Table | Exception | None = None) -> AppendInfo | SequenceGap:
         """Append a producer's batch now, without waiting: where it landed, or the
         SequenceGap that holds it back (not appended: batches of its producer before it are
-        missing). Raises what Partition.append raises for a batch it refuses."""
+        missing). Raises what Partition.append raises for a batch it refuses. ``checked``:
+        its payload checked ahead (PartitionLog.append's)."""
         try:
-            info = self.partition.append(batch, acks, leader_epoch)
+            info = self.partition.append(batch, acks, leader_epoch, checked)
         except SequenceGap as gap:
             return gap
         self.notify()
@@ -254,14 +258,16 @@ class HostedReplica:
 
     async def append(self, batch: bytes, acks: int | str, leader_epoch: int,
                      first: AppendInfo | SequenceGap | None = None,
-                     gap_deadline: float | None = None) -> AppendInfo:
+                     gap_deadline: float | None = None,
+                     checked: pa.Table | Exception | None = None) -> AppendInfo:
         """Append a producer's batch (``first``: what :meth:`append_now` answered for it
         already, if the caller tried). A batch ahead of its producer's sequence waits (up to
         SEQUENCE_WAIT_S, or until ``gap_deadline``, monotonic s) for the batches before it,
         which Ray may have started later; if they do not come it fails with
         OutOfOrderSequenceError (UnknownProducerIdError for a producer id this replica has
-        no state for), never appended."""
-        attempt = self.append_now(batch, acks, leader_epoch) if first is None else first
+        no state for), never appended. ``checked``: as for append_now."""
+        attempt = self.append_now(batch, acks, leader_epoch, checked) if first is None \
+            else first
         deadline = time.monotonic() + SEQUENCE_WAIT_S if gap_deadline is None \
             else gap_deadline
         while isinstance(attempt, SequenceGap):
@@ -269,7 +275,7 @@ class HostedReplica:
             if remaining <= 0:
                 raise attempt.error(self.name, SEQUENCE_WAIT_S)
             await self.wait(remaining)  # then once more: the gap may have filled
-            attempt = self.append_now(batch, acks, leader_epoch)
+            attempt = self.append_now(batch, acks, leader_epoch, checked)
         return attempt
 
     async def produce(self, batch: bytes, acks: int | str, leader_epoch: int,

@@ -54,6 +54,7 @@ from actors.hosting import (
     remove_partition_dir,
     wait_any,
 )
+from actors.payload_checks import AppendTurns, PayloadChecks
 from actors.tiered import TieredHost
 from raylog.errors import (
     BrokerStalledError,
@@ -186,6 +187,8 @@ class ReplicaHost:
         # An async actor's __init__ runs on its event loop: maintenance starts with every
         # incarnation, including the ones Ray restarts without the controller asking.
         self._storage = StorageWorker()  # compaction, flushes, deletions: off this loop
+        # Large produce batches' payload checks, on threads, appended in call order.
+        self._checks, self._turns = PayloadChecks(), AppendTurns()
         # Tiered replicas' uploads, remote reads and remote-log metadata (actors/tiered.py).
         self.tiered = TieredHost(lambda: self.broker_id, self._controller_handle,
                                  self._tiered_job_done)
@@ -447,6 +450,7 @@ class ReplicaHost:
         for fetcher in self.fetchers.values():
             fetcher.stop()
         self.tiered.close()
+        self._checks.close()
 
     # -- producers and consumers ---------------------------------------------------------------
 
@@ -469,6 +473,7 @@ class ReplicaHost:
         or a buffer (a large batch comes as a view of Ray's object store, read in place)."""
         started = time.monotonic()
         batch = batch_view(batch)
+        await self._turns.wait_for_earlier()  # appends after the calls started before it
         hosted = self._hosted(topic, partition)  # checks the stall guard
         since = self.guard.generation
         info = await hosted.produce(batch, acks, leader_epoch, timeout_ms / 1000)
@@ -520,21 +525,47 @@ class ReplicaHost:
         starts after it. Only a batch ahead of its producer's sequence waits for its
         append (for the batches before it, HostedReplica.append), and the batches of its
         partition after it in the call wait behind it; the other partitions' do not. The
-        waits for the in-sync replicas (acks=all) run together, not one after another."""
+        waits for the in-sync replicas (acks=all) run together, not one after another.
+        Large batches are checked on threads first (actors/payload_checks.py); a call that
+        waits for that, or behind one that does, appends in its turn, so the order above
+        holds."""
         started = time.monotonic()
-        size = 0
+        items = [(topic, partition, leader_epoch, batch_view(data))
+                 for topic, partition, leader_epoch, data in batches]
+        checks = self._checks.start([item[3] for item in items])
+        if checks is None and not self._turns.busy():
+            answers, later = self._append_all(items, acks, timeout_ms, started, None)
+        else:
+            async with self._turns.turn():
+                checked = await self._checks.outcomes(checks, len(items))
+                answers, later = self._append_all(items, acks, timeout_ms, started, checked)
+        if later:
+            for place, answer in zip(later, await asyncio.gather(*later.values()),
+                                     strict=True):
+                answers[place] = answer
+        size = sum(len(item[3]) for item in items)
+        throttled = await self.client_quotas.hold(PRODUCER_BYTE_RATE, client_id, size,
+                                                  time.monotonic() - started)
+        return Throttled(answers, throttled) if throttled else answers
+
+    def _append_all(self, items: list[tuple[str, int, int, pa.Buffer]], acks: int | str,
+                    timeout_ms: int, started: float,
+                    checked: list[pa.Table | Exception | None] | None
+                    ) -> tuple[list[Any], dict[int, Any]]:
+        """produce_batches' appends, in order, without yielding: the answers known at once,
+        and for each place whose answer waits (acks=all, a sequence gap, a batch behind
+        one) the coroutine that gives it."""
         answers: list[Any] = []
         later: dict[int, Any] = {}  # the place of each batch whose answer waits: its wait
         held: dict[TopicPartition, asyncio.Future] = {}  # a partition's batch not yet appended
-        for topic, partition, leader_epoch, data in batches:
-            data = batch_view(data)
-            size += len(data)
-            item = (topic, partition, leader_epoch, data)
+        for i, item in enumerate(items):
+            topic, partition, _, data = item
+            check = None if checked is None else checked[i]
             before = held.get((topic, partition))
             begun = None
             if before is None:
                 try:
-                    begun = self._begin_append(item, acks)
+                    begun = self._begin_append(item, acks, check)
                     if isinstance(begun[2], AppendInfo) and acks not in ("all", -1):
                         answers.append(self._produced(topic, data, begun[2], started,
                                                       begun[1]))
@@ -546,29 +577,27 @@ class ReplicaHost:
             if before is not None or isinstance(begun[2], SequenceGap):
                 appended = held[(topic, partition)] = asyncio.get_running_loop().create_future()
             later[len(answers)] = self._finish_append(item, acks, timeout_ms / 1000, started,
-                                                      begun, before, appended)
+                                                      begun, before, appended, check)
             answers.append(None)
-        if later:
-            for place, answer in zip(later, await asyncio.gather(*later.values()),
-                                     strict=True):
-                answers[place] = answer
-        throttled = await self.client_quotas.hold(PRODUCER_BYTE_RATE, client_id, size,
-                                                  time.monotonic() - started)
-        return Throttled(answers, throttled) if throttled else answers
+        return answers, later
 
-    def _begin_append(self, item: tuple[str, int, int, pa.Buffer], acks: int | str
+    def _begin_append(self, item: tuple[str, int, int, pa.Buffer], acks: int | str,
+                      checked: pa.Table | Exception | None = None
                       ) -> tuple[HostedReplica, int, AppendInfo | SequenceGap]:
         """Try a batch of produce_batches' at once: its replica, the stall guard's
         generation before it, and where it landed (or the gap that holds it back)."""
         topic, partition, leader_epoch, data = item
         hosted = self._hosted(topic, partition)  # checks the stall guard
-        return hosted, self.guard.generation, hosted.append_now(data, acks, leader_epoch)
+        return hosted, self.guard.generation, hosted.append_now(data, acks, leader_epoch,
+                                                                checked)
 
     async def _finish_append(self, item: tuple[str, int, int, pa.Buffer], acks: int | str,
                              timeout_s: float, started: float,
                              begun: tuple[HostedReplica, int, AppendInfo | SequenceGap] | None,
                              before: asyncio.Future | None,
-                             appended: asyncio.Future | None) -> AppendInfo | RaylogError:
+                             appended: asyncio.Future | None,
+                             checked: pa.Table | Exception | None = None
+                             ) -> AppendInfo | RaylogError:
         """The rest of a batch of produce_batches' whose answer waits: its append, begun
         (``begun``) or after the batch ``before`` it of its partition in the call was
         appended or failed; the wait for the in-sync replicas (acks=all). Sets ``appended``
@@ -579,13 +608,13 @@ class ReplicaHost:
             try:
                 if before is not None:
                     await before
-                    begun = self._begin_append(item, acks)
+                    begun = self._begin_append(item, acks, checked)
                 hosted, since, first = begun
                 # One wait for a gap per call: the batches of a partition behind one that
                 # waited in vain fail at once (were each to wait its own SEQUENCE_WAIT_S,
                 # after the one before it, the call's other answers would wait for all).
                 info = await hosted.append(data, acks, leader_epoch, first,
-                                           started + SEQUENCE_WAIT_S)
+                                           started + SEQUENCE_WAIT_S, checked)
             finally:
                 if appended is not None:
                     appended.set_result(None)

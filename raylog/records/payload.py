@@ -30,6 +30,7 @@ from raylog.records.header import (
     Codec,
     TimestampType,
     pack_header,
+    validate_batch,
 )
 
 HEADER_ENTRY = pa.struct(
@@ -291,6 +292,18 @@ def check_payload(header: BatchHeader, batch: bytes | bytearray | memoryview,
             f"{first} and max {largest}"
         )
     return payload
+
+
+def check_ahead(batch: bytes | bytearray | memoryview | pa.Buffer) -> pa.Table | Exception:
+    """:func:`check_payload` of a whole batch, for a caller that checks it on another thread
+    before its append (LZ4 and Arrow's reader release the GIL): the decoded payload, or the
+    error the check raised (a bad header's included), returned instead of raised so that the
+    append raises it in its place among the append's other checks
+    (``PartitionLog.append``'s ``checked``)."""
+    try:
+        return check_payload(validate_batch(batch), batch)
+    except Exception as e:  # raised by the append it stands for, in its order of checks
+        return e
 
 
 def offsets_of(header: BatchHeader, payload: pa.Table) -> np.ndarray:

@@ -292,9 +292,10 @@ class Partition:
 
     # -- as leader -----------------------------------------------------------------------------
 
-    def append(self, batch: bytes, acks: int | str = 1, leader_epoch: int | None = None
-               ) -> AppendInfo:
-        """Append a producer batch as leader, in its producer's sequence order.
+    def append(self, batch: bytes, acks: int | str = 1, leader_epoch: int | None = None,
+               checked: pa.Table | Exception | None = None) -> AppendInfo:
+        """Append a producer batch as leader, in its producer's sequence order
+        (``checked``: its payload checked ahead, PartitionLog.append's).
 
         Raises SequenceGap when the producer's earlier batches are not here (the caller may
         wait for them a moment and try again, then fails the batch with the gap's error:
@@ -320,7 +321,7 @@ class Partition:
             # Before the append, as Kafka does: the cache may name an epoch the log lacks
             # (harmless, cut back on open), never the other way round.
             self.epochs.assign(self.leader_epoch, self.log_end_offset)
-            info = self.log.append(batch, self.leader_epoch)
+            info = self.log.append(batch, self.leader_epoch, checked=checked)
         except REFUSED_FOR_GOOD as e:
             # Refused for good: its sequence is spent, or the producer's next batches would
             # wait for it forever. Unless the bytes were damaged on the way (a CRC fails):

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
+import pyarrow as pa
 
 from raylog.errors import (
     InvalidRecordError,
@@ -295,7 +296,8 @@ class PartitionLog:
     # -- appending ---------------------------------------------------------------------------
 
     def append(self, batch: bytes | memoryview, leader_epoch: int = NO_LEADER_EPOCH, *,
-               verify_payload: bool = True) -> AppendInfo:
+               verify_payload: bool = True,
+               checked: pa.Table | Exception | None = None) -> AppendInfo:
         """Append one producer batch, assigning it the next offsets; return where it landed.
 
         Raises CorruptRecordError (bad framing or checksum, or, with ``verify_payload``, a
@@ -306,6 +308,9 @@ class PartitionLog:
         or the sync the flush settings ask for). Nothing is written when it raises.
         ``verify_payload=False`` skips the payload check (it costs one decompression) for a
         writer that built the batch itself; a leader appending a producer's batch keeps it.
+        ``checked``: what :func:`~raylog.records.payload.check_ahead` gave for this very batch
+        (computed on another thread while the append waited its turn), taken in place of
+        checking it again: its payload, or the error it raises here.
         """
         self._check_open()
         header = validate_batch(batch)
@@ -317,7 +322,14 @@ class PartitionLog:
         if header.explicit_offsets:
             raise InvalidRecordError("a producer batch cannot carry explicit offsets")
         if verify_payload or self.config.compact:
-            payload = check_payload(header, batch) if verify_payload else decode(header, batch)
+            if not verify_payload:
+                payload = decode(header, batch)
+            elif checked is None:
+                payload = check_payload(header, batch)
+            elif isinstance(checked, Exception):
+                raise checked
+            else:
+                payload = checked
             if self.config.compact and payload.column(1).null_count:
                 raise InvalidRecordError("a compacted log refuses records without a key")
         now = self.clock()

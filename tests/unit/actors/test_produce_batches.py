@@ -6,17 +6,20 @@ back by a sequence gap bounded for the call as a whole."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import pytest
 
-from actors import serving
+from actors import payload_checks, serving
+from actors.payload_checks import AppendTurns, PayloadChecks
 from actors.serving import ReplicaHost
-from raylog.errors import NotLeaderError, OutOfOrderSequenceError
+from raylog.errors import CorruptRecordError, NotLeaderError, OutOfOrderSequenceError
 from raylog.metadata.sessions import StallGuard
 from raylog.storage import AppendInfo
 from tests.unit.actors.test_fetch_many import NOW, NoQuotas, leaders
 from tests.unit.logutil import batch_of
+from tests.unit.records.test_append_validation import reseal
 
 PID = 42
 
@@ -25,6 +28,8 @@ class Host:
     """What ReplicaHost.produce_batches uses of its process: its replicas and stall guard."""
 
     produce_batches = ReplicaHost.produce_batches
+    produce = ReplicaHost.produce
+    _append_all = ReplicaHost._append_all
     _begin_append = ReplicaHost._begin_append
     _finish_append = ReplicaHost._finish_append
     _produced = ReplicaHost._produced
@@ -35,6 +40,7 @@ class Host:
         self.broker_id = 1
         self.guard = StallGuard(10.0, clock=time.monotonic)
         self.client_quotas = NoQuotas()
+        self._checks, self._turns = PayloadChecks(threads=2), AppendTurns()
 
     def _check(self) -> int:
         return self.guard.check()
@@ -42,7 +48,9 @@ class Host:
 
 @pytest.fixture
 def host(tmp_path):
-    yield from leaders(tmp_path, Host)
+    for made in leaders(tmp_path, Host):
+        yield made
+        made._checks.close()
 
 
 def idem(sequence: int, count: int = 2, value: bytes = b"v") -> bytes:
@@ -89,3 +97,65 @@ def test_batches_behind_a_gap_that_never_fills_share_one_wait(host, monkeypatch,
     # (one wait is 1 s, four one after another 4 s: a bound with a wait's margin for load)
     assert took < 2.0, f"the call took {took:.2f} s: the gap was waited for per batch"
     assert host.replicas[("t", 0)].partition.log.log_end_offset == 0  # nothing appended
+
+
+# -- large batches checked on threads, appended in call order ----------------------------------
+
+def plain(count: int, value: bytes = b"v") -> bytes:
+    """A batch of a producer without idempotence: nothing but the call order orders it."""
+    return batch_of([value] * count, ts=NOW)
+
+
+def test_large_batches_are_checked_on_threads_and_a_bad_one_fails_alone(host, monkeypatch):
+    checked_on: list[str] = []
+    real = payload_checks.check_ahead
+
+    def recording(batch):
+        checked_on.append(threading.current_thread().name)
+        return real(batch)
+
+    monkeypatch.setattr(payload_checks, "check_ahead", recording)
+    monkeypatch.setattr(payload_checks, "CHECK_AHEAD_BYTES", 1)  # every batch is large
+    lying = reseal(plain(3), first_timestamp=NOW + 1)  # CRCs right, header lies
+    answers = asyncio.run(host.produce_batches(
+        [("t", 0, 0, plain(2)), ("t", 0, 0, lying), ("t", 0, 0, plain(3)),
+         ("t", 1, 0, plain(1))], 1))
+    assert [a.base_offset for a in (answers[0], answers[2], answers[3])] == [0, 2, 0]
+    assert isinstance(answers[1], CorruptRecordError)
+    assert len(checked_on) == 4 and all(n.startswith("raylog-check") for n in checked_on)
+    assert host.replicas[("t", 0)].partition.log.log_end_offset == 5
+    assert not host._turns.busy()
+
+
+def test_a_call_started_while_an_earlier_one_waits_for_its_checks_appends_after_it(
+        host, monkeypatch):
+    """The large batch's call waits for its check on a thread; a call of small batches and
+    a single produce that start meanwhile (they would append at once) wait behind it, so
+    the partition's log has the calls' batches in the order the calls started."""
+    gate = threading.Event()
+    real = payload_checks.check_ahead
+
+    def slow(batch):
+        assert gate.wait(10), "the test never released the check"
+        return real(batch)
+
+    big = plain(50, b"x" * 100)
+    monkeypatch.setattr(payload_checks, "check_ahead", slow)
+    monkeypatch.setattr(payload_checks, "CHECK_AHEAD_BYTES", len(big))
+
+    async def scenario():
+        first = asyncio.ensure_future(host.produce_batches([("t", 0, 0, big)], 1))
+        deadline = time.monotonic() + 10
+        while not host._turns.busy():
+            assert time.monotonic() < deadline, "the large call never waited for its check"
+            await asyncio.sleep(0.001)
+        second = asyncio.ensure_future(host.produce_batches([("t", 0, 0, plain(2))], 1))
+        third = asyncio.ensure_future(host.produce("t", 0, 0, plain(1), 1))
+        await asyncio.sleep(0.05)
+        waited = not second.done() and not third.done()
+        gate.set()
+        return waited, await first, await second, await third
+
+    waited, first, second, third = asyncio.run(scenario())
+    assert waited
+    assert (first[0].base_offset, second[0].base_offset, third.base_offset) == (0, 50, 52)

@@ -52,8 +52,8 @@ class Leader(Partition):
         self.apply(LeaderAndIsr(self.replica_id, 0, 0, (self.replica_id,),
                                 (self.replica_id,)))
 
-    def append(self, batch, acks=1, leader_epoch=0):
-        return super().append(batch, acks, leader_epoch)
+    def append(self, batch, acks=1, leader_epoch=0, checked=None):
+        return super().append(batch, acks, leader_epoch, checked)
 
 
 @pytest.fixture
