@@ -305,6 +305,7 @@ class BrokerActor(ReplicaHost):
     async def update_configs(self, topic: str, configs: dict[str, Any],
                              version: int = 0) -> None:
         await ReplicaHost.update_configs(self, topic, configs, version)
+        self.lock_waits.update_configs(topic, configs, version)  # opened with them
         keys = {self.hosts.key_of(tp) for tp in self.hosts.states if tp[0] == topic} - {0}
         await asyncio.gather(*(self.hosts.handles[k].update_configs.remote(
             topic, configs, version) for k in keys if k in self.hosts.handles),

@@ -8,16 +8,17 @@ the same host) still exits and holds it. Opening it then fails with DirectoryLoc
 at once: the process never waits on its event loop. The broker reports the replica failed
 (the controller moves its leadership and takes the broker out of its ISR, as for any replica
 that could not open), and tries again, with backoff, until the lock is free; then the
-replica opens, follows, catches up and rejoins its ISR as any follower does.
+replica opens in the role its newest word says: a follower catches up and rejoins its ISR
+as any follower does.
 
 - Which failures are waited out (:func:`waits_out`): a held lock only. Any other failure to
   open (a directory of another topic with a damaged marker, a damaged log, a newer format)
   stands as before: reported failed, retried only when the controller tells the broker again.
-- What a retry opens the replica with: the newest word the broker was told for it (the
-  controller keeps telling a broker its replicas while one waits: an older word never
-  replaces a newer one). The broker epoch and incarnation go with each attempt as they are
-  then, so a replica that opens late fetches, and is admitted to its ISR, at the broker
-  epoch of the process serving it.
+- What a retry opens the replica with: the newest word the broker was told for it (words
+  keep coming while it waits, each also tried at once; an older word never replaces a
+  newer one; a topic's new configs are kept too). The broker epoch and
+  incarnation go with each attempt as they are then, so a replica that opens late fetches,
+  and is admitted to its ISR, at the broker epoch of the process serving it.
 - When the waiting stops: the replica opened (by a retry or by a word), failed otherwise, or
   is no longer this broker's to hold (stopped, moved away, its topic deleted, left out of a
   full word, or the broker is closing): :meth:`LockWaits.forget`, :meth:`LockWaits.keep_only`,
@@ -98,6 +99,14 @@ class LockWaits:
         if version >= kept.version:
             kept.state, kept.version = state, version
         return False
+
+    def update_configs(self, topic: str, configs: dict[str, Any], version: int) -> None:
+        """New configs of ``topic`` (told at ``version``): its replicas open with them (an
+        older word than the one kept changes nothing)."""
+        for (name, _), kept in self._waits.items():
+            if name == topic and version >= kept.version:
+                kept.state = {**kept.state, "configs": dict(configs)}
+                kept.version = version
 
     def get(self, tp: TopicPartition) -> LockWait | None:
         return self._waits.get(tp)

@@ -41,6 +41,18 @@ def test_a_locked_answer_starts_one_retry_loop_and_keeps_the_newest_word():
     assert waits.get(TP).version == 7
 
 
+def test_a_topics_new_configs_go_with_its_waiting_replicas_unless_older():
+    waits = LockWaits()
+    waits.wait(TP, {**word(5), "configs": {"retention_ms": 1}}, 5)
+    waits.wait(("u", 0), {**word(5), "topic": "u", "configs": {}}, 5)
+    waits.update_configs("t", {"retention_ms": 2}, 4)  # older than the word kept
+    assert waits.get(TP).state["configs"] == {"retention_ms": 1}
+    waits.update_configs("t", {"retention_ms": 3}, 6)
+    assert waits.get(TP).state["configs"] == {"retention_ms": 3}
+    assert waits.get(TP).version == 6 and waits.get(TP).state["leader"] == 1
+    assert waits.get(("u", 0)).state["configs"] == {}
+
+
 @pytest.mark.parametrize("answer", [
     {"role": "follower", "leader_epoch": 3},  # opened (by a word, or a retry)
     {"error": "StorageError('damaged')"},     # failed otherwise: stands, not retried
