@@ -259,6 +259,8 @@ class BrokerActor(ReplicaHost):
             kept = waits.get(tp)
             if kept is None:
                 return
+            if not kept.retried_by(self.broker_id):
+                continue  # its next word, which comes, is tried when it comes
             key = self.hosts.key_of(tp)
             name = f"{tp[0]}-{tp[1]}"
             if key == 0:

@@ -19,6 +19,8 @@ as any follower does.
   newer one; a topic's new configs are kept too). The broker epoch and
   incarnation go with each attempt as they are then, so a replica that opens late fetches,
   and is admitted to its ISR, at the broker epoch of the process serving it.
+- A word that makes this broker the leader is not retried (:meth:`LockWait.retried_by`):
+  only tried when it comes; the next word, which the failure report brings, is.
 - When the waiting stops: the replica opened (by a retry or by a word), failed otherwise, or
   is no longer this broker's to hold (stopped, moved away, its topic deleted, left out of a
   full word, or the broker is closing): :meth:`LockWaits.forget`, :meth:`LockWaits.keep_only`,
@@ -64,6 +66,14 @@ class LockWait:
     @property
     def attempts(self) -> int:
         return self.backoff.attempts
+
+    def retried_by(self, broker_id: int | None) -> bool:
+        """Whether a retry may open it as its word says: not when the word makes this broker
+        its leader. The process being replaced may have led at that epoch (a host that Ray
+        restarted: actors/replica_hosts.py never reopens those either), and the replica is
+        reported failed meanwhile, so the controller's next word on it comes (the leadership
+        moved away, or given again at a new epoch), and is tried as soon as it comes."""
+        return self.state.get("leader") != broker_id
 
 
 class LockWaits:

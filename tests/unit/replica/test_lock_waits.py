@@ -41,6 +41,16 @@ def test_a_locked_answer_starts_one_retry_loop_and_keeps_the_newest_word():
     assert waits.get(TP).version == 7
 
 
+def test_a_word_making_this_broker_leader_is_not_retried_but_the_next_one_is():
+    waits = LockWaits()
+    waits.answered(TP, word(3, leader=0), 3, LOCKED)
+    assert not waits.get(TP).retried_by(0)  # it may be the epoch the old process led at
+    waits.answered(TP, word(4, leader=2), 4, LOCKED)  # the controller moved it away
+    assert waits.get(TP).retried_by(0)
+    waits.answered(TP, word(5, leader=None), 5, LOCKED)  # or left it leaderless
+    assert waits.get(TP).retried_by(0)
+
+
 def test_a_topics_new_configs_go_with_its_waiting_replicas_unless_older():
     waits = LockWaits()
     waits.wait(TP, {**word(5), "configs": {"retention_ms": 1}}, 5)
