@@ -9,7 +9,10 @@ serve through :class:`~actors.serving.ReplicaHost` (actors/serving.py).
   (:meth:`BrokerActor.apply`). It serves some of them itself (host 0) and places the
   others on the replica hosts it starts (actors/replica_hosts.py): the node's
   ``RAYLOG_BROKER_PROCESSES`` processes, and one per replica of a dedicated topic. A
-  request that reaches it for a replica a host serves is passed on.
+  request that reaches it for a replica a host serves is passed on. A replica that could
+  not open because another process of the broker (one being replaced, still exiting) holds
+  its directory is opened again, with backoff, once that process is gone
+  (raylog/replica/lock_waits.py).
 - :class:`ReplicaHostActor` is such a host: told its replicas by its broker only, serving
   while its broker renews its lease.
 """
@@ -30,6 +33,7 @@ import ray
 from ray.exceptions import RayActorError, RayError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from actors.hosting import background
 from actors.replica_hosts import HostSet
 from actors.serving import CONFIRM_TIMEOUT_S, MAX_CONCURRENCY, ReplicaHost, TopicPartition
 from raylog.errors import (
@@ -53,6 +57,7 @@ from raylog.metadata.sessions import stall_threshold_s
 from raylog.quotas.enforcer import Throttled
 from raylog.quotas.enforcer import unwrap as unwrap_throttled
 from raylog.replica.isr import NO_BROKER_EPOCH
+from raylog.replica.lock_waits import LockWaits
 from raylog.replica.partition import READ_UNCOMMITTED, FetchResult
 from raylog.storage import AppendInfo
 from raylog.util.cluster_names import (
@@ -91,6 +96,9 @@ class BrokerActor(ReplicaHost):
             except (IdentityError, OSError, RaylogError) as e:
                 self.error = str(e)
         self.hosts = HostSet(self, processes, self._start_host)
+        # Replicas whose directory another process of this broker still holds: opened
+        # again, with backoff, once it is free (raylog/replica/lock_waits.py).
+        self.lock_waits = LockWaits()
 
     def _start_host(self, name: str) -> ray.actor.ActorHandle:
         """A replica host on this node, as this actor's child (it dies with this process),
@@ -211,7 +219,9 @@ class BrokerActor(ReplicaHost):
         if full:
             for key in self.hosts.handles:
                 routed.setdefault(key, [])
-        answers = self._take(routed.pop(0, []), brokers, full, version, assigned)
+        own = routed.pop(0, [])
+        answers = self._take(own, brokers, full, version, assigned)
+        self.settle_locks(own, answers, version)
         told = [self.hosts.take(key, group, brokers, full, version, assigned)
                 for key, group in routed.items()]
         for answer in await asyncio.gather(*told):
@@ -219,8 +229,53 @@ class BrokerActor(ReplicaHost):
         if full and newest:
             for tp in [tp for tp in self.hosts.placed() if tp not in assigned]:
                 self.hosts.release(tp, version)
+            self.lock_waits.keep_only(assigned)
             self._remove_stray_dirs(assigned)
         return answers
+
+    def settle_locks(self, states: list[dict[str, Any]], answers: dict[str, Any],
+                     version: int) -> None:
+        """After an attempt to hold the replicas ``states`` describe (told at ``version``),
+        on whichever process: those whose directory another process of this broker holds
+        wait, and are tried again in the background (:meth:`_open_when_free`); the others'
+        waits end. A replica this broker no longer holds (stopped, moved away while the
+        attempt was under way) does not wait."""
+        for state in states:
+            tp = (state["topic"], state["partition"])
+            answer = answers.get(f"{tp[0]}-{tp[1]}")
+            if self._gone.get(tp, -1) > version or self.hosts.placement.host_of(tp) is None:
+                answer = None
+            if self.lock_waits.answered(tp, state, version, answer):
+                background(self._open_when_free(tp))
+
+    async def _open_when_free(self, tp: TopicPartition) -> None:
+        """Try ``tp`` again, with backoff, on the process it is placed on, as the newest word
+        on it says (with this broker's incarnation and broker epoch as they are now), until
+        it opens, fails otherwise, or is no longer this broker's to hold. An attempt while
+        its host is down is skipped: the host opens it when back (actors/replica_hosts.py)."""
+        waits = self.lock_waits
+        while (wait_s := waits.next_wait_s(tp)) is not None:
+            await asyncio.sleep(wait_s)
+            kept = waits.get(tp)
+            if kept is None:
+                return
+            if not kept.retried_by(self.broker_id):
+                continue  # its next word, which comes, is tried when it comes
+            key = self.hosts.key_of(tp)
+            name = f"{tp[0]}-{tp[1]}"
+            if key == 0:
+                answers = self._take([kept.state], self.brokers, False, kept.version, None)
+                self.settle_locks([kept.state], answers, kept.version)
+            elif key in self.hosts.handles and key not in self.hosts.down:
+                answers = await self.hosts.take(key, [kept.state], self.brokers, False,
+                                                kept.version, None)  # settles them too
+            else:
+                continue
+            answer = answers.get(name) or {}
+            if tp not in waits and "error" not in answer and answer:
+                logger.info("broker %s opened %s once the process holding it was gone "
+                            "(attempt %d)", self.broker_id, name, kept.attempts)
+                self._status.set()  # the controller hears at once that it serves
 
     async def _stop_on(self, key: Any, replicas: list[TopicPartition], delete: bool,
                        version: int) -> None:
@@ -246,11 +301,13 @@ class BrokerActor(ReplicaHost):
         for tp in tps:
             self._gone[tp] = max(self._gone.get(tp, -1), version)
             self.failed.pop(tp, None)
+            self.lock_waits.forget(tp)
             self.hosts.release(tp, version)
 
     async def update_configs(self, topic: str, configs: dict[str, Any],
                              version: int = 0) -> None:
         await ReplicaHost.update_configs(self, topic, configs, version)
+        self.lock_waits.update_configs(topic, configs, version)  # opened with them
         keys = {self.hosts.key_of(tp) for tp in self.hosts.states if tp[0] == topic} - {0}
         await asyncio.gather(*(self.hosts.handles[k].update_configs.remote(
             topic, configs, version) for k in keys if k in self.hosts.handles),
@@ -268,6 +325,7 @@ class BrokerActor(ReplicaHost):
         return sorted(described, key=lambda d: (d["topic"], d["partition"]))
 
     async def close(self) -> None:
+        self.lock_waits.clear()  # a closing broker opens nothing more
         await self.hosts.close()
         await ReplicaHost.close(self)
 

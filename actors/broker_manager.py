@@ -387,8 +387,11 @@ class BrokerManager:
                          [*changed, *access.replicas_on(broker)]}.values(), skip=broker)
 
     async def on_failed(self, watch: BrokerWatch, failed: dict) -> None:
-        """Replicas this broker could not open (a damaged directory, a full disk): for those
-        partitions it is as if the broker were gone; the broker retries when told again."""
+        """Replicas this broker could not open (a damaged directory, a full disk, a directory
+        another process of the broker still holds): for those partitions it is as if the
+        broker were gone. The broker retries when told again, and a held directory by
+        itself, until it opens (raylog/replica/lock_waits.py): it then rejoins the ISR as
+        any follower that caught up."""
         broker = watch.broker_id
 
         def unopened() -> list[Partition]:
@@ -564,7 +567,15 @@ class BrokerManager:
                 routes[s["topic"], s["partition"]] = answer["host"]
             else:
                 routes.pop((s["topic"], s["partition"]), None)
-        failed = {k: v["error"] for k, v in answers.items() if "error" in v}
+        failed = {k: v["error"] for k, v in answers.items()
+                  if "error" in v and not v.get("locked")}
         if failed:
             logger.error("broker %d could not serve %s", broker, failed)
+        locked = sorted(k for k, v in answers.items() if v.get("locked"))
+        if locked:
+            # Another process of the broker (one being replaced) still holds their
+            # directories: the broker opens them once it is gone (raylog/replica/
+            # lock_waits.py); meanwhile they count as failed (on_failed).
+            logger.warning("broker %d waits to open %s: another process of its own holds "
+                           "them", broker, locked)
         return Outcome.DELIVERED

@@ -33,7 +33,7 @@ from raylog.errors import (
     RequestTimeoutError,
     StorageError,
 )
-from raylog.metadata.identity import DirectoryLock
+from raylog.metadata.identity import DirectoryLock, DirectoryLockedError
 from raylog.metadata.topics import log_config
 from raylog.records.control import MarkerType
 from raylog.replica.partition import AlterIsr, LeaderAndIsr, Partition, Role
@@ -60,11 +60,6 @@ METADATA_FILE_VERSION = 0
 # failover (docs/producer.md): this wait, its first backoff (100 ms) and two round trips stay
 # under that. A gap that is only Ray's reordering and outlasts the wait costs one retry.
 SEQUENCE_WAIT_S = 0.5
-# Two processes of a broker node (its replica hosts) must never have one replica open: the
-# broker places each on one host, and each host also locks the replica's directory while it
-# has it open. A host that Ray restarts, or the hosts of a broker that restarted, may find
-# the lock still held for a moment by the process being replaced: they wait this long.
-LOCK_WAIT_S = 2.0
 ISR_RETRY_S = 0.5      # after the controller refused an ISR change, or did not answer
 ALTER_PARTITION_TIMEOUT_S = 30.0  # an ISR change not answered by then is asked again
 
@@ -116,6 +111,16 @@ def remove_partition_dir(directory: Path) -> None:
     files.fsync_dir(directory.parent)
 
 
+def _lock_or_refuse(lock: DirectoryLock) -> None:
+    """Take a replica directory's lock, or raise DirectoryLockedError at once."""
+    if not lock.acquire():
+        holder = lock.holder()
+        raise DirectoryLockedError(
+            f"{lock.directory} is held by another process of this broker (its lock file "
+            f"names {'no process' if holder is None else f'process {holder}'}): opened once "
+            f"that process is gone")
+
+
 class HostedReplica:
     """A Partition and the futures of callers waiting for it to change. Only the event loop
     of the process hosting it uses it."""
@@ -146,14 +151,22 @@ class HostedReplica:
     @classmethod
     def open(cls, data_dir: Path, topic: str, partition: int, topic_id: str,
              broker_id: int, configs: dict[str, Any]) -> HostedReplica:
+        """Open the replica's log, taking its directory's lock. Two processes of a broker
+        node (its replica hosts) must never have one replica open: the broker places each on
+        one host, and the host holds the lock while it has it open. A host that Ray
+        restarted, or the hosts of a broker that restarted, may find the lock still held by
+        the process being replaced, still exiting: DirectoryLockedError at once, never a
+        wait on the event loop (the broker opens it again once that process is gone:
+        raylog/replica/lock_waits.py). Other errors (StorageError for a directory that is
+        not this topic's or is damaged, UnsupportedFormatVersionError) stand."""
+        lock = DirectoryLock(data_dir / f"{topic}-{partition}")
+        # Looked at before anything in the directory is read or written (the process holding
+        # it may be using it), and taken again after: an older topic's directory is removed
+        # first, its lock file with it.
+        _lock_or_refuse(lock)
+        lock.release()
         directory = open_partition_dir(data_dir, topic, partition, topic_id)
-        lock = DirectoryLock(directory)
-        deadline = time.monotonic() + LOCK_WAIT_S
-        while not lock.acquire():
-            if time.monotonic() > deadline:
-                raise StorageError(f"{directory} is held by another process of this broker "
-                                   f"(its lock file names it)")
-            time.sleep(0.05)
+        _lock_or_refuse(lock)
         try:
             # A newer raylog's files are refused before the log changes anything (the log
             # checks its own; the producer snapshots are the replica's).

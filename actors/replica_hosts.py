@@ -159,6 +159,7 @@ class HostSet:
             else:
                 broker.failed.pop(tp, None)
                 answer["host"] = handle
+        broker.settle_locks(states, answers, version)  # its directory held: tried again
         return answers
 
     # -- the hosts' lives --------------------------------------------------------------------

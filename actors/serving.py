@@ -71,6 +71,7 @@ from raylog.quotas.entity import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE
 from raylog.records.header import batch_view, iter_headers
 from raylog.records.kafka_columns import ipc_bytes, kafka_table, spark_table
 from raylog.replica.isr import NO_BROKER_EPOCH
+from raylog.replica.lock_waits import waits_out
 from raylog.replica.partition import (
     EARLIEST,
     LATEST,
@@ -269,10 +270,15 @@ class ReplicaHost:
             try:
                 answers[f"{tp[0]}-{tp[1]}"] = self._apply_one(tp, state, version)
             except (RaylogError, OSError) as e:
-                logger.exception("the replica could not be served", **at(*tp))
+                answer = {"error": repr(e)}
+                if waits_out(e):  # the broker tries again once that process is gone
+                    logger.warning("the replica waits for its directory: %s", e, **at(*tp))
+                    answer["locked"] = True
+                else:
+                    logger.exception("the replica could not be served", **at(*tp))
                 self.failed[tp] = repr(e)
                 self._status.set()
-                answers[f"{tp[0]}-{tp[1]}"] = {"error": repr(e)}
+                answers[f"{tp[0]}-{tp[1]}"] = answer
         if full and newest and assigned is not None:
             self._remove_strays(assigned, version)
         return answers

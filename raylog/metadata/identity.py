@@ -43,6 +43,13 @@ class IdentityError(StorageError):
     """A data directory's identity file is unreadable, or belongs elsewhere."""
 
 
+class DirectoryLockedError(StorageError):
+    """A directory's lock is held by another process (its lock file names it): nothing in
+    the directory was read or changed. For a replica's directory, that process is one of
+    the broker's own (one being replaced, still exiting): the broker opens the replica once
+    it is gone (raylog/replica/lock_waits.py)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class BrokerIdentity:
     broker_id: int
@@ -129,6 +136,15 @@ class DirectoryLock:
     @property
     def held(self) -> bool:
         return self._fd is not None
+
+    def holder(self) -> int | None:
+        """The process id the lock file names (its last holder's, who may hold it still),
+        None if it names none. For messages: the lock itself is what excludes."""
+        try:
+            text = (self.directory / LOCK_FILE).read_text().strip()
+        except (OSError, UnicodeDecodeError):
+            return None
+        return int(text) if text.isdigit() else None
 
 
 def claim_data_dir(configured: str | os.PathLike | None, default_root: Path

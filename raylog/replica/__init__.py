@@ -7,4 +7,6 @@
 - epochs.py: the leader-epoch cache beside each replica's log.
 - truncation.py: where a replica that becomes follower truncates its log (KIP-101, KIP-279).
 - isr.py: the leader's view of its followers: ISR, high watermark, acks=all.
+- lock_waits.py: the replicas a broker opens again once another process of its own (one
+  being replaced) lets go of their directory.
 """

@@ -4,17 +4,21 @@ The test cluster's first broker node runs two replica-host processes
 (``RAYLOG_BROKER_PROCESSES=2``, tests/integration/conftest.py): the broker actor and one
 replica host. Its replicas are spread over both, clients call the host serving each
 directly, a host killed under acks=all load costs no acknowledged record (its replicas come
-back on the restarted process and rejoin their ISRs), and a topic with
+back on the restarted process and rejoin their ISRs), a replica whose directory another
+process of the broker still holds opens once it is free, and a topic with
 ``raylog.replica.dedicated=true`` gets an actor per replica on its broker's node.
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 import ray
 
 from raylog import Admin, Producer
 from raylog.errors import InvalidConfigError
+from raylog.metadata.identity import DirectoryLock
 from raylog.util.cluster_names import NAMESPACE, broker_actor_name
 from tests.history import summary
 from tests.integration.conftest import consume_all, wait_for
@@ -133,6 +137,57 @@ def test_a_killed_replica_host_loses_nothing_acknowledged_and_its_replicas_come_
     assert not anomalies, summary(anomalies)
     assert pid_of(host) != pid, "Ray restarted the host process"
     assert_replicas_identical(admin, topic_name, PARTITIONS)
+
+
+@pytest.mark.cluster
+def test_a_replica_whose_directory_another_process_holds_serves_once_it_is_free(
+        ray_cluster, admin, topic_name):
+    """A restarted broker told a replica whose directory another process of its own still
+    holds (a process of its earlier incarnation, still exiting; here this test's process,
+    through the same lock, taken as the killed process let go) reports it failed at once,
+    and its partition goes on without it; once the lock is free, the broker opens it (tried
+    again with backoff: raylog/replica/lock_waits.py; no word of the controller comes to
+    retry it, for the broker left its ISR when it restarted), and it catches up and rejoins
+    its ISR at the broker's new broker epoch."""
+    broker, node = two_process_broker(ray_cluster)
+    partitions = to_spread(ray_cluster, admin, broker, 4, 3)
+    create_replicated(admin, topic_name, partitions=partitions)
+    wait_for(lambda: fully_in_sync(admin, topic_name), timeout=90, what="the topic in sync")
+    # Its replicas in the broker actor's own process: their locks go with that process.
+    own = sorted(set(range(partitions)) - set(hosts_of(ray_cluster, topic_name, broker)))
+    assert own, "the broker actor serves some replicas itself"
+    locks = [DirectoryLock(ray_cluster.data_dirs[node] / f"{topic_name}-{p}") for p in own]
+    broker_actor = ray.get_actor(broker_actor_name(node), namespace=NAMESPACE)
+    before = ray.get(broker_actor.identify.remote(), timeout=30)["incarnation"]
+    with Producer(acks="all", cluster=ray_cluster.raylog) as producer:
+        try:
+            ray.kill(broker_actor, no_restart=False)  # Ray starts its process again
+            wait_for(lambda: all(lock.held or lock.acquire() for lock in locks), timeout=30,
+                     interval=0.01, what="the killed process's replica locks")
+
+            def failed() -> dict:  # what the restarted broker reports failed, once back
+                status = ray.get(broker_actor.watch.remote(None, 0), timeout=30)
+                return status["failed"] if status["incarnation"] != before else {}
+
+            wait_for(lambda: {(topic_name, p) for p in own} <= set(failed()), timeout=90,
+                     what="the held replicas reported failed by the restarted broker")
+            states = partition_states(admin, topic_name)
+            assert all(broker not in states[p]["isr"] and states[p]["leader"] not in
+                       (None, broker) for p in own)
+            futures = [producer.send(topic_name, f"h{i}".encode(), partition=i % partitions)
+                       for i in range(200)]
+            assert all(f.result(60).offset >= 0 for f in futures)
+            # The broker waited: nothing took the locks from this process.
+            assert [lock.holder() for lock in locks] == [os.getpid()] * len(own)
+        finally:
+            for lock in locks:
+                lock.release()
+    wait_for(lambda: fully_in_sync(admin, topic_name), timeout=90,
+             what="the broker's replicas in their ISRs once their directories are free")
+    assert not set(failed()) & {(topic_name, p) for p in range(partitions)}
+    held = [r for r in admin.describe_replicas(topic_name) if r["broker_id"] == broker]
+    assert sorted(r["partition"] for r in held) == list(range(partitions))
+    assert_replicas_identical(admin, topic_name, partitions)
 
 
 @pytest.mark.cluster
