@@ -9,6 +9,7 @@ and hot readers go on. Prints what it saw as JSON."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import socket
 import sys
@@ -62,16 +63,50 @@ def folder_count(store: ObjectStore, topic: str, topic_id: str) -> int:
     return len(store.list_folders(f"{store.prefix}/{topic}-{topic_id}/0"))
 
 
+def freed_with_secrets(_actor: Any, times: int = 64) -> None:
+    """Run in an actor's process (``__ray_call__``): allocate blocks of many sizes filled
+    with the secrets' values over and over, and free them, so that what the process
+    allocates next (a call's answer Ray serializes, say) starts as the secrets. Byte for
+    byte what the cold-read gateway's own signed S3 requests leave there now and then (the
+    access key in ``Authorization``, the session token in ``x-amz-security-token``): a
+    gap Ray left unwritten in an answer then shows them every time, not in one run of
+    several."""
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    pattern = b"".join(v.encode() for v in SECRETS.values())
+    for _ in range(times):
+        blocks = []
+        for size in (*range(32, 4096, 32), 8192, 16384, 65536):
+            block = libc.malloc(size)
+            ctypes.memmove(block, (pattern * (size // len(pattern) + 1))[:size], size)
+            blocks.append(block)
+        for block in blocks:
+            libc.free(block)
+
+
+def soil(handle: Any, calls: int = 16) -> None:
+    """freed_with_secrets in ``handle``'s process, on as many of its threads as take one of
+    ``calls`` calls at once (the gateway answers on several)."""
+    ray.get([handle.__ray_call__.remote(freed_with_secrets) for _ in range(calls)],
+            timeout=60)
+
+
 def ray_data_read(admin: Admin, view: dict, records: list) -> dict[str, Any]:
     """Ray Data reads the topic, its cold part through the cold-read gateway of the
     leader's node, which asks the controller for the store's credentials: the rows are the
     consumer's, and no secret is in any argument this driver sent to Ray nor in the
-    Dataset. Then the gateway is killed and a read again gives the same rows (the
-    controller starts a new gateway, under a new name, which asks for the credentials
-    again)."""
+    Dataset, though the gateway's freed memory holds them when it answers (soil). Then the
+    gateway is killed and a read again gives the same rows (the controller starts a new
+    gateway, under a new name, which asks for the credentials again)."""
     from raylog.integrations.ray_data import read_topic
 
     def rows() -> list[tuple]:
+        # The gateway the read will use (started by the controller if there is none),
+        # with the secrets in the memory it frees: the answers it serializes next must not
+        # carry them.
+        soil(ray.get_actor(admin._cluster.controller.cold_reader(node), namespace=NAMESPACE))
         sent = SentArguments()
         with sent.recording():
             dataset = read_topic("cold", end_offset={"cold": {0: 40}}, timeout_ms=60_000)
