@@ -754,24 +754,31 @@ class ReplicaHost:
 
     async def read_kafka_table(self, topic: str, partition: int, leader_epoch: int,
                                start: int, end: int, max_wait_ms: int = 10_000,
-                               isolation: str = READ_UNCOMMITTED) -> pa.Table:
+                               isolation: str = READ_UNCOMMITTED, ipc: bool = False
+                               ) -> pa.Table | bytes:
         """Records [start, end) with the columns of Spark's Kafka source (KAFKA_SCHEMA). A
         follower whose high watermark is still short of ``end`` (the range was planned from
         the leader's) waits for it, up to ``max_wait_ms``. ``read_committed``: without the
         aborted transactions' records (Partition.read_table). Of a tiered partition, offsets
-        below the local log start come from the object store (TieredHost.read_below)."""
+        below the local log start come from the object store (TieredHost.read_below).
+
+        ``ipc``: the table as an Arrow IPC stream in ``bytes`` (the analytics readers ask so:
+        a Ray Data block, a Spark worker's range). Ray writes a table's out-of-band buffers
+        at aligned addresses and leaves the gaps between them as the allocation found them:
+        this process's freed memory, which holds its signed S3 requests (the access key, the
+        session token) when it uploads to a tiered store; ``bytes`` Ray writes whole."""
         p = await self._reading(topic, partition, leader_epoch, start, end, max_wait_ms,
                                 isolation)
         if isinstance(p, ray.actor.ActorHandle):
             return await p.read_kafka_table.remote(topic, partition, leader_epoch, start, end, 0,
-                                                   isolation)
+                                                   isolation, ipc)
         p, remote = p
         table = kafka_table(p.read_table(start, end, leader_epoch, isolation, remote), topic,
                             partition)
         metrics = recorder()
         metrics.inc("raylog_bytes_out", table.nbytes, topic=topic)
         metrics.inc("raylog_records_out", table.num_rows, topic=topic)
-        return table
+        return ipc_bytes(table) if ipc else table
 
     async def _reading(self, topic: str, partition: int, leader_epoch: int, start: int,
                        end: int, max_wait_ms: int, isolation: str) -> Any:

@@ -277,14 +277,17 @@ class ReplicaClient:
         return self.handle.list_offset.remote(self.topic, self.partition, self.leader_epoch,
                                               spec)
 
-    def read_kafka_table(self, start: int, end: int,
-                         isolation: str = READ_UNCOMMITTED) -> ray.ObjectRef:
-        if isolation == READ_UNCOMMITTED:
-            return self.handle.read_kafka_table.remote(self.topic, self.partition,
-                                                       self.leader_epoch, start, end)
+    def read_kafka_table(self, start: int, end: int, isolation: str = READ_UNCOMMITTED,
+                         ipc: bool = False) -> ray.ObjectRef:
+        """``ipc``: the table as an Arrow IPC stream in ``bytes``, as analytics readers take
+        it (ReplicaHost.read_kafka_table says why)."""
+        options: dict[str, Any] = {}
+        if isolation != READ_UNCOMMITTED:
+            options["isolation"] = isolation
+        if ipc:
+            options["ipc"] = True
         return self.handle.read_kafka_table.remote(self.topic, self.partition,
-                                                   self.leader_epoch, start, end,
-                                                   isolation=isolation)
+                                                   self.leader_epoch, start, end, **options)
 
 
     def tiered_view(self) -> ray.ObjectRef:

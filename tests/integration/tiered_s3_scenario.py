@@ -97,16 +97,19 @@ def ray_data_read(admin: Admin, view: dict, records: list) -> dict[str, Any]:
     """Ray Data reads the topic, its cold part through the cold-read gateway of the
     leader's node, which asks the controller for the store's credentials: the rows are the
     consumer's, and no secret is in any argument this driver sent to Ray nor in the
-    Dataset, though the gateway's freed memory holds them when it answers (soil). Then the
-    gateway is killed and a read again gives the same rows (the controller starts a new
-    gateway, under a new name, which asks for the credentials again)."""
+    Dataset, though the freed memory of the gateway and of the leader's broker holds them
+    when they answer (soil). Then the gateway is killed and a read again gives the same
+    rows (the controller starts a new gateway, under a new name, which asks for the
+    credentials again)."""
     from raylog.integrations.ray_data import read_topic
 
     def rows() -> list[tuple]:
-        # The gateway the read will use (started by the controller if there is none),
-        # with the secrets in the memory it frees: the answers it serializes next must not
-        # carry them.
+        # The gateway the read will use (started by the controller if there is none) and
+        # the leader's broker (the hot blocks'; it uploads to the store, so its memory
+        # holds signed requests too), with the secrets in the memory they free: the
+        # answers they serialize next must not carry them.
         soil(ray.get_actor(admin._cluster.controller.cold_reader(node), namespace=NAMESPACE))
+        soil(admin._cluster.topic("cold", refresh=True).partitions[0].leader_client().handle)
         sent = SentArguments()
         with sent.recording():
             dataset = read_topic("cold", end_offset={"cold": {0: 40}}, timeout_ms=60_000)
