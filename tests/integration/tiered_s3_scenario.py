@@ -14,6 +14,7 @@ import json
 import socket
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,37 @@ def soil(handle: Any, calls: int = 16) -> None:
             timeout=60)
 
 
+@ray.remote(num_cpus=0)
+def _take(value: Any) -> None:
+    """A task that takes an argument (recorder_sees sends it one)."""
+
+
+def _closing_over(marker: str) -> Any:
+    """A function holding ``marker`` in its closure (cloudpickle sends it by value)."""
+    def closure() -> str:
+        return marker
+    return closure
+
+
+def recorder_sees() -> dict[str, bool]:
+    """The recorder's control: a value this driver does send to Ray (a task's argument, a
+    ``ray.put``, a remote function's closure) is found in what it recorded, each way. A
+    recorder that missed them would let ray_data_read's check pass whatever was sent."""
+    seen = {}
+    for how in ("argument", "put", "closure"):
+        marker = f"recorder-control-{how}-{uuid.uuid4().hex}"
+        sent = SentArguments()
+        with sent.recording():
+            if how == "argument":
+                ray.get(_take.remote(marker), timeout=60)
+            elif how == "put":
+                ray.put(marker)
+            else:
+                ray.get(ray.remote(num_cpus=0)(_closing_over(marker)).remote(), timeout=60)
+        seen[how] = marker.encode() in sent.blob()
+    return seen
+
+
 def ray_data_read(admin: Admin, view: dict, records: list) -> dict[str, Any]:
     """Ray Data reads the topic, its cold part through the cold-read gateway of the
     leader's node, which asks the controller for the store's credentials: the rows are the
@@ -129,6 +161,7 @@ def ray_data_read(admin: Admin, view: dict, records: list) -> dict[str, Any]:
     return {"dataset_cold_records": view["local_log_start"] - view["log_start"],
             "dataset_rows_ok": first == expected and again == expected,
             "dataset_secrets_sent": sent_secrets,
+            "recorder_sees": recorder_sees(),
             "dataset_gateways": [gateway, admin._cluster.controller.cold_reader(node)]}
 
 
