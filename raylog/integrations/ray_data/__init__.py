@@ -5,8 +5,9 @@ range (cut into blocks of at most ``max_records_per_block``) is read by an in-sy
 on the caller's node if there is one, else the leader: the broker actor holding it, on the
 node that holds its segments, decodes the stored batches straight into
 one Arrow table (LZ4 and Arrow IPC, no per-record Python) with the columns of Spark's Kafka
-source, answered as an Arrow IPC stream in ``bytes`` (a block Ray Data reads as that table;
-a table's answer carried bytes of the broker's freed memory: ReplicaHost.read_kafka_table).
+source, answered as Ray Data's block (a small one as an Arrow IPC stream in ``bytes``: a
+small table's answer carried bytes of the broker's freed memory,
+raylog.records.kafka_columns.analytics_block).
 The blocks stay in that node's object store; the Dataset is built from their references, so
 the driver never touches the data.
 
@@ -226,9 +227,9 @@ def _read_blocks(cluster: RaylogCluster, ranges: dict[TopicPartition, tuple[int,
     leaders' nodes: cold.py; the hot rest in blocks), ask for every block, each hot one
     from an in-sync replica on this node if there is one, else the leader (KIP-392;
     read_committed: the leader, whose last stable offset planned the ranges), each answered
-    as an Arrow IPC stream, and build the Dataset of those blocks. Ray Data waits for every
-    block as it builds it: a block that failed fails this attempt with the raylog error it
-    was, and the next attempt plans and asks for all of them again."""
+    as a block (kafka_columns.analytics_block), and build the Dataset of those blocks. Ray
+    Data waits for every block as it builds it: a block that failed fails this attempt with
+    the raylog error it was, and the next attempt plans and asks for all of them again."""
     node_id = ray.get_runtime_context().get_node_id()
     views = cold.tiered_views(cluster, sorted(ranges), refresh, timeout_s)
     plan = cold.plan_read(ranges, views, max_records_per_block)
@@ -237,7 +238,7 @@ def _read_blocks(cluster: RaylogCluster, ranges: dict[TopicPartition, tuple[int,
     refs = cold.cold_refs(cluster, plan.cold, isolation_level, timeout_s)
     refs += [(metas[tp.topic].partitions[tp.partition].leader_client() if committed
               else metas[tp.topic].partitions[tp.partition].nearest_client(node_id))
-             .read_kafka_table(s, e, isolation_level, ipc=True) for tp, s, e in plan.hot]
+             .read_kafka_table(s, e, isolation_level, block=True) for tp, s, e in plan.hot]
     try:
         return build(refs)
     except (RayTaskError, RayActorError, ActorUnschedulableError) as e:
