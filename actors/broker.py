@@ -466,14 +466,15 @@ class BrokerActor(ReplicaHost):
 
     async def read_kafka_table(self, topic: str, partition: int, leader_epoch: int,
                                start: int, end: int, max_wait_ms: int = 10_000,
-                               isolation: str = READ_UNCOMMITTED) -> pa.Table:
+                               isolation: str = READ_UNCOMMITTED, block: bool = False
+                               ) -> pa.Table | bytes:
         host = self.hosts.elsewhere((topic, partition))
         if host is None:
             return await ReplicaHost.read_kafka_table(self, topic, partition, leader_epoch,
-                                                      start, end, max_wait_ms, isolation)
+                                                      start, end, max_wait_ms, isolation, block)
         return await _forward(host.read_kafka_table.remote(topic, partition, leader_epoch,
                                                            start, end, max_wait_ms,
-                                                           isolation))
+                                                           isolation, block))
 
     async def java_offsets(self, requests: str) -> str:
         parsed = json.loads(requests)

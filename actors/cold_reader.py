@@ -29,9 +29,11 @@ import ray
 
 from actors import log_what_matters
 from raylog.errors import RaylogError, RemoteStorageUnavailableError
+from raylog.records.kafka_columns import analytics_block
 from raylog.tiered.cold_read import piece_table, read_piece
 from raylog.util.cluster_names import CONTROLLER_NAME, NAMESPACE
 from raylog.util.interop import java_error
+from raylog.util.ray_inline import inline_limit
 
 COLD_READ_CONCURRENCY = 8  # pieces read at once: every reader on the node asks a few ahead
 CONTROLLER_TIMEOUT_S = 30.0
@@ -61,10 +63,18 @@ class ColdReader:
                         f"the controller did not name the cluster's store: {e}") from e
             return self._cluster_store
 
-    def read_table(self, piece: str, start: int, end: int) -> pa.Table:
-        """Records [start, end) of a cold piece as a KAFKA_SCHEMA table (Ray Data's block;
-        raylog.tiered.cold_read.piece_table). Raises raylog's errors."""
-        return piece_table(piece, start, end, self.cluster_store())
+    def read_table(self, piece: str, start: int, end: int) -> pa.Table | bytes:
+        """Records [start, end) of a cold piece as a KAFKA_SCHEMA table
+        (raylog.tiered.cold_read.piece_table), as Ray Data's block: a small one in an Arrow
+        IPC stream (raylog.records.kafka_columns.analytics_block). Raises raylog's errors.
+
+        A small table's answer carried bytes of this process's freed memory in the gaps Ray
+        leaves between its buffers, and with it the Dataset and whatever the block was sent
+        to. Here that memory holds the gateway's signed S3 requests: the access key (in
+        ``Authorization``) and the session token (``x-amz-security-token``) were found in
+        Datasets (docs/tiered.md)."""
+        return analytics_block(piece_table(piece, start, end, self.cluster_store()),
+                               inline_limit())
 
     def java_cold_read(self, piece: str, start: int, end: int, batches: bool,
                        columns: str) -> bytes:

@@ -69,7 +69,7 @@ from raylog.metadata.settings import DEFAULT_SESSION_TIMEOUT_MS
 from raylog.quotas.enforcer import Throttled
 from raylog.quotas.entity import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE
 from raylog.records.header import batch_view, iter_headers
-from raylog.records.kafka_columns import ipc_bytes, kafka_table, spark_table
+from raylog.records.kafka_columns import analytics_block, ipc_bytes, kafka_table, spark_table
 from raylog.replica.isr import NO_BROKER_EPOCH
 from raylog.replica.lock_waits import waits_out
 from raylog.replica.partition import (
@@ -93,6 +93,7 @@ from raylog.util.cluster_names import (
 )
 from raylog.util.interop import error_json, java_call
 from raylog.util.metrics import recorder
+from raylog.util.ray_inline import inline_limit
 
 logger = logging.getLogger(__name__)
 
@@ -789,24 +790,31 @@ class ReplicaHost:
 
     async def read_kafka_table(self, topic: str, partition: int, leader_epoch: int,
                                start: int, end: int, max_wait_ms: int = 10_000,
-                               isolation: str = READ_UNCOMMITTED) -> pa.Table:
+                               isolation: str = READ_UNCOMMITTED, block: bool = False
+                               ) -> pa.Table | bytes:
         """Records [start, end) with the columns of Spark's Kafka source (KAFKA_SCHEMA). A
         follower whose high watermark is still short of ``end`` (the range was planned from
         the leader's) waits for it, up to ``max_wait_ms``. ``read_committed``: without the
         aborted transactions' records (Partition.read_table). Of a tiered partition, offsets
-        below the local log start come from the object store (TieredHost.read_below)."""
+        below the local log start come from the object store (TieredHost.read_below).
+
+        ``block``: answered as the analytics readers take it (a Ray Data block, a Spark
+        worker's range), an Arrow IPC stream in ``bytes`` when small
+        (raylog.records.kafka_columns.analytics_block: a small table's answer carries bytes
+        of this process's freed memory, which holds its signed S3 requests, the access key
+        and the session token, when it uploads to a tiered store)."""
         p = await self._reading(topic, partition, leader_epoch, start, end, max_wait_ms,
                                 isolation)
         if isinstance(p, ray.actor.ActorHandle):
             return await p.read_kafka_table.remote(topic, partition, leader_epoch, start, end, 0,
-                                                   isolation)
+                                                   isolation, block)
         p, remote = p
         table = kafka_table(p.read_table(start, end, leader_epoch, isolation, remote), topic,
                             partition)
         metrics = recorder()
         metrics.inc("raylog_bytes_out", table.nbytes, topic=topic)
         metrics.inc("raylog_records_out", table.num_rows, topic=topic)
-        return table
+        return analytics_block(table, inline_limit()) if block else table
 
     async def _reading(self, topic: str, partition: int, leader_epoch: int, start: int,
                        end: int, max_wait_ms: int, isolation: str) -> Any:

@@ -11,10 +11,9 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import itertools
-import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -32,16 +31,15 @@ from raylog.errors import (
 )
 from raylog.replica.partition import READ_UNCOMMITTED
 from raylog.util.backoff import backoff_s
+from raylog.util.ray_inline import (  # noqa: F401 - also the names callers import from here
+    INLINE_SETTING,
+    OBJECT_STORE_ARGUMENT_BYTES,
+    inline_limit,
+)
 
 if TYPE_CHECKING:
     from raylog.storage import AppendInfo
 
-# Above this, Ray puts a call's argument into the object store (its
-# max_direct_call_object_size, 100 KiB by default) instead of inlining it in the call. A
-# process may raise it (the Kafka listener does, raylog/kafka/gateway/settings.py), read
-# from the environment as Ray reads it.
-OBJECT_STORE_ARGUMENT_BYTES = 100 * 1024
-INLINE_SETTING = "RAY_max_direct_call_object_size"
 CONTROLLER_RETRIES = 30  # a restarting controller is back within seconds
 CALL_MARGIN_S = 30.0   # beyond a wait the controller bounds itself (a drain, a restart)
 
@@ -194,14 +192,6 @@ def zero_copy(batch: bytes | pa.Buffer) -> bytes | pa.Buffer:
     return batch
 
 
-def inline_limit(environ: Mapping[str, str] = os.environ) -> int:
-    """The largest argument Ray sends inline in a call from this process."""
-    try:
-        return int(environ.get(INLINE_SETTING, OBJECT_STORE_ARGUMENT_BYTES))
-    except ValueError:  # Ray would refuse it; not this module's to judge
-        return OBJECT_STORE_ARGUMENT_BYTES
-
-
 def appended(info: AppendInfo, topic: str, partition: int) -> AppendInfo:
     """A leader's answer to an append (acks 1 or all), checked: InternalError for a negative
     offset, which acknowledges nothing (no leader answers one; an older one answered -1 for
@@ -277,14 +267,17 @@ class ReplicaClient:
         return self.handle.list_offset.remote(self.topic, self.partition, self.leader_epoch,
                                               spec)
 
-    def read_kafka_table(self, start: int, end: int,
-                         isolation: str = READ_UNCOMMITTED) -> ray.ObjectRef:
-        if isolation == READ_UNCOMMITTED:
-            return self.handle.read_kafka_table.remote(self.topic, self.partition,
-                                                       self.leader_epoch, start, end)
+    def read_kafka_table(self, start: int, end: int, isolation: str = READ_UNCOMMITTED,
+                         block: bool = False) -> ray.ObjectRef:
+        """``block``: answered as analytics readers take it, a small table as an Arrow IPC
+        stream in ``bytes`` (raylog.records.kafka_columns.analytics_block says why)."""
+        options: dict[str, Any] = {}
+        if isolation != READ_UNCOMMITTED:
+            options["isolation"] = isolation
+        if block:
+            options["block"] = True
         return self.handle.read_kafka_table.remote(self.topic, self.partition,
-                                                   self.leader_epoch, start, end,
-                                                   isolation=isolation)
+                                                   self.leader_epoch, start, end, **options)
 
 
     def tiered_view(self) -> ray.ObjectRef:

@@ -102,6 +102,25 @@ def _null_when_empty(headers: pa.ChunkedArray) -> pa.ChunkedArray:
     return pa.chunked_array(chunks, type=headers.type)
 
 
+def analytics_block(table: pa.Table, inline_limit: int) -> pa.Table | bytes:
+    """``table`` as an actor answers it to analytics readers (a Ray Data block, a Spark
+    worker's range): as an Arrow IPC stream in ``bytes`` (:func:`ipc_bytes`) when it is
+    small enough for Ray to keep the answer inline (at most ``inline_limit`` bytes:
+    raylog.client.remote.inline_limit), else as it is. Ray Data reads either as the table.
+
+    Ray writes a table's out-of-band buffers at aligned addresses and leaves the gaps between
+    them unwritten. An inline answer is written into memory the answering process
+    allocates, so its gaps hold what that process freed there (seen: the access key and
+    session token of a gateway's signed S3 requests), and its owner keeps those bytes,
+    which an ObjectRef pickled with a Dataset carries. ``bytes`` Ray writes whole, and
+    Arrow's IPC writer pads with zeros. A larger answer Ray writes into its object store's
+    shared memory, not this process's heap, and an ObjectRef pickled does not carry it: it
+    goes as the table, without the stream's copies (docs/tiered.md). A table's
+    ``nbytes`` counts what its serialized form holds at least, so one Ray keeps inline is
+    never above the limit here."""
+    return ipc_bytes(table) if table.nbytes <= inline_limit else table
+
+
 def ipc_bytes(table: pa.Table) -> bytes:
     """``table`` as an uncompressed Arrow IPC stream (what Arrow Java's ArrowStreamReader
     reads), one record batch per chunk."""

@@ -5,8 +5,11 @@ range (cut into blocks of at most ``max_records_per_block``) is read by an in-sy
 on the caller's node if there is one, else the leader: the broker actor holding it, on the
 node that holds its segments, decodes the stored batches straight into
 one Arrow table (LZ4 and Arrow IPC, no per-record Python) with the columns of Spark's Kafka
-source. The tables stay in that node's object store; the Dataset is built from their
-references, so the driver never touches the data.
+source, answered as Ray Data's block (a small one as an Arrow IPC stream in ``bytes``: a
+small table's answer carried bytes of the broker's freed memory,
+raylog.records.kafka_columns.analytics_block).
+The blocks stay in that node's object store; the Dataset is built from their references, so
+the driver never touches the data.
 
 A leader that moves meanwhile (its broker died, say) is no reason to fail: retriable errors
 of the lookups and the reads (a dead or replaced leader, a new leader that does not know yet
@@ -223,10 +226,10 @@ def _read_blocks(cluster: RaylogCluster, ranges: dict[TopicPartition, tuple[int,
     below the local log start, read from the object store by the cold-read gateways of the
     leaders' nodes: cold.py; the hot rest in blocks), ask for every block, each hot one
     from an in-sync replica on this node if there is one, else the leader (KIP-392;
-    read_committed: the leader, whose last stable offset planned the ranges), and build
-    the Dataset of their tables. Ray Data waits for every block as it builds it: a block
-    that failed fails this attempt with the raylog error it was, and the next attempt plans
-    and asks for all of them again."""
+    read_committed: the leader, whose last stable offset planned the ranges), each answered
+    as a block (kafka_columns.analytics_block), and build the Dataset of those blocks. Ray
+    Data waits for every block as it builds it: a block that failed fails this attempt with
+    the raylog error it was, and the next attempt plans and asks for all of them again."""
     node_id = ray.get_runtime_context().get_node_id()
     views = cold.tiered_views(cluster, sorted(ranges), refresh, timeout_s)
     plan = cold.plan_read(ranges, views, max_records_per_block)
@@ -235,7 +238,7 @@ def _read_blocks(cluster: RaylogCluster, ranges: dict[TopicPartition, tuple[int,
     refs = cold.cold_refs(cluster, plan.cold, isolation_level, timeout_s)
     refs += [(metas[tp.topic].partitions[tp.partition].leader_client() if committed
               else metas[tp.topic].partitions[tp.partition].nearest_client(node_id))
-             .read_kafka_table(s, e, isolation_level) for tp, s, e in plan.hot]
+             .read_kafka_table(s, e, isolation_level, block=True) for tp, s, e in plan.hot]
     try:
         return build(refs)
     except (RayTaskError, RayActorError, ActorUnschedulableError) as e:

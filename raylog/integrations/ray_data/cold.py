@@ -15,7 +15,10 @@ record, the aborted transactions its offsets need), is asked of the cold-read ga
 segment's ``segment.log``, checks its checksum and decodes its batches into the same
 KAFKA_SCHEMA table a broker's ``read_kafka_table`` answers (raylog/tiered/cold_read.py), on
 several threads at once; a node's brokers reach the store (they upload to it). The gateway
-asks the controller for the store's credentials: no secret is in a call's arguments.
+asks the controller for the store's credentials: no secret is in a call's arguments. It
+answers a small table as an Arrow IPC stream in ``bytes``, which Ray Data takes as the
+block: a small table's answer carried bytes of the gateway's freed memory, its signed S3
+requests among them (ColdReader.read_table).
 read_committed: the aborted transactions come from the ``txn.index`` objects of the
 partition's remote segments (read here, once per partition) and from the leader for abort
 markers still only in its local log.
@@ -119,8 +122,9 @@ class ColdReaders:
         self._handles: dict[str, ray.actor.ActorHandle] = {}
 
     def read_table(self, node_id: str, piece: str, start: int, end: int) -> ray.ObjectRef:
-        """Records [start, end) of ``piece`` (piece_text) as a KAFKA_SCHEMA table, read by
-        ``node_id``'s gateway."""
+        """Records [start, end) of ``piece`` (piece_text) as a KAFKA_SCHEMA table (a small
+        one in an Arrow IPC stream: a Ray Data block either way), read by ``node_id``'s
+        gateway."""
         handle = self._handles.get(node_id)
         if handle is None:
             name = self._controller.cold_reader(node_id)

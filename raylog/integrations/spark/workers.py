@@ -11,6 +11,7 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pyarrow as pa
 import ray
 
 from raylog.client.connection import RaylogCluster, connect
@@ -48,12 +49,15 @@ def _nearest_table(cluster: RaylogCluster, topic: str, partition: int, start: in
     """Records [start, end) of a partition as an Arrow table, from an in-sync replica on
     this worker's node if there is one, else the leader (KIP-392); retriable errors (a moved
     leader, a broker restarting, a new leader not sure yet that the range is committed)
-    refresh metadata and retry (raylog.integrations.ray_data.read_retrying)."""
+    refresh metadata and retry (raylog.integrations.ray_data.read_retrying). Asked as an
+    analytics block (a small one comes as an Arrow IPC stream:
+    raylog.records.kafka_columns.analytics_block says why)."""
     node_id = ray.get_runtime_context().get_node_id()
 
     def attempt(refresh: bool) -> Any:
         meta = cluster.topic(topic, refresh=refresh).partitions[partition]
-        return resolve(meta.nearest_client(node_id).read_kafka_table(start, end))
+        data = resolve(meta.nearest_client(node_id).read_kafka_table(start, end, block=True))
+        return pa.ipc.open_stream(data).read_all() if isinstance(data, bytes) else data
 
     return read_retrying(f"reading {topic}-{partition} [{start}, {end})", attempt)
 
