@@ -58,7 +58,9 @@ class JavaApi:
     async def java_metadata(self, names: str) -> str:
         """The metadata of the topics named in the JSON list ``names``, as JSON a Java caller
         can use: per topic its partitions (leader, leader epoch, replicas, ISR), whether it
-        is compacted (its offsets then have gaps), how long the connector may use it from
+        is compacted (its offsets then have gaps), whether it is tiered (remote.storage.enable,
+        which cannot be turned off: a topic that is not has no cold part to plan), how long
+        the connector may use it from
         its cache (the Python clients' METADATA_MAX_AGE_S: one age for both), and per live
         broker among its replicas the name of the broker's actor, its node and host; per
         unknown topic ``{"error": ...}``."""
@@ -85,6 +87,7 @@ class JavaApi:
                           for p in raw["partitions"]]
             answer[name] = {"partitions": partitions, "brokers": brokers,
                             "compacted": log_config(raw["configs"]).compact,
+                            "tiered": bool(raw["configs"].get("remote_storage_enable")),
                             "max_age_ms": round(METADATA_MAX_AGE_S * 1000)}
         return json.dumps(answer)
 

@@ -270,21 +270,25 @@ def test_a_reassignment_is_taken_to_its_end_step_by_step():
     asyncio.run(scenario())
 
 
-def test_the_java_connector_is_told_the_clients_metadata_age_and_compaction():
+def test_the_java_connector_is_told_the_clients_metadata_age_compaction_and_tiering():
     async def scenario() -> None:
         access, manager, _ = cluster()
         access.commit(events.topic_created("kept", "id2", [[1, 2]],
                                            {"cleanup_policy": "compact"}))
+        access.commit(events.topic_created("cold", "id3", [[1, 2]],
+                                           {"remote_storage_enable": True}))
 
         async def started() -> None:
             pass
 
         topics = TopicManager(access, manager, None, started, lambda names: None)
         answer = json.loads(await JavaApi(topics, manager).java_metadata(
-            json.dumps(["t", "kept", "nope"])))
+            json.dumps(["t", "kept", "cold", "nope"])))
         assert answer["t"]["max_age_ms"] == answer["kept"]["max_age_ms"] == \
             METADATA_MAX_AGE_S * 1000
         assert (answer["t"]["compacted"], answer["kept"]["compacted"]) == (False, True)
+        # only a tiered topic has a cold part for the connector to plan (TieredSplit.java)
+        assert (answer["t"]["tiered"], answer["cold"]["tiered"]) == (False, True)
         assert answer["t"]["brokers"]["2"]["actor"].endswith("node-2")
         assert answer["nope"]["error"]["type"] == "UnknownTopicError"
 

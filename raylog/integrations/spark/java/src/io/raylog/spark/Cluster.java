@@ -84,15 +84,20 @@ public final class Cluster {
   public static final class TopicInfo {
     public final String name;
     public final boolean compacted;
+    /** Whether the topic keeps old segments in a tiered store (remote.storage.enable, which
+     * cannot be turned off): only then can it have a cold part. True when the controller does
+     * not say (one from before it did): its cold part is then asked for. */
+    public final boolean tiered;
     public final List<PartitionInfo> partitions;
     public final Map<Integer, BrokerInfo> brokers;
     final long fetchedAt;
     final long maxAgeMs;
 
-    TopicInfo(String name, boolean compacted, List<PartitionInfo> partitions,
+    TopicInfo(String name, boolean compacted, boolean tiered, List<PartitionInfo> partitions,
         Map<Integer, BrokerInfo> brokers, long maxAgeMs) {
       this.name = name;
       this.compacted = compacted;
+      this.tiered = tiered;
       this.partitions = partitions;
       this.brokers = brokers;
       this.fetchedAt = System.currentTimeMillis();
@@ -265,8 +270,8 @@ public final class Cluster {
           p.path("leader").isNull() ? null : p.path("leader").asInt(),
           p.path("leader_epoch").asInt(), ints(p.path("replicas")), ints(p.path("isr"))));
     }
-    return new TopicInfo(name, raw.path("compacted").asBoolean(false), partitions, brokers,
-        raw.path("max_age_ms").asLong(0));
+    return new TopicInfo(name, raw.path("compacted").asBoolean(false),
+        raw.path("tiered").asBoolean(true), partitions, brokers, raw.path("max_age_ms").asLong(0));
   }
 
   private static int[] ints(JsonNode array) {

@@ -6,6 +6,8 @@ import java.util.Collection;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
+import java.util.TreeSet;
 
 /**
  * Cuts planned ranges into cold pieces (offsets below a partition's local log start, one piece
@@ -36,17 +38,36 @@ final class TieredSplit {
     if (given != null) {
       return Cluster.json(given);
     }
-    if (partitions.isEmpty()) {
-      return Cluster.json("{}");
-    }
-    List<Object[]> asked = new ArrayList<>();
+    // Only a tiered topic has a cold part; the others' plan is empty without the task (a
+    // Python worker, started by Ray if none is idle: most of a small query's time). Asked
+    // afresh, not from the cache: remote storage may have been turned on since.
+    Set<String> names = new TreeSet<>();
     for (TopicPartition tp : partitions) {
-      asked.add(new Object[] {tp.topic, tp.partition});
+      names.add(tp.topic);
+    }
+    List<Object[]> asked = tieredOnly(partitions,
+        names.isEmpty() ? Map.of() : cluster.topics(names, true));
+    if (asked.isEmpty()) {
+      return Cluster.json("{}");
     }
     Map<String, Object> request = new HashMap<>();
     request.put("partitions", asked);
     request.put("isolation", isolation);
     return Cluster.json(cluster.tieredPlan(Cluster.toJson(request), timeoutMs));
+  }
+
+  /** The partitions whose topic is tiered (or not known here: asked for), as the planning
+   * task takes them: [topic, partition] each. */
+  static List<Object[]> tieredOnly(Collection<TopicPartition> partitions,
+      Map<String, Cluster.TopicInfo> infos) {
+    List<Object[]> out = new ArrayList<>();
+    for (TopicPartition tp : partitions) {
+      Cluster.TopicInfo info = infos.get(tp.topic);
+      if (info == null || info.tiered) {
+        out.add(new Object[] {tp.topic, tp.partition});
+      }
+    }
+    return out;
   }
 
   /** A tiered partition's log starts in the object store, below the local log start its

@@ -2,8 +2,11 @@ package io.raylog.spark;
 
 import static io.raylog.spark.Check.assertEquals;
 
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 
 /** A plan's cold pieces laid over planned ranges: cold where a piece covers, hot elsewhere. */
 public final class TieredSplitTest {
@@ -59,5 +62,27 @@ public final class TieredSplitTest {
   public static void testSlicesOfAColdRangeStayCold() {
     OffsetRange cold = new OffsetRange(T0, 0, 100, new String[0], "s0");
     assertEquals("s0", cold.slice(10, 20).cold);
+  }
+
+  private static Cluster.TopicInfo info(String name, boolean tiered) {
+    return new Cluster.TopicInfo(name, false, tiered, new ArrayList<>(), new HashMap<>(), 0);
+  }
+
+  /** Only tiered topics' partitions go to the planning task (a Python worker each query);
+   * a topic the metadata does not describe is asked for, as before. */
+  public static void testOnlyTieredTopicsAreAskedForTheirColdPart() {
+    Map<String, Cluster.TopicInfo> infos = new HashMap<>();
+    infos.put("hot", info("hot", false));
+    infos.put("cold", info("cold", true));
+    List<TopicPartition> partitions = Arrays.asList(new TopicPartition("hot", 0),
+        new TopicPartition("cold", 1), new TopicPartition("unknown", 2),
+        new TopicPartition("hot", 3));
+    StringBuilder asked = new StringBuilder();
+    for (Object[] tp : TieredSplit.tieredOnly(partitions, infos)) {
+      asked.append(tp[0]).append('-').append(tp[1]).append(' ');
+    }
+    assertEquals("cold-1 unknown-2 ", asked.toString());
+    assertEquals(0, TieredSplit.tieredOnly(Arrays.asList(new TopicPartition("hot", 0)),
+        infos).size());
   }
 }
