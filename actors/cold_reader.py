@@ -33,7 +33,6 @@ from raylog.records.kafka_columns import analytics_block
 from raylog.tiered.cold_read import piece_table, read_piece
 from raylog.util.cluster_names import CONTROLLER_NAME, NAMESPACE
 from raylog.util.interop import java_error
-from raylog.util.ray_inline import inline_limit
 
 COLD_READ_CONCURRENCY = 8  # pieces read at once: every reader on the node asks a few ahead
 CONTROLLER_TIMEOUT_S = 30.0
@@ -73,8 +72,7 @@ class ColdReader:
         to. Here that memory holds the gateway's signed S3 requests: the access key (in
         ``Authorization``) and the session token (``x-amz-security-token``) were found in
         Datasets (docs/tiered.md)."""
-        return analytics_block(piece_table(piece, start, end, self.cluster_store()),
-                               inline_limit())
+        return analytics_block(piece_table(piece, start, end, self.cluster_store()))
 
     def java_cold_read(self, piece: str, start: int, end: int, batches: bool,
                        columns: str) -> bytes:

@@ -44,7 +44,8 @@ def listener_runtime_env() -> dict:
     """Every raylog actor's runtime environment, and Ray's inline-argument threshold a Kafka
     listener's produce calls want (raylog/kafka/gateway/settings.py: this process's own
     value if the user set one)."""
-    from raylog.kafka.gateway.settings import INLINE_SETTING, inline_appends
+    from raylog.kafka.gateway.settings import inline_appends
+    from raylog.util.ray_inline import INLINE_SETTING
 
     env_vars = dict(ACTOR_RUNTIME_ENV["env_vars"])
     if INLINE_SETTING in os.environ:

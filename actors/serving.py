@@ -93,7 +93,6 @@ from raylog.util.cluster_names import (
 )
 from raylog.util.interop import error_json, java_call
 from raylog.util.metrics import recorder
-from raylog.util.ray_inline import inline_limit
 
 logger = logging.getLogger(__name__)
 
@@ -539,7 +538,8 @@ class ReplicaHost:
         started = time.monotonic()
         items = [(topic, partition, leader_epoch, batch_view(data))
                  for topic, partition, leader_epoch, data in batches]
-        checks = self._checks.start([item[3] for item in items])
+        datas = [item[3] for item in items]
+        checks = self._checks.start(datas)
         if checks is None and not self._turns.busy():
             answers, later = self._append_all(items, acks, timeout_ms, started, None)
         else:
@@ -550,7 +550,7 @@ class ReplicaHost:
             for place, answer in zip(later, await asyncio.gather(*later.values()),
                                      strict=True):
                 answers[place] = answer
-        size = sum(len(item[3]) for item in items)
+        size = sum(map(len, datas))
         throttled = await self.client_quotas.hold(PRODUCER_BYTE_RATE, client_id, size,
                                                   time.monotonic() - started)
         return Throttled(answers, throttled) if throttled else answers
@@ -814,7 +814,7 @@ class ReplicaHost:
         metrics = recorder()
         metrics.inc("raylog_bytes_out", table.nbytes, topic=topic)
         metrics.inc("raylog_records_out", table.num_rows, topic=topic)
-        return analytics_block(table, inline_limit()) if block else table
+        return analytics_block(table) if block else table
 
     async def _reading(self, topic: str, partition: int, leader_epoch: int, start: int,
                        end: int, max_wait_ms: int, isolation: str) -> Any:

@@ -31,11 +31,7 @@ from raylog.errors import (
 )
 from raylog.replica.partition import READ_UNCOMMITTED
 from raylog.util.backoff import backoff_s
-from raylog.util.ray_inline import (  # noqa: F401 - also the names callers import from here
-    INLINE_SETTING,
-    OBJECT_STORE_ARGUMENT_BYTES,
-    inline_limit,
-)
+from raylog.util.ray_inline import inline_limit
 
 if TYPE_CHECKING:
     from raylog.storage import AppendInfo

@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 
 from raylog.records.header import TimestampType
 from raylog.records.payload import HEADERS_TYPE
+from raylog.util.ray_inline import inline_limit
 
 KAFKA_SCHEMA = pa.schema([
     pa.field("key", pa.binary()),
@@ -102,11 +103,12 @@ def _null_when_empty(headers: pa.ChunkedArray) -> pa.ChunkedArray:
     return pa.chunked_array(chunks, type=headers.type)
 
 
-def analytics_block(table: pa.Table, inline_limit: int) -> pa.Table | bytes:
+def analytics_block(table: pa.Table, limit: int | None = None) -> pa.Table | bytes:
     """``table`` as an actor answers it to analytics readers (a Ray Data block, a Spark
     worker's range): as an Arrow IPC stream in ``bytes`` (:func:`ipc_bytes`) when it is
-    small enough for Ray to keep the answer inline (at most ``inline_limit`` bytes:
-    raylog.client.remote.inline_limit), else as it is. Ray Data reads either as the table.
+    small enough for Ray to keep the answer inline (at most ``limit`` bytes: this
+    process's raylog.util.ray_inline.inline_limit unless given), else as it is. Ray Data
+    reads either as the table.
 
     Ray writes a table's out-of-band buffers at aligned addresses and leaves the gaps between
     them unwritten. An inline answer is written into memory the answering process
@@ -118,7 +120,8 @@ def analytics_block(table: pa.Table, inline_limit: int) -> pa.Table | bytes:
     goes as the table, without the stream's copies (docs/tiered.md). A table's
     ``nbytes`` counts what its serialized form holds at least, so one Ray keeps inline is
     never above the limit here."""
-    return ipc_bytes(table) if table.nbytes <= inline_limit else table
+    return ipc_bytes(table) if table.nbytes <= (inline_limit() if limit is None else limit) \
+        else table
 
 
 def ipc_bytes(table: pa.Table) -> bytes:

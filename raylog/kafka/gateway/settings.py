@@ -8,6 +8,7 @@ import os
 from collections.abc import MutableMapping
 
 from raylog.errors import InvalidConfigError
+from raylog.util.ray_inline import INLINE_SETTING
 
 DEFAULT_REQUEST_MAX_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
 DEFAULT_CONNECTIONS_MAX_IDLE_MS = 600_000  # Kafka's connections.max.idle.ms (10 min)
@@ -19,7 +20,6 @@ DEFAULT_MAX_IN_FLIGHT = 32  # requests read from one connection and not yet answ
 # once translated, 1 MB at most) is one call to its leader. Up to this size the batch goes
 # inline in the call instead (measured: docs/kafka-protocol.md, "Produce, second pass").
 INLINE_ARGUMENT_BYTES = 4 << 20
-INLINE_SETTING = "RAY_max_direct_call_object_size"
 
 
 def inline_appends(environ: MutableMapping[str, str] = os.environ) -> None:

@@ -7,13 +7,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from raylog.client.remote import (
-    INLINE_SETTING,
-    OBJECT_STORE_ARGUMENT_BYTES,
-    ReplicaClient,
-    inline_limit,
-    zero_copy,
-)
+from raylog.client.remote import ReplicaClient, zero_copy
+from raylog.util.ray_inline import INLINE_SETTING, OBJECT_STORE_ARGUMENT_BYTES, inline_limit
 
 
 @pytest.fixture(autouse=True)

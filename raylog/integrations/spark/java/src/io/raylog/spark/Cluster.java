@@ -224,12 +224,18 @@ public final class Cluster {
   /** The topics named, from the cache unless {@code refresh} or old; UnknownTopicError for a
    * topic that does not exist. */
   public Map<String, TopicInfo> topics(Collection<String> names, boolean refresh) {
+    return topics(names, refresh ? 0 : Long.MAX_VALUE);
+  }
+
+  /** As {@link #topics(Collection, boolean)}, from the cache only what was fetched less than
+   * {@code maxAgeMs} ago (and within the metadata's own age). */
+  public Map<String, TopicInfo> topics(Collection<String> names, long maxAgeMs) {
     Map<String, TopicInfo> out = new TreeMap<>();
     List<String> wanted = new ArrayList<>();
     long now = System.currentTimeMillis();
     for (String name : names) {
       TopicInfo cached = topics.get(name);
-      if (!refresh && cached != null && now - cached.fetchedAt < cached.maxAgeMs) {
+      if (cached != null && now - cached.fetchedAt < Math.min(cached.maxAgeMs, maxAgeMs)) {
         out.put(name, cached);
       } else {
         wanted.add(name);

@@ -22,6 +22,9 @@ import java.util.TreeSet;
 final class TieredSplit {
   private TieredSplit() {}
 
+  /** How old the topics' metadata may be to say whether they are tiered. */
+  static final long FRESH_METADATA_MS = 1_000;
+
   /**
    * The cold plan of {@code partitions}: the {@code tieredPlan} option if given, else the
    * answer of a java_split task (their whole cold parts). JSON {@code {"pieces": {topic:
@@ -40,13 +43,14 @@ final class TieredSplit {
     }
     // Only a tiered topic has a cold part; the others' plan is empty without the task (a
     // Python worker, started by Ray if none is idle: most of a small query's time). Asked
-    // afresh, not from the cache: remote storage may have been turned on since.
+    // afresh (remote storage may have been turned on since), unless the planner fetched it a
+    // moment ago (it refreshes the topics it reads: Cluster.partitions).
     Set<String> names = new TreeSet<>();
     for (TopicPartition tp : partitions) {
       names.add(tp.topic);
     }
     List<Object[]> asked = tieredOnly(partitions,
-        names.isEmpty() ? Map.of() : cluster.topics(names, true));
+        names.isEmpty() ? Map.of() : cluster.topics(names, FRESH_METADATA_MS));
     if (asked.isEmpty()) {
       return Cluster.json("{}");
     }
