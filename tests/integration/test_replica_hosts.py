@@ -120,12 +120,26 @@ def test_a_killed_replica_host_loses_nothing_acknowledged_and_its_replicas_come_
     pid = pid_of(host)
     with Workload(topic_name, PARTITIONS) as load:
         load.wait_acknowledged(300)
+        wait_for(lambda: fully_in_sync(admin, topic_name), timeout=90, what="the topic in sync")
+        before = {p["partition"]: p for p in partition_states(admin, topic_name)}
         ray.kill(host, no_restart=False)  # a crash: Ray starts the process again
+        failed_over: set[int] = set()
 
-        def moved_on() -> bool:  # its replicas are out of the ISRs and lead nothing
-            states = partition_states(admin, topic_name)
-            return all(states[p]["leader"] != broker and broker not in states[p]["isr"]
-                       for p in on_host)
+        def moved_on() -> bool:
+            """Every replica of the dead host was failed over, seen now or since: out of its
+            ISR and leading nothing, or (the restarted host may open it again within a second
+            or two, between two looks) the leadership it held moved (the leader epoch grew),
+            or as a follower it left the ISR and came back (the partition epoch grew by two)."""
+            for p in partition_states(admin, topic_name):
+                n, was = p["partition"], before[p["partition"]]
+                if n not in on_host:
+                    continue
+                out = p["leader"] != broker and broker not in p["isr"]
+                since = p["leader_epoch"] > was["leader_epoch"] if was["leader"] == broker \
+                    else p["partition_epoch"] >= was["partition_epoch"] + 2
+                if out or since:
+                    failed_over.add(n)
+            return failed_over >= set(on_host)
 
         wait_for(moved_on, timeout=60, what="the dead host's partitions failed over")
         load.wait_acknowledged(300)  # acknowledged while the host is down
