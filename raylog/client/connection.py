@@ -13,7 +13,7 @@ from typing import Any
 
 import ray
 
-from raylog.client.remote import ControllerClient, ReplicaClient
+from raylog.client.remote import ControllerClient, ReplicaClient, in_background
 from raylog.errors import (
     ClusterAuthenticationError,
     InvalidArgumentError,
@@ -158,6 +158,7 @@ class MetadataRefresher:
             self._wake.notify()
 
     def _run(self) -> None:
+        in_background()
         while True:
             with self._wake:
                 idle_until = time.monotonic() + self._idle_s

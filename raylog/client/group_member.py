@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from raylog.client.membership import Membership
+from raylog.client.remote import in_background
 from raylog.errors import (
     IllegalGenerationError,
     IllegalStateError,
@@ -77,7 +78,7 @@ class GroupMixin:
     def _background(self, call: Any, *args: Any) -> concurrent.futures.Future:
         if self._committer is None:
             self._committer = concurrent.futures.ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix="raylog-commit")
+                max_workers=1, thread_name_prefix="raylog-commit", initializer=in_background)
         future = self._committer.submit(call, *args)
         future.add_done_callback(lambda _: self._news.set())
         return future

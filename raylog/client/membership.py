@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable
 
 import ray
 
-from raylog.client.remote import ControllerClient
+from raylog.client.remote import ControllerClient, in_background
 from raylog.errors import RaylogError, RejoinRequiredError, UnknownMemberError
 from raylog.types import TopicPartition
 
@@ -163,6 +163,7 @@ class Membership:
                 self._last_success = sent
 
     def _beat_forever(self) -> None:
+        in_background()
         while not self._stop.is_set():
             self._wake.wait(self._interval_s)
             self._wake.clear()

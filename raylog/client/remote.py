@@ -41,9 +41,40 @@ CALL_MARGIN_S = 30.0   # beyond a wait the controller bounds itself (a drain, a 
 
 
 def resolve(ref: ray.ObjectRef | list[ray.ObjectRef], timeout: float | None = None) -> Any:
-    """``ray.get`` with raylog's errors."""
+    """``ray.get`` with raylog's errors. On a thread of raylog's own (see
+    :func:`in_background`), the wait is on Python futures that Ray's completion callbacks
+    complete, never inside Ray's own wait."""
     with _raylog_errors(timeout):
+        if getattr(_thread_kind, "background", False):
+            return _through_callbacks(ref, timeout)
         return ray.get(ref, timeout=timeout)
+
+
+# Whether the calling thread is one of raylog's background threads (a connection's metadata
+# refresher, a member's heartbeats, a consumer's commits, a transaction's additions).
+_thread_kind = threading.local()
+
+
+def in_background() -> None:
+    """Mark the calling thread as one of raylog's own background threads, for its lifetime.
+
+    Such a thread may be waiting for an answer when the user's thread shuts Ray down, and a
+    thread inside Ray's wait (``ray.get``, ``ray.wait``) then crashes the whole process: the
+    core worker's memory store is destroyed under it (SIGSEGV, seen at the end of integration
+    runs). So its waits are on Python futures that Ray's completion callbacks complete, which
+    Ray's shutdown leaves waiting (to their deadline) instead; and a call made after Ray shut
+    down raises instead of connecting the process to Ray again (as ``ray.get`` would)."""
+    _thread_kind.background = True
+
+
+def _through_callbacks(ref: ray.ObjectRef | list[ray.ObjectRef], timeout: float | None) -> Any:
+    refs = ref if isinstance(ref, list) else [ref]
+    futures = [r.future() for r in refs]
+    _, late = concurrent.futures.wait(futures, timeout)
+    if late:
+        raise GetTimeoutError(f"{len(late)} of {len(futures)} answers not ready in {timeout} s")
+    values = [future.result() for future in futures]
+    return values if isinstance(ref, list) else values[0]
 
 
 @contextlib.contextmanager
@@ -75,56 +106,31 @@ class Answer:
 
 
 class _Reaper:
-    """Reads, on a daemon thread, the answers of requests nobody will read any more (a
-    fetch in flight when its consumer closed or moved its position): Ray prints an answer
-    that is an error and was never read as an "Unhandled error", though the client meant to
-    drop it."""
+    """Reads the answers of requests nobody will read any more (a fetch in flight when its
+    consumer closed or moved its position): Ray prints an answer that is an error and was
+    never read as an "Unhandled error", though the client meant to drop it.
+
+    Each answer is read by Ray's own completion callback (``ObjectRef.future``), never by a
+    thread of raylog's waiting in ``ray.wait``: a thread inside Ray's wait when its process
+    shuts Ray down crashes the process (the core worker's memory store goes away under it:
+    SIGSEGV), and a dropped fetch is outstanding for up to its long poll. A callback due when
+    Ray shuts down is simply never made."""
 
     def __init__(self) -> None:
-        self._refs: set[ray.ObjectRef] = set()
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
+        self.pending = 0  # answers not read yet
 
     def add(self, ref: ray.ObjectRef) -> None:
         with self._lock:
-            self._refs.add(ref)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="raylog-reaper",
-                                                daemon=True)
-                self._thread.start()
+            self.pending += 1
+        ref.future().add_done_callback(self._read)
 
-    def _run(self) -> None:
-        while True:
-            with self._lock:
-                refs = list(self._refs)
-                if not refs:
-                    self._thread = None
-                    return
-            try:
-                if not ray.is_initialized():  # shut down: nothing is left to report them
-                    raise RuntimeError("Ray is not running")
-                # Not ray.wait itself: Ray shut down between the check and the call would
-                # make it connect the process again, to whichever cluster it finds
-                done, _ = _wait_connected(refs, num_returns=len(refs), timeout=REAP_WAIT_S)
-            except (Exception, SystemExit):  # Ray shut down (its worker raises SystemExit
-                # in the threads that wait on it then): nothing is left to report them
-                with self._lock:
-                    self._refs.clear()
-                continue
-            for ref in done:
-                with contextlib.suppress(Exception):  # dropped on purpose: any answer goes
-                    _get_connected(ref, timeout=0)
-            with self._lock:
-                self._refs.difference_update(done)
+    def _read(self, future: concurrent.futures.Future) -> None:
+        future.exception()  # read (Ray deserialized it for the future): dropped on purpose
+        with self._lock:
+            self.pending -= 1
 
 
-REAP_WAIT_S = 1.0
-# Ray's public ray.wait and ray.get start (or join) a Ray instance when the process is not
-# connected (its auto-connect); the functions they wrap raise instead. A client's own
-# threads use these, so that a thread still busy when its process shut Ray down never
-# connects it again behind the caller's back.
-_wait_connected = getattr(ray.wait, "__wrapped__", ray.wait)
-_get_connected = getattr(ray.get, "__wrapped__", ray.get)
 _reaper = _Reaper()
 
 

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from raylog.client.remote import in_background
 from raylog.errors import (
     ConcurrentTransactionsError,
     IllegalStateError,
@@ -250,7 +251,7 @@ class TransactionManager:
             self._adding = True
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(
-                    1, thread_name_prefix="raylog-txn")
+                    1, thread_name_prefix="raylog-txn", initializer=in_background)
             self._pool.submit(self._add_wanted)
         return False
 

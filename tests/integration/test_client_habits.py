@@ -99,7 +99,7 @@ def test_answers_a_client_drops_are_not_reported_as_unhandled_errors(ray_cluster
         gc.collect()
         wait_for(lambda: any("dropped by nobody" in m for m in seen), timeout=30,
                  what="Ray reporting the control's unhandled error")
-        wait_for(lambda: not remote._reaper._refs, timeout=30, what="the reaper reading it")
+        wait_for(lambda: remote._reaper.pending == 0, timeout=30, what="the reaper reading it")
         gc.collect()
         assert not any("dropped by raylog" in m for m in seen)
     finally:
