@@ -21,7 +21,7 @@ BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
                                     "replication", "schemas", "controller_restart",
                                     "broker_scaling", "compaction", "failover",
                                     "log_opening", "kafka_records", "gateway_security",
-                                    "transactions", "roll"])
+                                    "transactions", "roll", "ray_hops"])
 def test_each_benchmark_explains_its_options(script, monkeypatch, capsys):
     """Its command line as ``python benchmarks/SCRIPT.py --help`` gives it (the scripts'
     folder first on sys.path), in this process: a subprocess each spent some 1.5 s importing
