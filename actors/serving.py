@@ -67,9 +67,11 @@ from raylog.errors import (
 from raylog.metadata.sessions import StallGuard, stall_threshold_s
 from raylog.metadata.settings import DEFAULT_SESSION_TIMEOUT_MS
 from raylog.quotas.enforcer import Throttled
+from raylog.quotas.enforcer import unwrap as unwrap_throttled
 from raylog.quotas.entity import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE
 from raylog.records.header import batch_view, iter_headers
 from raylog.records.kafka_columns import analytics_block, ipc_bytes, kafka_table, spark_table
+from raylog.replica.fetch_stream import STREAM_LIFETIME_S, ends_stream, next_reads
 from raylog.replica.isr import NO_BROKER_EPOCH
 from raylog.replica.lock_waits import waits_out
 from raylog.replica.partition import (
@@ -166,6 +168,7 @@ class ReplicaHost:
         self.broker_epoch = NO_BROKER_EPOCH
         self.replicas: dict[TopicPartition, HostedReplica] = {}
         self.failed: dict[TopicPartition, str] = {}  # replicas that could not open
+        self.open_streams = 0  # consumers' fetch streams running here (fetch_stream)
         # By (leader broker id, the leader's host: None for its broker actor, else the
         # host actor's id): a leader broker's replicas may live on several hosts.
         self.fetchers: dict[tuple[int, str | None], ReplicaFetcher] = {}
@@ -719,6 +722,33 @@ class ReplicaHost:
             if throttled:
                 return Throttled(answers, throttled)
         return answers
+
+    async def fetch_stream(self, reads: list[tuple[str, int, int, int, int]],
+                           max_bytes: int = 50 << 20, max_wait_ms: int = 500,
+                           min_bytes: int = 1, isolation: str = READ_UNCOMMITTED,
+                           client_id: str | None = None):
+        """:meth:`fetch_many` again and again in one streaming call (a Ray generator): each
+        answer is yielded as soon as the fetch gives it, and the next fetch reads each
+        partition from where its answer's batches ended (raylog/replica/fetch_stream.py).
+        Ends after an answer holding an error or held back by the quota, and after
+        STREAM_LIFETIME_S; the consumer's backpressure (answers not taken yet) pauses it."""
+        if max_wait_ms <= 0:
+            raise InvalidArgumentError("a fetch stream parks each fetch: max_wait_ms must "
+                                       "be > 0")
+        ends = time.monotonic() + STREAM_LIFETIME_S
+        reads = [tuple(read) for read in reads]
+        self.open_streams += 1
+        try:
+            while True:
+                answer = await self.fetch_many(reads, max_bytes, max_wait_ms, min_bytes,
+                                               isolation, client_id)
+                yield answer
+                answers, throttled = unwrap_throttled(answer)
+                if throttled or ends_stream(answers) or time.monotonic() >= ends:
+                    return
+                reads = next_reads(reads, answers)
+        finally:
+            self.open_streams -= 1
 
     async def _read_many(self, reads: list[tuple[str, int, int, int, int]], max_bytes: int,
                          isolation: str

@@ -21,9 +21,9 @@ from raylog.client.connection import (
     TopicMetadata,
     cluster_or_default,
 )
-from raylog.client.fetch_plan import BrokerFetch, by_process, rotated
+from raylog.client.fetch_plan import BrokerFetch, BrokerStream, by_process, rotated
 from raylog.client.group_member import GroupMixin
-from raylog.client.remote import HostClient, discard, resolve, wait_done
+from raylog.client.remote import HostClient, cancel, discard, resolve, wait_done
 from raylog.errors import (
     ClientClosedError,
     IllegalStateError,
@@ -100,6 +100,9 @@ class ConsumerConfig:
                                            # fetch_max_wait_ms is given up and made again
     isolation_level: str = READ_UNCOMMITTED  # or read_committed: only committed
                                            # transactions' records, up to the last stable offset
+    stream_fetches: bool = False           # one streaming fetch per serving process, which
+                                           # the broker answers again and again, instead of a
+                                           # call per answer (raylog/replica/fetch_stream.py)
 
     def __post_init__(self) -> None:
         if self.auto_offset_reset not in OFFSET_RESETS:
@@ -116,7 +119,7 @@ class ConsumerConfig:
         if self.group_id is not None:
             check_id("group_id", self.group_id)
         check_id("client_id", self.client_id)
-        for flag in ("enable_auto_commit", "fetch_from_nearest"):
+        for flag in ("enable_auto_commit", "fetch_from_nearest", "stream_fetches"):
             if type(getattr(self, flag)) is not bool:
                 raise InvalidConfigError(f"{flag} must be true or false, got "
                                          f"{getattr(self, flag)!r}")
@@ -130,7 +133,8 @@ class ConsumerConfig:
 
 
 _NON_NUMERIC = {"auto_offset_reset", "group_id", "client_id", "enable_auto_commit",
-                "partition_assignment_strategy", "fetch_from_nearest", "isolation_level"}
+                "partition_assignment_strategy", "fetch_from_nearest", "isolation_level",
+                "stream_fetches"}
 
 
 class _Fetching:
@@ -476,12 +480,23 @@ class Consumer(GroupMixin):
         ``auto_offset_reset``) or its next records, in one fetch per serving process
         (fetch_plan.py). Never waits."""
         now = time.monotonic()
+        for key, fetch in list(self._fetches.items()):
+            if isinstance(fetch, BrokerStream) and any(
+                    state.fetch is not fetch or
+                    (state.tp in self._paused and self._full(state))
+                    for state in fetch.states):
+                # A stream goes on reading a partition reset, sought or revoked since (made
+                # again without it), and is not taken from while a partition is full, which
+                # paused never drains (made again without it, so the others go on).
+                self._give_up(key)
         wanted = self._wanted(now)
         # A partition with nothing buffered does not wait for the outstanding fetch that
         # it is not in (nor does any for one whose partitions were all reset or revoked):
         # that one is given up and made again with it.
+        # A stream has no next call for a partition to join: it is made again with it.
         stale = [key for key, wants in wanted.items() if key in self._fetches
                  and (any(not state.buffered for state, _ in wants)
+                      or isinstance(self._fetches[key], BrokerStream)
                       or not self._fetches[key].attached())]
         if stale:
             for key in stale:
@@ -498,10 +513,12 @@ class Consumer(GroupMixin):
                       config.max_partition_fetch_bytes) for state, reader in wants]
             leaders = [reader.broker_id == self._meta(state.tp.topic).partitions[
                 state.tp.partition].leader for state, reader in wants]
-            ref = HostClient(key).fetch_many(reads, config.fetch_max_bytes,
-                                             config.fetch_max_wait_ms, config.fetch_min_bytes,
-                                             *self._isolation, client_id=config.client_id)
-            self._fetches[key] = BrokerFetch(
+            # A stream parks each of its fetches: with no wait it would answer without end.
+            stream = config.stream_fetches and config.fetch_max_wait_ms > 0
+            call = HostClient(key).fetch_stream if stream else HostClient(key).fetch_many
+            ref = call(reads, config.fetch_max_bytes, config.fetch_max_wait_ms,
+                       config.fetch_min_bytes, *self._isolation, client_id=config.client_id)
+            self._fetches[key] = (BrokerStream if stream else BrokerFetch)(
                 key, ref, states, [(r.broker_id, r.leader_epoch) for _, r in wants], leaders,
                 now)
 
@@ -509,11 +526,9 @@ class Consumer(GroupMixin):
         """The partitions to fetch now, with the replica to read each from, by the process
         serving it; partitions without a position get their leader's ``list_offset`` sent
         here instead."""
-        config = self.config
         wanted = []
         for state in self._assigned.values():
-            if not state.idle or state.buffered >= config.max_buffered_records \
-                    or now < state.not_before:
+            if not state.idle or self._full(state) or now < state.not_before:
                 continue
             try:
                 if state.position is None:
@@ -528,6 +543,11 @@ class Consumer(GroupMixin):
                     raise
                 self._retry_later(state, now)
         return by_process(wanted)
+
+    def _full(self, state: _Fetching) -> bool:
+        """Whether ``state`` has as many records buffered as it may: nothing more is fetched
+        for it (a stream holding it is not taken from) until poll returns some."""
+        return state.buffered >= self.config.max_buffered_records
 
     def _watch_requests(self, now: float) -> None:
         """Give up requests that will not be answered soon (reads: asking again is always
@@ -555,10 +575,13 @@ class Consumer(GroupMixin):
 
     def _give_up(self, key: Any) -> None:
         """Drop the fetch out to process ``key``: its partitions are free for the next one,
-        its answer goes unread."""
+        its answer goes unread (a stream is cancelled)."""
         fetch = self._fetches.pop(key)
         fetch.detach()
-        discard(fetch.ref)
+        if isinstance(fetch, BrokerStream):
+            cancel(fetch.ref)
+        else:
+            discard(fetch.ref)
 
     def _overdue(self, states: list[_Fetching], sent_to: list[tuple[int | None, int]],
                  since: float, now: float, limit_s: float, leader_only: bool = False) -> bool:
@@ -605,15 +628,40 @@ class Consumer(GroupMixin):
         state.reset(found[0])
 
     def _receive_fetch(self, fetch: BrokerFetch) -> None:
-        """Take in the answer to ``fetch``, partition by partition: one partition's error
-        (raised if not retriable, after the others were taken in) fails none of the
-        others."""
+        """Take in the answer to ``fetch`` (a stream's next one), partition by partition:
+        one partition's error (raised if not retriable, after the others were taken in)
+        fails none of the others."""
+        if isinstance(fetch, BrokerStream):
+            self._receive_streamed(fetch)
+            return
         if self._fetches.get(fetch.key) is fetch:
             del self._fetches[fetch.key]
         try:
             answer: Any = resolve(fetch.ref)
         except RaylogError as e:  # the whole call: every partition in it
             answer = e
+        self._take_answer(fetch, answer)
+
+    def _receive_streamed(self, stream: BrokerStream) -> None:
+        try:
+            ref = next(stream.ref)
+        except StopIteration:  # the broker ended it (its lifetime): made again next
+            if self._fetches.get(stream.key) is stream:
+                del self._fetches[stream.key]
+            stream.detach()
+            return
+        try:
+            answer: Any = resolve(ref)
+        except RaylogError as e:  # the whole stream: every partition in it
+            answer = e
+        stream.sent_at = time.monotonic()  # answered: the next answer is due from now
+        try:
+            self._take_answer(stream, answer)
+        finally:
+            if not stream.taken() and self._fetches.get(stream.key) is stream:
+                self._give_up(stream.key)
+
+    def _take_answer(self, fetch: BrokerFetch, answer: Any) -> None:
         answers, throttled = fetch.split(answer)
         self.throttle_time_ms += throttled
         failure: RaylogError | None = None
@@ -711,7 +759,9 @@ class Consumer(GroupMixin):
             self._watch_requests(now)
             pending: dict[Any, _Fetching | BrokerFetch] = {
                 s.pending: s for s in self._assigned.values() if s.pending is not None}
-            pending.update((f.ref, f) for f in self._fetches.values())
+            pending.update((f.ref, f) for f in self._fetches.values()
+                           if not (isinstance(f, BrokerStream) and
+                                   any(self._full(s) for s in f.attached())))
             remaining = deadline - now
             if not pending:
                 if remaining <= 0:
@@ -813,8 +863,8 @@ class Consumer(GroupMixin):
             self._closed = True
             for state in self._assigned.values():
                 discard(state.pending)
-            for fetch in self._fetches.values():
-                discard(fetch.ref)
+            for key in list(self._fetches):
+                self._give_up(key)
             self._assigned, self._fetches = {}, {}
 
     def __enter__(self) -> Consumer:

@@ -104,3 +104,58 @@ class BrokerFetch:
             if result is not None and state.fetch_offset == offset:
                 out.append((state, result, leader))
         return out, throttled
+
+
+class BrokerStream(BrokerFetch):
+    """A fetch stream to one serving process (``stream_fetches``): one streaming call whose
+    answers come one after the other for the same partitions, each read, as the broker
+    moves it, from where the partition's last answer ended (raylog/replica/fetch_stream.py).
+    ``ref`` is the call's ObjectRefGenerator.
+
+    Its partitions stay attached from answer to answer. An answer's share is a partition's
+    while the partition is attached and its ``fetch_offset`` is where the stream reads it
+    next; a partition reset, sought, revoked or moved meanwhile is detached, and the stream
+    is given up to be made again without it (the broker would go on reading it). A stream
+    ends with an answer that holds an error, was held back by the quota, or failed whole,
+    and when the broker ends it (its lifetime): all its partitions are then detached."""
+
+    __slots__ = ("ended",)
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.ended = False
+
+    def split(self, answer: Any) -> tuple[list[tuple[Any, FetchResult | RaylogError, bool]],
+                                          int]:
+        answer, throttled = (answer, 0) if isinstance(answer, RaylogError) \
+            else unwrap_throttled(answer)
+        if isinstance(answer, RaylogError):
+            answers: list[Any] = [answer] * len(self.states)
+        elif isinstance(answer, list) and len(answer) == len(self.states):
+            answers = answer
+        else:
+            answers = [InternalError(f"a fetch stream of {len(self.states)} partitions "
+                                     f"answered {type(answer).__name__}")] * len(self.states)
+        self.ended = bool(throttled) or any(isinstance(a, RaylogError) for a in answers)
+        out = []
+        for state, offset, result, leader in zip(self.states, self.offsets, answers,
+                                                 self.from_leader, strict=True):
+            if state.fetch is not self:
+                continue
+            if self.ended:
+                state.fetch = None
+            if result is not None and state.fetch_offset == offset:
+                out.append((state, result, leader))
+        return out, throttled
+
+    def taken(self) -> bool:
+        """After an answer was taken in: note where each partition's next answer starts;
+        False if one of them is not where the broker will read it (the stream is to be
+        given up)."""
+        for i, state in enumerate(self.states):
+            if state.fetch is self:
+                if state.fetch_offset is None:
+                    return False
+                self.offsets[i] = state.fetch_offset
+        return not self.ended
+

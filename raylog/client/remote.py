@@ -29,6 +29,7 @@ from raylog.errors import (
     RaylogError,
     RequestTimeoutError,
 )
+from raylog.replica.fetch_stream import STREAM_AHEAD
 from raylog.replica.partition import READ_UNCOMMITTED
 from raylog.util.backoff import backoff_s
 from raylog.util.ray_inline import inline_limit
@@ -139,6 +140,15 @@ def discard(ref: ray.ObjectRef | None) -> None:
     real request of a connected process: ``ray.wait`` would start a Ray instance.)"""
     if isinstance(ref, ray.ObjectRef) and ray.is_initialized():
         _reaper.add(ref)
+
+
+def cancel(stream: Any) -> None:
+    """End a streaming call nobody reads any more (a consumer's fetch stream given up):
+    the actor stops it (an async actor's task is cancelled). Errors are ignored: it may
+    have ended, or Ray shut down."""
+    if ray.is_initialized():
+        with contextlib.suppress(Exception):
+            ray.cancel(stream)
 
 
 def wait_done(refs: list[ray.ObjectRef], timeout: float) -> list[ray.ObjectRef]:
@@ -306,6 +316,17 @@ class HostClient:
         its quota (docs/quotas.md)."""
         return self.handle.fetch_many.remote(reads, max_bytes, max_wait_ms, min_bytes,
                                              isolation, client_id=client_id)
+
+    def fetch_stream(self, reads: list[tuple[str, int, int, int, int]], max_bytes: int,
+                     max_wait_ms: int, min_bytes: int, isolation: str = READ_UNCOMMITTED,
+                     client_id: str | None = None) -> Any:
+        """As :meth:`fetch_many`, repeated in one streaming call (ReplicaHost.fetch_stream):
+        an ObjectRefGenerator whose every object is a fetch_many answer; at most
+        STREAM_AHEAD of them wait untaken."""
+        method = self.handle.fetch_stream.options(
+            _generator_backpressure_num_objects=STREAM_AHEAD)
+        return method.remote(reads, max_bytes, max_wait_ms, min_bytes, isolation,
+                             client_id=client_id)
 
 
 class ControllerClient:

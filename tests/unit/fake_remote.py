@@ -39,7 +39,9 @@ from raylog.errors import (
     UnknownMemberError,
     UnknownTopicError,
 )
+from raylog.quotas.enforcer import unwrap as unwrap_throttled
 from raylog.records import parse_header, read_records, stamp
+from raylog.replica.fetch_stream import ends_stream, next_reads
 from raylog.replica.partition import FetchResult
 from raylog.replica.producer_state import ProducerStates, SequenceGap
 from raylog.storage import AppendInfo
@@ -53,9 +55,27 @@ def resolve(ref: concurrent.futures.Future, timeout: float | None = None) -> Any
 
 
 def wait_done(refs: list, timeout: float) -> list:
-    done, _ = concurrent.futures.wait(refs, timeout=timeout,
-                                      return_when=concurrent.futures.FIRST_COMPLETED)
-    return list(done)
+    streams = [r for r in refs if isinstance(r, FakeStream)]
+    futures = [r for r in refs if not isinstance(r, FakeStream)]
+    if not streams:
+        done, _ = concurrent.futures.wait(futures, timeout=timeout,
+                                          return_when=concurrent.futures.FIRST_COMPLETED)
+        return list(done)
+    deadline = time.monotonic() + timeout
+    while True:  # a stream is ready when its next answer is there, or it has ended
+        out = [s for s in streams if s.ready()]
+        left = max(deadline - time.monotonic(), 0.0)
+        done, _ = concurrent.futures.wait(futures, timeout=0 if out else min(left, 0.005),
+                                          return_when=concurrent.futures.FIRST_COMPLETED)
+        out += list(done)
+        if out or left == 0:
+            return out
+        if not futures:
+            time.sleep(min(left, 0.005))
+
+
+def cancel(stream: FakeStream) -> None:
+    stream.cancelled = True
 
 
 def when_done(ref: concurrent.futures.Future, callback: Callable[[Any, Answer], None]) -> None:
@@ -114,7 +134,7 @@ def install(monkeypatch, *modules: types.ModuleType) -> None:
     group member's heartbeat thread run although Ray is not initialized."""
     for module in (remote_module, *modules):
         for name, fake in (("resolve", resolve), ("wait_done", wait_done),
-                           ("when_done", when_done)):
+                           ("when_done", when_done), ("cancel", cancel)):
             if hasattr(module, name):
                 monkeypatch.setattr(module, name, fake)
     ray_up = types.SimpleNamespace(is_initialized=lambda: True)
@@ -207,6 +227,96 @@ class _LongPollMany(_Method):
             max_wait_ms / 1000 if empty else 0.0)
 
 
+class FakeStream:
+    """A streaming call's ObjectRefGenerator, faked: its answers (done futures) in order,
+    taken with ``next``; StopIteration once it has ended and all were taken. At most
+    ``ahead`` answers wait untaken (Ray's generator backpressure); ``cancelled`` ends it."""
+
+    def __init__(self, ahead: int) -> None:
+        self.ahead = ahead
+        self.items: list[concurrent.futures.Future] = []
+        self.taken = 0
+        self.finished = False
+        self.cancelled = False
+        self._changed = threading.Condition()
+
+    def ready(self) -> bool:
+        with self._changed:
+            return self.taken < len(self.items) or self.finished
+
+    def __next__(self) -> concurrent.futures.Future:
+        with self._changed:
+            if self.taken < len(self.items):
+                self.taken += 1
+                self._changed.notify_all()
+                return self.items[self.taken - 1]
+            if self.finished:
+                raise StopIteration
+            raise AssertionError("next() of a stream with no answer ready")
+
+    def push(self, item: concurrent.futures.Future) -> None:
+        with self._changed:
+            self.items.append(item)
+
+    def finish(self) -> None:
+        with self._changed:
+            self.finished = True
+
+    def wait_room(self) -> None:
+        """Until fewer than ``ahead`` answers wait untaken, or it is cancelled."""
+        with self._changed:
+            while len(self.items) - self.taken >= self.ahead and not self.cancelled:
+                self._changed.wait(0.01)
+
+
+class _StreamMany:
+    """``fetch_stream``: the broker's ``fetch_many`` (a long poll, stopped and dead as the
+    broker is) again and again on a thread, each answer pushed to a FakeStream, the reads
+    moved and the stream ended by the real rules (raylog/replica/fetch_stream.py)."""
+
+    def __init__(self, broker: FakeBroker, lifetime_s: float = 30.0) -> None:
+        self._broker = broker
+        self.lifetime_s = lifetime_s
+        self.streams: list[FakeStream] = []
+
+    def options(self, **options: Any) -> _StreamMany:
+        self._ahead = options.get("_generator_backpressure_num_objects") or 1_000_000
+        return self
+
+    def remote(self, reads: list[tuple], *args: Any, **kwargs: Any) -> FakeStream:
+        stream = FakeStream(getattr(self, "_ahead", 1_000_000))
+        stream.partitions = [(t, p) for t, p, *_ in reads]
+        self.streams.append(stream)
+        threading.Thread(target=self._run, args=(stream, reads, args, kwargs),
+                         daemon=True).start()
+        return stream
+
+    def _run(self, stream: FakeStream, reads: list[tuple], args: tuple, kwargs: dict) -> None:
+        ends = time.monotonic() + self.lifetime_s
+        try:
+            while not stream.cancelled:
+                stream.wait_room()
+                if stream.cancelled:
+                    return
+                call = self._broker.fetch_many.remote(reads, *args, **kwargs)
+                try:
+                    answer = call.result(60)
+                except Exception as e:  # the call failed whole: the stream's last answer
+                    stream.push(failed(e))
+                    return
+                stream.push(answered(answer))
+                answers, throttled = unwrap_throttled(answer)
+                if throttled or ends_stream(answers) or time.monotonic() >= ends:
+                    return
+                reads = next_reads(reads, answers)
+        finally:
+            stream.finish()
+
+    @property
+    def running(self) -> int:
+        return sum(not s.finished for s in self.streams)
+
+
 class FakePartition:
     """One partition's log, shared by its replicas: stamped batches, the leader, its epoch
     and the leader's producer states."""
@@ -283,6 +393,7 @@ class FakeBroker(Stoppable):
         self.produce_batches = _Method(self, self._produce_batches)
         self.fetch = _LongPoll(self, self._fetch)
         self.fetch_many = _LongPollMany(self, self._fetch_many)
+        self.fetch_stream = _StreamMany(self)
         self.list_offset = _Method(self, self._list_offset)
         self.delete_records = _Method(self, self._delete_records)
 
