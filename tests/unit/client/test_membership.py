@@ -133,8 +133,9 @@ def member(monkeypatch):
     monkeypatch.setattr(consumer_module, "resolve", lambda ref, timeout=None: ref.result())
     monkeypatch.setattr(consumer_module, "wait_done", lambda refs, timeout: list(refs))
     cluster = FakeCluster()
+    # (fetch calls, answered at once with nothing: the fetches are incidental here)
     consumer = Consumer(cluster=cluster, group_id="g", enable_auto_commit=False,
-                        auto_offset_reset="earliest")
+                        auto_offset_reset="earliest", stream_fetches=False)
     listener = Listener()
     cluster.controller.log = listener.events  # joins and listener calls in one order
     consumer.subscribe([TOPIC], listener=listener)
