@@ -100,9 +100,9 @@ class ConsumerConfig:
                                            # fetch_max_wait_ms is given up and made again
     isolation_level: str = READ_UNCOMMITTED  # or read_committed: only committed
                                            # transactions' records, up to the last stable offset
-    stream_fetches: bool = True            # one streaming fetch per serving process, which
-                                           # the broker answers again and again (False: a
-                                           # call per answer; raylog/replica/fetch_stream.py)
+    stream_fetches: bool = False           # one streaming fetch per serving process, which
+                                           # the broker answers again and again, instead of a
+                                           # call per answer (raylog/replica/fetch_stream.py)
 
     def __post_init__(self) -> None:
         if self.auto_offset_reset not in OFFSET_RESETS:
