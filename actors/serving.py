@@ -736,7 +736,6 @@ class ReplicaHost:
             raise InvalidArgumentError("a fetch stream parks each fetch: max_wait_ms must "
                                        "be > 0")
         ends = time.monotonic() + STREAM_LIFETIME_S
-        reads = [tuple(read) for read in reads]
         self.open_streams += 1
         try:
             while True:

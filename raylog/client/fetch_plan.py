@@ -19,6 +19,7 @@ from typing import Any, Protocol, TypeVar
 
 from raylog.errors import InternalError, RaylogError
 from raylog.quotas.enforcer import unwrap as unwrap_throttled
+from raylog.replica.fetch_stream import ends_stream
 from raylog.replica.partition import FetchResult
 
 T = TypeVar("T")
@@ -85,7 +86,8 @@ class BrokerFetch:
         """The answer (the call's result, or the RaylogError the whole call failed with)
         split per partition still attached: ``(state, its FetchResult or error, whether
         asked of the leader)`` for each one read, and the ms the answer was held back by
-        the consumer's quota. Every partition is detached."""
+        the consumer's quota. Every partition is detached if this is the last answer for
+        them (:meth:`_last`: a fetch's one answer always is)."""
         answer, throttled = (answer, 0) if isinstance(answer, RaylogError) \
             else unwrap_throttled(answer)
         if isinstance(answer, RaylogError):
@@ -95,15 +97,21 @@ class BrokerFetch:
         else:
             answers = [InternalError(f"a fetch of {len(self.states)} partitions was answered "
                                      f"with {type(answer).__name__}")] * len(self.states)
+        last = self._last(answers, throttled)
         out = []
         for state, offset, result, leader in zip(self.states, self.offsets, answers,
                                                  self.from_leader, strict=True):
             if state.fetch is not self:
                 continue  # reset, revoked or moved since: not its answer any more
-            state.fetch = None
+            if last:
+                state.fetch = None
             if result is not None and state.fetch_offset == offset:
                 out.append((state, result, leader))
         return out, throttled
+
+    def _last(self, answers: list[Any], throttled: int) -> bool:
+        """Whether this answer is the last its partitions get from this call."""
+        return True
 
 
 class BrokerStream(BrokerFetch):
@@ -125,28 +133,9 @@ class BrokerStream(BrokerFetch):
         super().__init__(*args)
         self.ended = False
 
-    def split(self, answer: Any) -> tuple[list[tuple[Any, FetchResult | RaylogError, bool]],
-                                          int]:
-        answer, throttled = (answer, 0) if isinstance(answer, RaylogError) \
-            else unwrap_throttled(answer)
-        if isinstance(answer, RaylogError):
-            answers: list[Any] = [answer] * len(self.states)
-        elif isinstance(answer, list) and len(answer) == len(self.states):
-            answers = answer
-        else:
-            answers = [InternalError(f"a fetch stream of {len(self.states)} partitions "
-                                     f"answered {type(answer).__name__}")] * len(self.states)
-        self.ended = bool(throttled) or any(isinstance(a, RaylogError) for a in answers)
-        out = []
-        for state, offset, result, leader in zip(self.states, self.offsets, answers,
-                                                 self.from_leader, strict=True):
-            if state.fetch is not self:
-                continue
-            if self.ended:
-                state.fetch = None
-            if result is not None and state.fetch_offset == offset:
-                out.append((state, result, leader))
-        return out, throttled
+    def _last(self, answers: list[Any], throttled: int) -> bool:
+        self.ended = bool(throttled) or ends_stream(answers)
+        return self.ended
 
     def taken(self) -> bool:
         """After an answer was taken in: note where each partition's next answer starts;

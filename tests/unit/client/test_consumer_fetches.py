@@ -89,13 +89,14 @@ def test_one_fetch_per_broker_asks_for_every_partition_there(controller):
         b: [(TOPIC, p, 0) for p in range(PARTITIONS) if p % 3 + 1 == b] for b in (1, 2, 3)}
 
 
-def test_a_partitions_error_fails_none_of_the_others_in_its_fetch(controller):
+@pytest.mark.parametrize("stream", [False, True], ids=["calls", "stream"])
+def test_a_partitions_error_fails_none_of_the_others_in_its_fetch(controller, stream):
     """Partition 0's leader moves (broker 1 answers it with NotLeaderError); partition 3,
     in the same fetches to broker 1, is read on, and partition 0 is found on its new
-    leader."""
+    leader. A fetch stream (``stream_fetches``) ends at that error and is made again."""
     recording(controller)
     with Consumer(cluster=fake_remote.fake_cluster(controller), auto_offset_reset="earliest",
-                  fetch_max_wait_ms=50, retry_backoff_ms=10) as consumer:
+                  fetch_max_wait_ms=50, retry_backoff_ms=10, stream_fetches=stream) as consumer:
         consumer.assign(every_partition())
         write(controller, 0, b"p0-before")
         write(controller, 3, b"p3-before")
@@ -105,6 +106,9 @@ def test_a_partitions_error_fails_none_of_the_others_in_its_fetch(controller):
         write(controller, 0, b"p0-after")
         records = read_until(consumer, {b"p3-after", b"p0-after"})
         assert [r.offset for r in records if r.partition == 0] == [1]
+        assert [r.offset for r in records if r.partition == 3] == [1]
+        if stream:  # ended by broker 1's NotLeaderError
+            assert controller.brokers[1].fetch_stream.streams[0].finished
 
 
 def test_offset_out_of_range_resets_only_that_partition(controller):

@@ -1,8 +1,9 @@
 """The consumer's fetch streams (``stream_fetches``: raylog/client/fetch_plan.py's
 BrokerStream, raylog/replica/fetch_stream.py's rules), over the fake cluster of
 tests/unit/fake_remote.py: one streaming call per broker carries answer after answer; a
-partition sought, in error, or paused while full makes its stream again without holding up
-the others; a stream the broker ends is followed by a new one; closing cancels them."""
+partition sought or paused while full makes its stream again without holding up the others
+(one in error: test_consumer_fetches.py, with calls and streams); a stream the broker ends is
+followed by a new one; closing cancels them."""
 
 from __future__ import annotations
 
@@ -68,21 +69,6 @@ def test_a_sought_partition_makes_its_stream_again_from_the_new_offset(controlle
         assert first.cancelled and len(streams_of(controller, 1)) == 2
         write(controller, 3, b"c")  # the new stream reads partition 3 on
         assert [r.offset for r in read_until(consumer, {b"c"})] == [0]
-
-
-def test_an_error_ends_the_stream_and_the_partition_is_read_from_its_new_leader(controller):
-    with streaming(controller) as consumer:
-        consumer.assign(every_partition())
-        write(controller, 0, b"p0-before")
-        write(controller, 3, b"p3-before")
-        read_until(consumer, {b"p0-before", b"p3-before"})
-        controller.topics[TOPIC][0].fail_over(2)
-        write(controller, 3, b"p3-after")
-        write(controller, 0, b"p0-after")
-        records = read_until(consumer, {b"p3-after", b"p0-after"})
-        assert [r.offset for r in records if r.partition == 0] == [1]
-        assert [r.offset for r in records if r.partition == 3] == [1]
-        assert streams_of(controller, 1)[0].finished  # ended by broker 1's NotLeaderError
 
 
 def test_a_paused_full_partition_does_not_hold_up_the_others_in_its_stream(controller):
