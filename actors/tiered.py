@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import threading
 import time
@@ -191,6 +192,14 @@ class TieredHost:
             except (RaylogError, ValueError, ray.exceptions.RayError) as e:
                 logger.warning("the remote-log metadata feed failed, again soon: %r", e)
                 self._feed_error = e
+                time.sleep(backoff.next())
+            except Exception as e:  # a bug, ours or Ray's: the feed must outlive it
+                logger.exception("the remote-log metadata feed failed unexpectedly; it "
+                                 "starts again with a new consumer")
+                self._feed_error = e
+                with contextlib.suppress(Exception):
+                    consumer.close()
+                consumer = None
                 time.sleep(backoff.next())
         if consumer is not None:
             consumer.close()

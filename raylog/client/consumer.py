@@ -23,7 +23,7 @@ from raylog.client.connection import (
 )
 from raylog.client.fetch_plan import BrokerFetch, BrokerStream, by_process, rotated
 from raylog.client.group_member import GroupMixin
-from raylog.client.remote import HostClient, cancel, discard, resolve, wait_done
+from raylog.client.remote import HostClient, cancel, discard, own_actor, resolve, wait_done
 from raylog.errors import (
     ClientClosedError,
     IllegalStateError,
@@ -100,9 +100,10 @@ class ConsumerConfig:
                                            # fetch_max_wait_ms is given up and made again
     isolation_level: str = READ_UNCOMMITTED  # or read_committed: only committed
                                            # transactions' records, up to the last stable offset
-    stream_fetches: bool = False           # one streaming fetch per serving process, which
+    stream_fetches: bool = True            # one streaming fetch per serving process, which
                                            # the broker answers again and again, instead of a
-                                           # call per answer (raylog/replica/fetch_stream.py)
+                                           # call per answer (raylog/replica/fetch_stream.py);
+                                           # calls to the consumer's own process either way
 
     def __post_init__(self) -> None:
         if self.auto_offset_reset not in OFFSET_RESETS:
@@ -514,7 +515,9 @@ class Consumer(GroupMixin):
             leaders = [reader.broker_id == self._meta(state.tp.topic).partitions[
                 state.tp.partition].leader for state, reader in wants]
             # A stream parks each of its fetches: with no wait it would answer without end.
-            stream = config.stream_fetches and config.fetch_max_wait_ms > 0
+            # None from a broker's own process to itself: Ray loses such a stream's items.
+            stream = config.stream_fetches and config.fetch_max_wait_ms > 0 and \
+                not own_actor(key)
             call = HostClient(key).fetch_stream if stream else HostClient(key).fetch_many
             ref = call(reads, config.fetch_max_bytes, config.fetch_max_wait_ms,
                        config.fetch_min_bytes, *self._isolation, client_id=config.client_id)

@@ -151,6 +151,20 @@ def cancel(stream: Any) -> None:
             ray.cancel(stream)
 
 
+def own_actor(handle: ray.actor.ActorHandle) -> bool:
+    """Whether ``handle`` is the actor this very process runs: a thread of a broker (its
+    tiered metadata feed) reading partitions the broker serves itself.
+
+    Ray (2.60) cannot stream from an actor to a caller in the actor's own process: after a
+    hundred or so items the caller's ``next()`` fails ("owner is unknown", or an
+    AssertionError inside Ray), where the same stream from another process, and plain calls
+    to the own actor, work (docs/architecture.md, "Threads never wait inside Ray")."""
+    if not ray.is_initialized():
+        return False
+    own = ray.get_runtime_context().get_actor_id()
+    return own is not None and own == handle._actor_id.hex()
+
+
 def wait_done(refs: list[ray.ObjectRef], timeout: float) -> list[ray.ObjectRef]:
     """The requests among ``refs`` that have finished: waits up to ``timeout`` s for the
     first, then takes every other one that is done too."""

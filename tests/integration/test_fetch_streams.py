@@ -17,6 +17,7 @@ from raylog.types import TopicPartition
 from tests.integration.conftest import wait_for
 
 PARTITIONS = 6
+BACKLOG = 400
 
 
 @pytest.fixture(scope="module")
@@ -126,3 +127,61 @@ def test_a_streaming_consumer_reads_on_across_a_leaders_death(ray_cluster, admin
         for p in range(3):  # in offset order, no gap
             offsets = [r.offset for r in records if r.partition == p]
             assert offsets == list(range(offsets[0], offsets[0] + len(offsets)))
+
+
+def _read_inside(actor: object, topic: str, expected: int, seconds: float) -> None:
+    """Run inside a serving process (through ``__ray_call__``): a thread of it reads the
+    topic with a consumer that asks for streams, as a broker's own threads (its tiered
+    metadata feed) read the partitions it serves; the outcome lands on the actor."""
+    import threading
+
+    from raylog import Consumer
+    from raylog.types import TopicPartition
+
+    outcome = actor._stream_test_outcome = {"read": 0, "error": None, "done": False,
+                                            "streams": 0}
+
+    def run() -> None:
+        try:
+            # One batch an answer: the backlog would come as a stream's items back to back
+            # (what loses them), and later every 10 ms an answer, empty or not.
+            with Consumer(auto_offset_reset="earliest", enable_auto_commit=False,
+                          stream_fetches=True, fetch_max_wait_ms=10,
+                          max_partition_fetch_bytes=1) as consumer:
+                consumer.assign([TopicPartition(topic, 0)])
+                until = time.monotonic() + seconds
+                while outcome["read"] < expected or time.monotonic() < until:
+                    outcome["read"] += len(consumer.poll(timeout_ms=100))
+                    outcome["streams"] = max(outcome["streams"], actor.open_streams)
+                    if time.monotonic() > until + 60:
+                        break
+        except Exception as e:  # what the test reports
+            outcome["error"] = repr(e)
+        outcome["done"] = True
+
+    threading.Thread(target=run, daemon=True).start()
+
+
+@pytest.mark.cluster
+def test_a_consumer_in_a_serving_process_reads_that_process_s_partitions(
+        ray_cluster, admin, topic_name):
+    """Ray loses the items of a stream from an actor to a caller in its own process when
+    they come fast (a hundred or so in: "owner is unknown", or an AssertionError inside
+    Ray's ``next``; a broker's tiered metadata feed died of it), so a consumer there fetches
+    from its own process by calls, streams asked for or not: no stream is opened."""
+    admin.create_topic(topic_name, partitions=1)
+    host = serving(ray_cluster, topic_name)[0]
+    with Producer(linger_ms=0) as producer:
+        for i in range(BACKLOG):  # a batch each
+            producer.send(topic_name, b"%d" % i).result(timeout=30)
+        ray.get(host.__ray_call__.remote(_read_inside, topic_name, BACKLOG + 50, 3.0),
+                timeout=30)
+        for i in range(BACKLOG, BACKLOG + 50):
+            producer.send(topic_name, b"%d" % i).result(timeout=30)
+
+    def outcome() -> dict:
+        return ray.get(host.__ray_call__.remote(lambda actor: dict(
+            actor._stream_test_outcome)), timeout=30)
+
+    wait_for(lambda: outcome()["done"], timeout=120, what="the reader inside the broker done")
+    assert outcome() == {"read": BACKLOG + 50, "error": None, "done": True, "streams": 0}

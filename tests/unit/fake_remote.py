@@ -134,7 +134,8 @@ def install(monkeypatch, *modules: types.ModuleType) -> None:
     group member's heartbeat thread run although Ray is not initialized."""
     for module in (remote_module, *modules):
         for name, fake in (("resolve", resolve), ("wait_done", wait_done),
-                           ("when_done", when_done), ("cancel", cancel)):
+                           ("when_done", when_done), ("cancel", cancel),
+                           ("own_actor", lambda handle: False)):
             if hasattr(module, name):
                 monkeypatch.setattr(module, name, fake)
     ray_up = types.SimpleNamespace(is_initialized=lambda: True)
