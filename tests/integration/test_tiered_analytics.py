@@ -276,6 +276,27 @@ def test_format_raylog_of_a_topic_the_brokers_tiered(broker_tiered, spark):
         sum(len(value) for *_, value in expected)
 
 
+def test_a_stream_of_a_topic_the_brokers_tiered_reads_its_cold_part_then_its_hot_part(
+        broker_tiered, spark, tmp_path):
+    """A streaming query from earliest, in batches of at most 200 records: its first batches
+    read offsets below the local log start, planned cold and read from the store; its later
+    ones read only hot offsets, planned without the planning task. Every record once."""
+    expected = consumed(broker_tiered)
+    query = (spark.readStream.format("raylog").option("subscribe", broker_tiered)
+             .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "200")
+             .load().selectExpr("partition", "offset", "key", "value")
+             .writeStream.format("parquet").option("path", str(tmp_path / "out"))
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination(300)
+    assert query.exception() is None
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert len(sizes) >= 5 and max(sizes) <= 200
+    found = spark.read.parquet(str(tmp_path / "out")).collect()
+    assert sorted((r["partition"], r["offset"], bytes(r["key"]), bytes(r["value"]))
+                  for r in found) == expected
+
+
 def test_a_plan_whose_hot_start_local_retention_deleted_is_read_from_the_store(
         admin, spark, monkeypatch):
     """A read planned at the local log starts the leaders gave, then local retention moves

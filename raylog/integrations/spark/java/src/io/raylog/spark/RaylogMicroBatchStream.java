@@ -199,8 +199,12 @@ final class RaylogMicroBatchStream implements MicroBatchStream, SupportsTriggerA
     Map<TopicPartition, PartitionOffsets> offsets = cluster.offsets(existing, tp -> null,
         options);
     // Offsets below a tiered partition's local log start (a stream starting from earliest,
-    // or far behind) are read from the object store, as in a batch read.
-    JsonNode plan = TieredSplit.plan(cluster, existing, options);
+    // or far behind) are read from the object store, as in a batch read. Only the partitions
+    // this batch reads from below it are planned: a stream that keeps up reads hot data
+    // alone, and starts no planning task (a Python worker) at every trigger.
+    List<TopicPartition> behind = TieredSplit.behindLocalStart(existing, from, offsets);
+    JsonNode plan = behind.isEmpty() ? Cluster.json("{}")
+        : TieredSplit.plan(cluster, behind, options);
     TieredSplit.lowerStarts(plan, offsets);
     List<OffsetRange> ranges = RangePlanner.ranges(from, until, offsets, options.failOnDataLoss,
         RaylogScan.hostsOf(cluster));

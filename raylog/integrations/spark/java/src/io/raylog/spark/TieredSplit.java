@@ -60,6 +60,25 @@ final class TieredSplit {
     return Cluster.json(cluster.tieredPlan(Cluster.toJson(request), timeoutMs));
   }
 
+  /**
+   * The partitions a read from {@code from} may find below their local log start, where a
+   * tiered partition's cold part is: those with no start yet (new to the stream: read from
+   * their earliest), no offsets, or a start below the local log start their broker answered
+   * ({@code offsets}, before {@link #lowerStarts}). The others read hot data alone.
+   */
+  static List<TopicPartition> behindLocalStart(Collection<TopicPartition> partitions,
+      Map<TopicPartition, Long> from, Map<TopicPartition, PartitionOffsets> offsets) {
+    List<TopicPartition> out = new ArrayList<>();
+    for (TopicPartition tp : partitions) {
+      Long start = from.get(tp);
+      PartitionOffsets at = offsets.get(tp);
+      if (start == null || at == null || start < at.logStart) {
+        out.add(tp);
+      }
+    }
+    return out;
+  }
+
   /** The partitions whose topic is tiered (or not known here: asked for), as the planning
    * task takes them: [topic, partition] each. */
   static List<Object[]> tieredOnly(Collection<TopicPartition> partitions,

@@ -85,4 +85,26 @@ public final class TieredSplitTest {
     assertEquals(0, TieredSplit.tieredOnly(Arrays.asList(new TopicPartition("hot", 0)),
         infos).size());
   }
+
+  /** A stream's batch plans the cold part only of the partitions it reads from below their
+   * local log start, or that are new to it (no start); one keeping up plans nothing. */
+  public static void testOnlyPartitionsReadFromBelowTheLocalStartArePlanned() {
+    TopicPartition t2 = new TopicPartition("t", 2);
+    TopicPartition t3 = new TopicPartition("t", 3);
+    Map<TopicPartition, Long> from = new HashMap<>();
+    from.put(T0, 99L);   // below its local start 100: cold offsets to read
+    from.put(T1, 100L);  // at its local start: hot alone
+    from.put(t2, 500L);  // far past it
+    Map<TopicPartition, PartitionOffsets> offsets = new HashMap<>();
+    offsets.put(T0, new PartitionOffsets(100, 1000, null));
+    offsets.put(T1, new PartitionOffsets(100, 1000, null));
+    offsets.put(t2, new PartitionOffsets(100, 1000, null));
+    offsets.put(t3, new PartitionOffsets(100, 1000, null));  // new: no start yet
+    assertEquals(Arrays.asList(T0, t3).toString(),
+        TieredSplit.behindLocalStart(Arrays.asList(T0, T1, t2, t3), from, offsets).toString());
+    from.put(T0, 100L);
+    from.put(t3, 100L);
+    assertEquals(0,
+        TieredSplit.behindLocalStart(Arrays.asList(T0, T1, t2, t3), from, offsets).size());
+  }
 }
