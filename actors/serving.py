@@ -737,6 +737,7 @@ class ReplicaHost:
                                        "be > 0")
         ends = time.monotonic() + STREAM_LIFETIME_S
         self.open_streams += 1
+        recorder().set("raylog_open_fetch_streams", self.open_streams)
         try:
             while True:
                 answer = await self.fetch_many(reads, max_bytes, max_wait_ms, min_bytes,
@@ -748,6 +749,7 @@ class ReplicaHost:
                 reads = next_reads(reads, answers)
         finally:
             self.open_streams -= 1
+            recorder().set("raylog_open_fetch_streams", self.open_streams)
 
     async def _read_many(self, reads: list[tuple[str, int, int, int, int]], max_bytes: int,
                          isolation: str

@@ -47,6 +47,8 @@ METRICS: dict[str, Metric] = {
                                         ("topic",)),
     "raylog_fetch_latency_ms": Metric("histogram", "Time a broker took to answer a fetch, its "
                                                    "long-poll wait included", ("topic",)),
+    "raylog_open_fetch_streams": Metric("gauge", "Consumers' fetch streams a broker's "
+                                                 "process is answering (stream_fetches)"),
     "raylog_throttle_time_ms": Metric("counter", "Time answers to a client were held back by "
                                                  "its quota (docs/quotas.md)",
                                       ("quota", "client_id")),
