@@ -197,9 +197,10 @@ class TieredHost:
                 logger.exception("the remote-log metadata feed failed unexpectedly; it "
                                  "starts again with a new consumer")
                 self._feed_error = e
-                with contextlib.suppress(Exception):
-                    consumer.close()
-                consumer = None
+                if consumer is not None:
+                    with contextlib.suppress(Exception):  # it failed already
+                        consumer.close()
+                    consumer = None
                 time.sleep(backoff.next())
         if consumer is not None:
             consumer.close()

@@ -158,7 +158,7 @@ def own_actor(handle: ray.actor.ActorHandle) -> bool:
     Ray (2.60) cannot stream from an actor to a caller in the actor's own process: after a
     hundred or so items the caller's ``next()`` fails ("owner is unknown", or an
     AssertionError inside Ray), where the same stream from another process, and plain calls
-    to the own actor, work (docs/architecture.md, "Threads never wait inside Ray")."""
+    to the own actor, work (docs/architecture.md, "The data path")."""
     if not ray.is_initialized():
         return False
     own = ray.get_runtime_context().get_actor_id()

@@ -57,10 +57,12 @@ def test_a_known_workload_shows_on_the_metrics_endpoint(ray_cluster, topic_name)
                  timeout=60, what="the consumer reading 500 records")
         ends = consumer.end_offsets(tps)
         consumer.commit({tp: ends[tp] - 30 for tp in tps})  # 60 records behind
-        # While it reads, its fetch streams show on the brokers' gauge.
-        wait_for(lambda: consumer.poll(timeout_ms=100) is not None and (total(
-            scrape(), "ray_raylog_open_fetch_streams") or 0) >= 1, timeout=60, interval=1,
-            what="the consumer's fetch streams on the brokers' gauge")
+        def streams_shown() -> bool:  # while it reads, its streams are on the brokers' gauge
+            consumer.poll(timeout_ms=100)
+            return (total(scrape(), "ray_raylog_open_fetch_streams") or 0) >= 1
+
+        wait_for(streams_shown, timeout=60, interval=1,
+                 what="the consumer's fetch streams on the brokers' gauge")
 
     def shown() -> dict | None:
         # The gauges are the controller's: one series, the value cluster status gives. Both

@@ -202,9 +202,8 @@ final class RaylogMicroBatchStream implements MicroBatchStream, SupportsTriggerA
     // or far behind) are read from the object store, as in a batch read. Only the partitions
     // this batch reads from below it are planned: a stream that keeps up reads hot data
     // alone, and starts no planning task (a Python worker) at every trigger.
-    List<TopicPartition> behind = TieredSplit.behindLocalStart(existing, from, offsets);
-    JsonNode plan = behind.isEmpty() ? Cluster.json("{}")
-        : TieredSplit.plan(cluster, behind, options);
+    JsonNode plan = TieredSplit.plan(cluster,
+        TieredSplit.behindLocalStart(existing, from, offsets), options);
     TieredSplit.lowerStarts(plan, offsets);
     List<OffsetRange> ranges = RangePlanner.ranges(from, until, offsets, options.failOnDataLoss,
         RaylogScan.hostsOf(cluster));
