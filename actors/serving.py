@@ -26,6 +26,7 @@ deleting the segments retention took) runs on the process's background thread
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import importlib.abc
 import json
@@ -168,7 +169,8 @@ class ReplicaHost:
         self.broker_epoch = NO_BROKER_EPOCH
         self.replicas: dict[TopicPartition, HostedReplica] = {}
         self.failed: dict[TopicPartition, str] = {}  # replicas that could not open
-        self.open_streams = 0  # consumers' fetch streams running here (fetch_stream)
+        # Consumers' fetch streams running here (fetch_stream), by their client id.
+        self.open_streams: collections.Counter[str | None] = collections.Counter()
         # By (leader broker id, the leader's host: None for its broker actor, else the
         # host actor's id): a leader broker's replicas may live on several hosts.
         self.fetchers: dict[tuple[int, str | None], ReplicaFetcher] = {}
@@ -736,8 +738,8 @@ class ReplicaHost:
             raise InvalidArgumentError("a fetch stream parks each fetch: max_wait_ms must "
                                        "be > 0")
         ends = time.monotonic() + STREAM_LIFETIME_S
-        self.open_streams += 1
-        recorder().set("raylog_open_fetch_streams", self.open_streams)
+        self.open_streams[client_id] += 1
+        recorder().set("raylog_open_fetch_streams", self.open_streams.total())
         try:
             while True:
                 answer = await self.fetch_many(reads, max_bytes, max_wait_ms, min_bytes,
@@ -748,8 +750,8 @@ class ReplicaHost:
                     return
                 reads = next_reads(reads, answers)
         finally:
-            self.open_streams -= 1
-            recorder().set("raylog_open_fetch_streams", self.open_streams)
+            self.open_streams[client_id] -= 1
+            recorder().set("raylog_open_fetch_streams", self.open_streams.total())
 
     async def _read_many(self, reads: list[tuple[str, int, int, int, int]], max_bytes: int,
                          isolation: str

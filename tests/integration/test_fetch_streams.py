@@ -31,8 +31,10 @@ def serving(ray_cluster, topic: str) -> list:
     return list({p.leader_client().handle: None for p in meta.partitions})
 
 
-def open_streams(handles: list) -> int:
-    return sum(ray.get([h.__ray_call__.remote(lambda host: host.open_streams)
+def open_streams(handles: list, client_id: str) -> int:
+    """The streams of consumers with ``client_id`` running on these processes (other
+    tests' consumers, and the cluster's own, may hold streams there too)."""
+    return sum(ray.get([h.__ray_call__.remote(lambda host: host.open_streams[client_id])
                         for h in handles], timeout=30))
 
 
@@ -54,8 +56,7 @@ def test_a_streaming_consumer_reads_round_after_round_and_its_close_ends_the_str
         ray_cluster, admin, topic_name):
     admin.create_topic(topic_name, partitions=PARTITIONS)
     handles = serving(ray_cluster, topic_name)
-    before = open_streams(handles)
-    consumer = streaming()
+    consumer = streaming(client_id=topic_name)
     consumer.assign([TopicPartition(topic_name, p) for p in range(PARTITIONS)])
     with Producer(linger_ms=0) as producer:
         for round_ in range(3):
@@ -66,9 +67,9 @@ def test_a_streaming_consumer_reads_round_after_round_and_its_close_ends_the_str
             records = read(consumer, values)
             assert sorted((r.partition, r.offset) for r in records) == sorted(
                 (p, round_ * 10 + k) for p in range(PARTITIONS) for k in range(10))
-    assert 0 < open_streams(handles) - before <= len(handles)  # one per process at most
+    assert 0 < open_streams(handles, topic_name) <= len(handles)  # one per process at most
     consumer.close()
-    wait_for(lambda: open_streams(handles) == before, timeout=30,
+    wait_for(lambda: open_streams(handles, topic_name) == 0, timeout=30,
              what="the closed consumer's streams cancelled on the brokers")
 
 
@@ -78,7 +79,7 @@ class _Reader:
         import raylog
         raylog.init()
         self.consumer = Consumer(auto_offset_reset="earliest", stream_fetches=True,
-                                 enable_auto_commit=False)
+                                 enable_auto_commit=False, client_id=topic)
         self.consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
 
     def read(self, expected: int) -> int:
@@ -93,16 +94,15 @@ class _Reader:
 def test_a_killed_consumers_streams_end_on_the_brokers(ray_cluster, admin, topic_name):
     admin.create_topic(topic_name, partitions=PARTITIONS)
     handles = serving(ray_cluster, topic_name)
-    before = open_streams(handles)
     with Producer() as producer:
         for i in range(60):
             producer.send(topic_name, b"%d" % i, partition=i % PARTITIONS)
     reader = _Reader.remote(topic_name)
     assert ray.get(reader.read.remote(60), timeout=90) == 60
-    assert open_streams(handles) > before
+    assert open_streams(handles, topic_name) > 0
     ray.kill(reader, no_restart=True)
     # Ended by Ray when it hears of the death, or by the streams' lifetime at the latest.
-    wait_for(lambda: open_streams(handles) == before, timeout=STREAM_LIFETIME_S + 30,
+    wait_for(lambda: open_streams(handles, topic_name) == 0, timeout=STREAM_LIFETIME_S + 30,
              what="the dead consumer's streams ended")
 
 
@@ -147,12 +147,12 @@ def _read_inside(actor: object, topic: str, expected: int, seconds: float) -> No
             # (what loses them), and later every 10 ms an answer, empty or not.
             with Consumer(auto_offset_reset="earliest", enable_auto_commit=False,
                           stream_fetches=True, fetch_max_wait_ms=10,
-                          max_partition_fetch_bytes=1) as consumer:
+                          max_partition_fetch_bytes=1, client_id=topic) as consumer:
                 consumer.assign([TopicPartition(topic, 0)])
                 until = time.monotonic() + seconds
                 while outcome["read"] < expected or time.monotonic() < until:
                     outcome["read"] += len(consumer.poll(timeout_ms=100))
-                    outcome["streams"] = max(outcome["streams"], actor.open_streams)
+                    outcome["streams"] = max(outcome["streams"], actor.open_streams[topic])
                     if time.monotonic() > until + 60:
                         break
         except Exception as e:  # what the test reports
