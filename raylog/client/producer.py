@@ -27,6 +27,7 @@ from raylog.client.connection import (
     cluster_or_default,
 )
 from raylog.client.futures import BatchResult, RecordFuture, TableFuture
+from raylog.client.host_socket import SocketCall
 from raylog.client.remote import Answer, appended, discard, when_done
 from raylog.client.sender_state import Alarms, OutgoingBatch, PartitionSender, ProduceCall
 from raylog.client.tables import assign_sticky, partition_rows
@@ -111,6 +112,10 @@ class ProducerConfig:
     # Who the brokers charge this producer's bytes and request time to (client quotas:
     # docs/quotas.md); as Kafka's client.id.
     client_id: str = "raylog-producer"
+    # Produce calls go over the hosts' produce sockets once this process has connected to
+    # them (raylog/client/host_socket.py), by Ray's actor call until then; false: always
+    # by Ray (docs/producer.md, "How batches reach the broker").
+    produce_socket: bool = True
 
     def __post_init__(self) -> None:
         if type(self.acks) not in (int, str) or self.acks not in (0, 1, -1, "all", "0", "1",
@@ -129,8 +134,11 @@ class ProducerConfig:
             raise InvalidConfigError(f"a transactional producer needs acks='all' (its "
                                      f"default), got acks={self.acks!r}")
         check_id("client_id", self.client_id)
+        if type(self.produce_socket) is not bool:
+            raise InvalidConfigError(f"produce_socket must be true or false, got "
+                                     f"{short_repr(self.produce_socket)}")
         check_int_fields(self, skip=("acks", "compression_type", "transactional_id",
-                                     "client_id"),
+                                     "client_id", "produce_socket"),
                          zero_ok=("linger_ms", "retry_backoff_ms"),
                          maximums={"buffer_memory": INT64_MAX})
         if self.delivery_timeout_ms < self.linger_ms:
@@ -238,7 +246,7 @@ class Producer:
         self._open: dict[tuple[str, int], OutgoingBatch] = {}
         self._senders: dict[tuple[str, int], PartitionSender] = {}
         self._sendable: dict[tuple[str, int], None] = {}  # partitions with queued batches
-        self._in_flight: dict[ray.ObjectRef, ProduceCall] = {}
+        self._in_flight: dict[ray.ObjectRef | SocketCall, ProduceCall] = {}
         self._buffered_bytes = 0
         self._failures = _Failures()
         self._lock = threading.Lock()
@@ -250,7 +258,8 @@ class Producer:
         self._alarms = Alarms()  # ("linger" | "expire" | "retry", key), ("watch", None)
         self._sleeping_until: float | None = None  # the sender's idle wait ends (or None)
         # Requests finished, with their answers (read once, by Ray, for the callback).
-        self._answered: collections.deque[tuple[ray.ObjectRef, Answer]] = collections.deque()
+        self._answered: collections.deque[tuple[ray.ObjectRef | SocketCall, Answer]] = \
+            collections.deque()
         self._lingered: dict[tuple[str, int], None] = {}  # past linger_ms, waiting for room
         self._send_pending = False  # something in _sendable may be sendable now
         self._closed = False
@@ -1098,7 +1107,8 @@ class Producer:
         try:
             ref = call.replica.append_batches(items, self.config.acks,
                                               self.config.request_timeout_ms,
-                                              client_id=self.config.client_id)
+                                              client_id=self.config.client_id,
+                                              socket=self.config.produce_socket)
         except Exception as e:  # every failure ends in the batches' futures
             for batch in carried:
                 self._failed(batch, e, sent=False)
@@ -1123,7 +1133,7 @@ class Producer:
                 self._nudge(slow_at)
         when_done(ref, self._answer)
 
-    def _answer(self, ref: ray.ObjectRef, answer: Answer) -> None:
+    def _answer(self, ref: ray.ObjectRef | SocketCall, answer: Answer) -> None:
         """A request finished (called on a thread of Ray's): its batch is collected by the
         sender, or by a caller's thread that gets there first."""
         with self._lock:

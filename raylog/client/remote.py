@@ -20,6 +20,7 @@ import pyarrow as pa
 import ray
 from ray.exceptions import ActorUnschedulableError, GetTimeoutError, RayActorError, RayTaskError
 
+from raylog.client.host_socket import SocketCall, route_of
 from raylog.errors import (
     ActorUnavailableError,
     ControllerUnavailableError,
@@ -135,11 +136,12 @@ class _Reaper:
 _reaper = _Reaper()
 
 
-def discard(ref: ray.ObjectRef | None) -> None:
+def discard(ref: ray.ObjectRef | SocketCall | None) -> None:
     """Drop a request's answer without Ray reporting an error in it as unhandled. (Only a
     real request of a connected process: ``ray.wait`` would start a Ray instance.)"""
     if isinstance(ref, ray.ObjectRef) and ray.is_initialized():
         _reaper.add(ref)
+    # (A SocketCall's answer is a plain future's: dropping it reports nothing.)
 
 
 def cancel(stream: Any) -> None:
@@ -174,12 +176,15 @@ def wait_done(refs: list[ray.ObjectRef], timeout: float) -> list[ray.ObjectRef]:
     return done
 
 
-def when_done(ref: ray.ObjectRef, callback: Callable[[ray.ObjectRef, Answer], None]) -> None:
+def when_done(ref: ray.ObjectRef | SocketCall,
+              callback: Callable[[Any, Answer], None]) -> None:
     """Call ``callback(ref, answer)`` once the request has finished (on a thread of Ray's, or
     at once if it has): a client waits on its own condition, woken by answers, instead of in
     ``ray.wait``, where nothing else could wake it. The caller reads the answer from
-    ``answer``, read once, not with :func:`resolve`."""
-    ref.future().add_done_callback(lambda future: callback(ref, Answer(future)))
+    ``answer``, read once, not with :func:`resolve`. A SocketCall (a produce call over a
+    host's socket) is waited on the same way."""
+    future = ref.future if isinstance(ref, SocketCall) else ref.future()
+    future.add_done_callback(lambda done: callback(ref, Answer(done)))
 
 
 def unwrap(error: BaseException) -> BaseException:
@@ -257,19 +262,32 @@ class ReplicaClient:
 
     def append_batches(self, batches: list[tuple[ReplicaClient, bytes | pa.Buffer]],
                        acks: int | str, timeout_ms: int = 30_000,
-                       client_id: str | None = None) -> ray.ObjectRef:
+                       client_id: str | None = None,
+                       socket: bool = False) -> ray.ObjectRef | SocketCall:
         """One call to this replica's host (its ``handle``) carrying the batches of several
         partitions it serves, each with the client of its partition (the broker's
         ``produce_batches``): answered with a list, each batch's AppendInfo or the error it
-        raised, in order (in a Throttled if ``client_id``'s quota held it back). Once the
+        raised, in order (in a Throttled if ``client_id``'s quota held it back).
+
+        ``socket``: over the host's produce socket once this process is connected to it
+        (a SocketCall; raylog/client/host_socket.py), by Ray until then. By Ray, once the
         call's batches together exceed what Ray sends inline, each goes as a ``pa.Buffer``
-        (see :func:`zero_copy`): the call's argument is in the object store then anyway, and
-        a buffer is read there in place where ``bytes`` would be copied out."""
-        out_of_band = sum(len(data) for _, data in batches) > inline_limit()
-        items = [(replica.topic, replica.partition, replica.leader_epoch,
-                  pa.py_buffer(data) if out_of_band and type(data) is bytes else data)
+        (see :func:`zero_copy`): the call's argument is in the object store then anyway,
+        and a buffer is read there in place where ``bytes`` would be copied out."""
+        items = [(replica.topic, replica.partition, replica.leader_epoch, data)
                  for replica, data in batches]
-        return self.handle.produce_batches.remote(items, acks, timeout_ms, client_id=client_id)
+
+        def by_ray() -> ray.ObjectRef:
+            out_of_band = sum(len(data) for *_, data in items) > inline_limit()
+            return self.handle.produce_batches.remote(
+                [(topic, partition, epoch,
+                  pa.py_buffer(data) if out_of_band and type(data) is bytes else data)
+                 for topic, partition, epoch, data in items],
+                acks, timeout_ms, client_id=client_id)
+
+        if not socket:
+            return by_ray()
+        return route_of(self.handle).produce(items, acks, timeout_ms, client_id, by_ray)
 
     def fetch(self, offset: int, max_bytes: int, max_wait_ms: int,
               min_bytes: int, isolation: str = READ_UNCOMMITTED,

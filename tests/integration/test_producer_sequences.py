@@ -75,8 +75,8 @@ class Seam:
         self.lock = threading.Lock()
 
     def append_batches(self, client: ReplicaClient, batches: list, acks: int | str,
-                       timeout_ms: int = 30_000, client_id: str | None = None
-                       ) -> ray.ObjectRef:
+                       timeout_ms: int = 30_000, client_id: str | None = None,
+                       socket: bool = False) -> ray.ObjectRef:
         keys = [(h.producer_epoch, h.base_sequence)
                 for h in (parse_header(data) for _, data in batches)]
         with self.lock:

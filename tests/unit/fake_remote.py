@@ -135,13 +135,26 @@ def install(monkeypatch, *modules: types.ModuleType) -> None:
     for module in (remote_module, *modules):
         for name, fake in (("resolve", resolve), ("wait_done", wait_done),
                            ("when_done", when_done), ("cancel", cancel),
-                           ("own_actor", lambda handle: False)):
+                           ("own_actor", lambda handle: False),
+                           ("route_of", lambda handle: _BY_CALLS)):
             if hasattr(module, name):
                 monkeypatch.setattr(module, name, fake)
     ray_up = types.SimpleNamespace(is_initialized=lambda: True)
     monkeypatch.setattr(connection_module, "ray", ray_up)
     monkeypatch.setattr(membership_module, "ray", ray_up)
     monkeypatch.setattr(membership_module, "current_actor", lambda: None)
+
+
+class _ByCalls:
+    """A fake host's produce route: every call by its (fake) actor call; the produce socket
+    has tests of its own (tests/unit/client/test_host_socket.py)."""
+
+    def produce(self, items: list, acks: object, timeout_ms: int, client_id: str | None,
+                by_ray: Callable[[], Any]) -> Any:
+        return by_ray()
+
+
+_BY_CALLS = _ByCalls()
 
 
 class Stoppable:

@@ -50,7 +50,7 @@ class _RefusingLeader:
 
     handle = None  # every partition's host
 
-    def append_batches(self, batches, acks, timeout_ms, client_id=None):
+    def append_batches(self, batches, acks, timeout_ms, client_id=None, socket=False):
         raise InvalidRecordError("refused by the test's leader")
 
 

@@ -60,13 +60,20 @@ def test_unknown_compression_is_refused_naming_the_value(codec):
         ProducerConfig(compression_type=codec)
 
 
+@pytest.mark.parametrize("value", [1, "true", None])
+def test_produce_socket_must_be_a_bool(value):
+    with pytest.raises(InvalidConfigError, match=rf"produce_socket must be true or false, "
+                                                 rf"got {_escaped(value)}"):
+        ProducerConfig(produce_socket=value)
+
+
 def test_compression_none_is_accepted():
     assert ProducerConfig(compression_type="none").compression_type == "none"
 
 
 PRODUCER_INT_FIELDS = [f.name for f in dataclasses.fields(ProducerConfig)
                        if f.name not in ("acks", "compression_type", "transactional_id",
-                                         "client_id")]
+                                         "client_id", "produce_socket")]
 ZERO_OK = {"linger_ms", "retry_backoff_ms"}
 
 

@@ -92,7 +92,8 @@ class FakeLeader:
         return self
 
     def append_batches(self, batches: list, acks: object, timeout_ms: int,
-                       client_id: str | None = None) -> concurrent.futures.Future:
+                       client_id: str | None = None,
+                       socket: bool = False) -> concurrent.futures.Future:
         """One call carrying several batches: each appended as ``append`` would."""
         return fake_remote.gathered([replica.append(data, acks, timeout_ms)
                                      for replica, data in batches])
@@ -209,7 +210,7 @@ def test_each_append_answer_is_read_once(monkeypatch):
 
     class Leader(FakeLeader):
         def append_batches(self, batches: list, acks: object, timeout_ms: int,
-                           client_id: str | None = None) -> CountingRef:
+                           client_id: str | None = None, socket: bool = False) -> CountingRef:
             refs.append(CountingRef(super().append_batches(batches, acks, timeout_ms)))
             return refs[-1]
 

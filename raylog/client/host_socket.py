@@ -1,0 +1,312 @@
+"""A process's produce calls to a replica host over the host's produce socket, once it is
+connected; Ray's actor call until then (docs/architecture.md, "The produce socket").
+
+A Ray actor call costs about half a millisecond of CPU on each side on this project's
+machines; the same call as a frame on a TCP connection costs tens of microseconds
+(docs/performance.md, "The produce socket"). On two cores shared by a producer, a broker and
+a consumer, that CPU is most of a record's way from ``send`` to a reader. Each host listens
+on a port of its own (actors/produce_socket.py) and says where when asked (its
+``produce_address``); everything else (metadata, fetches, control) stays on Ray.
+
+One :class:`HostRoute` per host actor and process decides which way each call goes, and one
+:class:`HostConnection` per route carries the calls once connected. The frames are in
+raylog/util/produce_frames.py.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import itertools
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import ray
+
+from raylog.errors import ActorUnavailableError, InternalError
+from raylog.util.produce_frames import (
+    LENGTH,
+    MAX_FRAME_BYTES,
+    FrameError,
+    hello,
+    parse_answer,
+    request_frame,
+)
+
+logger = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 2.0
+# After a failure to learn a host's address or to connect, ask again after this long,
+# doubling up to RETRY_MAX_S; its calls go by Ray meanwhile.
+RETRY_MIN_S, RETRY_MAX_S = 0.5, 10.0
+# Writes of up to this many bytes are joined into one send (one system call, one segment).
+JOIN_BYTES = 64 << 10
+
+
+class SocketCall:
+    """A produce call made over a host's socket: its answer (the value of the host's
+    ``produce_batches``, or the error it raised) completes ``future``. Stands where a Ray
+    call's ObjectRef would (raylog/client/remote.py's ``when_done`` and ``discard`` take
+    either)."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: concurrent.futures.Future) -> None:
+        self.future = future
+
+
+class ConnectionClosedError(ConnectionError):
+    """A call on a connection that has closed (the route tries another way)."""
+
+
+class HostConnection:
+    """One TCP connection to a host's produce socket, shared by the process's producers.
+
+    :meth:`call` sends a request frame (from any thread; the sends are serialized) and a
+    reader thread of its own completes each call's future with its answer. When the
+    connection fails or the host closes it, every call still waiting fails with
+    ActorUnavailableError, whose outcome the producer treats as unknown (as a dead actor's
+    call), and the connection is done: ``on_closed`` is called once."""
+
+    def __init__(self, address: tuple[str, int], token: bytes,
+                 on_closed: Callable[[HostConnection], None]) -> None:
+        self.address = address
+        self._sock = socket.create_connection(address, timeout=CONNECT_TIMEOUT_S)
+        try:
+            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._sock.sendall(hello(token))
+        except OSError:
+            self._sock.close()
+            raise
+        self._sock.settimeout(None)
+        self._on_closed = on_closed
+        self._send_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._pending: dict[int, concurrent.futures.Future] = {}
+        self._ids = itertools.count()
+        self._closed = False
+        threading.Thread(target=self._read, daemon=True,
+                         name=f"raylog-produce-socket-{address[1]}").start()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def outstanding(self) -> int:
+        """Calls sent and not answered yet."""
+        with self._lock:
+            return len(self._pending)
+
+    def call(self, items: list[tuple[str, int, int, Any]], acks: int | str, timeout_ms: int,
+             client_id: str | None) -> SocketCall:
+        """Send one produce call; ConnectionClosedError if the connection had closed (no
+        byte of it was sent)."""
+        call_id = next(self._ids)
+        pieces = request_frame(call_id, items, acks, timeout_ms, client_id)
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self._lock:
+            if self._closed:
+                raise ConnectionClosedError(f"the produce socket {self.address} is closed")
+            self._pending[call_id] = future
+        try:
+            with self._send_lock:
+                _send_all(self._sock, pieces)
+        except OSError as e:  # a part of it may have gone: its outcome is unknown
+            self._fail(e)
+        return SocketCall(future)
+
+    def close(self) -> None:
+        self._fail(ConnectionAbortedError("closed by this process"))
+
+    def _read(self) -> None:
+        try:
+            while True:
+                (length,) = LENGTH.unpack(self._receive(LENGTH.size))
+                if length > MAX_FRAME_BYTES:
+                    raise FrameError(f"an answer of {length} bytes is above the limit")
+                call_id, ok, body = parse_answer(self._receive(length))
+                with self._lock:
+                    future = self._pending.pop(call_id, None)
+                if future is None:
+                    continue
+                if ok:
+                    future.set_result(body)
+                elif isinstance(body, BaseException):
+                    future.set_exception(body)
+                else:
+                    future.set_exception(InternalError(
+                        f"a host answered an error that is not one: {body!r}"))
+        except Exception as e:  # the host closed, died or broke the format: end every call
+            self._fail(e)
+
+    def _receive(self, n: int) -> bytearray:
+        data = bytearray(n)
+        view = memoryview(data)
+        got = 0
+        while got < n:
+            k = self._sock.recv_into(view[got:])
+            if k == 0:
+                raise ConnectionResetError("the host closed the connection")
+            got += k
+        return data
+
+    def _fail(self, error: BaseException) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            pending, self._pending = self._pending, {}
+        with contextlib.suppress(OSError):  # (not connected any more)
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the reader
+        self._sock.close()
+        if pending:
+            logger.info("the produce socket %s closed with %d calls waiting: %r",
+                        self.address, len(pending), error)
+        for future in pending.values():
+            future.set_exception(ActorUnavailableError(
+                f"the connection to the host at {self.address[0]}:{self.address[1]} ended "
+                f"before it answered ({type(error).__name__}: {error}): the call may have "
+                f"been appended"))
+        self._on_closed(self)
+
+
+def _send_all(sock: socket.socket, pieces: list[Any]) -> None:
+    """Send every byte of ``pieces`` (bytes or buffers, not copied when large)."""
+    views = [memoryview(piece).cast("B") for piece in pieces]
+    if sum(view.nbytes for view in views) <= JOIN_BYTES:
+        sock.sendall(b"".join(views))
+        return
+    while views:
+        sent = sock.sendmsg(views)
+        while views and sent >= views[0].nbytes:
+            sent -= views[0].nbytes
+            views.pop(0)
+        if sent:
+            views[0] = views[0][sent:]
+
+
+class HostRoute:
+    """Which way a process's produce calls to one host go: Ray's actor call until the
+    host's produce socket is connected, then the socket; Ray again while it is not.
+
+    The way changes only once no call is outstanding the other way (a closed connection
+    has failed all of its calls before it is let go), so the calls one thread makes to a
+    host start there in the order they were made, as they would over one channel. Asking a
+    host for its address and connecting happen off the caller's thread; calls go by Ray
+    meanwhile. Thread-safe."""
+
+    def __init__(self, handle: ray.actor.ActorHandle) -> None:
+        self._handle = handle
+        self._lock = threading.Lock()
+        self._connection: HostConnection | None = None
+        self._connecting = False
+        self._failures = 0
+        self._next_try = 0.0
+        self._by_ray = 0  # Ray calls not answered yet
+
+    @property
+    def connection(self) -> HostConnection | None:
+        return self._connection
+
+    def produce(self, items: list[tuple[str, int, int, Any]], acks: int | str,
+                timeout_ms: int, client_id: str | None,
+                by_ray: Callable[[], ray.ObjectRef]) -> ray.ObjectRef | SocketCall:
+        """Make one produce call of ``items`` (``(topic, partition, leader_epoch, batch)``
+        each), by the socket if it is connected, else by ``by_ray``."""
+        size = sum(memoryview(data).nbytes for *_, data in items)
+        with self._lock:
+            connection = self._connection
+            connect = connection is None and self._may_connect()
+            if self._by_ray or size + JOIN_BYTES > MAX_FRAME_BYTES:
+                connection = None
+        if connect:
+            self._connect()
+        if connection is not None:
+            try:
+                return connection.call(items, acks, timeout_ms, client_id)
+            except ConnectionClosedError:
+                pass  # closed meanwhile, its calls failed: Ray it is
+        with self._lock:
+            self._by_ray += 1
+        try:
+            ref = by_ray()
+        except BaseException:
+            self._ray_answered(None)
+            raise
+        ref.future().add_done_callback(self._ray_answered)
+        return ref
+
+    def _ray_answered(self, _: object) -> None:
+        with self._lock:
+            self._by_ray -= 1
+
+    def _may_connect(self) -> bool:
+        """Whether to ask the host where its socket is and connect now: not while that is
+        under way, nor soon after it failed (lock held; marks it under way)."""
+        if self._connecting or time.monotonic() < self._next_try:
+            return False
+        self._connecting = True
+        return True
+
+    def _connect(self) -> None:
+        """Ask the host for its address; connect, on a thread of its own, once it answers
+        (never on the caller's thread, nor on Ray's callback thread)."""
+        try:
+            ref = self._handle.produce_address.remote()
+        except Exception as e:  # Ray shut down, or the handle is of no actor any more
+            self._gave_up(e)
+            return
+        ref.future().add_done_callback(self._addressed)
+
+    def _addressed(self, future: concurrent.futures.Future) -> None:
+        try:
+            host, port, token = future.result()
+        except Exception as e:  # dead, restarting, or a host without the socket
+            self._gave_up(e)
+            return
+        threading.Thread(target=self._open, args=((host, port), token), daemon=True,
+                         name="raylog-produce-connect").start()
+
+    def _open(self, address: tuple[str, int], token: bytes) -> None:
+        try:
+            connection = HostConnection(address, token, self._closed)
+        except (OSError, FrameError) as e:  # refused, unreachable, or a token not 32 bytes
+            self._gave_up(e)
+            return
+        with self._lock:
+            self._connecting, self._failures = False, 0
+            if not connection.closed:  # (else its end was reported before it was kept)
+                self._connection = connection
+
+    def _gave_up(self, error: BaseException) -> None:
+        with self._lock:
+            self._connecting = False
+            self._failures += 1
+            wait_s = min(RETRY_MIN_S * 2 ** (self._failures - 1), RETRY_MAX_S)
+            self._next_try = time.monotonic() + wait_s
+        logger.debug("no produce socket to %s (%r): by Ray for %.1f s", self._handle,
+                     error, wait_s)
+
+    def _closed(self, connection: HostConnection) -> None:
+        with self._lock:
+            if self._connection is connection:
+                self._connection = None  # ask again at the next call: it may have restarted
+
+
+_routes: dict[str, HostRoute] = {}
+_routes_lock = threading.Lock()
+
+
+def route_of(handle: ray.actor.ActorHandle) -> HostRoute:
+    """The route of this process's produce calls to the host ``handle`` is."""
+    key = handle._actor_id.hex()
+    with _routes_lock:
+        route = _routes.get(key)
+        if route is None:
+            route = _routes[key] = HostRoute(handle)
+        return route
