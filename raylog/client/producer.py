@@ -79,6 +79,9 @@ _CODECS = {"lz4": Codec.LZ4, "none": Codec.NONE}
 # batches the caller submitted last are collected by the sender once it ends (a caller that
 # stopped sending, to flush or to wait on a future, collects none itself).
 CALLER_BUSY_MAX_S = 0.05
+# Over the produce socket, a second call goes to a broker while one is out only with a
+# batch of at least this many bytes (or half batch_size, if less): see _call_may_go.
+PIPELINED_BATCH_BYTES = 256 << 10
 
 
 @refuses_unknown_options
@@ -247,6 +250,8 @@ class Producer:
         self._senders: dict[tuple[str, int], PartitionSender] = {}
         self._sendable: dict[tuple[str, int], None] = {}  # partitions with queued batches
         self._in_flight: dict[ray.ObjectRef | SocketCall, ProduceCall] = {}
+        # A batch this large goes beside a call in flight over the socket (_call_may_go).
+        self._pipelined = min(PIPELINED_BATCH_BYTES, self.config.batch_size // 2)
         self._buffered_bytes = 0
         self._failures = _Failures()
         self._lock = threading.Lock()
@@ -839,23 +844,36 @@ class Producer:
             if batch is None or batch.created + linger_s > now:
                 # Sealed (and maybe opened again: the new batch's own alarm rings later).
                 del self._lingered[key]
-            elif self._room_for(key, loads):
+            elif self._room_for(key, loads, batch.builder.estimated_size):
                 del self._lingered[key]
                 self._seal(batch, block=False)
 
-    def _room_for(self, key: tuple[str, int], loads: collections.Counter[int | None]) -> bool:
-        """Whether a batch sealed now for this partition could go out at once (lock held),
-        its leader's broker having ``loads`` requests in flight. While it could not, a
-        lingering batch stays open and keeps filling up to batch_size, as Kafka's accumulator
-        does: a busy partition gets fewer, larger batches instead of a growing queue of small
-        ones."""
-        if loads[self._leader_of(key)] >= self.config.max_in_flight_requests_per_broker:
+    def _room_for(self, key: tuple[str, int], loads: collections.Counter[int | None],
+                  size: int) -> bool:
+        """Whether a batch of ``size`` bytes sealed now for this partition could go out at
+        once (lock held), its leader's broker having ``loads`` requests in flight. While it
+        could not, a lingering batch stays open and keeps filling up to batch_size, as
+        Kafka's accumulator does: a busy partition gets fewer, larger batches instead of a
+        growing queue of small ones."""
+        if not self._call_may_go(loads[self._leader_of(key)], size):
             return False
         sender = self._senders.get(key)
         if sender is None or not sender.in_flight:
             return sender is None or not sender.queue
         return not sender.queue and not sender.reset_pending and \
             len(sender.in_flight) < self.config.max_in_flight_requests_per_partition
+
+    def _call_may_go(self, in_flight: int, size: int) -> bool:
+        """Whether a produce call whose first batch has ``size`` bytes may go to a broker
+        with ``in_flight`` calls out: under max_in_flight_requests_per_broker; and, over
+        the produce socket, beside a call in flight only with a large batch (Nagle's rule:
+        small batches gather while a call is out, where each would be a call of its own:
+        the socket's calls come back so soon that a second one carried a record or two, and
+        every call and batch costs the broker and the consumer as much as a large one;
+        docs/performance.md, "The produce socket")."""
+        if in_flight >= self.config.max_in_flight_requests_per_broker:
+            return False
+        return in_flight == 0 or not self.config.produce_socket or size >= self._pipelined
 
     def _leader_of(self, key: tuple[str, int]) -> int | None:
         meta = self._topics.get(key[0])
@@ -1014,7 +1032,6 @@ class Producer:
         queue, up to max_request_size bytes (one batch at least); a broker has at most
         max_in_flight_requests_per_broker calls in flight."""
         limit = self.config.max_in_flight_requests_per_partition
-        per_broker = self.config.max_in_flight_requests_per_broker
         max_bytes = self.config.max_request_size
         self._send_pending = False
         loads = self._broker_loads()
@@ -1044,7 +1061,7 @@ class Producer:
             while sender.queue and len(sender.in_flight) < limit:
                 if replica is not None and (call is None or (
                         call.live and call.size + sender.queue[0].buffered > max_bytes)):
-                    if loads[broker] >= per_broker:
+                    if not self._call_may_go(loads[broker], sender.queue[0].buffered):
                         break  # stays sendable until its broker answers one
                     loads[broker] += 1
                     call = filling[replica.handle] = ProduceCall(broker, replica)

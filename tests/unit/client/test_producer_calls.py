@@ -243,3 +243,43 @@ def test_a_flush_after_sends_that_sealed_batches_ends_with_their_answers(control
     producer.flush(timeout=20)
     assert [f.result(timeout=5).offset for f in futures] == [0, 1, 2]
     producer.close()
+
+
+@pytest.mark.parametrize("produce_socket", [True, False])
+def test_over_the_socket_small_batches_gather_while_a_call_is_out(controller, produce_socket):
+    """Broker 1 holds its first call: over the produce socket, the small batches after it
+    wait (no second call) and go together once it answers; by Ray,
+    max_in_flight_requests_per_broker (2) is the only limit."""
+    broker = controller.brokers[1]
+    broker.stop()
+    producer = producer_for(controller, linger_ms=0, produce_socket=produce_socket)
+    first = producer.send("t", b"first", partition=0)
+    wait_until(lambda: broker.held == 1)
+    smalls = [producer.send("t", b"small %d" % i, partition=i % 2 * 3) for i in range(20)]
+    flushed = threading.Thread(target=producer.flush)
+    flushed.start()
+    if produce_socket:
+        wait_until(lambda: not producer._open)  # every batch sealed, to go when it may
+        with producer._submitting:  # and no thread in the middle of sending some
+            assert broker.held == 1
+    else:
+        wait_until(lambda: broker.held == 2)
+    broker.cont()
+    flushed.join(timeout=30)
+    assert first.result(5).offset == 0 and all(f.exception(5) is None for f in smalls)
+    if produce_socket:
+        assert len(broker.produce_calls) == 2  # the first, then the others together
+    producer.close()
+
+
+def test_over_the_socket_a_large_batch_goes_beside_a_call_out(controller):
+    broker = controller.brokers[1]
+    broker.stop()
+    producer = producer_for(controller, linger_ms=0)
+    first = producer.send("t", b"first", partition=0)
+    wait_until(lambda: broker.held == 1)
+    large = producer.send("t", b"x" * producer_module.PIPELINED_BATCH_BYTES, partition=3)
+    wait_until(lambda: broker.held == 2)  # beside the first, not after it
+    broker.cont()
+    assert first.result(10).offset == 0 and large.result(10).offset == 0
+    producer.close()
