@@ -45,6 +45,7 @@ import ray
 
 from actors import at, log_what_matters
 from actors.background import StorageWorker
+from actors.data_socket import DataSocket
 from actors.fetcher import ReplicaFetcher
 from actors.host_quotas import HostQuotas
 from actors.hosting import (
@@ -56,7 +57,6 @@ from actors.hosting import (
     wait_any,
 )
 from actors.payload_checks import AppendTurns, PayloadChecks
-from actors.produce_socket import ProduceSocket
 from actors.tiered import TieredHost
 from raylog.errors import (
     BrokerStalledError,
@@ -196,10 +196,11 @@ class ReplicaHost:
         self._storage = StorageWorker()  # compaction, flushes, deletions: off this loop
         # Large produce batches' payload checks, on threads, appended in call order.
         self._checks, self._turns = PayloadChecks(), AppendTurns()
-        # Producers' calls over TCP, beside Ray's (actors/produce_socket.py).
-        self.produce_socket = ProduceSocket(self.produce_batches)
+        # Producers' calls and consumers' fetch streams over TCP, beside Ray's
+        # (actors/data_socket.py).
+        self.data_socket = DataSocket(self.produce_batches, self.fetch_stream)
         self._listening = asyncio.get_event_loop().create_task(
-            self.produce_socket.start(ray.util.get_node_ip_address()))
+            self.data_socket.start(ray.util.get_node_ip_address()))
         # Tiered replicas' uploads, remote reads and remote-log metadata (actors/tiered.py).
         self.tiered = TieredHost(lambda: self.broker_id, self._controller_handle,
                                  self._tiered_job_done)
@@ -467,7 +468,7 @@ class ReplicaHost:
             fetcher.stop()
         self.tiered.close()
         self._checks.close()
-        self.produce_socket.close()
+        self.data_socket.close()
 
     # -- producers and consumers ---------------------------------------------------------------
 
@@ -499,12 +500,13 @@ class ReplicaHost:
                                                   time.monotonic() - started)
         return Throttled(info, throttled) if throttled else info
 
-    async def produce_address(self) -> tuple[str, int, bytes]:
-        """Where this process's produce socket listens, and the token a connection's hello
-        carries: a producer's calls go there once it knows (raylog/client/host_socket.py).
-        Given over Ray only, which authenticates its callers."""
+    async def socket_address(self) -> tuple[str, int, bytes]:
+        """Where this process's data socket listens, and the token a connection's hello
+        carries: producers' calls and consumers' streams go there once they know
+        (raylog/client/host_socket.py). Given over Ray only, which authenticates its
+        callers."""
         await asyncio.shield(self._listening)
-        return (*self.produce_socket.address(), self.produce_socket.token)
+        return (*self.data_socket.address(), self.data_socket.token)
 
     def _produced(self, topic: str, batch: pa.Buffer, info: AppendInfo, started: float,
                   since: int) -> AppendInfo:

@@ -1,11 +1,13 @@
-"""The producer's two ways to a host, side by side: Ray's actor call and the host's produce
-socket (``produce_socket`` False and True; docs/architecture.md, "The produce socket").
+"""A client's two ways to a host, side by side: Ray (actor calls, the consumer's Ray stream)
+and the host's data socket (``produce_socket`` and ``fetch_socket`` False, and True; docs/
+architecture.md, "The data socket").
 
 On one embedded node (the suite's broker layout) with a 6-partition topic, alternated way by
 way in each round, so both see the same load:
 
-- end to end, send to receipt, through the suite's probe (a consumer in its own process) at
-  10,000 records/s with ``linger_ms`` 0 and 5 and at 500/s with 0: p50, p99, p99.9;
+- end to end, send to receipt, through the suite's probe (a consumer in its own process, one
+  per way) at 10,000 records/s with ``linger_ms`` 0 and 5 and at 500/s with 0: p50, p99,
+  p99.9;
 - ``send_batch`` of a table of 100-byte values, uncompressed and with LZ4: records/s.
 
 An empty Ray actor call's p50 is measured beside them (the suite's ``vs_actor_call_p50``
@@ -56,10 +58,11 @@ QUICK = Mode("quick", 2, 3.0, 1_000_000)
 FULL = Mode("full", 4, 6.0, 2_000_000)
 
 
-def latency_cells(probe: Any, topic: str, way: str, seconds: float) -> list[dict[str, Any]]:
+def latency_cells(probes: dict[str, Any], topic: str, way: str, seconds: float
+                  ) -> list[dict[str, Any]]:
     out = []
     for rate, linger in CELLS:
-        ms = measure_latency(probe, topic, rate, seconds,
+        ms = measure_latency(probes[way], topic, rate, seconds,
                              {"linger_ms": linger, "produce_socket": WAYS[way]})
         out.append({"way": way, "rate": rate, "linger_ms": linger,
                     **{f"p{name}_ms": float(np.percentile(ms, q))
@@ -84,11 +87,14 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
     latency, throughput = [], []
     with embedded_cluster(root) as cluster:
         latency_topic, raw, lz4 = (Topic(cluster, name) for name in ("latency", "raw", "lz4"))
-        probe = LatencyProbe.remote("latency", len(latency_topic.partitions))
-        measure_latency(probe, "latency", 10_000, 1.0, {"linger_ms": 0})  # warm-up
+        probes = {way: LatencyProbe.remote("latency", len(latency_topic.partitions),
+                                           fetch_socket=on) for way, on in WAYS.items()}
+        for way, probe in probes.items():  # warm-up (the sockets connect)
+            measure_latency(probe, "latency", 10_000, 1.0,
+                            {"linger_ms": 0, "produce_socket": WAYS[way]})
         for _ in range(mode.rounds):
             for way in WAYS:
-                latency.extend(latency_cells(probe, "latency", way, mode.seconds))
+                latency.extend(latency_cells(probes, "latency", way, mode.seconds))
                 throughput.append(send_batch_rates(raw, lz4, way, table))
                 print(f"{way}: {latency[-3:]} {throughput[-1]}", file=sys.stderr)
         call_p50 = float(np.percentile(actor_call_latencies(1000), 50))
@@ -101,8 +107,8 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
 
 def headline(mode: Mode, result: dict[str, Any]) -> str:
     load = result["machine"]["load_average_1m"]
-    return (f"The producer's way to a host, {mode.name} mode ({result['rounds']} rounds "
-            f"alternated): Ray's call against the produce socket; an empty call's p50 "
+    return (f"A client's way to a host, {mode.name} mode ({result['rounds']} rounds "
+            f"alternated): Ray against the data socket; an empty call's p50 "
             f"{result['actor_call_p50_ms']:.2f} ms; load {load['start']:.1f} at start, "
             f"{load['end']:.1f} at the end")
 

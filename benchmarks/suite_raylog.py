@@ -172,10 +172,10 @@ class LatencyProbe(StampedProbe):
     record's time from its send call to its receipt here. ``arm`` positions it at the end
     and starts the polling thread."""
 
-    def __init__(self, topic: str, partitions: int) -> None:
+    def __init__(self, topic: str, partitions: int, **settings: Any) -> None:
         raylog.init()
         super().__init__(Consumer(auto_offset_reset="latest", enable_auto_commit=False,
-                                  max_poll_records=10_000))
+                                  max_poll_records=10_000, **settings))
         self.partitions = [TopicPartition(topic, p) for p in range(partitions)]
         self.consumer.assign(self.partitions)
 

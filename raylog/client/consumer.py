@@ -23,6 +23,7 @@ from raylog.client.connection import (
 )
 from raylog.client.fetch_plan import BrokerFetch, BrokerStream, by_process, rotated
 from raylog.client.group_member import GroupMixin
+from raylog.client.host_socket import SocketStream
 from raylog.client.remote import HostClient, cancel, discard, own_actor, resolve, wait_done
 from raylog.errors import (
     ClientClosedError,
@@ -66,6 +67,9 @@ _new = tuple.__new__
 OFFSET_RESETS = ("earliest", "latest", "none")
 METADATA_REFRESH_BACKOFF_S = 0.1  # refresh a topic at most this often after errors
 WATCH_INTERVAL_S = 0.5  # poll looks this often for requests to give up (_watch_requests)
+# With Ray's requests and socket streams out together, poll waits on Ray this long at a
+# time, looking at the streams between (see Consumer._wait).
+MIXED_WAIT_S = 0.005
 LEADER_ONLY_S = 10.0  # read from the leader this long after a follower was out of range
 
 
@@ -104,6 +108,9 @@ class ConsumerConfig:
                                            # the broker answers again and again, instead of a
                                            # call per answer (raylog/replica/fetch_stream.py);
                                            # calls to the consumer's own process either way
+    fetch_socket: bool = True              # the streams over the hosts' data sockets once
+                                           # this process is connected to them, by Ray
+                                           # until then (raylog/client/host_socket.py)
 
     def __post_init__(self) -> None:
         if self.auto_offset_reset not in OFFSET_RESETS:
@@ -120,7 +127,8 @@ class ConsumerConfig:
         if self.group_id is not None:
             check_id("group_id", self.group_id)
         check_id("client_id", self.client_id)
-        for flag in ("enable_auto_commit", "fetch_from_nearest", "stream_fetches"):
+        for flag in ("enable_auto_commit", "fetch_from_nearest", "stream_fetches",
+                     "fetch_socket"):
             if type(getattr(self, flag)) is not bool:
                 raise InvalidConfigError(f"{flag} must be true or false, got "
                                          f"{getattr(self, flag)!r}")
@@ -135,7 +143,7 @@ class ConsumerConfig:
 
 _NON_NUMERIC = {"auto_offset_reset", "group_id", "client_id", "enable_auto_commit",
                 "partition_assignment_strategy", "fetch_from_nearest", "isolation_level",
-                "stream_fetches"}
+                "stream_fetches", "fetch_socket"}
 
 
 class _Fetching:
@@ -219,6 +227,14 @@ class _Fetching:
             # Everything fetched is returned: past skipped records (markers, aborted
             # transactions) too, as Kafka's position moves.
             self.position = self.fetch_offset
+
+
+def _next_answer(stream: Any) -> Any:
+    """A stream's next answer: a SocketStream's, or a Ray stream's next object, read;
+    StopIteration at its end, its error raised."""
+    if isinstance(stream, SocketStream):
+        return stream.take()
+    return resolve(next(stream))
 
 
 def poll_timeout_ms(timeout_ms: object, timeout: object) -> int:
@@ -490,6 +506,10 @@ class Consumer(GroupMixin):
                 # again without it), and is not taken from while a partition is full, which
                 # paused never drains (made again without it, so the others go on).
                 self._give_up(key)
+            elif isinstance(fetch, BrokerStream) and self.config.fetch_socket and \
+                    not isinstance(fetch.ref, SocketStream) and \
+                    HostClient(key).socket_connected():
+                self._give_up(key)  # by Ray while the socket connected: made again over it
         wanted = self._wanted(now)
         # A partition with nothing buffered does not wait for the outstanding fetch that
         # it is not in (nor does any for one whose partitions were all reset or revoked):
@@ -518,9 +538,17 @@ class Consumer(GroupMixin):
             # None from a broker's own process to itself: Ray loses such a stream's items.
             stream = config.stream_fetches and config.fetch_max_wait_ms > 0 and \
                 not own_actor(key)
-            call = HostClient(key).fetch_stream if stream else HostClient(key).fetch_many
-            ref = call(reads, config.fetch_max_bytes, config.fetch_max_wait_ms,
-                       config.fetch_min_bytes, *self._isolation, client_id=config.client_id)
+            if stream:
+                # Over the host's data socket once connected (SocketStream): then each answer
+                # comes with a wake of poll's wait.
+                ref = HostClient(key).fetch_stream(
+                    reads, config.fetch_max_bytes, config.fetch_max_wait_ms,
+                    config.fetch_min_bytes, *self._isolation, client_id=config.client_id,
+                    wake=self._news.set if config.fetch_socket else None)
+            else:
+                ref = HostClient(key).fetch_many(
+                    reads, config.fetch_max_bytes, config.fetch_max_wait_ms,
+                    config.fetch_min_bytes, *self._isolation, client_id=config.client_id)
             self._fetches[key] = (BrokerStream if stream else BrokerFetch)(
                 key, ref, states, [(r.broker_id, r.leader_epoch) for _, r in wants], leaders,
                 now)
@@ -647,14 +675,12 @@ class Consumer(GroupMixin):
 
     def _receive_streamed(self, stream: BrokerStream) -> None:
         try:
-            ref = next(stream.ref)
+            answer: Any = _next_answer(stream.ref)
         except StopIteration:  # the broker ended it (its lifetime): made again next
             if self._fetches.get(stream.key) is stream:
                 del self._fetches[stream.key]
             stream.detach()
             return
-        try:
-            answer: Any = resolve(ref)
         except RaylogError as e:  # the whole stream: every partition in it
             answer = e
         stream.sent_at = time.monotonic()  # answered: the next answer is due from now
@@ -771,9 +797,8 @@ class Consumer(GroupMixin):
                     return []
                 self._news.wait(self._quiet_s(now, remaining))
                 continue
-            refs = list(pending)
             # At least every WATCH_INTERVAL_S, look for requests to give up.
-            done = wait_done(refs, min(max(remaining, 0), WATCH_INTERVAL_S))
+            done = self._wait(list(pending), min(max(remaining, 0), WATCH_INTERVAL_S))
             for ref in done:
                 owner = pending[ref]
                 if isinstance(owner, BrokerFetch):
@@ -786,6 +811,28 @@ class Consumer(GroupMixin):
                 records = self._drain(limit)
                 return self._deserialized(records) if records and \
                     self._deserializers != (None, None) else records
+
+    def _wait(self, refs: list[Any], timeout: float) -> list[Any]:
+        """The requests among ``refs`` answered within ``timeout`` s: Ray's (by ``ray.wait``)
+        and streams over a data socket (each wakes ``_news`` as an answer comes). With both
+        kinds out (while a socket connects, or a position is asked of a leader), Ray's wait
+        is taken in slices of MIXED_WAIT_S, the streams looked at between them."""
+        sockets = [r for r in refs if isinstance(r, SocketStream)]
+        if not sockets:
+            return wait_done(refs, timeout)
+        rays = [r for r in refs if not isinstance(r, SocketStream)]
+        deadline = time.monotonic() + timeout
+        while True:
+            done = [s for s in sockets if s.ready()]
+            if rays:
+                done += wait_done(rays, 0 if done else
+                                  max(min(MIXED_WAIT_S, deadline - time.monotonic()), 0))
+            elif not done:
+                # Woken by an answer, or by other news poll's loop looks at (it clears it).
+                self._news.wait(max(deadline - time.monotonic(), 0))
+                return [s for s in sockets if s.ready()]
+            if done or time.monotonic() >= deadline:
+                return done
 
     def _quiet_s(self, now: float, remaining: float) -> float:
         """How long a poll with nothing in flight (nothing assigned, leaders missing,

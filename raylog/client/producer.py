@@ -115,7 +115,7 @@ class ProducerConfig:
     # Who the brokers charge this producer's bytes and request time to (client quotas:
     # docs/quotas.md); as Kafka's client.id.
     client_id: str = "raylog-producer"
-    # Produce calls go over the hosts' produce sockets once this process has connected to
+    # Produce calls go over the hosts' data sockets once this process has connected to
     # them (raylog/client/host_socket.py), by Ray's actor call until then; false: always
     # by Ray (docs/producer.md, "How batches reach the broker").
     produce_socket: bool = True

@@ -20,7 +20,7 @@ import pyarrow as pa
 import ray
 from ray.exceptions import ActorUnschedulableError, GetTimeoutError, RayActorError, RayTaskError
 
-from raylog.client.host_socket import SocketCall, route_of
+from raylog.client.host_socket import ConnectionClosedError, SocketCall, SocketStream, route_of
 from raylog.errors import (
     ActorUnavailableError,
     ControllerUnavailableError,
@@ -148,7 +148,9 @@ def cancel(stream: Any) -> None:
     """End a streaming call nobody reads any more (a consumer's fetch stream given up):
     the actor stops it (an async actor's task is cancelled). Errors are ignored: it may
     have ended, or Ray shut down."""
-    if ray.is_initialized():
+    if isinstance(stream, SocketStream):
+        stream.cancel()
+    elif ray.is_initialized():
         with contextlib.suppress(Exception):
             ray.cancel(stream)
 
@@ -269,7 +271,7 @@ class ReplicaClient:
         ``produce_batches``): answered with a list, each batch's AppendInfo or the error it
         raised, in order (in a Throttled if ``client_id``'s quota held it back).
 
-        ``socket``: over the host's produce socket once this process is connected to it
+        ``socket``: over the host's data socket once this process is connected to it
         (a SocketCall; raylog/client/host_socket.py), by Ray until then. By Ray, once the
         call's batches together exceed what Ray sends inline, each goes as a ``pa.Buffer``
         (see :func:`zero_copy`): the call's argument is in the object store then anyway,
@@ -349,12 +351,26 @@ class HostClient:
         return self.handle.fetch_many.remote(reads, max_bytes, max_wait_ms, min_bytes,
                                              isolation, client_id=client_id)
 
+    def socket_connected(self) -> bool:
+        """Whether this process is connected to the host's data socket (a stream made now
+        would go over it); connecting begins if not."""
+        return route_of(self.handle).connected() is not None
+
     def fetch_stream(self, reads: list[tuple[str, int, int, int, int]], max_bytes: int,
                      max_wait_ms: int, min_bytes: int, isolation: str = READ_UNCOMMITTED,
-                     client_id: str | None = None) -> Any:
+                     client_id: str | None = None,
+                     wake: Callable[[], None] | None = None) -> Any:
         """As :meth:`fetch_many`, repeated in one streaming call (ReplicaHost.fetch_stream):
         an ObjectRefGenerator whose every object is a fetch_many answer; at most
-        STREAM_AHEAD of them wait untaken."""
+        STREAM_AHEAD of them wait untaken. With ``wake``: over the host's data socket if
+        this process is connected to it (a SocketStream, which calls ``wake`` as each answer
+        comes; raylog/client/host_socket.py), connecting for the next time if not."""
+        if wake is not None:
+            connection = route_of(self.handle).connected()
+            if connection is not None:
+                with contextlib.suppress(ConnectionClosedError):  # (closed meanwhile)
+                    return connection.open_stream(reads, max_bytes, max_wait_ms, min_bytes,
+                                                  isolation, client_id, STREAM_AHEAD, wake)
         method = self.handle.fetch_stream.options(
             _generator_backpressure_num_objects=STREAM_AHEAD)
         return method.remote(reads, max_bytes, max_wait_ms, min_bytes, isolation,

@@ -49,6 +49,8 @@ METRICS: dict[str, Metric] = {
                                                    "long-poll wait included", ("topic",)),
     "raylog_open_fetch_streams": Metric("gauge", "Consumers' fetch streams a broker's "
                                                  "process is answering (stream_fetches)"),
+    "raylog_socket_connections": Metric("gauge", "Client processes' connections to a "
+                                                 "broker process's data socket"),
     "raylog_throttle_time_ms": Metric("counter", "Time answers to a client were held back by "
                                                  "its quota (docs/quotas.md)",
                                       ("quota", "client_id")),

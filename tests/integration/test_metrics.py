@@ -63,6 +63,9 @@ def test_a_known_workload_shows_on_the_metrics_endpoint(ray_cluster, topic_name)
 
         wait_for(streams_shown, timeout=60, interval=1,
                  what="the consumer's fetch streams on the brokers' gauge")
+    # The producer's process (this one) keeps its connections to the produce sockets.
+    wait_for(lambda: (total(scrape(), "ray_raylog_socket_connections") or 0) >= 1,
+             timeout=60, interval=1, what="this process's produce connections on the gauge")
 
     def shown() -> dict | None:
         # The gauges are the controller's: one series, the value cluster status gives. Both

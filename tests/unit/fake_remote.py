@@ -146,12 +146,15 @@ def install(monkeypatch, *modules: types.ModuleType) -> None:
 
 
 class _ByCalls:
-    """A fake host's produce route: every call by its (fake) actor call; the produce socket
+    """A fake host's route: every call and stream by its (fake) actor calls; the data socket
     has tests of its own (tests/unit/client/test_host_socket.py)."""
 
     def produce(self, items: list, acks: object, timeout_ms: int, client_id: str | None,
                 by_ray: Callable[[], Any]) -> Any:
         return by_ray()
+
+    def connected(self) -> None:
+        return None  # streams by their (fake) Ray calls too
 
 
 _BY_CALLS = _ByCalls()

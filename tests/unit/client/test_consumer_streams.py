@@ -7,10 +7,14 @@ followed by a new one; closing cancels them."""
 
 from __future__ import annotations
 
+import concurrent.futures
+import threading
+
 import pytest
 
 import raylog.client.consumer as consumer_module
 from raylog.client.consumer import Consumer
+from raylog.client.host_socket import SocketStream
 from raylog.types import TopicPartition
 from tests.unit import fake_remote
 from tests.unit.client.test_consumer_fetches import (
@@ -153,3 +157,32 @@ def test_a_revoked_partition_is_not_read_on_by_its_stream(controller):
         assert [r.value for r in read_until(consumer, {b"b"})] == [b"b"]
         first, *_, last = streams_of(controller, 1)
         assert first.cancelled and last.partitions == [(TOPIC, 3)]
+
+
+class Link:
+    """The connection under a SocketStream, for the consumer's wait alone."""
+
+    def send_control(self, stream_id: int, op: str) -> None:
+        pass
+
+    def forget(self, stream_id: int) -> None:
+        pass
+
+
+def test_polls_wait_wakes_for_a_socket_stream_beside_rays_requests(controller):
+    """A socket stream's answer ends poll's wait with Ray's requests out too (taken in
+    slices), and alone (on the wake it gives); so does the timeout, with nothing come."""
+    with streaming(controller) as consumer:
+        stream = SocketStream(Link(), 1, consumer._news.set)
+        ray_request: concurrent.futures.Future = concurrent.futures.Future()
+        for others in ([ray_request], []):
+            timer = threading.Timer(0.05, stream._put, (1, ["an answer"]))
+            timer.start()
+            assert consumer._wait([stream, *others], 10) == [stream]
+            assert stream.take() == ["an answer"]
+            timer.join()
+            consumer._news.clear()
+        assert consumer._wait([stream, ray_request], 0.02) == []
+        assert consumer._wait([stream], 0.02) == []
+        ray_request.set_result(None)
+        assert consumer._wait([stream, ray_request], 10) == [ray_request]

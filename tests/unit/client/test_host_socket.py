@@ -1,10 +1,11 @@
-"""The produce socket without Ray: the host's listener (actors/produce_socket.py) on an event
+"""The produce socket without Ray: the host's listener (actors/data_socket.py) on an event
 loop of the test's, and the client's connection and route (raylog/client/host_socket.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import socket
 import threading
 import time
@@ -13,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from actors.produce_socket import ProduceSocket
+from actors.data_socket import DataSocket
+from raylog.client import host_socket
 from raylog.client.host_socket import (
     ConnectionClosedError,
     HostConnection,
@@ -21,7 +23,7 @@ from raylog.client.host_socket import (
     SocketCall,
 )
 from raylog.errors import ActorUnavailableError, InternalError, NotLeaderError
-from raylog.util.produce_frames import LENGTH, hello, new_token
+from raylog.util.socket_frames import LENGTH, hello, new_token
 
 DEADLINE_S = 10.0
 
@@ -45,7 +47,13 @@ class Host:
         self.started: list[tuple[list[tuple[str, int, int, bytes]], Any, int, Any]] = []
         self.hold: asyncio.Event | None = None  # calls wait on it while set up
         self.fail: BaseException | None = None
-        self.socket = ProduceSocket(self.serve)
+        # A stream answers each of these in turn (an exception: raised, ending it), then
+        # ends; ``made`` counts the answers it made, ``closed`` the streams that ended.
+        self.stream_answers: list[Any] = []
+        self.streams_opened: list[tuple] = []
+        self.made = 0
+        self.closed = 0
+        self.socket = DataSocket(self.serve, self.stream)
         self.address = self.run(self.socket.start("127.0.0.1"))
 
     def run(self, coroutine: Any) -> Any:
@@ -60,6 +68,21 @@ class Host:
         if self.fail is not None:
             raise self.fail
         return [(t, p, len(d)) for t, p, _, d in items]
+
+    async def stream(self, reads: list, max_bytes: int, max_wait_ms: int, min_bytes: int,
+                     isolation: str, client_id: str | None):
+        self.streams_opened.append((reads, max_bytes, max_wait_ms, min_bytes, isolation,
+                                    client_id))
+        try:
+            for answer in self.stream_answers:
+                if isinstance(answer, BaseException):
+                    raise answer
+                if answer == "forever":
+                    await asyncio.Event().wait()
+                self.made += 1
+                yield answer
+        finally:
+            self.closed += 1
 
     def hold_calls(self) -> None:
         async def make() -> None:
@@ -185,14 +208,14 @@ class FakeRef:
 
 
 class FakeHandle:
-    """A host actor's handle: ``produce_address`` answers the host's address and token
+    """A host actor's handle: ``socket_address`` answers the host's address and token
     (or fails, while ``gone``)."""
 
     def __init__(self, host: Host) -> None:
         self.host = host
         self.gone = False
         self.asked = 0
-        self.produce_address = self
+        self.socket_address = self
 
     def remote(self) -> FakeRef:
         self.asked += 1
@@ -259,3 +282,110 @@ def test_the_route_falls_back_to_ray_when_the_host_goes_and_reconnects_to_its_ne
         assert route.connection.address == new.address
     finally:
         new.stop()
+
+
+def test_a_host_that_stays_unreachable_is_named_once_at_warning(host, monkeypatch, caplog):
+    monkeypatch.setattr(host_socket, "RETRY_MIN_S", 0.001)
+    handle, ray_calls = FakeHandle(host), RayCalls()
+    handle.gone = True
+    route = HostRoute(handle)
+
+    def warned() -> bool:
+        produce(route, ray_calls)
+        ray_calls.made[-1].set_result([])
+        return any(r.levelname == "WARNING" for r in caplog.records)
+
+    with caplog.at_level(logging.DEBUG, logger=host_socket.__name__):
+        wait_until(warned, "a warning")
+        assert handle.asked == host_socket.WARN_AFTER_FAILURES
+        for _ in range(3):
+            produce(route, ray_calls)
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "its produce calls go by Ray" in warnings[0].getMessage()
+    assert route.connection is None
+
+
+READS = [("t", 0, 3, 100, 1 << 20), ("t", 1, 3, 0, 1 << 20)]
+
+
+def open_stream(connection: HostConnection, woken: list | None = None, ahead: int = 2):
+    return connection.open_stream(READS, 50 << 20, 500, 1, "read_uncommitted", "me", ahead,
+                                  lambda: (woken if woken is not None else []).append(1))
+
+
+def test_a_stream_hands_over_its_answers_in_order_then_its_end(host):
+    host.stream_answers = ["a", "b", "c"]
+    connection = connect(host)
+    woken: list = []
+    stream = open_stream(connection, woken)
+    got = []
+    for _ in range(3):
+        wait_until(stream.ready, "an answer")
+        got.append(stream.take())
+    wait_until(stream.ready, "the end")
+    with pytest.raises(StopIteration):
+        stream.take()
+    with pytest.raises(StopIteration):
+        stream.take()
+    assert got == ["a", "b", "c"] and len(woken) == 4
+    assert host.streams_opened == [([tuple(r) for r in READS], 50 << 20, 500, 1,
+                                     "read_uncommitted", "me")]
+    wait_until(lambda: host.closed == 1, "the host's stream closed")
+    connection.close()
+
+
+def test_a_stream_sends_no_more_than_ahead_answers_not_taken(host):
+    host.stream_answers = list(range(10))
+    connection = connect(host)
+    stream = open_stream(connection, ahead=2)
+    # The host made a third answer, and waits to send it until one is taken.
+    wait_until(lambda: host.made == 3, "three answers made")
+    wait_until(lambda: len(stream._answers) == 2, "two answers here")
+    assert stream.take() == 0
+    wait_until(lambda: host.made == 4 and len(stream._answers) == 2, "one more sent")
+    assert [stream.take() for _ in range(2)] == [1, 2]
+    connection.close()
+
+
+def test_a_streams_error_is_raised_once_then_it_has_ended(host):
+    host.stream_answers = ["a", NotLeaderError("moved")]
+    connection = connect(host)
+    stream = open_stream(connection)
+    wait_until(stream.ready, "an answer")
+    assert stream.take() == "a"
+    wait_until(stream.ready, "the error")
+    with pytest.raises(NotLeaderError, match="moved"):
+        stream.take()
+    with pytest.raises(StopIteration):
+        stream.take()
+    connection.close()
+
+
+def test_a_cancelled_stream_ends_on_the_host(host):
+    host.stream_answers = ["a", "forever"]
+    connection = connect(host)
+    stream = open_stream(connection)
+    wait_until(stream.ready, "an answer")
+    stream.cancel()
+    wait_until(lambda: host.closed == 1, "the host's stream ended")
+    connection.close()
+
+
+def test_streams_end_with_their_connection_on_both_sides(host):
+    host.stream_answers = ["forever"]
+    connection = connect(host)
+    stream = open_stream(connection)
+    wait_until(lambda: host.streams_opened, "the stream opened")
+    connection.close()  # this process is done with it: the host ends its streams
+    wait_until(lambda: host.closed == 1, "the host's stream ended")
+    wait_until(stream.ready, "the client's stream ended")
+    with pytest.raises(ActorUnavailableError):
+        stream.take()
+
+    other = connect(host)  # and the host going: the client's streams end with an error
+    stream = open_stream(other)
+    wait_until(lambda: len(host.streams_opened) == 2, "the stream opened")
+    host.close()
+    wait_until(stream.ready, "the client's stream ended")
+    with pytest.raises(ActorUnavailableError, match="ended"):
+        stream.take()

@@ -1,4 +1,4 @@
-"""The produce socket's frames (raylog/util/produce_frames.py): round trips, the splitter over
+"""The produce socket's frames (raylog/util/socket_frames.py): round trips, the splitter over
 any cut of the stream, and every malformed request refused."""
 
 from __future__ import annotations
@@ -11,19 +11,26 @@ import pytest
 
 from raylog.errors import NotLeaderError
 from raylog.storage import AppendInfo
-from raylog.util.produce_frames import (
+from raylog.util.socket_frames import (
+    END,
+    ERROR,
     HELLO_BYTES,
     LENGTH,
     SMALL_FRAME_BYTES,
+    VALUE,
     FrameError,
     FrameSplitter,
+    StreamControl,
+    StreamRequest,
     answer_frame,
     check_hello,
+    control_frame,
     hello,
     new_token,
     parse_answer,
     parse_request,
     request_frame,
+    stream_frame,
 )
 
 
@@ -47,11 +54,46 @@ def test_a_request_round_trips_with_its_batches_as_views():
     assert all(isinstance(d, memoryview) for *_, d in request.items)
 
 
-def test_an_answer_round_trips_values_and_errors():
+def test_an_answer_round_trips_values_errors_and_ends():
     info = AppendInfo(10, 12, 1234, 3)
-    assert parse_answer(body(answer_frame(7, True, [info]))) == (7, True, [info])
-    call_id, ok, error = parse_answer(body(answer_frame(8, False, NotLeaderError("not me"))))
-    assert (call_id, ok, type(error), str(error)) == (8, False, NotLeaderError, "not me")
+    assert parse_answer(body(answer_frame(7, VALUE, [info]))) == (7, VALUE, [info])
+    call_id, kind, error = parse_answer(body(answer_frame(8, ERROR, NotLeaderError("not me"))))
+    assert (call_id, kind, type(error), str(error)) == (8, ERROR, NotLeaderError, "not me")
+    assert parse_answer(body(answer_frame(9, END))) == (9, END, None)
+    with pytest.raises(FrameError, match="kind"):
+        parse_answer(bytes(body(answer_frame(9, END)))[:-1] + b"\x07")
+
+
+def test_a_stream_and_its_controls_round_trip():
+    reads = [("t", 0, 3, 100, 1 << 20), ("u", 2, 0, 0, 10)]
+    request = parse_request(body(stream_frame(5, reads, 50 << 20, 500, 1, "read_committed",
+                                              None, 2)))
+    assert request == StreamRequest(5, reads, 50 << 20, 500, 1, "read_committed", None, 2)
+    assert parse_request(body(control_frame(5, "take"))) == StreamControl(5, "take")
+    assert parse_request(body(control_frame(5, "cancel"))) == StreamControl(5, "cancel")
+
+
+STREAM = {"op": "stream", "id": 1, "reads": [["t", 0, 0, 0, 10]], "max_bytes": 10,
+          "max_wait_ms": 500, "min_bytes": 1, "isolation": "read_uncommitted",
+          "client_id": None, "ahead": 2}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"op": "steal"}, "op must be"),
+    ({"reads": []}, "non-empty list"),
+    ({"reads": [["t", 0, 0, 0]]}, "read must be"),
+    ({"reads": [["t", 0, "0", 0, 10]]}, "read must be"),
+    ({"max_wait_ms": 0}, "max_wait_ms must be an int >= 1"),
+    ({"ahead": 0}, "ahead must be an int >= 1"),
+    ({"isolation": 1}, "isolation must be a str"),
+    ({"id": None}, "id must be a u64"),
+    ({"max_bytes": None}, "max_bytes must be an int"),
+])
+def test_a_malformed_stream_request_is_refused(change, message):
+    with pytest.raises(FrameError, match=message):
+        parse_request(request_with_head({**STREAM, **change}))
+    with pytest.raises(FrameError, match="bytes after its head"):
+        parse_request(request_with_head(STREAM, b"x"))
 
 
 def request_with_head(head: object, batches: bytes = b"") -> memoryview:
@@ -91,7 +133,7 @@ def test_a_request_without_a_readable_head_is_refused(frame):
 
 
 def test_a_call_above_the_frame_limit_is_refused_before_anything_is_sent(monkeypatch):
-    monkeypatch.setattr("raylog.util.produce_frames.MAX_FRAME_BYTES", 100)
+    monkeypatch.setattr("raylog.util.socket_frames.MAX_FRAME_BYTES", 100)
     with pytest.raises(FrameError, match="above the socket's limit"):
         request_frame(1, [("t", 0, 0, b"x" * 200)], 1, 10, None)
 

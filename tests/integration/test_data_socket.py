@@ -1,5 +1,5 @@
-"""The producer's calls over the hosts' produce sockets (raylog/client/host_socket.py,
-actors/produce_socket.py) on the session's cluster.
+"""The producer's calls and the consumer's fetch streams over the hosts' data sockets
+(raylog/client/host_socket.py, actors/data_socket.py) on the session's cluster.
 
 - Once connected, a producer's calls go over the socket (none with ``produce_socket=False``),
   and every record lands once, in order, at the offset acknowledged.
@@ -7,6 +7,8 @@ actors/produce_socket.py) on the session's cluster.
   connection: the calls it held fail as unanswered and are retried, the producer's calls go
   by Ray until it knows the new socket, then over it; nothing is lost or doubled.
 - A host answers only a connection that carries its token.
+- A consumer's streams go over the socket once its process is connected (none with
+  ``fetch_socket=False``), and reading goes on across a host restart, every record once.
 (Broker kills under load, with the socket on by default, are test_producer_faults.py's.)
 """
 
@@ -19,9 +21,10 @@ import threading
 import pytest
 import ray
 
-from raylog import Admin, Producer
+from raylog import Admin, Consumer, Producer
 from raylog.client.host_socket import HostConnection, route_of
-from raylog.util.produce_frames import LENGTH, hello, new_token, request_frame
+from raylog.types import TopicPartition
+from raylog.util.socket_frames import LENGTH, hello, new_token, request_frame
 from tests.integration.conftest import consume_all, restarts, wait_for
 
 PARTITIONS = 6
@@ -32,18 +35,23 @@ def admin(ray_cluster) -> Admin:
     return Admin(cluster=ray_cluster.raylog)
 
 
+def counted(monkeypatch, method: str) -> list[int]:
+    """Counts the calls this process makes of ``HostConnection.<method>``."""
+    made: list[int] = []
+    original = getattr(HostConnection, method)
+
+    def counting(self, *args, **kwargs):
+        made.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(HostConnection, method, counting)
+    return made
+
+
 @pytest.fixture
 def socket_calls(monkeypatch) -> list[int]:
-    """Counts the calls this process makes over produce sockets."""
-    made: list[int] = []
-    call = HostConnection.call
-
-    def counted(self, *args, **kwargs):
-        made.append(1)
-        return call(self, *args, **kwargs)
-
-    monkeypatch.setattr(HostConnection, "call", counted)
-    return made
+    """The produce calls this process makes over data sockets."""
+    return counted(monkeypatch, "call")
 
 
 def send_all(producer: Producer, topic: str, values: list[bytes]) -> dict[bytes, tuple]:
@@ -137,7 +145,7 @@ def send_all_one(producer: Producer, topic: str, values: list[bytes]) -> dict[by
 def test_a_host_answers_no_call_without_its_token(ray_cluster, admin, topic_name):
     admin.create_topic(topic_name, partitions=1)
     client = ray_cluster.raylog.topic(topic_name).partitions[0].leader_client()
-    host, port, token = ray.get(client.handle.produce_address.remote(), timeout=30)
+    host, port, token = ray.get(client.handle.socket_address.remote(), timeout=30)
     assert len(token) == 32
     frame = b"".join(bytes(p) for p in request_frame(
         1, [(topic_name, 0, client.leader_epoch, b"not even a batch")], 1, 1000, None))
@@ -152,3 +160,50 @@ def test_a_host_answers_no_call_without_its_token(ray_cluster, admin, topic_name
         raw.sendall(hello(token) + frame)
         raw.settimeout(30)
         assert len(raw.recv(LENGTH.size)) == LENGTH.size
+
+
+@pytest.fixture
+def socket_streams(monkeypatch) -> list[int]:
+    """The fetch streams this process opens over data sockets."""
+    return counted(monkeypatch, "open_stream")
+
+
+def read_values(consumer: Consumer, wanted: int, timeout_s: float = 120) -> list:
+    records: list = []
+    wait_for(lambda: records.extend(consumer.poll(timeout_ms=200)) or len(records) >= wanted,
+             timeout=timeout_s, what=f"{wanted} records read")
+    return records
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("by_socket", [True, False])
+def test_a_consumers_streams_go_over_the_socket_and_across_a_host_restart(
+        ray_cluster, admin, topic_name, by_socket, socket_streams):
+    """A consumer reads a partition from its leader's host: over the data socket once its
+    process connected (none with ``fetch_socket=False``); the host restarts (its connection
+    ends, the stream with it): reading goes on, every record once and in order."""
+    admin.create_topic(topic_name, partitions=1)
+    handle = ray_cluster.raylog.topic(topic_name).partitions[0].leader_client().handle
+    consumer = Consumer(cluster=ray_cluster.raylog, auto_offset_reset="earliest",
+                        enable_auto_commit=False, fetch_max_wait_ms=200,
+                        fetch_socket=by_socket)
+    consumer.assign([TopicPartition(topic_name, 0)])
+    values = [b"c%04d" % i for i in range(600)]
+    records: list = []
+    with Producer(cluster=ray_cluster.raylog, acks="all", linger_ms=0) as producer:
+        send_all_one(producer, topic_name, values[:200])
+        records += read_values(consumer, 200)
+        if by_socket:  # made again over the socket once connected
+            wait_for(lambda: records.extend(consumer.poll(timeout_ms=100)) or socket_streams,
+                     timeout=60, what="a stream over the socket")
+        send_all_one(producer, topic_name, values[200:400])
+        records += read_values(consumer, 400 - len(records))
+        before = restarts(handle)
+        ray.kill(handle, no_restart=False)
+        wait_for(lambda: restarts(handle) > before, timeout=60, what="the host restarted")
+        send_all_one(producer, topic_name, values[400:])
+        records += read_values(consumer, 600 - len(records))
+    consumer.close()
+    assert [r.value for r in records] == values
+    assert [r.offset for r in records] == list(range(600))
+    assert (len(socket_streams) > 0) == by_socket
