@@ -176,9 +176,9 @@ class _Connection(asyncio.BufferedProtocol):
             await answers.aclose()
             self._streams.pop(request.stream_id, None)
 
-    def _write(self, frame: bytes) -> None:
+    def _write(self, frame: list[bytes]) -> None:
         if self._transport is not None and not self._transport.is_closing():
-            self._transport.write(frame)
+            self._transport.writelines(frame)
 
     def _peer(self) -> Any:
         return None if self._transport is None else self._transport.get_extra_info("peername")

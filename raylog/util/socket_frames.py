@@ -258,11 +258,12 @@ def _stream(head: dict[str, Any]) -> StreamRequest:
                          _client_id(head["client_id"]), _int("ahead", head["ahead"], 1))
 
 
-def answer_frame(call_id: int, kind: int, body: Any = None) -> bytes:
+def answer_frame(call_id: int, kind: int, body: Any = None) -> list[bytes]:
     """An answer frame of ``kind``: VALUE with the call's value (or a stream's answer),
-    ERROR with the error it raised, END with nothing."""
+    ERROR with the error it raised, END with nothing; as its head and its body, to write
+    one after the other (a fetch answer's megabytes are not copied to join them)."""
     data = b"" if kind == END else pickle.dumps(body, protocol=pickle.HIGHEST_PROTOCOL)
-    return LENGTH.pack(ANSWER.size + len(data)) + ANSWER.pack(call_id, kind) + data
+    return [LENGTH.pack(ANSWER.size + len(data)) + ANSWER.pack(call_id, kind), data]
 
 
 def parse_answer(frame: bytes | memoryview) -> tuple[int, int, Any]:
@@ -272,7 +273,8 @@ def parse_answer(frame: bytes | memoryview) -> tuple[int, int, Any]:
     call_id, kind = ANSWER.unpack_from(frame)
     if kind not in (ERROR, VALUE, END):
         raise FrameError(f"an answer's kind must be 0, 1 or 2, got {kind}")
-    return call_id, kind, None if kind == END else pickle.loads(frame[ANSWER.size:])
+    return call_id, kind, None if kind == END else \
+        pickle.loads(memoryview(frame)[ANSWER.size:])  # (a view: no copy of the answer)
 
 
 class FrameSplitter:

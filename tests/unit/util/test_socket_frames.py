@@ -56,12 +56,13 @@ def test_a_request_round_trips_with_its_batches_as_views():
 
 def test_an_answer_round_trips_values_errors_and_ends():
     info = AppendInfo(10, 12, 1234, 3)
-    assert parse_answer(body(answer_frame(7, VALUE, [info]))) == (7, VALUE, [info])
-    call_id, kind, error = parse_answer(body(answer_frame(8, ERROR, NotLeaderError("not me"))))
+    assert parse_answer(body(joined(answer_frame(7, VALUE, [info])))) == (7, VALUE, [info])
+    call_id, kind, error = parse_answer(
+        body(joined(answer_frame(8, ERROR, NotLeaderError("not me")))))
     assert (call_id, kind, type(error), str(error)) == (8, ERROR, NotLeaderError, "not me")
-    assert parse_answer(body(answer_frame(9, END))) == (9, END, None)
+    assert parse_answer(body(joined(answer_frame(9, END)))) == (9, END, None)
     with pytest.raises(FrameError, match="kind"):
-        parse_answer(bytes(body(answer_frame(9, END)))[:-1] + b"\x07")
+        parse_answer(bytes(body(joined(answer_frame(9, END))))[:-1] + b"\x07")
 
 
 def test_a_stream_and_its_controls_round_trip():
