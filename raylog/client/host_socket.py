@@ -22,6 +22,7 @@ import contextlib
 import itertools
 import logging
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -47,6 +48,10 @@ from raylog.util.socket_frames import (
 logger = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 2.0
+# A send that makes no progress this long ends the connection (its calls fail as unanswered,
+# and are retried): a host that hangs with the socket's buffers full would otherwise hold the
+# sending thread (the producer's sender, which also expires batches) for as long as it hangs.
+SEND_TIMEOUT_S = 5.0
 # After a failure to learn a host's address or to connect, ask again after this long,
 # doubling up to RETRY_MAX_S; its calls go by Ray meanwhile.
 RETRY_MIN_S, RETRY_MAX_S = 0.5, 10.0
@@ -148,6 +153,11 @@ class HostConnection:
         self._sock = socket.create_connection(address, timeout=CONNECT_TIMEOUT_S)
         try:
             self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            # A send that cannot go on for SEND_TIMEOUT_S (a host stopped, its buffers full)
+            # fails the connection, never holds the producer's sender thread.
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
+                                  struct.pack("ll", int(SEND_TIMEOUT_S),
+                                              int(SEND_TIMEOUT_S % 1 * 1e6)))
             self._sock.sendall(hello(token))
         except OSError:
             self._sock.close()

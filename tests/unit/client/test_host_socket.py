@@ -389,3 +389,20 @@ def test_streams_end_with_their_connection_on_both_sides(host):
     wait_until(stream.ready, "the client's stream ended")
     with pytest.raises(ActorUnavailableError, match="ended"):
         stream.take()
+
+
+def test_a_send_a_hung_host_does_not_read_fails_the_connection_instead_of_waiting(
+        monkeypatch):
+    """A host that takes the connection and then reads nothing (stopped): a call larger
+    than the socket's buffers fails as unanswered after SEND_TIMEOUT_S, and the thread that
+    made it goes on."""
+    monkeypatch.setattr(host_socket, "SEND_TIMEOUT_S", 0.5)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        closed: list = []
+        connection = HostConnection(listener.getsockname()[:2], new_token(), closed.append)
+        started = time.monotonic()
+        call = connection.call([("t", 0, 0, b"x" * (64 << 20))], 1, 100, None)
+        assert time.monotonic() - started < DEADLINE_S
+        with pytest.raises(ActorUnavailableError, match="may have been appended"):
+            call.future.result(DEADLINE_S)
+        assert closed == [connection]
