@@ -100,8 +100,8 @@ def run(mode: Mode, root: Path) -> dict[str, Any]:
         call_p50 = float(np.percentile(actor_call_latencies(1000), 50))
     return {"latency": latency, "send_batch": throughput, "actor_call_p50_ms": call_p50,
             "mode": mode.name, "rounds": mode.rounds, "rows": mode.rows,
-            "machine": {**machine_info(), "load_average_1m": {"start": load[0],
-                                                              "end": os.getloadavg()[0]}},
+            "machine": machine_info(load_average_1m={"start": load[0],
+                                                     "end": os.getloadavg()[0]}),
             "wall_seconds": time.perf_counter() - started}
 
 

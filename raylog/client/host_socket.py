@@ -31,6 +31,7 @@ from typing import Any
 import ray
 
 from raylog.errors import ActorUnavailableError, InternalError
+from raylog.util.backoff import backoff_s
 from raylog.util.socket_frames import (
     END,
     ERROR,
@@ -101,13 +102,13 @@ class SocketStream:
         ended (nothing more comes). Only when :meth:`ready`."""
         with self._lock:
             kind, body = self._answers[0] if self._answers else (END, None)
-            if kind != END:
+            if kind == VALUE:
                 self._answers.popleft()
+            elif kind == ERROR:
+                self._answers[0] = (END, None)  # raised once; then ended
         if kind == END:
             raise StopIteration
         if kind == ERROR:
-            with self._lock:
-                self._answers.appendleft((END, None))
             raise body
         self._connection.send_control(self.stream_id, "take")
         return body
@@ -171,22 +172,17 @@ class HostConnection:
         self._ids = itertools.count()
         self._closed = False
         threading.Thread(target=self._read, daemon=True,
-                         name=f"raylog-produce-socket-{address[1]}").start()
+                         name=f"raylog-data-socket-{address[1]}").start()
 
     @property
     def closed(self) -> bool:
         return self._closed
 
-    @property
-    def outstanding(self) -> int:
-        """Calls sent and not answered yet."""
-        with self._lock:
-            return len(self._pending)
-
     def call(self, items: list[tuple[str, int, int, Any]], acks: int | str, timeout_ms: int,
              client_id: str | None) -> SocketCall:
-        """Send one produce call; ConnectionClosedError if the connection had closed (no
-        byte of it was sent)."""
+        """Send one produce call; ConnectionClosedError if the connection had closed, or
+        FrameError if the call is above the socket's frame limit (no byte of it was sent
+        either way)."""
         call_id = next(self._ids)
         pieces = request_frame(call_id, items, acks, timeout_ms, client_id)
         future: concurrent.futures.Future = concurrent.futures.Future()
@@ -339,19 +335,16 @@ class HostRoute:
                 by_ray: Callable[[], ray.ObjectRef]) -> ray.ObjectRef | SocketCall:
         """Make one produce call of ``items`` (``(topic, partition, leader_epoch, batch)``
         each), by the socket if it is connected, else by ``by_ray``."""
-        size = sum(memoryview(data).nbytes for *_, data in items)
         with self._lock:
-            connection = self._connection
-            connect = connection is None and self._may_connect()
-            if self._by_ray or size + JOIN_BYTES > MAX_FRAME_BYTES:
-                connection = None
+            connection = self._connection if not self._by_ray else None
+            connect = self._connection is None and self._may_connect()
         if connect:
             self._connect()
         if connection is not None:
             try:
                 return connection.call(items, acks, timeout_ms, client_id)
-            except ConnectionClosedError:
-                pass  # closed meanwhile, its calls failed: Ray it is
+            except (ConnectionClosedError, FrameError):
+                pass  # closed meanwhile (its calls failed), or too large a frame: by Ray
         with self._lock:
             self._by_ray += 1
         try:
@@ -402,7 +395,7 @@ class HostRoute:
             self._gave_up(e)
             return
         threading.Thread(target=self._open, args=((host, port), token), daemon=True,
-                         name="raylog-produce-connect").start()
+                         name="raylog-data-socket-connect").start()
 
     def _open(self, address: tuple[str, int], token: bytes) -> None:
         try:
@@ -420,15 +413,15 @@ class HostRoute:
             self._connecting = False
             self._failures += 1
             failures = self._failures
-            wait_s = min(RETRY_MIN_S * 2 ** (failures - 1), RETRY_MAX_S)
+            wait_s = backoff_s(failures - 1, RETRY_MIN_S, RETRY_MAX_S)
             self._next_try = time.monotonic() + wait_s
         # Once in a row of failures, at WARNING: a host restarting fails a try or two, one
         # that stays unreachable (a firewall that lets only Ray's ports through) slows every
         # produce call to it, and whoever runs the producer should know why.
         logger.log(logging.WARNING if failures == WARN_AFTER_FAILURES else logging.DEBUG,
                    "no data socket to %s (%r, %d tries in a row): its produce calls go "
-                   "by Ray, and it is tried again in %.1f s", self._handle, error, failures,
-                   wait_s)
+                   "by Ray (and its streams), and it is tried again in %.1f s", self._handle,
+                   error, failures, wait_s)
 
     def _closed(self, connection: HostConnection) -> None:
         with self._lock:

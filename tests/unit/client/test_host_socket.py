@@ -406,3 +406,21 @@ def test_a_send_a_hung_host_does_not_read_fails_the_connection_instead_of_waitin
         with pytest.raises(ActorUnavailableError, match="may have been appended"):
             call.future.result(DEADLINE_S)
         assert closed == [connection]
+
+
+def test_a_call_above_the_frame_limit_goes_by_ray_and_the_next_waits_for_it(host,
+                                                                           monkeypatch):
+    handle, ray_calls = FakeHandle(host), RayCalls()
+    route = HostRoute(handle)
+    produce(route, ray_calls)
+    ray_calls.made[0].set_result([])
+    wait_until(lambda: route.connection is not None, "the route connected")
+    monkeypatch.setattr("raylog.util.socket_frames.MAX_FRAME_BYTES", 1000)
+    assert isinstance(produce(route, ray_calls, b"x" * 2000), FakeRef)
+    assert isinstance(produce(route, ray_calls), FakeRef)  # behind the Ray call: in order
+    for future in ray_calls.made:
+        if not future.done():
+            future.set_result([])
+    call = produce(route, ray_calls)
+    assert isinstance(call, SocketCall) and call.future.result(DEADLINE_S) == [("t", 0, 1)]
+    assert [items for items, *_ in host.started] == [[("t", 0, 0, b"x")]]  # only that one
