@@ -90,17 +90,23 @@ class Driver:
         return sum(len(v) for v in out.values())
 
     def consume_group(self, group: str, topic: str, at_least: int) -> dict[str, int]:
-        """Read ``at_least`` records of ``topic`` as a member of ``group``, commit what was
-        read, leave; returns the committed offsets by partition."""
+        """Read ``at_least`` records of ``topic``, and some of each of its partitions, as a
+        member of ``group``, commit what was read, leave; returns the committed offsets by
+        partition. (Each partition read: the first answers may hold hundreds of records of
+        one partition, and a partition never read has no position to commit.)"""
         with Consumer(cluster=self.cluster, group_id=group, auto_offset_reset="earliest",
                       enable_auto_commit=False, max_poll_records=100) as consumer:
             consumer.subscribe([topic])
             seen = 0
+            partitions: set[int] = set()
 
             def enough() -> bool:
                 nonlocal seen
-                seen += len(consumer.poll(timeout_ms=200))
-                return seen >= at_least
+                records = consumer.poll(timeout_ms=200)
+                seen += len(records)
+                partitions.update(r.partition for r in records)
+                assigned = {tp.partition for tp in consumer.assignment()}
+                return seen >= at_least and bool(assigned) and assigned <= partitions
 
             wait_for(enough, timeout=60, interval=0,
                      what=f"{at_least} records of {topic} in {group}")
